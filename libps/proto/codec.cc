@@ -74,26 +74,26 @@ Offset<void> EncodeBody(FlatBufferBuilder& fbb, const Body& body) {
                                                    d.row_begin, d.rows, d.cols, &d.full_shape,
                                                    d.init_json.c_str(), d.seed));
           }
-          return w::CreateCreateShardsDirect(fbb, m.optimizer_json.c_str(), &defs).Union();
+          return w::CreateCreateShardsDirect(fbb, m.optimizer_json.c_str(), &defs, m.update_json.c_str()).Union();
         } else if constexpr (std::is_same_v<M, Pull>) {
           auto items = EncodeSlices(fbb, m.items);
-          return w::CreatePullDirect(fbb, &items).Union();
+          return w::CreatePullDirect(fbb, &items, m.worker, m.clock).Union();
         } else if constexpr (std::is_same_v<M, PullReply>) {
-          return w::CreatePullReplyDirect(fbb, &m.item_floats).Union();
+          return w::CreatePullReplyDirect(fbb, &m.item_floats, &m.versions).Union();
         } else if constexpr (std::is_same_v<M, Push>) {
           auto items = EncodeSlices(fbb, m.items);
-          return w::CreatePushDirect(fbb, &items, m.global_step, m.step_id).Union();
+          return w::CreatePushDirect(fbb, &items, m.global_step, m.step_id, m.worker, m.clock).Union();
         } else if constexpr (std::is_same_v<M, PushReply>) {
-          return w::CreatePushReply(fbb, m.global_step, m.skipped).Union();
+          return w::CreatePushReply(fbb, m.global_step, m.skipped, m.stale).Union();
         } else if constexpr (std::is_same_v<M, StartJob>) {
           return w::CreateStartJobDirect(fbb, m.job_json.c_str(), m.worker_index, m.num_workers)
               .Union();
         } else if constexpr (std::is_same_v<M, RunSteps>) {
-          return w::CreateRunSteps(fbb, m.first_step, m.count).Union();
+          return w::CreateRunSteps(fbb, m.first_step, m.count, m.clock).Union();
         } else if constexpr (std::is_same_v<M, RunStepsReply>) {
           return w::CreateRunStepsReply(fbb, m.steps, m.examples, m.loss_sum, m.correct,
                                         m.data_seconds, m.pull_seconds, m.compute_seconds,
-                                        m.push_seconds).Union();
+                                        m.push_seconds, m.stale).Union();
         } else if constexpr (std::is_same_v<M, Stop>) {
           return w::CreateStopDirect(fbb, m.reason.c_str()).Union();
         } else if constexpr (std::is_same_v<M, GetStatus>) {
@@ -171,6 +171,7 @@ Result<Body> DecodeBody(const w::Envelope* env) {
       auto* m = env->body_as_CreateShards();
       CreateShards out;
       out.optimizer_json = Str(m->optimizer_json());
+      out.update_json = Str(m->update_json());
       if (m->shards() != nullptr) {
         for (const w::ShardDef* d : *m->shards()) {
           if (d->var() == nullptr) return ProtocolError("ShardDef without a variable name");
@@ -182,31 +183,34 @@ Result<Body> DecodeBody(const w::Envelope* env) {
       return Body(std::move(out));
     }
     case w::Body::Pull: {
-      PS_ASSIGN_OR_RETURN(auto items, DecodeSlices(env->body_as_Pull()->items()));
-      return Body(Pull{std::move(items)});
+      auto* m = env->body_as_Pull();
+      PS_ASSIGN_OR_RETURN(auto items, DecodeSlices(m->items()));
+      return Body(Pull{std::move(items), m->worker(), m->clock()});
     }
     case w::Body::PullReply:
-      return Body(PullReply{Vec(env->body_as_PullReply()->item_floats())});
+      return Body(PullReply{Vec(env->body_as_PullReply()->item_floats()), Vec(env->body_as_PullReply()->versions())});
     case w::Body::Push: {
       auto* m = env->body_as_Push();
       PS_ASSIGN_OR_RETURN(auto items, DecodeSlices(m->items()));
-      return Body(Push{std::move(items), m->global_step(), m->step_id()});
+      return Body(Push{std::move(items), m->global_step(), m->step_id(), m->worker(), m->clock()});
     }
-    case w::Body::PushReply:
-      return Body(PushReply{env->body_as_PushReply()->global_step(), env->body_as_PushReply()->skipped()});
+    case w::Body::PushReply: {
+      auto* m = env->body_as_PushReply();
+      return Body(PushReply{m->global_step(), m->skipped(), m->stale()});
+    }
     case w::Body::StartJob: {
       auto* m = env->body_as_StartJob();
       return Body(StartJob{Str(m->job_json()), m->worker_index(), m->num_workers()});
     }
     case w::Body::RunSteps: {
       auto* m = env->body_as_RunSteps();
-      return Body(RunSteps{m->first_step(), m->count()});
+      return Body(RunSteps{m->first_step(), m->count(), m->clock()});
     }
     case w::Body::RunStepsReply: {
       auto* m = env->body_as_RunStepsReply();
       return Body(RunStepsReply{m->steps(), m->examples(), m->loss_sum(), m->correct(),
                                 m->data_seconds(), m->pull_seconds(), m->compute_seconds(),
-                                m->push_seconds()});
+                                m->push_seconds(), m->stale()});
     }
     case w::Body::Stop: return Body(Stop{Str(env->body_as_Stop()->reason())});
     case w::Body::GetStatus: return Body(GetStatus{});

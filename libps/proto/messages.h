@@ -48,24 +48,30 @@ struct ShardDef {
   std::string init_json;
   uint64_t seed = 0;
 };
-struct CreateShards { std::string optimizer_json; std::vector<ShardDef> shards; };
+struct CreateShards { std::string optimizer_json; std::vector<ShardDef> shards; std::string update_json; };
 struct Slice {
   std::string var;
   int32_t shard = 0;
   bool all_rows = true;       // false: only `rows`
   std::vector<int64_t> rows;  // shard-local row indices
 };
-struct Pull { std::vector<Slice> items; };
-struct PullReply { std::vector<uint64_t> item_floats; };
-struct Push { std::vector<Slice> items; int64_t global_step = 0; int64_t step_id = -1; };
-struct PushReply { int64_t global_step = 0; int32_t skipped = 0; };
+struct Pull { std::vector<Slice> items; int32_t worker = -1; int64_t clock = -1; };
+struct PullReply { std::vector<uint64_t> item_floats; std::vector<int64_t> versions; };
+struct Push {
+  std::vector<Slice> items;
+  int64_t global_step = 0;
+  int64_t step_id = -1;
+  int32_t worker = -1;
+  int64_t clock = -1;
+};
+struct PushReply { int64_t global_step = 0; int32_t skipped = 0; int32_t stale = 0; };
 
 struct Save { std::string model_dir; int64_t global_step = 0; };
 struct SaveReply { std::string file; uint64_t bytes = 0; uint32_t digest = 0; };
 struct Restore { std::string model_dir; int64_t global_step = 0; };
 
 struct StartJob { std::string job_json; int32_t worker_index = 0; int32_t num_workers = 0; };
-struct RunSteps { int64_t first_step = 0; int32_t count = 0; };
+struct RunSteps { int64_t first_step = 0; int32_t count = 0; int64_t clock = 0; };
 struct RunStepsReply {
   int32_t steps = 0;
   int64_t examples = 0;
@@ -75,6 +81,7 @@ struct RunStepsReply {
   double pull_seconds = 0;
   double compute_seconds = 0;
   double push_seconds = 0;
+  int32_t stale = 0;
 };
 
 struct Stop { std::string reason; };

@@ -1,5 +1,6 @@
 #include "libps/ps/service.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "libps/core/json.h"
@@ -53,11 +54,7 @@ void Service::UnmarkApplied(const ShardKey& key, int64_t step) {
 void Service::Handle(net::Request request, net::Responder responder) {
   auto& body = request.envelope.body;
   if (Status st = CheckGeneration(request); !st.ok()) return responder.Fail(st);
-  if (auto* m = std::get_if<proto::Pull>(&body)) {
-    auto r = Pull(*m);
-    if (!r.ok()) return responder.Fail(r.status());
-    return responder.Reply(std::move(r->first), net::RecycledPayload(std::move(r->second)));
-  }
+  if (auto* m = std::get_if<proto::Pull>(&body)) return PullOrWait(std::move(*m), std::move(responder));
   if (auto* m = std::get_if<proto::Push>(&body)) {
     auto r = Push(*m, request.payload);
     net::RecycleBuffer(std::move(request.payload));
@@ -92,6 +89,13 @@ void Service::Handle(net::Request request, net::Responder responder) {
       std::lock_guard lock(applied_mu_);
       applied_.clear();  // the steps after the checkpoint will be run again
     }
+    {
+      std::lock_guard lock(mode_mu_);
+      base_version_ = m->global_step;
+      sync_.clear();
+      clocks_.assign(clocks_.size(), 0);  // the chief numbers the workers' steps afresh
+    }
+    FailParked(Aborted("the ps was restored to checkpoint " + std::to_string(m->global_step)));
     return responder.Reply(proto::Ack{});
   }
   if (auto* m = std::get_if<proto::Shutdown>(&body)) {
@@ -109,15 +113,36 @@ std::string Service::WaitForShutdown() {
 }
 
 void Service::RequestStop(std::string reason) {
-  std::lock_guard lock(mu_);
-  if (!shutdown_) shutdown_ = std::move(reason);
-  cv_.notify_all();
+  {
+    std::lock_guard lock(mu_);
+    if (!shutdown_) shutdown_ = std::move(reason);
+    cv_.notify_all();
+  }
+  FailParked(Aborted("the ps is shutting down"));
 }
 
 Status Service::CreateShards(const proto::CreateShards& msg) {
   PS_ASSIGN_OR_RETURN(Json opt_json, ParseJson(msg.optimizer_json, "CreateShards.optimizer"));
   PS_ASSIGN_OR_RETURN(OptimizerSpec spec, ParseOptimizer(opt_json, "optimizer"));
   PS_RETURN_IF_ERROR(store_->Configure(spec));
+  PS_ASSIGN_OR_RETURN(UpdateSpec update, ParseUpdateWire(msg.update_json));
+  bool changed = false;
+  {
+    std::lock_guard lock(mode_mu_);
+    if (!(update == update_)) {
+      update_ = update;
+      base_version_ = 0;
+      sync_.clear();
+      clocks_.assign(static_cast<size_t>(update.num_workers), 0);
+      changed = true;
+      PS_LOG(Info) << "update mode " << UpdateModeName(update.mode)
+                   << (update.mode == UpdateMode::kSync ? ", " + std::to_string(update.replicas()) + " of " +
+                                                              std::to_string(update.num_workers) + " workers per update"
+                       : update.mode == UpdateMode::kBoundedStaleness ? ", staleness " + std::to_string(update.staleness)
+                                                                      : std::string());
+    }
+  }
+  if (changed) FailParked(Aborted("the update mode changed"));
   for (const auto& d : msg.shards) {
     std::string where = "CreateShards: " + d.var + "/part_" + std::to_string(d.shard);
     PS_ASSIGN_OR_RETURN(Json init_json, ParseJson(d.init_json, where + ".init"));
@@ -153,6 +178,13 @@ Result<std::pair<proto::PullReply, net::Buffer>> Service::Pull(const proto::Pull
     PS_RETURN_IF_ERROR(item.all_rows ? store_->Pull(key, dst) : store_->PullRows(key, item.rows, dst));
     offset += reply.item_floats[i];
   }
+  std::lock_guard lock(mode_mu_);
+  if (update_.mode == UpdateMode::kSync) {
+    for (const auto& item : msg.items) {
+      auto it = sync_.find({item.var, item.shard});
+      reply.versions.push_back(it == sync_.end() ? base_version_ : it->second.version);
+    }
+  }
   return std::make_pair(std::move(reply), std::move(buffer));
 }
 
@@ -169,6 +201,17 @@ Result<proto::PushReply> Service::Push(const proto::Push& msg, const net::Buffer
                            " bytes but its items need " + std::to_string(total * sizeof(float)));
   }
   std::span<const float> grads = payload.floats();
+  UpdateMode mode;
+  {
+    std::lock_guard lock(mode_mu_);
+    mode = update_.mode;
+    if (mode != UpdateMode::kAsync && (msg.worker < 0 || msg.worker >= update_.num_workers || msg.clock < 0)) {
+      return InvalidArgument("Push: " + std::string(UpdateModeName(mode)) + " mode needs the worker (0.." +
+                             std::to_string(update_.num_workers - 1) + ") and its clock, got worker " +
+                             std::to_string(msg.worker) + " clock " + std::to_string(msg.clock));
+    }
+  }
+  if (mode == UpdateMode::kSync) return PushSync(msg, grads, sizes);
   uint64_t offset = 0;
   int32_t skipped = 0;
   for (size_t i = 0; i < msg.items.size(); ++i) {
@@ -192,7 +235,194 @@ Result<proto::PushReply> Service::Push(const proto::Push& msg, const net::Buffer
     PS_LOG(Info) << "step " << msg.step_id << " was already applied to " << skipped
                  << " shard(s): the repeated push is ignored";
   }
-  return proto::PushReply{store_->global_step(), skipped};
+  if (mode == UpdateMode::kBoundedStaleness) {
+    {
+      std::lock_guard lock(mode_mu_);
+      if (static_cast<size_t>(msg.worker) < clocks_.size()) {
+        auto& c = clocks_[static_cast<size_t>(msg.worker)];
+        c = std::max(c, msg.clock + 1);
+      }
+    }
+    ServeReady();
+  }
+  return proto::PushReply{store_->global_step(), skipped, 0};
+}
+
+Service::SyncShard& Service::SyncState(const ShardKey& key) {
+  auto [it, inserted] = sync_.try_emplace(key);
+  if (inserted) it->second.version = base_version_;
+  return it->second;
+}
+
+Result<proto::PushReply> Service::PushSync(const proto::Push& msg, std::span<const float> grads,
+                                           const std::vector<uint64_t>& sizes) {
+  proto::PushReply reply;
+  bool advanced = false;
+  uint64_t offset = 0;
+  for (size_t i = 0; i < msg.items.size(); ++i) {
+    const auto& item = msg.items[i];
+    auto g = grads.subspan(offset, sizes[i]);
+    offset += sizes[i];
+    ShardKey key{item.var, item.shard};
+    PS_ASSIGN_OR_RETURN(ShardDef def, store_->GetDef(key));
+    const auto cols = static_cast<size_t>(def.cols);
+    for (int64_t r : item.rows) {
+      if (r < 0 || r >= def.rows) {
+        return OutOfRange("Push: row " + std::to_string(r) + " is outside " + key.ToString() + " (" +
+                          std::to_string(def.rows) + " rows)");
+      }
+    }
+    std::lock_guard lock(mode_mu_);
+    SyncShard& ss = SyncState(key);
+    if (msg.clock < ss.version) {  // computed for an update this shard has applied: too late
+      ++reply.stale;
+      continue;
+    }
+    if (msg.clock > ss.version) {
+      return FailedPrecondition("Push: update " + std::to_string(msg.clock) + " for " + key.ToString() +
+                                ", which is still at update " + std::to_string(ss.version));
+    }
+    if (std::find(ss.workers.begin(), ss.workers.end(), msg.worker) != ss.workers.end()) {
+      ++reply.skipped;  // a resent push
+      continue;
+    }
+    if (item.all_rows) {
+      if (ss.dense_sum.empty()) {
+        ss.dense_sum.assign(g.begin(), g.end());
+      } else {
+        for (size_t k = 0; k < g.size(); ++k) ss.dense_sum[k] += g[k];
+      }
+    } else {
+      for (size_t j = 0; j < item.rows.size(); ++j) {
+        auto [it, inserted] = ss.row_index.try_emplace(item.rows[j], ss.rows.size());
+        if (inserted) {
+          ss.rows.push_back(item.rows[j]);
+          ss.row_sum.resize(ss.row_sum.size() + cols, 0.0f);
+        }
+        float* dst = ss.row_sum.data() + it->second * cols;
+        const float* src = g.data() + j * cols;
+        for (size_t k = 0; k < cols; ++k) dst[k] += src[k];
+      }
+    }
+    ss.workers.push_back(msg.worker);
+    if (++ss.accepted < update_.replicas()) continue;
+    // The update is complete: apply the average once (a worker that did not touch a row
+    // contributed zero to it), then collect the next one.
+    const float scale = 1.0f / static_cast<float>(ss.accepted);
+    if (!ss.dense_sum.empty()) {
+      for (float& x : ss.dense_sum) x *= scale;
+      PS_RETURN_IF_ERROR(store_->Push(key, ss.dense_sum, ss.version));
+    }
+    if (!ss.rows.empty()) {
+      for (float& x : ss.row_sum) x *= scale;
+      PS_RETURN_IF_ERROR(store_->PushRows(key, ss.rows, ss.row_sum, ss.version));
+    }
+    ss.version += 1;
+    ss.accepted = 0;
+    ss.workers.clear();
+    ss.dense_sum.clear();
+    ss.row_index.clear();
+    ss.rows.clear();
+    ss.row_sum.clear();
+    advanced = true;
+  }
+  if (reply.stale > 0) stale_ += static_cast<uint64_t>(reply.stale);
+  if (advanced) ServeReady();
+  reply.global_step = store_->global_step();
+  return reply;
+}
+
+bool Service::Ready(const proto::Pull& msg) {
+  if (update_.mode == UpdateMode::kSync) {
+    for (const auto& item : msg.items) {
+      auto it = sync_.find({item.var, item.shard});
+      if ((it == sync_.end() ? base_version_ : it->second.version) < msg.clock) return false;
+    }
+    return true;
+  }
+  if (update_.mode == UpdateMode::kBoundedStaleness) {
+    int64_t slowest = INT64_MAX;
+    for (size_t w = 0; w < clocks_.size(); ++w) {
+      if (static_cast<int32_t>(w) != msg.worker) slowest = std::min(slowest, clocks_[w]);
+    }
+    if (slowest == INT64_MAX) return true;  // the only worker
+    if (msg.clock - slowest > update_.staleness) return false;
+    max_lead_ = std::max(max_lead_, msg.clock - slowest);
+  }
+  return true;
+}
+
+void Service::PullOrWait(proto::Pull msg, net::Responder responder) {
+  {
+    std::lock_guard lock(mode_mu_);
+    // A pull without a clock (evaluation, the chief's final eval) reads what is there.
+    if (update_.mode != UpdateMode::kAsync && msg.clock >= 0) {
+      if (msg.worker < 0 || msg.worker >= update_.num_workers || msg.clock < 0) {
+        return responder.Fail(InvalidArgument(
+            "Pull: " + std::string(UpdateModeName(update_.mode)) + " mode needs the worker (0.." +
+            std::to_string(update_.num_workers - 1) + ") and its clock, got worker " + std::to_string(msg.worker) +
+            " clock " + std::to_string(msg.clock)));
+      }
+      if (!Ready(msg)) {
+        ++waited_pulls_;
+        parked_.push_back({std::move(msg), std::move(responder)});
+        return;
+      }
+    }
+  }
+  auto r = Pull(msg);
+  if (!r.ok()) return responder.Fail(r.status());
+  responder.Reply(std::move(r->first), net::RecycledPayload(std::move(r->second)));
+}
+
+void Service::ServeReady() {
+  std::vector<Parked> ready;
+  {
+    std::lock_guard lock(mode_mu_);
+    for (size_t i = 0; i < parked_.size();) {
+      if (Ready(parked_[i].msg)) {
+        ready.push_back(std::move(parked_[i]));
+        parked_[i] = std::move(parked_.back());
+        parked_.pop_back();
+      } else {
+        ++i;
+      }
+    }
+  }
+  for (auto& p : ready) {
+    auto r = Pull(p.msg);
+    if (!r.ok()) {
+      p.responder.Fail(r.status());
+      continue;
+    }
+    p.responder.Reply(std::move(r->first), net::RecycledPayload(std::move(r->second)));
+  }
+}
+
+void Service::FailParked(const Status& why) {
+  std::vector<Parked> parked;
+  {
+    std::lock_guard lock(mode_mu_);
+    parked.swap(parked_);
+  }
+  for (auto& p : parked) p.responder.Fail(why);
+}
+
+Service::UpdateStats Service::update_stats() const {
+  std::lock_guard lock(mode_mu_);
+  UpdateStats s;
+  s.spec = update_;
+  s.stale_dropped = stale_.load();
+  s.waited_pulls = waited_pulls_;
+  s.max_lead = max_lead_;
+  s.min_version = s.max_version = base_version_;
+  bool first = true;
+  for (const auto& [key, ss] : sync_) {
+    s.min_version = first ? ss.version : std::min(s.min_version, ss.version);
+    s.max_version = first ? ss.version : std::max(s.max_version, ss.version);
+    first = false;
+  }
+  return s;
 }
 
 }  // namespace ps::ps

@@ -7,6 +7,12 @@
 // At most once: the gradient of a step id is applied at most once per shard; a repeated
 // push (a retried step, or a push resent after a lost reply) is acknowledged and counted
 // in PushReply.skipped. Step ids from 0 to 2^28 are tracked; Restore forgets them all.
+// Update modes (update.h, set by CreateShards): in sync mode each shard aggregates the
+// gradients of an update and applies their average once; in bounded-staleness mode the
+// ps keeps every worker's clock. A pull that must wait (sync: for its shards' version;
+// bounded staleness: for the slowest worker) holds no thread: it is parked with its
+// responder and answered by the push that makes it ready. Restore, CreateShards with a
+// new mode and shutdown fail parked pulls with Aborted.
 // Handle() is called on the server's handler pool, concurrently; the Store does the
 // locking. Payloads are used in place: a pushed gradient is applied straight from the
 // received buffer, a pull copies rows once, into the reply buffer.
@@ -15,12 +21,15 @@
 #include <atomic>
 #include <condition_variable>
 #include <map>
+#include <unordered_map>
+#include <vector>
 #include <mutex>
 #include <optional>
 #include <string>
 
 #include "libps/net/transport.h"
 #include "libps/ps/store.h"
+#include "libps/ps/update.h"
 
 namespace ps::ps {
 
@@ -49,10 +58,31 @@ class Service {
   uint64_t generation() const { return generation_.load(); }
   uint64_t skipped_pushes() const { return skipped_.load(); }
 
+  // Update-mode figures since start: the mode, gradients dropped as stale (sync), pulls
+  // that had to wait, and in bounded-staleness mode the largest lead a pull was granted
+  // with (its worker's step minus the slowest other worker's pushed steps; <= staleness).
+  struct UpdateStats {
+    UpdateSpec spec;
+    uint64_t stale_dropped = 0;
+    uint64_t waited_pulls = 0;
+    int64_t max_lead = 0;
+    int64_t min_version = 0, max_version = 0;  // sync: over the shards
+  };
+  UpdateStats update_stats() const;
+
  private:
   Status CreateShards(const proto::CreateShards& msg);
+  // Pulls now, or parks the pull until the update mode lets it through.
+  void PullOrWait(proto::Pull msg, net::Responder responder);
   Result<std::pair<proto::PullReply, net::Buffer>> Pull(const proto::Pull& msg);
   Result<proto::PushReply> Push(const proto::Push& msg, const net::Buffer& payload);
+  Result<proto::PushReply> PushSync(const proto::Push& msg, std::span<const float> grads,
+                                    const std::vector<uint64_t>& sizes);
+  // Under mode_mu_: may `msg` be served now? (Updates max_lead_ when it may.)
+  bool Ready(const proto::Pull& msg);
+  // Serves the parked pulls that became ready.
+  void ServeReady();
+  void FailParked(const Status& why);
   // Floats a slice covers; errors name the slice.
   Result<uint64_t> SliceFloats(const proto::Slice& slice);
 
@@ -61,8 +91,33 @@ class Service {
   void UnmarkApplied(const ShardKey& key, int64_t step);
   Status CheckGeneration(const net::Request& request);
 
+  // Sync mode: the update a shard is collecting gradients for, and their sum.
+  struct SyncShard {
+    int64_t version = 0;
+    int accepted = 0;
+    std::vector<int32_t> workers;             // who contributed to `version`
+    std::vector<float> dense_sum;             // whole-shard pushes: [rows * cols]
+    std::unordered_map<int64_t, size_t> row_index;  // sparse: shard-local row -> position
+    std::vector<int64_t> rows;                // sparse: rows in order of first push
+    std::vector<float> row_sum;               // sparse: [rows.size() * cols]
+  };
+  struct Parked {
+    proto::Pull msg;
+    net::Responder responder;
+  };
+  SyncShard& SyncState(const ShardKey& key);  // mode_mu_ held
+
   Store* store_;
   Checkpointer* checkpointer_;
+  mutable std::mutex mode_mu_;  // guards the fields below up to parked_
+  UpdateSpec update_;
+  int64_t base_version_ = 0;    // sync: the version of shards not pushed since Restore
+  std::map<ShardKey, SyncShard> sync_;
+  std::vector<int64_t> clocks_;  // bounded staleness: [worker] steps pushed
+  int64_t max_lead_ = 0;
+  uint64_t waited_pulls_ = 0;
+  std::vector<Parked> parked_;
+  std::atomic<uint64_t> stale_{0};
   std::atomic<uint64_t> generation_{0};
   std::atomic<uint64_t> skipped_{0};
   std::mutex applied_mu_;

@@ -53,6 +53,8 @@ class Chief {
     signals.Start([this](int sig) {
       RequestStop(std::string(sig == SIGINT ? "SIGINT" : "SIGTERM"));
     });
+    job_.update.num_workers = ctx_.tf.cluster.count(cluster::TaskType::kWorker);
+    PS_RETURN_IF_ERROR(ps::ValidateUpdate(job_.update, "job.update"));
     PS_RETURN_IF_ERROR(PrepareModelDir());
     PS_RETURN_IF_ERROR(StartControl());
     Status st = Connect();
@@ -291,7 +293,10 @@ class Chief {
     PS_ASSIGN_OR_RETURN(auto model, model::BuildModel(job_.model, "job.model"));
     PS_ASSIGN_OR_RETURN(plan_, PlanVariables(job_, *model, static_cast<int>(ps_.size())));
     std::vector<proto::CreateShards> per_ps(ps_.size());
-    for (auto& m : per_ps) m.optimizer_json = job_.optimizer_json.dump();
+    for (auto& m : per_ps) {
+      m.optimizer_json = job_.optimizer_json.dump();
+      m.update_json = ps::UpdateToJson(job_.update).dump();
+    }
     for (const auto& s : plan_.shards) {
       auto v = std::find_if(plan_.variables.begin(), plan_.variables.end(),
                             [&](const auto& d) { return d.name == s.var; });
@@ -361,7 +366,54 @@ class Chief {
     } stop_rejoiner{this, &rejoiner};
     const int64_t total = job_.steps;
     const size_t max_outstanding = workers_.size() * static_cast<size_t>(job_.dispatches_per_worker) + workers_.size();
-    std::deque<std::future<Result<PackResult>>> outstanding;
+    // A range of steps in flight: one pack, or in sync mode one pinned pack per worker, of
+    // which `need` must succeed (every update of the range is then applied).
+    struct Group {
+      int64_t first = 0;
+      int count = 0;
+      int need = 1;
+      std::vector<std::future<Result<PackResult>>> futures;
+      std::vector<Result<PackResult>> results;
+      int ok = 0;
+      // Collects what has finished; true once the group is decided.
+      bool Poll() {
+        for (auto& f : futures) {
+          if (!f.valid() || f.wait_for(std::chrono::seconds(0)) != std::future_status::ready) continue;
+          results.push_back(f.get());
+          ok += results.back().ok() ? 1 : 0;
+        }
+        return ok >= need || results.size() == futures.size();
+      }
+      void Wait(std::chrono::milliseconds d) {
+        for (auto& f : futures) {
+          if (f.valid()) {
+            f.wait_for(d);
+            return;
+          }
+        }
+      }
+    };
+    const bool sync = job_.update.mode == ps::UpdateMode::kSync;
+    auto schedule = [&](int64_t first, int count) {
+      Group g;
+      g.first = first;
+      g.count = count;
+      if (!sync) {
+        g.futures.push_back(coordinator_->Schedule(first, count));
+        return g;
+      }
+      // Every live worker runs every update; R of them must finish it. With fewer live
+      // than R, the lost ones' packs wait for them to rejoin.
+      g.need = job_.update.replicas();
+      auto snap = coordinator_->Snapshot();
+      int alive = 0;
+      for (const auto& w : snap) alive += w.alive ? 1 : 0;
+      for (size_t w = 0; w < snap.size(); ++w) {
+        if (snap[w].alive || alive < g.need) g.futures.push_back(coordinator_->Schedule(first, count, static_cast<int>(w)));
+      }
+      return g;
+    };
+    std::deque<Group> outstanding;
     int64_t next = global_step_;
     Window window;
     window.start = Clock::now();
@@ -390,6 +442,7 @@ class Chief {
         const int64_t before = global_step_;
         Status recovered = RecoverPs();
         if (!recovered.ok()) return recovered;
+        coordinator_->ResetClocks();
         coordinator_->Resume();
         SetState("training");
         recovering = false;
@@ -412,7 +465,7 @@ class Chief {
       while (!draining && !recovering && !ckpt_due && next < total && outstanding.size() < max_outstanding) {
         int64_t limit = std::min(total, next_ckpt);
         int count = static_cast<int>(std::min<int64_t>(job_.steps_per_dispatch, limit - next));
-        outstanding.push_back(coordinator_->Schedule(next, count));
+        outstanding.push_back(schedule(next, count));
         next += count;
         // The last step's checkpoint is the final one, saved by FinalHook.
         if (next >= next_ckpt && next < total) ckpt_due = true;
@@ -436,17 +489,22 @@ class Chief {
         continue;
       }
       if (outstanding.empty()) break;
-      if (outstanding.front().wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
+      if (!outstanding.front().Poll()) {
+        outstanding.front().Wait(std::chrono::milliseconds(100));
         Watchdog(last_progress, &last_watchdog);
         continue;
       }
-      auto r = outstanding.front().get();
+      Group group = std::move(outstanding.front());
       outstanding.pop_front();
       last_progress = Clock::now();
-      if (!r.ok()) {
-        if (draining && r.status().code() == Code::kAborted) continue;  // cancelled by the stop
+      Status failed;  // the group's first error, when it failed
+      for (auto& x : group.results) {
+        if (group.ok < group.need && !x.ok() && failed.ok()) failed = x.status();
+      }
+      if (!failed.ok()) {
+        if (draining && failed.code() == Code::kAborted) continue;  // cancelled by the stop
         if (recovering) continue;  // the steps after the checkpoint are run again anyway
-        if (r.status().code() == Code::kUnavailable || r.status().code() == Code::kAborted) {
+        if (failed.code() == Code::kUnavailable || failed.code() == Code::kAborted) {
           // A worker could not reach a ps: if one is down, recover instead of failing.
           if (!LostPs().empty()) {
             recovering = true;
@@ -454,15 +512,18 @@ class Chief {
             continue;
           }
         }
-        if (result.ok()) result = r.status();
+        if (result.ok()) result = failed;
         if (!draining) {
           draining = true;
           coordinator_->CancelQueued(Aborted("stopping after a failure"));
         }
         continue;
       }
-      global_step_ += r->reply.steps;
-      window.Add(r->reply);
+      global_step_ += group.count;
+      window.steps += group.count;
+      for (auto& x : group.results) {
+        if (x.ok()) window.Add(x->reply);
+      }
       if (global_step_ >= next_log || global_step_ == total) {
         Report(window, total);
         window = Window();
@@ -470,6 +531,9 @@ class Chief {
         while (next_log <= global_step_) next_log += job_.log_every_steps;
       }
     }
+    // Sync mode: packs of backups (or of a lost worker) for ranges already decided are
+    // not needed any more.
+    if (sync) coordinator_->CancelQueued(Aborted("the job's steps are done"));
     coordinator_->Join().ok();  // errors were taken from the futures above
     if (!result.ok()) return result;
     std::lock_guard lock(mu_);
@@ -497,10 +561,10 @@ class Chief {
 
   struct Window {
     Clock::time_point start;
-    int64_t steps = 0, examples = 0, correct = 0;
+    int64_t steps = 0, examples = 0, correct = 0, stale = 0;
     double loss_sum = 0;
     void Add(const proto::RunStepsReply& r) {
-      steps += r.steps;
+      stale += r.stale;
       examples += r.examples;
       correct += r.correct;
       loss_sum += r.loss_sum;
@@ -520,7 +584,9 @@ class Chief {
       examples_per_sec_ = eps;
     }
     PS_LOG(Info) << "step " << global_step_ << "/" << total << "  loss " << Fixed(loss, 4) << "  acc "
-                 << Fixed(acc, 4) << "  " << Fixed(eps, 0) << " ex/s  elapsed " << Duration(now) << "  eta "
+                 << Fixed(acc, 4) << "  " << Fixed(eps, 0) << " ex/s  "
+                 << (job_.update.mode == ps::UpdateMode::kSync ? "stale " + std::to_string(w.stale) + "  " : "")
+                 << "elapsed " << Duration(now) << "  eta "
                  << Duration(eta);
     Json line = {{"step", global_step_.load()}, {"total_steps", total}, {"loss", loss}, {"accuracy", acc},
                  {"examples_per_sec", eps}, {"elapsed_sec", now}, {"unix_time", UnixTime()}};
@@ -532,6 +598,7 @@ class Chief {
                          {"compute_ms", 1000 * s.compute_seconds / steps}, {"push_ms", 1000 * s.push_seconds / steps}});
     }
     line["workers"] = workers;
+    if (job_.update.mode == ps::UpdateMode::kSync) line["stale_steps"] = w.stale;
     metrics_ << line.dump() << "\n";
     metrics_.flush();
     if (events_) {

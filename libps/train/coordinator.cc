@@ -1,5 +1,7 @@
 #include "libps/train/coordinator.h"
 
+#include <algorithm>
+
 #include "libps/core/log.h"
 
 namespace ps::train {
@@ -33,8 +35,8 @@ Coordinator::~Coordinator() {
   dispatcher_.join();
 }
 
-std::future<Result<PackResult>> Coordinator::Schedule(int64_t first_step, int count) {
-  Pack pack{first_step, count, 0, std::make_shared<std::promise<Result<PackResult>>>()};
+std::future<Result<PackResult>> Coordinator::Schedule(int64_t first_step, int count, int worker) {
+  Pack pack{first_step, count, 0, std::make_shared<std::promise<Result<PackResult>>>(), worker};
   auto fut = pack.promise->get_future();
   std::lock_guard lock(mu_);
   ++outstanding_;
@@ -117,6 +119,11 @@ void Coordinator::Rejoin(int worker, std::shared_ptr<net::Client> client) {
   cv_.notify_all();
 }
 
+void Coordinator::ResetClocks() {
+  std::lock_guard lock(mu_);
+  for (auto& s : state_) s.clock = 0;
+}
+
 std::vector<WorkerSnapshot> Coordinator::Snapshot() const {
   std::lock_guard lock(mu_);
   return state_;
@@ -129,29 +136,49 @@ void Coordinator::Finish(Pack& pack, Result<PackResult> result) {
   cv_.notify_all();
 }
 
+int Coordinator::Choose(const Pack& pack) const {
+  auto free = [&](size_t w) {
+    return state_[w].alive && state_[w].in_flight < options_.max_in_flight_per_worker;
+  };
+  if (pack.pinned >= 0) {
+    // One at a time: a worker may run two packs it holds in either order, and pinned
+    // (sync) packs must run in step order.
+    const auto& s = state_[static_cast<size_t>(pack.pinned)];
+    return s.alive && s.in_flight == 0 ? pack.pinned : -1;
+  }
+  // The live worker with the fewest packs in flight, below the limit.
+  int chosen = -1;
+  for (size_t w = 0; w < state_.size(); ++w) {
+    if (!free(w)) continue;
+    if (chosen < 0 || state_[w].in_flight < state_[static_cast<size_t>(chosen)].in_flight) chosen = static_cast<int>(w);
+  }
+  return chosen;
+}
+
 void Coordinator::DispatchLoop() {
   std::unique_lock lock(mu_);
   for (;;) {
     int chosen = -1;
+    size_t index = 0;
     cv_.wait(lock, [&] {
       if (closing_) return true;
       if (queue_.empty() || paused_) return false;
-      // The live worker with the fewest packs in flight, below the limit.
-      chosen = -1;
-      for (size_t w = 0; w < state_.size(); ++w) {
-        const auto& s = state_[w];
-        if (!s.alive || s.in_flight >= options_.max_in_flight_per_worker) continue;
-        if (chosen < 0 || s.in_flight < state_[static_cast<size_t>(chosen)].in_flight) chosen = static_cast<int>(w);
+      // The first pack some worker can take (a pinned pack may wait for its worker).
+      for (index = 0; index < queue_.size(); ++index) {
+        chosen = Choose(queue_[index]);
+        if (chosen >= 0) return true;
       }
-      return chosen >= 0;
+      return false;
     });
     if (closing_) return;
-    Pack pack = std::move(queue_.front());
-    queue_.pop_front();
+    Pack pack = std::move(queue_[index]);
+    queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(index));
     pack.attempts += 1;
-    state_[static_cast<size_t>(chosen)].in_flight += 1;
+    auto& state = state_[static_cast<size_t>(chosen)];
+    state.in_flight += 1;
     auto client = workers_[static_cast<size_t>(chosen)];
-    proto::RunSteps msg{pack.first_step, pack.count};
+    proto::RunSteps msg{pack.first_step, pack.count, state.clock};
+    state.clock += pack.count;
     lock.unlock();
     client->CallAsync(msg, {}, {}, options_.pack_timeout,
                       [this, chosen, pack = std::move(pack)](Result<net::Reply> r) mutable {
@@ -173,6 +200,7 @@ void Coordinator::OnReply(int worker, Pack pack, Result<net::Reply> reply) {
     }
     s.packs_done += 1;
     s.steps_done += r->steps;
+    s.stale += r->stale;
     s.data_seconds += r->data_seconds;
     s.pull_seconds += r->pull_seconds;
     s.compute_seconds += r->compute_seconds;
@@ -185,6 +213,13 @@ void Coordinator::OnReply(int worker, Pack pack, Result<net::Reply> reply) {
   if (s.alive && !workers_[static_cast<size_t>(worker)]->health().ok()) {
     s.alive = false;
     PS_LOG(Warning) << s.name << " lost: " << st.message();
+  }
+  if (pack.pinned >= 0 && Retryable(st) && !closing_ && !paused_) {
+    // Only this worker can run it: wait for it to rejoin, in step order among its packs.
+    auto pos = std::find_if(queue_.begin(), queue_.end(), [&](const Pack& q) { return q.first_step > pack.first_step; });
+    queue_.insert(pos, std::move(pack));
+    cv_.notify_all();
+    return;
   }
   bool any_alive = false;
   for (const auto& w : state_) any_alive = any_alive || w.alive;

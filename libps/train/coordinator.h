@@ -3,6 +3,11 @@
 // `max_in_flight_per_worker` packs per worker at a time. A pack whose worker fails
 // (connection lost, heartbeat or deadline) is re-queued on another worker, up to
 // `max_attempts`; an error the worker reports (bad data, bad model) fails the pack.
+// A pack pinned to a worker (sync mode: every worker runs every update) runs only there,
+// after that worker's earlier pinned packs, one at a time; when the worker is lost it waits, queued, for
+// the worker to rejoin.
+// Each RunSteps carries the worker's clock: how many steps were dispatched to that worker
+// before it (bounded staleness numbers a worker's steps with it).
 // Thread-safe.
 #pragma once
 
@@ -34,6 +39,8 @@ struct WorkerSnapshot {
   int in_flight = 0;
   int64_t packs_done = 0;
   int64_t steps_done = 0;
+  int64_t stale = 0;           // steps skipped as stale (sync mode)
+  int64_t clock = 0;           // steps dispatched since the last ResetClocks
   double data_seconds = 0, pull_seconds = 0, compute_seconds = 0, push_seconds = 0;
   std::string last_error;
 };
@@ -48,7 +55,11 @@ class Coordinator {
   Coordinator(std::vector<std::shared_ptr<net::Client>> workers, Options options);
   ~Coordinator();  // cancels what is queued and waits for what is in flight
 
-  std::future<Result<PackResult>> Schedule(int64_t first_step, int count);
+  // `worker` >= 0 pins the pack to that worker.
+  std::future<Result<PackResult>> Schedule(int64_t first_step, int count, int worker = -1);
+  // Numbers every worker's steps from 0 again (the ps tasks were restored). Only while
+  // nothing is in flight.
+  void ResetClocks();
   // Waits for every scheduled pack; returns the first error (then cancels the queue).
   Status Join();
   // True when nothing is queued or in flight.
@@ -71,7 +82,10 @@ class Coordinator {
     int count;
     int attempts = 0;
     std::shared_ptr<std::promise<Result<PackResult>>> promise;
+    int pinned = -1;
   };
+  // The worker that may run `pack` now, or -1. mu_ held.
+  int Choose(const Pack& pack) const;
   void DispatchLoop();
   void OnReply(int worker, Pack pack, Result<net::Reply> reply);
   void Finish(Pack& pack, Result<PackResult> result);  // mu_ held

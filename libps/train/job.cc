@@ -39,6 +39,9 @@ Result<JobSpec> ParseJob(const Json& json, const std::string& default_base_dir) 
   PS_RETURN_IF_ERROR(r.GetOr("dispatches_per_worker", &job.dispatches_per_worker));
   PS_RETURN_IF_ERROR(Range(r, "dispatches_per_worker", job.dispatches_per_worker, 1, 64));
   PS_RETURN_IF_ERROR(r.GetOr("prefetch", &job.prefetch));
+  if (const Json* u = r.Find("update")) {
+    PS_ASSIGN_OR_RETURN(job.update, ps::ParseUpdate(*u, "job.update"));
+  }
   PS_RETURN_IF_ERROR(r.GetOr("seed", &job.seed));
   PS_RETURN_IF_ERROR(r.GetOr("log_every_steps", &job.log_every_steps));
   PS_RETURN_IF_ERROR(Range(r, "log_every_steps", job.log_every_steps, 1, int64_t{1} << 50));

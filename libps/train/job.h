@@ -12,6 +12,7 @@
 #include "libps/core/status.h"
 #include "libps/model/model.h"
 #include "libps/ps/optimizer.h"
+#include "libps/ps/update.h"
 
 namespace ps::train {
 
@@ -34,6 +35,9 @@ struct JobSpec {
   // Pull the next step's parameters while this step computes: faster, but a step may see
   // parameters up to two of its own steps stale (see README, Performance).
   bool prefetch = true;
+  // Async, sync or bounded staleness (libps/ps/update.h). num_workers is 0 here; the
+  // chief and the workers fill it in from the cluster.
+  ps::UpdateSpec update;
   cluster::PartitionerSpec partitioner;
   cluster::PlacementStrategy placement = cluster::PlacementStrategy::kRoundRobin;
   uint64_t seed = 0;

@@ -118,6 +118,14 @@ Status RunPsTask(const DaemonContext& ctx, SignalWatcher& signals) {
   PS_LOG(Info) << "shut down (" << reason << "); served " << stats.pull_requests << " pulls, "
                << stats.push_requests << " pushes, ignored " << service.skipped_pushes()
                << " repeated push item(s)";
+  const auto u = service.update_stats();
+  if (u.spec.mode == ps::UpdateMode::kSync) {
+    PS_LOG(Info) << "sync updates: shards at update " << u.min_version << ".." << u.max_version << ", "
+                 << u.stale_dropped << " stale gradient(s) dropped, " << u.waited_pulls << " pull(s) waited";
+  } else if (u.spec.mode == ps::UpdateMode::kBoundedStaleness) {
+    PS_LOG(Info) << "bounded staleness: largest lead " << u.max_lead << " step(s) (bound " << u.spec.staleness
+                 << "), " << u.waited_pulls << " pull(s) waited";
+  }
   return Status::Ok();
 }
 
@@ -205,9 +213,10 @@ class Worker {
     if (trainer_ == nullptr) return FailedPrecondition("RunSteps before StartJob");
     PS_RETURN_IF_ERROR(ReconnectPs());
     StepStats s;
-    PS_RETURN_IF_ERROR(trainer_->RunSteps(m.first_step, m.count, &s));
-    return proto::RunStepsReply{static_cast<int32_t>(s.steps), s.examples, s.loss_sum, s.correct,
-                                s.data_seconds, s.pull_seconds, s.compute_seconds, s.push_seconds};
+    PS_RETURN_IF_ERROR(trainer_->RunSteps(m.first_step, m.count, &s, m.clock));
+    return proto::RunStepsReply{static_cast<int32_t>(s.steps), s.examples,        s.loss_sum,
+                                s.correct,                     s.data_seconds,    s.pull_seconds,
+                                s.compute_seconds,             s.push_seconds,    static_cast<int32_t>(s.stale)};
   }
 
   // A ps whose connection broke (it was restarted) is dialled again before the next

@@ -47,17 +47,21 @@ class RemoteLink : public PsLink {
   RemoteLink(std::shared_ptr<net::Client> c, std::shared_ptr<net::Client> push)
       : client_(std::move(c)), push_client_(push ? std::move(push) : client_) {}
   void Pull(proto::Pull req, std::vector<std::span<std::byte>> into,
-            std::function<void(Status)> done) override {
+            std::function<void(Status, int64_t)> done) override {
     uint64_t want = 0;
     for (auto s : into) want += s.size();
     client_->CallAsync(std::move(req), {}, std::move(into), net::Millis{0},
                        [done = std::move(done), want](Result<net::Reply> r) {
-                         if (!r.ok()) return done(r.status());
-                         if (!r->payload_in_place) {
+                         if (!r.ok()) return done(r.status(), INT64_MAX);
+                         if (!r->payload_in_place && !(want == 0 && r->payload.size() == 0)) {
                            return done(ProtocolError("pull reply of " + std::to_string(r->payload.size()) +
-                                                     " bytes, expected " + std::to_string(want)));
+                                                     " bytes, expected " + std::to_string(want)), INT64_MAX);
                          }
-                         done(Status::Ok());
+                         int64_t version = INT64_MAX;
+                         if (const auto* m = std::get_if<proto::PullReply>(&r->envelope.body)) {
+                           for (int64_t v : m->versions) version = std::min(version, v);
+                         }
+                         done(Status::Ok(), version);
                        });
   }
   void Push(proto::Push req, net::OutPayload grads, std::function<void(Status)> done) override {
@@ -94,15 +98,15 @@ class LocalLink : public PsLink {
  public:
   explicit LocalLink(ps::Store* s) : store_(s) {}
   void Pull(proto::Pull req, std::vector<std::span<std::byte>> into,
-            std::function<void(Status)> done) override {
+            std::function<void(Status, int64_t)> done) override {
     for (size_t i = 0; i < req.items.size(); ++i) {
       const auto& it = req.items[i];
       std::span<float> out(reinterpret_cast<float*>(into[i].data()), into[i].size() / sizeof(float));
       ps::ShardKey key{it.var, it.shard};
       Status st = it.all_rows ? store_->Pull(key, out) : store_->PullRows(key, it.rows, out);
-      if (!st.ok()) return done(st);
+      if (!st.ok()) return done(st, INT64_MAX);
     }
-    done(Status::Ok());
+    done(Status::Ok(), INT64_MAX);
   }
   void Push(proto::Push req, net::OutPayload grads, std::function<void(Status)> done) override {
     for (size_t i = 0; i < req.items.size(); ++i) {
@@ -174,8 +178,14 @@ Result<std::unique_ptr<ParamFetcher>> ParamFetcher::Create(const VariablePlan& p
   return f;
 }
 
-Status ParamFetcher::StartFetch(int stage, model::Model& model, const model::Batch& batch) {
+void ParamFetcher::SetUpdateMode(ps::UpdateMode mode, int worker) {
+  mode_ = mode;
+  worker_ = worker;
+}
+
+Status ParamFetcher::StartFetch(int stage, model::Model& model, const model::Batch& batch, int64_t clock) {
   Stage& st = stages_[stage];
+  const bool every_shard = mode_ != ps::UpdateMode::kAsync;
   PS_RETURN_IF_ERROR(WaitFetch(stage));  // never two pulls into one stage
   PS_RETURN_IF_ERROR(model.RowsNeeded(batch, &st.rows));
   // Plan the slices: for each ps, the items to pull (and later push) and where they go.
@@ -201,7 +211,7 @@ Status ParamFetcher::StartFetch(int stage, model::Model& model, const model::Bat
       } else {
         size_t end = begin;
         while (end < rows.size() && rows[end] < s.row_begin + s.rows) ++end;
-        if (end == begin) continue;
+        if (end == begin && !every_shard) continue;
         slice.all_rows = false;
         slice.rows.reserve(end - begin);
         for (size_t i = begin; i < end; ++i) slice.rows.push_back(rows[i] - s.row_begin);
@@ -217,12 +227,24 @@ Status ParamFetcher::StartFetch(int stage, model::Model& model, const model::Bat
     st.params.rows[v] = var.sparse ? std::span<const int64_t>(rows) : std::span<const int64_t>();
   }
   int active = 0;
-  for (const auto& p : st.pulls) active += p.items.empty() ? 0 : 1;
+  for (auto& p : st.pulls) {
+    p.worker = every_shard ? worker_ : -1;
+    p.clock = every_shard ? clock : -1;
+    active += p.items.empty() && !every_shard ? 0 : 1;
+  }
+  st.clock = clock;
   st.pull_in_flight = std::make_shared<Latch>(active);
+  st.version = std::make_shared<std::atomic<int64_t>>(INT64_MAX);
   auto latch = st.pull_in_flight;
+  auto version = st.version;
   for (size_t p = 0; p < links_.size(); ++p) {
-    if (st.pulls[p].items.empty()) continue;
-    links_[p]->Pull(st.pulls[p], st.pull_into[p], [latch](Status s) { latch->Done(std::move(s)); });
+    if (st.pulls[p].items.empty() && !every_shard) continue;
+    links_[p]->Pull(st.pulls[p], st.pull_into[p], [latch, version](Status s, int64_t v) {
+      int64_t cur = version->load();
+      while (v < cur && !version->compare_exchange_weak(cur, v)) {
+      }
+      latch->Done(std::move(s));
+    });
   }
   return Status::Ok();
 }
@@ -232,6 +254,7 @@ Status ParamFetcher::WaitFetch(int stage) {
   if (st.pull_in_flight == nullptr) return Status::Ok();
   Status s = st.pull_in_flight->Wait();
   st.pull_in_flight.reset();
+  st.min_version = st.version->load();
   return s;
 }
 
@@ -252,18 +275,21 @@ Status ParamFetcher::WaitPush() {
   return st;
 }
 
-void ParamFetcher::StartPush(int stage, const model::Grads& grads, int64_t step) {
+void ParamFetcher::StartPush(int stage, const model::Grads& grads, int64_t step, int64_t clock) {
   const Stage& st = stages_[stage];
+  const bool every_shard = mode_ != ps::UpdateMode::kAsync;
   int active = 0;
-  for (const auto& p : st.pulls) active += p.items.empty() ? 0 : 1;
+  for (const auto& p : st.pulls) active += p.items.empty() && !every_shard ? 0 : 1;
   push_in_flight_ = std::make_shared<Latch>(active);
   auto latch = push_in_flight_;
   for (size_t p = 0; p < links_.size(); ++p) {
-    if (st.pulls[p].items.empty()) continue;
+    if (st.pulls[p].items.empty() && !every_shard) continue;
     proto::Push push;
     push.items = st.pulls[p].items;
     push.global_step = step;
     push.step_id = step;
+    push.worker = every_shard ? worker_ : -1;
+    push.clock = every_shard ? clock : -1;
     net::OutPayload payload;
     for (const auto& ref : st.slice_refs[p]) {
       payload.Add(std::span<const float>(grads.values[ref.var]).subspan(ref.offset, ref.count));
@@ -272,8 +298,17 @@ void ParamFetcher::StartPush(int stage, const model::Grads& grads, int64_t step)
   }
 }
 
-Status Trainer::RunSteps(int64_t first_step, int count, StepStats* stats) {
-  Status st = Pipeline(first_step, count, stats);
+int64_t Trainer::Tag(int64_t step, int64_t clock) const {
+  switch (mode_) {
+    case ps::UpdateMode::kSync: return step;
+    case ps::UpdateMode::kBoundedStaleness: return clock;
+    case ps::UpdateMode::kAsync: break;
+  }
+  return -1;
+}
+
+Status Trainer::RunSteps(int64_t first_step, int count, StepStats* stats, int64_t clock) {
+  Status st = Pipeline(first_step, count, stats, clock);
   // Nothing may stay in flight past the pack (a failure included): the buffers are reused.
   auto t0 = Clock::now();
   Status pushed = fetcher_->WaitPush();
@@ -282,7 +317,7 @@ Status Trainer::RunSteps(int64_t first_step, int count, StepStats* stats) {
   return st.ok() ? pushed : st;
 }
 
-Status Trainer::Pipeline(int64_t first_step, int count, StepStats* stats) {
+Status Trainer::Pipeline(int64_t first_step, int count, StepStats* stats, int64_t clock) {
   if (count <= 0) return Status::Ok();
   int stage = 0;
   bool fetching = false;  // the pull for `stage` has been started
@@ -291,7 +326,7 @@ Status Trainer::Pipeline(int64_t first_step, int count, StepStats* stats) {
       auto t = Clock::now();
       PS_ASSIGN_OR_RETURN(batches_[stage], dataset_->Next(batch_size_));
       stats->data_seconds += Seconds(t, Clock::now());
-      PS_RETURN_IF_ERROR(fetcher_->StartFetch(stage, *model_, batches_[stage]));
+      PS_RETURN_IF_ERROR(fetcher_->StartFetch(stage, *model_, batches_[stage], Tag(first_step + i, clock + i)));
     }
     auto t0 = Clock::now();
     PS_RETURN_IF_ERROR(fetcher_->WaitFetch(stage));
@@ -299,15 +334,26 @@ Status Trainer::Pipeline(int64_t first_step, int count, StepStats* stats) {
     fetching = prefetch_ && i + 1 < count;
     if (fetching) {  // the next step's data and pull run during this step's compute
       PS_ASSIGN_OR_RETURN(batches_[stage ^ 1], dataset_->Next(batch_size_));
-      PS_RETURN_IF_ERROR(fetcher_->StartFetch(stage ^ 1, *model_, batches_[stage ^ 1]));
+      PS_RETURN_IF_ERROR(
+          fetcher_->StartFetch(stage ^ 1, *model_, batches_[stage ^ 1], Tag(first_step + i + 1, clock + i + 1)));
     }
     auto t2 = Clock::now();
+    if (mode_ == ps::UpdateMode::kSync && fetcher_->fetched_version(stage) > first_step + i) {
+      // Every shard has applied this update without us (we are a late backup): a
+      // gradient for it would only be dropped.
+      stage ^= 1;
+      stats->steps += 1;
+      stats->stale += 1;
+      stats->pull_seconds += Seconds(t0, t1);
+      stats->data_seconds += Seconds(t1, t2);
+      continue;
+    }
     model::Grads& grads = grads_[current_];
     PS_ASSIGN_OR_RETURN(model::StepOutput out,
                         model_->ForwardBackward(batches_[stage], fetcher_->params(stage), &grads));
     auto t3 = Clock::now();
     PS_RETURN_IF_ERROR(fetcher_->WaitPush());  // the previous step's push overlapped this step
-    fetcher_->StartPush(stage, grads, first_step + i);
+    fetcher_->StartPush(stage, grads, first_step + i, Tag(first_step + i, clock + i));
     auto t4 = Clock::now();
     current_ ^= 1;
     stage ^= 1;
@@ -391,8 +437,9 @@ Result<std::unique_ptr<Trainer>> MakeTrainer(const JobSpec& job, int worker_inde
   opts.seed = job.seed;
   PS_ASSIGN_OR_RETURN(auto dataset, data::OpenDataset(job.train_data, "job.train_data", opts));
   PS_ASSIGN_OR_RETURN(auto fetcher, ParamFetcher::Create(plan, std::move(links)));
+  fetcher->SetUpdateMode(job.update.mode, worker_index);
   return std::make_unique<Trainer>(job.batch_size, job.prefetch, std::move(model), std::move(dataset),
-                                   std::move(fetcher));
+                                   std::move(fetcher), job.update.mode);
 }
 
 }  // namespace ps::train

@@ -5,6 +5,8 @@
 
 #include <cstddef>
 #include <array>
+#include <atomic>
+#include <climits>
 #include <functional>
 #include <memory>
 #include <span>
@@ -23,8 +25,9 @@ class PsLink {
  public:
   virtual ~PsLink() = default;
   // Pulls `req`'s slices into `into` (its spans, in item order, sum to the reply size).
+  // `done` gets the smallest shard version the reply reports (sync mode), else INT64_MAX.
   virtual void Pull(proto::Pull req, std::vector<std::span<std::byte>> into,
-                    std::function<void(Status)> done) = 0;
+                    std::function<void(Status, int64_t)> done) = 0;
   // Pushes `req` with the gradients in `grads` (in item order).
   virtual void Push(proto::Push req, net::OutPayload grads, std::function<void(Status)> done) = 0;
 };
@@ -42,6 +45,7 @@ struct StepStats {
   double loss_sum = 0;
   int64_t correct = 0;
   double data_seconds = 0, pull_seconds = 0, compute_seconds = 0, push_seconds = 0;
+  int64_t stale = 0;  // sync mode: steps skipped because every shard had moved past them
 };
 
 // The parameters one batch needs, pulled from the ps tasks straight into place, and
@@ -51,18 +55,25 @@ class ParamFetcher {
   // `links[p]` reaches ps task p of the plan.
   static Result<std::unique_ptr<ParamFetcher>> Create(const VariablePlan& plan,
                                                       std::vector<std::unique_ptr<PsLink>> links);
+  // Sync and bounded-staleness modes: every step pulls from and pushes to every shard
+  // (empty slices where the batch touches none of a shard's rows), tagged with `worker`
+  // and the step's clock, so each ps can count the step. Before the first StartFetch.
+  void SetUpdateMode(ps::UpdateMode mode, int worker);
   ~ParamFetcher();
 
   // Two staging areas (0 and 1), so the pull for the next batch can run while the
   // current one is computed.
   // Starts pulling what `batch` needs into `stage`; WaitFetch(stage) completes it.
-  Status StartFetch(int stage, model::Model& model, const model::Batch& batch);
+  // `clock`: the step's tag in sync / bounded-staleness mode (see SetUpdateMode).
+  Status StartFetch(int stage, model::Model& model, const model::Batch& batch, int64_t clock = -1);
   Status WaitFetch(int stage);
+  // After WaitFetch(stage): the smallest shard version the pull saw (sync), else INT64_MAX.
+  int64_t fetched_version(int stage) const { return stages_[stage].min_version; }
   // Valid after WaitFetch(stage), until the next StartFetch(stage).
   const model::Params& params(int stage) const { return stages_[stage].params; }
   // Starts pushing `grads` (laid out like params(stage)) for global step `step`. `grads`
   // must stay untouched until WaitPush() returns; at most one push is in flight.
-  void StartPush(int stage, const model::Grads& grads, int64_t step);
+  void StartPush(int stage, const model::Grads& grads, int64_t step, int64_t clock = -1);
   Status WaitPush();
 
   // Synchronous forms on stage 0 (evaluation, tests).
@@ -85,11 +96,16 @@ class ParamFetcher {
     std::vector<std::vector<std::span<std::byte>>> pull_into;  // [ps]
     std::vector<std::vector<SliceRef>> slice_refs;              // [ps] where each item lives
     std::shared_ptr<class Latch> pull_in_flight;                // null when none
+    std::shared_ptr<std::atomic<int64_t>> version;              // min over the pull's replies
+    int64_t min_version = INT64_MAX;
+    int64_t clock = -1;
   };
   ParamFetcher() = default;
 
   std::vector<std::unique_ptr<PsLink>> links_;
   std::vector<Var> vars_;
+  ps::UpdateMode mode_ = ps::UpdateMode::kAsync;
+  int worker_ = -1;
   std::array<Stage, 2> stages_;
   std::shared_ptr<class Latch> push_in_flight_;  // null when none
 };
@@ -98,20 +114,26 @@ class ParamFetcher {
 class Trainer {
  public:
   Trainer(int64_t batch_size, bool prefetch, std::unique_ptr<model::Model> model,
-          std::unique_ptr<data::Dataset> dataset, std::unique_ptr<ParamFetcher> fetcher)
-      : batch_size_(batch_size), prefetch_(prefetch), model_(std::move(model)), dataset_(std::move(dataset)),
-        fetcher_(std::move(fetcher)) {}
+          std::unique_ptr<data::Dataset> dataset, std::unique_ptr<ParamFetcher> fetcher,
+          ps::UpdateMode mode = ps::UpdateMode::kAsync)
+      : batch_size_(batch_size), prefetch_(prefetch), mode_(mode), model_(std::move(model)),
+        dataset_(std::move(dataset)), fetcher_(std::move(fetcher)) {}
   // Runs steps [first_step, first_step + count) and adds to `stats`. A step's push
   // overlaps the next step. With prefetch, within a pack the next step's data and pull also
-  // overlap this step's compute: parameters may then be up to two steps stale.
-  Status RunSteps(int64_t first_step, int count, StepStats* stats);
+  // overlap this step's compute: in async mode parameters may then be up to two steps stale.
+  // `clock`: this worker's own count of steps before first_step (bounded staleness). In
+  // sync mode step s is update s; a step whose shards have all applied it already is
+  // skipped (counted in stats->stale).
+  Status RunSteps(int64_t first_step, int count, StepStats* stats, int64_t clock = 0);
   ParamFetcher& fetcher() { return *fetcher_; }
 
  private:
-  Status Pipeline(int64_t first_step, int count, StepStats* stats);
+  Status Pipeline(int64_t first_step, int count, StepStats* stats, int64_t clock);
+  int64_t Tag(int64_t step, int64_t clock) const;
 
   int64_t batch_size_;
   bool prefetch_;
+  ps::UpdateMode mode_;
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<data::Dataset> dataset_;
   std::unique_ptr<ParamFetcher> fetcher_;
