@@ -66,7 +66,9 @@ struct CtrSpec {
 };
 
 // 8 fields with vocabularies from 10 to 1e6 (one multi-id field), 1M train / 100k eval
-// examples, no interactions: click rate ≈ 0.2, ground-truth eval AUC ≈ 0.78.
+// examples, no interactions: click rate ≈ 0.19, ground-truth eval AUC ≈ 0.80. The
+// weight scales shrink and the Zipf exponents grow with the vocabulary, so that at 1M
+// examples the job files get within ~0.005 AUC of the truth.
 CtrSpec DefaultCtrSpec();
 
 // Checks ranges; errors name the field ("<path>.fields[3].vocab: ...").

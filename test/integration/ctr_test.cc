@@ -10,15 +10,16 @@
 namespace ps::integ {
 namespace {
 
-// CI size: the default spec's fields (vocabularies 10 … 1e6, as the job files expect),
-// fewer examples.
-constexpr int64_t kTrainExamples = 200'000;
-constexpr int64_t kEvalExamples = 20'000;
+// The default spec (gen-ctr without size flags): 1M train / 100k eval examples. Writing
+// them takes ~2-3 s and training each job ~5-10 s here, so CI runs the job files as
+// users get them.
+constexpr int64_t kEvalExamples = 100'000;
 
-// Runs configs/<config> on data_dir for `steps` and returns the chief's final eval AUC.
+// Runs configs/<config> (its own steps) on data_dir; returns the chief's final eval AUC.
 double TrainAndEvaluate(const TempDir& tmp, const std::string& config, const std::string& name,
-                        int64_t steps, const std::filesystem::path& data_dir) {
+                        const std::filesystem::path& data_dir) {
   auto spec = LocalCluster();
+  const int64_t steps = ReadConfig(config)["steps"].get<int64_t>();
   auto job = DeriveJob(config, tmp / (name + ".json"), steps, steps, tmp / name,
                        Json{{"base_dir", data_dir.string()}});
   Tasks tasks;
@@ -53,9 +54,7 @@ TEST_CASE("gen-ctr: usage errors exit 2, --help exits 0") {
 TEST_CASE("logistic regression and embedding + MLP reach the ground-truth AUC within 0.01") {
   TempDir tmp;
   const auto data = tmp / "ctr-data";
-  auto gen = StartLauncher({"gen-ctr", "--out", data.string(), "--seed", "1", "--train-examples",
-                            std::to_string(kTrainExamples), "--eval-examples",
-                            std::to_string(kEvalExamples)});
+  auto gen = StartLauncher({"gen-ctr", "--out", data.string()});
   REQUIRE(gen->WaitExit(120s) == 0);
   CHECK(gen->HasLine("ground truth on eval: auc"));
   auto ctr = ReadJsonFile((data / "ctr.json").string());
@@ -68,12 +67,15 @@ TEST_CASE("logistic regression and embedding + MLP reach the ground-truth AUC wi
   CHECK(truth > 0.72);
   CHECK(truth < 0.88);
 
-  // Measured margins (auc - (truth - 0.01)) over 3 runs: see the report in the commit.
-  const double lr = TrainAndEvaluate(tmp, "job-ctr-lr.json", "lr", 800, data);
+  // Measured on 3 runs (truth 0.79793, bound 0.78793): LR 0.79219 / 0.79227 / 0.79230,
+  // margin +0.0043 … +0.0044; embedding + MLP 0.79284 / 0.79229 / 0.79284, margin
+  // +0.0044 … +0.0049. Both end ~0.005 below the truth: the tail ids of the large fields
+  // are seen too rarely to learn their weights exactly.
+  const double lr = TrainAndEvaluate(tmp, "job-ctr-lr.json", "lr", data);
   Note("logistic regression eval auc " + std::to_string(lr));
   CHECK(lr >= truth - 0.01);
 
-  const double emb = TrainAndEvaluate(tmp, "job-ctr-emb.json", "emb", 800, data);
+  const double emb = TrainAndEvaluate(tmp, "job-ctr-emb.json", "emb", data);
   Note("embedding + MLP eval auc " + std::to_string(emb));
   CHECK(emb >= truth - 0.01);
 }
