@@ -52,6 +52,19 @@ Result<ExampleTable> LoadLibSvm(JsonReader& r, const std::string& base_dir) {
                            std::to_string(o.num_features));
   }
   PS_RETURN_IF_ERROR(r.GetOr("zero_based", &o.zero_based));
+  PS_RETURN_IF_ERROR(r.GetOr("field_offsets", &o.field_offsets));
+  const std::vector<int64_t>& fo = o.field_offsets;
+  if (r.Has("field_offsets") && fo.empty()) {
+    return InvalidArgument(r.Path("field_offsets") + ": must not be empty (omit it for one field)");
+  }
+  for (size_t i = 0; i < fo.size(); ++i) {
+    if ((i == 0 && fo[0] != 0) || (i > 0 && fo[i] <= fo[i - 1]) || fo[i] >= o.num_features) {
+      return InvalidArgument(r.Path("field_offsets") + "[" + std::to_string(i) + "]: " +
+                             std::to_string(fo[i]) + (i == 0 ? " (the first offset must be 0)" : "") +
+                             ": offsets must start at 0, ascend strictly and stay below "
+                             "num_features (" + std::to_string(o.num_features) + ")");
+    }
+  }
   PS_RETURN_IF_ERROR(GetClasses(r, &o.classes));
   PS_RETURN_IF_ERROR(r.Finish());
   return ReadLibSvm(file, o);

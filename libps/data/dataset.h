@@ -14,9 +14,18 @@
 //     "labels"       string, required: idx1 file (magic 0x00000801), same count
 //     "classes"      integer, default 0 = max label + 1 (10 for Fashion-MNIST)
 //   "libsvm" — `label id:value id:value ...`, '#' comments: one sparse field "features"
+//           (or one per field_offsets entry)
 //     "path"         string, required
 //     "num_features" integer > 0, required: feature ids lie in [0, num_features)
 //     "zero_based"   bool, default false: ids in the file start at 1 (LIBSVM convention)
+//     "field_offsets" [integer], optional, non-empty: splits the (0-based, after the
+//                    zero_based shift) id space into fields: offsets ascend strictly
+//                    from 0, each below num_features; id in [offsets[i], offsets[i+1])
+//                    (the last field up to num_features) becomes field i's id
+//                    id - offsets[i], so field i is named "field_<i>" with vocabulary
+//                    size offsets[i+1] - offsets[i]: ids are field-local, ready for an
+//                    embedding table per field (`pstrain gen-ctr` data). Without the key:
+//                    one field "features" of the global ids
 //     "classes"      integer, default 0 = inferred: -1/+1 → binary (-1 → 0), else
 //                    labels 0..k-1 with k = max label + 1 (at least 2)
 //   "csv" — header line first; numeric columns → dense features, string columns →

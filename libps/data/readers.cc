@@ -327,6 +327,14 @@ Result<ExampleTable> ReadLibSvm(const std::string& path, const LibSvmOptions& op
     return InvalidArgument(path + ": num_features must be positive, got " +
                            std::to_string(options.num_features));
   }
+  const std::vector<int64_t>& fo = options.field_offsets;
+  for (size_t i = 0; i < fo.size(); ++i) {
+    if ((i == 0 && fo[0] != 0) || (i > 0 && fo[i] <= fo[i - 1]) || fo[i] >= options.num_features) {
+      return InvalidArgument(path + ": field_offsets must start at 0, ascend strictly and stay "
+                             "below num_features " + std::to_string(options.num_features) +
+                             "; entry " + std::to_string(i) + " is " + std::to_string(fo[i]));
+    }
+  }
   PS_ASSIGN_OR_RETURN(std::string text, ReadMaybeGzipFile(path));
   ExampleTable t;
   SparseColumn col;
@@ -378,9 +386,33 @@ Result<ExampleTable> ReadLibSvm(const std::string& path, const LibSvmOptions& op
   }));
   PS_ASSIGN_OR_RETURN(t.info.classes, MapLabels(raw_labels, where, options.classes, &t.labels));
   t.info.examples = static_cast<int64_t>(raw_labels.size());
-  t.info.field_names = {"features"};
-  t.info.field_vocab_sizes = {options.num_features};
-  t.sparse.push_back(std::move(col));
+  if (options.field_offsets.empty()) {
+    t.info.field_names = {"features"};
+    t.info.field_vocab_sizes = {options.num_features};
+    t.sparse.push_back(std::move(col));
+  } else {
+    const std::vector<int64_t>& fo = options.field_offsets;
+    const size_t k = fo.size();
+    for (size_t f = 0; f < k; ++f) {
+      t.info.field_names.push_back("field_" + std::to_string(f));
+      t.info.field_vocab_sizes.push_back((f + 1 < k ? fo[f + 1] : options.num_features) - fo[f]);
+    }
+    t.sparse.resize(k);
+    for (SparseColumn& c : t.sparse) {
+      c.offsets.reserve(col.offsets.size());
+      c.offsets.push_back(0);
+    }
+    for (size_t e = 0; e + 1 < col.offsets.size(); ++e) {
+      for (auto i = static_cast<size_t>(col.offsets[e]); i < static_cast<size_t>(col.offsets[e + 1]);
+           ++i) {
+        const int64_t id = col.ids[i];
+        const auto f = static_cast<size_t>(std::upper_bound(fo.begin(), fo.end(), id) - fo.begin() - 1);
+        t.sparse[f].ids.push_back(id - fo[f]);
+        t.sparse[f].values.push_back(col.values[i]);
+      }
+      for (SparseColumn& c : t.sparse) c.offsets.push_back(static_cast<int64_t>(c.ids.size()));
+    }
+  }
   PS_RETURN_IF_ERROR(t.Validate());
   return t;
 }

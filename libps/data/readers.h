@@ -36,9 +36,15 @@ struct LibSvmOptions {
   int64_t num_features = 0;  // ids (after the zero_based shift) must be in [0, num_features)
   bool zero_based = false;   // false: ids in the file start at 1 (LIBSVM's convention)
   int classes = 0;           // see label parsing above
+  // Empty: one field. Otherwise one sparse field per entry: ascending, starting at 0,
+  // each < num_features; id in [field_offsets[i], field_offsets[i+1]) (the last up to
+  // num_features) goes to field i as the field-local id (id - field_offsets[i]).
+  std::vector<int64_t> field_offsets;
 };
 // `label idx:val idx:val ...` per line; '#' starts a comment; blank lines are skipped.
-// One sparse field named "features" with values.
+// One sparse field named "features" with values, or with field_offsets one field per
+// entry named "field_<i>" with vocabulary size field_offsets[i+1] - field_offsets[i]; ids
+// keep their order of appearance within each field.
 Result<ExampleTable> ReadLibSvm(const std::string& path, const LibSvmOptions& options);
 
 struct CsvCategorical {

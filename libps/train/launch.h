@@ -8,6 +8,8 @@
 //                     [--max-restarts N] [--shutdown-grace S] [-- DAEMON_ARGS...]
 //   pstrain report    MODEL_DIR [--out FILE]
 //   pstrain inspect   MODEL_DIR [--step N] [--verify]
+//   pstrain gen-ctr   --out DIR [--spec FILE] [--seed N] [--train-examples N]
+//                     [--eval-examples N] [--gzip]
 //
 // Exit codes: 0 success, 1 runtime failure (chief unreachable, a task failed),
 // 2 usage or configuration error.
@@ -87,8 +89,19 @@ struct InspectCommand {
   bool verify = false;          // read all data, check every record's checksums
 };
 
+// Synthetic CTR data (libps/data/ctr_gen.h): the spec file's values (else the
+// defaults), then the flags given.
+struct GenCtrCommand {
+  std::string out_dir;
+  std::optional<std::string> spec_file;  // JSON, ParseCtrSpec's form
+  std::optional<uint64_t> seed;
+  std::optional<int64_t> train_examples;
+  std::optional<int64_t> eval_examples;
+  bool gzip = false;  // --gzip: compress (otherwise the spec's "gzip")
+};
+
 using Command = std::variant<HelpCommand, TfConfigCommand, StopCommand, StatusCommand,
-                             LocalCommand, ReportCommand, InspectCommand>;
+                             LocalCommand, ReportCommand, InspectCommand, GenCtrCommand>;
 
 // `args` is argv without the program name. Every error is a one-line usage error
 // ("pstrain stop: --chief: \"x\" has no port") meant for exit code 2.
@@ -220,5 +233,8 @@ int RunLocal(const LocalCommand& command);
 int RunReport(const ReportCommand& command);
 // Prints InspectModelDir's listing. 1 when there is no checkpoint or damage was found.
 int RunInspect(const InspectCommand& command);
+// Writes the data set and prints where it went, num_features, field_offsets and the
+// ground truth's eval AUC and logloss. 2 for a bad spec file or values, 1 when writing fails.
+int RunGenCtr(const GenCtrCommand& command);
 
 }  // namespace ps::train
