@@ -30,6 +30,10 @@ using Clock = std::chrono::steady_clock;
 
 // How long a load sample waits for a ps's GetStatus answer before showing "no answer".
 constexpr net::Millis kPsStatusTimeout{2000};
+// Load figures cover at least this long: from the newest earlier sample this old.
+constexpr std::chrono::seconds kMinLoadWindow{1};
+// The chief logs the load hints at most this often.
+constexpr std::chrono::seconds kHintLogInterval{60};
 
 std::string Fixed(double v, int digits) {
   char buf[64];
@@ -139,7 +143,7 @@ class Chief {
         Json status = StatusJson();
         Json load = SampleLoad();
         for (auto& [key, value] : load.items()) status[key] = std::move(value);
-        return resp.Reply(proto::StatusReply{status.dump()});
+        return resp.Reply(proto::StatusReply{status.dump(-1, ' ', false, Json::error_handler_t::replace)});
       }
       resp.Fail(ProtocolError(std::string("the chief does not handle ") + proto::BodyName(req.envelope.body)));
     }));
@@ -540,8 +544,12 @@ class Chief {
     pending_metrics_ = std::async(std::launch::async, [this, line]() mutable {
       Json load = SampleLoad();
       for (auto& [key, value] : load.items()) line[key] = std::move(value);
-      for (const auto& hint : LoadHints(line)) PS_LOG(Info) << hint;
-      metrics_ << line.dump() << "\n";
+      if (Clock::now() - last_hint_log_ >= kHintLogInterval) {
+        auto hints = LoadHints(line);
+        for (const auto& hint : hints) PS_LOG(Info) << hint;
+        if (!hints.empty()) last_hint_log_ = Clock::now();
+      }
+      metrics_ << line.dump(-1, ' ', false, Json::error_handler_t::replace) << "\n";
       metrics_.flush();
     });
     if (events_) {
@@ -569,7 +577,9 @@ class Chief {
   }
 
   // One load sample (load.h): polls every ps for its status at once (kPsStatusTimeout)
-  // and snapshots the workers; the figures cover the time since the previous sample.
+  // and snapshots the workers; the figures cover the time since the newest earlier
+  // sample at least kMinLoadWindow old (or since the start). max_queue_depth is the ps's
+  // own: since its previous sample.
   // Returns {"load_window_sec", "workers", "ps"}. Any thread; samples are serialised.
   Json SampleLoad() {
     std::lock_guard sample_lock(load_mu_);
@@ -583,8 +593,13 @@ class Chief {
     std::vector<std::future<Result<net::Reply>>> futs;
     for (const auto& c : ps) futs.push_back(c->Call(proto::GetStatus{}, {}, {}, kPsStatusTimeout));
     const auto now = Clock::now();
+    const LoadSample* base = nullptr;
+    for (auto it = load_history_.rbegin(); it != load_history_.rend(); ++it) {
+      base = &*it;
+      if (now - it->at >= kMinLoadWindow) break;
+    }
+    LoadSample sample{now, std::vector<std::optional<PsCounters>>(ps.size()), workers};
     Json ps_json = Json::array();
-    last_ps_.resize(ps.size());
     for (size_t i = 0; i < ps.size(); ++i) {
       const std::string address =
           ctx_.tf.cluster.address({cluster::TaskType::kPs, static_cast<int>(i)}).ToString();
@@ -596,8 +611,10 @@ class Chief {
         auto json = ParseJson(reply->json, ps[i]->peer_name() + " status");
         if (json.ok()) {
           PsCounters cur = ParsePsCounters(*json);
-          ps_json.push_back(PsLoadEntry(ps[i]->peer_name(), address, cur, last_ps_[i]));
-          last_ps_[i] = cur;
+          std::optional<PsCounters> prev;
+          if (base != nullptr && i < base->ps.size()) prev = base->ps[i];
+          ps_json.push_back(PsLoadEntry(ps[i]->peer_name(), address, cur, prev));
+          sample.ps[i] = cur;
           continue;
         }
         error = json.status().message();
@@ -606,14 +623,15 @@ class Chief {
       }
       ps_json.push_back(PsNoAnswerEntry(ps[i]->peer_name(), address, error));
     }
-    const double window = std::chrono::duration<double>(now - (last_load_at_ ? *last_load_at_ : start_)).count();
+    const double window = std::chrono::duration<double>(now - (base != nullptr ? base->at : start_)).count();
     Json workers_json = Json::array();
     for (size_t w = 0; w < workers.size(); ++w) {
-      const WorkerSnapshot* prev = w < last_workers_.size() ? &last_workers_[w] : nullptr;
+      const WorkerSnapshot* prev = base != nullptr && w < base->workers.size() ? &base->workers[w] : nullptr;
       workers_json.push_back(WorkerLoadEntry(workers[w], prev, window, job_.batch_size));
     }
-    last_workers_ = std::move(workers);
-    last_load_at_ = now;
+    load_history_.push_back(std::move(sample));
+    // Keep the newest sample at least kMinLoadWindow old and everything after it.
+    while (load_history_.size() >= 2 && now - load_history_[1].at >= kMinLoadWindow) load_history_.pop_front();
     return Json{{"load_window_sec", window}, {"workers", std::move(workers_json)}, {"ps", std::move(ps_json)}};
   }
 
@@ -824,10 +842,14 @@ class Chief {
   bool rejoin_stop_ = false;                  // guarded by mu_
   double examples_per_sec_ = 0;               // guarded by mu_
 
+  struct LoadSample {
+    Clock::time_point at;
+    std::vector<std::optional<PsCounters>> ps;  // [ps]; nullopt: no answer
+    std::vector<WorkerSnapshot> workers;
+  };
   std::mutex load_mu_;  // serialises SampleLoad; taken before mu_
-  std::vector<std::optional<PsCounters>> last_ps_;  // [ps] at the previous sample; guarded by load_mu_
-  std::vector<WorkerSnapshot> last_workers_;        // guarded by load_mu_
-  std::optional<Clock::time_point> last_load_at_;   // guarded by load_mu_
+  std::deque<LoadSample> load_history_;  // oldest first; guarded by load_mu_
+  Clock::time_point last_hint_log_;      // metrics thread only (one at a time)
   // The progress line being completed off the training thread (Report). Last member:
   // destroyed (waited for) first.
   std::future<void> pending_metrics_;

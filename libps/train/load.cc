@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "libps/train/report.h"
+
 namespace ps::train {
 
 namespace {
@@ -37,6 +39,10 @@ std::string Fmt(const char* format, double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, format, v);
   return buf;
+}
+
+std::string Rate(double bytes_per_s) {
+  return HumanBytes(static_cast<uint64_t>(std::max(0.0, bytes_per_s) + 0.5)) + "/s";
 }
 
 std::string Name(const Json& entry) {
@@ -170,8 +176,8 @@ std::vector<std::string> LoadHints(const Json& status) {
         std::string what = req_x >= bytes_x
                                ? Fmt("%.1fx", req_x) + " the mean requests/s (" + Fmt("%.0f", req) + " vs " +
                                      Fmt("%.0f", req_mean) + ")"
-                               : Fmt("%.1fx", bytes_x) + " the mean bytes/s (" + Fmt("%.0f", bytes) + " vs " +
-                                     Fmt("%.0f", bytes_mean) + ")";
+                               : Fmt("%.1fx", bytes_x) + " the mean bytes/s (" + Rate(bytes) + " vs " +
+                                     Rate(bytes_mean) + ")";
         hints.push_back("hint: " + Name(*p) + " carries more load than the other ps tasks: " + what +
                         "; a hot-spot variable? partition big variables or spread them over the ps tasks");
       }

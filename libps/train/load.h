@@ -3,7 +3,8 @@
 // `pstrain status` prints. Pure functions; safe from any thread.
 //
 // A sample is taken at every log interval and on every GetStatus from an operator; the
-// figures cover the time since the previous sample (whichever kind it was).
+// figures cover the time since the newest earlier sample (of either kind) that is at
+// least 1 s old, or since the chief started when there is none.
 //
 //   "workers": [{"task": "worker:0", "state": "running", "steps": 1200, "examples_per_s": 4000,
 //                "step_ms": 12.5, "data_s": 0.01, "pull_s": 0.3, "compute_s": 0.5,

@@ -153,7 +153,7 @@ TEST_CASE("hints: hot ps, straggler, network-bound and ps-bound") {
   Json heavy = {{"ps", {ps("ps:0", 100, 500, 500, 0), ps("ps:1", 100, 1500, 1500, 0)}}};
   REQUIRE(LoadHints(heavy).size() == 1);
   CHECK(LoadHints(heavy)[0].find("ps:1 carries more load than the other ps tasks: 1.5x the mean bytes/s "
-                                 "(3000 vs 2000)") != std::string::npos);
+                                 "(2.9 KiB/s vs 2.0 KiB/s)") != std::string::npos);
   Json just_under = {{"ps", {ps("ps:0", 299, 0, 0, 0), ps("ps:1", 101, 0, 0, 0)}}};
   CHECK(LoadHints(just_under).empty());
   Json idle = {{"ps", {ps("ps:0", 9, 0, 0, 0), ps("ps:1", 0, 0, 0, 0)}}};  // mean under 10 req/s
