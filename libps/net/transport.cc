@@ -156,6 +156,7 @@ struct InFrame {
   proto::Envelope env;
   Buffer payload;
   bool in_place = false;
+  uint64_t wire_bytes = 0;  // header + envelope + payload as read
 };
 
 // Chooses where a frame's payload goes: a list of spans whose sizes sum to the payload
@@ -189,6 +190,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
     std::vector<uint8_t> env_bytes(header->envelope_bytes);
     co_await asio::async_read(socket_, asio::buffer(env_bytes), use_awaitable);
     InFrame frame;
+    frame.wire_bytes = kFrameHeaderBytes + uint64_t{header->envelope_bytes} + header->payload_bytes;
     auto env = proto::Decode(env_bytes);
     if (!env.ok()) {
       co_await Discard(header->payload_bytes);
@@ -228,6 +230,9 @@ class Conn : public std::enable_shared_from_this<Conn> {
     out.header = EncodeHeader({static_cast<uint32_t>(out.env.size()), payload.size()});
     out.payload = std::move(payload);
     out.close_after = close_after;
+    if (sent_counter_ != nullptr) {
+      sent_counter_->fetch_add(kFrameHeaderBytes + out.env.size() + out.payload.size(), std::memory_order_relaxed);
+    }
     asio::post(socket_.get_executor(), [self = shared_from_this(), out = std::move(out)]() mutable {
       if (self->closed_) return;
       self->queue_.push_back(std::move(out));
@@ -264,6 +269,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
     });
   }
   bool closed() const { return closed_; }
+  // Every frame Send() queues from now on adds its size here. Call before any Send.
+  void CountSentInto(std::shared_ptr<std::atomic<uint64_t>> counter) { sent_counter_ = std::move(counter); }
 
  private:
   struct Out {
@@ -316,6 +323,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
   std::string address_ = "?";
   std::deque<Out> queue_;  // strand only
   bool closed_ = false;    // strand only
+  std::shared_ptr<std::atomic<uint64_t>> sent_counter_;  // null: not counted
 };
 
 // Arms a timer that closes the connection unless cancelled first.
@@ -376,6 +384,9 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   int live = 0;                            // Serve coroutines running; guarded by mu
   std::condition_variable all_gone;        // signalled when live drops to 0
   uint16_t port = 0;
+  // Server::Stats counters; bytes_sent is shared with the connections' Send.
+  std::atomic<uint64_t> requests{0}, queued{0}, max_queued{0}, bytes_received{0};
+  std::shared_ptr<std::atomic<uint64_t>> bytes_sent = std::make_shared<std::atomic<uint64_t>>(0);
 
   awaitable<void> AcceptLoop() {
     auto self = shared_from_this();
@@ -501,11 +512,13 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
       co_return;
     }
     PS_LOG(Debug) << "accepted " << peer->Name() << " from " << c->address();
+    c->CountSentInto(bytes_sent);
     c->StartWriter();
     int bad_frames = 0;
     try {
       while (!c->closed()) {
         auto frame = co_await c->ReadFrame(nullptr);
+        if (frame.ok()) bytes_received.fetch_add(frame->wire_bytes, std::memory_order_relaxed);
         if (!frame.ok()) {
           PS_LOG(Warning) << "closing connection of " << peer->Name() << ": " << frame.status().message();
           c->Send(ErrorEnvelope(0, frame.status()), {}, /*close_after=*/true);
@@ -527,7 +540,13 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
         state->conn = c;
         state->request_id = frame->env.request_id;
         Request req{*peer, std::move(frame->env), std::move(frame->payload)};
+        requests.fetch_add(1, std::memory_order_relaxed);
+        const uint64_t depth = queued.fetch_add(1) + 1;
+        uint64_t max = max_queued.load();
+        while (depth > max && !max_queued.compare_exchange_weak(max, depth)) {
+        }
         asio::post(pool, [self, req = std::move(req), state]() mutable {
+          self->queued.fetch_sub(1);
           self->handler(std::move(req), Responder(std::move(state)));
         });
       }
@@ -568,6 +587,16 @@ Result<std::unique_ptr<Server>> Server::Start(Runtime& runtime, ServerOptions op
 Server::~Server() { Close(); }
 
 uint16_t Server::port() const { return impl_->port; }
+
+Server::Stats Server::stats() const {
+  Stats s;
+  s.requests = impl_->requests.load();
+  s.queue_depth = impl_->queued.load();
+  s.max_queue_depth = std::max(impl_->max_queued.exchange(s.queue_depth), s.queue_depth);
+  s.bytes_received = impl_->bytes_received.load();
+  s.bytes_sent = impl_->bytes_sent->load();
+  return s;
+}
 
 void Server::Close() {
   std::vector<std::weak_ptr<Conn>> conns;

@@ -107,6 +107,20 @@ class Server {
                                                RequestHandler handler);
   ~Server();
   uint16_t port() const;
+
+  // Counters since Start, over every connection after its handshake. Heartbeat Pings
+  // are answered on the I/O thread: their bytes count, they are not requests.
+  struct Stats {
+    uint64_t requests = 0;         // requests handed to the handler pool
+    uint64_t queue_depth = 0;      // requests admitted but not yet started by a handler thread
+    uint64_t max_queue_depth = 0;  // the highest queue_depth since the previous stats() call
+    uint64_t bytes_received = 0;   // whole frames read (header + envelope + payload)
+    uint64_t bytes_sent = 0;       // whole frames queued for sending (replies, errors, Ping acks)
+  };
+  // Thread-safe. Resets max_queue_depth to the current depth: the window of the maximum
+  // is the time between two calls.
+  Stats stats() const;
+
   // Stops accepting, waits for running handlers, flushes their replies and closes every
   // connection (at most ~3 s for peers that do not read). Idempotent. Not from a handler.
   void Close();

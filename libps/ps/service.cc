@@ -98,6 +98,15 @@ void Service::Handle(net::Request request, net::Responder responder) {
     FailParked(Aborted("the ps was restored to checkpoint " + std::to_string(m->global_step)));
     return responder.Reply(proto::Ack{});
   }
+  if (std::holds_alternative<proto::GetStatus>(body)) {
+    std::function<std::string()> source;
+    {
+      std::lock_guard lock(mu_);
+      source = status_source_;
+    }
+    if (!source) return responder.Fail(Unavailable("this ps has no status yet"));
+    return responder.Reply(proto::StatusReply{source()});
+  }
   if (auto* m = std::get_if<proto::Shutdown>(&body)) {
     responder.Reply(proto::Ack{});
     RequestStop(m->reason.empty() ? "Shutdown from " + request.peer.Name() : m->reason);
@@ -110,6 +119,11 @@ std::string Service::WaitForShutdown() {
   std::unique_lock lock(mu_);
   cv_.wait(lock, [&] { return shutdown_.has_value(); });
   return *shutdown_;
+}
+
+void Service::SetStatusSource(std::function<std::string()> source) {
+  std::lock_guard lock(mu_);
+  status_source_ = std::move(source);
 }
 
 void Service::RequestStop(std::string reason) {

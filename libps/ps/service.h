@@ -20,6 +20,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <unordered_map>
 #include <vector>
@@ -56,6 +57,9 @@ class Service {
   void RequestStop(std::string reason);
 
   uint64_t generation() const { return generation_.load(); }
+  // Answers GetStatus with StatusReply{source()} (the ps task's PsStatusJson). Unset:
+  // GetStatus fails with Unavailable. Thread-safe; `source` runs on handler threads.
+  void SetStatusSource(std::function<std::string()> source);
   uint64_t skipped_pushes() const { return skipped_.load(); }
 
   // Update-mode figures since start: the mode, gradients dropped as stale (sync), pulls
@@ -125,6 +129,7 @@ class Service {
   std::mutex mu_;
   std::condition_variable cv_;
   std::optional<std::string> shutdown_;  // guarded by mu_
+  std::function<std::string()> status_source_;  // guarded by mu_
 };
 
 }  // namespace ps::ps

@@ -18,6 +18,7 @@
 #include "libps/core/json.h"
 #include "libps/core/log.h"
 #include "libps/train/coordinator.h"
+#include "libps/train/load.h"
 #include "libps/train/summary.h"
 #include "libps/train/trainer.h"
 
@@ -26,6 +27,13 @@ namespace ps::train {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// How long a load sample waits for a ps's GetStatus answer before showing "no answer".
+constexpr net::Millis kPsStatusTimeout{2000};
+// Load figures cover at least this long: from the newest earlier sample this old.
+constexpr std::chrono::seconds kMinLoadWindow{1};
+// The chief logs the load hints at most this often.
+constexpr std::chrono::seconds kHintLogInterval{60};
 
 std::string Fixed(double v, int digits) {
   char buf[64];
@@ -134,7 +142,10 @@ class Chief {
         return resp.Reply(proto::Ack{});
       }
       if (std::holds_alternative<proto::GetStatus>(req.envelope.body)) {
-        return resp.Reply(proto::StatusReply{StatusJson().dump()});
+        Json status = StatusJson();
+        Json load = SampleLoad();
+        for (auto& [key, value] : load.items()) status[key] = std::move(value);
+        return resp.Reply(proto::StatusReply{status.dump(-1, ' ', false, Json::error_handler_t::replace)});
       }
       resp.Fail(ProtocolError(std::string("the chief does not handle ") + proto::BodyName(req.envelope.body)));
     }));
@@ -347,7 +358,10 @@ class Chief {
     SetState("training");
     Coordinator::Options copts;
     copts.max_in_flight_per_worker = job_.dispatches_per_worker;
-    coordinator_ = std::make_unique<Coordinator>(workers_, copts);
+    {
+      std::lock_guard lock(mu_);  // the status thread reads coordinator_
+      coordinator_ = std::make_unique<Coordinator>(workers_, copts);
+    }
     for (size_t w = 0; w < workers_.size(); ++w) {
       workers_[w]->OnBroken([this, w](const Status& why) { coordinator_->MarkLost(static_cast<int>(w), why); });
     }
@@ -590,17 +604,21 @@ class Chief {
                  << Duration(eta);
     Json line = {{"step", global_step_.load()}, {"total_steps", total}, {"loss", loss}, {"accuracy", acc},
                  {"examples_per_sec", eps}, {"elapsed_sec", now}, {"unix_time", UnixTime()}};
-    Json workers = Json::array();
-    for (const auto& s : coordinator_->Snapshot()) {
-      double steps = std::max<double>(1, static_cast<double>(s.steps_done));
-      workers.push_back({{"task", s.name}, {"steps", s.steps_done},
-                         {"data_ms", 1000 * s.data_seconds / steps}, {"pull_ms", 1000 * s.pull_seconds / steps},
-                         {"compute_ms", 1000 * s.compute_seconds / steps}, {"push_ms", 1000 * s.push_seconds / steps}});
-    }
-    line["workers"] = workers;
     if (job_.update.mode == ps::UpdateMode::kSync) line["stale_steps"] = w.stale;
-    metrics_ << line.dump() << "\n";
-    metrics_.flush();
+    // The load figures wait for the ps tasks' answers: the line is completed and written
+    // off the training thread.
+    WaitMetrics();
+    pending_metrics_ = std::async(std::launch::async, [this, line]() mutable {
+      Json load = SampleLoad();
+      for (auto& [key, value] : load.items()) line[key] = std::move(value);
+      if (Clock::now() - last_hint_log_ >= kHintLogInterval) {
+        auto hints = LoadHints(line);
+        for (const auto& hint : hints) PS_LOG(Info) << hint;
+        if (!hints.empty()) last_hint_log_ = Clock::now();
+      }
+      metrics_ << line.dump(-1, ' ', false, Json::error_handler_t::replace) << "\n";
+      metrics_.flush();
+    });
     if (events_) {
       const double wall = line["unix_time"].get<double>();
       Status st = events_->AddScalar("loss", global_step_, loss, wall);
@@ -611,6 +629,77 @@ class Chief {
         events_.reset();
       }
     }
+  }
+
+  // Waits until the progress line being completed (Report) is written. Training thread.
+  void WaitMetrics() {
+    if (pending_metrics_.valid()) pending_metrics_.get();
+  }
+  // Appends a line to train_metrics.jsonl after any progress line still pending.
+  // Training thread.
+  void WriteMetricsLine(const Json& line) {
+    WaitMetrics();
+    metrics_ << line.dump() << "\n";
+    metrics_.flush();
+  }
+
+  // One load sample (load.h): polls every ps for its status at once (kPsStatusTimeout)
+  // and snapshots the workers; the figures cover the time since the newest earlier
+  // sample at least kMinLoadWindow old (or since the start). max_queue_depth is the ps's
+  // own: since its previous sample.
+  // Returns {"load_window_sec", "workers", "ps"}. Any thread; samples are serialised.
+  Json SampleLoad() {
+    std::lock_guard sample_lock(load_mu_);
+    std::vector<std::shared_ptr<net::Client>> ps;
+    std::vector<WorkerSnapshot> workers;
+    {
+      std::lock_guard lock(mu_);
+      if (state_ != "starting" && state_ != "connecting") ps = ps_;  // ps_ is complete
+      if (coordinator_) workers = coordinator_->Snapshot();
+    }
+    std::vector<std::future<Result<net::Reply>>> futs;
+    for (const auto& c : ps) futs.push_back(c->Call(proto::GetStatus{}, {}, {}, kPsStatusTimeout));
+    const auto now = Clock::now();
+    const LoadSample* base = nullptr;
+    for (auto it = load_history_.rbegin(); it != load_history_.rend(); ++it) {
+      base = &*it;
+      if (now - it->at >= kMinLoadWindow) break;
+    }
+    LoadSample sample{now, std::vector<std::optional<PsCounters>>(ps.size()), workers};
+    Json ps_json = Json::array();
+    for (size_t i = 0; i < ps.size(); ++i) {
+      const std::string address =
+          ctx_.tf.cluster.address({cluster::TaskType::kPs, static_cast<int>(i)}).ToString();
+      auto r = futs[i].get();
+      std::string error;
+      if (!r.ok()) {
+        error = r.status().message();
+      } else if (const auto* reply = std::get_if<proto::StatusReply>(&r->envelope.body)) {
+        auto json = ParseJson(reply->json, ps[i]->peer_name() + " status");
+        if (json.ok()) {
+          PsCounters cur = ParsePsCounters(*json);
+          std::optional<PsCounters> prev;
+          if (base != nullptr && i < base->ps.size()) prev = base->ps[i];
+          ps_json.push_back(PsLoadEntry(ps[i]->peer_name(), address, cur, prev));
+          sample.ps[i] = cur;
+          continue;
+        }
+        error = json.status().message();
+      } else {
+        error = std::string("answered GetStatus with ") + proto::BodyName(r->envelope.body);
+      }
+      ps_json.push_back(PsNoAnswerEntry(ps[i]->peer_name(), address, error));
+    }
+    const double window = std::chrono::duration<double>(now - (base != nullptr ? base->at : start_)).count();
+    Json workers_json = Json::array();
+    for (size_t w = 0; w < workers.size(); ++w) {
+      const WorkerSnapshot* prev = base != nullptr && w < base->workers.size() ? &base->workers[w] : nullptr;
+      workers_json.push_back(WorkerLoadEntry(workers[w], prev, window, job_.batch_size));
+    }
+    load_history_.push_back(std::move(sample));
+    // Keep the newest sample at least kMinLoadWindow old and everything after it.
+    while (load_history_.size() >= 2 && now - load_history_[1].at >= kMinLoadWindow) load_history_.pop_front();
+    return Json{{"load_window_sec", window}, {"workers", std::move(workers_json)}, {"ps", std::move(ps_json)}};
   }
 
   static double UnixTime() {
@@ -706,9 +795,7 @@ class Chief {
                  << Fixed(bytes / 1048576.0, 1) << " MiB in " << Fixed(sec, 2) << " s"
                  << (removed.empty() ? "" : ", deleted the oldest (max_to_keep " +
                                                std::to_string(job_.checkpoint.max_to_keep) + ")");
-    Json line = {{"checkpoint", {{"step", step}, {"final", final}, {"bytes", bytes}, {"seconds", sec}}}};
-    metrics_ << line.dump() << "\n";
-    metrics_.flush();
+    WriteMetricsLine({{"checkpoint", {{"step", step}, {"final", final}, {"bytes", bytes}, {"seconds", sec}}}});
     return Status::Ok();
   }
 
@@ -730,12 +817,12 @@ class Chief {
     Json line = {{"final_eval", {{"step", global_step_.load()}, {"examples", m.examples},
                                  {"accuracy", m.accuracy}, {"loss", m.loss}}}};
     if (m.auc >= 0) line["final_eval"]["auc"] = m.auc;
-    metrics_ << line.dump() << "\n";
-    metrics_.flush();
+    WriteMetricsLine(line);
     return Status::Ok();
   }
 
   Status ShutdownCluster(const Status& outcome) {
+    WaitMetrics();  // its sample talks to the ps tasks
     std::vector<std::string> failed;
     auto live = [&](const std::vector<std::shared_ptr<net::Client>>& all) {
       std::vector<std::shared_ptr<net::Client>> out;
@@ -747,7 +834,12 @@ class Chief {
     // From here on a task going away is expected: detach the failure callbacks first.
     for (auto& c : workers_) c->OnBroken(nullptr);
     for (auto& c : ps_) c->OnBroken(nullptr);
-    coordinator_.reset();
+    std::unique_ptr<Coordinator> gone;
+    {
+      std::lock_guard lock(mu_);  // the status thread reads coordinator_
+      gone = std::move(coordinator_);
+    }
+    gone.reset();
     std::string reason = outcome.ok() ? "job finished" : "job failed: " + outcome.message();
     {
       std::lock_guard lock(mu_);
@@ -781,11 +873,7 @@ class Chief {
     }
     if (coordinator_) {
       for (const auto& s : coordinator_->Snapshot()) {
-        double steps = std::max<double>(1, static_cast<double>(s.steps_done));
-        Json w = {{"task", s.name}, {"state", s.alive ? (s.in_flight > 0 ? "running" : "idle") : "lost"},
-                  {"steps", s.steps_done}, {"data_ms", 1000 * s.data_seconds / steps},
-                  {"pull_ms", 1000 * s.pull_seconds / steps}, {"compute_ms", 1000 * s.compute_seconds / steps},
-                  {"push_ms", 1000 * s.push_seconds / steps}};
+        Json w = {{"task", s.name}, {"state", s.alive ? (s.in_flight > 0 ? "running" : "idle") : "lost"}};
         if (!s.last_error.empty()) w["last_error"] = s.last_error;
         tasks.push_back(w);
       }
@@ -820,6 +908,18 @@ class Chief {
   std::set<size_t> lost_ps_;                  // guarded by mu_
   bool rejoin_stop_ = false;                  // guarded by mu_
   double examples_per_sec_ = 0;               // guarded by mu_
+
+  struct LoadSample {
+    Clock::time_point at;
+    std::vector<std::optional<PsCounters>> ps;  // [ps]; nullopt: no answer
+    std::vector<WorkerSnapshot> workers;
+  };
+  std::mutex load_mu_;  // serialises SampleLoad; taken before mu_
+  std::deque<LoadSample> load_history_;  // oldest first; guarded by load_mu_
+  Clock::time_point last_hint_log_;      // metrics thread only (one at a time)
+  // The progress line being completed off the training thread (Report). Last member:
+  // destroyed (waited for) first.
+  std::future<void> pending_metrics_;
 };
 
 }  // namespace

@@ -560,6 +560,29 @@ uint64_t TotalBytes(const ckpt::Manifest& m) {
   return total;
 }
 
+std::string ScalarStep(const Json& step) { return step.is_number() ? step.dump() : "?"; }
+
+// The last progress line of train_metrics.jsonl with a "ps" array (load.h), if any.
+std::optional<Json> LastLoadLine(const std::string& model_dir) {
+  std::ifstream in(fs::path(model_dir) / kTrainMetricsFile);
+  std::optional<Json> last;
+  std::string line;
+  while (std::getline(in, line)) {
+    auto j = ParseJson(line, kTrainMetricsFile);
+    if (!j.ok() || !j->is_object()) continue;
+    auto ps = j->find("ps");
+    if (ps != j->end() && ps->is_array() && j->contains("step")) last = std::move(*j);
+  }
+  return last;
+}
+
+std::string RateCell(const Json& entry, const char* key, bool bytes) {
+  auto it = entry.find(key);
+  if (it == entry.end() || !it->is_number() || it->get<double>() < 0) return "-";
+  if (bytes) return HumanBytes(static_cast<uint64_t>(it->get<double>() + 0.5)) + "/s";
+  return Fixed(it->get<double>(), 0);
+}
+
 }  // namespace
 
 Result<InspectReport> InspectModelDir(const std::string& model_dir, const InspectOptions& options) {
@@ -643,12 +666,14 @@ Result<InspectReport> InspectModelDir(const std::string& model_dir, const Inspec
 
   std::vector<std::vector<std::string>> vrows = {{"variable", "part", "rows", "shape", "ps", "slots", "bytes", "data"}};
   std::map<std::string, int> vars;
+  std::map<int, uint64_t> ps_data;  // data bytes per ps
   uint64_t data_bytes = 0;
   int failed = 0;
   for (const auto& [rec, ps] : records) {
     const auto& meta = rec.meta;
     ++vars[meta.var];
     data_bytes += rec.data_bytes;
+    ps_data[ps] += rec.data_bytes;
     std::string slots;
     for (const auto& s : meta.slot_names) slots += (slots.empty() ? "" : ",") + s;
     std::string rows_text = meta.num_shards > 1 ? std::to_string(meta.row_begin) + "-" +
@@ -676,6 +701,33 @@ Result<InspectReport> InspectModelDir(const std::string& model_dir, const Inspec
     o << "data checksums: " << failed << (failed == 1 ? " record" : " records") << " CORRUPT\n";
     report.healthy = false;
   }
+
+  // Per ps: what it holds in this checkpoint, and its load at the last metrics line.
+  const std::optional<Json> load = LastLoadLine(model_dir);
+  std::vector<std::vector<std::string>> prows = {{"ps", "file", "size", "data"}};
+  if (load) {
+    for (const char* c : {"requests", "req/s", "in/s", "out/s"}) prows[0].push_back(c);
+  }
+  for (int i = 0; i < static_cast<int>(m.shards.size()); ++i) {
+    std::vector<std::string> row = {std::to_string(i), m.shards[i].name, HumanBytes(m.shards[i].bytes),
+                                    ps_data.contains(i) ? HumanBytes(ps_data[i]) : "-"};
+    if (load) {
+      const std::string task = "ps:" + std::to_string(i);
+      Json entry = Json::object();
+      for (const auto& e : (*load)["ps"]) {
+        if (e.is_object() && e.value("task", "") == task) entry = e;
+      }
+      auto requests = entry.find("requests");
+      row.push_back(requests != entry.end() && requests->is_number_unsigned() ? requests->dump() : "-");
+      row.push_back(RateCell(entry, "requests_per_s", false));
+      row.push_back(RateCell(entry, "bytes_in_per_s", true));
+      row.push_back(RateCell(entry, "bytes_out_per_s", true));
+    }
+    prows.push_back(std::move(row));
+  }
+  o << "\nps tasks (size: shard file, data: values and slots";
+  if (load) o << "; load at step " << ScalarStep((*load)["step"]) << " of " << kTrainMetricsFile;
+  o << "):\n" << TableText(prows, "  ");
   report.text = o.str();
   return report;
 }

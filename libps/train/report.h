@@ -83,7 +83,10 @@ struct InspectReport {
 // Lists model_dir's committed checkpoints (step, UTC time, size, ps tasks, final), then
 // details one: its shard files checked against the MANIFEST, and every variable record
 // (name, partition, rows, full shape, ps index = the shard file holding it, slots, bytes,
-// data checksum status — "ok", "unchecked" without verify, or the failure). Damage is
+// data checksum status — "ok", "unchecked" without verify, or the failure), then per ps
+// task: its shard file and size (MANIFEST), the record bytes it holds, and, when
+// train_metrics.jsonl has a progress line with a "ps" array (load.h), the last such
+// line's requests (total), requests/s and bytes in/out per second. Damage is
 // reported in the text (and healthy = false), not as an error. Errors: NotFound when
 // model_dir holds no committed checkpoint or none at options.step.
 Result<InspectReport> InspectModelDir(const std::string& model_dir, const InspectOptions& options);

@@ -11,6 +11,7 @@
 #include "libps/ckpt/store_io.h"
 #include "libps/core/log.h"
 #include "libps/model/blas.h"
+#include "libps/ps/ps_status.h"
 #include "libps/ps/service.h"
 #include "libps/train/trainer.h"
 
@@ -105,6 +106,16 @@ Status RunPsTask(const DaemonContext& ctx, SignalWatcher& signals) {
     }
     service.Handle(std::move(req), std::move(resp));
   }));
+  const auto started = std::chrono::steady_clock::now();
+  service.SetStatusSource([&store, &service, s = server.get(), started] {
+    double uptime = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    Json j = ps::PsStatusJson(store, s->stats(), service.generation(), uptime);
+    const auto u = service.update_stats();
+    j["update"] = {{"mode", ps::UpdateModeName(u.spec.mode)}, {"stale_dropped", u.stale_dropped},
+                   {"waited_pulls", u.waited_pulls}, {"max_lead", u.max_lead},
+                   {"min_version", u.min_version}, {"max_version", u.max_version}};
+    return j.dump();
+  });
   bool by_signal = false;
   signals.Start([&](int sig) {
     by_signal = true;
@@ -113,6 +124,7 @@ Status RunPsTask(const DaemonContext& ctx, SignalWatcher& signals) {
   PS_LOG(Info) << "serving on " << ctx.listen_host << ":" << server->port();
   std::string reason = service.WaitForShutdown();
   server->Close();
+  service.SetStatusSource(nullptr);
   if (by_signal) return SignalStatus(reason);
   auto stats = store.stats();
   PS_LOG(Info) << "shut down (" << reason << "); served " << stats.pull_requests << " pulls, "

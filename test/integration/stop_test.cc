@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <map>
 #include <random>
 
 #include <catch2/catch.hpp>
@@ -58,6 +59,46 @@ TEST_CASE("shuffled start, status while training, pstrain stop: every task exits
     std::sort(names.begin(), names.end());
     // The chief lists the tasks it drives: both ps and both workers.
     CHECK(names == std::vector<std::string>{"ps:0", "ps:1", "worker:0", "worker:1"});
+
+    // Load: every ps answered with counters, holding the shards the plan gave it (the
+    // plan is in ckpt-0's MANIFEST, written before the first step).
+    auto manifest = ParseJson(ReadFile(tmp / "model" / "ckpt-0" / "MANIFEST"), "MANIFEST");
+    REQUIRE(manifest.ok());
+    std::map<std::string, int64_t> planned;
+    for (const auto& v : (*manifest)["extra"]["variables"]) {
+      for (const auto& sh : v["shards"]) ++planned["ps:" + std::to_string(sh["ps"].get<int>())];
+    }
+    REQUIRE((*json)["ps"].is_array());
+    REQUIRE((*json)["ps"].size() == 2);
+    for (const auto& p : (*json)["ps"]) {
+      INFO(p.dump());
+      CHECK(p["state"] == "ok");
+      CHECK(p["address"] == spec.address({cluster::TaskType::kPs, p["task"] == "ps:0" ? 0 : 1}).ToString());
+      CHECK(p["requests"].get<uint64_t>() > 0);
+      CHECK(p["bytes_in"].get<uint64_t>() > 0);
+      CHECK(p["bytes_out"].get<uint64_t>() > 0);
+      CHECK(p["requests_per_s"].get<double>() > 0);
+      CHECK(p["bytes_held"].get<uint64_t>() > 0);
+      CHECK(p["shards"].get<int64_t>() == planned[p["task"].get<std::string>()]);
+      CHECK(p["max_queue_depth"].get<uint64_t>() >= p["queue_depth"].get<uint64_t>());
+    }
+    REQUIRE((*json)["workers"].is_array());
+    REQUIRE((*json)["workers"].size() == 2);
+    for (const auto& w : (*json)["workers"]) {
+      INFO(w.dump());
+      CHECK(w["steps"].get<int64_t>() > 0);
+      for (const char* k : {"data_s", "pull_s", "compute_s", "push_s"}) CHECK(w[k].get<double>() >= 0);
+    }
+
+    auto human = StartLauncher({"status", "--chief", chief_addr}, "pstrain status (text)");
+    REQUIRE(human->WaitExit(30s) == std::optional<int>(0));
+    bool ps_table = false, worker_table = false;
+    for (const auto& l : human->Lines()) {
+      ps_table = ps_table || l.rfind("ps    address", 0) == 0;
+      worker_table = worker_table || l.rfind("worker    state    steps", 0) == 0;
+    }
+    CHECK(ps_table);
+    CHECK(worker_table);
   }
 
   auto stop = StartLauncher({"stop", "--chief", chief_addr}, "pstrain stop");
@@ -76,8 +117,20 @@ TEST_CASE("shuffled start, status while training, pstrain stop: every task exits
   for (const auto& m : metrics) {
     if (!m.contains("step")) continue;
     ++progress_lines;
+    INFO(m.dump());
     CHECK(m["step"].get<int64_t>() > 0);
     CHECK(m["step"].get<int64_t>() < kManySteps);
+    // Each progress line carries the same load figures as status.
+    REQUIRE(m["ps"].is_array());
+    CHECK(m["ps"].size() == 2);
+    for (const auto& p : m["ps"]) {
+      if (p["state"] != "ok") continue;  // a ps may not answer in time on a busy machine
+      CHECK(p["requests"].get<uint64_t>() > 0);
+      CHECK(p["bytes_in"].get<uint64_t>() > 0);
+      CHECK(p.contains("requests_per_s"));
+    }
+    REQUIRE(m["workers"].is_array());
+    CHECK(m["workers"].size() == 2);
   }
   CHECK(progress_lines >= 1);
 }

@@ -8,6 +8,7 @@
 
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <future>
 #include <random>
 #include <thread>
 
@@ -356,4 +357,116 @@ TEST_CASE("protocol abuse: every bad frame is answered or dropped, the server ke
   auto fresh = net::Client::Connect(rt, ClientOpts(port, Id(proto::Role::kWorker, 1)));
   REQUIRE(fresh.ok());
   CheckEcho(**fresh);
+}
+
+// ---- server statistics -----------------------------------------------------------------
+
+namespace {
+
+// The size of a frame as the wire carries it.
+uint64_t FrameBytes(const proto::Envelope& env, uint64_t payload_bytes = 0) {
+  return net::kFrameHeaderBytes + proto::Encode(env).size() + payload_bytes;
+}
+
+}  // namespace
+
+TEST_CASE("server stats: exact request and byte counts of a known sequence of calls") {
+  net::Runtime rt(2);
+  net::ServerOptions so;
+  so.identity = Id(proto::Role::kPs, 0);
+  auto server = net::Server::Start(rt, so, [](net::Request req, net::Responder resp) {
+    if (std::holds_alternative<proto::GetStatus>(req.envelope.body)) return resp.Fail(InvalidArgument("no status"));
+    proto::PullReply r;
+    r.item_floats.push_back(req.payload.size() / 4);
+    resp.Reply(r, net::OutPayload::Own(std::move(req.payload)));
+  });
+  REQUIRE(server.ok());
+  auto opts = ClientOpts((*server)->port(), Id(proto::Role::kWorker, 0));
+  opts.heartbeat_interval = net::Millis{0};  // no Pings: only the calls below cross the wire
+  auto c = net::Client::Connect(rt, opts);
+  REQUIRE(c.ok());
+
+  auto before = (*server)->stats();  // the handshake is not counted
+  CHECK(before.requests == 0);
+  CHECK(before.bytes_received == 0);
+  CHECK(before.bytes_sent == 0);
+
+  // Calls are numbered from 1 by the client; replies echo the id.
+  auto r1 = (*c)->CallSync(proto::Pull{}, net::OutPayload::Own(Floats({1, 2, 3})));
+  REQUIRE(r1.ok());
+  auto r2 = (*c)->CallSync(proto::Pull{});
+  REQUIRE(r2.ok());
+  auto r3 = (*c)->CallSync(proto::GetStatus{});
+  REQUIRE_FALSE(r3.ok());
+
+  proto::PullReply three;
+  three.item_floats = {3};
+  proto::PullReply none;
+  none.item_floats = {0};
+  const uint64_t in = FrameBytes({1, false, 0, proto::Pull{}}, 12) + FrameBytes({2, false, 0, proto::Pull{}}) +
+                      FrameBytes({3, false, 0, proto::GetStatus{}});
+  const uint64_t out = FrameBytes({1, true, 0, three}, 12) + FrameBytes({2, true, 0, none}) +
+                       FrameBytes({3, true, 0, proto::Error{static_cast<int32_t>(Code::kInvalidArgument), "no status"}});
+  auto s = (*server)->stats();
+  CHECK(s.requests == 3);
+  CHECK(s.bytes_received == in);
+  CHECK(s.bytes_sent == out);
+  CHECK(s.queue_depth == 0);
+  CHECK(s.max_queue_depth == 1);  // each call waited alone, briefly, for the handler
+  CHECK((*server)->stats().max_queue_depth == 0);  // reset by the previous read
+  // 3 headers, 12 payload bytes each way, and the envelopes.
+  CHECK(s.bytes_received > 3 * net::kFrameHeaderBytes + 12);
+}
+
+TEST_CASE("server stats: queue depth counts requests waiting behind a blocked handler") {
+  net::Runtime rt(2);
+  net::ServerOptions so;
+  so.identity = Id(proto::Role::kPs, 0);
+  so.handler_threads = 1;
+  std::promise<void> entered, release;
+  std::shared_future<void> released = release.get_future().share();
+  auto server = net::Server::Start(rt, so, [&](net::Request req, net::Responder resp) {
+    if (std::holds_alternative<proto::Stop>(req.envelope.body)) {
+      entered.set_value();
+      released.wait();
+    }
+    resp.Reply(proto::Ack{});
+  });
+  REQUIRE(server.ok());
+  auto opts = ClientOpts((*server)->port(), Id(proto::Role::kWorker, 0));
+  opts.heartbeat_interval = net::Millis{0};
+  auto c = net::Client::Connect(rt, opts);
+  REQUIRE(c.ok());
+  // A failing check must not leave the handler blocked: the server's Close() waits for it.
+  struct Unblock {
+    std::promise<void>* p;
+    bool done = false;
+    void Now() { if (!done) p->set_value(); done = true; }
+    ~Unblock() { Now(); }
+  } unblock{&release};
+
+  auto blocker = (*c)->Call(proto::Stop{});
+  entered.get_future().wait();  // the only handler thread is now busy
+  CHECK((*server)->stats().max_queue_depth == 1);  // the Stop waited for the thread; resets to 0
+  constexpr int kQueued = 3;
+  std::vector<std::future<Result<net::Reply>>> calls;
+  for (int i = 0; i < kQueued; ++i) calls.push_back((*c)->Call(proto::Pull{}));
+  // Waits for the server to read them (a condition, not a duration); 20 s guards a hung test.
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  net::Server::Stats s;
+  do {
+    s = (*server)->stats();
+    std::this_thread::yield();
+  } while (s.queue_depth < kQueued && std::chrono::steady_clock::now() < deadline);
+  CHECK(s.queue_depth == kQueued);
+  CHECK(s.max_queue_depth == kQueued);
+  CHECK(s.requests == kQueued + 1);
+
+  unblock.Now();
+  REQUIRE(blocker.get().ok());
+  for (auto& f : calls) REQUIRE(f.get().ok());
+  s = (*server)->stats();
+  CHECK(s.queue_depth == 0);
+  CHECK(s.max_queue_depth == kQueued);  // reached before this window began, at the last read
+  CHECK((*server)->stats().max_queue_depth == 0);
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <regex>
 #include <span>
 #include <string>
@@ -264,7 +265,37 @@ TEST_CASE("inspect: lists checkpoints and the newest one's variables") {
       "  dense/kernel  1/2   2-3   [4,3]  1   m      48 B   unchecked\n"
       "  global_step   0/1   all   []     0   -      4 B    unchecked\n"
       "3 variables, 4 records, 124 B of data; data checksums not verified (use --verify)\n";
-  CHECK(r->text == expected);
+  // Per ps: the shard file's size and the record bytes (ps 0: 48 + 4, ps 1: 24 + 48).
+  const std::string h0 = ps::train::HumanBytes(shard0), h1 = ps::train::HumanBytes(shard1);
+  const size_t w = std::max({size_t{4}, h0.size(), h1.size()});
+  auto padw = [&](const std::string& s) { return s + std::string(w - s.size(), ' '); };
+  const std::string per_ps =
+      "\n"
+      "ps tasks (size: shard file, data: values and slots):\n"
+      "  ps  file        " + padw("size") + "  data\n"
+      "  0   ps-0.shard  " + padw(h0) + "  52 B\n"
+      "  1   ps-1.shard  " + padw(h1) + "  72 B\n";
+  CHECK(r->text == expected + per_ps);
+
+  // With load figures in train_metrics.jsonl, the last line that has them is shown.
+  {
+    std::ofstream metrics(dir / "train_metrics.jsonl");
+    metrics << R"({"step":5,"ps":[{"task":"ps:0","requests":1,"requests_per_s":1}]})" << "\n"
+            << R"({"step":8,"ps":[{"task":"ps:1","requests":700,"requests_per_s":350.4,)"
+            << R"("bytes_in_per_s":2048,"bytes_out_per_s":1048576},)"
+            << R"({"task":"ps:0","state":"no answer"}]})" << "\n"
+            << R"({"checkpoint":{"step":10}})" << "\n"
+            << "{\"step\":9,\"ps\":[trunc\n";
+  }
+  r = ps::train::InspectModelDir(dir.path(), {});
+  REQUIRE(r.ok());
+  const std::string with_load =
+      "\n"
+      "ps tasks (size: shard file, data: values and slots; load at step 8 of train_metrics.jsonl):\n"
+      "  ps  file        " + padw("size") + "  data  requests  req/s  in/s       out/s\n"
+      "  0   ps-0.shard  " + padw(h0) + "  52 B  -         -      -          -\n"
+      "  1   ps-1.shard  " + padw(h1) + "  72 B  700       350    2.0 KiB/s  1.0 MiB/s\n";
+  CHECK(r->text == expected + with_load);
 
   // --step and --verify.
   ps::train::InspectOptions options;
