@@ -25,6 +25,7 @@ constexpr char kFileMagic[8] = {'P', 'S', 'C', 'K', 'P', 'T', '0', '1'};
 constexpr char kFooterMagic[8] = {'P', 'S', 'C', 'K', 'E', 'N', 'D', '1'};
 constexpr char kRecordMagic[4] = {'P', 'S', 'R', 'C'};
 constexpr uint32_t kKindRowBlock = 1;
+constexpr uint32_t kKindSparseRows = 2;
 constexpr size_t kHeaderBytes = 32;
 constexpr size_t kRecordHeaderBytes = 32;
 constexpr size_t kFooterBytes = 32;
@@ -145,7 +146,7 @@ class MetaCursor {
 };
 
 // Empty string on success, else what is wrong.
-std::string ParseMeta(std::string_view blob, RecordMeta* m) {
+std::string ParseMeta(std::string_view blob, bool sparse, RecordMeta* m) {
   MetaCursor c(blob);
   int32_t shard = 0;
   int32_t num_shards = 0;
@@ -165,6 +166,14 @@ std::string ParseMeta(std::string_view blob, RecordMeta* m) {
   m->slot_names.resize(num_slots);
   for (auto& s : m->slot_names) {
     if (!c.Name(&s)) return "metadata truncated";
+  }
+  m->sparse = sparse;
+  m->stored_rows = m->rows;
+  if (sparse) {
+    if (!c.I64(&m->stored_rows)) return "metadata truncated";
+    if (m->stored_rows < 0 || m->stored_rows > m->rows) {
+      return "stored rows " + std::to_string(m->stored_rows) + " outside [0, rows]";
+    }
   }
   if (!c.AtEnd()) return "unexpected bytes at the end of the metadata";
   m->shard = shard;
@@ -294,13 +303,22 @@ Status ShardWriter::Append(const ShardRecordView& r) {
   const std::string what = path_ + ": record " + std::to_string(records_) + " (var " +
                            Quote(r.var) + " shard " + std::to_string(r.shard) + ")";
   if (!problem.empty()) return InvalidArgument(what + ": " + problem);
-  const auto elements = static_cast<uint64_t>(r.rows * r.cols);
-  if (r.values.size() != elements) {
+  const int64_t stored_rows = r.sparse ? static_cast<int64_t>(r.row_ids.size()) : r.rows;
+  if (r.sparse) {
+    for (size_t i = 0; i < r.row_ids.size(); ++i) {
+      if (r.row_ids[i] < 0 || r.row_ids[i] >= r.rows || (i > 0 && r.row_ids[i] <= r.row_ids[i - 1])) {
+        return InvalidArgument(what + ": row_ids must be strictly ascending in [0, rows)");
+      }
+    }
+  }
+  const bool gathered = r.sparse && r.gather != nullptr;
+  const auto elements = static_cast<uint64_t>(stored_rows * r.cols);
+  if (!gathered && r.values.size() != elements) {
     return InvalidArgument(what + ": values has " + std::to_string(r.values.size()) +
                            " floats, rows * cols = " + std::to_string(elements));
   }
   for (const auto& [name, span] : r.slots) {
-    if (span.size() != elements) {
+    if (!gathered && span.size() != elements) {
       return InvalidArgument(what + ": slot " + Quote(name) + " has " +
                              std::to_string(span.size()) + " floats, rows * cols = " +
                              std::to_string(elements));
@@ -318,12 +336,13 @@ Status ShardWriter::Append(const ShardRecordView& r) {
   for (int64_t d : r.full_shape) AppendU64(&meta, static_cast<uint64_t>(d));
   AppendU32(&meta, static_cast<uint32_t>(slot_names.size()));
   for (const auto& s : slot_names) AppendName(&meta, s);
+  if (r.sparse) AppendU64(&meta, static_cast<uint64_t>(stored_rows));
   PS_ASSERT(meta.size() <= kMaxMetaBytes);  // bounded by kMaxNameBytes, kMaxSlots, kMaxRank
 
   const uint64_t block_bytes = elements * sizeof(float);
   unsigned char h[kRecordHeaderBytes] = {};
   std::memcpy(h, kRecordMagic, 4);
-  PutU32(h + 4, kKindRowBlock);
+  PutU32(h + 4, r.sparse ? kKindSparseRows : kKindRowBlock);
   PutU32(h + 8, static_cast<uint32_t>(meta.size()));
   PutU32(h + 12, static_cast<uint32_t>(1 + r.slots.size()));
   PutU64(h + 16, block_bytes);
@@ -343,8 +362,38 @@ Status ShardWriter::Append(const ShardRecordView& r) {
     PutU32(c, crc);
     return Put(c, 4);
   };
-  if (st.ok()) st = put_block(r.values);
-  for (size_t i = 0; st.ok() && i < r.slots.size(); ++i) st = put_block(r.slots[i].second);
+  // A gathered block goes out in pieces through the staging buffer.
+  std::vector<float> piece;
+  auto put_gathered = [&](size_t block) -> Status {
+    const size_t cols = static_cast<size_t>(r.cols);
+    const size_t piece_rows = std::max<size_t>(1, kReadChunkBytes / sizeof(float) / std::max<size_t>(cols, 1));
+    uint32_t crc = 0;
+    for (size_t first = 0; first < r.row_ids.size() && cols > 0; first += piece_rows) {
+      const size_t n = std::min(piece_rows, r.row_ids.size() - first);
+      piece.resize(n * cols);
+      r.gather(block, first, piece);
+      crc = Crc32c(crc, piece.data(), piece.size() * sizeof(float));
+      PS_RETURN_IF_ERROR(Put(piece.data(), piece.size() * sizeof(float)));
+    }
+    crc = MaskedCrc32c(crc);
+    digest = ExtendDigest(digest, crc);
+    unsigned char c[4];
+    PutU32(c, crc);
+    return Put(c, 4);
+  };
+  if (st.ok() && r.sparse) {
+    const size_t id_bytes = r.row_ids.size() * sizeof(int64_t);
+    uint32_t crc = Checksum(r.row_ids.data(), id_bytes);
+    digest = ExtendDigest(digest, crc);
+    st = Put(r.row_ids.data(), id_bytes);
+    unsigned char c[4];
+    PutU32(c, crc);
+    if (st.ok()) st = Put(c, 4);
+  }
+  if (st.ok()) st = gathered ? put_gathered(0) : put_block(r.values);
+  for (size_t i = 0; st.ok() && i < r.slots.size(); ++i) {
+    st = gathered ? put_gathered(1 + i) : put_block(r.slots[i].second);
+  }
   if (!st.ok()) return Fail(st);
   digest_ = digest;
   ++records_;
@@ -403,10 +452,11 @@ Result<ShardReader> ShardReader::Open(std::string path) {
     return DataLoss(p + ": bad magic (not a pstrain shard file)");
   }
   if (GetU32(h + 28) != Checksum(h, 28)) return DataLoss(p + ": file header checksum mismatch");
-  if (GetU32(h + 8) != kShardFormatVersion) {
+  if (GetU32(h + 8) != 1 && GetU32(h + 8) != kShardFormatVersion) {
     return DataLoss(p + ": unsupported format version " + std::to_string(GetU32(h + 8)) +
-                    " (this build reads version 1)");
+                    " (this build reads versions 1 and 2)");
   }
+  r.version_ = GetU32(h + 8);
   if (GetU32(h + 24) != 0) return DataLoss(p + ": reserved header field is not 0");
   if (GetU32(h + 12) > static_cast<uint32_t>(std::numeric_limits<int>::max()) ||
       GetU64(h + 16) > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
@@ -438,7 +488,8 @@ Result<ShardReader> ShardReader::Open(std::string path) {
   return r;
 }
 
-Status ShardReader::Walk(DataMode mode, const Sink* sink, const RecordDone& done) {
+Status ShardReader::Walk(DataMode mode, const Sink* sink, const SparseSink* sparse,
+                         const RecordDone& done) {
   const std::string& p = path_;
   const int fd = fd_.get();
   const uint64_t end = file_bytes_ - kFooterBytes;
@@ -459,9 +510,11 @@ Status ShardReader::Walk(DataMode mode, const Sink* sink, const RecordDone& done
     if (GetU32(h + 28) != Checksum(h, 28)) {
       return DataLoss(AtRecord(p, i, off) + ": record header checksum mismatch");
     }
-    if (GetU32(h + 4) != kKindRowBlock) {
-      return DataLoss(AtRecord(p, i, off) + ": unknown record kind " + std::to_string(GetU32(h + 4)));
+    const uint32_t kind = GetU32(h + 4);
+    if (kind != kKindRowBlock && (kind != kKindSparseRows || version_ < 2)) {
+      return DataLoss(AtRecord(p, i, off) + ": unknown record kind " + std::to_string(kind));
     }
+    const bool is_sparse = kind == kKindSparseRows;
     const uint32_t meta_len = GetU32(h + 8);
     const uint32_t num_blocks = GetU32(h + 12);
     const uint64_t block_bytes = GetU64(h + 16);
@@ -486,21 +539,60 @@ Status ShardReader::Walk(DataMode mode, const Sink* sink, const RecordDone& done
     }
     RecordMeta meta;
     meta.index = static_cast<int>(i);
-    if (std::string problem = ParseMeta(meta_blob, &meta); !problem.empty()) {
+    if (std::string problem = ParseMeta(meta_blob, is_sparse, &meta); !problem.empty()) {
       return DataLoss(AtRecord(p, i, record_offset) + ": malformed metadata: " + problem);
     }
-    const uint64_t elements = static_cast<uint64_t>(meta.rows * meta.cols);
+    const uint64_t elements = static_cast<uint64_t>(meta.stored_rows * meta.cols);
     if (num_blocks != 1 + meta.slot_names.size() || block_bytes != elements * sizeof(float)) {
       return DataLoss(meta.Describe(p) + ": record header disagrees with the metadata");
     }
     digest = ExtendDigest(ExtendDigest(digest, GetU32(h + 28)), meta_crc);
 
     std::string data_error;
+    uint64_t id_bytes = 0;
+    const bool to_sparse_sink = is_sparse && mode == DataMode::kSink && sparse != nullptr;
+    if (is_sparse) {
+      const uint64_t n = static_cast<uint64_t>(meta.stored_rows);
+      const uint64_t room = end - off;
+      if (n > room / 8 || n * 8 + 4 > room ||
+          num_blocks > (room - n * 8 - 4) / (block_bytes + 4)) {
+        return DataLoss(meta.Describe(p) + ": " + std::to_string(n) +
+                        " stored rows do not fit in the file (truncated?)");
+      }
+      id_bytes = n * 8 + 4;
+      if (mode == DataMode::kSkip) {
+        off += n * 8;
+      } else {
+        std::vector<int64_t> ids(n);
+        PS_RETURN_IF_ERROR(PreadAll(fd, ids.data(), n * 8, off, p));
+        off += n * 8;
+        unsigned char c[4];
+        PS_RETURN_IF_ERROR(PreadAll(fd, c, 4, off, p));
+        const bool crc_ok = GetU32(c) == Checksum(ids.data(), n * 8);
+        bool order_ok = true;
+        for (uint64_t k = 0; k < n && order_ok; ++k) {
+          order_ok = ids[k] >= 0 && ids[k] < meta.rows && (k == 0 || ids[k] > ids[k - 1]);
+        }
+        if (mode == DataMode::kSink) {
+          if (!crc_ok) return DataLoss(meta.Describe(p) + ": row ids checksum mismatch");
+          if (!order_ok) return DataLoss(meta.Describe(p) + ": row ids not ascending in [0, rows)");
+          if (to_sparse_sink) PS_RETURN_IF_ERROR(sparse->rows(meta, ids));
+        } else if (!crc_ok) {
+          data_error = "row ids checksum mismatch";
+        } else if (!order_ok) {
+          data_error = "row ids not ascending in [0, rows)";
+        }
+      }
+      unsigned char c[4];
+      PS_RETURN_IF_ERROR(PreadAll(fd, c, 4, off, p));
+      off += 4;
+      digest = ExtendDigest(digest, GetU32(c));
+    }
     for (uint32_t b = 0; b < num_blocks; ++b) {
       const std::string& name = b == 0 ? std::string("values") : meta.slot_names[b - 1];
       const std::string label = b == 0 ? "values" : "slot " + Quote(name);
       std::span<float> dst;
-      if (mode == DataMode::kSink && elements > 0) {
+      if (mode == DataMode::kSink && elements > 0 && !is_sparse) {
         auto got = (*sink)(meta, name);
         if (!got.ok()) return got.status();
         dst = *got;
@@ -513,6 +605,19 @@ Status ShardReader::Walk(DataMode mode, const Sink* sink, const RecordDone& done
       uint32_t crc = 0;
       if (mode == DataMode::kSkip) {
         off += block_bytes;
+      } else if (to_sparse_sink && elements > 0) {
+        const uint64_t cols = static_cast<uint64_t>(meta.cols);
+        const uint64_t piece_rows = std::max<uint64_t>(1, kReadChunkBytes / 4 / cols);
+        std::vector<float> piece;
+        for (uint64_t first = 0; first < static_cast<uint64_t>(meta.stored_rows); first += piece_rows) {
+          const uint64_t n = std::min(piece_rows, static_cast<uint64_t>(meta.stored_rows) - first);
+          piece.resize(n * cols);
+          const size_t bytes = piece.size() * sizeof(float);
+          PS_RETURN_IF_ERROR(PreadAll(fd, piece.data(), bytes, off, p));
+          crc = Crc32c(crc, piece.data(), bytes);
+          off += bytes;
+          PS_RETURN_IF_ERROR(sparse->data(meta, name, static_cast<int64_t>(first), piece));
+        }
       } else if (!dst.empty()) {
         auto* out = reinterpret_cast<unsigned char*>(dst.data());
         for (uint64_t done_bytes = 0; done_bytes < block_bytes;) {
@@ -543,7 +648,7 @@ Status ShardReader::Walk(DataMode mode, const Sink* sink, const RecordDone& done
         if (data_error.empty()) data_error = msg;
       }
     }
-    if (done) done(meta, record_offset, block_bytes * num_blocks, std::move(data_error));
+    if (done) done(meta, record_offset, block_bytes * num_blocks + id_bytes, std::move(data_error));
   }
   if (off != end) {
     return DataLoss(p + ": " + std::to_string(end - off) +
@@ -554,13 +659,15 @@ Status ShardReader::Walk(DataMode mode, const Sink* sink, const RecordDone& done
   return Status::Ok();
 }
 
-Status ShardReader::ReadAll(const Sink& sink) { return Walk(DataMode::kSink, &sink, nullptr); }
+Status ShardReader::ReadAll(const Sink& sink, const SparseSink* sparse) {
+  return Walk(DataMode::kSink, &sink, sparse, nullptr);
+}
 
 Result<std::vector<ShardRecord>> ShardReader::ReadRecords() {
   std::vector<ShardRecord> out;
   Sink sink = [&out](const RecordMeta& meta, std::string_view block) -> Result<std::span<float>> {
     if (out.empty() || out.back().meta.index != meta.index) {
-      out.push_back(ShardRecord{meta, {}, {}});
+      out.push_back(ShardRecord{meta, {}, {}, {}});
     }
     ShardRecord& r = out.back();
     const auto n = static_cast<size_t>(meta.elements());
@@ -571,15 +678,35 @@ Result<std::vector<ShardRecord>> ShardReader::ReadRecords() {
     r.slots.emplace_back(std::string(block), std::vector<float>(n));
     return std::span<float>(r.slots.back().second);
   };
+  SparseSink sparse;
+  sparse.rows = [&out](const RecordMeta& meta, std::span<const int64_t> ids) -> Status {
+    ShardRecord r{meta, {ids.begin(), ids.end()}, {}, {}};
+    r.values.resize(static_cast<size_t>(meta.elements()));
+    for (const auto& s : meta.slot_names) {
+      r.slots.emplace_back(s, std::vector<float>(static_cast<size_t>(meta.elements())));
+    }
+    out.push_back(std::move(r));
+    return Status::Ok();
+  };
+  sparse.data = [&out](const RecordMeta& meta, std::string_view block, int64_t first,
+                       std::span<const float> data) -> Status {
+    ShardRecord& r = out.back();
+    std::vector<float>* dst = &r.values;
+    for (auto& [name, v] : r.slots) {
+      if (name == block) dst = &v;
+    }
+    std::copy(data.begin(), data.end(), dst->begin() + first * meta.cols);
+    return Status::Ok();
+  };
   // Records without data (rows or cols 0) never reach the sink; pick them up here.
   RecordDone done = [&out](const RecordMeta& meta, uint64_t, uint64_t, std::string) {
     if (out.empty() || out.back().meta.index != meta.index) {
-      ShardRecord r{meta, {}, {}};
+      ShardRecord r{meta, {}, {}, {}};
       for (const auto& s : meta.slot_names) r.slots.emplace_back(s, std::vector<float>());
       out.push_back(std::move(r));
     }
   };
-  PS_RETURN_IF_ERROR(Walk(DataMode::kSink, &sink, done));
+  PS_RETURN_IF_ERROR(Walk(DataMode::kSink, &sink, &sparse, done));
   return out;
 }
 
@@ -594,7 +721,8 @@ Result<ShardSummary> ShardReader::Summarize(bool verify_data) {
                                       std::string error) {
     s.records.push_back(RecordSummary{meta, offset, bytes, verify_data, std::move(error)});
   };
-  PS_RETURN_IF_ERROR(Walk(verify_data ? DataMode::kVerifyCollect : DataMode::kSkip, nullptr, done));
+  PS_RETURN_IF_ERROR(
+      Walk(verify_data ? DataMode::kVerifyCollect : DataMode::kSkip, nullptr, nullptr, done));
   return s;
 }
 

@@ -6,7 +6,8 @@
 // File header (32 bytes)
 //   | off | size | field                                                  |
 //   |   0 |    8 | magic "PSCKPT01"                                       |
-//   |   8 |    4 | u32 format version (1)                                 |
+//   |   8 |    4 | u32 format version (2; version 1 files, which have no kind-2
+//   |     |      |   records, are read too)                               |
 //   |  12 |    4 | u32 ps index                                           |
 //   |  16 |    8 | i64 global step                                        |
 //   |  24 |    4 | u32 reserved, 0                                        |
@@ -14,10 +15,12 @@
 // Records, back to back, each:
 //   Record header (32 bytes)
 //   |   0 |    4 | record magic "PSRC"                                    |
-//   |   4 |    4 | u32 kind: 1 = float32 row block of a (possibly sharded) variable |
+//   |   4 |    4 | u32 kind: 1 = float32 row block of a (possibly sharded) variable, |
+//   |     |      |   2 = sparse rows of a lazy shard (only the created rows)  |
 //   |   8 |    4 | u32 meta_len (<= 1 MiB)                                |
 //   |  12 |    4 | u32 num_blocks = 1 + number of slots                  |
-//   |  16 |    8 | u64 block_bytes = rows * cols * 4 (every block has this size) |
+//   |  16 |    8 | u64 block_bytes = stored rows * cols * 4 (every float block has this size;
+//   |     |      |   stored rows = rows for kind 1, n for kind 2)           |
 //   |  24 |    4 | u32 crc of the metadata bytes                          |
 //   |  28 |    4 | u32 crc of bytes [0, 28) of this header               |
 //   Metadata (meta_len bytes)
@@ -29,8 +32,13 @@
 //   |     |    8 | i64 cols        (product of full_shape[1:], 1 for rank <= 1) |
 //   |     |    4 | u32 rank, then rank x i64: full_shape                  |
 //   |     |    4 | u32 num_slots, then per slot: u32 n, n bytes of name   |
+//   |     |    8 | kind 2 only: u64 n, the number of stored rows (<= rows) |
+//   Kind 2 only, the row ids block:
+//   |     |  n * 8 | i64 [n] shard-local row ids, strictly ascending, < rows |
+//   |     |    4 | u32 crc of the ids' bytes                              |
 //   Data blocks, num_blocks of them: "values", then each slot in metadata order
-//   |     | block_bytes | float32 [rows * cols], row-major                  |
+//   |     | block_bytes | float32 [stored rows * cols], row-major; kind 2: row i of
+//   |     |      |   the block belongs to row id i                         |
 //   |     |    4 | u32 crc of the block's bytes                           |
 // Footer (32 bytes, the last bytes of the file)
 //   |   0 |    8 | magic "PSCKEND1"                                       |
@@ -62,7 +70,7 @@
 
 namespace ps::ckpt {
 
-inline constexpr uint32_t kShardFormatVersion = 1;
+inline constexpr uint32_t kShardFormatVersion = 2;
 inline constexpr size_t kMaxNameBytes = 4096;  // variable and slot names
 inline constexpr size_t kMaxSlots = 64;
 inline constexpr size_t kMaxRank = 32;
@@ -80,6 +88,15 @@ struct ShardRecordView {
   // Optimizer slots ("m", "v", "accumulator"...), each [rows * cols]. Names are
   // non-empty, unique and not "values".
   std::vector<std::pair<std::string, std::span<const float>>> slots;
+
+  // A sparse record (kind 2, a lazy shard): only the rows `row_ids` (shard-local,
+  // strictly ascending, < rows) are stored; values and slots are then
+  // [row_ids.size() * cols] each — or empty, with `gather` set: gather(block, first,
+  // out) writes stored rows [first, first + out.size() / cols) of block `block` (0 =
+  // values, 1 + k = slots[k]) into out. Slot names still come from `slots`.
+  bool sparse = false;
+  std::span<const int64_t> row_ids;
+  std::function<void(size_t block, size_t first, std::span<float> out)> gather;
 };
 
 // A record's metadata as read back.
@@ -93,8 +110,10 @@ struct RecordMeta {
   int64_t cols = 0;
   std::vector<int64_t> full_shape;
   std::vector<std::string> slot_names;
+  bool sparse = false;      // kind 2: only stored_rows rows (ids in the record) are stored
+  int64_t stored_rows = 0;  // rows in each block: rows, or n for a sparse record
 
-  int64_t elements() const { return rows * cols; }  // floats per block
+  int64_t elements() const { return stored_rows * cols; }  // floats per block
   // `<file>: record 3 (var "dense_0/kernel" shard 1)` — the prefix of every message.
   std::string Describe(const std::string& path) const;
 };
@@ -102,8 +121,9 @@ struct RecordMeta {
 // A record read into owned memory.
 struct ShardRecord {
   RecordMeta meta;
-  std::vector<float> values;                                        // [rows * cols]
-  std::vector<std::pair<std::string, std::vector<float>>> slots;    // each [rows * cols]
+  std::vector<int64_t> row_ids;                                     // sparse records: [stored_rows]
+  std::vector<float> values;                                        // [stored_rows * cols]
+  std::vector<std::pair<std::string, std::vector<float>>> slots;    // each [stored_rows * cols]
 };
 
 // What the MANIFEST says about one shard file.
@@ -187,6 +207,17 @@ class ShardReader {
   // returned as is. On any error, memory already handed out holds unspecified data.
   using Sink = std::function<Result<std::span<float>>(const RecordMeta& meta,
                                                       std::string_view block)>;
+  // Sparse records (kind 2) do not go to the Sink: `rows` gets the record's row ids
+  // (verified: checksum, ascending, in range) before its blocks, then `data` gets each
+  // block in pieces, in order: stored rows [first, first + data.size() / cols). A piece
+  // is handed out before its block's checksum is verified (as with Sink). An error status
+  // aborts the read. Without a SparseSink, sparse records are verified and skipped.
+  struct SparseSink {
+    std::function<Status(const RecordMeta& meta, std::span<const int64_t> row_ids)> rows;
+    std::function<Status(const RecordMeta& meta, std::string_view block, int64_t first,
+                         std::span<const float> data)>
+        data;
+  };
 
   static Result<ShardReader> Open(std::string path);
 
@@ -198,7 +229,7 @@ class ShardReader {
   uint32_t digest() const { return digest_; }
 
   // Reads every block into the memory `sink` provides, verifying as it goes.
-  Status ReadAll(const Sink& sink);
+  Status ReadAll(const Sink& sink, const SparseSink* sparse = nullptr);
   Result<std::vector<ShardRecord>> ReadRecords();
   // Structure only (verify_data false: the data is not read) or everything, collecting
   // data checksum failures per record instead of stopping at the first.
@@ -209,7 +240,7 @@ class ShardReader {
   using RecordDone = std::function<void(const RecordMeta&, uint64_t offset, uint64_t data_bytes,
                                         std::string data_error)>;
   ShardReader() = default;
-  Status Walk(DataMode mode, const Sink* sink, const RecordDone& done);
+  Status Walk(DataMode mode, const Sink* sink, const SparseSink* sparse, const RecordDone& done);
 
   std::string path_;
   UniqueFd fd_;
@@ -219,6 +250,7 @@ class ShardReader {
   uint64_t file_bytes_ = 0;
   uint32_t digest_ = 0;
   uint32_t header_crc_ = 0;
+  uint32_t version_ = 0;
 };
 
 // Opens `path` and lists its records; with verify_data, reads all data and marks records

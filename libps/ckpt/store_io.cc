@@ -22,6 +22,17 @@ Result<ShardFileInfo> SaveStore(const ps::Store& store, const std::string& model
     rec.full_shape = shard.def.full_shape;
     rec.values = shard.values;
     rec.slots = shard.slots;
+    if (shard.def.lazy) {
+      rec.sparse = true;
+      rec.row_ids = shard.row_ids;
+      const auto cols = static_cast<size_t>(shard.def.cols);
+      rec.gather = [&shard, cols](size_t block, size_t first, std::span<float> out) {
+        for (size_t i = 0; i < out.size() / cols; ++i) {
+          std::span<const float> row = shard.row(first + i, block);
+          std::copy(row.begin(), row.end(), out.begin() + static_cast<std::ptrdiff_t>(i * cols));
+        }
+      };
+    }
     st = writer.Append(rec);
   });
   PS_RETURN_IF_ERROR(st);
@@ -32,27 +43,45 @@ Status RestoreStore(ps::Store* store, const std::string& shard_path, std::set<ps
   PS_ASSIGN_OR_RETURN(ShardReader reader, ShardReader::Open(shard_path));
   // Blocks of one record arrive in order ("values", then each slot) and are read straight
   // into the shard, which stays locked from its first block until the next record starts.
+  // A sparse record (lazy shard) first recreates its rows, then its blocks arrive in pieces.
   std::unique_ptr<ps::Store::ShardFill> fill;
   int record = -1;
-  Status st = reader.ReadAll([&](const RecordMeta& meta, std::string_view block) -> Result<std::span<float>> {
-    if (meta.index != record) {
-      fill.reset();
-      record = meta.index;
-      auto f = store->Fill({meta.var, meta.shard});
-      if (!f.ok() || (*f)->def().rows != meta.rows || (*f)->def().cols != meta.cols ||
-          (*f)->def().row_begin != meta.row_begin) {
-        return FailedPrecondition(meta.Describe(shard_path) +
-                                  ": this ps holds no shard of that shape (was the checkpoint written by "
-                                  "another cluster layout or partitioner?)");
-      }
-      fill = std::move(*f);
-      restored->insert({meta.var, meta.shard});
+  auto open = [&](const RecordMeta& meta) -> Status {
+    fill.reset();
+    record = meta.index;
+    auto f = store->Fill({meta.var, meta.shard});
+    if (!f.ok() || (*f)->def().rows != meta.rows || (*f)->def().cols != meta.cols ||
+        (*f)->def().row_begin != meta.row_begin) {
+      return FailedPrecondition(meta.Describe(shard_path) +
+                                ": this ps holds no shard of that shape (was the checkpoint written by "
+                                "another cluster layout or partitioner?)");
     }
+    if ((*f)->def().lazy != meta.sparse) {
+      return FailedPrecondition(meta.Describe(shard_path) + (meta.sparse ? ": the checkpoint holds a lazy shard"
+                                                                         : ": the checkpoint holds a dense shard") +
+                                " and this ps's shard is " + ((*f)->def().lazy ? "lazy" : "dense") +
+                                " (was the model's \"lazy\" setting changed?)");
+    }
+    fill = std::move(*f);
+    restored->insert({meta.var, meta.shard});
+    return Status::Ok();
+  };
+  ShardReader::SparseSink sparse;
+  sparse.rows = [&](const RecordMeta& meta, std::span<const int64_t> ids) -> Status {
+    PS_RETURN_IF_ERROR(open(meta));
+    return fill->CreateRows(ids).WithContext(meta.Describe(shard_path));
+  };
+  sparse.data = [&](const RecordMeta& meta, std::string_view block, int64_t first,
+                    std::span<const float> data) -> Status {
+    return fill->WriteRows(block, first, data).WithContext(meta.Describe(shard_path));
+  };
+  Status st = reader.ReadAll([&](const RecordMeta& meta, std::string_view block) -> Result<std::span<float>> {
+    if (meta.index != record) PS_RETURN_IF_ERROR(open(meta));
     if (block == "values") return fill->values();
     auto slot = fill->Slot(block);
     if (!slot.ok()) return slot.status().WithContext(meta.Describe(shard_path));
     return *slot;
-  });
+  }, &sparse);
   fill.reset();
   return st;
 }

@@ -10,14 +10,16 @@
 
 namespace ps::ckpt {
 
-// Writes every shard of `store` (values and optimizer slots) to
+// Writes every shard of `store` (values and optimizer slots; for a lazy shard only its
+// created rows, as a sparse record) to
 // <model_dir>/ckpt-<step>/ps-<ps_index>.shard (tmp + fsync + rename). Training must be
 // paused: each shard is read under its locks, but shards are read one after another.
 Result<ShardFileInfo> SaveStore(const ps::Store& store, const std::string& model_dir, int ps_index,
                                 int64_t global_step);
 
 // Reads `shard_path` straight into `store`'s memory; its shards must already exist with
-// the same rows and columns. Adds every key restored to `restored`. A record for a shard
+// the same rows and columns, and lazy exactly when the record is sparse (a lazy shard
+// then holds exactly the rows of the record; rows it had before are dropped). Adds every key restored to `restored`. A record for a shard
 // the store lacks, or of another shape, is FailedPrecondition; corruption is DataLoss
 // naming the file (the shards read so far then hold partial data: restore another
 // checkpoint). Training must be paused.

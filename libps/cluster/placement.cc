@@ -53,6 +53,13 @@ Result<RowsCols> Measure(std::span<const int64_t> shape, int64_t elem_bytes) {
 
 int64_t CeilDiv(int64_t a, int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
 
+// The shape partitioners and placement size a variable by (kLazyEstimateRows).
+std::vector<int64_t> SizingShape(const VarShape& var) {
+  std::vector<int64_t> shape = var.shape;
+  if (var.lazy && !shape.empty()) shape[0] = std::min(shape[0], kLazyEstimateRows);
+  return shape;
+}
+
 }  // namespace
 
 std::vector<int64_t> SplitRows(int64_t rows, int shards) {
@@ -218,15 +225,17 @@ Result<std::vector<ShardPlacement>> Place(std::span<const VarShape> vars,
     if (!seen.emplace(var.name, v).second) {
       return InvalidArgument("variable \"" + var.name + "\" is defined twice");
     }
-    auto n = NumShards(partitioner, var.shape, var.elem_bytes);
+    const std::vector<int64_t> sizing = SizingShape(var);
+    auto n = NumShards(partitioner, sizing, var.elem_bytes);
     if (!n.ok()) return n.status().WithContext("variable \"" + var.name + "\"");
     PS_ASSIGN_OR_RETURN(RowsCols rc, Measure(var.shape, var.elem_bytes));
+    PS_ASSIGN_OR_RETURN(RowsCols sized, Measure(sizing, var.elem_bytes));
     const std::vector<int64_t> split = SplitRows(rc.rows, *n);
     int64_t row = 0;
     for (int s = 0; s < *n; ++s) {
       const int64_t rows = split[static_cast<size_t>(s)];
       out.push_back({var.name, s, *n, row, rows, rc.cols, 0});
-      bytes.push_back(rows * rc.row_bytes);
+      bytes.push_back(var.lazy ? sized.total_bytes / *n : rows * rc.row_bytes);
       row += rows;
     }
   }
@@ -254,13 +263,18 @@ Result<std::vector<ShardPlacement>> Place(std::span<const VarShape> vars,
 
 std::vector<int64_t> BytesPerPs(std::span<const VarShape> vars,
                                 std::span<const ShardPlacement> placement, int num_ps) {
-  std::map<std::string, int64_t, std::less<>> elem_bytes;
-  for (const VarShape& v : vars) elem_bytes.emplace(v.name, v.elem_bytes);
+  std::map<std::string, const VarShape*, std::less<>> by_name;
+  for (const VarShape& v : vars) by_name.emplace(v.name, &v);
   std::vector<int64_t> out(static_cast<size_t>(std::max(num_ps, 0)), 0);
   for (const ShardPlacement& s : placement) {
-    auto it = elem_bytes.find(s.var);
-    if (s.ps < 0 || s.ps >= num_ps || it == elem_bytes.end()) continue;
-    out[static_cast<size_t>(s.ps)] += s.rows * s.cols * it->second;
+    auto it = by_name.find(s.var);
+    if (s.ps < 0 || s.ps >= num_ps || it == by_name.end()) continue;
+    const VarShape& v = *it->second;
+    int64_t rows = s.rows;
+    if (v.lazy && !v.shape.empty() && s.num_shards > 0) {
+      rows = std::min(v.shape[0], kLazyEstimateRows) / s.num_shards;
+    }
+    out[static_cast<size_t>(s.ps)] += rows * s.cols * v.elem_bytes;
   }
   return out;
 }

@@ -67,10 +67,18 @@ Result<int> NumShards(const PartitionerSpec& spec, std::span<const int64_t> shap
 Result<PartitionerSpec> ParsePartitioner(const Json& json, std::string path);
 Json PartitionerToJson(const PartitionerSpec& spec);
 
+// A lazy variable's rows are created on first touch, so its size is unknown up front.
+// Partitioners and placement treat it as if it had min(shape[0], kLazyEstimateRows) rows
+// (about what a day of hashed CTR ids touches per table): that count decides the number of
+// shards for min_size/max_size (and caps fixed), and its bytes are the shard sizes for
+// greedy_bytes and BytesPerPs. The real shape[0] (up to 2^40) is still what is split.
+inline constexpr int64_t kLazyEstimateRows = int64_t{1} << 20;
+
 struct VarShape {
   std::string name;
   std::vector<int64_t> shape;  // [] = scalar; axis 0 is the one that is split
   int64_t elem_bytes = 4;      // float32 unless told otherwise
+  bool lazy = false;           // see kLazyEstimateRows
 };
 
 struct ShardPlacement {
@@ -105,7 +113,8 @@ Result<std::vector<ShardPlacement>> Place(std::span<const VarShape> vars,
                                           const PartitionerSpec& partitioner, int num_ps,
                                           PlacementStrategy strategy);
 
-// Bytes held by each ps under `placement` (elem_bytes taken from `vars` by name).
+// Bytes held by each ps under `placement` (elem_bytes taken from `vars` by name; a lazy
+// variable counts kLazyEstimateRows / num_shards rows per shard).
 // [num_ps]
 std::vector<int64_t> BytesPerPs(std::span<const VarShape> vars,
                                 std::span<const ShardPlacement> placement, int num_ps);

@@ -114,6 +114,7 @@ Result<std::unique_ptr<Model>> BuildEmbeddingMlp(JsonReader& r) {
       if (const Json* init = f.Find("init")) {
         PS_ASSIGN_OR_RETURN(t.init, ParseInit(*init, f.Path("init")));
       }
+      PS_RETURN_IF_ERROR(f.GetOr("lazy", &t.lazy));
       field.table = static_cast<int>(spec.tables.size());
       table_index.emplace(table, spec.tables.size());
       table_first_field.push_back(i);
@@ -136,6 +137,10 @@ Result<std::unique_ptr<Model>> BuildEmbeddingMlp(JsonReader& r) {
       if (f.Has("init")) {
         return InvalidArgument(f.Path("init") + ": table \"" + table + "\" is initialised by " + first);
       }
+      if (f.Has("lazy")) {
+        return InvalidArgument(f.Path("lazy") + ": set on the first field of table \"" + table + "\" (" + first +
+                               ") only");
+      }
       field.table = static_cast<int>(it->second);
     }
     PS_RETURN_IF_ERROR(f.Finish());
@@ -157,6 +162,7 @@ Result<std::unique_ptr<Model>> BuildLogisticRegression(JsonReader& r) {
   PS_RETURN_IF_ERROR(CheckRange(r.Path("num_features"), spec.num_features, 1, kMaxRows));
   PS_RETURN_IF_ERROR(r.GetOr("num_fields", &spec.num_fields));
   PS_RETURN_IF_ERROR(CheckRange(r.Path("num_fields"), spec.num_fields, 1, 1 << 16));
+  PS_RETURN_IF_ERROR(r.GetOr("lazy", &spec.lazy));
   PS_RETURN_IF_ERROR(r.Finish());
   return MakeLogisticRegression(spec);
 }

@@ -45,6 +45,11 @@
 //     field.init      initializer JSON (initializer.h), default
 //                     {"type": "uniform", "minval": -0.05, "maxval": 0.05} (Keras
 //                     Embedding); only on the first field of a table
+//     field.lazy      bool, default false; only on the first field of a table. The ps
+//                     creates a row on its first push instead of allocating the table
+//                     up front (a hashed id space: vocab up to 2^40). A row never pushed
+//                     pulls as its initial value, so training is bit-identical to a
+//                     non-lazy table; checkpoints hold only created rows.
 //   dense_dim   int >= 0, default 0    dense features appended after the pooled
 //                                      embeddings; batch.dense_dim must equal it
 //   hidden, activation, classes        as for mlp
@@ -53,12 +58,14 @@
 //   (sum combiner, all fields index one table: a hashed feature space).
 //   num_features  int > 0, required    rows of the weight table
 //   num_fields    int >= 1, default 1  batch.sparse.size() must equal it
+//   lazy          bool, default false  the weight table's rows are created on first
+//                                      push, as field.lazy above
 //   Binary only (sigmoid cross-entropy); labels 0/1.
 //
 // Limits: widths (input_dim, hidden[i], dense_dim, classes) <= 16777216,
 // dim <= 65536, vocab and num_features <= 2^40.
 //
-// Variables, in order (shape; init; sparse?):
+// Variables, in order (shape; init; sparse?; lazy when the config says so):
 //   embedding_mlp: "<table>/embeddings" [vocab, dim], field.init, sparse — one per
 //                  table in order of first use; then the dense layers below
 //   mlp / embedding_mlp: "dense_<l>/kernel" [in, out] glorot_uniform,
@@ -87,6 +94,9 @@ struct VariableDef {
   std::vector<int64_t> shape;  // row-major; sparse variables are [rows, row_dim...]
   InitSpec init;
   bool sparse = false;         // pulled/pushed by rows (axis 0) instead of whole
+  // Sparse only: the ps creates rows on first push (ps::ShardDef::lazy); nothing is
+  // allocated up front, so shape[0] may be a hashed id space up to 2^40.
+  bool lazy = false;
 
   int64_t num_elements() const;
   // Elements of one row along axis 0 (prod(shape[1..])); 1 for rank <= 1.

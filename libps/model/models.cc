@@ -154,7 +154,7 @@ class EmbeddingMlp final : public Model {
     for (const EmbeddingTableSpec& t : spec_.tables) {
       PS_ASSERT(t.vocab > 0 && t.dim > 0);
       table_var_.push_back(variables_.size());
-      variables_.push_back({t.name + "/embeddings", {t.vocab, t.dim}, t.init, true});
+      variables_.push_back({t.name + "/embeddings", {t.vocab, t.dim}, t.init, true, t.lazy});
     }
     table_fields_.resize(spec_.tables.size());
     in_dim_ = 0;
@@ -306,7 +306,8 @@ class LogisticRegression final : public Model {
   explicit LogisticRegression(LogisticRegressionSpec spec) : spec_(spec) {
     PS_ASSERT(spec_.num_features > 0 && spec_.num_fields >= 1);
     outputs_ = 1;
-    variables_.push_back({"linear/weights", {spec_.num_features, 1}, InitSpec{InitKind::kZeros}, true});
+    variables_.push_back(
+        {"linear/weights", {spec_.num_features, 1}, InitSpec{InitKind::kZeros}, true, spec_.lazy});
     variables_.push_back({"linear/bias", {1}, InitSpec{InitKind::kZeros}, false});
     vocab_.assign(static_cast<size_t>(spec_.num_fields), spec_.num_features);
     for (size_t f = 0; f < vocab_.size(); ++f) all_fields_.push_back(f);

@@ -19,6 +19,7 @@ struct EmbeddingTableSpec {
   int64_t vocab = 0;
   int64_t dim = 0;
   InitSpec init{InitKind::kUniform, -0.05, 0.05};  // Keras Embedding
+  bool lazy = false;  // VariableDef::lazy
 };
 
 struct EmbeddingFieldSpec {
@@ -39,6 +40,7 @@ struct EmbeddingMlpSpec {
 struct LogisticRegressionSpec {
   int64_t num_features = 0;
   int64_t num_fields = 1;
+  bool lazy = false;  // VariableDef::lazy of "linear/weights"
 };
 
 std::unique_ptr<Model> MakeEmbeddingMlp(EmbeddingMlpSpec spec);

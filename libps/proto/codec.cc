@@ -72,7 +72,7 @@ Offset<void> EncodeBody(FlatBufferBuilder& fbb, const Body& body) {
           for (const auto& d : m.shards) {
             defs.push_back(w::CreateShardDefDirect(fbb, d.var.c_str(), d.shard, d.num_shards,
                                                    d.row_begin, d.rows, d.cols, &d.full_shape,
-                                                   d.init_json.c_str(), d.seed));
+                                                   d.init_json.c_str(), d.seed, d.lazy));
           }
           return w::CreateCreateShardsDirect(fbb, m.optimizer_json.c_str(), &defs, m.update_json.c_str()).Union();
         } else if constexpr (std::is_same_v<M, Pull>) {
@@ -177,7 +177,8 @@ Result<Body> DecodeBody(const w::Envelope* env) {
           if (d->var() == nullptr) return ProtocolError("ShardDef without a variable name");
           out.shards.push_back(ShardDef{d->var()->str(), d->shard(), d->num_shards(),
                                         d->row_begin(), d->rows(), d->cols(),
-                                        Vec(d->full_shape()), Str(d->init_json()), d->seed()});
+                                        Vec(d->full_shape()), Str(d->init_json()), d->seed(),
+                                        d->lazy()});
         }
       }
       return Body(std::move(out));

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <new>
 
 namespace ps::ps {
 namespace {
@@ -38,6 +39,107 @@ class AlignedFloats {
   size_t size_ = 0;
 };
 
+constexpr int kLazyStripeBits = 6;
+constexpr int64_t kLazyStripes = int64_t{1} << kLazyStripeBits;
+constexpr size_t kFirstChunkRows = 16;
+constexpr size_t kMaxChunkRows = 4096;
+
+// SplitMix64's finaliser: the top kLazyStripeBits bits pick the stripe, the low bits the
+// table position.
+uint64_t HashRow(int64_t row) {
+  uint64_t z = static_cast<uint64_t>(row) + 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+// The rows of one stripe of a lazy shard: an open-addressing table (linear probing,
+// grown at load 0.7) from shard-local row to its record, and the chunks holding the
+// records. A record is record_floats floats (values, then each slot) at a stable address:
+// chunks are never moved or freed until Clear. Not synchronised: the stripe's mutex
+// guards it.
+class LazyStripe {
+ public:
+  struct Entry {
+    int64_t row = -1;  // -1: empty
+    float* record = nullptr;
+  };
+
+  float* Find(int64_t row, uint64_t hash) const {
+    if (table_.empty()) return nullptr;
+    const size_t mask = table_.size() - 1;
+    for (size_t i = hash & mask;; i = (i + 1) & mask) {
+      if (table_[i].row == row) return table_[i].record;
+      if (table_[i].row < 0) return nullptr;
+    }
+  }
+
+  // Adds `row` (not present) with an uninitialised record; null when out of memory.
+  float* Insert(int64_t row, uint64_t hash, size_t record_floats) {
+    if ((count_ + 1) * 10 > table_.size() * 7 && !Grow()) return nullptr;
+    if (chunk_used_ == chunk_rows_) {
+      size_t rows = chunks_.empty() ? kFirstChunkRows : std::min(chunk_rows_ * 2, kMaxChunkRows);
+      auto chunk = AlignedFloats::Make(rows * record_floats, "lazy rows");
+      if (!chunk.ok()) return nullptr;
+      chunks_.push_back(std::move(*chunk));
+      chunk_rows_ = rows;
+      chunk_used_ = 0;
+      chunk_floats_ += rows * record_floats;
+    }
+    float* record = chunks_.back().data() + chunk_used_ * record_floats;
+    ++chunk_used_;
+    const size_t mask = table_.size() - 1;
+    size_t i = hash & mask;
+    while (table_[i].row >= 0) i = (i + 1) & mask;
+    table_[i] = {row, record};
+    ++count_;
+    return record;
+  }
+
+  void Clear() {
+    table_.clear();
+    table_.shrink_to_fit();
+    chunks_.clear();
+    count_ = chunk_used_ = chunk_rows_ = chunk_floats_ = 0;
+  }
+
+  size_t count() const { return count_; }
+  uint64_t bytes() const { return table_.size() * sizeof(Entry) + chunk_floats_ * sizeof(float); }
+  template <typename F>
+  void ForEach(F&& f) const {
+    for (const Entry& e : table_) {
+      if (e.row >= 0) f(e.row, e.record);
+    }
+  }
+
+ private:
+  bool Grow() {
+    std::vector<Entry> old;
+    old.swap(table_);
+    try {
+      table_.resize(old.empty() ? 16 : old.size() * 2);
+    } catch (const std::bad_alloc&) {
+      table_.swap(old);
+      return false;
+    }
+    const size_t mask = table_.size() - 1;
+    for (const Entry& e : old) {
+      if (e.row < 0) continue;
+      size_t i = HashRow(e.row) & mask;
+      while (table_[i].row >= 0) i = (i + 1) & mask;
+      table_[i] = e;
+    }
+    return true;
+  }
+
+  std::vector<Entry> table_;  // size 0 or a power of two
+  size_t count_ = 0;
+  std::vector<AlignedFloats> chunks_;
+  size_t chunk_rows_ = 0;     // capacity of chunks_.back(), in records
+  size_t chunk_used_ = 0;     // records used in chunks_.back()
+  size_t chunk_floats_ = 0;   // all chunks
+};
+
 }  // namespace
 
 struct Store::Shard {
@@ -49,8 +151,25 @@ struct Store::Shard {
   int64_t stripe_rows = 1;  // rows per stripe; stripe of row r is r / stripe_rows
   int64_t num_stripes = 1;
   std::unique_ptr<std::mutex[]> stripes;
+  // Lazy shards: one per stripe (stripes[k] guards lazy[k]); values and slots are empty.
+  std::unique_ptr<LazyStripe[]> lazy;
+  size_t record_floats = 0;  // lazy: (1 + slots) * cols
 
   std::mutex& StripeOf(int64_t row) const { return stripes[row / stripe_rows]; }
+  static size_t LazyStripeOf(uint64_t hash) { return hash >> (64 - kLazyStripeBits); }
+
+  // Lazy: writes row `row`'s initial values and slots into `record`.
+  void InitRecord(int64_t row, float* record) const {
+    model::FillInitial(def.init, def.seed, def.var, def.full_shape, def.row_begin + row, 1, def.cols,
+                       {record, cols});
+    for (size_t i = 0; i < slot_defs.size(); ++i)
+      std::fill_n(record + (i + 1) * cols, cols, slot_defs[i].initial);
+  }
+  SlotRows RecordSlots(float* record) const {
+    SlotRows r;
+    for (size_t i = 0; i < slot_defs.size(); ++i) r.data[i] = record + (i + 1) * cols;
+    return r;
+  }
 
   // Elements [begin, end) of values and slots.
   std::span<float> Values(size_t begin, size_t end) const {
@@ -81,7 +200,12 @@ Status ValidateShardDef(const ShardDef& d) {
     return InvalidArgument(name + ": rows and cols must be > 0, got " + std::to_string(d.rows) +
                            " x " + std::to_string(d.cols));
   constexpr int64_t kMaxElements = int64_t{1} << 40;  // 4 TiB of floats: beyond any ps
-  if (d.cols > kMaxElements / d.rows)
+  if (d.lazy) {
+    if (d.full_shape.empty())
+      return InvalidArgument(name + ": a lazy shard needs a variable of rank >= 1");
+    if (d.rows > kMaxElements || d.cols > (int64_t{1} << 24))
+      return InvalidArgument(name + ": a lazy shard has at most 2^40 rows of 2^24 columns");
+  } else if (d.cols > kMaxElements / d.rows)
     return InvalidArgument(name + ": " + std::to_string(d.rows) + " x " + std::to_string(d.cols) +
                            " elements is too large");
   if (d.full_shape.empty()) {
@@ -147,20 +271,26 @@ Status Store::Create(const ShardDef& def) {
   auto shard = std::make_unique<Shard>();
   shard->def = def;
   shard->cols = static_cast<size_t>(def.cols);
-  const size_t n = static_cast<size_t>(def.rows * def.cols);
-  PS_ASSIGN_OR_RETURN(shard->values, AlignedFloats::Make(n, name));
-  model::FillInitial(def.init, def.seed, def.var, def.full_shape, def.row_begin, def.rows,
-                     def.cols, shard->values.span());
   shard->slot_defs = SlotDefs(spec);
   PS_ASSERT(shard->slot_defs.size() <= kMaxSlots);
-  for (size_t i = 0; i < shard->slot_defs.size(); ++i) {
-    PS_ASSIGN_OR_RETURN(shard->slots[i],
-                        AlignedFloats::Make(n, name + "/" + shard->slot_defs[i].name));
-    std::fill_n(shard->slots[i].data(), n, shard->slot_defs[i].initial);
+  if (def.lazy) {
+    shard->num_stripes = kLazyStripes;
+    shard->lazy = std::make_unique<LazyStripe[]>(static_cast<size_t>(kLazyStripes));
+    shard->record_floats = (1 + shard->slot_defs.size()) * shard->cols;
+  } else {
+    const size_t n = static_cast<size_t>(def.rows * def.cols);
+    PS_ASSIGN_OR_RETURN(shard->values, AlignedFloats::Make(n, name));
+    model::FillInitial(def.init, def.seed, def.var, def.full_shape, def.row_begin, def.rows,
+                       def.cols, shard->values.span());
+    for (size_t i = 0; i < shard->slot_defs.size(); ++i) {
+      PS_ASSIGN_OR_RETURN(shard->slots[i],
+                          AlignedFloats::Make(n, name + "/" + shard->slot_defs[i].name));
+      std::fill_n(shard->slots[i].data(), n, shard->slot_defs[i].initial);
+    }
+    shard->num_stripes = std::min(def.rows, kMaxStripes);
+    shard->stripe_rows = (def.rows + shard->num_stripes - 1) / shard->num_stripes;
+    shard->num_stripes = (def.rows + shard->stripe_rows - 1) / shard->stripe_rows;
   }
-  shard->num_stripes = std::min(def.rows, kMaxStripes);
-  shard->stripe_rows = (def.rows + shard->num_stripes - 1) / shard->num_stripes;
-  shard->num_stripes = (def.rows + shard->stripe_rows - 1) / shard->stripe_rows;
   shard->stripes = std::make_unique<std::mutex[]>(static_cast<size_t>(shard->num_stripes));
 
   std::unique_lock lock(mu_);
@@ -217,6 +347,11 @@ Status CheckRows(const char* op, const ShardKey& key, std::span<const int64_t> r
   return Status::Ok();
 }
 
+Status LazyWhole(const char* op, const ShardKey& key) {
+  return InvalidArgument(std::string(op) + " " + key.ToString() +
+                         ": a lazy shard is pulled and pushed by rows only");
+}
+
 Status CheckUnique(const char* op, const ShardKey& key, std::span<const int64_t> rows) {
   bool ascending = true;
   for (size_t i = 1; i < rows.size() && ascending; ++i) ascending = rows[i - 1] < rows[i];
@@ -236,6 +371,7 @@ Status Store::Pull(const ShardKey& key, std::span<float> out) {
   auto run = [&]() -> Status {
     std::shared_lock lock(mu_);
     PS_ASSIGN_OR_RETURN(Shard * s, Find(key, "Pull"));
+    if (s->lazy) return LazyWhole("Pull", key);
     PS_RETURN_IF_ERROR(CheckSize("Pull", key, "output", out.size(), s->values.size()));
     const int64_t rows = s->def.rows;
     for (int64_t k = 0; k < s->num_stripes; ++k) {
@@ -258,6 +394,22 @@ Status Store::PullRows(const ShardKey& key, std::span<const int64_t> rows, std::
     PS_RETURN_IF_ERROR(CheckSize("PullRows", key, "output", out.size(), rows.size() * s->cols));
     PS_RETURN_IF_ERROR(CheckRows("PullRows", key, rows, s->def.rows));
     const size_t cols = s->cols;
+    if (s->lazy) {
+      for (size_t i = 0; i < rows.size(); ++i) {
+        const uint64_t h = HashRow(rows[i]);
+        const size_t k = Shard::LazyStripeOf(h);
+        std::span<float> dst = out.subspan(i * cols, cols);
+        std::unique_lock g(s->stripes[k]);
+        if (const float* record = s->lazy[k].Find(rows[i], h)) {
+          std::memcpy(dst.data(), record, cols * sizeof(float));
+        } else {
+          g.unlock();
+          model::FillInitial(s->def.init, s->def.seed, s->def.var, s->def.full_shape,
+                             s->def.row_begin + rows[i], 1, s->def.cols, dst);
+        }
+      }
+      return Status::Ok();
+    }
     std::mutex* held = nullptr;
     for (size_t i = 0; i < rows.size(); ++i) {
       std::mutex* m = &s->StripeOf(rows[i]);
@@ -309,11 +461,35 @@ void Store::ApplySparse(Shard& s, std::span<const int64_t> rows, std::span<const
   if (held) held->unlock();
 }
 
+Status Store::ApplyLazy(Shard& s, std::span<const int64_t> rows, std::span<const float> grad_rows,
+                       int64_t global_step) {
+  const OptimizerSpec& spec = *spec_;
+  const float lr = static_cast<float>(LearningRate(spec, global_step));
+  const size_t cols = s.cols;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const uint64_t h = HashRow(rows[i]);
+    const size_t k = Shard::LazyStripeOf(h);
+    std::lock_guard g(s.stripes[k]);
+    float* record = s.lazy[k].Find(rows[i], h);
+    if (record == nullptr) {
+      record = s.lazy[k].Insert(rows[i], h, s.record_floats);
+      if (record == nullptr)
+        return Internal("PushRows " + s.def.key().ToString() + ": out of memory creating row " +
+                        std::to_string(rows[i]));
+      s.InitRecord(rows[i], record);
+    }
+    ApplyRows(spec, lr, global_step, {record, cols}, s.RecordSlots(record),
+              grad_rows.subspan(i * cols, cols));
+  }
+  return Status::Ok();
+}
+
 Status Store::Push(const ShardKey& key, std::span<const float> grad, int64_t global_step) {
   uint64_t pushed_rows = 0;
   auto run = [&]() -> Status {
     std::shared_lock lock(mu_);
     PS_ASSIGN_OR_RETURN(Shard * s, Find(key, "Push"));
+    if (s->lazy) return LazyWhole("Push", key);
     PS_RETURN_IF_ERROR(CheckSize("Push", key, "gradient", grad.size(), s->values.size()));
     ApplyDense(*s, grad, global_step);
     pushed_rows = static_cast<uint64_t>(s->def.rows);
@@ -332,6 +508,7 @@ Status Store::PushRows(const ShardKey& key, std::span<const int64_t> rows,
         CheckSize("PushRows", key, "gradient", grad_rows.size(), rows.size() * s->cols));
     PS_RETURN_IF_ERROR(CheckRows("PushRows", key, rows, s->def.rows));
     PS_RETURN_IF_ERROR(CheckUnique("PushRows", key, rows));
+    if (s->lazy) return ApplyLazy(*s, rows, grad_rows, global_step);
     ApplySparse(*s, rows, grad_rows, global_step);
     return Status::Ok();
   };
@@ -350,6 +527,23 @@ Result<ShardDef> Store::GetDef(const ShardKey& key) const {
   return s->def;
 }
 
+Result<ShardMemory> Store::Memory(const ShardKey& key) const {
+  std::shared_lock lock(mu_);
+  PS_ASSIGN_OR_RETURN(Shard * s, Find(key, "Memory"));
+  ShardMemory m;
+  if (!s->lazy) {
+    m.rows = s->def.rows;
+    m.bytes = (1 + s->slot_defs.size()) * s->values.size() * sizeof(float);
+    return m;
+  }
+  for (int64_t k = 0; k < s->num_stripes; ++k) {
+    std::lock_guard g(s->stripes[k]);
+    m.rows += static_cast<int64_t>(s->lazy[k].count());
+    m.bytes += s->lazy[k].bytes();
+  }
+  return m;
+}
+
 std::vector<ShardKey> Store::Keys() const {
   std::shared_lock lock(mu_);
   std::vector<ShardKey> keys;
@@ -361,10 +555,29 @@ std::vector<ShardKey> Store::Keys() const {
 namespace {
 
 void CallWithView(const auto& s, const std::function<void(const ShardView&)>& fn) {
-  ShardView view{s.def, s.values.span(), {}};
+  ShardView view{s.def, s.values.span(), {}, {}, {}};
   for (size_t i = 0; i < s.slot_defs.size(); ++i)
     view.slots.emplace_back(s.slot_defs[i].name, s.slots[i].span());
   s.LockAll();
+  if (!s.lazy) {
+    fn(view);
+    s.UnlockAll();
+    return;
+  }
+  std::vector<std::pair<int64_t, const float*>> created;
+  size_t n = 0;
+  for (int64_t k = 0; k < s.num_stripes; ++k) n += s.lazy[k].count();
+  created.reserve(n);
+  for (int64_t k = 0; k < s.num_stripes; ++k)
+    s.lazy[k].ForEach([&](int64_t row, const float* record) { created.emplace_back(row, record); });
+  std::sort(created.begin(), created.end());
+  std::vector<int64_t> ids(created.size());
+  for (size_t i = 0; i < created.size(); ++i) ids[i] = created[i].first;
+  view.row_ids = ids;
+  const size_t cols = s.cols;
+  view.row = [&created, cols](size_t i, size_t block) {
+    return std::span<const float>(created[i].second + block * cols, cols);
+  };
   fn(view);
   s.UnlockAll();
 }
@@ -390,6 +603,8 @@ Status Store::Restore(const ShardKey& key, std::span<const float> values,
                       std::span<const NamedSlot> slots) {
   std::shared_lock lock(mu_);
   PS_ASSIGN_OR_RETURN(Shard * s, Find(key, "Restore"));
+  if (s->lazy)
+    return InvalidArgument("Restore " + key.ToString() + ": a lazy shard is restored with Fill");
   const size_t n = s->values.size();
   PS_RETURN_IF_ERROR(CheckSize("Restore", key, "values", values.size(), n));
   std::array<const NamedSlot*, kMaxSlots> given{};
@@ -425,6 +640,10 @@ Store::ShardFill::ShardFill(std::shared_lock<std::shared_mutex> lock, Shard* sha
 }
 
 Store::ShardFill::~ShardFill() {
+  if (shard_->lazy) {  // CreateRows initialised every slot
+    shard_->UnlockAll();
+    return;
+  }
   const size_t n = shard_->values.size();
   for (size_t i = 0; i < shard_->slot_defs.size(); ++i) {
     if (!written_[i]) std::fill_n(shard_->slots[i].data(), n, shard_->slot_defs[i].initial);
@@ -437,6 +656,8 @@ const ShardDef& Store::ShardFill::def() const { return shard_->def; }
 std::span<float> Store::ShardFill::values() { return {shard_->values.data(), shard_->values.size()}; }
 
 Result<std::span<float>> Store::ShardFill::Slot(std::string_view name) {
+  if (shard_->lazy)
+    return InvalidArgument("Restore " + shard_->def.key().ToString() + ": a lazy shard has no slot arrays");
   for (size_t i = 0; i < shard_->slot_defs.size(); ++i) {
     if (shard_->slot_defs[i].name == name) {
       written_[i] = true;
@@ -445,6 +666,51 @@ Result<std::span<float>> Store::ShardFill::Slot(std::string_view name) {
   }
   return InvalidArgument("Restore " + shard_->def.key().ToString() + ": slot \"" + std::string(name) +
                          "\" does not belong to this ps's optimizer");
+}
+
+Status Store::ShardFill::CreateRows(std::span<const int64_t> rows) {
+  const Shard& s = *shard_;
+  const ShardKey key = s.def.key();
+  if (!s.lazy) return InvalidArgument("Restore " + key.ToString() + ": not a lazy shard");
+  PS_RETURN_IF_ERROR(CheckRows("Restore", key, rows, s.def.rows));
+  PS_RETURN_IF_ERROR(CheckUnique("Restore", key, rows));
+  created_.clear();
+  for (int64_t k = 0; k < s.num_stripes; ++k) s.lazy[k].Clear();
+  created_.reserve(rows.size());
+  for (int64_t row : rows) {
+    const uint64_t h = HashRow(row);
+    float* record = s.lazy[Shard::LazyStripeOf(h)].Insert(row, h, s.record_floats);
+    if (record == nullptr)
+      return Internal("Restore " + key.ToString() + ": out of memory creating " +
+                      std::to_string(rows.size()) + " rows");
+    s.InitRecord(row, record);
+    created_.push_back(record);
+  }
+  return Status::Ok();
+}
+
+Status Store::ShardFill::WriteRows(std::string_view block, int64_t first, std::span<const float> data) {
+  const Shard& s = *shard_;
+  const std::string name = s.def.key().ToString();
+  if (!s.lazy) return InvalidArgument("Restore " + name + ": not a lazy shard");
+  size_t b = 0;
+  if (block != "values") {
+    while (b < s.slot_defs.size() && s.slot_defs[b].name != block) ++b;
+    if (b == s.slot_defs.size())
+      return InvalidArgument("Restore " + name + ": slot \"" + std::string(block) +
+                             "\" does not belong to this ps's optimizer");
+    ++b;
+  }
+  const size_t cols = s.cols;
+  const auto n = static_cast<int64_t>(data.size() / cols);
+  if (data.size() % cols != 0 || first < 0 || first > static_cast<int64_t>(created_.size()) - n)
+    return OutOfRange("Restore " + name + ": rows [" + std::to_string(first) + ", +" + std::to_string(n) +
+                      ") outside the " + std::to_string(created_.size()) + " created rows");
+  for (int64_t i = 0; i < n; ++i) {
+    std::memcpy(created_[static_cast<size_t>(first + i)] + b * cols, data.data() + i * cols,
+                cols * sizeof(float));
+  }
+  return Status::Ok();
 }
 
 Result<std::unique_ptr<Store::ShardFill>> Store::Fill(const ShardKey& key) {

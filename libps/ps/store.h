@@ -29,13 +29,24 @@
 // receive buffer of a frame) and Pull/PullRows write straight into the caller's buffer
 // (e.g. a send buffer); no intermediate copies.
 //
+// Lazy shards (ShardDef::lazy, for hashed ids): no row is allocated up front. A row is
+// created by the first PushRows that names it, at its initial value (model::FillInitial
+// for that global row, exactly what a dense shard holds) with initial slots, and then
+// updated. PullRows of a row not created yet returns its initial value without creating
+// it, so a lazy and a dense shard of the same def train bit-identically. Created rows are
+// never dropped (except by a restore). Whole-shard Pull/Push/Restore of a lazy shard are
+// InvalidArgument; checkpoints go through Read (ShardView::row_ids) and Fill
+// (ShardFill::CreateRows). Storage: 64 stripes chosen by a hash of the row, each an
+// open-addressing table row -> record (linear probing, load <= 0.7) and chunks of up to
+// 4096 records; a record is the row's values then each slot, (1 + slots) * cols floats,
+// at a stable address. Memory() reports the bytes used.
+//
 // Design room for later modes (not implemented): "receive a gradient" (validate, look up
 // the shard, compute lr) and "apply a gradient" (ApplyDense/ApplySparse under stripe
 // locks) are separate private steps, so synchronous aggregation (accumulate N workers'
 // gradients for a step into a per-shard buffer, then apply once), at-most-once
 // application per (step id, shard) (a filter in front of apply), bounded staleness (a
-// per-shard version counter bumped by apply, waited on by pull) and lazily created rows
-// for hashed ids (a row map in front of the dense row index) slot in without changing
+// per-shard version counter bumped by apply, waited on by pull) slot in without changing
 // the public calls below.
 #pragma once
 
@@ -77,12 +88,16 @@ struct ShardDef {
   model::InitSpec init;
   uint64_t seed = 0;                // with var, row and col, determines initial values
   int num_shards = 1;               // how many shards the variable has (checkpoint metadata)
+  // Rows are created on first push (see "Lazy shards" above); rows * cols may then exceed
+  // what could be allocated (up to 2^40 rows). Requires full_shape of rank >= 1.
+  bool lazy = false;
   ShardKey key() const { return {var, shard}; }
   bool operator==(const ShardDef&) const = default;
 };
 
 // Checks a def on its own: sizes positive and consistent with full_shape
-// (row_begin + rows <= full_shape[0], cols == prod(full_shape[1:])), init valid.
+// (row_begin + rows <= full_shape[0], cols == prod(full_shape[1:])), init valid, and
+// rows * cols <= 2^40 unless lazy (a lazy shard bounds rows by 2^40 and cols by 2^24).
 Status ValidateShardDef(const ShardDef& def);
 
 // Monotonic counters since the store was built; bytes are payload floats * 4.
@@ -99,9 +114,20 @@ struct StoreStats {
 // A shard as ForEachShard/Read show it; spans are valid only inside the callback.
 struct ShardView {
   const ShardDef& def;
-  std::span<const float> values;  // [rows * cols]
-  // In SlotDefs(optimizer) order, each [rows * cols].
+  std::span<const float> values;  // [rows * cols]; empty for a lazy shard
+  // In SlotDefs(optimizer) order, each [rows * cols]; the spans are empty for a lazy shard.
   std::vector<std::pair<std::string, std::span<const float>>> slots;
+  // Lazy shards only: the created rows, shard-local, ascending [created rows].
+  std::span<const int64_t> row_ids;
+  // Lazy shards only: block b of created row row_ids[i], [cols] floats; block 0 is the
+  // values, block 1 + k is slot k (the order of `slots`).
+  std::function<std::span<const float>(size_t i, size_t block)> row;
+};
+
+// Memory held by one shard (Store::Memory).
+struct ShardMemory {
+  int64_t rows = 0;    // rows allocated: def.rows for a dense shard, created rows if lazy
+  uint64_t bytes = 0;  // values, slots, and for a lazy shard its row tables and chunk slack
 };
 
 // A slot's contents for Restore.
@@ -146,6 +172,8 @@ class Store {
 
   bool Contains(const ShardKey& key) const;
   Result<ShardDef> GetDef(const ShardKey& key) const;
+  // Rows allocated and bytes used; takes each stripe lock in turn.
+  Result<ShardMemory> Memory(const ShardKey& key) const;
   std::vector<ShardKey> Keys() const;  // sorted
 
   // Calls fn with one shard while holding all its stripe locks (a consistent snapshot of
@@ -157,6 +185,7 @@ class Store {
   // Overwrites a created shard's values [rows * cols] and the named slots (each must be
   // one of SlotDefs(optimizer)); slots not given are reset to their initial value, so a
   // checkpoint written with another optimizer can be loaded by passing no slots.
+  // InvalidArgument for a lazy shard (use Fill).
   Status Restore(const ShardKey& key, std::span<const float> values,
                  std::span<const NamedSlot> slots);
 
@@ -171,9 +200,20 @@ class Store {
     ShardFill(const ShardFill&) = delete;
     ShardFill& operator=(const ShardFill&) = delete;
     const ShardDef& def() const;
+    // Dense shards only (empty for a lazy shard).
     std::span<float> values();  // [rows * cols]
-    // The named slot's memory; InvalidArgument if the optimizer has no such slot.
+    // The named slot's memory; InvalidArgument if the optimizer has no such slot, or for
+    // a lazy shard.
     Result<std::span<float>> Slot(std::string_view name);
+
+    // Lazy shards only (InvalidArgument otherwise). Drops every created row and creates
+    // `rows` (shard-local, unique (InvalidArgument), in range (OutOfRange)) at their
+    // initial values and slots; the i-th of them is "stored row" i for WriteRows.
+    Status CreateRows(std::span<const int64_t> rows);
+    // Copies data [n * cols] into `block` ("values" or a slot name) of stored rows
+    // [first, first + n) of the last CreateRows. A slot the optimizer lacks is
+    // InvalidArgument; rows outside that range OutOfRange.
+    Status WriteRows(std::string_view block, int64_t first, std::span<const float> data);
 
    private:
     friend class Store;
@@ -181,6 +221,7 @@ class Store {
     std::shared_lock<std::shared_mutex> lock_;
     Shard* shard_;
     std::array<bool, kMaxSlots> written_{};
+    std::vector<float*> created_;  // lazy: the records of the last CreateRows, in its order
   };
   Result<std::unique_ptr<ShardFill>> Fill(const ShardKey& key);
 
@@ -197,6 +238,10 @@ class Store {
   // The "apply" half of a push: grad already validated against the shard.
   void ApplyDense(Shard& shard, std::span<const float> grad, int64_t global_step);
   void ApplySparse(Shard& shard, std::span<const int64_t> rows, std::span<const float> grad_rows,
+                   int64_t global_step);
+  // ApplySparse for a lazy shard: creates missing rows first. Internal on out of memory
+  // (the rows before the failing one are then applied).
+  Status ApplyLazy(Shard& shard, std::span<const int64_t> rows, std::span<const float> grad_rows,
                    int64_t global_step);
   Status Count(Status st, bool pull, uint64_t bytes, uint64_t rows);
 

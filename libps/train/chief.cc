@@ -321,6 +321,7 @@ class Chief {
       d.full_shape = v->shape;
       d.init_json = model::InitToJson(v->init).dump();
       d.seed = job_.seed;
+      d.lazy = v->lazy;
       per_ps[static_cast<size_t>(s.ps)].shards.push_back(std::move(d));
     }
     create_msgs_ = per_ps;

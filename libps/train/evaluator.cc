@@ -147,8 +147,10 @@ class Evaluator {
     for (const auto& s : plan.shards) {
       const auto& v = *std::find_if(plan.variables.begin(), plan.variables.end(),
                                     [&](const auto& d) { return d.name == s.var; });
+      // A lazy shard pulls rows the checkpoint lacks at their initial values: it needs v.init.
       PS_RETURN_IF_ERROR(store.Create(ps::ShardDef{s.var, s.shard, s.row_begin, s.rows, s.cols, v.shape,
-                                                   model::InitSpec{}, job_.seed, s.num_shards}));
+                                                   v.lazy ? v.init : model::InitSpec{}, job_.seed, s.num_shards,
+                                                   v.lazy}));
     }
     std::set<ps::ShardKey> restored;
     for (int p = 0; p < c.manifest.num_ps; ++p) {

@@ -95,7 +95,7 @@ Result<VariablePlan> PlanVariables(const JobSpec& job, const model::Model& model
   VariablePlan plan;
   plan.variables = model.variables();
   std::vector<cluster::VarShape> shapes;
-  for (const auto& v : plan.variables) shapes.push_back({v.name, v.shape, 4});
+  for (const auto& v : plan.variables) shapes.push_back({v.name, v.shape, 4, v.lazy});
   PS_ASSIGN_OR_RETURN(plan.shards, cluster::Place(shapes, job.partitioner, num_ps, job.placement));
   return plan;
 }

@@ -679,6 +679,7 @@ Result<InspectReport> InspectModelDir(const std::string& model_dir, const Inspec
     std::string rows_text = meta.num_shards > 1 ? std::to_string(meta.row_begin) + "-" +
                                                       std::to_string(meta.row_begin + meta.rows - 1)
                                                 : "all";
+    if (meta.sparse) rows_text += " (lazy: " + std::to_string(meta.stored_rows) + " created)";
     std::string data = "unchecked";
     if (!rec.data_error.empty()) {
       data = "CORRUPT: " + ckpt::ShardFileName(ps) + ": " + rec.data_error;

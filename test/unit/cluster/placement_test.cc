@@ -325,3 +325,41 @@ TEST_CASE("Placement strategy names round-trip") {
   }
   CHECK_FALSE(ps::cluster::ParsePlacementStrategy("RoundRobin").has_value());
 }
+
+TEST_CASE("A lazy 2^40 x 16 table is sized by kLazyEstimateRows, not allocated per row") {
+  const int64_t vocab = int64_t{1} << 40;
+  std::vector<VarShape> vars = {{"ids/embeddings", {vocab, 16}, 4, true}, {"dense_0/kernel", {64, 1}, 4, false}};
+  // 2^20 estimated rows * 64 bytes = 64 MiB: max_size 4 MiB gives 16 shards, each a
+  // contiguous range of the real 2^40 rows.
+  PartitionerSpec max_size;
+  max_size.kind = PartitionerSpec::kMaxSize;
+  max_size.max_shard_bytes = 4 << 20;
+  auto placed = Place(vars, max_size, 3, PlacementStrategy::kGreedyBytes);
+  REQUIRE(placed.ok());
+  REQUIRE(placed->size() == 17);
+  int64_t rows = 0;
+  for (int s = 0; s < 16; ++s) {
+    const ShardPlacement& p = (*placed)[static_cast<size_t>(s)];
+    CHECK(p.num_shards == 16);
+    CHECK(p.row_begin == rows);
+    CHECK(p.rows == vocab / 16);
+    CHECK(p.cols == 16);
+    rows += p.rows;
+  }
+  CHECK(rows == vocab);
+  // Greedy bytes sees 16 shards of 4 MiB (and a tiny kernel): 6/5/5 over 3 ps.
+  auto bytes = ps::cluster::BytesPerPs(vars, *placed, 3);
+  CHECK(bytes[0] == 6 * (4 << 20));
+  CHECK(bytes[1] == 5 * (4 << 20) + 256);
+  CHECK(bytes[2] == 5 * (4 << 20));
+
+  PartitionerSpec min_size;
+  min_size.kind = PartitionerSpec::kMinSize;
+  min_size.max_shards = 1000;
+  auto by_min = Place(vars, min_size, 2, PlacementStrategy::kRoundRobin);
+  REQUIRE(by_min.ok());
+  CHECK((*by_min)[0].num_shards == 256);  // 64 MiB / 256 KiB
+  // Not lazy, the same table would need 2^46 bytes and 2^26 shards of 1 MiB.
+  vars[0].lazy = false;
+  CHECK(*NumShards(max_size, vars[0].shape, 4) == (1 << 24));
+}

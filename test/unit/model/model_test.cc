@@ -494,3 +494,26 @@ TEST_CASE("embedding_mlp and logistic_regression learn which ids mean label 1") 
     CHECK(Train(*m, store, batches, 60, 1.0f) == 1.0);
   }
 }
+
+TEST_CASE("\"lazy\" marks a table's variable lazy: first field of a table, and logistic_regression") {
+  auto m = Build(R"({"type":"embedding_mlp","fields":[
+      {"table":"ids","vocab":1099511627776,"dim":16,"lazy":true},{"table":"ids"},
+      {"table":"small","vocab":10,"dim":2}],"classes":1})");
+  REQUIRE(m != nullptr);
+  REQUIRE(m->variables().size() >= 2);
+  CHECK(m->variables()[0].name == "ids/embeddings");
+  CHECK(m->variables()[0].shape == std::vector<int64_t>{int64_t{1} << 40, 16});
+  CHECK(m->variables()[0].lazy);
+  CHECK_FALSE(m->variables()[1].lazy);
+  for (size_t v = 2; v < m->variables().size(); ++v) CHECK_FALSE(m->variables()[v].lazy);
+  auto lr = Build(R"({"type":"logistic_regression","num_features":1099511627776,"num_fields":3,"lazy":true})");
+  CHECK(lr->variables()[0].lazy);
+  CHECK_FALSE(lr->variables()[1].lazy);
+  CHECK_FALSE(Build(R"({"type":"logistic_regression","num_features":10})")->variables()[0].lazy);
+
+  CHECK(BuildError(R"({"type":"embedding_mlp","fields":[{"table":"t","vocab":5,"dim":2},
+      {"table":"t","lazy":true}],"classes":1})") ==
+        "job.model.fields[1].lazy: set on the first field of table \"t\" (fields[0]) only");
+  CHECK(BuildError(R"({"type":"logistic_regression","num_features":10,"lazy":1})").find("job.model.lazy") == 0);
+  CHECK(BuildError(R"({"type":"mlp","input_dim":4,"classes":2,"lazy":true})") == "job.model.lazy: unknown key");
+}

@@ -1,0 +1,307 @@
+// Sparse embedding throughput of one ps core: rows pulled and pushed per second for a
+// big embedding table, dense and lazy. Not a test: run by scripts/bench-sparse.sh.
+//
+//   bench_sparse_ps [--rows 10000000] [--dim 16] [--batch 512] [--ids 26] [--zipf 1.05]
+//                   [--clients 2] [--seconds 2] [--variants dense,lazy] [--prefill 1]
+//
+// Workload: --batch examples x --ids ids each, drawn Zipf(--zipf) over the table's rows
+// (continuous inverse-CDF approximation, rank k -> row (k * 1000003) mod rows so hot rows
+// are spread over the table as hashed ids are), de-duplicated and sorted per batch as a
+// worker's RowsNeeded does. 256 batches are pre-drawn (seeded) and cycled.
+//
+// Per variant (a dense shard, or a lazy one that creates rows on first push), the ps
+// optimizer is Adagrad and the table one shard of rows x dim float32:
+//   in-process  the same Store::PullRows / PushRows calls in this thread, no network:
+//               the baseline.
+//   network     a ps::Service behind a net::Server with handler_threads = 1 (one ps
+//               core; one I/O thread) in this process; --clients client threads, each
+//               with its own net::Client over 127.0.0.1, one request at a time: a Pull
+//               of the batch's unique rows, or a Push of their gradients.
+// Pulls and pushes are measured separately for --seconds each. Reported: unique rows per
+// second, payload MB/s (floats; the pull/push requests also carry 8 bytes per row id,
+// not counted), and network / in-process. For the lazy variant, rows created and bytes
+// per created row (Store::Memory) after the run. With --prefill 1 (default) the lazy
+// shard first gets every row created (zero gradients, which leave Adagrad's values and
+// accumulators unchanged), so both variants hold all rows: the state of a long-trained
+// table. --prefill 0 measures a fresh lazy table (creation on the measured pushes).
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "libps/model/blas.h"
+#include "libps/net/transport.h"
+#include "libps/ps/service.h"
+#include "libps/ps/store.h"
+#include "test/bench/bench_util.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr uint64_t kClusterId = 0x737061727365;  // "sparse"
+constexpr int kBatches = 256;
+
+[[noreturn]] void Die(const std::string& what) {
+  std::fprintf(stderr, "bench_sparse_ps: %s\n", what.c_str());
+  std::exit(1);
+}
+
+void Check(const ps::Status& st, const std::string& what) {
+  if (!st.ok()) Die(what + ": " + st.ToString());
+}
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+struct Options {
+  int64_t rows = 10000000;
+  int64_t dim = 16;
+  int64_t batch = 512;
+  int64_t ids = 26;
+  double zipf = 1.05;
+  int clients = 2;
+  double seconds = 2;
+  std::vector<std::string> variants = {"dense", "lazy"};
+  bool prefill = true;
+};
+
+Options Parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (i + 1 >= argc) Die("missing value for " + a);
+    std::string v = argv[++i];
+    if (a == "--rows") o.rows = std::atoll(v.c_str());
+    else if (a == "--dim") o.dim = std::atoll(v.c_str());
+    else if (a == "--batch") o.batch = std::atoll(v.c_str());
+    else if (a == "--ids") o.ids = std::atoll(v.c_str());
+    else if (a == "--zipf") o.zipf = std::atof(v.c_str());
+    else if (a == "--clients") o.clients = std::atoi(v.c_str());
+    else if (a == "--seconds") o.seconds = std::atof(v.c_str());
+    else if (a == "--prefill") o.prefill = v != "0";
+    else if (a == "--variants") {
+      o.variants.clear();
+      size_t p = 0;
+      while (p <= v.size()) {
+        size_t q = v.find(',', p);
+        if (q == std::string::npos) q = v.size();
+        o.variants.push_back(v.substr(p, q - p));
+        p = q + 1;
+      }
+    } else {
+      Die("unknown flag " + a);
+    }
+  }
+  if (o.rows < 1 || o.rows > (int64_t{1} << 40) || o.dim < 1 || o.batch < 1 || o.ids < 1 || o.zipf <= 0 || o.clients < 1 || o.seconds <= 0)
+    Die("bad flag value");
+  for (const auto& v : o.variants)
+    if (v != "dense" && v != "lazy") Die("--variants: dense and/or lazy, got " + v);
+  return o;
+}
+
+// Sorted unique rows of each pre-drawn batch.
+std::vector<std::vector<int64_t>> DrawBatches(const Options& o, int count, double* mean_unique) {
+  std::mt19937_64 rng(12345);
+  std::uniform_real_distribution<double> u01(0.0, 1.0);
+  const double n = static_cast<double>(o.rows);
+  const double s = o.zipf;
+  auto rank = [&]() -> int64_t {  // in [0, rows)
+    const double u = u01(rng);
+    double x = std::abs(s - 1.0) < 1e-9 ? std::pow(n, u)
+                                        : std::pow((std::pow(n, 1.0 - s) - 1.0) * u + 1.0, 1.0 / (1.0 - s));
+    auto k = static_cast<int64_t>(x) - 1;
+    return std::clamp<int64_t>(k, 0, o.rows - 1);
+  };
+  std::vector<std::vector<int64_t>> batches(static_cast<size_t>(count));
+  double total = 0;
+  for (auto& b : batches) {
+    for (int64_t i = 0; i < o.batch * o.ids; ++i) {
+      const auto k = static_cast<uint64_t>(rank());  // rows <= 2^40: k * 1000003 fits
+      b.push_back(static_cast<int64_t>((k * 1000003u) % static_cast<uint64_t>(o.rows)));
+    }
+    std::sort(b.begin(), b.end());
+    b.erase(std::unique(b.begin(), b.end()), b.end());
+    total += static_cast<double>(b.size());
+  }
+  *mean_unique = total / count;
+  return batches;
+}
+
+struct Rate {
+  double rows_per_s = 0;
+  double mb_per_s = 0;
+};
+
+// Runs fn(i) for `seconds` (at least 3 calls); fn returns the rows it moved.
+template <typename F>
+Rate Measure(double seconds, int64_t dim, F&& fn) {
+  int64_t rows = 0;
+  int64_t i = 0;
+  auto t0 = Clock::now();
+  double el = 0;
+  while (i < 3 || (el = Seconds(t0, Clock::now())) < seconds) rows += fn(i++);
+  el = Seconds(t0, Clock::now());
+  return {static_cast<double>(rows) / el, static_cast<double>(rows * dim * 4) / el / 1e6};
+}
+
+void Row(const char* what, const Rate& r, const Rate& base) {
+  std::printf("  %-22s %12.0f %10.1f %8.2f\n", what, r.rows_per_s, r.mb_per_s, r.rows_per_s / base.rows_per_s);
+}
+
+void RunVariant(const Options& o, bool lazy, const std::vector<std::vector<int64_t>>& batches) {
+  ps::ps::Store store;
+  ps::ps::OptimizerSpec spec = ps::ps::DefaultOptimizer(ps::ps::OptimizerKind::kAdagrad);
+  spec.learning_rate = 0.01;
+  Check(store.Configure(spec), "Configure");
+  ps::ps::ShardDef def;
+  def.var = "emb/embeddings";
+  def.rows = o.rows;
+  def.cols = o.dim;
+  def.full_shape = {o.rows, o.dim};
+  def.init = {ps::model::InitKind::kUniform, -0.05, 0.05};
+  def.seed = 1;
+  def.lazy = lazy;
+  auto t0 = Clock::now();
+  Check(store.Create(def), "Create");
+  if (lazy && o.prefill) {
+    std::vector<int64_t> rows;
+    std::vector<float> zeros(65536 * static_cast<size_t>(o.dim), 0.0f);
+    for (int64_t first = 0; first < o.rows; first += 65536) {
+      rows.clear();
+      for (int64_t r = first; r < std::min(o.rows, first + 65536); ++r) rows.push_back(r);
+      Check(store.PushRows(def.key(), rows, std::span(zeros).first(rows.size() * static_cast<size_t>(o.dim)), 0),
+            "prefill");
+    }
+  }
+  const double create_s = Seconds(t0, Clock::now());
+  const ps::ps::ShardKey key = def.key();
+  const auto dim = static_cast<size_t>(o.dim);
+  size_t max_rows = 0;
+  for (const auto& b : batches) max_rows = std::max(max_rows, b.size());
+  const std::vector<float> grad(max_rows * dim, 0.001f);
+
+  std::printf("\n%s shard: %lld x %lld float32, adagrad (created%s in %.2f s)\n", lazy ? "lazy" : "dense",
+              static_cast<long long>(o.rows), static_cast<long long>(o.dim),
+              lazy && o.prefill ? " and every row pushed once" : "", create_s);
+  std::printf("  %-22s %12s %10s %8s\n", "", "rows/s", "MB/s", "vs base");
+
+  // In-process baseline. Pushes first, so the lazy variant's pulls see created rows.
+  std::vector<float> out(max_rows * dim);
+  int64_t step = 0;
+  Rate base_push = Measure(o.seconds, o.dim, [&](int64_t i) {
+    const auto& rows = batches[static_cast<size_t>(i) % batches.size()];
+    Check(store.PushRows(key, rows, std::span(grad).first(rows.size() * dim), step++), "PushRows");
+    return static_cast<int64_t>(rows.size());
+  });
+  Rate base_pull = Measure(o.seconds, o.dim, [&](int64_t i) {
+    const auto& rows = batches[static_cast<size_t>(i) % batches.size()];
+    Check(store.PullRows(key, rows, std::span(out).first(rows.size() * dim)), "PullRows");
+    return static_cast<int64_t>(rows.size());
+  });
+
+  // The ps: one handler thread, one I/O thread.
+  ps::ps::Service service(&store);
+  ps::net::Runtime server_runtime(1);
+  ps::net::ServerOptions so;
+  so.identity = {ps::proto::Role::kPs, 0, kClusterId, std::nullopt};
+  so.handler_threads = 1;
+  auto server = ps::net::Server::Start(server_runtime, so, [&](ps::net::Request req, ps::net::Responder resp) {
+    service.Handle(std::move(req), std::move(resp));
+  });
+  if (!server.ok()) Die(server.status().ToString());
+  ps::net::Runtime client_runtime(1);
+  std::vector<std::shared_ptr<ps::net::Client>> clients;
+  for (int c = 0; c < o.clients; ++c) {
+    ps::net::ClientOptions co;
+    co.host = "127.0.0.1";
+    co.port = (*server)->port();
+    co.peer_name = "ps:0";
+    co.identity = {ps::proto::Role::kWorker, c, kClusterId, std::nullopt};
+    auto client = ps::net::Client::Connect(client_runtime, co);
+    if (!client.ok()) Die(client.status().ToString());
+    clients.push_back(*client);
+  }
+  std::atomic<int64_t> step_id{0};
+  auto over_network = [&](bool push) {
+    std::atomic<int64_t> rows_moved{0};
+    std::vector<std::thread> threads;
+    auto t_start = Clock::now();
+    for (int c = 0; c < o.clients; ++c) {
+      threads.emplace_back([&, c] {
+        std::vector<float> into(max_rows * dim);
+        int64_t moved = 0;
+        int64_t i = c * 17;
+        auto t = Clock::now();
+        while (Seconds(t, Clock::now()) < o.seconds) {
+          const auto& rows = batches[static_cast<size_t>(i++) % batches.size()];
+          ps::proto::Slice slice;
+          slice.var = def.var;
+          slice.all_rows = false;
+          slice.rows = rows;
+          const size_t n = rows.size() * dim;
+          if (push) {
+            ps::proto::Push msg;
+            msg.items = {std::move(slice)};
+            msg.global_step = i;
+            msg.step_id = step_id.fetch_add(1);
+            ps::net::OutPayload payload;
+            payload.parts.push_back(std::as_bytes(std::span(grad).first(n)));
+            Check(clients[static_cast<size_t>(c)]->CallSync(std::move(msg), std::move(payload)).status(), "Push");
+          } else {
+            ps::proto::Pull msg;
+            msg.items = {std::move(slice)};
+            std::vector<std::span<std::byte>> dst{std::as_writable_bytes(std::span(into).first(n))};
+            auto r = clients[static_cast<size_t>(c)]->CallSync(std::move(msg), {}, dst);
+            Check(r.status(), "Pull");
+          }
+          moved += static_cast<int64_t>(rows.size());
+        }
+        rows_moved += moved;
+      });
+    }
+    for (auto& th : threads) th.join();
+    const double el = Seconds(t_start, Clock::now());
+    const auto rows = static_cast<double>(rows_moved.load());
+    return Rate{rows / el, rows * static_cast<double>(dim) * 4 / el / 1e6};
+  };
+  Rate net_push = over_network(true);
+  Rate net_pull = over_network(false);
+  for (auto& c : clients) c->Close();
+
+  Row("pull in-process", base_pull, base_pull);
+  Row("pull network", net_pull, base_pull);
+  Row("push in-process", base_push, base_push);
+  Row("push network", net_push, base_push);
+  auto mem = store.Memory(key);
+  if (mem.ok()) {
+    std::printf("  memory: %lld rows allocated, %.1f MB, %.1f bytes per row (values + accumulator = %lld)\n",
+                static_cast<long long>(mem->rows), static_cast<double>(mem->bytes) / 1e6,
+                mem->rows > 0 ? static_cast<double>(mem->bytes) / static_cast<double>(mem->rows) : 0.0,
+                static_cast<long long>(2 * o.dim * 4));
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = Parse(argc, argv);
+  ps::model::SetBlasThreads(1);
+  double mean_unique = 0;
+  auto batches = DrawBatches(o, kBatches, &mean_unique);
+  std::printf("load average at start: %s (%u cores)\n", ps::bench::LoadAverage().c_str(),
+              std::thread::hardware_concurrency());
+  std::printf("batch %lld examples x %lld ids, Zipf s=%.2f over %lld rows: %.0f unique rows per batch "
+              "(mean of %d); %d client threads; %.1f s per measurement\n",
+              static_cast<long long>(o.batch), static_cast<long long>(o.ids), o.zipf,
+              static_cast<long long>(o.rows), mean_unique, kBatches, o.clients, o.seconds);
+  for (const auto& v : o.variants) RunVariant(o, v == "lazy", batches);
+  return 0;
+}
