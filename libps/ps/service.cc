@@ -162,7 +162,7 @@ Status Service::CreateShards(const proto::CreateShards& msg) {
     PS_ASSIGN_OR_RETURN(Json init_json, ParseJson(d.init_json, where + ".init"));
     auto init = model::ParseInit(init_json, where + ".init");
     if (!init.ok()) return init.status();
-    ShardDef def{d.var, d.shard, d.row_begin, d.rows, d.cols, d.full_shape, *init, d.seed, d.num_shards};
+    ShardDef def{d.var, d.shard, d.row_begin, d.rows, d.cols, d.full_shape, *init, d.seed, d.num_shards, d.lazy};
     PS_RETURN_IF_ERROR(store_->Create(def).WithContext(where));
   }
   return Status::Ok();
