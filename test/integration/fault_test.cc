@@ -90,7 +90,7 @@ int CountLines(const std::vector<std::string>& lines, const std::string& needle)
 void FreezeWhileBusy(Tasks& tasks, const cluster::ClusterSpec& spec) {
   tasks[kWorker1].Signal(SIGSTOP);
   for (int attempt = 0; attempt < 20; ++attempt) {
-    Json w = TaskEntry(ChiefStatus(spec)["tasks"], "worker:1");
+    Json w = TaskEntry(ChiefStatus(spec)["workers"], "worker:1");
     Note("status of worker:1: " + w.dump());
     if (w["state"] == "running") return;
     REQUIRE(w["state"] != "lost");
@@ -128,7 +128,7 @@ TEST_CASE("SIGKILL of worker:1 mid-run: its steps are re-queued, the restarted w
   // Then worker:0 is held so that the job cannot end before worker:1 is back; worker:1's
   // count stays frozen while it is gone.
   tasks[kWorker0].Signal(SIGSTOP);
-  Json dead = TaskEntry(ChiefStatus(spec)["tasks"], "worker:1");
+  Json dead = TaskEntry(ChiefStatus(spec)["workers"], "worker:1");
   CHECK(dead["state"] == "lost");
   const int64_t steps_before = dead["steps"].get<int64_t>();
   Note("worker:1 had done " + std::to_string(steps_before) + " steps when it was killed");
@@ -222,7 +222,7 @@ TEST_CASE("SIGSTOP of worker:1: lost after the heartbeat timeout, its steps move
   CHECK_THAT(LineFrom(chief, "re-queued", before_stop), Catch::Contains("failed on worker:1"));
   const size_t after_loss = chief.LineCount();
   REQUIRE(chief.WaitForLineFrom(kProgress, after_loss, 60s));
-  Json hung = TaskEntry(ChiefStatus(spec)["tasks"], "worker:1");
+  Json hung = TaskEntry(ChiefStatus(spec)["workers"], "worker:1");
   CHECK(hung["state"] == "lost");
   const int64_t steps_before = hung["steps"].get<int64_t>();
 
