@@ -89,7 +89,7 @@ Offset<void> EncodeBody(FlatBufferBuilder& fbb, const Body& body) {
           return w::CreateStartJobDirect(fbb, m.job_json.c_str(), m.worker_index, m.num_workers)
               .Union();
         } else if constexpr (std::is_same_v<M, RunSteps>) {
-          return w::CreateRunSteps(fbb, m.first_step, m.count, m.clock).Union();
+          return w::CreateRunSteps(fbb, m.first_step, m.count).Union();
         } else if constexpr (std::is_same_v<M, RunStepsReply>) {
           return w::CreateRunStepsReply(fbb, m.steps, m.examples, m.loss_sum, m.correct,
                                         m.data_seconds, m.pull_seconds, m.compute_seconds,
@@ -205,7 +205,7 @@ Result<Body> DecodeBody(const w::Envelope* env) {
     }
     case w::Body::RunSteps: {
       auto* m = env->body_as_RunSteps();
-      return Body(RunSteps{m->first_step(), m->count(), m->clock()});
+      return Body(RunSteps{m->first_step(), m->count()});
     }
     case w::Body::RunStepsReply: {
       auto* m = env->body_as_RunStepsReply();

@@ -72,7 +72,7 @@ struct SaveReply { std::string file; uint64_t bytes = 0; uint32_t digest = 0; };
 struct Restore { std::string model_dir; int64_t global_step = 0; };
 
 struct StartJob { std::string job_json; int32_t worker_index = 0; int32_t num_workers = 0; };
-struct RunSteps { int64_t first_step = 0; int32_t count = 0; int64_t clock = 0; };
+struct RunSteps { int64_t first_step = 0; int32_t count = 0; };
 struct RunStepsReply {
   int32_t steps = 0;
   int64_t examples = 0;

@@ -93,7 +93,9 @@ void Service::Handle(net::Request request, net::Responder responder) {
       std::lock_guard lock(mode_mu_);
       base_version_ = m->global_step;
       sync_.clear();
-      clocks_.assign(clocks_.size(), 0);  // the chief numbers the workers' steps afresh
+      // Workers keep counting their steps across a restore (a restarted ps knows none):
+      // until a worker is heard from again it holds nobody back.
+      clocks_.assign(clocks_.size(), -1);
     }
     FailParked(Aborted("the ps was restored to checkpoint " + std::to_string(m->global_step)));
     return responder.Reply(proto::Ack{});
@@ -355,9 +357,11 @@ bool Service::Ready(const proto::Pull& msg) {
     return true;
   }
   if (update_.mode == UpdateMode::kBoundedStaleness) {
+    auto& own = clocks_[static_cast<size_t>(msg.worker)];
+    if (own < 0) own = msg.clock;  // first heard of since a restore
     int64_t slowest = INT64_MAX;
     for (size_t w = 0; w < clocks_.size(); ++w) {
-      if (static_cast<int32_t>(w) != msg.worker) slowest = std::min(slowest, clocks_[w]);
+      if (static_cast<int32_t>(w) != msg.worker && clocks_[w] >= 0) slowest = std::min(slowest, clocks_[w]);
     }
     if (slowest == INT64_MAX) return true;  // the only worker
     if (msg.clock - slowest > update_.staleness) return false;

@@ -117,7 +117,7 @@ class Service {
   UpdateSpec update_;
   int64_t base_version_ = 0;    // sync: the version of shards not pushed since Restore
   std::map<ShardKey, SyncShard> sync_;
-  std::vector<int64_t> clocks_;  // bounded staleness: [worker] steps pushed
+  std::vector<int64_t> clocks_;  // bounded staleness: [worker] steps pushed; -1 unknown
   int64_t max_lead_ = 0;
   uint64_t waited_pulls_ = 0;
   std::vector<Parked> parked_;

@@ -14,10 +14,11 @@
 //   to the next update. Workers beyond R are backups: a gradient computed for an update
 //   that its shard has already applied is dropped and counted as stale. A pull for
 //   update u waits until each shard it reads has applied updates 0..u-1.
-// bounded_staleness: stale synchronous parallel. As async, but each worker counts its
-//   own steps (its clock) and a pull for a worker's step c waits until every other
+// bounded_staleness: stale synchronous parallel. As async, but each worker counts the
+//   steps it has run (its clock) and a pull for a worker's step c waits until every other
 //   worker has pushed its steps 0..c-S-1 to that ps: no worker is ever more than S steps
-//   ahead of the slowest. S = 0 keeps every worker in lock step.
+//   ahead of the slowest. S = 0 keeps every worker in lock step. After a restore (a ps
+//   or the chief restarted) a worker holds nobody back until it is heard from again.
 #pragma once
 
 #include <cstdint>

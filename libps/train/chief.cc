@@ -457,7 +457,6 @@ class Chief {
         const int64_t before = global_step_;
         Status recovered = RecoverPs();
         if (!recovered.ok()) return recovered;
-        coordinator_->ResetClocks();
         coordinator_->Resume();
         SetState("training");
         recovering = false;

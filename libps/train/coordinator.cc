@@ -119,11 +119,6 @@ void Coordinator::Rejoin(int worker, std::shared_ptr<net::Client> client) {
   cv_.notify_all();
 }
 
-void Coordinator::ResetClocks() {
-  std::lock_guard lock(mu_);
-  for (auto& s : state_) s.clock = 0;
-}
-
 std::vector<WorkerSnapshot> Coordinator::Snapshot() const {
   std::lock_guard lock(mu_);
   return state_;
@@ -174,11 +169,9 @@ void Coordinator::DispatchLoop() {
     Pack pack = std::move(queue_[index]);
     queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(index));
     pack.attempts += 1;
-    auto& state = state_[static_cast<size_t>(chosen)];
-    state.in_flight += 1;
+    state_[static_cast<size_t>(chosen)].in_flight += 1;
     auto client = workers_[static_cast<size_t>(chosen)];
-    proto::RunSteps msg{pack.first_step, pack.count, state.clock};
-    state.clock += pack.count;
+    proto::RunSteps msg{pack.first_step, pack.count};
     lock.unlock();
     client->CallAsync(msg, {}, {}, options_.pack_timeout,
                       [this, chosen, pack = std::move(pack)](Result<net::Reply> r) mutable {

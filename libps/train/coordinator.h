@@ -6,8 +6,6 @@
 // A pack pinned to a worker (sync mode: every worker runs every update) runs only there,
 // after that worker's earlier pinned packs, one at a time; when the worker is lost it waits, queued, for
 // the worker to rejoin.
-// Each RunSteps carries the worker's clock: how many steps were dispatched to that worker
-// before it (bounded staleness numbers a worker's steps with it).
 // Thread-safe.
 #pragma once
 
@@ -40,7 +38,6 @@ struct WorkerSnapshot {
   int64_t packs_done = 0;
   int64_t steps_done = 0;
   int64_t stale = 0;           // steps skipped as stale (sync mode)
-  int64_t clock = 0;           // steps dispatched since the last ResetClocks
   double data_seconds = 0, pull_seconds = 0, compute_seconds = 0, push_seconds = 0;
   std::string last_error;
 };
@@ -57,9 +54,7 @@ class Coordinator {
 
   // `worker` >= 0 pins the pack to that worker.
   std::future<Result<PackResult>> Schedule(int64_t first_step, int count, int worker = -1);
-  // Numbers every worker's steps from 0 again (the ps tasks were restored). Only while
-  // nothing is in flight.
-  void ResetClocks();
+
   // Waits for every scheduled pack; returns the first error (then cancels the queue).
   Status Join();
   // True when nothing is queued or in flight.

@@ -225,7 +225,7 @@ class Worker {
     if (trainer_ == nullptr) return FailedPrecondition("RunSteps before StartJob");
     PS_RETURN_IF_ERROR(ReconnectPs());
     StepStats s;
-    PS_RETURN_IF_ERROR(trainer_->RunSteps(m.first_step, m.count, &s, m.clock));
+    PS_RETURN_IF_ERROR(trainer_->RunSteps(m.first_step, m.count, &s));
     return proto::RunStepsReply{static_cast<int32_t>(s.steps), s.examples,        s.loss_sum,
                                 s.correct,                     s.data_seconds,    s.pull_seconds,
                                 s.compute_seconds,             s.push_seconds,    static_cast<int32_t>(s.stale)};

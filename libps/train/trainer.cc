@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <thread>
 
 namespace ps::train {
 
@@ -232,7 +233,6 @@ Status ParamFetcher::StartFetch(int stage, model::Model& model, const model::Bat
     p.clock = every_shard ? clock : -1;
     active += p.items.empty() && !every_shard ? 0 : 1;
   }
-  st.clock = clock;
   st.pull_in_flight = std::make_shared<Latch>(active);
   st.version = std::make_shared<std::atomic<int64_t>>(INT64_MAX);
   auto latch = st.pull_in_flight;
@@ -298,6 +298,11 @@ void ParamFetcher::StartPush(int stage, const model::Grads& grads, int64_t step,
   }
 }
 
+int64_t Trainer::SlowStepHook() {
+  const char* v = std::getenv("PSTRAIN_FAULT_SLOW_STEP_MS");
+  return v == nullptr ? 0 : std::max<int64_t>(0, std::atoll(v));
+}
+
 int64_t Trainer::Tag(int64_t step, int64_t clock) const {
   switch (mode_) {
     case ps::UpdateMode::kSync: return step;
@@ -307,8 +312,8 @@ int64_t Trainer::Tag(int64_t step, int64_t clock) const {
   return -1;
 }
 
-Status Trainer::RunSteps(int64_t first_step, int count, StepStats* stats, int64_t clock) {
-  Status st = Pipeline(first_step, count, stats, clock);
+Status Trainer::RunSteps(int64_t first_step, int count, StepStats* stats) {
+  Status st = Pipeline(first_step, count, stats);
   // Nothing may stay in flight past the pack (a failure included): the buffers are reused.
   auto t0 = Clock::now();
   Status pushed = fetcher_->WaitPush();
@@ -317,8 +322,9 @@ Status Trainer::RunSteps(int64_t first_step, int count, StepStats* stats, int64_
   return st.ok() ? pushed : st;
 }
 
-Status Trainer::Pipeline(int64_t first_step, int count, StepStats* stats, int64_t clock) {
+Status Trainer::Pipeline(int64_t first_step, int count, StepStats* stats) {
   if (count <= 0) return Status::Ok();
+  const int64_t clock = clock_;
   int stage = 0;
   bool fetching = false;  // the pull for `stage` has been started
   for (int i = 0; i < count; ++i) {
@@ -342,6 +348,7 @@ Status Trainer::Pipeline(int64_t first_step, int count, StepStats* stats, int64_
       // Every shard has applied this update without us (we are a late backup): a
       // gradient for it would only be dropped.
       stage ^= 1;
+      clock_ = clock + i + 1;
       stats->steps += 1;
       stats->stale += 1;
       stats->pull_seconds += Seconds(t0, t1);
@@ -351,12 +358,14 @@ Status Trainer::Pipeline(int64_t first_step, int count, StepStats* stats, int64_
     model::Grads& grads = grads_[current_];
     PS_ASSIGN_OR_RETURN(model::StepOutput out,
                         model_->ForwardBackward(batches_[stage], fetcher_->params(stage), &grads));
+    if (slow_step_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow_step_ms_));
     auto t3 = Clock::now();
     PS_RETURN_IF_ERROR(fetcher_->WaitPush());  // the previous step's push overlapped this step
     fetcher_->StartPush(stage, grads, first_step + i, Tag(first_step + i, clock + i));
     auto t4 = Clock::now();
     current_ ^= 1;
     stage ^= 1;
+    clock_ = clock + i + 1;
     stats->steps += 1;
     stats->examples += out.examples;
     stats->loss_sum += out.loss_sum;

@@ -98,7 +98,6 @@ class ParamFetcher {
     std::shared_ptr<class Latch> pull_in_flight;                // null when none
     std::shared_ptr<std::atomic<int64_t>> version;              // min over the pull's replies
     int64_t min_version = INT64_MAX;
-    int64_t clock = -1;
   };
   ParamFetcher() = default;
 
@@ -117,18 +116,19 @@ class Trainer {
           std::unique_ptr<data::Dataset> dataset, std::unique_ptr<ParamFetcher> fetcher,
           ps::UpdateMode mode = ps::UpdateMode::kAsync)
       : batch_size_(batch_size), prefetch_(prefetch), mode_(mode), model_(std::move(model)),
-        dataset_(std::move(dataset)), fetcher_(std::move(fetcher)) {}
+        dataset_(std::move(dataset)), fetcher_(std::move(fetcher)), slow_step_ms_(SlowStepHook()) {}
   // Runs steps [first_step, first_step + count) and adds to `stats`. A step's push
   // overlaps the next step. With prefetch, within a pack the next step's data and pull also
   // overlap this step's compute: in async mode parameters may then be up to two steps stale.
-  // `clock`: this worker's own count of steps before first_step (bounded staleness). In
-  // sync mode step s is update s; a step whose shards have all applied it already is
-  // skipped (counted in stats->stale).
-  Status RunSteps(int64_t first_step, int count, StepStats* stats, int64_t clock = 0);
+  // In bounded-staleness mode each step is tagged with this worker's own count of steps
+  // run (its clock). In sync mode step s is update s; a step whose shards have all
+  // applied it already is skipped (counted in stats->stale).
+  Status RunSteps(int64_t first_step, int count, StepStats* stats);
   ParamFetcher& fetcher() { return *fetcher_; }
 
  private:
-  Status Pipeline(int64_t first_step, int count, StepStats* stats, int64_t clock);
+  Status Pipeline(int64_t first_step, int count, StepStats* stats);
+  static int64_t SlowStepHook();
   int64_t Tag(int64_t step, int64_t clock) const;
 
   int64_t batch_size_;
@@ -142,6 +142,10 @@ class Trainer {
   std::array<model::Batch, 2> batches_;
   std::array<model::Grads, 2> grads_;
   int current_ = 0;
+  int64_t clock_ = 0;  // steps run so far (bounded staleness)
+  // Testing hook: PSTRAIN_FAULT_SLOW_STEP_MS=N makes every step's compute N ms longer (a
+  // straggler).
+  const int64_t slow_step_ms_;
 };
 
 struct EvalMetrics {

@@ -4,6 +4,9 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <array>
+#include <atomic>
+#include <chrono>
 #include <thread>
 
 #include "libps/net/transport.h"
@@ -240,4 +243,188 @@ TEST_CASE("ps service: requests of an older chief generation are refused") {
   auto old = (*chief)->CallSync(proto::Shutdown{"late"});
   REQUIRE_FALSE(old.ok());
   CHECK_THAT(old.status().message(), Catch::Contains("stale chief"));
+}
+
+// ---- update modes ------------------------------------------------------------------
+
+namespace {
+
+proto::CreateShards ModeCreate(const std::string& update_json, const std::string& optimizer_json) {
+  proto::CreateShards cs;
+  cs.optimizer_json = optimizer_json;
+  cs.update_json = update_json;
+  cs.shards = {Def("w", 0, 0, 3, 2, 5), Def("w", 1, 3, 2, 2, 5)};
+  return cs;
+}
+
+proto::Push ModePush(std::vector<proto::Slice> items, int worker, int64_t clock, int64_t step_id = -1) {
+  proto::Push p{std::move(items), clock, step_id};
+  p.worker = worker;
+  p.clock = clock;
+  return p;
+}
+
+proto::PushReply PushReplyOf(Result<net::Reply> r) {
+  REQUIRE(r.ok());
+  return std::get<proto::PushReply>(r->envelope.body);
+}
+
+// Polls (no sleeping) until `pred` holds; false after 10 s.
+template <typename Pred>
+bool Eventually(Pred pred) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("sync mode: R gradients of an update are averaged and applied once; late and repeated ones are not") {
+  PsFixture fx;
+  auto c = fx.Connect();
+  // 3 workers, 2 aggregated per update: worker 2 is a backup.
+  REQUIRE(c->CallSync(ModeCreate(R"({"mode":"sync","replicas_to_aggregate":2,"staleness":0,"num_workers":3})",
+                                 R"({"type":"sgd","learning_rate":0.5})"))
+              .ok());
+
+  // Worker 0: the whole of shard 0 and row 0 of shard 1.
+  auto r0 = PushReplyOf(c->CallSync(ModePush({All("w", 0), Rows("w", 1, {0})}, 0, 0), Floats({2, 2, 4, 4, 6, 6, 1, 1})));
+  CHECK(r0.stale == 0);
+  CHECK(PullAll(*c, "w", 0, 6) == std::vector<float>(6, 1.0f));  // nothing applied with 1 of 2
+  // The same push again (a lost reply): ignored.
+  CHECK(PushReplyOf(c->CallSync(ModePush({All("w", 0), Rows("w", 1, {0})}, 0, 0), Floats({2, 2, 4, 4, 6, 6, 1, 1})))
+            .skipped == 2);
+  // Worker 1: shard 0, and row 1 of shard 1 (row 0 untouched: a zero gradient for it).
+  CHECK(PushReplyOf(c->CallSync(ModePush({All("w", 0), Rows("w", 1, {1})}, 1, 0), Floats({0, 0, 0, 0, 2, 2, 4, 4})))
+            .stale == 0);
+  // One SGD step with the average: w = 1 - 0.5 * (g0 + g1) / 2.
+  CHECK(PullAll(*c, "w", 0, 6) == std::vector<float>{0.5f, 0.5f, 0.0f, 0.0f, -1.0f, -1.0f});
+  CHECK(PullAll(*c, "w", 1, 4) == std::vector<float>{0.75f, 0.75f, 0.0f, 0.0f});
+
+  // The backup is late for update 0: both of its items are dropped and counted.
+  auto late = PushReplyOf(c->CallSync(ModePush({All("w", 0), Rows("w", 1, {0})}, 2, 0), Floats({9, 9, 9, 9, 9, 9, 9, 9})));
+  CHECK(late.stale == 2);
+  CHECK(PullAll(*c, "w", 0, 6) == std::vector<float>{0.5f, 0.5f, 0.0f, 0.0f, -1.0f, -1.0f});
+  CHECK(fx.service.update_stats().stale_dropped == 2);
+
+  // A pull for update 1 sees every shard at version 1.
+  std::vector<float> out(6);
+  proto::Pull pull{{All("w", 0), Rows("w", 1, {})}, 0, 1};
+  auto r = c->CallSync(pull, {}, {std::as_writable_bytes(std::span(out))});
+  REQUIRE(r.ok());
+  CHECK(std::get<proto::PullReply>(r->envelope.body).versions == std::vector<int64_t>{1, 1});
+
+  // A gradient for an update the shard has not reached is an error, not silently used.
+  auto ahead = c->CallSync(ModePush({All("w", 0)}, 0, 5), Floats({1, 1, 1, 1, 1, 1}));
+  REQUIRE_FALSE(ahead.ok());
+  CHECK(ahead.status().code() == Code::kFailedPrecondition);
+  // Training pushes must say who sent them.
+  auto anonymous = c->CallSync(proto::Push{{All("w", 0)}, 1, 1}, Floats({1, 1, 1, 1, 1, 1}));
+  REQUIRE_FALSE(anonymous.ok());
+  CHECK(anonymous.status().code() == Code::kInvalidArgument);
+}
+
+TEST_CASE("sync mode: a pull for the next update waits, holding no thread, until the update is applied") {
+  PsFixture fx;
+  auto c = fx.Connect();
+  REQUIRE(c->CallSync(ModeCreate(R"({"mode":"sync","replicas_to_aggregate":0,"staleness":0,"num_workers":2})",
+                                 R"({"type":"sgd","learning_rate":1.0})"))
+              .ok());
+  std::vector<float> out(6);
+  auto waiting = c->Call(proto::Pull{{All("w", 0)}, 0, 1}, {}, {std::as_writable_bytes(std::span(out))});
+  REQUIRE(Eventually([&] { return fx.service.update_stats().waited_pulls == 1; }));
+  CHECK(waiting.wait_for(std::chrono::seconds(0)) == std::future_status::timeout);
+  // Other requests are served meanwhile, on the same connection too.
+  CHECK(PullAll(*c, "w", 0, 6) == std::vector<float>(6, 1.0f));
+  REQUIRE(c->CallSync(ModePush({All("w", 0)}, 0, 0), Floats({1, 1, 1, 1, 1, 1})).ok());
+  CHECK(waiting.wait_for(std::chrono::seconds(0)) == std::future_status::timeout);  // 1 of 2
+  REQUIRE(c->CallSync(ModePush({All("w", 0)}, 1, 0), Floats({3, 3, 3, 3, 3, 3})).ok());
+  auto r = waiting.get();
+  REQUIRE(r.ok());
+  CHECK(out == std::vector<float>(6, -1.0f));  // 1 - (1 + 3) / 2
+  CHECK(std::get<proto::PullReply>(r->envelope.body).versions == std::vector<int64_t>{1});
+
+  // A parked pull is failed, not left hanging, when the ps stops.
+  auto parked = c->Call(proto::Pull{{All("w", 0)}, 0, 5}, {}, {std::as_writable_bytes(std::span(out))});
+  REQUIRE(Eventually([&] { return fx.service.update_stats().waited_pulls == 2; }));
+  fx.service.RequestStop("test");
+  auto failed = parked.get();
+  REQUIRE_FALSE(failed.ok());
+  CHECK(failed.status().code() == Code::kAborted);
+}
+
+TEST_CASE("bounded staleness: a pull waits while another worker is more than S steps behind") {
+  PsFixture fx;
+  auto c = fx.Connect();
+  REQUIRE(c->CallSync(ModeCreate(R"({"mode":"bounded_staleness","replicas_to_aggregate":0,"staleness":1,"num_workers":2})",
+                                 R"({"type":"sgd","learning_rate":1.0})"))
+              .ok());
+  std::vector<float> out(6);
+  auto pull = [&](int worker, int64_t clock) {
+    return c->Call(proto::Pull{{All("w", 0)}, worker, clock}, {}, {std::as_writable_bytes(std::span(out))});
+  };
+  // Worker 0 runs ahead: steps 0 and 1 need nobody (lead 0, then 1 = S).
+  REQUIRE(pull(0, 0).get().ok());
+  REQUIRE(c->CallSync(ModePush({All("w", 0)}, 0, 0, 100), Floats({1, 1, 1, 1, 1, 1})).ok());
+  REQUIRE(pull(0, 1).get().ok());
+  REQUIRE(c->CallSync(ModePush({All("w", 0)}, 0, 1, 101), Floats({1, 1, 1, 1, 1, 1})).ok());
+  // Step 2 would put it 2 steps ahead of worker 1, which has pushed nothing: it waits.
+  auto waiting = pull(0, 2);
+  REQUIRE(Eventually([&] { return fx.service.update_stats().waited_pulls == 1; }));
+  CHECK(waiting.wait_for(std::chrono::seconds(0)) == std::future_status::timeout);
+  // Worker 1 itself is never held back by the worker ahead of it.
+  REQUIRE(pull(1, 0).get().ok());
+  // Its first push lets worker 0 through, and the push is applied as in async mode.
+  REQUIRE(c->CallSync(ModePush({All("w", 0)}, 1, 0, 102), Floats({1, 1, 1, 1, 1, 1})).ok());
+  REQUIRE(waiting.get().ok());
+  CHECK(out == std::vector<float>(6, -2.0f));  // 1 - 3 pushes
+  CHECK(fx.service.update_stats().max_lead == 1);
+}
+
+TEST_CASE("bounded staleness: with concurrent workers of different speeds no pull is granted beyond the bound") {
+  PsFixture fx;
+  constexpr int kWorkers = 3, kSteps = 40, kStaleness = 2;
+  {
+    auto c = fx.Connect();
+    REQUIRE(c->CallSync(ModeCreate(R"({"mode":"bounded_staleness","replicas_to_aggregate":0,"staleness":2,"num_workers":3})",
+                                   R"({"type":"sgd","learning_rate":0.001})"))
+                .ok());
+  }
+  // started[w]: pushes worker w has begun (counted before sending, so it is never below
+  // what the ps has seen). When a pull for step c returns, every other worker must have
+  // begun at least c - S pushes.
+  std::array<std::atomic<int64_t>, kWorkers> started{};
+  std::atomic<int> violations{0}, failures{0};
+  std::vector<std::thread> threads;
+  for (int w = 0; w < kWorkers; ++w) {
+    threads.emplace_back([&, w] {
+      auto c = fx.Connect(w);
+      std::vector<float> out(6);
+      for (int64_t step = 0; step < kSteps; ++step) {
+        if (!c->CallSync(proto::Pull{{All("w", 0)}, w, step}, {}, {std::as_writable_bytes(std::span(out))}).ok()) {
+          ++failures;
+          return;
+        }
+        for (int o = 0; o < kWorkers; ++o) {
+          if (o != w && started[static_cast<size_t>(o)].load() < step - kStaleness) ++violations;
+        }
+        // Worker 0 is the straggler: extra round trips per step.
+        for (int k = 0; w == 0 && k < 5; ++k) (void)PullAll(*c, "w", 1, 4);
+        started[static_cast<size_t>(w)] += 1;
+        if (!c->CallSync(ModePush({All("w", 0)}, w, step, w * kSteps + step), Floats({1, 1, 1, 1, 1, 1})).ok()) {
+          ++failures;
+          return;
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(failures == 0);
+  CHECK(violations == 0);
+  CHECK(fx.service.update_stats().max_lead <= kStaleness);
+  // Every push applied exactly once: 1 - 0.001 * 120.
+  CHECK(PullAll(*fx.Connect(), "w", 0, 6)[0] == Approx(1.0f - 0.001f * kWorkers * kSteps));
 }

@@ -1,0 +1,107 @@
+// Issue 6 acceptance, update modes on a real cluster (2 ps, 2 workers, Fashion-MNIST MLP):
+// sync with every worker aggregated, sync with a backup worker, and bounded staleness
+// with a straggler. The exact per-update arithmetic is checked in unit_ps_service; here
+// the daemons must agree on it end to end: exact update counts on every shard, late
+// gradients dropped, no worker ever granted a pull beyond the staleness bound.
+#include <catch2/catch.hpp>
+
+#include <regex>
+
+#include "test/integration/harness.h"
+
+namespace ps::integ {
+namespace {
+
+constexpr int64_t kSteps = 300;
+
+struct Run {
+  std::vector<Json> metrics;
+  std::vector<std::string> ps_lines;  // the ps tasks' update-mode summaries
+  double final_accuracy = -1;
+};
+
+// Runs the MLP job with `update` on the local cluster; `slow_worker1_ms` makes worker:1 a
+// straggler (testing hook PSTRAIN_FAULT_SLOW_STEP_MS).
+Run Train(const Json& update, int slow_worker1_ms, const std::string& ps_summary) {
+  TempDir tmp;
+  auto spec = LocalCluster();
+  auto job = DeriveJob("job-fmnist-mlp.json", tmp / "job.json", kSteps, 100, tmp / "model",
+                       Json{{"update", update}, {"checkpoint", {{"every_steps", 0}, {"every_seconds", 0}}}});
+  Tasks tasks;
+  for (auto id : {kPs0, kPs1, kWorker0}) tasks.Add(StartDaemon(spec, id));
+  EnvVars slow;
+  if (slow_worker1_ms > 0) slow.emplace_back("PSTRAIN_FAULT_SLOW_STEP_MS", std::to_string(slow_worker1_ms));
+  tasks.Add(StartDaemon(spec, kWorker1, {}, {}, slow));
+  Task& chief = tasks.Add(StartDaemon(spec, kChief, {"--job", job.string()}));
+  tasks.ExpectAllExit(0, 120s);
+  CHECK(chief.HasLine("step " + std::to_string(kSteps) + "/" + std::to_string(kSteps)));
+  Run run;
+  for (auto id : {kPs0, kPs1}) {
+    auto line = tasks[id].FindLine(ps_summary);
+    CHECK(line.has_value());
+    if (line) run.ps_lines.push_back(*line);
+  }
+  run.metrics = ReadJsonLines(tmp / "model" / "train_metrics.jsonl");
+  for (const auto& m : run.metrics) {
+    if (m.contains("final_eval")) run.final_accuracy = m["final_eval"]["accuracy"].get<double>();
+  }
+  return run;
+}
+
+int64_t Number(const std::string& line, const std::string& pattern) {
+  std::smatch m;
+  REQUIRE(std::regex_search(line, m, std::regex(pattern)));
+  return std::stoll(m[1].str());
+}
+
+TEST_CASE("sync, 2 of 2 workers: every shard applies exactly one averaged update per step, nothing is stale") {
+  Run run = Train(Json{{"mode", "sync"}}, 0, "sync updates:");
+  REQUIRE(run.ps_lines.size() == 2);
+  for (const auto& line : run.ps_lines) {
+    CHECK_THAT(line, Catch::Contains("shards at update " + std::to_string(kSteps) + ".." + std::to_string(kSteps)));
+    CHECK_THAT(line, Catch::Contains(" 0 stale gradient(s) dropped"));
+  }
+  for (const auto& m : run.metrics) {
+    if (m.contains("stale_steps")) CHECK(m["stale_steps"] == 0);
+  }
+  WARN("accuracy " << run.final_accuracy);
+  // 300 updates of 2 x 128 examples. Measured 0.8421 in 3 runs: sync training with every
+  // worker aggregated is deterministic.
+  CHECK(run.final_accuracy > 0.80);
+}
+
+TEST_CASE("sync, 1 of 2 workers (a backup): updates stay exact, the straggler's late gradients are dropped") {
+  Run run = Train(Json{{"mode", "sync"}, {"replicas_to_aggregate", 1}}, 20, "sync updates:");
+  REQUIRE(run.ps_lines.size() == 2);
+  int64_t dropped = 0;
+  for (const auto& line : run.ps_lines) {
+    CHECK_THAT(line, Catch::Contains("shards at update " + std::to_string(kSteps) + ".." + std::to_string(kSteps)));
+    dropped += Number(line, R"((\d+) stale gradient\(s\) dropped)");
+  }
+  int64_t skipped = 0;
+  for (const auto& m : run.metrics) skipped += m.value("stale_steps", int64_t{0});
+  WARN("dropped at the ps: " << dropped << " item(s); skipped by workers: " << skipped
+                               << "; accuracy " << run.final_accuracy);
+  // worker:1 computes 20 ms longer per step than worker:0 takes for a whole step: most of
+  // its gradients arrive after worker:0's has been applied (or it sees that and skips).
+  CHECK(dropped + skipped > 0);
+  CHECK(run.final_accuracy > 0.78);  // measured 0.8227 in 3 runs (132-144 items dropped)
+}
+
+TEST_CASE("bounded staleness 2 with a straggler: pulls wait, no worker ever leads by more than 2 steps") {
+  Run run = Train(Json{{"mode", "bounded_staleness"}, {"staleness", 2}}, 10, "bounded staleness:");
+  REQUIRE(run.ps_lines.size() == 2);
+  for (const auto& line : run.ps_lines) {
+    const int64_t lead = Number(line, R"(largest lead (\d+) step)");
+    const int64_t waited = Number(line, R"((\d+) pull\(s\) waited)");
+    WARN(line << "; accuracy " << run.final_accuracy);
+    CHECK(lead <= 2);
+    // worker:0 would run far ahead of the straggler: it is held at the bound.
+    CHECK(lead == 2);
+    CHECK(waited > 0);
+  }
+  CHECK(run.final_accuracy > 0.65);  // 300 async-like steps; measured 0.72-0.77
+}
+
+}  // namespace
+}  // namespace ps::integ
