@@ -681,6 +681,7 @@ class Chief {
           std::optional<PsCounters> prev;
           if (base != nullptr && i < base->ps.size()) prev = base->ps[i];
           ps_json.push_back(PsLoadEntry(ps[i]->peer_name(), address, cur, prev));
+          if (json->contains("update")) ps_json.back()["update"] = (*json)["update"];  // update-mode figures
           sample.ps[i] = cur;
           continue;
         }
