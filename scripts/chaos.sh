@@ -9,6 +9,7 @@
 #
 #   scripts/chaos.sh [--seed N] [--faults K] [--model-dir DIR] [--keep] [--steps N]
 #                    [--checkpoint-every N] [--min-accuracy X] [--heal-timeout S] [--timeout S]
+#                    [--update JSON]    (the job's "update", e.g. '{"mode": "sync"}')
 #
 # The schedule: K faults (default 6); with K >= 3 every kind (worker, ps, chief) is hit at
 # least once; the kinds, the target indices and the global steps at which the faults fire
@@ -38,6 +39,7 @@ FAULTS=6
 MODEL_DIR=""
 KEEP=0
 STEPS=""
+UPDATE=""
 CKPT_EVERY=300
 MIN_ACC=0.87
 TIMEOUT=1800
@@ -57,6 +59,7 @@ while [ $# -gt 0 ]; do
     --min-accuracy) MIN_ACC=${2:?--min-accuracy needs a value}; shift 2 ;;
     --timeout) TIMEOUT=${2:?--timeout needs a value}; shift 2 ;;
     --heal-timeout) HEAL_TIMEOUT=${2:?--heal-timeout needs a value}; shift 2 ;;
+    --update) UPDATE=${2:?--update needs a value}; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) die "unknown argument \"$1\" (see --help)" ;;
   esac
@@ -112,9 +115,9 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # ---- the cluster file, the job and the schedule -----------------------------------------
-python3 - "$ROOT" "$WORK" "$MODEL_DIR" "${STEPS:-0}" "$CKPT_EVERY" "$LOG_EVERY" "$SEED" "$FAULTS" <<'EOF'
+python3 - "$ROOT" "$WORK" "$MODEL_DIR" "${STEPS:-0}" "$CKPT_EVERY" "$LOG_EVERY" "$SEED" "$FAULTS" "$UPDATE" <<'EOF'
 import json, random, socket, sys
-root, work, model_dir, steps, ckpt_every, log_every, seed, faults = sys.argv[1:]
+root, work, model_dir, steps, ckpt_every, log_every, seed, faults, update = sys.argv[1:]
 steps, ckpt_every, log_every, seed, faults = map(int, (steps, ckpt_every, log_every, seed, faults))
 
 cluster = json.load(open(f"{root}/configs/cluster-local.json"))["cluster"]
@@ -136,6 +139,8 @@ steps = job["steps"]
 job["model_dir"] = model_dir
 job["log_every_steps"] = log_every
 job["checkpoint"] = dict(job.get("checkpoint", {}), every_steps=ckpt_every)
+if update:
+    job["update"] = json.loads(update)
 json.dump(job, open(f"{work}/job.json", "w"), indent=2)
 
 rng = random.Random(seed)
