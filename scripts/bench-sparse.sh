@@ -14,7 +14,7 @@
 # (a) one process with an in-process store and no network, (b) 1 ps + 1 worker and (c)
 # 1 ps + 2 workers as real daemons under `pstrain local` on free ports — first with dense
 # tables, then with every table lazy (see test/bench/train_bench.cc: rates are medians of
-# 100-step windows, each cluster compared with the (a) runs just before and after it).
+# 500-step windows, each cluster compared with the (a) runs just before and after it).
 # PSTRAIN_TRAIN_ARGS: extra bench_train flags for both runs (e.g. "--steps 6000").
 # PSTRAIN_SPARSE_SECTIONS: which sections to run, in order (default "ps train").
 set -euo pipefail
@@ -41,7 +41,7 @@ section_train() {
     --eval-examples 1000
   # shellcheck disable=SC2206  # word splitting intended
   local args=(--job configs/job-ctr-emb.json --pstrain "$BUILD/launcher/pstrain" --base-dir "$tmp/data"
-    --steps 3000 --log-every 100 --skip-steps 500 --local-steps 1000 --warmup-steps 100
+    --steps 10000 --log-every 500 --skip-steps 2000 --local-steps 5000 --warmup-steps 200
     ${PSTRAIN_TRAIN_ARGS:-})
   echo "-- dense tables"
   "$BUILD/test/bench/bench_train" "${args[@]}"

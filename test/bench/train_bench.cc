@@ -245,9 +245,37 @@ RunResult RunCluster(const ps::train::JobSpec& job, int workers, const ClusterRu
   RunResult r;
   r.examples_per_sec = Median(rates);
   r.overall = examples / sec;
-  for (const auto& w : last["workers"]) {
-    r.workers.push_back({w["data_ms"].get<double>(), w["pull_ms"].get<double>(), w["compute_ms"].get<double>(),
-                         w["push_ms"].get<double>()});
+  // Per-step phase times: each line's "workers" entries hold step_ms (ms per step) and
+  // the phases' shares of it (*_frac), over a window of at least 1 s that may overlap
+  // the previous line's (libps/train/load.h); null when the worker finished no step in
+  // it. Averaged over the lines past skip.
+  struct Sums {
+    double data = 0, pull = 0, compute = 0, push = 0;
+    int n = 0;
+  };
+  std::vector<std::pair<std::string, Sums>> sums;  // in the order the workers are listed
+  auto num = [](const ps::Json& w, const char* key) {
+    return w.contains(key) && w[key].is_number() ? w[key].get<double>() : 0.0;
+  };
+  for (const auto& l : lines) {
+    if (&l < first || !l.contains("workers")) continue;
+    for (const auto& w : l["workers"]) {
+      std::string task = w.value("task", "");
+      auto it = std::find_if(sums.begin(), sums.end(), [&](const auto& e) { return e.first == task; });
+      if (it == sums.end()) it = sums.insert(sums.end(), {task, Sums{}});
+      if (!w.contains("step_ms") || !w["step_ms"].is_number()) continue;
+      double ms = w["step_ms"].get<double>();
+      Sums& su = it->second;
+      su.data += ms * num(w, "data_frac");
+      su.pull += ms * num(w, "pull_frac");
+      su.compute += ms * num(w, "compute_frac");
+      su.push += ms * num(w, "push_frac");
+      ++su.n;
+    }
+  }
+  for (const auto& [task, su] : sums) {
+    double n = std::max(1, su.n);
+    r.workers.push_back({su.data / n, su.pull / n, su.compute / n, su.push / n});
   }
   if (!o.keep) fs::remove_all(dir);
   return r;
@@ -382,6 +410,14 @@ int main(int argc, char** argv) {
                   r.examples_per_sec, base);
     summary += buf;
     ++label;
+  }
+  // Scaling: every cluster against the first one (1 worker when --workers starts with 1).
+  for (size_t i = 1; i < clusters.size(); ++i) {
+    char buf[128];
+    std::snprintf(buf, sizeof buf, "; (%c)/(b) = %.2f (%d vs %d workers)", static_cast<char>('b' + i),
+                  clusters[i].second.examples_per_sec / clusters[0].second.examples_per_sec, clusters[i].first,
+                  clusters[0].first);
+    summary += buf;
   }
   std::printf("load average at end: %s\n", ps::bench::LoadAverage().c_str());
   std::printf("%s\n", summary.c_str());
