@@ -7,6 +7,16 @@
 # as a worker does, over 127.0.0.1 against the same Store calls in-process (see
 # test/bench/bench_sparse_ps.cc). Extra arguments go to bench_sparse_ps (--rows, --dim,
 # --batch, --ids, --zipf, --clients, --seconds, --variants).
+#
+# Section "train": training examples per second of configs/job-ctr-emb.json (embedding +
+# MLP, 8 tables of 1,116,134 rows x 8 in all, Adagrad, batch 256) on synthetic click data
+# written by `pstrain gen-ctr` (seed 1, 1M training examples) into a temporary directory:
+# (a) one process with an in-process store and no network, (b) 1 ps + 1 worker and (c)
+# 1 ps + 2 workers as real daemons under `pstrain local` on free ports — first with dense
+# tables, then with every table lazy (see test/bench/train_bench.cc: rates are medians of
+# 500-step windows, each cluster compared with the (a) runs just before and after it).
+# PSTRAIN_TRAIN_ARGS: extra bench_train flags for both runs (e.g. "--steps 6000").
+# PSTRAIN_SPARSE_SECTIONS: which sections to run, in order (default "ps train").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${PSTRAIN_BUILD:-build}
@@ -19,4 +29,32 @@ section_ps() {
   "$BUILD/test/bench/bench_sparse_ps" "$@"
 }
 
-section_ps "$@"
+section_train() {
+  echo "== train: embedding + MLP on synthetic click data, examples per second =="
+  ninja -C "$BUILD" -j "${PSTRAIN_JOBS:-1}" test/bench/bench_train launcher/pstrain \
+    daemons/ps/pstrain-ps daemons/worker/pstrain-worker daemons/chief/pstrain-chief >/dev/null
+  local tmp
+  tmp=$(mktemp -d "${TMPDIR:-/tmp}/bench-sparse-XXXXXX")
+  # shellcheck disable=SC2064  # expand $tmp now
+  trap "rm -rf '$tmp'" EXIT
+  "$BUILD/launcher/pstrain" gen-ctr --out "$tmp/data" --seed 1 --train-examples 1000000 \
+    --eval-examples 1000
+  # shellcheck disable=SC2206  # word splitting intended
+  local args=(--job configs/job-ctr-emb.json --pstrain "$BUILD/launcher/pstrain" --base-dir "$tmp/data"
+    --steps 10000 --log-every 500 --skip-steps 2000 --local-steps 5000 --warmup-steps 200
+    ${PSTRAIN_TRAIN_ARGS:-})
+  echo "-- dense tables"
+  "$BUILD/test/bench/bench_train" "${args[@]}"
+  echo "-- lazy tables (\"lazy\": true on every table)"
+  "$BUILD/test/bench/bench_train" "${args[@]}" --lazy
+  rm -rf "$tmp"
+  trap - EXIT
+}
+
+for section in ${PSTRAIN_SPARSE_SECTIONS:-ps train}; do
+  case "$section" in
+    ps) section_ps "$@" ;;
+    train) section_train ;;
+    *) echo "bench-sparse.sh: unknown section \"$section\" (ps, train)" >&2; exit 2 ;;
+  esac
+done

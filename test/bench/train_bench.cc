@@ -4,6 +4,11 @@
 //   bench_train --job FILE --pstrain PATH [--local-steps 1000] [--warmup-steps 50]
 //               [--steps 3000] [--log-every 100] [--skip-steps 500] [--workers 1,2]
 //               [--steps-per-dispatch N] [--dispatches-per-worker N] [--keep]
+//               [--base-dir DIR] [--lazy]
+//
+// --base-dir replaces the job's base_dir (where its relative data paths resolve);
+// --lazy sets "lazy": true on every sparse table of the model (the first field of each
+// embedding_mlp table, or logistic_regression's weights), in (a) and in the clusters.
 //
 // (a) "local": one process, MakeTrainer with LocalPsLink over an in-process ps::Store —
 //     the same Trainer, model, data and optimizer, no network, no chief; timed in
@@ -88,7 +93,8 @@ RunResult RunLocal(const ps::train::JobSpec& job, int64_t warmup, int64_t steps,
   Check(store.Configure(job.optimizer), "Configure");
   for (const auto& s : plan.shards) {
     auto v = std::find_if(plan.variables.begin(), plan.variables.end(), [&](const auto& d) { return d.name == s.var; });
-    ps::ps::ShardDef def{s.var, s.shard, s.row_begin, s.rows, s.cols, v->shape, v->init, job.seed};
+    ps::ps::ShardDef def{s.var, s.shard, s.row_begin, s.rows, s.cols, v->shape, v->init, job.seed, s.num_shards,
+                         v->lazy};
     Check(store.Create(def), "Create " + s.var);
   }
   std::vector<std::unique_ptr<ps::train::PsLink>> links;
@@ -239,9 +245,37 @@ RunResult RunCluster(const ps::train::JobSpec& job, int workers, const ClusterRu
   RunResult r;
   r.examples_per_sec = Median(rates);
   r.overall = examples / sec;
-  for (const auto& w : last["workers"]) {
-    r.workers.push_back({w["data_ms"].get<double>(), w["pull_ms"].get<double>(), w["compute_ms"].get<double>(),
-                         w["push_ms"].get<double>()});
+  // Per-step phase times: each line's "workers" entries hold step_ms (ms per step) and
+  // the phases' shares of it (*_frac), over a window of at least 1 s that may overlap
+  // the previous line's (libps/train/load.h); null when the worker finished no step in
+  // it. Averaged over the lines past skip.
+  struct Sums {
+    double data = 0, pull = 0, compute = 0, push = 0;
+    int n = 0;
+  };
+  std::vector<std::pair<std::string, Sums>> sums;  // in the order the workers are listed
+  auto num = [](const ps::Json& w, const char* key) {
+    return w.contains(key) && w[key].is_number() ? w[key].get<double>() : 0.0;
+  };
+  for (const auto& l : lines) {
+    if (&l < first || !l.contains("workers")) continue;
+    for (const auto& w : l["workers"]) {
+      std::string task = w.value("task", "");
+      auto it = std::find_if(sums.begin(), sums.end(), [&](const auto& e) { return e.first == task; });
+      if (it == sums.end()) it = sums.insert(sums.end(), {task, Sums{}});
+      if (!w.contains("step_ms") || !w["step_ms"].is_number()) continue;
+      double ms = w["step_ms"].get<double>();
+      Sums& su = it->second;
+      su.data += ms * num(w, "data_frac");
+      su.pull += ms * num(w, "pull_frac");
+      su.compute += ms * num(w, "compute_frac");
+      su.push += ms * num(w, "push_frac");
+      ++su.n;
+    }
+  }
+  for (const auto& [task, su] : sums) {
+    double n = std::max(1, su.n);
+    r.workers.push_back({su.data / n, su.pull / n, su.compute / n, su.push / n});
   }
   if (!o.keep) fs::remove_all(dir);
   return r;
@@ -260,6 +294,8 @@ std::string PhaseText(const RunResult& r) {
 
 struct Options {
   std::string job;
+  std::string base_dir;  // empty: the job's
+  bool lazy = false;
   ClusterRunOptions cluster;  // steps 3000, log every 100, rate past step 500
   int64_t local_steps = 1000;
   int64_t warmup_steps = 50;
@@ -284,6 +320,8 @@ Options Parse(int argc, char** argv) {
     else if (a == "--steps-per-dispatch") o.cluster.steps_per_dispatch = std::atoi(next().c_str());
     else if (a == "--dispatches-per-worker") o.cluster.dispatches_per_worker = std::atoi(next().c_str());
     else if (a == "--keep") o.cluster.keep = true;
+    else if (a == "--base-dir") o.base_dir = next();
+    else if (a == "--lazy") o.lazy = true;
     else if (a == "--workers") {
       o.workers.clear();
       std::stringstream ss(next());
@@ -301,16 +339,40 @@ Options Parse(int argc, char** argv) {
   return o;
 }
 
+// The job file with the --base-dir and --lazy overrides applied.
+ps::train::JobSpec LoadJob(const Options& o) {
+  ps::Json j = Must(ps::ReadJsonFile(o.job), o.job);
+  if (!j.is_object()) Die(o.job + ": expected a JSON object");
+  if (!o.base_dir.empty()) j["base_dir"] = fs::absolute(o.base_dir).string();
+  if (o.lazy) {
+    ps::Json& model = j["model"];
+    if (model.value("type", "") == "logistic_regression") {
+      model["lazy"] = true;
+    } else if (model.contains("fields") && model["fields"].is_array()) {
+      std::vector<std::string> seen;
+      for (size_t i = 0; i < model["fields"].size(); ++i) {
+        ps::Json& f = model["fields"][i];
+        std::string table = f.value("table", "embedding_" + std::to_string(i));
+        if (std::find(seen.begin(), seen.end(), table) != seen.end()) continue;
+        seen.push_back(table);
+        f["lazy"] = true;
+      }
+    } else {
+      Die("--lazy: the job's model has no sparse tables");
+    }
+  }
+  return Must(ps::train::ParseJob(j, fs::absolute(o.job).parent_path().string()), o.job);
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
   Options opt = Parse(argc, argv);
   ps::model::SetBlasThreads(1);
-  auto job = Must(ps::train::LoadJobFile(opt.job), opt.job);
+  auto job = LoadJob(opt);
   std::printf("load average at start: %s (%u cores)\n", ps::bench::LoadAverage().c_str(), std::thread::hardware_concurrency());
-  std::printf("job %s: batch %lld; local %lld steps (+%lld warm-up); clusters %lld steps, rate after step %lld\n",
-              opt.job.c_str(), static_cast<long long>(job.batch_size), static_cast<long long>(opt.local_steps),
+  std::printf("job %s%s: batch %lld; local %lld steps (+%lld warm-up); clusters %lld steps, rate after step %lld\n",
+              opt.job.c_str(), opt.lazy ? " (lazy tables)" : "", static_cast<long long>(job.batch_size), static_cast<long long>(opt.local_steps),
               static_cast<long long>(opt.warmup_steps), static_cast<long long>(opt.cluster.steps),
               static_cast<long long>(opt.cluster.skip_steps));
   std::fflush(stdout);
@@ -348,6 +410,14 @@ int main(int argc, char** argv) {
                   r.examples_per_sec, base);
     summary += buf;
     ++label;
+  }
+  // Scaling: every cluster against the first one (1 worker when --workers starts with 1).
+  for (size_t i = 1; i < clusters.size(); ++i) {
+    char buf[128];
+    std::snprintf(buf, sizeof buf, "; (%c)/(b) = %.2f (%d vs %d workers)", static_cast<char>('b' + i),
+                  clusters[i].second.examples_per_sec / clusters[0].second.examples_per_sec, clusters[i].first,
+                  clusters[0].first);
+    summary += buf;
   }
   std::printf("load average at end: %s\n", ps::bench::LoadAverage().c_str());
   std::printf("%s\n", summary.c_str());
