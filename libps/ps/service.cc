@@ -96,6 +96,7 @@ void Service::Handle(net::Request request, net::Responder responder) {
       // Workers keep counting their steps across a restore (a restarted ps knows none):
       // until a worker is heard from again it holds nobody back.
       clocks_.assign(clocks_.size(), -1);
+      offsets_.assign(offsets_.size(), 0);
     }
     FailParked(Aborted("the ps was restored to checkpoint " + std::to_string(m->global_step)));
     return responder.Reply(proto::Ack{});
@@ -150,6 +151,7 @@ Status Service::CreateShards(const proto::CreateShards& msg) {
       base_version_ = 0;
       sync_.clear();
       clocks_.assign(static_cast<size_t>(update.num_workers), 0);
+      offsets_.assign(static_cast<size_t>(update.num_workers), 0);
       changed = true;
       PS_LOG(Info) << "update mode " << UpdateModeName(update.mode)
                    << (update.mode == UpdateMode::kSync ? ", " + std::to_string(update.replicas()) + " of " +
@@ -255,8 +257,9 @@ Result<proto::PushReply> Service::Push(const proto::Push& msg, const net::Buffer
     {
       std::lock_guard lock(mode_mu_);
       if (static_cast<size_t>(msg.worker) < clocks_.size()) {
+        const int64_t step = WorkerClock(msg.worker, msg.clock);
         auto& c = clocks_[static_cast<size_t>(msg.worker)];
-        c = std::max(c, msg.clock + 1);
+        c = std::max(c, step + 1);
       }
     }
     ServeReady();
@@ -357,17 +360,31 @@ bool Service::Ready(const proto::Pull& msg) {
     return true;
   }
   if (update_.mode == UpdateMode::kBoundedStaleness) {
-    auto& own = clocks_[static_cast<size_t>(msg.worker)];
-    if (own < 0) own = msg.clock;  // first heard of since a restore
+    const int64_t step = WorkerClock(msg.worker, msg.clock);
     int64_t slowest = INT64_MAX;
     for (size_t w = 0; w < clocks_.size(); ++w) {
       if (static_cast<int32_t>(w) != msg.worker && clocks_[w] >= 0) slowest = std::min(slowest, clocks_[w]);
     }
     if (slowest == INT64_MAX) return true;  // the only worker
-    if (msg.clock - slowest > update_.staleness) return false;
-    max_lead_ = std::max(max_lead_, msg.clock - slowest);
+    if (step - slowest > update_.staleness) return false;
+    max_lead_ = std::max(max_lead_, step - slowest);
   }
   return true;
+}
+
+int64_t Service::WorkerClock(int32_t w, int64_t clock) {
+  auto& known = clocks_[static_cast<size_t>(w)];
+  auto& offset = offsets_[static_cast<size_t>(w)];
+  if (known < 0) {
+    known = clock;  // first heard of since a restore
+    offset = 0;
+  } else if (clock + offset + 1 < known) {
+    // A pull or push for a step before the last one the worker pushed: only a new
+    // process counts again from below (one process's steps only go up; the last push
+    // may be resent).
+    offset = known - clock;
+  }
+  return clock + offset;
 }
 
 void Service::PullOrWait(proto::Pull msg, net::Responder responder) {

@@ -84,6 +84,10 @@ class Service {
                                     const std::vector<uint64_t>& sizes);
   // Under mode_mu_: may `msg` be served now? (Updates max_lead_ when it may.)
   bool Ready(const proto::Pull& msg);
+  // Bounded staleness, mode_mu_ held: worker `w`'s step `clock` on this ps's scale. A
+  // worker process counts from 0; a restarted one continues at the count its
+  // predecessor reached here, so it neither waits for nor stalls the others.
+  int64_t WorkerClock(int32_t w, int64_t clock);
   // Serves the parked pulls that became ready.
   void ServeReady();
   void FailParked(const Status& why);
@@ -117,7 +121,8 @@ class Service {
   UpdateSpec update_;
   int64_t base_version_ = 0;    // sync: the version of shards not pushed since Restore
   std::map<ShardKey, SyncShard> sync_;
-  std::vector<int64_t> clocks_;  // bounded staleness: [worker] steps pushed; -1 unknown
+  std::vector<int64_t> clocks_;   // bounded staleness: [worker] steps pushed; -1 unknown
+  std::vector<int64_t> offsets_;  // [worker] added to a restarted worker's own count
   int64_t max_lead_ = 0;
   uint64_t waited_pulls_ = 0;
   std::vector<Parked> parked_;

@@ -332,9 +332,15 @@ class Chief {
       if (!r.ok()) return r.status().WithContext("creating variables on " + ps_[p]->peer_name());
     }
     int64_t bytes = 0;
-    for (const auto& s : plan_.shards) bytes += s.rows * s.cols * 4;
+    int lazy = 0;
+    for (const auto& v : plan_.variables) {
+      if (v.lazy) ++lazy;
+      else bytes += v.num_elements() * 4;
+    }
     PS_LOG(Info) << plan_.variables.size() << " variables in " << plan_.shards.size() << " shards ("
-                 << Fixed(bytes / 1048576.0, 1) << " MiB) created on " << ps_.size() << " ps task(s)";
+                 << Fixed(bytes / 1048576.0, 1) << " MiB"
+                 << (lazy > 0 ? " + " + std::to_string(lazy) + " lazy table(s), rows created on first push" : "")
+                 << ") created on " << ps_.size() << " ps task(s)";
     return Status::Ok();
   }
 
@@ -503,13 +509,16 @@ class Chief {
         continue;
       }
       if (outstanding.empty()) break;
-      if (!outstanding.front().Poll()) {
-        outstanding.front().Wait(std::chrono::milliseconds(100));
+      // Any decided range, not only the oldest: in bounded-staleness mode the oldest may be
+      // waiting for a worker that needs more work to catch up.
+      auto decided = std::find_if(outstanding.begin(), outstanding.end(), [](Group& g) { return g.Poll(); });
+      if (decided == outstanding.end()) {
+        outstanding.front().Wait(std::chrono::milliseconds(outstanding.size() > 1 ? 5 : 100));
         Watchdog(last_progress, &last_watchdog);
         continue;
       }
-      Group group = std::move(outstanding.front());
-      outstanding.pop_front();
+      Group group = std::move(*decided);
+      outstanding.erase(decided);
       last_progress = Clock::now();
       Status failed;  // the group's first error, when it failed
       for (auto& x : group.results) {

@@ -428,3 +428,31 @@ TEST_CASE("bounded staleness: with concurrent workers of different speeds no pul
   // Every push applied exactly once: 1 - 0.001 * 120.
   CHECK(PullAll(*fx.Connect(), "w", 0, 6)[0] == Approx(1.0f - 0.001f * kWorkers * kSteps));
 }
+
+TEST_CASE("bounded staleness: a restarted worker continues at its predecessor's count") {
+  PsFixture fx;
+  auto c = fx.Connect();
+  REQUIRE(c->CallSync(ModeCreate(R"({"mode":"bounded_staleness","replicas_to_aggregate":0,"staleness":5,"num_workers":2})",
+                                 R"({"type":"sgd","learning_rate":1.0})"))
+              .ok());
+  std::vector<float> out(6);
+  auto pull = [&](int worker, int64_t clock) {
+    return c->Call(proto::Pull{{All("w", 0)}, worker, clock}, {}, {std::as_writable_bytes(std::span(out))});
+  };
+  int64_t id = 0;
+  for (int w = 0; w < 2; ++w) {
+    for (int64_t step = 0; step < 4; ++step) {
+      REQUIRE(c->CallSync(ModePush({All("w", 0)}, w, step, id++), Floats({0, 0, 0, 0, 0, 0})).ok());
+    }
+  }
+  // Worker 1 at step 10 needs worker 0 to have pushed 5 steps: it has pushed 4.
+  auto waiting = pull(1, 10);
+  REQUIRE(Eventually([&] { return fx.service.update_stats().waited_pulls == 1; }));
+  // Worker 0 is restarted and counts from 0 again: its first step is step 4 here, so its
+  // first push releases worker 1 (counted from 0 it would hold it for 5 more steps).
+  REQUIRE(pull(0, 0).get().ok());
+  CHECK(waiting.wait_for(std::chrono::seconds(0)) == std::future_status::timeout);
+  REQUIRE(c->CallSync(ModePush({All("w", 0)}, 0, 0, id++), Floats({0, 0, 0, 0, 0, 0})).ok());
+  REQUIRE(waiting.get().ok());
+  CHECK(fx.service.update_stats().max_lead == 5);
+}
