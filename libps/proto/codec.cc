@@ -82,7 +82,7 @@ Offset<void> EncodeBody(FlatBufferBuilder& fbb, const Body& body) {
           return w::CreatePullReplyDirect(fbb, &m.item_floats, &m.versions).Union();
         } else if constexpr (std::is_same_v<M, Push>) {
           auto items = EncodeSlices(fbb, m.items);
-          return w::CreatePushDirect(fbb, &items, m.global_step, m.step_id, m.worker, m.clock).Union();
+          return w::CreatePushDirect(fbb, &items, m.global_step, m.step_id, m.worker, m.clock, m.idle).Union();
         } else if constexpr (std::is_same_v<M, PushReply>) {
           return w::CreatePushReply(fbb, m.global_step, m.skipped, m.stale).Union();
         } else if constexpr (std::is_same_v<M, StartJob>) {
@@ -193,7 +193,7 @@ Result<Body> DecodeBody(const w::Envelope* env) {
     case w::Body::Push: {
       auto* m = env->body_as_Push();
       PS_ASSIGN_OR_RETURN(auto items, DecodeSlices(m->items()));
-      return Body(Push{std::move(items), m->global_step(), m->step_id(), m->worker(), m->clock()});
+      return Body(Push{std::move(items), m->global_step(), m->step_id(), m->worker(), m->clock(), m->idle()});
     }
     case w::Body::PushReply: {
       auto* m = env->body_as_PushReply();

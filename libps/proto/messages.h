@@ -64,6 +64,7 @@ struct Push {
   int64_t step_id = -1;
   int32_t worker = -1;
   int64_t clock = -1;
+  bool idle = false;
 };
 struct PushReply { int64_t global_step = 0; int32_t skipped = 0; int32_t stale = 0; };
 

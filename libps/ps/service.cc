@@ -97,6 +97,8 @@ void Service::Handle(net::Request request, net::Responder responder) {
       // until a worker is heard from again it holds nobody back.
       clocks_.assign(clocks_.size(), -1);
       offsets_.assign(offsets_.size(), 0);
+      seen_.assign(seen_.size(), -1);
+      idle_at_.assign(idle_at_.size(), -1);
     }
     FailParked(Aborted("the ps was restored to checkpoint " + std::to_string(m->global_step)));
     return responder.Reply(proto::Ack{});
@@ -152,6 +154,8 @@ Status Service::CreateShards(const proto::CreateShards& msg) {
       sync_.clear();
       clocks_.assign(static_cast<size_t>(update.num_workers), 0);
       offsets_.assign(static_cast<size_t>(update.num_workers), 0);
+      seen_.assign(static_cast<size_t>(update.num_workers), -1);
+      idle_at_.assign(static_cast<size_t>(update.num_workers), -1);
       changed = true;
       PS_LOG(Info) << "update mode " << UpdateModeName(update.mode)
                    << (update.mode == UpdateMode::kSync ? ", " + std::to_string(update.replicas()) + " of " +
@@ -186,6 +190,16 @@ Result<std::pair<proto::PullReply, net::Buffer>> Service::Pull(const proto::Pull
     reply.item_floats.push_back(n);
     total += n;
   }
+  {
+    // Before the data: the data is at least as new as the versions reported.
+    std::lock_guard lock(mode_mu_);
+    if (update_.mode == UpdateMode::kSync) {
+      for (const auto& item : msg.items) {
+        auto it = sync_.find({item.var, item.shard});
+        reply.versions.push_back(it == sync_.end() ? base_version_ : it->second.version);
+      }
+    }
+  }
   net::Buffer buffer = net::TakeBuffer(total * sizeof(float));
   std::span<float> out = buffer.floats();
   uint64_t offset = 0;
@@ -195,13 +209,6 @@ Result<std::pair<proto::PullReply, net::Buffer>> Service::Pull(const proto::Pull
     ShardKey key{item.var, item.shard};
     PS_RETURN_IF_ERROR(item.all_rows ? store_->Pull(key, dst) : store_->PullRows(key, item.rows, dst));
     offset += reply.item_floats[i];
-  }
-  std::lock_guard lock(mode_mu_);
-  if (update_.mode == UpdateMode::kSync) {
-    for (const auto& item : msg.items) {
-      auto it = sync_.find({item.var, item.shard});
-      reply.versions.push_back(it == sync_.end() ? base_version_ : it->second.version);
-    }
   }
   return std::make_pair(std::move(reply), std::move(buffer));
 }
@@ -256,10 +263,17 @@ Result<proto::PushReply> Service::Push(const proto::Push& msg, const net::Buffer
   if (mode == UpdateMode::kBoundedStaleness) {
     {
       std::lock_guard lock(mode_mu_);
-      if (static_cast<size_t>(msg.worker) < clocks_.size()) {
+      const auto w = static_cast<size_t>(msg.worker);
+      if (w < clocks_.size()) {
         const int64_t step = WorkerClock(msg.worker, msg.clock);
-        auto& c = clocks_[static_cast<size_t>(msg.worker)];
-        c = std::max(c, step + 1);
+        if (msg.idle) {
+          // Out of work: hold nobody back, unless a later step of it has already arrived
+          // (on the other connection).
+          if (seen_[w] < step) idle_at_[w] = step;
+        } else {
+          Seen(msg.worker, step);
+          clocks_[w] = std::max(clocks_[w], step + 1);
+        }
       }
     }
     ServeReady();
@@ -275,83 +289,110 @@ Service::SyncShard& Service::SyncState(const ShardKey& key) {
 
 Result<proto::PushReply> Service::PushSync(const proto::Push& msg, std::span<const float> grads,
                                            const std::vector<uint64_t>& sizes) {
-  proto::PushReply reply;
-  bool advanced = false;
-  uint64_t offset = 0;
-  for (size_t i = 0; i < msg.items.size(); ++i) {
-    const auto& item = msg.items[i];
-    auto g = grads.subspan(offset, sizes[i]);
-    offset += sizes[i];
+  // Everything is checked before anything is added, so a bad push changes nothing.
+  std::vector<ShardDef> defs;
+  for (const auto& item : msg.items) {
     ShardKey key{item.var, item.shard};
     PS_ASSIGN_OR_RETURN(ShardDef def, store_->GetDef(key));
-    const auto cols = static_cast<size_t>(def.cols);
     for (int64_t r : item.rows) {
       if (r < 0 || r >= def.rows) {
         return OutOfRange("Push: row " + std::to_string(r) + " is outside " + key.ToString() + " (" +
                           std::to_string(def.rows) + " rows)");
       }
     }
+    defs.push_back(std::move(def));
+  }
+  proto::PushReply reply;
+  Status failed;
+  bool advanced = false;
+  {
     std::lock_guard lock(mode_mu_);
-    SyncShard& ss = SyncState(key);
-    if (msg.clock < ss.version) {  // computed for an update this shard has applied: too late
-      ++reply.stale;
-      continue;
-    }
-    if (msg.clock > ss.version) {
-      return FailedPrecondition("Push: update " + std::to_string(msg.clock) + " for " + key.ToString() +
-                                ", which is still at update " + std::to_string(ss.version));
-    }
-    if (std::find(ss.workers.begin(), ss.workers.end(), msg.worker) != ss.workers.end()) {
-      ++reply.skipped;  // a resent push
-      continue;
-    }
-    if (item.all_rows) {
-      if (ss.dense_sum.empty()) {
-        ss.dense_sum.assign(g.begin(), g.end());
-      } else {
-        for (size_t k = 0; k < g.size(); ++k) ss.dense_sum[k] += g[k];
+    for (const auto& item : msg.items) {
+      const SyncShard& ss = SyncState({item.var, item.shard});
+      if (msg.clock > ss.version) {
+        return FailedPrecondition("Push: update " + std::to_string(msg.clock) + " for " + item.var + "/part_" +
+                                  std::to_string(item.shard) + ", which is still at update " +
+                                  std::to_string(ss.version));
       }
-    } else {
-      for (size_t j = 0; j < item.rows.size(); ++j) {
-        auto [it, inserted] = ss.row_index.try_emplace(item.rows[j], ss.rows.size());
-        if (inserted) {
-          ss.rows.push_back(item.rows[j]);
-          ss.row_sum.resize(ss.row_sum.size() + cols, 0.0f);
+    }
+    uint64_t offset = 0;
+    for (size_t i = 0; i < msg.items.size(); ++i) {
+      const auto& item = msg.items[i];
+      auto g = grads.subspan(offset, sizes[i]);
+      offset += sizes[i];
+      ShardKey key{item.var, item.shard};
+      const auto cols = static_cast<size_t>(defs[i].cols);
+      SyncShard& ss = SyncState(key);
+      if (msg.clock < ss.version) {  // computed for an update this shard has applied: too late
+        ++reply.stale;
+        continue;
+      }
+      if (std::find(ss.workers.begin(), ss.workers.end(), msg.worker) != ss.workers.end()) {
+        ++reply.skipped;  // a resent push
+        continue;
+      }
+      if (item.all_rows) {
+        if (ss.dense_sum.empty()) {
+          ss.dense_sum.assign(g.begin(), g.end());
+        } else {
+          for (size_t k = 0; k < g.size(); ++k) ss.dense_sum[k] += g[k];
         }
-        float* dst = ss.row_sum.data() + it->second * cols;
-        const float* src = g.data() + j * cols;
-        for (size_t k = 0; k < cols; ++k) dst[k] += src[k];
+      } else {
+        for (size_t j = 0; j < item.rows.size(); ++j) {
+          auto [it, inserted] = ss.row_index.try_emplace(item.rows[j], ss.rows.size());
+          if (inserted) {
+            ss.rows.push_back(item.rows[j]);
+            ss.row_sum.resize(ss.row_sum.size() + cols, 0.0f);
+          }
+          float* dst = ss.row_sum.data() + it->second * cols;
+          const float* src = g.data() + j * cols;
+          for (size_t k = 0; k < cols; ++k) dst[k] += src[k];
+        }
       }
+      ss.workers.push_back(msg.worker);
+      if (++ss.accepted < update_.replicas()) continue;
+      // The update is complete: apply the average once (a worker that did not touch a
+      // row contributed zero to it), then collect the next one. If the store cannot apply
+      // it (out of memory), the update is dropped rather than left half-collected: the
+      // shard moves on either way, so no worker waits for it forever.
+      const float scale = 1.0f / static_cast<float>(ss.accepted);
+      Status st;
+      if (!ss.dense_sum.empty()) {
+        for (float& x : ss.dense_sum) x *= scale;
+        st = store_->Push(key, ss.dense_sum, ss.version);
+      }
+      if (st.ok() && !ss.rows.empty()) {
+        for (float& x : ss.row_sum) x *= scale;
+        st = store_->PushRows(key, ss.rows, ss.row_sum, ss.version);
+      }
+      if (!st.ok()) {
+        PS_LOG(Error) << "update " << ss.version << " of " << key.ToString() << " not applied: " << st.ToString();
+        if (failed.ok()) failed = st;
+      }
+      ss.version += 1;
+      ss.accepted = 0;
+      ss.workers.clear();
+      ss.dense_sum.clear();
+      ss.row_index.clear();
+      ss.rows.clear();
+      ss.row_sum.clear();
+      advanced = true;
     }
-    ss.workers.push_back(msg.worker);
-    if (++ss.accepted < update_.replicas()) continue;
-    // The update is complete: apply the average once (a worker that did not touch a row
-    // contributed zero to it), then collect the next one.
-    const float scale = 1.0f / static_cast<float>(ss.accepted);
-    if (!ss.dense_sum.empty()) {
-      for (float& x : ss.dense_sum) x *= scale;
-      PS_RETURN_IF_ERROR(store_->Push(key, ss.dense_sum, ss.version));
-    }
-    if (!ss.rows.empty()) {
-      for (float& x : ss.row_sum) x *= scale;
-      PS_RETURN_IF_ERROR(store_->PushRows(key, ss.rows, ss.row_sum, ss.version));
-    }
-    ss.version += 1;
-    ss.accepted = 0;
-    ss.workers.clear();
-    ss.dense_sum.clear();
-    ss.row_index.clear();
-    ss.rows.clear();
-    ss.row_sum.clear();
-    advanced = true;
   }
   if (reply.stale > 0) stale_ += static_cast<uint64_t>(reply.stale);
   if (advanced) ServeReady();
+  if (!failed.ok()) return failed;
   reply.global_step = store_->global_step();
   return reply;
 }
 
-bool Service::Ready(const proto::Pull& msg) {
+void Service::Seen(int32_t w, int64_t step) {
+  const auto i = static_cast<size_t>(w);
+  seen_[i] = std::max(seen_[i], step);
+  if (idle_at_[i] >= 0 && step >= idle_at_[i]) idle_at_[i] = -1;  // busy again
+}
+
+bool Service::Ready(const proto::Pull& msg, int64_t step) {
   if (update_.mode == UpdateMode::kSync) {
     for (const auto& item : msg.items) {
       auto it = sync_.find({item.var, item.shard});
@@ -360,10 +401,10 @@ bool Service::Ready(const proto::Pull& msg) {
     return true;
   }
   if (update_.mode == UpdateMode::kBoundedStaleness) {
-    const int64_t step = WorkerClock(msg.worker, msg.clock);
     int64_t slowest = INT64_MAX;
     for (size_t w = 0; w < clocks_.size(); ++w) {
-      if (static_cast<int32_t>(w) != msg.worker && clocks_[w] >= 0) slowest = std::min(slowest, clocks_[w]);
+      if (static_cast<int32_t>(w) == msg.worker || clocks_[w] < 0 || idle_at_[w] >= 0) continue;
+      slowest = std::min(slowest, clocks_[w]);
     }
     if (slowest == INT64_MAX) return true;  // the only worker
     if (step - slowest > update_.staleness) return false;
@@ -398,9 +439,14 @@ void Service::PullOrWait(proto::Pull msg, net::Responder responder) {
             std::to_string(update_.num_workers - 1) + ") and its clock, got worker " + std::to_string(msg.worker) +
             " clock " + std::to_string(msg.clock)));
       }
-      if (!Ready(msg)) {
+      int64_t step = msg.clock;
+      if (update_.mode == UpdateMode::kBoundedStaleness) {
+        step = WorkerClock(msg.worker, msg.clock);
+        Seen(msg.worker, step);
+      }
+      if (!Ready(msg, step)) {
         ++waited_pulls_;
-        parked_.push_back({std::move(msg), std::move(responder)});
+        parked_.push_back({std::move(msg), step, std::move(responder)});
         return;
       }
     }
@@ -415,7 +461,7 @@ void Service::ServeReady() {
   {
     std::lock_guard lock(mode_mu_);
     for (size_t i = 0; i < parked_.size();) {
-      if (Ready(parked_[i].msg)) {
+      if (Ready(parked_[i].msg, parked_[i].step)) {
         ready.push_back(std::move(parked_[i]));
         parked_[i] = std::move(parked_.back());
         parked_.pop_back();

@@ -82,8 +82,11 @@ class Service {
   Result<proto::PushReply> Push(const proto::Push& msg, const net::Buffer& payload);
   Result<proto::PushReply> PushSync(const proto::Push& msg, std::span<const float> grads,
                                     const std::vector<uint64_t>& sizes);
-  // Under mode_mu_: may `msg` be served now? (Updates max_lead_ when it may.)
-  bool Ready(const proto::Pull& msg);
+  // Under mode_mu_: may `msg` be served now? `step`: its clock on this ps's scale
+  // (WorkerClock at arrival). Updates max_lead_ when it may, nothing else.
+  bool Ready(const proto::Pull& msg, int64_t step);
+  // Bounded staleness, mode_mu_ held: a message of worker `w` for `step` was seen.
+  void Seen(int32_t w, int64_t step);
   // Bounded staleness, mode_mu_ held: worker `w`'s step `clock` on this ps's scale. A
   // worker process counts from 0; a restarted one continues at the count its
   // predecessor reached here, so it neither waits for nor stalls the others.
@@ -111,6 +114,7 @@ class Service {
   };
   struct Parked {
     proto::Pull msg;
+    int64_t step;
     net::Responder responder;
   };
   SyncShard& SyncState(const ShardKey& key);  // mode_mu_ held
@@ -123,6 +127,8 @@ class Service {
   std::map<ShardKey, SyncShard> sync_;
   std::vector<int64_t> clocks_;   // bounded staleness: [worker] steps pushed; -1 unknown
   std::vector<int64_t> offsets_;  // [worker] added to a restarted worker's own count
+  std::vector<int64_t> seen_;     // [worker] the highest step heard of; -1 none
+  std::vector<int64_t> idle_at_;  // [worker] idle from this step on (holds nobody back); -1 busy
   int64_t max_lead_ = 0;
   uint64_t waited_pulls_ = 0;
   std::vector<Parked> parked_;

@@ -453,7 +453,10 @@ class Chief {
     for (;;) {
       if (!draining && Stopping()) {
         draining = true;
-        coordinator_->CancelQueued(Aborted("stopping"));
+        // Sync mode: the ranges already given out run to the end on every worker (a
+        // worker whose pack was cancelled would leave the others waiting for its
+        // gradients); nothing new is given out.
+        if (!sync) coordinator_->CancelQueued(Aborted("stopping"));
       }
       if (!recovering && !LostPs().empty()) {
         recovering = true;

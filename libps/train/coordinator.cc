@@ -66,6 +66,7 @@ bool Coordinator::Done() const {
 
 void Coordinator::CancelQueued(const Status& why) {
   std::lock_guard lock(mu_);
+  cancelled_ = true;
   while (!queue_.empty()) {
     Pack p = std::move(queue_.front());
     queue_.pop_front();
@@ -106,6 +107,7 @@ void Coordinator::Pause(const Status& why) {
 void Coordinator::Resume() {
   std::lock_guard lock(mu_);
   paused_ = false;
+  cancelled_ = false;
   cv_.notify_all();
 }
 
@@ -207,7 +209,7 @@ void Coordinator::OnReply(int worker, Pack pack, Result<net::Reply> reply) {
     s.alive = false;
     PS_LOG(Warning) << s.name << " lost: " << st.message();
   }
-  if (pack.pinned >= 0 && Retryable(st) && !closing_ && !paused_) {
+  if (pack.pinned >= 0 && Retryable(st) && !closing_ && !paused_ && !cancelled_) {
     // Only this worker can run it: wait for it to rejoin, in step order among its packs.
     auto pos = std::find_if(queue_.begin(), queue_.end(), [&](const Pack& q) { return q.first_step > pack.first_step; });
     queue_.insert(pos, std::move(pack));

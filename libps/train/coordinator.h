@@ -59,7 +59,8 @@ class Coordinator {
   Status Join();
   // True when nothing is queued or in flight.
   bool Done() const;
-  // Fails every queued pack with `why` (Aborted); in-flight packs finish.
+  // Fails every queued pack with `why` (Aborted); in-flight packs finish, and a pinned
+  // one that fails is not queued again (until Resume).
   void CancelQueued(const Status& why);
   // A worker's connection broke: nothing more is sent to it.
   void MarkLost(int worker, const Status& why);
@@ -95,6 +96,7 @@ class Coordinator {
   Status first_error_;                  // guarded by mu_
   bool closing_ = false;                // guarded by mu_
   bool paused_ = false;                 // guarded by mu_
+  bool cancelled_ = false;              // CancelQueued since the last Resume; guarded by mu_
   std::thread dispatcher_;
 };
 

@@ -268,6 +268,19 @@ Status ParamFetcher::Push(const model::Grads& grads, int64_t step) {
   return WaitPush();
 }
 
+Status ParamFetcher::SendIdle(int64_t next_clock) {
+  PS_RETURN_IF_ERROR(WaitPush());
+  auto latch = std::make_shared<Latch>(static_cast<int>(links_.size()));
+  for (auto& link : links_) {
+    proto::Push idle;
+    idle.worker = worker_;
+    idle.clock = next_clock;
+    idle.idle = true;
+    link->Push(std::move(idle), {}, [latch](Status st) { latch->Done(std::move(st)); });
+  }
+  return latch->Wait();
+}
+
 Status ParamFetcher::WaitPush() {
   if (push_in_flight_ == nullptr) return Status::Ok();
   Status st = push_in_flight_->Wait();
@@ -318,6 +331,13 @@ Status Trainer::RunSteps(int64_t first_step, int count, StepStats* stats) {
   auto t0 = Clock::now();
   Status pushed = fetcher_->WaitPush();
   for (int stage = 0; stage < 2; ++stage) fetcher_->WaitFetch(stage).ok();
+  if (mode_ == ps::UpdateMode::kBoundedStaleness) {
+    // Until the next pack this worker must not hold the others back (at a checkpoint or
+    // the end of the job there may be no next pack for it). Best effort: a ps that does
+    // not answer is being recovered anyway.
+    Status idle = fetcher_->SendIdle(clock_);
+    if (!idle.ok() && st.ok() && pushed.ok()) pushed = idle;
+  }
   stats->push_seconds += Seconds(t0, Clock::now());
   return st.ok() ? pushed : st;
 }
@@ -344,7 +364,8 @@ Status Trainer::Pipeline(int64_t first_step, int count, StepStats* stats) {
           fetcher_->StartFetch(stage ^ 1, *model_, batches_[stage ^ 1], Tag(first_step + i + 1, clock + i + 1)));
     }
     auto t2 = Clock::now();
-    if (mode_ == ps::UpdateMode::kSync && fetcher_->fetched_version(stage) > first_step + i) {
+    const int64_t version = fetcher_->fetched_version(stage);
+    if (mode_ == ps::UpdateMode::kSync && version != INT64_MAX && version > first_step + i) {
       // Every shard has applied this update without us (we are a late backup): a
       // gradient for it would only be dropped.
       stage ^= 1;

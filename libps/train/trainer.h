@@ -75,6 +75,9 @@ class ParamFetcher {
   // must stay untouched until WaitPush() returns; at most one push is in flight.
   void StartPush(int stage, const model::Grads& grads, int64_t step, int64_t clock = -1);
   Status WaitPush();
+  // Bounded staleness: tells every ps this worker has no steps for now (`next_clock` is
+  // its next step), so it holds no other worker back meanwhile. Waits for the replies.
+  Status SendIdle(int64_t next_clock);
 
   // Synchronous forms on stage 0 (evaluation, tests).
   Status Fetch(model::Model& model, const model::Batch& batch);

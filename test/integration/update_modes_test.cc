@@ -22,11 +22,13 @@ struct Run {
 
 // Runs the MLP job with `update` on the local cluster; `slow_worker1_ms` makes worker:1 a
 // straggler (testing hook PSTRAIN_FAULT_SLOW_STEP_MS).
-Run Train(const Json& update, int slow_worker1_ms, const std::string& ps_summary) {
+// `checkpoint_every`: 0 for none; otherwise the chief stops handing out steps at each
+// multiple (a barrier where one worker may have no work while the other finishes its own).
+Run Train(const Json& update, int slow_worker1_ms, const std::string& ps_summary, int64_t checkpoint_every = 0) {
   TempDir tmp;
   auto spec = LocalCluster();
   auto job = DeriveJob("job-fmnist-mlp.json", tmp / "job.json", kSteps, 100, tmp / "model",
-                       Json{{"update", update}, {"checkpoint", {{"every_steps", 0}, {"every_seconds", 0}}}});
+                       Json{{"update", update}, {"checkpoint", {{"every_steps", checkpoint_every}, {"every_seconds", 0}}}});
   Tasks tasks;
   for (auto id : {kPs0, kPs1, kWorker0}) tasks.Add(StartDaemon(spec, id));
   EnvVars slow;
@@ -89,7 +91,9 @@ TEST_CASE("sync, 1 of 2 workers (a backup): updates stay exact, the straggler's 
 }
 
 TEST_CASE("bounded staleness 2 with a straggler: pulls wait, no worker ever leads by more than 2 steps") {
-  Run run = Train(Json{{"mode", "bounded_staleness"}, {"staleness", 2}}, 10, "bounded staleness:");
+  // Checkpoints every 70 steps (7 packs): at each barrier the packs are split unevenly,
+  // and a worker without work must not hold back the one finishing its pack.
+  Run run = Train(Json{{"mode", "bounded_staleness"}, {"staleness", 2}}, 10, "bounded staleness:", 70);
   REQUIRE(run.ps_lines.size() == 2);
   for (const auto& line : run.ps_lines) {
     const int64_t lead = Number(line, R"(largest lead (\d+) step)");

@@ -456,3 +456,37 @@ TEST_CASE("bounded staleness: a restarted worker continues at its predecessor's 
   REQUIRE(waiting.get().ok());
   CHECK(fx.service.update_stats().max_lead == 5);
 }
+
+TEST_CASE("bounded staleness: a worker out of work holds nobody back until it has steps again") {
+  PsFixture fx;
+  auto c = fx.Connect();
+  REQUIRE(c->CallSync(ModeCreate(R"({"mode":"bounded_staleness","replicas_to_aggregate":0,"staleness":1,"num_workers":2})",
+                                 R"({"type":"sgd","learning_rate":1.0})"))
+              .ok());
+  std::vector<float> out(6);
+  auto pull = [&](int worker, int64_t clock) {
+    return c->Call(proto::Pull{{All("w", 0)}, worker, clock}, {}, {std::as_writable_bytes(std::span(out))});
+  };
+  proto::Push idle;
+  idle.worker = 1;
+  idle.clock = 0;
+  idle.idle = true;
+  REQUIRE(c->CallSync(idle).ok());  // worker 1 got no pack (yet)
+  REQUIRE(pull(0, 5).get().ok());   // 5 steps ahead of an idle worker: allowed
+  // Worker 1 gets work: its first pull makes it count again, and worker 0 waits for it.
+  REQUIRE(pull(1, 0).get().ok());
+  auto waiting = pull(0, 6);
+  REQUIRE(Eventually([&] { return fx.service.update_stats().waited_pulls == 1; }));
+  CHECK(waiting.wait_for(std::chrono::seconds(0)) == std::future_status::timeout);
+  // An idle message overtaken by the worker's next step (other connection) is ignored...
+  idle.clock = 0;
+  REQUIRE(c->CallSync(idle).ok());
+  CHECK(waiting.wait_for(std::chrono::seconds(0)) == std::future_status::timeout);
+  // ...and a current one releases worker 0.
+  for (int64_t step = 0; step < 3; ++step) {
+    REQUIRE(c->CallSync(ModePush({All("w", 0)}, 1, step, 100 + step), Floats({0, 0, 0, 0, 0, 0})).ok());
+  }
+  idle.clock = 3;
+  REQUIRE(c->CallSync(idle).ok());
+  REQUIRE(waiting.get().ok());
+}
