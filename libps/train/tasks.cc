@@ -221,11 +221,21 @@ class Worker {
   }
 
   Result<proto::RunStepsReply> RunSteps(const proto::RunSteps& m) {
+    queued_packs_ += 1;
     std::lock_guard lock(mu_);  // one pack at a time; a second one queues here
+    queued_packs_ -= 1;
     if (trainer_ == nullptr) return FailedPrecondition("RunSteps before StartJob");
     PS_RETURN_IF_ERROR(ReconnectPs());
     StepStats s;
-    PS_RETURN_IF_ERROR(trainer_->RunSteps(m.first_step, m.count, &s));
+    Status ran = trainer_->RunSteps(m.first_step, m.count, &s);
+    // Bounded staleness: with no pack waiting here, this worker is out of work (at a
+    // checkpoint or the end of the job there may be none for it) and must not hold the
+    // others back. Best effort: a ps that does not answer is being recovered anyway.
+    if (queued_packs_.load() == 0) {
+      Status idle = trainer_->Idle();
+      if (!idle.ok()) PS_LOG(Warning) << "could not tell the ps tasks this worker is idle: " << idle.message();
+    }
+    PS_RETURN_IF_ERROR(ran);
     return proto::RunStepsReply{static_cast<int32_t>(s.steps), s.examples,        s.loss_sum,
                                 s.correct,                     s.data_seconds,    s.pull_seconds,
                                 s.compute_seconds,             s.push_seconds,    static_cast<int32_t>(s.stale)};
@@ -263,6 +273,7 @@ class Worker {
   const DaemonContext& ctx_;
   net::Runtime& runtime_;
   std::atomic<uint64_t> generation_{0};            // the newest chief's
+  std::atomic<int> queued_packs_{0};               // RunSteps waiting for mu_
   std::mutex mu_;
   std::string job_json_;                           // guarded by mu_
   std::vector<std::shared_ptr<net::Client>> ps_;   // [2 * ps]: pulls, pushes; guarded by mu_

@@ -311,6 +311,11 @@ void ParamFetcher::StartPush(int stage, const model::Grads& grads, int64_t step,
   }
 }
 
+Status Trainer::Idle() {
+  if (mode_ != ps::UpdateMode::kBoundedStaleness) return Status::Ok();
+  return fetcher_->SendIdle(clock_);
+}
+
 int64_t Trainer::SlowStepHook() {
   const char* v = std::getenv("PSTRAIN_FAULT_SLOW_STEP_MS");
   return v == nullptr ? 0 : std::max<int64_t>(0, std::atoll(v));
@@ -331,13 +336,6 @@ Status Trainer::RunSteps(int64_t first_step, int count, StepStats* stats) {
   auto t0 = Clock::now();
   Status pushed = fetcher_->WaitPush();
   for (int stage = 0; stage < 2; ++stage) fetcher_->WaitFetch(stage).ok();
-  if (mode_ == ps::UpdateMode::kBoundedStaleness) {
-    // Until the next pack this worker must not hold the others back (at a checkpoint or
-    // the end of the job there may be no next pack for it). Best effort: a ps that does
-    // not answer is being recovered anyway.
-    Status idle = fetcher_->SendIdle(clock_);
-    if (!idle.ok() && st.ok() && pushed.ok()) pushed = idle;
-  }
   stats->push_seconds += Seconds(t0, Clock::now());
   return st.ok() ? pushed : st;
 }

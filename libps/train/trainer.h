@@ -127,6 +127,9 @@ class Trainer {
   // run (its clock). In sync mode step s is update s; a step whose shards have all
   // applied it already is skipped (counted in stats->stale).
   Status RunSteps(int64_t first_step, int count, StepStats* stats);
+  // Bounded staleness: tells the ps tasks this worker has no steps to run for now (it
+  // holds no other worker back until its next step). A no-op in the other modes.
+  Status Idle();
   ParamFetcher& fetcher() { return *fetcher_; }
 
  private:
