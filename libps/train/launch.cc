@@ -1164,6 +1164,13 @@ class Supervisor {
       }
       if (t.running()) others += (others.empty() ? "" : ", ") + t.name();
     }
+    if (Chief()->last_exit == std::optional<int>(2)) {
+      // A usage or configuration error: the chief never started the job, so nobody will
+      // shut the others down. Do not make the user wait for the grace period.
+      grace_deadline_ = Clock::now();
+      grace_reason_ = "the chief exited 2 (a usage or configuration error: see its output above)";
+      return;
+    }
     grace_deadline_ = Clock::now() + command_.shutdown_grace;
     if (!others.empty()) {
       out_.Say("the chief has exited; waiting up to " + Secs(command_.shutdown_grace) + " for " + others);
@@ -1184,10 +1191,15 @@ class Supervisor {
       for (auto& t : tasks_) {
         if (!t.running()) continue;
         any = true;
-        t.note = "still running " + Secs(command_.shutdown_grace) +
-                 " after the chief exited (terminated by the launcher)";
-        out_.Say("ERROR: " + t.name() + " is still running " + Secs(command_.shutdown_grace) +
-                 " after the chief exited: the chief did not shut it down. Sending SIGTERM");
+        if (!grace_reason_.empty()) {
+          t.note = "terminated by the launcher: " + grace_reason_;
+          out_.Say(t.name() + ": " + grace_reason_ + ". Sending SIGTERM");
+        } else {
+          t.note = "still running " + Secs(command_.shutdown_grace) +
+                   " after the chief exited (terminated by the launcher)";
+          out_.Say("ERROR: " + t.name() + " is still running " + Secs(command_.shutdown_grace) +
+                   " after the chief exited: the chief did not shut it down. Sending SIGTERM");
+        }
         t.proc->Signal(SIGTERM);
       }
       if (any) kill_deadline_ = now + kKillGrace;
@@ -1227,6 +1239,7 @@ class Supervisor {
   bool stopping_ = false;
   std::future<Result<proto::Body>> stop_;
   std::optional<Clock::time_point> grace_deadline_;
+  std::string grace_reason_;  // why the others are stopped without a grace period; empty: the usual grace
   bool grace_fired_ = false;
   std::optional<Clock::time_point> kill_deadline_;
 };

@@ -694,6 +694,18 @@ TEST_CASE("pstrain local: a ps still running after the chief exited is terminate
   CHECK(run.HasContaining("  ps:0  killed by SIGTERM (143): still running 0.2 s after the chief exited"));
 }
 
+TEST_CASE("pstrain local: a chief with a configuration error (exit 2) gets the others stopped at once") {
+  LocalRun run(kFakeCluster);
+  // The default grace is 30 s; the test's own timeout would end a run that waited for it.
+  int rc = run.Run({"--model-dir", "/tmp/md"}, {{"FAKE_ps_0", "forever"}, {"FAKE_worker_0", "forever"},
+                                                 {"FAKE_chief_0", "exit2"}});
+  INFO(run.Dump());
+  CHECK(rc == 1);
+  CHECK(run.HasContaining("ps:0: the chief exited 2 (a usage or configuration error: see its output above). Sending SIGTERM"));
+  CHECK(run.HasContaining("killed by SIGTERM (143): terminated by the launcher: the chief exited 2"));
+  CHECK_FALSE(run.HasContaining("waiting up to"));
+}
+
 TEST_CASE("pstrain local: Ctrl-C sends Stop to the chief; a graceful shutdown exits 0") {
   net::Runtime rt(1);
   fs::path pid_file;
