@@ -347,6 +347,29 @@ Status CheckRows(const char* op, const ShardKey& key, std::span<const int64_t> r
   return Status::Ok();
 }
 
+// A lazy pull's or push's rows grouped by stripe (a counting sort), so each stripe's lock
+// is taken once per request: the rows of stripe k are order[begin[k] .. begin[k + 1]).
+// One per thread (thread_local), so the buffers are reused.
+struct StripeGroups {
+  std::vector<uint64_t> hashes;  // [i] HashRow(rows[i])
+  std::vector<uint32_t> order;
+  std::array<uint32_t, kLazyStripes + 1> begin{};
+
+  void Build(std::span<const int64_t> rows) {
+    const size_t n = rows.size();
+    hashes.resize(n);
+    order.resize(n);
+    begin.fill(0);
+    for (size_t i = 0; i < n; ++i) {
+      hashes[i] = HashRow(rows[i]);
+      ++begin[Store::Shard::LazyStripeOf(hashes[i]) + 1];
+    }
+    for (size_t k = 0; k < kLazyStripes; ++k) begin[k + 1] += begin[k];
+    auto next = begin;
+    for (size_t i = 0; i < n; ++i) order[next[Store::Shard::LazyStripeOf(hashes[i])]++] = static_cast<uint32_t>(i);
+  }
+};
+
 Status LazyWhole(const char* op, const ShardKey& key) {
   return InvalidArgument(std::string(op) + " " + key.ToString() +
                          ": a lazy shard is pulled and pushed by rows only");
@@ -395,18 +418,26 @@ Status Store::PullRows(const ShardKey& key, std::span<const int64_t> rows, std::
     PS_RETURN_IF_ERROR(CheckRows("PullRows", key, rows, s->def.rows));
     const size_t cols = s->cols;
     if (s->lazy) {
-      for (size_t i = 0; i < rows.size(); ++i) {
-        const uint64_t h = HashRow(rows[i]);
-        const size_t k = Shard::LazyStripeOf(h);
-        std::span<float> dst = out.subspan(i * cols, cols);
-        std::unique_lock g(s->stripes[k]);
-        if (const float* record = s->lazy[k].Find(rows[i], h)) {
-          std::memcpy(dst.data(), record, cols * sizeof(float));
-        } else {
-          g.unlock();
-          model::FillInitial(s->def.init, s->def.seed, s->def.var, s->def.full_shape,
-                             s->def.row_begin + rows[i], 1, s->def.cols, dst);
+      // Rows not created yet get their initial values outside the locks.
+      thread_local StripeGroups groups;
+      thread_local std::vector<uint32_t> missing;
+      groups.Build(rows);
+      missing.clear();
+      for (size_t k = 0; k < kLazyStripes; ++k) {
+        if (groups.begin[k] == groups.begin[k + 1]) continue;
+        std::lock_guard g(s->stripes[k]);
+        for (uint32_t j = groups.begin[k]; j < groups.begin[k + 1]; ++j) {
+          const uint32_t i = groups.order[j];
+          if (const float* record = s->lazy[k].Find(rows[i], groups.hashes[i])) {
+            std::memcpy(out.data() + i * cols, record, cols * sizeof(float));
+          } else {
+            missing.push_back(i);
+          }
         }
+      }
+      for (uint32_t i : missing) {
+        model::FillInitial(s->def.init, s->def.seed, s->def.var, s->def.full_shape, s->def.row_begin + rows[i], 1,
+                           s->def.cols, out.subspan(i * cols, cols));
       }
       return Status::Ok();
     }
@@ -466,20 +497,23 @@ Status Store::ApplyLazy(Shard& s, std::span<const int64_t> rows, std::span<const
   const OptimizerSpec& spec = *spec_;
   const float lr = static_cast<float>(LearningRate(spec, global_step));
   const size_t cols = s.cols;
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const uint64_t h = HashRow(rows[i]);
-    const size_t k = Shard::LazyStripeOf(h);
+  thread_local StripeGroups groups;
+  groups.Build(rows);
+  for (size_t k = 0; k < kLazyStripes; ++k) {
+    if (groups.begin[k] == groups.begin[k + 1]) continue;
     std::lock_guard g(s.stripes[k]);
-    float* record = s.lazy[k].Find(rows[i], h);
-    if (record == nullptr) {
-      record = s.lazy[k].Insert(rows[i], h, s.record_floats);
-      if (record == nullptr)
-        return Internal("PushRows " + s.def.key().ToString() + ": out of memory creating row " +
-                        std::to_string(rows[i]));
-      s.InitRecord(rows[i], record);
+    for (uint32_t j = groups.begin[k]; j < groups.begin[k + 1]; ++j) {
+      const uint32_t i = groups.order[j];
+      float* record = s.lazy[k].Find(rows[i], groups.hashes[i]);
+      if (record == nullptr) {
+        record = s.lazy[k].Insert(rows[i], groups.hashes[i], s.record_floats);
+        if (record == nullptr)
+          return Internal("PushRows " + s.def.key().ToString() + ": out of memory creating row " +
+                          std::to_string(rows[i]));
+        s.InitRecord(rows[i], record);
+      }
+      ApplyRows(spec, lr, global_step, {record, cols}, s.RecordSlots(record), grad_rows.subspan(i * cols, cols));
     }
-    ApplyRows(spec, lr, global_step, {record, cols}, s.RecordSlots(record),
-              grad_rows.subspan(i * cols, cols));
   }
   return Status::Ok();
 }
