@@ -213,6 +213,15 @@ Result<std::pair<proto::PullReply, net::Buffer>> Service::Pull(const proto::Pull
   return std::make_pair(std::move(reply), std::move(buffer));
 }
 
+Status Service::CheckTag(const char* op, int32_t worker, int64_t clock) const {
+  if (update_.mode == UpdateMode::kAsync || (worker >= 0 && worker < update_.num_workers && clock >= 0)) {
+    return Status::Ok();
+  }
+  return InvalidArgument(std::string(op) + ": " + UpdateModeName(update_.mode) + " mode needs the worker (0.." +
+                         std::to_string(update_.num_workers - 1) + ") and its clock, got worker " +
+                         std::to_string(worker) + " clock " + std::to_string(clock));
+}
+
 Result<proto::PushReply> Service::Push(const proto::Push& msg, const net::Buffer& payload) {
   std::vector<uint64_t> sizes;
   uint64_t total = 0;
@@ -225,24 +234,24 @@ Result<proto::PushReply> Service::Push(const proto::Push& msg, const net::Buffer
     return InvalidArgument("Push: payload has " + std::to_string(payload.size()) +
                            " bytes but its items need " + std::to_string(total * sizeof(float)));
   }
-  std::span<const float> grads = payload.floats();
+  // The payload cut into the items' gradients.
+  std::vector<std::span<const float>> grads;
+  std::span<const float> rest = payload.floats();
+  for (uint64_t n : sizes) {
+    grads.push_back(rest.first(n));
+    rest = rest.subspan(n);
+  }
   UpdateMode mode;
   {
     std::lock_guard lock(mode_mu_);
     mode = update_.mode;
-    if (mode != UpdateMode::kAsync && (msg.worker < 0 || msg.worker >= update_.num_workers || msg.clock < 0)) {
-      return InvalidArgument("Push: " + std::string(UpdateModeName(mode)) + " mode needs the worker (0.." +
-                             std::to_string(update_.num_workers - 1) + ") and its clock, got worker " +
-                             std::to_string(msg.worker) + " clock " + std::to_string(msg.clock));
-    }
+    PS_RETURN_IF_ERROR(CheckTag("Push", msg.worker, msg.clock));
   }
-  if (mode == UpdateMode::kSync) return PushSync(msg, grads, sizes);
-  uint64_t offset = 0;
+  if (mode == UpdateMode::kSync) return PushSync(msg, grads);
   int32_t skipped = 0;
   for (size_t i = 0; i < msg.items.size(); ++i) {
     const auto& item = msg.items[i];
-    auto g = grads.subspan(offset, sizes[i]);
-    offset += sizes[i];
+    const auto g = grads[i];
     ShardKey key{item.var, item.shard};
     if (!MarkApplied(key, msg.step_id)) {
       ++skipped;
@@ -287,8 +296,8 @@ Service::SyncShard& Service::SyncState(const ShardKey& key) {
   return it->second;
 }
 
-Result<proto::PushReply> Service::PushSync(const proto::Push& msg, std::span<const float> grads,
-                                           const std::vector<uint64_t>& sizes) {
+Result<proto::PushReply> Service::PushSync(const proto::Push& msg,
+                                           const std::vector<std::span<const float>>& grads) {
   // Everything is checked before anything is added, so a bad push changes nothing.
   std::vector<ShardDef> defs;
   for (const auto& item : msg.items) {
@@ -315,11 +324,9 @@ Result<proto::PushReply> Service::PushSync(const proto::Push& msg, std::span<con
                                   std::to_string(ss.version));
       }
     }
-    uint64_t offset = 0;
     for (size_t i = 0; i < msg.items.size(); ++i) {
       const auto& item = msg.items[i];
-      auto g = grads.subspan(offset, sizes[i]);
-      offset += sizes[i];
+      const auto g = grads[i];
       ShardKey key{item.var, item.shard};
       const auto cols = static_cast<size_t>(defs[i].cols);
       SyncShard& ss = SyncState(key);
@@ -350,12 +357,12 @@ Result<proto::PushReply> Service::PushSync(const proto::Push& msg, std::span<con
         }
       }
       ss.workers.push_back(msg.worker);
-      if (++ss.accepted < update_.replicas()) continue;
+      if (static_cast<int>(ss.workers.size()) < update_.replicas()) continue;
       // The update is complete: apply the average once (a worker that did not touch a
       // row contributed zero to it), then collect the next one. If the store cannot apply
       // it (out of memory), the update is dropped rather than left half-collected: the
       // shard moves on either way, so no worker waits for it forever.
-      const float scale = 1.0f / static_cast<float>(ss.accepted);
+      const float scale = 1.0f / static_cast<float>(ss.workers.size());
       Status st;
       if (!ss.dense_sum.empty()) {
         for (float& x : ss.dense_sum) x *= scale;
@@ -370,7 +377,6 @@ Result<proto::PushReply> Service::PushSync(const proto::Push& msg, std::span<con
         if (failed.ok()) failed = st;
       }
       ss.version += 1;
-      ss.accepted = 0;
       ss.workers.clear();
       ss.dense_sum.clear();
       ss.row_index.clear();
@@ -433,12 +439,7 @@ void Service::PullOrWait(proto::Pull msg, net::Responder responder) {
     std::lock_guard lock(mode_mu_);
     // A pull without a clock (evaluation, the chief's final eval) reads what is there.
     if (update_.mode != UpdateMode::kAsync && msg.clock >= 0) {
-      if (msg.worker < 0 || msg.worker >= update_.num_workers || msg.clock < 0) {
-        return responder.Fail(InvalidArgument(
-            "Pull: " + std::string(UpdateModeName(update_.mode)) + " mode needs the worker (0.." +
-            std::to_string(update_.num_workers - 1) + ") and its clock, got worker " + std::to_string(msg.worker) +
-            " clock " + std::to_string(msg.clock)));
-      }
+      if (Status st = CheckTag("Pull", msg.worker, msg.clock); !st.ok()) return responder.Fail(st);
       int64_t step = msg.clock;
       if (update_.mode == UpdateMode::kBoundedStaleness) {
         step = WorkerClock(msg.worker, msg.clock);

@@ -80,8 +80,10 @@ class Service {
   void PullOrWait(proto::Pull msg, net::Responder responder);
   Result<std::pair<proto::PullReply, net::Buffer>> Pull(const proto::Pull& msg);
   Result<proto::PushReply> Push(const proto::Push& msg, const net::Buffer& payload);
-  Result<proto::PushReply> PushSync(const proto::Push& msg, std::span<const float> grads,
-                                    const std::vector<uint64_t>& sizes);
+  // grads[i]: item i's gradient.
+  Result<proto::PushReply> PushSync(const proto::Push& msg, const std::vector<std::span<const float>>& grads);
+  // mode_mu_ held: sync and bounded-staleness requests must name their worker and clock.
+  Status CheckTag(const char* op, int32_t worker, int64_t clock) const;
   // Under mode_mu_: may `msg` be served now? `step`: its clock on this ps's scale
   // (WorkerClock at arrival). Updates max_lead_ when it may, nothing else.
   bool Ready(const proto::Pull& msg, int64_t step);
@@ -105,7 +107,6 @@ class Service {
   // Sync mode: the update a shard is collecting gradients for, and their sum.
   struct SyncShard {
     int64_t version = 0;
-    int accepted = 0;
     std::vector<int32_t> workers;             // who contributed to `version`
     std::vector<float> dense_sum;             // whole-shard pushes: [rows * cols]
     std::unordered_map<int64_t, size_t> row_index;  // sparse: shard-local row -> position

@@ -19,6 +19,7 @@
 #include "libps/core/log.h"
 #include "libps/train/coordinator.h"
 #include "libps/train/load.h"
+#include "libps/train/report.h"
 #include "libps/train/summary.h"
 #include "libps/train/trainer.h"
 
@@ -34,12 +35,6 @@ constexpr net::Millis kPsStatusTimeout{2000};
 constexpr std::chrono::seconds kMinLoadWindow{1};
 // The chief logs the load hints at most this often.
 constexpr std::chrono::seconds kHintLogInterval{60};
-
-std::string Fixed(double v, int digits) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
-  return buf;
-}
 
 std::string Duration(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "?";

@@ -195,7 +195,6 @@ void Coordinator::OnReply(int worker, Pack pack, Result<net::Reply> reply) {
     }
     s.packs_done += 1;
     s.steps_done += r->steps;
-    s.stale += r->stale;
     s.data_seconds += r->data_seconds;
     s.pull_seconds += r->pull_seconds;
     s.compute_seconds += r->compute_seconds;

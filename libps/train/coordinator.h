@@ -37,7 +37,6 @@ struct WorkerSnapshot {
   int in_flight = 0;
   int64_t packs_done = 0;
   int64_t steps_done = 0;
-  int64_t stale = 0;           // steps skipped as stale (sync mode)
   double data_seconds = 0, pull_seconds = 0, compute_seconds = 0, push_seconds = 0;
   std::string last_error;
 };

@@ -110,12 +110,6 @@ std::string Escape(std::string_view text) {
   return out;
 }
 
-std::string Fixed(double v, int decimals) {
-  char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.*f", decimals, v);
-  return buf;
-}
-
 // 35784.2 -> "35,784"
 std::string Grouped(double v) {
   std::string digits = Fixed(std::fabs(v), 0);
@@ -515,6 +509,12 @@ Result<std::string> RenderReport(const std::string& model_dir) {
 
 // ---- inspect --------------------------------------------------------------------------------
 
+std::string Fixed(double v, int decimals) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", decimals, v);
+  return buf;
+}
+
 std::string HumanBytes(uint64_t bytes) {
   if (bytes < 1024) return std::to_string(bytes) + " B";
   const char* units[] = {"KiB", "MiB", "GiB", "TiB"};
@@ -526,8 +526,6 @@ std::string HumanBytes(uint64_t bytes) {
   }
   return Fixed(v, 1) + " " + units[u];
 }
-
-namespace {
 
 std::string TableText(const std::vector<std::vector<std::string>>& rows, const std::string& indent) {
   std::vector<size_t> width;
@@ -547,6 +545,8 @@ std::string TableText(const std::vector<std::vector<std::string>>& rows, const s
   }
   return out;
 }
+
+namespace {
 
 std::string ShapeText(const std::vector<int64_t>& shape) {
   std::string s = "[";

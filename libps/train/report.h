@@ -91,7 +91,12 @@ struct InspectReport {
 // model_dir holds no committed checkpoint or none at options.step.
 Result<InspectReport> InspectModelDir(const std::string& model_dir, const InspectOptions& options);
 
+// v with `decimals` digits after the point: Fixed(0.81234, 2) == "0.81".
+std::string Fixed(double v, int decimals);
 // "512 B", "3.1 KiB", "1.2 MiB", "2.0 GiB".
 std::string HumanBytes(uint64_t bytes);
+// Rows as aligned columns (two spaces apart), each line prefixed by `indent`, trailing
+// spaces trimmed, one "\n" per row.
+std::string TableText(const std::vector<std::vector<std::string>>& rows, const std::string& indent = "");
 
 }  // namespace ps::train

@@ -186,7 +186,7 @@ void ParamFetcher::SetUpdateMode(ps::UpdateMode mode, int worker) {
 
 Status ParamFetcher::StartFetch(int stage, model::Model& model, const model::Batch& batch, int64_t clock) {
   Stage& st = stages_[stage];
-  const bool every_shard = mode_ != ps::UpdateMode::kAsync;
+  const bool every_shard = EveryShard();
   PS_RETURN_IF_ERROR(WaitFetch(stage));  // never two pulls into one stage
   PS_RETURN_IF_ERROR(model.RowsNeeded(batch, &st.rows));
   // Plan the slices: for each ps, the items to pull (and later push) and where they go.
@@ -290,7 +290,7 @@ Status ParamFetcher::WaitPush() {
 
 void ParamFetcher::StartPush(int stage, const model::Grads& grads, int64_t step, int64_t clock) {
   const Stage& st = stages_[stage];
-  const bool every_shard = mode_ != ps::UpdateMode::kAsync;
+  const bool every_shard = EveryShard();
   int active = 0;
   for (const auto& p : st.pulls) active += p.items.empty() && !every_shard ? 0 : 1;
   push_in_flight_ = std::make_shared<Latch>(active);

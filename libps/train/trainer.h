@@ -108,6 +108,8 @@ class ParamFetcher {
   std::vector<Var> vars_;
   ps::UpdateMode mode_ = ps::UpdateMode::kAsync;
   int worker_ = -1;
+  // Sync and bounded staleness: every step reaches every shard (see SetUpdateMode).
+  bool EveryShard() const { return mode_ != ps::UpdateMode::kAsync; }
   std::array<Stage, 2> stages_;
   std::shared_ptr<class Latch> push_in_flight_;  // null when none
 };

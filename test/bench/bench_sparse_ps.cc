@@ -36,30 +36,22 @@
 #include <thread>
 #include <vector>
 
+#include "test/bench/bench_util.h"
 #include "libps/model/blas.h"
 #include "libps/net/transport.h"
 #include "libps/ps/service.h"
 #include "libps/ps/store.h"
-#include "test/bench/bench_util.h"
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using ps::bench::Check;
+using ps::bench::Clock;
+using ps::bench::Die;
+using ps::bench::FlagValue;
+using ps::bench::Must;
+using ps::bench::Seconds;
 constexpr uint64_t kClusterId = 0x737061727365;  // "sparse"
 constexpr int kBatches = 256;
-
-[[noreturn]] void Die(const std::string& what) {
-  std::fprintf(stderr, "bench_sparse_ps: %s\n", what.c_str());
-  std::exit(1);
-}
-
-void Check(const ps::Status& st, const std::string& what) {
-  if (!st.ok()) Die(what + ": " + st.ToString());
-}
-
-double Seconds(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
 
 struct Options {
   int64_t rows = 10000000;
@@ -77,8 +69,7 @@ Options Parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (i + 1 >= argc) Die("missing value for " + a);
-    std::string v = argv[++i];
+    std::string v = FlagValue(argc, argv, &i);
     if (a == "--rows") o.rows = std::atoll(v.c_str());
     else if (a == "--dim") o.dim = std::atoll(v.c_str());
     else if (a == "--batch") o.batch = std::atoll(v.c_str());

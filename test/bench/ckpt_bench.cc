@@ -39,6 +39,7 @@
 #include <thread>
 #include <vector>
 
+#include "test/bench/bench_util.h"
 #include "libps/ckpt/checkpoint_dir.h"
 #include "libps/ckpt/file_util.h"
 #include "libps/ckpt/shard_file.h"
@@ -47,20 +48,16 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using ps::bench::Check;
+using ps::bench::Clock;
+using ps::bench::Die;
+using ps::bench::FlagValue;
+using ps::bench::Must;
+using ps::bench::Seconds;
 using StorePtr = std::unique_ptr<ps::ps::Store>;
 
 constexpr int64_t kCols = 1024;
 constexpr size_t kReadChunk = 16u << 20;
-
-void Die(const std::string& what) {
-  std::fprintf(stderr, "bench_ckpt: %s\n", what.c_str());
-  std::exit(1);
-}
-
-void Check(const ps::Status& st) {
-  if (!st.ok()) Die(st.ToString());
-}
 
 bool DropCaches() {
   ::sync();
@@ -84,10 +81,7 @@ Options Parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) Die("missing value for " + a);
-      return argv[++i];
-    };
+    auto next = [&] { return FlagValue(argc, argv, &i); };
     if (a == "--gib") {
       o.gib = std::atof(next().c_str());
     } else if (a == "--dir") {
@@ -129,8 +123,8 @@ double Parallel(int n, const std::function<ps::Status(int)>& fn) {
     for (int i = 0; i < n; ++i) threads.emplace_back([&, i] { results[static_cast<size_t>(i)] = fn(i); });
   }
   auto t1 = Clock::now();
-  for (const auto& st : results) Check(st);
-  return std::chrono::duration<double>(t1 - t0).count();
+  for (const auto& st : results) Check(st, "a parallel save or restore");
+  return Seconds(t0, t1);
 }
 
 // The stores of num_ps ps tasks holding `defs` (def i on store i % num_ps).
@@ -138,7 +132,7 @@ std::vector<StorePtr> BuildStores(const Options& opt, const std::vector<ps::ps::
   std::vector<StorePtr> stores;
   for (int p = 0; p < opt.num_ps; ++p) {
     stores.push_back(std::make_unique<ps::ps::Store>());
-    Check(stores.back()->Configure(ps::ps::DefaultOptimizer(opt.optimizer)));
+    Check(stores.back()->Configure(ps::ps::DefaultOptimizer(opt.optimizer)), "Configure");
   }
   Parallel(opt.num_ps, [&](int p) -> ps::Status {
     for (size_t i = static_cast<size_t>(p); i < defs.size(); i += static_cast<size_t>(opt.num_ps)) {
@@ -197,7 +191,7 @@ bool SameContents(const ps::ps::Store& want, const ps::ps::Store& got) {
       for (size_t s = 0; s < w.slots.size(); ++s) {
         if (w.slots[s].first != g.slots[s].first || !eq(w.slots[s].second, g.slots[s].second)) same = false;
       }
-    }));
+    }), "Read " + w.def.key().ToString());
   });
   return same;
 }
@@ -266,7 +260,7 @@ int main(int argc, char** argv) {
     std::vector<float> grad(static_cast<size_t>(rows * kCols));
     for (size_t k = 0; k < grad.size(); ++k) grad[k] = static_cast<float>(k % 97) * 1e-3f - 0.05f;
     for (int i = 0; i < opt.shards; ++i) {
-      Check(src[static_cast<size_t>(i % opt.num_ps)]->Push(defs[static_cast<size_t>(i)].key(), grad, 0));
+      Check(src[static_cast<size_t>(i % opt.num_ps)]->Push(defs[static_cast<size_t>(i)].key(), grad, 0), "Push");
     }
   }
 
@@ -293,7 +287,7 @@ int main(int argc, char** argv) {
       m.unix_time = static_cast<double>(std::time(nullptr));
       m.num_ps = opt.num_ps;
       m.shards = infos;
-      Check(ps::ckpt::CommitCheckpoint(model_dir, m));
+      Check(ps::ckpt::CommitCheckpoint(model_dir, m), "CommitCheckpoint");
       double s = std::chrono::duration<double>(Clock::now() - t0).count();
       run.save = static_cast<double>(total_bytes) / s / 1e6;
       file_bytes = 0;

@@ -49,23 +49,15 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using ps::bench::Check;
+using ps::bench::Clock;
+using ps::bench::Die;
+using ps::bench::FlagValue;
+using ps::bench::Must;
+using ps::bench::Seconds;
 
 constexpr uint64_t kClusterId = 0x62656e6368;  // "bench"
 constexpr uint64_t kOpPush = 1, kOpPull = 2;
-
-[[noreturn]] void Die(const std::string& what) {
-  std::fprintf(stderr, "bench_pushpull: %s\n", what.c_str());
-  std::exit(1);
-}
-
-void Check(const ps::Status& st, const std::string& what) {
-  if (!st.ok()) Die(what + ": " + st.ToString());
-}
-
-double Seconds(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
 
 // ---------------------------------------------------------------- raw sockets
 
@@ -320,10 +312,7 @@ Options Parse(int argc, char** argv) {
   std::string sizes = "4k,1m,16m,64m";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) Die("missing value for " + a);
-      return argv[++i];
-    };
+    auto next = [&] { return FlagValue(argc, argv, &i); };
     if (a == "--sizes") sizes = next();
     else if (a == "--seconds") o.seconds = std::atof(next().c_str());
     else if (a == "--rounds") o.rounds = std::atoi(next().c_str());

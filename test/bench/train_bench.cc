@@ -49,23 +49,13 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using ps::bench::Check;
+using ps::bench::Clock;
+using ps::bench::Die;
+using ps::bench::FlagValue;
+using ps::bench::Must;
+using ps::bench::Seconds;
 namespace fs = std::filesystem;
-
-[[noreturn]] void Die(const std::string& what) {
-  std::fprintf(stderr, "bench_train: %s\n", what.c_str());
-  std::exit(1);
-}
-
-template <typename T>
-T Must(ps::Result<T> r, const std::string& what) {
-  if (!r.ok()) Die(what + ": " + r.status().ToString());
-  return std::move(*r);
-}
-
-void Check(const ps::Status& st, const std::string& what) {
-  if (!st.ok()) Die(what + ": " + st.ToString());
-}
 
 struct Phases {
   double data_ms = 0, pull_ms = 0, compute_ms = 0, push_ms = 0;
@@ -306,10 +296,7 @@ Options Parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) Die("missing value for " + a);
-      return argv[++i];
-    };
+    auto next = [&] { return FlagValue(argc, argv, &i); };
     if (a == "--job") o.job = next();
     else if (a == "--pstrain") o.cluster.pstrain = next();
     else if (a == "--local-steps") o.local_steps = std::atoll(next().c_str());

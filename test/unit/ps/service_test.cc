@@ -269,6 +269,11 @@ proto::PushReply PushReplyOf(Result<net::Reply> r) {
   return std::get<proto::PushReply>(r->envelope.body);
 }
 
+// An update-mode pull of the whole of w/part_0 (6 floats) into `out`, as `worker` at `clock`.
+std::future<Result<net::Reply>> ModePull(net::Client& c, int worker, int64_t clock, std::vector<float>& out) {
+  return c.Call(proto::Pull{{All("w", 0)}, worker, clock}, {}, {std::as_writable_bytes(std::span(out))});
+}
+
 // Polls (no sleeping) until `pred` holds; false after 10 s.
 template <typename Pred>
 bool Eventually(Pred pred) {
@@ -334,7 +339,7 @@ TEST_CASE("sync mode: a pull for the next update waits, holding no thread, until
                                  R"({"type":"sgd","learning_rate":1.0})"))
               .ok());
   std::vector<float> out(6);
-  auto waiting = c->Call(proto::Pull{{All("w", 0)}, 0, 1}, {}, {std::as_writable_bytes(std::span(out))});
+  auto waiting = ModePull(*c, 0, 1, out);
   REQUIRE(Eventually([&] { return fx.service.update_stats().waited_pulls == 1; }));
   CHECK(waiting.wait_for(std::chrono::seconds(0)) == std::future_status::timeout);
   // Other requests are served meanwhile, on the same connection too.
@@ -348,7 +353,7 @@ TEST_CASE("sync mode: a pull for the next update waits, holding no thread, until
   CHECK(std::get<proto::PullReply>(r->envelope.body).versions == std::vector<int64_t>{1});
 
   // A parked pull is failed, not left hanging, when the ps stops.
-  auto parked = c->Call(proto::Pull{{All("w", 0)}, 0, 5}, {}, {std::as_writable_bytes(std::span(out))});
+  auto parked = ModePull(*c, 0, 5, out);
   REQUIRE(Eventually([&] { return fx.service.update_stats().waited_pulls == 2; }));
   fx.service.RequestStop("test");
   auto failed = parked.get();
@@ -363,9 +368,7 @@ TEST_CASE("bounded staleness: a pull waits while another worker is more than S s
                                  R"({"type":"sgd","learning_rate":1.0})"))
               .ok());
   std::vector<float> out(6);
-  auto pull = [&](int worker, int64_t clock) {
-    return c->Call(proto::Pull{{All("w", 0)}, worker, clock}, {}, {std::as_writable_bytes(std::span(out))});
-  };
+  auto pull = [&](int worker, int64_t clock) { return ModePull(*c, worker, clock, out); };
   // Worker 0 runs ahead: steps 0 and 1 need nobody (lead 0, then 1 = S).
   REQUIRE(pull(0, 0).get().ok());
   REQUIRE(c->CallSync(ModePush({All("w", 0)}, 0, 0, 100), Floats({1, 1, 1, 1, 1, 1})).ok());
@@ -436,9 +439,7 @@ TEST_CASE("bounded staleness: a restarted worker continues at its predecessor's 
                                  R"({"type":"sgd","learning_rate":1.0})"))
               .ok());
   std::vector<float> out(6);
-  auto pull = [&](int worker, int64_t clock) {
-    return c->Call(proto::Pull{{All("w", 0)}, worker, clock}, {}, {std::as_writable_bytes(std::span(out))});
-  };
+  auto pull = [&](int worker, int64_t clock) { return ModePull(*c, worker, clock, out); };
   int64_t id = 0;
   for (int w = 0; w < 2; ++w) {
     for (int64_t step = 0; step < 4; ++step) {
@@ -464,9 +465,7 @@ TEST_CASE("bounded staleness: a worker out of work holds nobody back until it ha
                                  R"({"type":"sgd","learning_rate":1.0})"))
               .ok());
   std::vector<float> out(6);
-  auto pull = [&](int worker, int64_t clock) {
-    return c->Call(proto::Pull{{All("w", 0)}, worker, clock}, {}, {std::as_writable_bytes(std::span(out))});
-  };
+  auto pull = [&](int worker, int64_t clock) { return ModePull(*c, worker, clock, out); };
   proto::Push idle;
   idle.worker = 1;
   idle.clock = 0;
