@@ -2,8 +2,8 @@
 #include <string>
 #include <vector>
 
-#include "libps/train/launch.h"
+#include "launcher/launch.h"
 
 int main(int argc, char** argv) {
-  return ps::train::RunLauncher(std::vector<std::string>(argv + 1, argv + argc));
+  return ps::launcher::RunLauncher(std::vector<std::string>(argv + 1, argv + argc));
 }

@@ -5,18 +5,18 @@
 
 #include <boost/program_options.hpp>
 
-#include "libps/train/chief.h"
-#include "libps/train/daemon.h"
+#include "libps/chief/chief.h"
+#include "libps/daemon/daemon.h"
 
 int main(int argc, char** argv) {
-  using namespace ps::train;
+  using namespace ps;
   namespace po = boost::program_options;
-  SignalWatcher signals;
-  DaemonFlags flags;
+  daemon::SignalWatcher signals;
+  daemon::DaemonFlags flags;
   std::string job_file, model_dir;
   double shutdown_timeout = 30, heartbeat_timeout = 2, ps_recovery_timeout = 600, watchdog = 300;
   po::options_description desc("Options");
-  AddDaemonOptions(desc, &flags);
+  daemon::AddDaemonOptions(desc, &flags);
   desc.add_options()
       ("job", po::value(&job_file)->value_name("FILE")->required(), "the job file (see configs/README.md)")
       ("model-dir", po::value(&model_dir)->value_name("DIR"), "where checkpoints and metrics go (overrides job.model_dir)")
@@ -28,33 +28,33 @@ int main(int argc, char** argv) {
        "how long training waits for a lost ps to come back before the chief gives up (exit 1)")
       ("watchdog", po::value(&watchdog)->value_name("SECONDS")->default_value(300),
        "warn, naming the tasks waited on, when no step has completed for this long");
-  if (auto rc = ParseCommandLine(argc, argv,
+  if (auto rc = daemon::ParseCommandLine(argc, argv,
                                  "Usage: pstrain-chief --job FILE [options]\n"
                                  "The chief task. Reads TF_CONFIG (task type \"chief\").",
                                  desc)) {
     return *rc;
   }
-  auto ctx = Bootstrap(flags, ps::cluster::TaskType::kChief);
+  auto ctx = daemon::Bootstrap(flags, ps::cluster::TaskType::kChief);
   if (!ctx.ok()) {
     std::fprintf(stderr, "pstrain-chief: %s\n", ctx.status().message().c_str());
-    return ExitCodeFor(ctx.status());
+    return daemon::ExitCodeFor(ctx.status());
   }
-  auto job = LoadJobFile(job_file);
+  auto job = job::ReadJobFile(job_file);
   if (!job.ok()) {
     std::fprintf(stderr, "pstrain-chief: %s\n", job.status().message().c_str());
-    return ExitCodeFor(job.status());
+    return daemon::ExitCodeFor(job.status());
   }
   if (!model_dir.empty()) job->model_dir = model_dir;
-  ChiefOptions options;
+  chief::ChiefOptions options;
   auto ms = [](double sec) { return std::chrono::milliseconds(static_cast<int64_t>(sec * 1000)); };
   if (shutdown_timeout <= 0 || heartbeat_timeout <= 0 || ps_recovery_timeout <= 0 || watchdog <= 0) {
     std::fprintf(stderr, "pstrain-chief: --shutdown-timeout, --heartbeat-timeout, --ps-recovery-timeout and "
                          "--watchdog must be > 0\n");
-    return kExitUsage;
+    return daemon::kExitUsage;
   }
   options.shutdown_timeout = ms(shutdown_timeout);
   options.heartbeat_timeout = ms(heartbeat_timeout);
   options.ps_recovery_timeout = ms(ps_recovery_timeout);
   options.watchdog = ms(watchdog);
-  return FinishDaemon("pstrain-chief", RunChief(*ctx, std::move(*job), options, signals), signals);
+  return daemon::FinishDaemon("pstrain-chief", chief::RunChief(*ctx, std::move(*job), options, signals), signals);
 }

@@ -7,24 +7,24 @@
 #include <boost/program_options.hpp>
 
 #include "libps/core/log.h"
-#include "libps/train/daemon.h"
-#include "libps/train/evaluator.h"
+#include "libps/daemon/daemon.h"
+#include "libps/evaluator/evaluator.h"
 
 int main(int argc, char** argv) {
-  using namespace ps::train;
+  using namespace ps;
   namespace po = boost::program_options;
-  SignalWatcher signals;
-  DaemonFlags flags;
-  EvaluatorOptions options;
+  daemon::SignalWatcher signals;
+  daemon::DaemonFlags flags;
+  evaluator::EvaluatorOptions options;
   po::options_description desc("Options");
-  AddDaemonOptions(desc, &flags);
+  daemon::AddDaemonOptions(desc, &flags);
   desc.add_options()
       ("model-dir", po::value(&options.model_dir)->value_name("DIR")->required(), "the chief's model directory")
       ("once", po::bool_switch(&options.once), "evaluate one checkpoint (the newest, or --step) and exit")
       ("step", po::value(&options.step)->value_name("N"), "with --once: the checkpoint's global step")
       ("poll-seconds", po::value(&options.poll_seconds)->value_name("S")->default_value(2),
        "how often to look for new checkpoints");
-  if (auto rc = ParseCommandLine(argc, argv,
+  if (auto rc = daemon::ParseCommandLine(argc, argv,
                                  "Usage: pstrain-evaluator --model-dir DIR [options]\n"
                                  "Evaluates every checkpoint in DIR on the job's eval_data; appends to "
                                  "DIR/eval/metrics.jsonl.",
@@ -33,13 +33,13 @@ int main(int argc, char** argv) {
   }
   // The evaluator is outside the training cluster; TF_CONFIG only names it.
   if (!flags.tf_config_file.empty() || std::getenv("TF_CONFIG") != nullptr) {
-    auto ctx = Bootstrap(flags, ps::cluster::TaskType::kEvaluator);
+    auto ctx = daemon::Bootstrap(flags, ps::cluster::TaskType::kEvaluator);
     if (!ctx.ok()) {
       std::fprintf(stderr, "pstrain-evaluator: %s\n", ctx.status().message().c_str());
-      return ExitCodeFor(ctx.status());
+      return daemon::ExitCodeFor(ctx.status());
     }
   } else {
     ps::log::SetTag("evaluator");
   }
-  return FinishDaemon("pstrain-evaluator", RunEvaluator(options, signals), signals);
+  return daemon::FinishDaemon("pstrain-evaluator", evaluator::RunEvaluator(options, signals), signals);
 }

@@ -4,19 +4,19 @@
 
 #include <boost/program_options.hpp>
 
-#include "libps/train/daemon.h"
-#include "libps/train/tasks.h"
+#include "libps/daemon/daemon.h"
+#include "libps/worker/worker_task.h"
 
 int main(int argc, char** argv) {
-  using namespace ps::train;
-  SignalWatcher signals;
-  DaemonFlags flags;
-  WorkerOptions options;
+  using namespace ps;
+  daemon::SignalWatcher signals;
+  daemon::DaemonFlags flags;
+  worker::WorkerOptions options;
   boost::program_options::options_description desc("Options");
-  AddDaemonOptions(desc, &flags);
+  daemon::AddDaemonOptions(desc, &flags);
   desc.add_options()("blas-threads", boost::program_options::value(&options.blas_threads)->default_value(1),
                      "OpenBLAS threads for the model math (keep 1 when tasks share cores)");
-  if (auto rc = ParseCommandLine(argc, argv,
+  if (auto rc = daemon::ParseCommandLine(argc, argv,
                                  "Usage: pstrain-worker [options]\n"
                                  "A worker task. Reads TF_CONFIG (task type \"worker\").",
                                  desc)) {
@@ -24,12 +24,12 @@ int main(int argc, char** argv) {
   }
   if (options.blas_threads < 1 || options.blas_threads > 256) {
     std::fprintf(stderr, "pstrain-worker: --blas-threads: must be in 1..256\n");
-    return kExitUsage;
+    return daemon::kExitUsage;
   }
-  auto ctx = Bootstrap(flags, ps::cluster::TaskType::kWorker);
+  auto ctx = daemon::Bootstrap(flags, ps::cluster::TaskType::kWorker);
   if (!ctx.ok()) {
     std::fprintf(stderr, "pstrain-worker: %s\n", ctx.status().message().c_str());
-    return ExitCodeFor(ctx.status());
+    return daemon::ExitCodeFor(ctx.status());
   }
-  return FinishDaemon("pstrain-worker", RunWorkerTask(*ctx, options, signals), signals);
+  return daemon::FinishDaemon("pstrain-worker", worker::RunWorkerTask(*ctx, options, signals), signals);
 }

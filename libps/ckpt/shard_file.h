@@ -65,7 +65,7 @@
 #include <utility>
 #include <vector>
 
-#include "libps/ckpt/file_util.h"
+#include "libps/core/files.h"
 #include "libps/core/status.h"
 
 namespace ps::ckpt {

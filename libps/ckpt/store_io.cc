@@ -4,13 +4,13 @@
 
 namespace ps::ckpt {
 
-Result<ShardFileInfo> SaveStore(const ps::Store& store, const std::string& model_dir, int ps_index,
+Result<ShardFileInfo> SaveStore(const ps::server::Store& store, const std::string& model_dir, int ps_index,
                                 int64_t global_step) {
   PS_ASSIGN_OR_RETURN(std::string dir, CreateCheckpointDir(model_dir, global_step));
   PS_ASSIGN_OR_RETURN(ShardWriter writer, ShardWriter::Create(dir + "/" + ShardFileName(ps_index), ps_index,
                                                               global_step));
   Status st;
-  store.ForEachShard([&](const ps::ShardView& shard) {
+  store.ForEachShard([&](const ps::server::ShardView& shard) {
     if (!st.ok()) return;
     ShardRecordView rec;
     rec.var = shard.def.var;
@@ -39,12 +39,12 @@ Result<ShardFileInfo> SaveStore(const ps::Store& store, const std::string& model
   return writer.Commit();
 }
 
-Status RestoreStore(ps::Store* store, const std::string& shard_path, std::set<ps::ShardKey>* restored) {
+Status RestoreStore(ps::server::Store* store, const std::string& shard_path, std::set<ps::server::ShardKey>* restored) {
   PS_ASSIGN_OR_RETURN(ShardReader reader, ShardReader::Open(shard_path));
   // Blocks of one record arrive in order ("values", then each slot) and are read straight
   // into the shard, which stays locked from its first block until the next record starts.
   // A sparse record (lazy shard) first recreates its rows, then its blocks arrive in pieces.
-  std::unique_ptr<ps::Store::ShardFill> fill;
+  std::unique_ptr<ps::server::Store::ShardFill> fill;
   int record = -1;
   auto open = [&](const RecordMeta& meta) -> Status {
     fill.reset();

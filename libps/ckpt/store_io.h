@@ -1,4 +1,4 @@
-// Saving a ps::Store to a shard file and restoring it from one.
+// Saving a ps::server::Store to a shard file and restoring it from one.
 #pragma once
 
 #include <set>
@@ -6,7 +6,7 @@
 
 #include "libps/ckpt/shard_file.h"
 #include "libps/core/status.h"
-#include "libps/ps/store.h"
+#include "libps/server/store.h"
 
 namespace ps::ckpt {
 
@@ -14,7 +14,7 @@ namespace ps::ckpt {
 // created rows, as a sparse record) to
 // <model_dir>/ckpt-<step>/ps-<ps_index>.shard (tmp + fsync + rename). Training must be
 // paused: each shard is read under its locks, but shards are read one after another.
-Result<ShardFileInfo> SaveStore(const ps::Store& store, const std::string& model_dir, int ps_index,
+Result<ShardFileInfo> SaveStore(const ps::server::Store& store, const std::string& model_dir, int ps_index,
                                 int64_t global_step);
 
 // Reads `shard_path` straight into `store`'s memory; its shards must already exist with
@@ -23,6 +23,6 @@ Result<ShardFileInfo> SaveStore(const ps::Store& store, const std::string& model
 // the store lacks, or of another shape, is FailedPrecondition; corruption is DataLoss
 // naming the file (the shards read so far then hold partial data: restore another
 // checkpoint). Training must be paused.
-Status RestoreStore(ps::Store* store, const std::string& shard_path, std::set<ps::ShardKey>* restored);
+Status RestoreStore(ps::server::Store* store, const std::string& shard_path, std::set<ps::server::ShardKey>* restored);
 
 }  // namespace ps::ckpt

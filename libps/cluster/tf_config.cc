@@ -378,7 +378,7 @@ Result<ClusterSpec> ParseClusterFileJson(const Json& json, const std::string& wh
   return spec;
 }
 
-Result<ClusterSpec> LoadClusterFile(const std::string& path) {
+Result<ClusterSpec> ReadClusterFile(const std::string& path) {
   PS_ASSIGN_OR_RETURN(Json json, ReadJsonFile(path));
   return ParseClusterFileJson(json, path);
 }

@@ -149,7 +149,7 @@ std::string ToTfConfigJson(const ClusterSpec& spec, TaskId task);
 // A cluster file (configs/cluster-*.json): the TF_CONFIG "cluster" object, either bare
 // {"chief": [...], ...} or wrapped {"cluster": {...}} (then "cluster" is the only key).
 // Errors read "<path>: cluster.worker[0]: ...".
-Result<ClusterSpec> LoadClusterFile(const std::string& path);
+Result<ClusterSpec> ReadClusterFile(const std::string& path);
 Result<ClusterSpec> ParseClusterFile(std::string_view json_text, const std::string& what);
 Result<ClusterSpec> ParseClusterFileJson(const Json& json, const std::string& what);
 

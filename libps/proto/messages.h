@@ -47,7 +47,7 @@ struct ShardDef {
   std::vector<int64_t> full_shape;
   std::string init_json;
   uint64_t seed = 0;
-  bool lazy = false;  // ps::ShardDef::lazy
+  bool lazy = false;  // ps::server::ShardDef::lazy
 };
 struct CreateShards { std::string optimizer_json; std::vector<ShardDef> shards; std::string update_json; };
 struct Slice {

@@ -13,7 +13,7 @@
 // optimizer is Adagrad and the table one shard of rows x dim float32:
 //   in-process  the same Store::PullRows / PushRows calls in this thread, no network:
 //               the baseline.
-//   network     a ps::Service behind a net::Server with handler_threads = 1 (one ps
+//   network     a ps::server::Service behind a net::Server with handler_threads = 1 (one ps
 //               core; one I/O thread) in this process; --clients client threads, each
 //               with its own net::Client over 127.0.0.1, one request at a time: a Pull
 //               of the batch's unique rows, or a Push of their gradients.
@@ -39,8 +39,8 @@
 #include "test/bench/bench_util.h"
 #include "libps/model/blas.h"
 #include "libps/net/transport.h"
-#include "libps/ps/service.h"
-#include "libps/ps/store.h"
+#include "libps/server/service.h"
+#include "libps/server/store.h"
 
 namespace {
 
@@ -148,11 +148,11 @@ void Row(const char* what, const Rate& r, const Rate& base) {
 }
 
 void RunVariant(const Options& o, bool lazy, const std::vector<std::vector<int64_t>>& batches) {
-  ps::ps::Store store;
-  ps::ps::OptimizerSpec spec = ps::ps::DefaultOptimizer(ps::ps::OptimizerKind::kAdagrad);
+  ps::server::Store store;
+  ps::server::OptimizerSpec spec = ps::server::DefaultOptimizer(ps::server::OptimizerKind::kAdagrad);
   spec.learning_rate = 0.01;
   Check(store.Configure(spec), "Configure");
-  ps::ps::ShardDef def;
+  ps::server::ShardDef def;
   def.var = "emb/embeddings";
   def.rows = o.rows;
   def.cols = o.dim;
@@ -173,7 +173,7 @@ void RunVariant(const Options& o, bool lazy, const std::vector<std::vector<int64
     }
   }
   const double create_s = Seconds(t0, Clock::now());
-  const ps::ps::ShardKey key = def.key();
+  const ps::server::ShardKey key = def.key();
   const auto dim = static_cast<size_t>(o.dim);
   size_t max_rows = 0;
   for (const auto& b : batches) max_rows = std::max(max_rows, b.size());
@@ -199,7 +199,7 @@ void RunVariant(const Options& o, bool lazy, const std::vector<std::vector<int64
   });
 
   // The ps: one handler thread, one I/O thread.
-  ps::ps::Service service(&store);
+  ps::server::Service service(&store);
   ps::net::Runtime server_runtime(1);
   ps::net::ServerOptions so;
   so.identity = {ps::proto::Role::kPs, 0, kClusterId, std::nullopt};

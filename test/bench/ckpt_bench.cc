@@ -41,10 +41,10 @@
 
 #include "test/bench/bench_util.h"
 #include "libps/ckpt/checkpoint_dir.h"
-#include "libps/ckpt/file_util.h"
+#include "libps/core/files.h"
 #include "libps/ckpt/shard_file.h"
 #include "libps/ckpt/store_io.h"
-#include "libps/ps/store.h"
+#include "libps/server/store.h"
 
 namespace {
 
@@ -54,7 +54,7 @@ using ps::bench::Die;
 using ps::bench::FlagValue;
 using ps::bench::Must;
 using ps::bench::Seconds;
-using StorePtr = std::unique_ptr<ps::ps::Store>;
+using StorePtr = std::unique_ptr<ps::server::Store>;
 
 constexpr int64_t kCols = 1024;
 constexpr size_t kReadChunk = 16u << 20;
@@ -72,7 +72,7 @@ struct Options {
   double gib = 1.0;
   std::string dir;
   int repeat = 3;
-  ps::ps::OptimizerKind optimizer = ps::ps::OptimizerKind::kSgd;
+  ps::server::OptimizerKind optimizer = ps::server::OptimizerKind::kSgd;
   int shards = 16;
   int num_ps = 2;
 };
@@ -95,9 +95,9 @@ Options Parse(int argc, char** argv) {
     } else if (a == "--optimizer") {
       std::string name = next();
       bool found = false;
-      for (auto k : {ps::ps::OptimizerKind::kSgd, ps::ps::OptimizerKind::kAdagrad, ps::ps::OptimizerKind::kRmsprop,
-                     ps::ps::OptimizerKind::kAdam, ps::ps::OptimizerKind::kFtrl}) {
-        if (name == ps::ps::OptimizerKindName(k)) {
+      for (auto k : {ps::server::OptimizerKind::kSgd, ps::server::OptimizerKind::kAdagrad, ps::server::OptimizerKind::kRmsprop,
+                     ps::server::OptimizerKind::kAdam, ps::server::OptimizerKind::kFtrl}) {
+        if (name == ps::server::OptimizerKindName(k)) {
           o.optimizer = k;
           found = true;
         }
@@ -128,11 +128,11 @@ double Parallel(int n, const std::function<ps::Status(int)>& fn) {
 }
 
 // The stores of num_ps ps tasks holding `defs` (def i on store i % num_ps).
-std::vector<StorePtr> BuildStores(const Options& opt, const std::vector<ps::ps::ShardDef>& defs) {
+std::vector<StorePtr> BuildStores(const Options& opt, const std::vector<ps::server::ShardDef>& defs) {
   std::vector<StorePtr> stores;
   for (int p = 0; p < opt.num_ps; ++p) {
-    stores.push_back(std::make_unique<ps::ps::Store>());
-    Check(stores.back()->Configure(ps::ps::DefaultOptimizer(opt.optimizer)), "Configure");
+    stores.push_back(std::make_unique<ps::server::Store>());
+    Check(stores.back()->Configure(ps::server::DefaultOptimizer(opt.optimizer)), "Configure");
   }
   Parallel(opt.num_ps, [&](int p) -> ps::Status {
     for (size_t i = static_cast<size_t>(p); i < defs.size(); i += static_cast<size_t>(opt.num_ps)) {
@@ -144,31 +144,31 @@ std::vector<StorePtr> BuildStores(const Options& opt, const std::vector<ps::ps::
 }
 
 // Plain write()+fsync of the store's values and slots, shard by shard, to `path`.
-ps::Status PlainWrite(const ps::ps::Store& store, const std::string& path) {
-  ps::ckpt::UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644));
-  if (!fd.valid()) return ps::ckpt::ErrnoStatus(path, "open", errno);
+ps::Status PlainWrite(const ps::server::Store& store, const std::string& path) {
+  ps::UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644));
+  if (!fd.valid()) return ps::ErrnoStatus(path, "open", errno);
   ps::Status st;
-  store.ForEachShard([&](const ps::ps::ShardView& shard) {
-    if (st.ok()) st = ps::ckpt::WriteAll(fd.get(), shard.values.data(), shard.values.size_bytes(), path);
+  store.ForEachShard([&](const ps::server::ShardView& shard) {
+    if (st.ok()) st = ps::WriteAll(fd.get(), shard.values.data(), shard.values.size_bytes(), path);
     for (const auto& [name, data] : shard.slots) {
-      if (st.ok()) st = ps::ckpt::WriteAll(fd.get(), data.data(), data.size_bytes(), path);
+      if (st.ok()) st = ps::WriteAll(fd.get(), data.data(), data.size_bytes(), path);
     }
   });
   PS_RETURN_IF_ERROR(st);
-  PS_RETURN_IF_ERROR(ps::ckpt::FsyncFd(fd.get(), path));
+  PS_RETURN_IF_ERROR(ps::FsyncFd(fd.get(), path));
   return fd.Close(path);
 }
 
 // Plain sequential read() of `path` in kReadChunk pieces; checks it holds `bytes`.
 ps::Status PlainRead(const std::string& path, uint64_t bytes) {
-  ps::ckpt::UniqueFd fd(::open(path.c_str(), O_RDONLY));
-  if (!fd.valid()) return ps::ckpt::ErrnoStatus(path, "open", errno);
+  ps::UniqueFd fd(::open(path.c_str(), O_RDONLY));
+  if (!fd.valid()) return ps::ErrnoStatus(path, "open", errno);
   std::vector<char> buf(kReadChunk);
   uint64_t total = 0;
   for (;;) {
     ssize_t n = ::read(fd.get(), buf.data(), buf.size());
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return ps::ckpt::ErrnoStatus(path, "read", errno);
+    if (n < 0) return ps::ErrnoStatus(path, "read", errno);
     if (n == 0) break;
     total += static_cast<uint64_t>(n);
   }
@@ -177,10 +177,10 @@ ps::Status PlainRead(const std::string& path, uint64_t bytes) {
 }
 
 // Every shard of `got` holds exactly the values and slots of the same shard in `want`.
-bool SameContents(const ps::ps::Store& want, const ps::ps::Store& got) {
+bool SameContents(const ps::server::Store& want, const ps::server::Store& got) {
   bool same = want.Keys() == got.Keys();
-  want.ForEachShard([&](const ps::ps::ShardView& w) {
-    Check(got.Read(w.def.key(), [&](const ps::ps::ShardView& g) {
+  want.ForEachShard([&](const ps::server::ShardView& w) {
+    Check(got.Read(w.def.key(), [&](const ps::server::ShardView& g) {
       auto eq = [](std::span<const float> a, std::span<const float> b) {
         return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
       };
@@ -224,12 +224,12 @@ int main(int argc, char** argv) {
   // The model: "embedding" [shards * rows, kCols], shard i on ps i % num_ps.
   const int64_t rows = std::max<int64_t>(
       1, static_cast<int64_t>(opt.gib * static_cast<double>(1ull << 30) / (opt.shards * kCols * 4.0)));
-  const ps::ps::OptimizerSpec spec = ps::ps::DefaultOptimizer(opt.optimizer);
-  const int nslots = static_cast<int>(ps::ps::SlotDefs(spec).size());
-  std::vector<ps::ps::ShardDef> defs, zero_defs;
+  const ps::server::OptimizerSpec spec = ps::server::DefaultOptimizer(opt.optimizer);
+  const int nslots = static_cast<int>(ps::server::SlotDefs(spec).size());
+  std::vector<ps::server::ShardDef> defs, zero_defs;
   std::vector<uint64_t> ps_bytes(static_cast<size_t>(opt.num_ps), 0);
   for (int i = 0; i < opt.shards; ++i) {
-    ps::ps::ShardDef d;
+    ps::server::ShardDef d;
     d.var = "embedding";
     d.shard = i;
     d.num_shards = opt.shards;
@@ -250,7 +250,7 @@ int main(int argc, char** argv) {
   std::printf("dir %s\nmodel: %d shards x %lld x %lld float32 over %d ps, optimizer %s (%d slot%s): "
               "%.1f MiB to save\n",
               dir.c_str(), opt.shards, static_cast<long long>(rows), static_cast<long long>(kCols), opt.num_ps,
-              ps::ps::OptimizerKindName(opt.optimizer), nslots, nslots == 1 ? "" : "s",
+              ps::server::OptimizerKindName(opt.optimizer), nslots, nslots == 1 ? "" : "s",
               static_cast<double>(total_bytes) / 1048576.0);
   std::fflush(stdout);
 
@@ -300,7 +300,7 @@ int main(int argc, char** argv) {
     };
     auto restore = [&] {
       dropped = DropCaches() && dropped;
-      std::vector<std::set<ps::ps::ShardKey>> restored(static_cast<size_t>(opt.num_ps));
+      std::vector<std::set<ps::server::ShardKey>> restored(static_cast<size_t>(opt.num_ps));
       const std::string ckpt = ps::ckpt::CheckpointPath(model_dir, step);
       double s = Parallel(opt.num_ps, [&](int p) {
         return ps::ckpt::RestoreStore(dst[static_cast<size_t>(p)].get(), ckpt + "/" + ps::ckpt::ShardFileName(p),

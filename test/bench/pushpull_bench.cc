@@ -4,8 +4,8 @@
 //   bench_pushpull [--sizes 4k,1m,16m,64m] [--seconds 0.1] [--rounds 10] [--optimizer JSON]
 //   bench_pushpull --serve    (internal: the ps side, spawned by the above)
 //
-// The parent spawns a second copy of itself with --serve: a net::Server + ps::Service
-// over a ps::Store (as pstrain-ps runs them) and a plain blocking-socket server. The
+// The parent spawns a second copy of itself with --serve: a net::Server + ps::server::Service
+// over a ps::server::Store (as pstrain-ps runs them) and a plain blocking-socket server. The
 // parent is the worker: a net::Client pushing dense float32 gradients (the ps applies
 // SGD to them) and pulling the tensor back straight into its own buffer, one request at
 // a time. The raw rows are the same transfers over a blocking socket with no framing,
@@ -44,8 +44,8 @@
 #include "libps/model/blas.h"
 #include "libps/model/initializer.h"
 #include "libps/net/transport.h"
-#include "libps/ps/service.h"
-#include "libps/ps/store.h"
+#include "libps/server/service.h"
+#include "libps/server/store.h"
 
 namespace {
 
@@ -162,8 +162,8 @@ int RawConnect(uint16_t port) {
 
 int Serve() {
   ps::model::SetBlasThreads(1);
-  ps::ps::Store store;
-  ps::ps::Service service(&store);
+  ps::server::Store store;
+  ps::server::Service service(&store);
   ps::net::Runtime runtime(2);  // as RunPsTask
   ps::net::ServerOptions options;
   options.identity = {ps::proto::Role::kPs, 0, kClusterId, std::nullopt};

@@ -10,7 +10,7 @@
 // --lazy sets "lazy": true on every sparse table of the model (the first field of each
 // embedding_mlp table, or logistic_regression's weights), in (a) and in the clusters.
 //
-// (a) "local": one process, MakeTrainer with LocalPsLink over an in-process ps::Store —
+// (a) "local": one process, MakeTrainer with LocalPsLink over an in-process ps::server::Store —
 //     the same Trainer, model, data and optimizer, no network, no chief; timed in
 //     windows of --log-every steps after --warmup-steps.
 // (b), (c) ...: `pstrain local` with 1 ps and W workers on 127.0.0.1 (free ports), the
@@ -43,9 +43,9 @@
 #include "test/bench/bench_util.h"
 #include "libps/core/json.h"
 #include "libps/model/blas.h"
-#include "libps/ps/store.h"
-#include "libps/train/job.h"
-#include "libps/train/trainer.h"
+#include "libps/server/store.h"
+#include "libps/job/job.h"
+#include "libps/worker/trainer.h"
 
 namespace {
 
@@ -76,21 +76,21 @@ struct RunResult {
 
 // ---------------------------------------------------------------- (a) no network
 
-RunResult RunLocal(const ps::train::JobSpec& job, int64_t warmup, int64_t steps, int64_t window) {
+RunResult RunLocal(const ps::job::JobSpec& job, int64_t warmup, int64_t steps, int64_t window) {
   auto model = Must(ps::model::BuildModel(job.model, "job.model"), "model");
-  auto plan = Must(ps::train::PlanVariables(job, *model, 1), "plan");
-  ps::ps::Store store;
+  auto plan = Must(ps::job::PlanVariables(job, *model, 1), "plan");
+  ps::server::Store store;
   Check(store.Configure(job.optimizer), "Configure");
   for (const auto& s : plan.shards) {
     auto v = std::find_if(plan.variables.begin(), plan.variables.end(), [&](const auto& d) { return d.name == s.var; });
-    ps::ps::ShardDef def{s.var, s.shard, s.row_begin, s.rows, s.cols, v->shape, v->init, job.seed, s.num_shards,
+    ps::server::ShardDef def{s.var, s.shard, s.row_begin, s.rows, s.cols, v->shape, v->init, job.seed, s.num_shards,
                          v->lazy};
     Check(store.Create(def), "Create " + s.var);
   }
-  std::vector<std::unique_ptr<ps::train::PsLink>> links;
-  links.push_back(ps::train::LocalPsLink(&store));
-  auto trainer = Must(ps::train::MakeTrainer(job, 0, 1, 1, std::move(links)), "MakeTrainer");
-  ps::train::StepStats warm, stats;
+  std::vector<std::unique_ptr<ps::worker::PsLink>> links;
+  links.push_back(ps::worker::LocalPsLink(&store));
+  auto trainer = Must(ps::worker::MakeTrainer(job, 0, 1, 1, std::move(links)), "MakeTrainer");
+  ps::worker::StepStats warm, stats;
   Check(trainer->RunSteps(0, static_cast<int>(warmup), &warm), "warm-up steps");
   std::vector<double> rates;
   double total_sec = 0;
@@ -179,7 +179,7 @@ struct ClusterRunOptions {
   bool keep = false;
 };
 
-RunResult RunCluster(const ps::train::JobSpec& job, int workers, const ClusterRunOptions& o) {
+RunResult RunCluster(const ps::job::JobSpec& job, int workers, const ClusterRunOptions& o) {
   std::string tmpl = (fs::temp_directory_path() / "bench-train-XXXXXX").string();
   if (::mkdtemp(tmpl.data()) == nullptr) Die("mkdtemp failed");
   fs::path dir = tmpl;
@@ -327,7 +327,7 @@ Options Parse(int argc, char** argv) {
 }
 
 // The job file with the --base-dir and --lazy overrides applied.
-ps::train::JobSpec LoadJob(const Options& o) {
+ps::job::JobSpec LoadJob(const Options& o) {
   ps::Json j = Must(ps::ReadJsonFile(o.job), o.job);
   if (!j.is_object()) Die(o.job + ": expected a JSON object");
   if (!o.base_dir.empty()) j["base_dir"] = fs::absolute(o.base_dir).string();
@@ -348,7 +348,7 @@ ps::train::JobSpec LoadJob(const Options& o) {
       Die("--lazy: the job's model has no sparse tables");
     }
   }
-  return Must(ps::train::ParseJob(j, fs::absolute(o.job).parent_path().string()), o.job);
+  return Must(ps::job::ParseJob(j, fs::absolute(o.job).parent_path().string()), o.job);
 }
 
 }  // namespace

@@ -7,8 +7,8 @@
 #include <catch2/catch.hpp>
 
 #include "libps/ckpt/checkpoint_dir.h"
-#include "libps/ckpt/file_util.h"
-#include "libps/train/summary.h"
+#include "libps/core/files.h"
+#include "libps/obs/events.h"
 #include "test/integration/harness.h"
 
 namespace ps::integ {
@@ -17,10 +17,10 @@ namespace {
 const cluster::TaskId kEvaluator{cluster::TaskType::kEvaluator, 0};
 
 // The scalars with `tag` of every event file in `dir`, in file order.
-std::vector<train::ScalarEvent> Scalars(const std::filesystem::path& dir, const std::string& tag) {
-  std::vector<train::ScalarEvent> out;
-  for (const auto& f : train::ListEventFiles(dir.string())) {
-    auto events = train::ReadEvents(f);
+std::vector<obs::ScalarEvent> Scalars(const std::filesystem::path& dir, const std::string& tag) {
+  std::vector<obs::ScalarEvent> out;
+  for (const auto& f : obs::ListEventFiles(dir.string())) {
+    auto events = obs::ReadEvents(f);
     INFO(events.status().ToString());
     REQUIRE(events.ok());
     for (const auto& e : *events) {
@@ -89,8 +89,8 @@ TEST_CASE("the evaluator listed in TF_CONFIG evaluates every checkpoint once and
         Approx(train.back()["final_eval"]["loss"].get<double>()).epsilon(1e-4));
 
   // TensorBoard: the chief's events in model_dir, the evaluator's in model_dir/eval.
-  CHECK(train::ListEventFiles(model.string()).size() == 1);
-  CHECK(train::ListEventFiles((model / "eval").string()).size() == 1);
+  CHECK(obs::ListEventFiles(model.string()).size() == 1);
+  CHECK(obs::ListEventFiles((model / "eval").string()).size() == 1);
   auto train_loss = Scalars(model, "loss");
   REQUIRE(!train_loss.empty());
   CHECK(train_loss.back().step == kSteps);
@@ -124,7 +124,7 @@ TEST_CASE("a checkpoint marked final after it was evaluated ends the evaluator")
   REQUIRE(manifest.ok());
   REQUIRE((*manifest)["final"] == true);
   (*manifest)["final"] = false;
-  REQUIRE(ckpt::WriteFileAtomic(manifest_path.string(), manifest->dump(2) + "\n").ok());
+  REQUIRE(WriteFileAtomic(manifest_path.string(), manifest->dump(2) + "\n").ok());
 
   auto evaluator = std::make_unique<Task>(
       "evaluator", std::vector<std::string>{DaemonPath(cluster::TaskType::kEvaluator), "--model-dir", model.string(),
@@ -133,7 +133,7 @@ TEST_CASE("a checkpoint marked final after it was evaluated ends the evaluator")
   REQUIRE(evaluator->WaitForLine("step 200:", 60s));
   // What the chief's "marked final" does: the MANIFEST again, now final.
   (*manifest)["final"] = true;
-  REQUIRE(ckpt::WriteFileAtomic(manifest_path.string(), manifest->dump(2) + "\n").ok());
+  REQUIRE(WriteFileAtomic(manifest_path.string(), manifest->dump(2) + "\n").ok());
   auto rc = evaluator->WaitExit(5s);  // 50 polls
   CHECK(rc == std::optional<int>(0));
   CHECK(evaluator->HasLine("evaluated the final checkpoint; exiting"));

@@ -114,7 +114,7 @@ std::vector<uint16_t> FreePorts(int n) {
 }
 
 cluster::ClusterSpec LocalCluster() {
-  auto spec = cluster::LoadClusterFile(SourceDir() + "/configs/cluster-local.json");
+  auto spec = cluster::ReadClusterFile(SourceDir() + "/configs/cluster-local.json");
   REQUIRE(spec.ok());
   REQUIRE(spec->count(cluster::TaskType::kChief) == 1);
   REQUIRE(spec->count(cluster::TaskType::kWorker) == 2);
@@ -240,7 +240,7 @@ struct EofMark {
 Task::Task(std::string name, std::vector<std::string> argv,
            std::vector<std::pair<std::string, std::string>> env, std::vector<std::string> env_remove)
     : name_(std::move(name)), out_(std::make_shared<Output>()) {
-  SpawnOptions o;
+  launcher::SpawnOptions o;
   o.argv = std::move(argv);
   o.env = std::move(env);
   if (std::find(env_remove.begin(), env_remove.end(), "OPENBLAS_NUM_THREADS") == env_remove.end()) {
@@ -256,7 +256,7 @@ Task::Task(std::string name, std::vector<std::string> argv,
     out->lines.push_back(line);
     out->cv.notify_all();
   };
-  auto p = Subprocess::Spawn(std::move(o));
+  auto p = launcher::Subprocess::Spawn(std::move(o));
   INFO("cannot start " << name_ << ": " << p.status().ToString());
   REQUIRE(p.ok());
   process_ = std::move(*p);

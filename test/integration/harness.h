@@ -25,7 +25,7 @@
 
 #include "libps/cluster/tf_config.h"
 #include "libps/core/json.h"
-#include "libps/core/subprocess.h"
+#include "launcher/subprocess.h"
 
 namespace ps::integ {
 
@@ -130,7 +130,7 @@ class Task {
  private:
   std::string name_;
   std::shared_ptr<Output> out_;
-  std::unique_ptr<Subprocess> process_;
+  std::unique_ptr<launcher::Subprocess> process_;
 };
 
 // A pstrain daemon of `spec`: TF_CONFIG = ToTfConfigJson(spec, id) in its environment,

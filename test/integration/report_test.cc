@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "libps/core/subprocess.h"
+#include "launcher/subprocess.h"
 
 namespace fs = std::filesystem;
 
@@ -103,13 +103,13 @@ struct Run {
 Run RunCommand(std::vector<std::string> argv, std::chrono::seconds timeout) {
   Run run;
   std::mutex mu;
-  ps::SpawnOptions options;
+  ps::launcher::SpawnOptions options;
   options.argv = std::move(argv);
   options.on_line = [&](const std::string& line) {
     std::lock_guard lock(mu);
     run.output += line + "\n";
   };
-  auto child = ps::Subprocess::Spawn(std::move(options));
+  auto child = ps::launcher::Subprocess::Spawn(std::move(options));
   REQUIRE(child.ok());
   auto status = (*child)->WaitFor(timeout);
   if (!status) {

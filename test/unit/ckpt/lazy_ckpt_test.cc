@@ -10,7 +10,7 @@
 #include "libps/ckpt/store_io.h"
 #include "test/support/temp_dir.h"
 
-using namespace ps::ps;
+using namespace ps::server;
 using ps::testing::ReadBytes;
 using ps::testing::TempDir;
 using ps::testing::WriteBytes;

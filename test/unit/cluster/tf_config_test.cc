@@ -374,7 +374,7 @@ TEST_CASE("FNV-1a 64 matches the published test vectors") {
 }
 
 TEST_CASE("ClusterId is stable, excludes the evaluator, and tells clusters apart") {
-  auto local = ps::cluster::LoadClusterFile(ConfigPath("cluster-local.json"));
+  auto local = ps::cluster::ReadClusterFile(ConfigPath("cluster-local.json"));
   REQUIRE(local.ok());
   CHECK(ps::cluster::ClusterIdCanonical(*local) ==
         "pstrain-cluster-v1\n"
@@ -397,7 +397,7 @@ TEST_CASE("ClusterId is stable, excludes the evaluator, and tells clusters apart
   moved.of(TaskType::kWorker).pop_back();
   CHECK(ps::cluster::ClusterId(moved) != ps::cluster::ClusterId(*local));
 
-  auto one = ps::cluster::LoadClusterFile(ConfigPath("cluster-1ps1w.json"));
+  auto one = ps::cluster::ReadClusterFile(ConfigPath("cluster-1ps1w.json"));
   REQUIRE(one.ok());
   CHECK(ps::cluster::ClusterId(*one) != ps::cluster::ClusterId(*local));
 }
@@ -411,7 +411,7 @@ TEST_CASE("ToTfConfigJson is canonical and round-trips through ParseTfConfig") {
         R"({"cluster":{"chief":["c:1"],"worker":["w0:2","w1:3"],"ps":["[::1]:4"]},)"
         R"("task":{"type":"worker","index":1}})");
 
-  auto hosts = ps::cluster::LoadClusterFile(ConfigPath("cluster-hosts.json"));
+  auto hosts = ps::cluster::ReadClusterFile(ConfigPath("cluster-hosts.json"));
   REQUIRE(hosts.ok());
   for (TaskId task : hosts->AllTasks()) {
     INFO(task.ToString());
@@ -426,7 +426,7 @@ TEST_CASE("ToTfConfigJson is canonical and round-trips through ParseTfConfig") {
 }
 
 TEST_CASE("Example cluster files load and are valid for PS training") {
-  auto local = ps::cluster::LoadClusterFile(ConfigPath("cluster-local.json"));
+  auto local = ps::cluster::ReadClusterFile(ConfigPath("cluster-local.json"));
   REQUIRE(local.ok());
   CHECK(local->count(TaskType::kChief) == 1);
   CHECK(local->count(TaskType::kWorker) == 2);
@@ -435,11 +435,11 @@ TEST_CASE("Example cluster files load and are valid for PS training") {
   CHECK(local->address({TaskType::kChief, 0}) == HostPort{"127.0.0.1", 2222});
   CHECK(local->address({TaskType::kPs, 1}) == HostPort{"127.0.0.1", 2226});
 
-  auto one = ps::cluster::LoadClusterFile(ConfigPath("cluster-1ps1w.json"));
+  auto one = ps::cluster::ReadClusterFile(ConfigPath("cluster-1ps1w.json"));
   REQUIRE(one.ok());
   CHECK(one->TrainingTasks().size() == 3);
 
-  auto hosts = ps::cluster::LoadClusterFile(ConfigPath("cluster-hosts.json"));
+  auto hosts = ps::cluster::ReadClusterFile(ConfigPath("cluster-hosts.json"));
   REQUIRE(hosts.ok());
   CHECK(hosts->count(TaskType::kEvaluator) == 1);
   CHECK(hosts->address({TaskType::kWorker, 1}) == HostPort{"mnist-worker-1.ml.svc", 2222});
@@ -477,7 +477,7 @@ TEST_CASE("Cluster files: bare or wrapped, errors name file and field") {
         "f.json: cluster: must be a JSON object");
   CHECK(ps::cluster::ParseClusterFile("{", "f.json").status().message().rfind(
             "f.json: malformed JSON", 0) == 0);
-  auto missing = ps::cluster::LoadClusterFile("/nonexistent/cluster.json");
+  auto missing = ps::cluster::ReadClusterFile("/nonexistent/cluster.json");
   CHECK(missing.status().code() == ps::Code::kNotFound);
 }
 

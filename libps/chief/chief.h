@@ -1,0 +1,22 @@
+// pstrain-chief: creates the variables, drives training through the Coordinator,
+// reports progress, and at the end (or on stop) drains, runs the final hook and shuts
+// the cluster down in order: workers, then ps tasks — each must acknowledge.
+#pragma once
+
+#include "libps/core/status.h"
+#include "libps/daemon/daemon.h"
+#include "libps/job/job.h"
+
+namespace ps::chief {
+
+struct ChiefOptions {
+  net::Millis shutdown_timeout{30000};       // per task, for the Shutdown acknowledgement
+  net::Millis heartbeat_timeout{2000};       // a silent ps or worker is declared lost after this
+  net::Millis ps_recovery_timeout{600000};   // how long to wait for a lost ps to come back
+  net::Millis watchdog{300000};              // warn when no step completed for this long
+};
+
+// Runs the whole job. OK after the last step or a graceful stop.
+Status RunChief(const daemon::DaemonContext& ctx, job::JobSpec job, const ChiefOptions& options, daemon::SignalWatcher& signals);
+
+}  // namespace ps::chief

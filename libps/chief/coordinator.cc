@@ -1,0 +1,231 @@
+#include "libps/chief/coordinator.h"
+
+#include <algorithm>
+
+#include "libps/core/log.h"
+
+namespace ps::chief {
+
+namespace {
+// Failures of the path to a worker, not of the work: worth another worker.
+bool Retryable(const Status& st) {
+  return st.code() == Code::kUnavailable || st.code() == Code::kDeadlineExceeded ||
+         st.code() == Code::kAborted;
+}
+}  // namespace
+
+Coordinator::Coordinator(std::vector<std::shared_ptr<net::Client>> workers, Options options)
+    : workers_(std::move(workers)), options_(options) {
+  for (const auto& w : workers_) {
+    obs::WorkerSnapshot s;
+    s.name = w->peer_name();
+    state_.push_back(s);
+  }
+  dispatcher_ = std::thread([this] { DispatchLoop(); });
+}
+
+Coordinator::~Coordinator() {
+  CancelQueued(Aborted("coordinator shut down"));
+  {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return outstanding_ == 0; });
+    closing_ = true;
+    cv_.notify_all();
+  }
+  dispatcher_.join();
+}
+
+std::future<Result<PackResult>> Coordinator::Schedule(int64_t first_step, int count, int worker) {
+  Pack pack{first_step, count, 0, std::make_shared<std::promise<Result<PackResult>>>(), worker};
+  auto fut = pack.promise->get_future();
+  std::lock_guard lock(mu_);
+  ++outstanding_;
+  queue_.push_back(std::move(pack));
+  cv_.notify_all();
+  return fut;
+}
+
+Status Coordinator::Join() {
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return outstanding_ == 0 || !first_error_.ok(); });
+  if (!first_error_.ok()) {
+    Status err = first_error_;
+    lock.unlock();
+    CancelQueued(Aborted("cancelled after an earlier failure: " + err.message()));
+    lock.lock();
+    cv_.wait(lock, [&] { return outstanding_ == 0; });
+    return err;
+  }
+  return Status::Ok();
+}
+
+bool Coordinator::Done() const {
+  std::lock_guard lock(mu_);
+  return outstanding_ == 0;
+}
+
+void Coordinator::CancelQueued(const Status& why) {
+  std::lock_guard lock(mu_);
+  cancelled_ = true;
+  while (!queue_.empty()) {
+    Pack p = std::move(queue_.front());
+    queue_.pop_front();
+    p.promise->set_value(why);
+    --outstanding_;
+  }
+  cv_.notify_all();
+}
+
+void Coordinator::MarkLost(int worker, const Status& why) {
+  std::lock_guard lock(mu_);
+  auto& s = state_.at(static_cast<size_t>(worker));
+  if (!s.alive) return;
+  s.alive = false;
+  s.last_error = why.message();
+  PS_LOG(Warning) << s.name << " lost: " << why.message();
+  bool any = false;
+  for (const auto& w : state_) any = any || w.alive;
+  if (!any) {
+    // Nobody left to run what is queued.
+    while (!queue_.empty()) {
+      Pack p = std::move(queue_.front());
+      queue_.pop_front();
+      Finish(p, Unavailable("no live workers left (last: " + why.message() + ")"));
+    }
+  }
+  cv_.notify_all();
+}
+
+void Coordinator::Pause(const Status& why) {
+  {
+    std::lock_guard lock(mu_);
+    paused_ = true;
+  }
+  CancelQueued(why);
+}
+
+void Coordinator::Resume() {
+  std::lock_guard lock(mu_);
+  paused_ = false;
+  cancelled_ = false;
+  cv_.notify_all();
+}
+
+void Coordinator::Rejoin(int worker, std::shared_ptr<net::Client> client) {
+  std::lock_guard lock(mu_);
+  workers_.at(static_cast<size_t>(worker)) = std::move(client);
+  auto& s = state_[static_cast<size_t>(worker)];
+  s.alive = true;
+  s.in_flight = 0;  // its old calls all failed when the connection broke
+  s.last_error.clear();
+  cv_.notify_all();
+}
+
+std::vector<obs::WorkerSnapshot> Coordinator::Snapshot() const {
+  std::lock_guard lock(mu_);
+  return state_;
+}
+
+void Coordinator::Finish(Pack& pack, Result<PackResult> result) {
+  if (!result.ok() && first_error_.ok()) first_error_ = result.status();
+  pack.promise->set_value(std::move(result));
+  --outstanding_;
+  cv_.notify_all();
+}
+
+int Coordinator::Choose(const Pack& pack) const {
+  auto free = [&](size_t w) {
+    return state_[w].alive && state_[w].in_flight < options_.max_in_flight_per_worker;
+  };
+  if (pack.pinned >= 0) {
+    // One at a time: a worker may run two packs it holds in either order, and pinned
+    // (sync) packs must run in step order.
+    const auto& s = state_[static_cast<size_t>(pack.pinned)];
+    return s.alive && s.in_flight == 0 ? pack.pinned : -1;
+  }
+  // The live worker with the fewest packs in flight, below the limit.
+  int chosen = -1;
+  for (size_t w = 0; w < state_.size(); ++w) {
+    if (!free(w)) continue;
+    if (chosen < 0 || state_[w].in_flight < state_[static_cast<size_t>(chosen)].in_flight) chosen = static_cast<int>(w);
+  }
+  return chosen;
+}
+
+void Coordinator::DispatchLoop() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    int chosen = -1;
+    size_t index = 0;
+    cv_.wait(lock, [&] {
+      if (closing_) return true;
+      if (queue_.empty() || paused_) return false;
+      // The first pack some worker can take (a pinned pack may wait for its worker).
+      for (index = 0; index < queue_.size(); ++index) {
+        chosen = Choose(queue_[index]);
+        if (chosen >= 0) return true;
+      }
+      return false;
+    });
+    if (closing_) return;
+    Pack pack = std::move(queue_[index]);
+    queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(index));
+    pack.attempts += 1;
+    state_[static_cast<size_t>(chosen)].in_flight += 1;
+    auto client = workers_[static_cast<size_t>(chosen)];
+    proto::RunSteps msg{pack.first_step, pack.count};
+    lock.unlock();
+    client->CallAsync(msg, {}, {}, options_.pack_timeout,
+                      [this, chosen, pack = std::move(pack)](Result<net::Reply> r) mutable {
+                        OnReply(chosen, std::move(pack), std::move(r));
+                      });
+    lock.lock();
+  }
+}
+
+void Coordinator::OnReply(int worker, Pack pack, Result<net::Reply> reply) {
+  std::lock_guard lock(mu_);
+  auto& s = state_[static_cast<size_t>(worker)];
+  s.in_flight -= 1;
+  if (reply.ok()) {
+    const auto* r = std::get_if<proto::RunStepsReply>(&reply->envelope.body);
+    if (r == nullptr) {
+      Finish(pack, ProtocolError(s.name + " answered RunSteps with " + proto::BodyName(reply->envelope.body)));
+      return;
+    }
+    s.packs_done += 1;
+    s.steps_done += r->steps;
+    s.data_seconds += r->data_seconds;
+    s.pull_seconds += r->pull_seconds;
+    s.compute_seconds += r->compute_seconds;
+    s.push_seconds += r->push_seconds;
+    Finish(pack, PackResult{pack.first_step, pack.count, worker, pack.attempts, *r});
+    return;
+  }
+  const Status& st = reply.status();
+  s.last_error = st.message();
+  if (s.alive && !workers_[static_cast<size_t>(worker)]->health().ok()) {
+    s.alive = false;
+    PS_LOG(Warning) << s.name << " lost: " << st.message();
+  }
+  if (pack.pinned >= 0 && Retryable(st) && !closing_ && !paused_ && !cancelled_) {
+    // Only this worker can run it: wait for it to rejoin, in step order among its packs.
+    auto pos = std::find_if(queue_.begin(), queue_.end(), [&](const Pack& q) { return q.first_step > pack.first_step; });
+    queue_.insert(pos, std::move(pack));
+    cv_.notify_all();
+    return;
+  }
+  bool any_alive = false;
+  for (const auto& w : state_) any_alive = any_alive || w.alive;
+  if (Retryable(st) && any_alive && pack.attempts < options_.max_attempts && !closing_ && !paused_) {
+    PS_LOG(Warning) << "steps " << pack.first_step << ".." << pack.first_step + pack.count - 1 << " failed on "
+                    << s.name << " (" << st.message() << "); re-queued";
+    queue_.push_front(std::move(pack));
+    cv_.notify_all();
+    return;
+  }
+  Finish(pack, st.WithContext("steps " + std::to_string(pack.first_step) + ".." +
+                              std::to_string(pack.first_step + pack.count - 1) + " on " + s.name));
+}
+
+}  // namespace ps::chief

@@ -1,0 +1,94 @@
+// Coordinator: schedules packs of steps on workers, like TensorFlow's ClusterCoordinator.
+// Schedule() returns a future at once; a pack runs on any free worker, at most
+// `max_in_flight_per_worker` packs per worker at a time. A pack whose worker fails
+// (connection lost, heartbeat or deadline) is re-queued on another worker, up to
+// `max_attempts`; an error the worker reports (bad data, bad model) fails the pack.
+// A pack pinned to a worker (sync mode: every worker runs every update) runs only there,
+// after that worker's earlier pinned packs, one at a time; when the worker is lost it waits, queued, for
+// the worker to rejoin.
+// Thread-safe.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "libps/net/transport.h"
+#include "libps/obs/figures.h"
+
+namespace ps::chief {
+
+struct PackResult {
+  int64_t first_step = 0;
+  int count = 0;
+  int worker = -1;
+  int attempts = 0;
+  proto::RunStepsReply reply;
+};
+
+
+class Coordinator {
+ public:
+  struct Options {
+    int max_in_flight_per_worker = 2;
+    int max_attempts = 3;
+    net::Millis pack_timeout{std::chrono::minutes(30)};
+  };
+  Coordinator(std::vector<std::shared_ptr<net::Client>> workers, Options options);
+  ~Coordinator();  // cancels what is queued and waits for what is in flight
+
+  // `worker` >= 0 pins the pack to that worker.
+  std::future<Result<PackResult>> Schedule(int64_t first_step, int count, int worker = -1);
+
+  // Waits for every scheduled pack; returns the first error (then cancels the queue).
+  Status Join();
+  // True when nothing is queued or in flight.
+  bool Done() const;
+  // Fails every queued pack with `why` (Aborted); in-flight packs finish, and a pinned
+  // one that fails is not queued again (until Resume).
+  void CancelQueued(const Status& why);
+  // A worker's connection broke: nothing more is sent to it.
+  void MarkLost(int worker, const Status& why);
+  // Stops dispatching: queued packs fail with `why` (Aborted), and packs in flight that
+  // fail are not retried. Resume() dispatches again. (A ps is down: the chief drains.)
+  void Pause(const Status& why);
+  void Resume();
+  // A lost worker is back (reconnected, job started): it gets work again.
+  void Rejoin(int worker, std::shared_ptr<net::Client> client);
+  std::vector<obs::WorkerSnapshot> Snapshot() const;
+
+ private:
+  struct Pack {
+    int64_t first_step;
+    int count;
+    int attempts = 0;
+    std::shared_ptr<std::promise<Result<PackResult>>> promise;
+    int pinned = -1;
+  };
+  // The worker that may run `pack` now, or -1. mu_ held.
+  int Choose(const Pack& pack) const;
+  void DispatchLoop();
+  void OnReply(int worker, Pack pack, Result<net::Reply> reply);
+  void Finish(Pack& pack, Result<PackResult> result);  // mu_ held
+
+  std::vector<std::shared_ptr<net::Client>> workers_;
+  Options options_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Pack> queue_;              // guarded by mu_
+  std::vector<obs::WorkerSnapshot> state_;   // guarded by mu_
+  int outstanding_ = 0;                 // queued + in flight; guarded by mu_
+  Status first_error_;                  // guarded by mu_
+  bool closing_ = false;                // guarded by mu_
+  bool paused_ = false;                 // guarded by mu_
+  bool cancelled_ = false;              // CancelQueued since the last Resume; guarded by mu_
+  std::thread dispatcher_;
+};
+
+}  // namespace ps::chief

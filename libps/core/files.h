@@ -1,0 +1,56 @@
+// Small POSIX file helpers for the checkpoint layer: an owning fd, full reads and
+// writes that retry on EINTR and short transfers, and the tmp + fsync + rename + fsync-dir
+// sequence that makes a small file appear atomically. Errors name the path.
+// All functions are thread-safe (they share no state).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "libps/core/status.h"
+
+namespace ps {
+
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  UniqueFd(UniqueFd&& other) noexcept : fd_(other.release()) {}
+  UniqueFd& operator=(UniqueFd&& other) noexcept;
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+  ~UniqueFd() { reset(); }
+
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  int release() {
+    int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+  void reset();
+  // close(2) with its error reported (close can surface delayed write errors).
+  Status Close(const std::string& path);
+
+ private:
+  int fd_ = -1;
+};
+
+// "<path>: <what>: <strerror(err)>" as an IoError (NotFound for ENOENT).
+Status ErrnoStatus(const std::string& path, std::string_view what, int err);
+
+Status WriteAll(int fd, const void* data, size_t n, const std::string& path);
+// Reads exactly n bytes at offset; reaching end of file first is DataLoss.
+Status PreadAll(int fd, void* data, size_t n, uint64_t offset, const std::string& path);
+Status FsyncFd(int fd, const std::string& path);
+// fsync of a directory, so that renames and unlinks inside it are durable.
+Status FsyncDir(const std::string& dir);
+// Writes `contents` to path + ".tmp", fsyncs it, renames it over `path` and fsyncs the
+// parent directory: readers see either the old file or the whole new one.
+Status WriteFileAtomic(const std::string& path, std::string_view contents);
+// Whole file; a file larger than max_bytes is DataLoss (never a huge allocation).
+Result<std::string> ReadSmallFile(const std::string& path, size_t max_bytes);
+
+}  // namespace ps

@@ -1,0 +1,223 @@
+#include "libps/daemon/daemon.h"
+
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <iostream>
+
+#include <boost/program_options.hpp>
+
+#include "libps/core/log.h"
+#include "libps/net/auth.h"
+
+namespace ps::daemon {
+
+namespace po = boost::program_options;
+
+int ExitCodeFor(const Status& status) {
+  if (status.ok()) return kExitOk;
+  return status.code() == Code::kInvalidArgument ? kExitUsage : kExitFailure;
+}
+
+int FinishDaemon(const char* program, const Status& status, const SignalWatcher& signals) {
+  if (status.ok()) return kExitOk;
+  std::fprintf(stderr, "%s: %s\n", program, status.message().c_str());
+  if (status.code() == Code::kAborted && signals.last_signal() != 0) return 128 + signals.last_signal();
+  return ExitCodeFor(status);
+}
+
+void AddDaemonOptions(po::options_description& desc, DaemonFlags* f) {
+  desc.add_options()
+      ("tf-config", po::value(&f->tf_config_file)->value_name("FILE"),
+       "read TF_CONFIG from FILE instead of the TF_CONFIG environment variable")
+      ("task-type", po::value(&f->task_type)->value_name("TYPE"), "override TF_CONFIG's task.type")
+      ("task-index", po::value(&f->task_index)->value_name("N"), "override TF_CONFIG's task.index")
+      ("secret-file", po::value(&f->secret_file)->value_name("FILE"),
+       "cluster secret: peers must prove it (HMAC-SHA256) in the handshake")
+      ("bind", po::value(&f->bind)->value_name("HOST"),
+       "address to listen on (default: the TF_CONFIG host if it is a loopback address, else 0.0.0.0)")
+      ("connect-timeout", po::value(&f->connect_timeout_sec)->value_name("SECONDS")->default_value(180),
+       "how long to keep retrying to reach a peer at start-up")
+      ("log-level", po::value(&f->log_level)->value_name("LEVEL")->default_value("info"),
+       "debug, info, warning or error")
+      ("io-threads", po::value(&f->io_threads)->value_name("N")->default_value(2), "network I/O threads");
+}
+
+std::optional<int> ParseCommandLine(int argc, char** argv, const std::string& usage,
+                                    const po::options_description& desc) {
+  po::options_description all(desc);
+  all.add_options()("help,h", "show this help and exit");
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(argc, argv).options(all).run(), vm);
+    if (vm.count("help")) {
+      std::cout << usage << "\n\n" << all << "\n"
+                << "Exit codes: 0 success (also after a graceful stop), 1 runtime failure,\n"
+                << "2 bad flags, TF_CONFIG or job file.\n";
+      return kExitOk;
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    std::fprintf(stderr, "%s: %s (see --help)\n", argv[0], e.what());
+    return kExitUsage;
+  }
+  return std::nullopt;
+}
+
+namespace {
+bool IsLoopback(const std::string& host) {
+  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
+}
+}  // namespace
+
+Result<DaemonContext> Bootstrap(const DaemonFlags& flags, cluster::TaskType expected) {
+  log::Level level;
+  if (!log::ParseLevel(flags.log_level, &level)) {
+    return InvalidArgument("--log-level: unknown level \"" + flags.log_level + "\"");
+  }
+  log::SetLevel(level);
+  if (flags.connect_timeout_sec <= 0) return InvalidArgument("--connect-timeout: must be > 0");
+  if (flags.io_threads < 1 || flags.io_threads > 64) return InvalidArgument("--io-threads: must be in 1..64");
+
+  DaemonContext ctx;
+  PS_ASSIGN_OR_RETURN(ctx.tf, cluster::LoadTfConfig(flags.tf_config_file.empty() ? nullptr
+                                                                                   : &flags.tf_config_file));
+  cluster::TaskOverrides overrides;
+  if (!flags.task_type.empty()) overrides.task_type = flags.task_type;
+  if (flags.task_index >= 0) overrides.task_index = flags.task_index;
+  PS_RETURN_IF_ERROR(cluster::ApplyOverrides(overrides, &ctx.tf));
+  PS_RETURN_IF_ERROR(cluster::ValidateForPsTraining(ctx.tf));
+  if (ctx.tf.task.type != expected) {
+    return InvalidArgument(std::string("TF_CONFIG.task.type: this is pstrain-") +
+                           cluster::TaskTypeName(expected) + ", but the task is " +
+                           ctx.tf.task.ToString());
+  }
+  if (expected != cluster::TaskType::kEvaluator && ctx.tf.cluster.count(cluster::TaskType::kChief) != 1) {
+    return InvalidArgument("TF_CONFIG.cluster.chief: pstrain needs exactly one chief");
+  }
+  log::SetTag(ctx.tf.task.ToString());
+
+  static constexpr proto::Role kRoles[] = {proto::Role::kChief, proto::Role::kWorker,
+                                           proto::Role::kPs, proto::Role::kEvaluator};
+  ctx.identity.role = kRoles[static_cast<int>(expected)];
+  ctx.identity.task_index = ctx.tf.task.index;
+  ctx.identity.cluster_id = cluster::ClusterId(ctx.tf.cluster);
+  if (!flags.secret_file.empty()) {
+    PS_ASSIGN_OR_RETURN(std::string secret, net::ReadSecretFile(flags.secret_file));
+    ctx.identity.secret = std::move(secret);
+  } else if (expected != cluster::TaskType::kEvaluator) {
+    PS_LOG(Warning) << "no --secret-file: any process that can reach this task's port and "
+                       "knows the cluster layout can talk to it";
+  }
+  if (expected != cluster::TaskType::kEvaluator) {
+    const cluster::HostPort& me = ctx.tf.cluster.address(ctx.tf.task);
+    ctx.listen_port = me.port;
+    ctx.listen_host = !flags.bind.empty() ? flags.bind : IsLoopback(me.host) ? me.host : "0.0.0.0";
+  }
+  ctx.connect_timeout = std::chrono::milliseconds(static_cast<int64_t>(flags.connect_timeout_sec * 1000));
+  return ctx;
+}
+
+net::ClientOptions DaemonContext::ClientFor(cluster::TaskId peer) const {
+  net::ClientOptions o;
+  const cluster::HostPort& hp = tf.cluster.address(peer);
+  o.host = hp.host;
+  o.port = hp.port;
+  o.peer_name = peer.ToString();
+  o.identity = identity;
+  o.connect_deadline = connect_timeout;
+  return o;
+}
+
+net::ServerOptions DaemonContext::ServerFor(std::vector<proto::Role> roles) const {
+  net::ServerOptions o;
+  o.host = listen_host;
+  o.port = listen_port;
+  o.identity = identity;
+  o.admit = [roles = std::move(roles), me = name()](const proto::Hello& h) {
+    for (auto r : roles) {
+      if (h.role == r) return Status::Ok();
+    }
+    return PermissionDenied(std::string("a ") + proto::RoleName(h.role) + " may not connect to " + me);
+  };
+  return o;
+}
+
+std::string TerminateReason(int sig) {
+  PS_LOG(Warning) << "received " << (sig == SIGINT ? "SIGINT" : "SIGTERM")
+                  << " before the chief's Shutdown; stopping now";
+  return sig == SIGINT ? "SIGINT" : "SIGTERM";
+}
+
+Status SignalStatus(const std::string& reason) { return Aborted("terminated by " + reason); }
+
+namespace {
+// The write end of the self-pipe of the one SignalWatcher (-1: none).
+std::atomic<int> g_signal_pipe{-1};
+
+extern "C" void WriteSignalToPipe(int sig) {
+  int saved = errno;
+  unsigned char b = static_cast<unsigned char>(sig);
+  (void)!::write(g_signal_pipe.load(), &b, 1);
+  errno = saved;
+}
+}  // namespace
+
+// A handler, not a blocked mask read through signalfd: threads started before main (OpenBLAS
+// starts its pool in a library constructor unless OPENBLAS_NUM_THREADS=1) do not block the
+// signals, and a process-directed signal landing on one of them would take the default
+// action. A handler runs on whichever thread gets it and only writes the number to a pipe.
+SignalWatcher::SignalWatcher() {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) == 0) {
+    fd_ = fds[0];
+    g_signal_pipe.store(fds[1]);
+    struct sigaction sa {};
+    sa.sa_handler = WriteSignalToPipe;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    ::sigaction(SIGINT, &sa, nullptr);
+    ::sigaction(SIGTERM, &sa, nullptr);
+  }
+  wake_fd_ = ::eventfd(0, EFD_CLOEXEC);
+}
+
+SignalWatcher::~SignalWatcher() {
+  if (thread_.joinable()) {
+    uint64_t one = 1;
+    (void)!::write(wake_fd_, &one, sizeof one);
+    thread_.join();
+  }
+  struct sigaction sa {};
+  sa.sa_handler = SIG_DFL;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+  int w = g_signal_pipe.exchange(-1);
+  if (w >= 0) ::close(w);
+  if (fd_ >= 0) ::close(fd_);
+  ::close(wake_fd_);
+}
+
+void SignalWatcher::Start(std::function<void(int)> on_signal) {
+  thread_ = std::thread([this, on_signal = std::move(on_signal)] {
+    for (;;) {
+      pollfd fds[2] = {{fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+      if (::poll(fds, 2, -1) < 0) continue;
+      if (fds[1].revents != 0) return;
+      unsigned char sig = 0;
+      if (fds[0].revents != 0 && ::read(fd_, &sig, 1) == 1) {
+        last_signal_.store(sig);
+        on_signal(sig);
+      }
+    }
+  });
+}
+
+}  // namespace ps::daemon

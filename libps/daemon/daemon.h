@@ -1,0 +1,96 @@
+// What every pstrain daemon does before and after its real work: common flags,
+// TF_CONFIG → identity, the cluster secret, signals, exit codes.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <boost/program_options/options_description.hpp>
+
+#include "libps/cluster/tf_config.h"
+#include "libps/core/status.h"
+#include "libps/net/transport.h"
+#include "libps/proto/messages.h"
+
+namespace ps::daemon {
+
+// Exit codes of every pstrain executable.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;  // runtime failure: a peer lost, a task did not stop, ...
+inline constexpr int kExitUsage = 2;    // bad flags, TF_CONFIG, job file
+
+int ExitCodeFor(const Status& status);
+class SignalWatcher;
+// The end of every daemon's main: prints a failure as one line "<program>: <message>" and
+// returns its exit code — 128 + N when signal N ended the task before its work was done.
+int FinishDaemon(const char* program, const Status& status, const SignalWatcher& signals);
+
+struct DaemonFlags {
+  std::string tf_config_file;   // empty: the TF_CONFIG environment variable
+  std::string task_type;        // empty: TF_CONFIG's
+  int task_index = -1;          // -1: TF_CONFIG's
+  std::string secret_file;      // empty: no cluster secret
+  std::string bind;             // empty: see ListenHost()
+  double connect_timeout_sec = 180;  // like TF's ~3 minutes of start-up retries
+  std::string log_level = "info";
+  int io_threads = 2;
+};
+
+// Adds the flags every daemon takes to `desc`.
+void AddDaemonOptions(boost::program_options::options_description& desc, DaemonFlags* flags);
+
+struct DaemonContext {
+  cluster::TfConfig tf;
+  net::Identity identity;
+  std::string listen_host;  // address to bind
+  uint16_t listen_port = 0;
+  std::chrono::milliseconds connect_timeout{180000};
+
+  // Client options for dialing task `peer` of this cluster.
+  net::ClientOptions ClientFor(cluster::TaskId peer) const;
+  // Server options for this task: its listen address and identity, admitting only peers
+  // of `roles` (any other is refused with an error naming its role and this task).
+  net::ServerOptions ServerFor(std::vector<proto::Role> roles) const;
+  std::string name() const { return tf.task.ToString(); }
+};
+
+// Loads and validates TF_CONFIG (plus overrides), checks the task type is `expected`,
+// reads the secret (warning when there is none), sets the log tag and level.
+Result<DaemonContext> Bootstrap(const DaemonFlags& flags, cluster::TaskType expected);
+
+// Parses argv with `desc` (+ --help); prints help or a one-line error.
+// Returns nullopt to continue, or the exit code to return from main.
+std::optional<int> ParseCommandLine(int argc, char** argv, const std::string& usage,
+                                    const boost::program_options::options_description& desc);
+
+// Catches SIGINT and SIGTERM (a handler that only writes to a self-pipe, so it works on
+// whichever thread the signal lands, OpenBLAS's included) and delivers them, one call per
+// signal, to `on_signal` on a watcher thread. One per process; create it first in main.
+// A SIGINT/SIGTERM that arrived before the chief's Shutdown: logs that the task stops now
+// and returns the signal's name, the reason to stop with.
+std::string TerminateReason(int signal);
+// How a task that stopped for `reason` (a TerminateReason) ends: Aborted, so that
+// FinishDaemon exits 128 + N.
+Status SignalStatus(const std::string& reason);
+
+class SignalWatcher {
+ public:
+  SignalWatcher();
+  ~SignalWatcher();
+  void Start(std::function<void(int signal)> on_signal);
+  // The last signal delivered, or 0.
+  int last_signal() const { return last_signal_.load(); }
+
+ private:
+  std::atomic<int> last_signal_{0};
+  int fd_ = -1;
+  int wake_fd_ = -1;
+  std::thread thread_;
+};
+
+}  // namespace ps::daemon

@@ -1,0 +1,229 @@
+#include "libps/evaluator/evaluator.h"
+
+#include <signal.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "libps/ckpt/checkpoint_dir.h"
+#include "libps/core/files.h"
+#include "libps/ckpt/store_io.h"
+#include "libps/core/json.h"
+#include "libps/core/log.h"
+#include "libps/model/blas.h"
+#include "libps/obs/events.h"
+#include "libps/worker/trainer.h"
+
+namespace ps::evaluator {
+
+namespace {
+
+class Evaluator {
+ public:
+  explicit Evaluator(EvaluatorOptions o) : options_(std::move(o)) {}
+
+  void Stop() {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+    cv_.notify_all();
+  }
+
+  Status Run() {
+    PS_RETURN_IF_ERROR(LoadJob());
+    if (options_.once) return EvaluateOnce();
+    PS_RETURN_IF_ERROR(ReadDone());
+    for (;;) {
+      PS_ASSIGN_OR_RETURN(auto all, ckpt::ListCheckpoints(options_.model_dir));
+      for (const auto& c : all) {
+        auto done = done_.find(c.global_step);
+        // A checkpoint evaluated before the chief marked it final (same shards): once more,
+        // so that the last line says final and the evaluator exits.
+        if (done != done_.end() && (done->second || !c.manifest.final)) {
+          if (done->second && &c == &all.back() && EndsJob(c)) {
+            PS_LOG(Info) << "the final checkpoint " << c.dir << " was evaluated before; exiting";
+            return Status::Ok();
+          }
+          continue;
+        }
+        auto m = EvaluateCheckpoint(c);
+        if (!m.ok()) {
+          if (!std::filesystem::exists(c.dir)) {
+            PS_LOG(Warning) << "skipped " << c.dir << ": deleted while it was read (max_to_keep)";
+            done_[c.global_step] = c.manifest.final;
+            continue;
+          }
+          return m.status();
+        }
+        PS_RETURN_IF_ERROR(Append(c, *m));
+        done_[c.global_step] = c.manifest.final;
+        if (EndsJob(c)) {
+          PS_LOG(Info) << "evaluated the final checkpoint; exiting";
+          return Status::Ok();
+        }
+      }
+      if (Wait()) return Aborted("stopped by a signal before the final checkpoint");
+    }
+  }
+
+ private:
+  // True when stopped. Waits for the job file or new checkpoints by polling model_dir.
+  bool Wait() {
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, std::chrono::duration<double>(options_.poll_seconds), [&] { return stopping_; });
+    return stopping_;
+  }
+
+  Status LoadJob() {
+    const std::string path = options_.model_dir + "/job.json";
+    bool told = false;
+    while (!std::filesystem::exists(path)) {
+      if (options_.once) return NotFound(path + ": no job file (is this a pstrain model dir?)");
+      if (!told) PS_LOG(Info) << "waiting for " << path;
+      told = true;
+      if (Wait()) return Aborted("stopped by a signal before the job started");
+    }
+    PS_ASSIGN_OR_RETURN(Json json, ReadJsonFile(path));
+    std::string base_dir = json.contains("base_dir") && json["base_dir"].is_string()
+                               ? json["base_dir"].get<std::string>() : options_.model_dir;
+    auto job = job::ParseJob(json, base_dir);
+    if (!job.ok()) return job.status().WithContext(path);
+    job_ = std::move(*job);
+    if (job_.eval_data.is_null()) return InvalidArgument(path + ": job.eval_data: the job has no eval data");
+    PS_ASSIGN_OR_RETURN(model_, model::BuildModel(job_.model, "job.model"));
+    return Status::Ok();
+  }
+
+  // The final checkpoint of the job in model_dir now: a final one of an earlier run that
+  // was resumed with more steps (its MANIFEST's total_steps differs) is not the end.
+  bool EndsJob(const ckpt::CheckpointInfo& c) {
+    if (!c.manifest.final) return false;
+    const Json& extra = c.manifest.extra;
+    if (!extra.contains("total_steps") || !extra["total_steps"].is_number_integer()) return true;
+    int64_t steps = job_.steps;
+    auto json = ReadJsonFile(options_.model_dir + "/job.json");  // the chief rewrites it on resume
+    if (json.ok() && json->contains("steps") && (*json)["steps"].is_number_integer()) {
+      steps = (*json)["steps"].get<int64_t>();
+    }
+    return extra["total_steps"].get<int64_t>() == steps;
+  }
+
+  // Steps already in eval/metrics.jsonl (a restarted evaluator does not repeat them).
+  Status ReadDone() {
+    std::ifstream in(options_.model_dir + "/eval/metrics.jsonl");
+    std::string line;
+    while (std::getline(in, line)) {
+      auto j = ParseJson(line, "eval/metrics.jsonl");
+      if (j.ok() && j->contains("step") && (*j)["step"].is_number_integer()) {
+        const bool final = j->contains("final") && (*j)["final"].is_boolean() && (*j)["final"].get<bool>();
+        bool& was_final = done_[(*j)["step"].get<int64_t>()];
+        was_final = was_final || final;
+      }
+    }
+    return Status::Ok();
+  }
+
+  Status EvaluateOnce() {
+    PS_ASSIGN_OR_RETURN(auto all, ckpt::ListCheckpoints(options_.model_dir));
+    for (auto it = all.rbegin(); it != all.rend(); ++it) {
+      if (options_.step >= 0 && it->global_step != options_.step) continue;
+      PS_ASSIGN_OR_RETURN(worker::EvalMetrics m, EvaluateCheckpoint(*it));
+      return Append(*it, m);
+    }
+    return NotFound(options_.step >= 0 ? "no committed checkpoint at step " + std::to_string(options_.step)
+                                       : "no committed checkpoint in " + options_.model_dir);
+  }
+
+  // Loads checkpoint `c` into an in-process store laid out like the cluster was.
+  Result<worker::EvalMetrics> EvaluateCheckpoint(const ckpt::CheckpointInfo& c) {
+    auto t0 = std::chrono::steady_clock::now();
+    PS_ASSIGN_OR_RETURN(job::VariablePlan plan, job::PlanVariables(job_, *model_, c.manifest.num_ps));
+    ps::server::Store store;
+    PS_RETURN_IF_ERROR(store.Configure(job_.optimizer));
+    for (const auto& s : plan.shards) {
+      const auto& v = *std::find_if(plan.variables.begin(), plan.variables.end(),
+                                    [&](const auto& d) { return d.name == s.var; });
+      // A lazy shard pulls rows the checkpoint lacks at their initial values: it needs v.init.
+      PS_RETURN_IF_ERROR(store.Create(ps::server::ShardDef{s.var, s.shard, s.row_begin, s.rows, s.cols, v.shape,
+                                                   v.lazy ? v.init : model::InitSpec{}, job_.seed, s.num_shards,
+                                                   v.lazy}));
+    }
+    std::set<ps::server::ShardKey> restored;
+    for (int p = 0; p < c.manifest.num_ps; ++p) {
+      PS_RETURN_IF_ERROR(ckpt::RestoreStore(&store, c.dir + "/" + ckpt::ShardFileName(p), &restored));
+    }
+    if (restored.size() != plan.shards.size()) {
+      return FailedPrecondition(c.dir + ": holds " + std::to_string(restored.size()) + " of the model's " +
+                                std::to_string(plan.shards.size()) + " shards");
+    }
+    std::vector<std::unique_ptr<worker::PsLink>> links;
+    for (int p = 0; p < c.manifest.num_ps; ++p) links.push_back(worker::LocalPsLink(&store));
+    PS_ASSIGN_OR_RETURN(auto fetcher, worker::ParamFetcher::Create(plan, std::move(links)));
+    PS_ASSIGN_OR_RETURN(worker::EvalMetrics m, worker::Evaluate(job_, job_.eval_data, *model_, *fetcher));
+    double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "step %lld%s: accuracy %.4f  loss %.4f%s  (%lld examples, %.1f s)",
+                  static_cast<long long>(c.global_step), c.manifest.final ? " (final)" : "", m.accuracy, m.loss,
+                  m.auc >= 0 ? ("  auc " + std::to_string(m.auc).substr(0, 6)).c_str() : "",
+                  static_cast<long long>(m.examples), sec);
+    PS_LOG(Info) << buf;
+    return m;
+  }
+
+  Status Append(const ckpt::CheckpointInfo& c, const worker::EvalMetrics& m) {
+    std::error_code ec;
+    std::filesystem::create_directories(options_.model_dir + "/eval", ec);
+    if (ec) return IoError(options_.model_dir + "/eval: " + ec.message());
+    Json line = {{"step", c.global_step}, {"accuracy", m.accuracy}, {"loss", m.loss}, {"examples", m.examples},
+                 {"final", c.manifest.final}, {"checkpoint", ckpt::CheckpointDirName(c.global_step)},
+                 {"unix_time", std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()}};
+    if (m.auc >= 0) line["auc"] = m.auc;
+    std::ofstream out(options_.model_dir + "/eval/metrics.jsonl", std::ios::app);
+    out << line.dump() << "\n";
+    out.flush();
+    if (!out) return IoError(options_.model_dir + "/eval/metrics.jsonl: write failed");
+    // TensorBoard: the same tags as the chief's, in model_dir/eval, so the runs overlay.
+    if (!events_) {
+      auto w = obs::EventWriter::Open(options_.model_dir + "/eval");
+      if (w.ok()) events_.emplace(std::move(*w));
+      else PS_LOG(Warning) << "no TensorBoard events: " << w.status().message();
+    }
+    if (events_) {
+      const double wall = line["unix_time"].get<double>();
+      Status st = events_->AddScalar("accuracy", c.global_step, m.accuracy, wall);
+      if (st.ok()) st = events_->AddScalar("loss", c.global_step, m.loss, wall);
+      if (st.ok() && m.auc >= 0) st = events_->AddScalar("auc", c.global_step, m.auc, wall);
+      if (!st.ok()) PS_LOG(Warning) << "TensorBoard events: " << st.message();
+    }
+    return Status::Ok();
+  }
+
+  EvaluatorOptions options_;
+  job::JobSpec job_;
+  std::unique_ptr<model::Model> model_;
+  std::map<int64_t, bool> done_;  // evaluated steps -> whether the checkpoint was final then
+  std::optional<obs::EventWriter> events_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;  // guarded by mu_
+};
+
+}  // namespace
+
+Status RunEvaluator(const EvaluatorOptions& options, daemon::SignalWatcher& signals) {
+  if (options.model_dir.empty()) return InvalidArgument("--model-dir: required");
+  if (options.poll_seconds <= 0) return InvalidArgument("--poll-seconds: must be > 0");
+  model::SetBlasThreads(1);
+  Evaluator evaluator(options);
+  signals.Start([&](int sig) {
+    PS_LOG(Info) << (sig == SIGINT ? "SIGINT" : "SIGTERM") << ": stopping";
+    evaluator.Stop();
+  });
+  return evaluator.Run();
+}
+
+}  // namespace ps::evaluator

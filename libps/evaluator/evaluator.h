@@ -1,0 +1,23 @@
+// pstrain-evaluator: the side-car evaluator. It never connects to the training cluster:
+// it watches model_dir, loads every newly committed checkpoint straight from the shard
+// files, evaluates it on the job's eval_data, and appends a line to
+// model_dir/eval/metrics.jsonl. It exits after evaluating the final checkpoint.
+#pragma once
+
+#include <string>
+
+#include "libps/core/status.h"
+#include "libps/daemon/daemon.h"
+
+namespace ps::evaluator {
+
+struct EvaluatorOptions {
+  std::string model_dir;
+  bool once = false;        // evaluate one checkpoint (`step`, or the newest) and exit
+  int64_t step = -1;
+  double poll_seconds = 2;  // how often to look for new checkpoints
+};
+
+Status RunEvaluator(const EvaluatorOptions& options, daemon::SignalWatcher& signals);
+
+}  // namespace ps::evaluator

@@ -1,0 +1,103 @@
+#include "libps/job/job.h"
+
+#include <filesystem>
+
+namespace ps::job {
+
+namespace {
+Status Range(const JsonReader& r, const char* key, int64_t v, int64_t lo, int64_t hi) {
+  if (v < lo || v > hi) {
+    return InvalidArgument(r.Path(key) + ": must be in " + std::to_string(lo) + ".." +
+                           std::to_string(hi) + ", got " + std::to_string(v));
+  }
+  return Status::Ok();
+}
+}  // namespace
+
+Result<JobSpec> ParseJob(const Json& json, const std::string& default_base_dir) {
+  JsonReader r(json, "job");
+  PS_RETURN_IF_ERROR(r.status());
+  JobSpec job;
+  const Json* model = r.Find("model");
+  if (model == nullptr) return InvalidArgument("job.model: required key is missing");
+  job.model = *model;
+  const Json* train = r.Find("train_data");
+  if (train == nullptr) return InvalidArgument("job.train_data: required key is missing");
+  job.train_data = *train;
+  if (const Json* eval = r.Find("eval_data")) job.eval_data = *eval;
+  const Json* opt = r.Find("optimizer");
+  if (opt == nullptr) return InvalidArgument("job.optimizer: required key is missing");
+  job.optimizer_json = *opt;
+  PS_ASSIGN_OR_RETURN(job.optimizer, ps::server::ParseOptimizer(*opt, "job.optimizer"));
+
+  PS_RETURN_IF_ERROR(r.Get("steps", &job.steps));
+  PS_RETURN_IF_ERROR(Range(r, "steps", job.steps, 1, int64_t{1} << 50));
+  PS_RETURN_IF_ERROR(r.GetOr("batch_size", &job.batch_size));
+  PS_RETURN_IF_ERROR(Range(r, "batch_size", job.batch_size, 1, 1 << 20));
+  PS_RETURN_IF_ERROR(r.GetOr("steps_per_dispatch", &job.steps_per_dispatch));
+  PS_RETURN_IF_ERROR(Range(r, "steps_per_dispatch", job.steps_per_dispatch, 1, 100000));
+  PS_RETURN_IF_ERROR(r.GetOr("dispatches_per_worker", &job.dispatches_per_worker));
+  PS_RETURN_IF_ERROR(Range(r, "dispatches_per_worker", job.dispatches_per_worker, 1, 64));
+  PS_RETURN_IF_ERROR(r.GetOr("prefetch", &job.prefetch));
+  if (const Json* u = r.Find("update")) {
+    PS_ASSIGN_OR_RETURN(job.update, ps::server::ParseUpdate(*u, "job.update"));
+  }
+  PS_RETURN_IF_ERROR(r.GetOr("seed", &job.seed));
+  PS_RETURN_IF_ERROR(r.GetOr("log_every_steps", &job.log_every_steps));
+  PS_RETURN_IF_ERROR(Range(r, "log_every_steps", job.log_every_steps, 1, int64_t{1} << 50));
+  PS_RETURN_IF_ERROR(r.GetOr("model_dir", &job.model_dir));
+  job.base_dir = default_base_dir;
+  PS_RETURN_IF_ERROR(r.GetOr("base_dir", &job.base_dir));
+  if (const Json* p = r.Find("partitioner")) {
+    PS_ASSIGN_OR_RETURN(job.partitioner, cluster::ParsePartitioner(*p, "job.partitioner"));
+  }
+  std::string placement = cluster::PlacementStrategyName(job.placement);
+  PS_RETURN_IF_ERROR(r.GetOr("placement", &placement));
+  auto strategy = cluster::ParsePlacementStrategy(placement);
+  if (!strategy) {
+    return InvalidArgument("job.placement: must be \"round_robin\" or \"greedy_bytes\", got \"" +
+                           placement + "\"");
+  }
+  job.placement = *strategy;
+  if (r.Has("checkpoint")) {
+    JsonReader c = r.Child("checkpoint");
+    PS_RETURN_IF_ERROR(c.status());
+    PS_RETURN_IF_ERROR(c.GetOr("every_steps", &job.checkpoint.every_steps));
+    PS_RETURN_IF_ERROR(Range(c, "every_steps", job.checkpoint.every_steps, 0, int64_t{1} << 50));
+    PS_RETURN_IF_ERROR(c.GetOr("every_seconds", &job.checkpoint.every_seconds));
+    if (job.checkpoint.every_seconds < 0) {
+      return InvalidArgument(c.Path("every_seconds") + ": must be >= 0");
+    }
+    PS_RETURN_IF_ERROR(c.GetOr("max_to_keep", &job.checkpoint.max_to_keep));
+    PS_RETURN_IF_ERROR(Range(c, "max_to_keep", job.checkpoint.max_to_keep, 1, 1000000));
+    PS_RETURN_IF_ERROR(c.Finish());
+  }
+  PS_RETURN_IF_ERROR(r.Finish());
+
+  // The model must build; data is checked by the workers that load it.
+  PS_RETURN_IF_ERROR(model::BuildModel(job.model, "job.model").status());
+
+  job.raw = json;
+  job.raw["base_dir"] = job.base_dir;
+  return job;
+}
+
+Result<JobSpec> ReadJobFile(const std::string& path) {
+  PS_ASSIGN_OR_RETURN(Json json, ReadJsonFile(path));
+  std::error_code ec;
+  auto dir = std::filesystem::absolute(std::filesystem::path(path), ec).parent_path();
+  auto job = ParseJob(json, dir.string());
+  if (!job.ok()) return job.status().WithContext(path);
+  return job;
+}
+
+Result<VariablePlan> PlanVariables(const JobSpec& job, const model::Model& model, int num_ps) {
+  VariablePlan plan;
+  plan.variables = model.variables();
+  std::vector<cluster::VarShape> shapes;
+  for (const auto& v : plan.variables) shapes.push_back({v.name, v.shape, 4, v.lazy});
+  PS_ASSIGN_OR_RETURN(plan.shards, cluster::Place(shapes, job.partitioner, num_ps, job.placement));
+  return plan;
+}
+
+}  // namespace ps::job

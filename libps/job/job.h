@@ -1,0 +1,64 @@
+// The job file: what to train, on what, how long. Read by the chief, sent verbatim (plus
+// base_dir) to every worker, written to model_dir/job.json for the evaluator.
+// Every key is documented in configs/README.md.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "libps/cluster/placement.h"
+#include "libps/core/json.h"
+#include "libps/core/status.h"
+#include "libps/model/model.h"
+#include "libps/server/optimizer.h"
+#include "libps/server/update.h"
+
+namespace ps::job {
+
+struct CheckpointSpec {
+  int64_t every_steps = 0;     // 0: not by steps
+  double every_seconds = 600;  // TF's MonitoredTrainingSession default; 0: not by time
+  int max_to_keep = 5;
+};
+
+struct JobSpec {
+  Json model;                  // BuildModel's config
+  Json train_data;             // OpenDataset's config
+  Json eval_data;              // null when absent
+  ps::server::OptimizerSpec optimizer;
+  Json optimizer_json;         // as given, sent to the ps tasks
+  int64_t batch_size = 128;
+  int64_t steps = 0;
+  int steps_per_dispatch = 10;
+  int dispatches_per_worker = 2;
+  // Pull the next step's parameters while this step computes: faster, but a step may see
+  // parameters up to two of its own steps stale (see README, Performance).
+  bool prefetch = true;
+  // Async, sync or bounded staleness (libps/server/update.h). num_workers is 0 here; the
+  // chief and the workers fill it in from the cluster.
+  ps::server::UpdateSpec update;
+  cluster::PartitionerSpec partitioner;
+  cluster::PlacementStrategy placement = cluster::PlacementStrategy::kRoundRobin;
+  uint64_t seed = 0;
+  int64_t log_every_steps = 100;
+  std::string model_dir;       // may be empty until --model-dir fills it
+  std::string base_dir;        // relative data paths resolve against this
+  CheckpointSpec checkpoint;
+  Json raw;                    // the whole job, as sent to workers (base_dir made explicit)
+};
+
+// Strict: unknown keys and out-of-range values are errors naming "job.<key>".
+// `default_base_dir`: used when the job has no base_dir (the job file's directory).
+Result<JobSpec> ParseJob(const Json& json, const std::string& default_base_dir);
+Result<JobSpec> ReadJobFile(const std::string& path);
+
+struct VariablePlan {
+  std::vector<model::VariableDef> variables;       // in the model's order
+  std::vector<cluster::ShardPlacement> shards;     // all shards of all variables
+};
+// The variables of the job's model and where their shards live. Deterministic: the
+// chief and every worker compute the same plan independently.
+Result<VariablePlan> PlanVariables(const JobSpec& job, const model::Model& model, int num_ps);
+
+}  // namespace ps::job

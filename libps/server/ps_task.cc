@@ -1,0 +1,68 @@
+#include "libps/server/ps_task.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <mutex>
+
+#include "libps/core/log.h"
+#include "libps/server/ps_status.h"
+
+namespace ps::server {
+
+Status RunPsTask(const daemon::DaemonContext& ctx, const CheckpointerFactory& make_checkpointer,
+                 daemon::SignalWatcher& signals) {
+  Store store;
+  std::unique_ptr<Checkpointer> checkpointer = make_checkpointer(&store, ctx.tf.task.index);
+  Service service(&store, checkpointer.get());
+  net::Runtime runtime(2);
+  auto options = ctx.ServerFor({proto::Role::kChief, proto::Role::kWorker});
+  // Testing hook: PSTRAIN_FAULT_IGNORE_SHUTDOWN=1 leaves the chief's Shutdown unanswered
+  // (a ps that does not acknowledge), so the chief's timeout path can be tested.
+  const bool ignore_shutdown = std::getenv("PSTRAIN_FAULT_IGNORE_SHUTDOWN") != nullptr;
+  std::mutex held_mu;
+  std::vector<net::Responder> held;  // unanswered Shutdowns; guarded by held_mu
+  PS_ASSIGN_OR_RETURN(auto server, net::Server::Start(runtime, options, [&](net::Request req, net::Responder resp) {
+    if (ignore_shutdown && std::holds_alternative<proto::Shutdown>(req.envelope.body)) {
+      PS_LOG(Warning) << "fault injection: not answering Shutdown";
+      std::lock_guard lock(held_mu);
+      held.push_back(std::move(resp));
+      return;
+    }
+    service.Handle(std::move(req), std::move(resp));
+  }));
+  const auto started = std::chrono::steady_clock::now();
+  service.SetStatusSource([&store, &service, s = server.get(), started] {
+    double uptime = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    Json j = PsStatusJson(store, s->stats(), service.generation(), uptime);
+    const auto u = service.update_stats();
+    j["update"] = {{"mode", UpdateModeName(u.spec.mode)}, {"stale_dropped", u.stale_dropped},
+                   {"waited_pulls", u.waited_pulls}, {"max_lead", u.max_lead},
+                   {"min_version", u.min_version}, {"max_version", u.max_version}};
+    return j.dump();
+  });
+  bool by_signal = false;
+  signals.Start([&](int sig) {
+    by_signal = true;
+    service.RequestStop(daemon::TerminateReason(sig));
+  });
+  PS_LOG(Info) << "serving on " << ctx.listen_host << ":" << server->port();
+  std::string reason = service.WaitForShutdown();
+  server->Close();
+  service.SetStatusSource(nullptr);
+  if (by_signal) return daemon::SignalStatus(reason);
+  auto stats = store.stats();
+  PS_LOG(Info) << "shut down (" << reason << "); served " << stats.pull_requests << " pulls, "
+               << stats.push_requests << " pushes, ignored " << service.skipped_pushes()
+               << " repeated push item(s)";
+  const auto u = service.update_stats();
+  if (u.spec.mode == UpdateMode::kSync) {
+    PS_LOG(Info) << "sync updates: shards at update " << u.min_version << ".." << u.max_version << ", "
+                 << u.stale_dropped << " stale gradient(s) dropped, " << u.waited_pulls << " pull(s) waited";
+  } else if (u.spec.mode == UpdateMode::kBoundedStaleness) {
+    PS_LOG(Info) << "bounded staleness: largest lead " << u.max_lead << " step(s) (bound " << u.spec.staleness
+                 << "), " << u.waited_pulls << " pull(s) waited";
+  }
+  return Status::Ok();
+}
+
+}  // namespace ps::server

@@ -1,0 +1,510 @@
+#include "libps/server/service.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "libps/core/json.h"
+#include "libps/core/log.h"
+
+namespace ps::server {
+
+namespace {
+constexpr int64_t kMaxTrackedStep = int64_t{1} << 28;
+}  // namespace
+
+Status Service::CheckGeneration(const net::Request& request) {
+  const uint64_t gen = request.envelope.generation;
+  if (request.peer.role == proto::Role::kChief) {
+    uint64_t cur = generation_.load();
+    while (gen > cur && !generation_.compare_exchange_weak(cur, gen)) {
+    }
+    if (gen < cur) {
+      return Aborted("stale chief: generation " + std::to_string(gen) + " < " + std::to_string(cur) +
+                     " (a newer chief has taken over)");
+    }
+    return Status::Ok();
+  }
+  if (gen < generation_.load()) {
+    return Aborted(request.peer.Name() + " sent generation " + std::to_string(gen) + " < " +
+                   std::to_string(generation_.load()) + " (work of a previous chief)");
+  }
+  return Status::Ok();
+}
+
+bool Service::MarkApplied(const ShardKey& key, int64_t step) {
+  if (step < 0 || step >= kMaxTrackedStep) return true;
+  std::lock_guard lock(applied_mu_);
+  auto& bits = applied_[key];
+  size_t word = static_cast<size_t>(step / 64);
+  uint64_t bit = uint64_t{1} << (step % 64);
+  if (bits.size() <= word) bits.resize(std::max(word + 1, bits.size() * 2), 0);
+  if (bits[word] & bit) return false;
+  bits[word] |= bit;
+  return true;
+}
+
+void Service::UnmarkApplied(const ShardKey& key, int64_t step) {
+  if (step < 0 || step >= kMaxTrackedStep) return;
+  std::lock_guard lock(applied_mu_);
+  auto& bits = applied_[key];
+  size_t word = static_cast<size_t>(step / 64);
+  if (word < bits.size()) bits[word] &= ~(uint64_t{1} << (step % 64));
+}
+
+void Service::Handle(net::Request request, net::Responder responder) {
+  auto& body = request.envelope.body;
+  if (Status st = CheckGeneration(request); !st.ok()) return responder.Fail(st);
+  if (auto* m = std::get_if<proto::Pull>(&body)) return PullOrWait(std::move(*m), std::move(responder));
+  if (auto* m = std::get_if<proto::Push>(&body)) {
+    auto r = Push(*m, request.payload);
+    net::RecycleBuffer(std::move(request.payload));
+    if (!r.ok()) return responder.Fail(r.status());
+    return responder.Reply(*r);
+  }
+  if (auto* m = std::get_if<proto::CreateShards>(&body)) {
+    Status st = CreateShards(*m);
+    if (!st.ok()) {
+      PS_LOG(Error) << "CreateShards from " << request.peer.Name() << " failed: " << st.ToString();
+      return responder.Fail(st);
+    }
+    return responder.Reply(proto::Ack{});
+  }
+  if (auto* m = std::get_if<proto::Save>(&body)) {
+    if (checkpointer_ == nullptr) return responder.Fail(FailedPrecondition("this ps cannot save checkpoints"));
+    auto r = checkpointer_->Save(*m);
+    if (!r.ok()) {
+      PS_LOG(Error) << "saving checkpoint " << m->global_step << " failed: " << r.status().ToString();
+      return responder.Fail(r.status());
+    }
+    return responder.Reply(*r);
+  }
+  if (auto* m = std::get_if<proto::Restore>(&body)) {
+    if (checkpointer_ == nullptr) return responder.Fail(FailedPrecondition("this ps cannot restore checkpoints"));
+    Status st = checkpointer_->Restore(*m);
+    if (!st.ok()) {
+      PS_LOG(Error) << "restoring checkpoint " << m->global_step << " failed: " << st.ToString();
+      return responder.Fail(st);
+    }
+    {
+      std::lock_guard lock(applied_mu_);
+      applied_.clear();  // the steps after the checkpoint will be run again
+    }
+    {
+      std::lock_guard lock(mode_mu_);
+      base_version_ = m->global_step;
+      sync_.clear();
+      // Workers keep counting their steps across a restore (a restarted ps knows none):
+      // until a worker is heard from again it holds nobody back.
+      clocks_.assign(clocks_.size(), -1);
+      offsets_.assign(offsets_.size(), 0);
+      seen_.assign(seen_.size(), -1);
+      idle_at_.assign(idle_at_.size(), -1);
+    }
+    FailParked(Aborted("the ps was restored to checkpoint " + std::to_string(m->global_step)));
+    return responder.Reply(proto::Ack{});
+  }
+  if (std::holds_alternative<proto::GetStatus>(body)) {
+    std::function<std::string()> source;
+    {
+      std::lock_guard lock(mu_);
+      source = status_source_;
+    }
+    if (!source) return responder.Fail(Unavailable("this ps has no status yet"));
+    return responder.Reply(proto::StatusReply{source()});
+  }
+  if (auto* m = std::get_if<proto::Shutdown>(&body)) {
+    responder.Reply(proto::Ack{});
+    RequestStop(m->reason.empty() ? "Shutdown from " + request.peer.Name() : m->reason);
+    return;
+  }
+  responder.Fail(ProtocolError(std::string("a ps does not handle ") + proto::BodyName(body)));
+}
+
+std::string Service::WaitForShutdown() {
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return shutdown_.has_value(); });
+  return *shutdown_;
+}
+
+void Service::SetStatusSource(std::function<std::string()> source) {
+  std::lock_guard lock(mu_);
+  status_source_ = std::move(source);
+}
+
+void Service::RequestStop(std::string reason) {
+  {
+    std::lock_guard lock(mu_);
+    if (!shutdown_) shutdown_ = std::move(reason);
+    cv_.notify_all();
+  }
+  FailParked(Aborted("the ps is shutting down"));
+}
+
+Status Service::CreateShards(const proto::CreateShards& msg) {
+  PS_ASSIGN_OR_RETURN(Json opt_json, ParseJson(msg.optimizer_json, "CreateShards.optimizer"));
+  PS_ASSIGN_OR_RETURN(OptimizerSpec spec, ParseOptimizer(opt_json, "optimizer"));
+  PS_RETURN_IF_ERROR(store_->Configure(spec));
+  PS_ASSIGN_OR_RETURN(UpdateSpec update, ParseUpdateWire(msg.update_json));
+  bool changed = false;
+  {
+    std::lock_guard lock(mode_mu_);
+    if (!(update == update_)) {
+      update_ = update;
+      base_version_ = 0;
+      sync_.clear();
+      clocks_.assign(static_cast<size_t>(update.num_workers), 0);
+      offsets_.assign(static_cast<size_t>(update.num_workers), 0);
+      seen_.assign(static_cast<size_t>(update.num_workers), -1);
+      idle_at_.assign(static_cast<size_t>(update.num_workers), -1);
+      changed = true;
+      PS_LOG(Info) << "update mode " << UpdateModeName(update.mode)
+                   << (update.mode == UpdateMode::kSync ? ", " + std::to_string(update.replicas()) + " of " +
+                                                              std::to_string(update.num_workers) + " workers per update"
+                       : update.mode == UpdateMode::kBoundedStaleness ? ", staleness " + std::to_string(update.staleness)
+                                                                      : std::string());
+    }
+  }
+  if (changed) FailParked(Aborted("the update mode changed"));
+  for (const auto& d : msg.shards) {
+    std::string where = "CreateShards: " + d.var + "/part_" + std::to_string(d.shard);
+    PS_ASSIGN_OR_RETURN(Json init_json, ParseJson(d.init_json, where + ".init"));
+    auto init = model::ParseInit(init_json, where + ".init");
+    if (!init.ok()) return init.status();
+    ShardDef def{d.var, d.shard, d.row_begin, d.rows, d.cols, d.full_shape, *init, d.seed, d.num_shards, d.lazy};
+    PS_RETURN_IF_ERROR(store_->Create(def).WithContext(where));
+  }
+  return Status::Ok();
+}
+
+Result<uint64_t> Service::SliceFloats(const proto::Slice& slice) {
+  PS_ASSIGN_OR_RETURN(ShardDef def, store_->GetDef({slice.var, slice.shard}));
+  uint64_t rows = slice.all_rows ? static_cast<uint64_t>(def.rows) : slice.rows.size();
+  return rows * static_cast<uint64_t>(def.cols);
+}
+
+Result<std::pair<proto::PullReply, net::Buffer>> Service::Pull(const proto::Pull& msg) {
+  proto::PullReply reply;
+  uint64_t total = 0;
+  for (const auto& item : msg.items) {
+    PS_ASSIGN_OR_RETURN(uint64_t n, SliceFloats(item));
+    reply.item_floats.push_back(n);
+    total += n;
+  }
+  {
+    // Before the data: the data is at least as new as the versions reported.
+    std::lock_guard lock(mode_mu_);
+    if (update_.mode == UpdateMode::kSync) {
+      for (const auto& item : msg.items) {
+        auto it = sync_.find({item.var, item.shard});
+        reply.versions.push_back(it == sync_.end() ? base_version_ : it->second.version);
+      }
+    }
+  }
+  net::Buffer buffer = net::TakeBuffer(total * sizeof(float));
+  std::span<float> out = buffer.floats();
+  uint64_t offset = 0;
+  for (size_t i = 0; i < msg.items.size(); ++i) {
+    const auto& item = msg.items[i];
+    auto dst = out.subspan(offset, reply.item_floats[i]);
+    ShardKey key{item.var, item.shard};
+    PS_RETURN_IF_ERROR(item.all_rows ? store_->Pull(key, dst) : store_->PullRows(key, item.rows, dst));
+    offset += reply.item_floats[i];
+  }
+  return std::make_pair(std::move(reply), std::move(buffer));
+}
+
+Status Service::CheckTag(const char* op, int32_t worker, int64_t clock) const {
+  if (update_.mode == UpdateMode::kAsync || (worker >= 0 && worker < update_.num_workers && clock >= 0)) {
+    return Status::Ok();
+  }
+  return InvalidArgument(std::string(op) + ": " + UpdateModeName(update_.mode) + " mode needs the worker (0.." +
+                         std::to_string(update_.num_workers - 1) + ") and its clock, got worker " +
+                         std::to_string(worker) + " clock " + std::to_string(clock));
+}
+
+Result<proto::PushReply> Service::Push(const proto::Push& msg, const net::Buffer& payload) {
+  std::vector<uint64_t> sizes;
+  uint64_t total = 0;
+  for (const auto& item : msg.items) {
+    PS_ASSIGN_OR_RETURN(uint64_t n, SliceFloats(item));
+    sizes.push_back(n);
+    total += n;
+  }
+  if (payload.size() != total * sizeof(float)) {
+    return InvalidArgument("Push: payload has " + std::to_string(payload.size()) +
+                           " bytes but its items need " + std::to_string(total * sizeof(float)));
+  }
+  // The payload cut into the items' gradients.
+  std::vector<std::span<const float>> grads;
+  std::span<const float> rest = payload.floats();
+  for (uint64_t n : sizes) {
+    grads.push_back(rest.first(n));
+    rest = rest.subspan(n);
+  }
+  UpdateMode mode;
+  {
+    std::lock_guard lock(mode_mu_);
+    mode = update_.mode;
+    PS_RETURN_IF_ERROR(CheckTag("Push", msg.worker, msg.clock));
+  }
+  if (mode == UpdateMode::kSync) return PushSync(msg, grads);
+  int32_t skipped = 0;
+  for (size_t i = 0; i < msg.items.size(); ++i) {
+    const auto& item = msg.items[i];
+    const auto g = grads[i];
+    ShardKey key{item.var, item.shard};
+    if (!MarkApplied(key, msg.step_id)) {
+      ++skipped;
+      continue;
+    }
+    Status st = item.all_rows ? store_->Push(key, g, msg.global_step)
+                              : store_->PushRows(key, item.rows, g, msg.global_step);
+    if (!st.ok()) {
+      UnmarkApplied(key, msg.step_id);
+      return st;
+    }
+  }
+  if (skipped > 0) {
+    skipped_ += static_cast<uint64_t>(skipped);
+    PS_LOG(Info) << "step " << msg.step_id << " was already applied to " << skipped
+                 << " shard(s): the repeated push is ignored";
+  }
+  if (mode == UpdateMode::kBoundedStaleness) {
+    {
+      std::lock_guard lock(mode_mu_);
+      const auto w = static_cast<size_t>(msg.worker);
+      if (w < clocks_.size()) {
+        const int64_t step = WorkerClock(msg.worker, msg.clock);
+        if (msg.idle) {
+          // Out of work: hold nobody back, unless a later step of it has already arrived
+          // (on the other connection).
+          if (seen_[w] < step) idle_at_[w] = step;
+        } else {
+          Seen(msg.worker, step);
+          clocks_[w] = std::max(clocks_[w], step + 1);
+        }
+      }
+    }
+    ServeReady();
+  }
+  return proto::PushReply{store_->global_step(), skipped, 0};
+}
+
+Service::SyncShard& Service::SyncState(const ShardKey& key) {
+  auto [it, inserted] = sync_.try_emplace(key);
+  if (inserted) it->second.version = base_version_;
+  return it->second;
+}
+
+Result<proto::PushReply> Service::PushSync(const proto::Push& msg,
+                                           const std::vector<std::span<const float>>& grads) {
+  // Everything is checked before anything is added, so a bad push changes nothing.
+  std::vector<ShardDef> defs;
+  for (const auto& item : msg.items) {
+    ShardKey key{item.var, item.shard};
+    PS_ASSIGN_OR_RETURN(ShardDef def, store_->GetDef(key));
+    for (int64_t r : item.rows) {
+      if (r < 0 || r >= def.rows) {
+        return OutOfRange("Push: row " + std::to_string(r) + " is outside " + key.ToString() + " (" +
+                          std::to_string(def.rows) + " rows)");
+      }
+    }
+    defs.push_back(std::move(def));
+  }
+  proto::PushReply reply;
+  Status failed;
+  bool advanced = false;
+  {
+    std::lock_guard lock(mode_mu_);
+    for (const auto& item : msg.items) {
+      const SyncShard& ss = SyncState({item.var, item.shard});
+      if (msg.clock > ss.version) {
+        return FailedPrecondition("Push: update " + std::to_string(msg.clock) + " for " + item.var + "/part_" +
+                                  std::to_string(item.shard) + ", which is still at update " +
+                                  std::to_string(ss.version));
+      }
+    }
+    for (size_t i = 0; i < msg.items.size(); ++i) {
+      const auto& item = msg.items[i];
+      const auto g = grads[i];
+      ShardKey key{item.var, item.shard};
+      const auto cols = static_cast<size_t>(defs[i].cols);
+      SyncShard& ss = SyncState(key);
+      if (msg.clock < ss.version) {  // computed for an update this shard has applied: too late
+        ++reply.stale;
+        continue;
+      }
+      if (std::find(ss.workers.begin(), ss.workers.end(), msg.worker) != ss.workers.end()) {
+        ++reply.skipped;  // a resent push
+        continue;
+      }
+      if (item.all_rows) {
+        if (ss.dense_sum.empty()) {
+          ss.dense_sum.assign(g.begin(), g.end());
+        } else {
+          for (size_t k = 0; k < g.size(); ++k) ss.dense_sum[k] += g[k];
+        }
+      } else {
+        for (size_t j = 0; j < item.rows.size(); ++j) {
+          auto [it, inserted] = ss.row_index.try_emplace(item.rows[j], ss.rows.size());
+          if (inserted) {
+            ss.rows.push_back(item.rows[j]);
+            ss.row_sum.resize(ss.row_sum.size() + cols, 0.0f);
+          }
+          float* dst = ss.row_sum.data() + it->second * cols;
+          const float* src = g.data() + j * cols;
+          for (size_t k = 0; k < cols; ++k) dst[k] += src[k];
+        }
+      }
+      ss.workers.push_back(msg.worker);
+      if (static_cast<int>(ss.workers.size()) < update_.replicas()) continue;
+      // The update is complete: apply the average once (a worker that did not touch a
+      // row contributed zero to it), then collect the next one. If the store cannot apply
+      // it (out of memory), the update is dropped rather than left half-collected: the
+      // shard moves on either way, so no worker waits for it forever.
+      const float scale = 1.0f / static_cast<float>(ss.workers.size());
+      Status st;
+      if (!ss.dense_sum.empty()) {
+        for (float& x : ss.dense_sum) x *= scale;
+        st = store_->Push(key, ss.dense_sum, ss.version);
+      }
+      if (st.ok() && !ss.rows.empty()) {
+        for (float& x : ss.row_sum) x *= scale;
+        st = store_->PushRows(key, ss.rows, ss.row_sum, ss.version);
+      }
+      if (!st.ok()) {
+        PS_LOG(Error) << "update " << ss.version << " of " << key.ToString() << " not applied: " << st.ToString();
+        if (failed.ok()) failed = st;
+      }
+      ss.version += 1;
+      ss.workers.clear();
+      ss.dense_sum.clear();
+      ss.row_index.clear();
+      ss.rows.clear();
+      ss.row_sum.clear();
+      advanced = true;
+    }
+  }
+  if (reply.stale > 0) stale_ += static_cast<uint64_t>(reply.stale);
+  if (advanced) ServeReady();
+  if (!failed.ok()) return failed;
+  reply.global_step = store_->global_step();
+  return reply;
+}
+
+void Service::Seen(int32_t w, int64_t step) {
+  const auto i = static_cast<size_t>(w);
+  seen_[i] = std::max(seen_[i], step);
+  if (idle_at_[i] >= 0 && step >= idle_at_[i]) idle_at_[i] = -1;  // busy again
+}
+
+bool Service::Ready(const proto::Pull& msg, int64_t step) {
+  if (update_.mode == UpdateMode::kSync) {
+    for (const auto& item : msg.items) {
+      auto it = sync_.find({item.var, item.shard});
+      if ((it == sync_.end() ? base_version_ : it->second.version) < msg.clock) return false;
+    }
+    return true;
+  }
+  if (update_.mode == UpdateMode::kBoundedStaleness) {
+    int64_t slowest = INT64_MAX;
+    for (size_t w = 0; w < clocks_.size(); ++w) {
+      if (static_cast<int32_t>(w) == msg.worker || clocks_[w] < 0 || idle_at_[w] >= 0) continue;
+      slowest = std::min(slowest, clocks_[w]);
+    }
+    if (slowest == INT64_MAX) return true;  // the only worker
+    if (step - slowest > update_.staleness) return false;
+    max_lead_ = std::max(max_lead_, step - slowest);
+  }
+  return true;
+}
+
+int64_t Service::WorkerClock(int32_t w, int64_t clock) {
+  auto& known = clocks_[static_cast<size_t>(w)];
+  auto& offset = offsets_[static_cast<size_t>(w)];
+  if (known < 0) {
+    known = clock;  // first heard of since a restore
+    offset = 0;
+  } else if (clock + offset + 1 < known) {
+    // A pull or push for a step before the last one the worker pushed: only a new
+    // process counts again from below (one process's steps only go up; the last push
+    // may be resent).
+    offset = known - clock;
+  }
+  return clock + offset;
+}
+
+void Service::PullOrWait(proto::Pull msg, net::Responder responder) {
+  {
+    std::lock_guard lock(mode_mu_);
+    // A pull without a clock (evaluation, the chief's final eval) reads what is there.
+    if (update_.mode != UpdateMode::kAsync && msg.clock >= 0) {
+      if (Status st = CheckTag("Pull", msg.worker, msg.clock); !st.ok()) return responder.Fail(st);
+      int64_t step = msg.clock;
+      if (update_.mode == UpdateMode::kBoundedStaleness) {
+        step = WorkerClock(msg.worker, msg.clock);
+        Seen(msg.worker, step);
+      }
+      if (!Ready(msg, step)) {
+        ++waited_pulls_;
+        parked_.push_back({std::move(msg), step, std::move(responder)});
+        return;
+      }
+    }
+  }
+  auto r = Pull(msg);
+  if (!r.ok()) return responder.Fail(r.status());
+  responder.Reply(std::move(r->first), net::RecycledPayload(std::move(r->second)));
+}
+
+void Service::ServeReady() {
+  std::vector<Parked> ready;
+  {
+    std::lock_guard lock(mode_mu_);
+    for (size_t i = 0; i < parked_.size();) {
+      if (Ready(parked_[i].msg, parked_[i].step)) {
+        ready.push_back(std::move(parked_[i]));
+        parked_[i] = std::move(parked_.back());
+        parked_.pop_back();
+      } else {
+        ++i;
+      }
+    }
+  }
+  for (auto& p : ready) {
+    auto r = Pull(p.msg);
+    if (!r.ok()) {
+      p.responder.Fail(r.status());
+      continue;
+    }
+    p.responder.Reply(std::move(r->first), net::RecycledPayload(std::move(r->second)));
+  }
+}
+
+void Service::FailParked(const Status& why) {
+  std::vector<Parked> parked;
+  {
+    std::lock_guard lock(mode_mu_);
+    parked.swap(parked_);
+  }
+  for (auto& p : parked) p.responder.Fail(why);
+}
+
+Service::UpdateStats Service::update_stats() const {
+  std::lock_guard lock(mode_mu_);
+  UpdateStats s;
+  s.spec = update_;
+  s.stale_dropped = stale_.load();
+  s.waited_pulls = waited_pulls_;
+  s.max_lead = max_lead_;
+  s.min_version = s.max_version = base_version_;
+  bool first = true;
+  for (const auto& [key, ss] : sync_) {
+    s.min_version = first ? ss.version : std::min(s.min_version, ss.version);
+    s.max_version = first ? ss.version : std::max(s.max_version, ss.version);
+    first = false;
+  }
+  return s;
+}
+
+}  // namespace ps::server

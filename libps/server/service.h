@@ -1,0 +1,147 @@
+// The ps task's request handling: CreateShards, Pull, Push, Save, Restore and Shutdown
+// over a Store.
+//
+// Generations: every chief request raises the ps's generation to the chief's; a request
+// from an older chief, or a pull/push stamped with an older generation (a worker still
+// running a dead chief's steps), is refused with Aborted.
+// At most once: the gradient of a step id is applied at most once per shard; a repeated
+// push (a retried step, or a push resent after a lost reply) is acknowledged and counted
+// in PushReply.skipped. Step ids from 0 to 2^28 are tracked; Restore forgets them all.
+// Update modes (update.h, set by CreateShards): in sync mode each shard aggregates the
+// gradients of an update and applies their average once; in bounded-staleness mode the
+// ps keeps every worker's clock. A pull that must wait (sync: for its shards' version;
+// bounded staleness: for the slowest worker) holds no thread: it is parked with its
+// responder and answered by the push that makes it ready. Restore, CreateShards with a
+// new mode and shutdown fail parked pulls with Aborted.
+// Handle() is called on the server's handler pool, concurrently; the Store does the
+// locking. Payloads are used in place: a pushed gradient is applied straight from the
+// received buffer, a pull copies rows once, into the reply buffer.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <unordered_map>
+#include <vector>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "libps/net/transport.h"
+#include "libps/server/store.h"
+#include "libps/server/update.h"
+
+namespace ps::server {
+
+// Writes and reads this ps's shard files. The ps task provides it (libps/train), since
+// the ps module does not depend on the checkpoint module. Called on handler threads.
+class Checkpointer {
+ public:
+  virtual ~Checkpointer() = default;
+  virtual Result<proto::SaveReply> Save(const proto::Save& request) = 0;
+  virtual Status Restore(const proto::Restore& request) = 0;
+};
+
+class Service {
+ public:
+  // `checkpointer` may be null: Save and Restore then fail with FailedPrecondition.
+  explicit Service(Store* store, Checkpointer* checkpointer = nullptr)
+      : store_(store), checkpointer_(checkpointer) {}
+
+  void Handle(net::Request request, net::Responder responder);
+
+  // Blocks until a Shutdown request was answered (or RequestStop was called); returns
+  // the reason given.
+  std::string WaitForShutdown();
+  void RequestStop(std::string reason);
+
+  uint64_t generation() const { return generation_.load(); }
+  // Answers GetStatus with StatusReply{source()} (the ps task's PsStatusJson). Unset:
+  // GetStatus fails with Unavailable. Thread-safe; `source` runs on handler threads.
+  void SetStatusSource(std::function<std::string()> source);
+  uint64_t skipped_pushes() const { return skipped_.load(); }
+
+  // Update-mode figures since start: the mode, gradients dropped as stale (sync), pulls
+  // that had to wait, and in bounded-staleness mode the largest lead a pull was granted
+  // with (its worker's step minus the slowest other worker's pushed steps; <= staleness).
+  struct UpdateStats {
+    UpdateSpec spec;
+    uint64_t stale_dropped = 0;
+    uint64_t waited_pulls = 0;
+    int64_t max_lead = 0;
+    int64_t min_version = 0, max_version = 0;  // sync: over the shards
+  };
+  UpdateStats update_stats() const;
+
+ private:
+  Status CreateShards(const proto::CreateShards& msg);
+  // Pulls now, or parks the pull until the update mode lets it through.
+  void PullOrWait(proto::Pull msg, net::Responder responder);
+  Result<std::pair<proto::PullReply, net::Buffer>> Pull(const proto::Pull& msg);
+  Result<proto::PushReply> Push(const proto::Push& msg, const net::Buffer& payload);
+  // grads[i]: item i's gradient.
+  Result<proto::PushReply> PushSync(const proto::Push& msg, const std::vector<std::span<const float>>& grads);
+  // mode_mu_ held: sync and bounded-staleness requests must name their worker and clock.
+  Status CheckTag(const char* op, int32_t worker, int64_t clock) const;
+  // Under mode_mu_: may `msg` be served now? `step`: its clock on this ps's scale
+  // (WorkerClock at arrival). Updates max_lead_ when it may, nothing else.
+  bool Ready(const proto::Pull& msg, int64_t step);
+  // Bounded staleness, mode_mu_ held: a message of worker `w` for `step` was seen.
+  void Seen(int32_t w, int64_t step);
+  // Bounded staleness, mode_mu_ held: worker `w`'s step `clock` on this ps's scale. A
+  // worker process counts from 0; a restarted one continues at the count its
+  // predecessor reached here, so it neither waits for nor stalls the others.
+  int64_t WorkerClock(int32_t w, int64_t clock);
+  // Serves the parked pulls that became ready.
+  void ServeReady();
+  void FailParked(const Status& why);
+  // Floats a slice covers; errors name the slice.
+  Result<uint64_t> SliceFloats(const proto::Slice& slice);
+
+  // Marks step `step` applied to shard `key`; false if it already was.
+  bool MarkApplied(const ShardKey& key, int64_t step);
+  void UnmarkApplied(const ShardKey& key, int64_t step);
+  Status CheckGeneration(const net::Request& request);
+
+  // Sync mode: the update a shard is collecting gradients for, and their sum.
+  struct SyncShard {
+    int64_t version = 0;
+    std::vector<int32_t> workers;             // who contributed to `version`
+    std::vector<float> dense_sum;             // whole-shard pushes: [rows * cols]
+    std::unordered_map<int64_t, size_t> row_index;  // sparse: shard-local row -> position
+    std::vector<int64_t> rows;                // sparse: rows in order of first push
+    std::vector<float> row_sum;               // sparse: [rows.size() * cols]
+  };
+  struct Parked {
+    proto::Pull msg;
+    int64_t step;
+    net::Responder responder;
+  };
+  SyncShard& SyncState(const ShardKey& key);  // mode_mu_ held
+
+  Store* store_;
+  Checkpointer* checkpointer_;
+  mutable std::mutex mode_mu_;  // guards the fields below up to parked_
+  UpdateSpec update_;
+  int64_t base_version_ = 0;    // sync: the version of shards not pushed since Restore
+  std::map<ShardKey, SyncShard> sync_;
+  std::vector<int64_t> clocks_;   // bounded staleness: [worker] steps pushed; -1 unknown
+  std::vector<int64_t> offsets_;  // [worker] added to a restarted worker's own count
+  std::vector<int64_t> seen_;     // [worker] the highest step heard of; -1 none
+  std::vector<int64_t> idle_at_;  // [worker] idle from this step on (holds nobody back); -1 busy
+  int64_t max_lead_ = 0;
+  uint64_t waited_pulls_ = 0;
+  std::vector<Parked> parked_;
+  std::atomic<uint64_t> stale_{0};
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<uint64_t> skipped_{0};
+  std::mutex applied_mu_;
+  std::map<ShardKey, std::vector<uint64_t>> applied_;  // bit per step id; guarded by applied_mu_
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::optional<std::string> shutdown_;  // guarded by mu_
+  std::function<std::string()> status_source_;  // guarded by mu_
+};
+
+}  // namespace ps::server

@@ -1,0 +1,257 @@
+// The in-memory parameter store of one ps task: variable shards, their optimizer slots,
+// and the optimizer that applies pushed gradients. No networking; the ps service calls
+// this API from its connection threads.
+//
+// Shapes: a shard holds `rows` consecutive rows of axis 0 of its variable, starting at
+// global row `row_begin`; a row is `cols` floats (cols = product of full_shape[1:]).
+// Values and every slot are one contiguous, 64-byte-aligned, row-major array
+// [rows * cols] each. Row indices in PullRows/PushRows are shard-local (global row minus
+// row_begin).
+//
+// Thread safety: every method may be called from any thread concurrently.
+//  - Each shard's rows are split into up to 64 stripes of consecutive rows, each with a
+//    mutex. Pull/Push/PullRows/PushRows hold one stripe lock at a time, so sparse pushes
+//    to different parts of a big table run in parallel.
+//  - Contract: every row is updated atomically with its slots. A pull sees each row
+//    either wholly before or wholly after any given push — never a half-applied row —
+//    but a pull of several rows may see a concurrent push applied to some rows and not
+//    yet to others (TF's ps has no stronger guarantee). Pushes to the same row are
+//    serialised, in an unspecified order.
+//  - Create/Configure/Restore/ForEachShard hold the locks they need; Create of one shard
+//    does not block traffic to others while it initialises values.
+//
+// Errors: unknown shard → NotFound; wrong buffer sizes, duplicate rows, bad defs →
+// InvalidArgument; row outside the shard → OutOfRange; Create of an existing key with a
+// different def → AlreadyExists; Create before Configure → FailedPrecondition. Every
+// message names the shard as "<var>/part_<shard>".
+//
+// Zero-copy: Push/PushRows read the gradient in place from the caller's buffer (e.g. the
+// receive buffer of a frame) and Pull/PullRows write straight into the caller's buffer
+// (e.g. a send buffer); no intermediate copies.
+//
+// Lazy shards (ShardDef::lazy, for hashed ids): no row is allocated up front. A row is
+// created by the first PushRows that names it, at its initial value (model::FillInitial
+// for that global row, exactly what a dense shard holds) with initial slots, and then
+// updated. PullRows of a row not created yet returns its initial value without creating
+// it, so a lazy and a dense shard of the same def train bit-identically. Created rows are
+// never dropped (except by a restore). Whole-shard Pull/Push/Restore of a lazy shard are
+// InvalidArgument; checkpoints go through Read (ShardView::row_ids) and Fill
+// (ShardFill::CreateRows). Storage: 64 stripes chosen by a hash of the row, each an
+// open-addressing table row -> record (linear probing, load <= 0.7) and chunks of up to
+// 4096 records; a record is the row's values then each slot, (1 + slots) * cols floats,
+// at a stable address. Memory() reports the bytes used.
+//
+// Design room for later modes (not implemented): "receive a gradient" (validate, look up
+// the shard, compute lr) and "apply a gradient" (ApplyDense/ApplySparse under stripe
+// locks) are separate private steps, so synchronous aggregation (accumulate N workers'
+// gradients for a step into a per-shard buffer, then apply once), at-most-once
+// application per (step id, shard) (a filter in front of apply), bounded staleness (a
+// per-shard version counter bumped by apply, waited on by pull) slot in without changing
+// the public calls below.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <compare>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "libps/core/status.h"
+#include "libps/model/initializer.h"
+#include "libps/server/optimizer.h"
+
+namespace ps::server {
+
+struct ShardKey {
+  std::string var;
+  int shard = 0;
+  auto operator<=>(const ShardKey&) const = default;
+  // "<var>/part_<shard>", as TF names partitions.
+  std::string ToString() const;
+};
+
+struct ShardDef {
+  std::string var;                  // non-empty
+  int shard = 0;                    // >= 0
+  int64_t row_begin = 0;            // global row of the shard's first row, >= 0
+  int64_t rows = 0;                 // > 0
+  int64_t cols = 0;                 // > 0; product of full_shape[1:]
+  std::vector<int64_t> full_shape;  // the whole variable's shape; {} for a scalar (1 x 1)
+  model::InitSpec init;
+  uint64_t seed = 0;                // with var, row and col, determines initial values
+  int num_shards = 1;               // how many shards the variable has (checkpoint metadata)
+  // Rows are created on first push (see "Lazy shards" above); rows * cols may then exceed
+  // what could be allocated (up to 2^40 rows). Requires full_shape of rank >= 1.
+  bool lazy = false;
+  ShardKey key() const { return {var, shard}; }
+  bool operator==(const ShardDef&) const = default;
+};
+
+// Checks a def on its own: sizes positive and consistent with full_shape
+// (row_begin + rows <= full_shape[0], cols == prod(full_shape[1:])), init valid, and
+// rows * cols <= 2^40 unless lazy (a lazy shard bounds rows by 2^40 and cols by 2^24).
+Status ValidateShardDef(const ShardDef& def);
+
+// Monotonic counters since the store was built; bytes are payload floats * 4.
+struct StoreStats {
+  uint64_t pull_requests = 0;   // Pull + PullRows that succeeded
+  uint64_t push_requests = 0;   // Push + PushRows that succeeded
+  uint64_t failed_requests = 0; // any of the four that returned an error
+  uint64_t bytes_pulled = 0;
+  uint64_t bytes_pushed = 0;    // gradient bytes applied
+  uint64_t rows_pulled = 0;
+  uint64_t rows_pushed = 0;
+};
+
+// A shard as ForEachShard/Read show it; spans are valid only inside the callback.
+struct ShardView {
+  const ShardDef& def;
+  std::span<const float> values;  // [rows * cols]; empty for a lazy shard
+  // In SlotDefs(optimizer) order, each [rows * cols]; the spans are empty for a lazy shard.
+  std::vector<std::pair<std::string, std::span<const float>>> slots;
+  // Lazy shards only: the created rows, shard-local, ascending [created rows].
+  std::span<const int64_t> row_ids;
+  // Lazy shards only: block b of created row row_ids[i], [cols] floats; block 0 is the
+  // values, block 1 + k is slot k (the order of `slots`).
+  std::function<std::span<const float>(size_t i, size_t block)> row;
+};
+
+// Memory held by one shard (Store::Memory).
+struct ShardMemory {
+  int64_t rows = 0;    // rows allocated: def.rows for a dense shard, created rows if lazy
+  uint64_t bytes = 0;  // values, slots, and for a lazy shard its row tables and chunk slack
+};
+
+// A slot's contents for Restore.
+struct NamedSlot {
+  std::string name;
+  std::span<const float> values;  // [rows * cols]
+};
+
+class Store {
+ public:
+  Store();
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  // Sets the optimizer once. Again with an equal spec: OK; with a different spec:
+  // FailedPrecondition. Invalid spec: InvalidArgument.
+  Status Configure(const OptimizerSpec& spec);
+  // The configured optimizer; FailedPrecondition before Configure.
+  Result<OptimizerSpec> optimizer() const;
+
+  // Creates values (initialised per def.init) and the optimizer's slots (at their
+  // initial values). Idempotent for an equal def; a different def for an existing key is
+  // AlreadyExists. Requires Configure first.
+  Status Create(const ShardDef& def);
+
+  // Whole shard into out [rows * cols].
+  Status Pull(const ShardKey& key, std::span<float> out);
+  // Shard-local rows into out [rows.size() * cols], in the order given (duplicates allowed).
+  Status PullRows(const ShardKey& key, std::span<const int64_t> rows, std::span<float> out);
+
+  // Applies the optimizer to the whole shard with gradient grad [rows * cols], using the
+  // learning rate LearningRate(spec, global_step) (and global_step for Adam's bias
+  // correction). The store's own global_step() is not changed.
+  Status Push(const ShardKey& key, std::span<const float> grad, int64_t global_step);
+  // Sparse form: grad_rows [rows.size() * cols], row i of it for shard-local row rows[i].
+  // Rows must be unique (InvalidArgument naming the duplicate) and in range
+  // (OutOfRange); on any error nothing is applied. Only the given rows and their slots
+  // change.
+  Status PushRows(const ShardKey& key, std::span<const int64_t> rows,
+                  std::span<const float> grad_rows, int64_t global_step);
+
+  bool Contains(const ShardKey& key) const;
+  Result<ShardDef> GetDef(const ShardKey& key) const;
+  // Rows allocated and bytes used; takes each stripe lock in turn.
+  Result<ShardMemory> Memory(const ShardKey& key) const;
+  std::vector<ShardKey> Keys() const;  // sorted
+
+  // Calls fn with one shard while holding all its stripe locks (a consistent snapshot of
+  // that shard; pushes to it wait). fn must not call into this Store.
+  Status Read(const ShardKey& key, const std::function<void(const ShardView&)>& fn) const;
+  // Read for every shard, in key order; shards created meanwhile may be missed.
+  void ForEachShard(const std::function<void(const ShardView&)>& fn) const;
+
+  // Overwrites a created shard's values [rows * cols] and the named slots (each must be
+  // one of SlotDefs(optimizer)); slots not given are reset to their initial value, so a
+  // checkpoint written with another optimizer can be loaded by passing no slots.
+  // InvalidArgument for a lazy shard (use Fill).
+  Status Restore(const ShardKey& key, std::span<const float> values,
+                 std::span<const NamedSlot> slots);
+
+  struct Shard;  // private: defined in store.cc
+  // Exclusive, in-place access to one shard's memory, so a checkpoint is read straight
+  // into the store (no temporary buffer, no copy). Holds every stripe lock of the shard
+  // (and the store's structure lock, shared) until destroyed; slots not handed out by
+  // Slot() are then reset to their initial values. Not movable; one per thread at a time.
+  class ShardFill {
+   public:
+    ~ShardFill();
+    ShardFill(const ShardFill&) = delete;
+    ShardFill& operator=(const ShardFill&) = delete;
+    const ShardDef& def() const;
+    // Dense shards only (empty for a lazy shard).
+    std::span<float> values();  // [rows * cols]
+    // The named slot's memory; InvalidArgument if the optimizer has no such slot, or for
+    // a lazy shard.
+    Result<std::span<float>> Slot(std::string_view name);
+
+    // Lazy shards only (InvalidArgument otherwise). Drops every created row and creates
+    // `rows` (shard-local, unique (InvalidArgument), in range (OutOfRange)) at their
+    // initial values and slots; the i-th of them is "stored row" i for WriteRows.
+    Status CreateRows(std::span<const int64_t> rows);
+    // Copies data [n * cols] into `block` ("values" or a slot name) of stored rows
+    // [first, first + n) of the last CreateRows. A slot the optimizer lacks is
+    // InvalidArgument; rows outside that range OutOfRange.
+    Status WriteRows(std::string_view block, int64_t first, std::span<const float> data);
+
+   private:
+    friend class Store;
+    ShardFill(std::shared_lock<std::shared_mutex> lock, Shard* shard);
+    std::shared_lock<std::shared_mutex> lock_;
+    Shard* shard_;
+    std::array<bool, kMaxSlots> written_{};
+    std::vector<float*> created_;  // lazy: the records of the last CreateRows, in its order
+  };
+  Result<std::unique_ptr<ShardFill>> Fill(const ShardKey& key);
+
+  // A step counter kept for the service and checkpoints; Push does not advance it.
+  int64_t global_step() const { return global_step_.load(std::memory_order_acquire); }
+  void SetGlobalStep(int64_t step) { global_step_.store(step, std::memory_order_release); }
+
+  StoreStats stats() const;
+
+ private:
+
+  // Under a shared lock of mu_: the shard or NotFound naming `op` and the key.
+  Result<Shard*> Find(const ShardKey& key, const char* op) const;
+  // The "apply" half of a push: grad already validated against the shard.
+  void ApplyDense(Shard& shard, std::span<const float> grad, int64_t global_step);
+  void ApplySparse(Shard& shard, std::span<const int64_t> rows, std::span<const float> grad_rows,
+                   int64_t global_step);
+  // ApplySparse for a lazy shard: creates missing rows first. Internal on out of memory
+  // (the rows before the failing one are then applied).
+  Status ApplyLazy(Shard& shard, std::span<const int64_t> rows, std::span<const float> grad_rows,
+                   int64_t global_step);
+  Status Count(Status st, bool pull, uint64_t bytes, uint64_t rows);
+
+  mutable std::shared_mutex mu_;  // guards shards_ (structure) and spec_
+  std::optional<OptimizerSpec> spec_;
+  std::map<ShardKey, std::unique_ptr<Shard>> shards_;
+
+  std::atomic<int64_t> global_step_{0};
+  std::atomic<uint64_t> pull_requests_{0}, push_requests_{0}, failed_requests_{0};
+  std::atomic<uint64_t> bytes_pulled_{0}, bytes_pushed_{0}, rows_pulled_{0}, rows_pushed_{0};
+};
+
+}  // namespace ps::server

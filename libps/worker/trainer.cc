@@ -1,0 +1,473 @@
+#include "libps/worker/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+namespace ps::worker {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+}  // namespace
+
+// Waits for a number of completions; keeps the first error.
+class Latch {
+ public:
+  explicit Latch(int n) : left_(n) {}
+  void Done(Status st) {
+    std::lock_guard lock(mu_);
+    if (!st.ok() && first_.ok()) first_ = std::move(st);
+    if (--left_ == 0) cv_.notify_all();
+  }
+  Status Wait() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return left_ == 0; });
+    return first_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int left_;
+  Status first_;
+};
+
+namespace {
+
+class RemoteLink : public PsLink {
+ public:
+  RemoteLink(std::shared_ptr<net::Client> c, std::shared_ptr<net::Client> push)
+      : client_(std::move(c)), push_client_(push ? std::move(push) : client_) {}
+  void Pull(proto::Pull req, std::vector<std::span<std::byte>> into,
+            std::function<void(Status, int64_t)> done) override {
+    uint64_t want = 0;
+    for (auto s : into) want += s.size();
+    client_->CallAsync(std::move(req), {}, std::move(into), net::Millis{0},
+                       [done = std::move(done), want](Result<net::Reply> r) {
+                         if (!r.ok()) return done(r.status(), INT64_MAX);
+                         if (!r->payload_in_place && !(want == 0 && r->payload.size() == 0)) {
+                           return done(ProtocolError("pull reply of " + std::to_string(r->payload.size()) +
+                                                     " bytes, expected " + std::to_string(want)), INT64_MAX);
+                         }
+                         int64_t version = INT64_MAX;
+                         if (const auto* m = std::get_if<proto::PullReply>(&r->envelope.body)) {
+                           for (int64_t v : m->versions) version = std::min(version, v);
+                         }
+                         done(Status::Ok(), version);
+                       });
+  }
+  void Push(proto::Push req, net::OutPayload grads, std::function<void(Status)> done) override {
+    if (repeat_every_ > 0 && ++pushes_ % repeat_every_ == 0) {
+      // Fault injection: the reply is "lost" and the same push is sent again.
+      auto client = push_client_;
+      proto::Push again = req;
+      net::OutPayload payload = grads;
+      push_client_->CallAsync(std::move(req), std::move(grads), {}, net::Millis{0},
+                              [client, again = std::move(again), payload = std::move(payload),
+                               done = std::move(done)](Result<net::Reply> first) mutable {
+                                if (!first.ok()) return done(first.status());
+                                client->CallAsync(std::move(again), std::move(payload), {}, net::Millis{0},
+                                                  [done = std::move(done)](Result<net::Reply> r) { done(r.status()); });
+                              });
+      return;
+    }
+    push_client_->CallAsync(std::move(req), std::move(grads), {}, net::Millis{0},
+                            [done = std::move(done)](Result<net::Reply> r) { done(r.status()); });
+  }
+
+ private:
+  std::shared_ptr<net::Client> client_;       // pulls
+  std::shared_ptr<net::Client> push_client_;  // pushes
+  // Testing hook: PSTRAIN_FAULT_REPEAT_PUSH_EVERY=N sends every Nth push twice.
+  const int64_t repeat_every_ = [] {
+    const char* v = std::getenv("PSTRAIN_FAULT_REPEAT_PUSH_EVERY");
+    return v == nullptr ? int64_t{0} : std::max<int64_t>(0, std::atoll(v));
+  }();
+  int64_t pushes_ = 0;  // the trainer's thread only
+};
+
+class LocalLink : public PsLink {
+ public:
+  explicit LocalLink(ps::server::Store* s) : store_(s) {}
+  void Pull(proto::Pull req, std::vector<std::span<std::byte>> into,
+            std::function<void(Status, int64_t)> done) override {
+    for (size_t i = 0; i < req.items.size(); ++i) {
+      const auto& it = req.items[i];
+      std::span<float> out(reinterpret_cast<float*>(into[i].data()), into[i].size() / sizeof(float));
+      ps::server::ShardKey key{it.var, it.shard};
+      Status st = it.all_rows ? store_->Pull(key, out) : store_->PullRows(key, it.rows, out);
+      if (!st.ok()) return done(st, INT64_MAX);
+    }
+    done(Status::Ok(), INT64_MAX);
+  }
+  void Push(proto::Push req, net::OutPayload grads, std::function<void(Status)> done) override {
+    for (size_t i = 0; i < req.items.size(); ++i) {
+      const auto& it = req.items[i];
+      auto part = grads.parts[i];
+      std::span<const float> g(reinterpret_cast<const float*>(part.data()), part.size() / sizeof(float));
+      ps::server::ShardKey key{it.var, it.shard};
+      Status st = it.all_rows ? store_->Push(key, g, req.global_step)
+                              : store_->PushRows(key, it.rows, g, req.global_step);
+      if (!st.ok()) return done(st);
+    }
+    done(Status::Ok());
+  }
+
+ private:
+  ps::server::Store* store_;
+};
+
+}  // namespace
+
+std::unique_ptr<PsLink> RemotePsLink(std::shared_ptr<net::Client> client, std::shared_ptr<net::Client> push_client) {
+  return std::make_unique<RemoteLink>(std::move(client), std::move(push_client));
+}
+std::unique_ptr<PsLink> LocalPsLink(ps::server::Store* store) { return std::make_unique<LocalLink>(store); }
+
+// A variable and its shards, in shard order (row ranges ascending).
+struct ParamFetcher::Var {
+  std::string name;
+  bool sparse = false;
+  int64_t cols = 0;
+  int64_t elements = 0;
+  std::vector<cluster::ShardPlacement> shards;
+};
+
+ParamFetcher::~ParamFetcher() = default;
+
+Result<std::unique_ptr<ParamFetcher>> ParamFetcher::Create(const job::VariablePlan& plan,
+                                                           std::vector<std::unique_ptr<PsLink>> links) {
+  std::unique_ptr<ParamFetcher> f(new ParamFetcher());
+  f->links_ = std::move(links);
+  for (const auto& v : plan.variables) {
+    Var var;
+    var.name = v.name;
+    var.sparse = v.sparse;
+    var.cols = v.row_elements();
+    var.elements = v.num_elements();
+    for (const auto& s : plan.shards) {
+      if (s.var != v.name) continue;
+      if (s.ps < 0 || static_cast<size_t>(s.ps) >= f->links_.size()) {
+        return Internal("plan places " + s.var + " on ps " + std::to_string(s.ps) + " of " +
+                        std::to_string(f->links_.size()));
+      }
+      var.shards.push_back(s);
+    }
+    std::sort(var.shards.begin(), var.shards.end(),
+              [](const auto& a, const auto& b) { return a.row_begin < b.row_begin; });
+    f->vars_.push_back(std::move(var));
+  }
+  const size_t n = f->vars_.size(), num_ps = f->links_.size();
+  for (auto& st : f->stages_) {
+    st.rows.resize(n);
+    st.values.resize(n);
+    st.params.values.resize(n);
+    st.params.rows.resize(n);
+    st.pulls.resize(num_ps);
+    st.pull_into.resize(num_ps);
+    st.slice_refs.resize(num_ps);
+  }
+  return f;
+}
+
+void ParamFetcher::SetUpdateMode(ps::server::UpdateMode mode, int worker) {
+  mode_ = mode;
+  worker_ = worker;
+}
+
+Status ParamFetcher::StartFetch(int stage, model::Model& model, const model::Batch& batch, int64_t clock) {
+  Stage& st = stages_[stage];
+  const bool every_shard = EveryShard();
+  PS_RETURN_IF_ERROR(WaitFetch(stage));  // never two pulls into one stage
+  PS_RETURN_IF_ERROR(model.RowsNeeded(batch, &st.rows));
+  // Plan the slices: for each ps, the items to pull (and later push) and where they go.
+  for (size_t p = 0; p < links_.size(); ++p) {
+    st.pulls[p].items.clear();
+    st.pull_into[p].clear();
+    st.slice_refs[p].clear();
+  }
+  for (size_t v = 0; v < vars_.size(); ++v) {
+    const Var& var = vars_[v];
+    const auto& rows = st.rows[v];
+    size_t needed = var.sparse ? rows.size() * var.cols : var.elements;
+    st.values[v].resize(needed);
+    size_t begin = 0;  // first entry of rows in the current shard (sparse)
+    for (const auto& s : var.shards) {
+      proto::Slice slice;
+      slice.var = var.name;
+      slice.shard = s.shard;
+      size_t offset, count;
+      if (!var.sparse) {
+        offset = static_cast<size_t>(s.row_begin * var.cols);
+        count = static_cast<size_t>(s.rows * var.cols);
+      } else {
+        size_t end = begin;
+        while (end < rows.size() && rows[end] < s.row_begin + s.rows) ++end;
+        if (end == begin && !every_shard) continue;
+        slice.all_rows = false;
+        slice.rows.reserve(end - begin);
+        for (size_t i = begin; i < end; ++i) slice.rows.push_back(rows[i] - s.row_begin);
+        offset = begin * var.cols;
+        count = (end - begin) * var.cols;
+        begin = end;
+      }
+      st.pulls[s.ps].items.push_back(std::move(slice));
+      st.pull_into[s.ps].push_back(std::as_writable_bytes(std::span(st.values[v]).subspan(offset, count)));
+      st.slice_refs[s.ps].push_back({v, offset, count});
+    }
+    st.params.values[v] = st.values[v];
+    st.params.rows[v] = var.sparse ? std::span<const int64_t>(rows) : std::span<const int64_t>();
+  }
+  int active = 0;
+  for (auto& p : st.pulls) {
+    p.worker = every_shard ? worker_ : -1;
+    p.clock = every_shard ? clock : -1;
+    active += p.items.empty() && !every_shard ? 0 : 1;
+  }
+  st.pull_in_flight = std::make_shared<Latch>(active);
+  st.version = std::make_shared<std::atomic<int64_t>>(INT64_MAX);
+  auto latch = st.pull_in_flight;
+  auto version = st.version;
+  for (size_t p = 0; p < links_.size(); ++p) {
+    if (st.pulls[p].items.empty() && !every_shard) continue;
+    links_[p]->Pull(st.pulls[p], st.pull_into[p], [latch, version](Status s, int64_t v) {
+      int64_t cur = version->load();
+      while (v < cur && !version->compare_exchange_weak(cur, v)) {
+      }
+      latch->Done(std::move(s));
+    });
+  }
+  return Status::Ok();
+}
+
+Status ParamFetcher::WaitFetch(int stage) {
+  Stage& st = stages_[stage];
+  if (st.pull_in_flight == nullptr) return Status::Ok();
+  Status s = st.pull_in_flight->Wait();
+  st.pull_in_flight.reset();
+  st.min_version = st.version->load();
+  return s;
+}
+
+Status ParamFetcher::Fetch(model::Model& model, const model::Batch& batch) {
+  PS_RETURN_IF_ERROR(StartFetch(0, model, batch));
+  return WaitFetch(0);
+}
+
+Status ParamFetcher::Push(const model::Grads& grads, int64_t step) {
+  StartPush(0, grads, step);
+  return WaitPush();
+}
+
+Status ParamFetcher::SendIdle(int64_t next_clock) {
+  PS_RETURN_IF_ERROR(WaitPush());
+  auto latch = std::make_shared<Latch>(static_cast<int>(links_.size()));
+  for (auto& link : links_) {
+    proto::Push idle;
+    idle.worker = worker_;
+    idle.clock = next_clock;
+    idle.idle = true;
+    link->Push(std::move(idle), {}, [latch](Status st) { latch->Done(std::move(st)); });
+  }
+  return latch->Wait();
+}
+
+Status ParamFetcher::WaitPush() {
+  if (push_in_flight_ == nullptr) return Status::Ok();
+  Status st = push_in_flight_->Wait();
+  push_in_flight_.reset();
+  return st;
+}
+
+void ParamFetcher::StartPush(int stage, const model::Grads& grads, int64_t step, int64_t clock) {
+  const Stage& st = stages_[stage];
+  const bool every_shard = EveryShard();
+  int active = 0;
+  for (const auto& p : st.pulls) active += p.items.empty() && !every_shard ? 0 : 1;
+  push_in_flight_ = std::make_shared<Latch>(active);
+  auto latch = push_in_flight_;
+  for (size_t p = 0; p < links_.size(); ++p) {
+    if (st.pulls[p].items.empty() && !every_shard) continue;
+    proto::Push push;
+    push.items = st.pulls[p].items;
+    push.global_step = step;
+    push.step_id = step;
+    push.worker = every_shard ? worker_ : -1;
+    push.clock = every_shard ? clock : -1;
+    net::OutPayload payload;
+    for (const auto& ref : st.slice_refs[p]) {
+      payload.Add(std::span<const float>(grads.values[ref.var]).subspan(ref.offset, ref.count));
+    }
+    links_[p]->Push(std::move(push), std::move(payload), [latch](Status st) { latch->Done(std::move(st)); });
+  }
+}
+
+Status Trainer::Idle() {
+  if (mode_ != ps::server::UpdateMode::kBoundedStaleness) return Status::Ok();
+  return fetcher_->SendIdle(clock_);
+}
+
+int64_t Trainer::SlowStepHook() {
+  const char* v = std::getenv("PSTRAIN_FAULT_SLOW_STEP_MS");
+  return v == nullptr ? 0 : std::max<int64_t>(0, std::atoll(v));
+}
+
+int64_t Trainer::Tag(int64_t step, int64_t clock) const {
+  switch (mode_) {
+    case ps::server::UpdateMode::kSync: return step;
+    case ps::server::UpdateMode::kBoundedStaleness: return clock;
+    case ps::server::UpdateMode::kAsync: break;
+  }
+  return -1;
+}
+
+Status Trainer::RunSteps(int64_t first_step, int count, StepStats* stats) {
+  Status st = Pipeline(first_step, count, stats);
+  // Nothing may stay in flight past the pack (a failure included): the buffers are reused.
+  auto t0 = Clock::now();
+  Status pushed = fetcher_->WaitPush();
+  for (int stage = 0; stage < 2; ++stage) fetcher_->WaitFetch(stage).ok();
+  stats->push_seconds += Seconds(t0, Clock::now());
+  return st.ok() ? pushed : st;
+}
+
+Status Trainer::Pipeline(int64_t first_step, int count, StepStats* stats) {
+  if (count <= 0) return Status::Ok();
+  const int64_t clock = clock_;
+  int stage = 0;
+  bool fetching = false;  // the pull for `stage` has been started
+  for (int i = 0; i < count; ++i) {
+    if (!fetching) {
+      auto t = Clock::now();
+      PS_ASSIGN_OR_RETURN(batches_[stage], dataset_->Next(batch_size_));
+      stats->data_seconds += Seconds(t, Clock::now());
+      PS_RETURN_IF_ERROR(fetcher_->StartFetch(stage, *model_, batches_[stage], Tag(first_step + i, clock + i)));
+    }
+    auto t0 = Clock::now();
+    PS_RETURN_IF_ERROR(fetcher_->WaitFetch(stage));
+    auto t1 = Clock::now();
+    fetching = prefetch_ && i + 1 < count;
+    if (fetching) {  // the next step's data and pull run during this step's compute
+      PS_ASSIGN_OR_RETURN(batches_[stage ^ 1], dataset_->Next(batch_size_));
+      PS_RETURN_IF_ERROR(
+          fetcher_->StartFetch(stage ^ 1, *model_, batches_[stage ^ 1], Tag(first_step + i + 1, clock + i + 1)));
+    }
+    auto t2 = Clock::now();
+    const int64_t version = fetcher_->fetched_version(stage);
+    if (mode_ == ps::server::UpdateMode::kSync && version != INT64_MAX && version > first_step + i) {
+      // Every shard has applied this update without us (we are a late backup): a
+      // gradient for it would only be dropped.
+      stage ^= 1;
+      clock_ = clock + i + 1;
+      stats->steps += 1;
+      stats->stale += 1;
+      stats->pull_seconds += Seconds(t0, t1);
+      stats->data_seconds += Seconds(t1, t2);
+      continue;
+    }
+    model::Grads& grads = grads_[current_];
+    PS_ASSIGN_OR_RETURN(model::StepOutput out,
+                        model_->ForwardBackward(batches_[stage], fetcher_->params(stage), &grads));
+    if (slow_step_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow_step_ms_));
+    auto t3 = Clock::now();
+    PS_RETURN_IF_ERROR(fetcher_->WaitPush());  // the previous step's push overlapped this step
+    fetcher_->StartPush(stage, grads, first_step + i, Tag(first_step + i, clock + i));
+    auto t4 = Clock::now();
+    current_ ^= 1;
+    stage ^= 1;
+    clock_ = clock + i + 1;
+    stats->steps += 1;
+    stats->examples += out.examples;
+    stats->loss_sum += out.loss_sum;
+    stats->correct += out.correct;
+    stats->pull_seconds += Seconds(t0, t1);
+    stats->data_seconds += Seconds(t1, t2);
+    stats->compute_seconds += Seconds(t2, t3);
+    stats->push_seconds += Seconds(t3, t4);
+  }
+  return Status::Ok();
+}
+
+double Auc(std::span<const float> scores, std::span<const float> labels) {
+  std::vector<size_t> order(scores.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return scores[a] < scores[b]; });
+  // Mann-Whitney U: sum of the positives' ranks (ties get their average rank).
+  double rank_sum = 0;
+  int64_t positives = 0;
+  for (size_t i = 0; i < order.size();) {
+    size_t j = i;
+    while (j < order.size() && scores[order[j]] == scores[order[i]]) ++j;
+    double avg_rank = (static_cast<double>(i) + static_cast<double>(j - 1)) / 2.0 + 1.0;
+    for (size_t k = i; k < j; ++k) {
+      if (labels[order[k]] > 0.5f) {
+        rank_sum += avg_rank;
+        ++positives;
+      }
+    }
+    i = j;
+  }
+  int64_t negatives = static_cast<int64_t>(scores.size()) - positives;
+  if (positives == 0 || negatives == 0) return -1;
+  double p = static_cast<double>(positives), n = static_cast<double>(negatives);
+  return (rank_sum - p * (p + 1) / 2) / (p * n);
+}
+
+Result<EvalMetrics> Evaluate(const job::JobSpec& job, const Json& config, model::Model& model, ParamFetcher& fetcher) {
+  data::DatasetOptions opts;
+  opts.base_dir = job.base_dir;
+  opts.shuffle = false;
+  opts.repeat = false;
+  PS_ASSIGN_OR_RETURN(auto dataset, data::OpenDataset(config, "job.eval_data", opts));
+  EvalMetrics m;
+  double loss_sum = 0;
+  int64_t correct = 0;
+  std::vector<float> scores, labels;
+  const bool binary = model.outputs() == 1;
+  for (;;) {
+    PS_ASSIGN_OR_RETURN(model::Batch batch, dataset->Next(std::max<int64_t>(job.batch_size, 256)));
+    if (batch.size == 0) break;
+    PS_RETURN_IF_ERROR(fetcher.Fetch(model, batch));
+    PS_ASSIGN_OR_RETURN(model::EvalOutput out, model.Forward(batch, fetcher.params()));
+    if (!out.has_labels) return InvalidArgument("job.eval_data: the data has no labels");
+    m.examples += out.examples;
+    loss_sum += out.loss_sum;
+    correct += out.correct;
+    if (binary) {
+      scores.insert(scores.end(), out.probabilities.begin(), out.probabilities.end());
+      labels.insert(labels.end(), batch.labels.begin(), batch.labels.end());
+    }
+  }
+  if (m.examples == 0) return InvalidArgument("job.eval_data: no examples");
+  m.loss = loss_sum / static_cast<double>(m.examples);
+  m.accuracy = static_cast<double>(correct) / static_cast<double>(m.examples);
+  if (binary) m.auc = Auc(scores, labels);
+  return m;
+}
+
+Result<std::unique_ptr<Trainer>> MakeTrainer(const job::JobSpec& job, int worker_index, int num_workers,
+                                             int num_ps, std::vector<std::unique_ptr<PsLink>> links) {
+  PS_ASSIGN_OR_RETURN(auto model, model::BuildModel(job.model, "job.model"));
+  PS_ASSIGN_OR_RETURN(job::VariablePlan plan, job::PlanVariables(job, *model, num_ps));
+  data::DatasetOptions opts;
+  opts.base_dir = job.base_dir;
+  opts.shard_index = worker_index;
+  opts.num_shards = num_workers;
+  opts.seed = job.seed;
+  PS_ASSIGN_OR_RETURN(auto dataset, data::OpenDataset(job.train_data, "job.train_data", opts));
+  PS_ASSIGN_OR_RETURN(auto fetcher, ParamFetcher::Create(plan, std::move(links)));
+  fetcher->SetUpdateMode(job.update.mode, worker_index);
+  return std::make_unique<Trainer>(job.batch_size, job.prefetch, std::move(model), std::move(dataset),
+                                   std::move(fetcher), job.update.mode);
+}
+
+}  // namespace ps::worker

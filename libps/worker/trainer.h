@@ -1,0 +1,177 @@
+// The worker's step loop: next batch → pull what the batch needs → forward/backward
+// (OpenBLAS) → push gradients. Shared by pstrain-worker (parameters on remote ps tasks)
+// and the no-network baseline of the benchmarks (parameters in a local Store).
+#pragma once
+
+#include <cstddef>
+#include <array>
+#include <atomic>
+#include <climits>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "libps/data/dataset.h"
+#include "libps/model/model.h"
+#include "libps/net/transport.h"
+#include "libps/server/store.h"
+#include "libps/job/job.h"
+
+namespace ps::worker {
+
+// One ps task as the trainer sees it. Calls may complete on any thread.
+class PsLink {
+ public:
+  virtual ~PsLink() = default;
+  // Pulls `req`'s slices into `into` (its spans, in item order, sum to the reply size).
+  // `done` gets the smallest shard version the reply reports (sync mode), else INT64_MAX.
+  virtual void Pull(proto::Pull req, std::vector<std::span<std::byte>> into,
+                    std::function<void(Status, int64_t)> done) = 0;
+  // Pushes `req` with the gradients in `grads` (in item order).
+  virtual void Push(proto::Push req, net::OutPayload grads, std::function<void(Status)> done) = 0;
+};
+
+// A link to a remote ps over the network (the payloads go in place both ways). With a
+// second connection for pushes, a pull is not queued behind a push it overlaps with.
+std::unique_ptr<PsLink> RemotePsLink(std::shared_ptr<net::Client> client,
+                                     std::shared_ptr<net::Client> push_client = nullptr);
+// A link to a Store in this process: the same math with no network.
+std::unique_ptr<PsLink> LocalPsLink(ps::server::Store* store);
+
+struct StepStats {
+  int64_t steps = 0;
+  int64_t examples = 0;
+  double loss_sum = 0;
+  int64_t correct = 0;
+  double data_seconds = 0, pull_seconds = 0, compute_seconds = 0, push_seconds = 0;
+  int64_t stale = 0;  // sync mode: steps skipped because every shard had moved past them
+};
+
+// The parameters one batch needs, pulled from the ps tasks straight into place, and
+// the push of its gradients straight from the model's buffers. Not thread-safe.
+class ParamFetcher {
+ public:
+  // `links[p]` reaches ps task p of the plan.
+  static Result<std::unique_ptr<ParamFetcher>> Create(const job::VariablePlan& plan,
+                                                      std::vector<std::unique_ptr<PsLink>> links);
+  // Sync and bounded-staleness modes: every step pulls from and pushes to every shard
+  // (empty slices where the batch touches none of a shard's rows), tagged with `worker`
+  // and the step's clock, so each ps can count the step. Before the first StartFetch.
+  void SetUpdateMode(ps::server::UpdateMode mode, int worker);
+  ~ParamFetcher();
+
+  // Two staging areas (0 and 1), so the pull for the next batch can run while the
+  // current one is computed.
+  // Starts pulling what `batch` needs into `stage`; WaitFetch(stage) completes it.
+  // `clock`: the step's tag in sync / bounded-staleness mode (see SetUpdateMode).
+  Status StartFetch(int stage, model::Model& model, const model::Batch& batch, int64_t clock = -1);
+  Status WaitFetch(int stage);
+  // After WaitFetch(stage): the smallest shard version the pull saw (sync), else INT64_MAX.
+  int64_t fetched_version(int stage) const { return stages_[stage].min_version; }
+  // Valid after WaitFetch(stage), until the next StartFetch(stage).
+  const model::Params& params(int stage) const { return stages_[stage].params; }
+  // Starts pushing `grads` (laid out like params(stage)) for global step `step`. `grads`
+  // must stay untouched until WaitPush() returns; at most one push is in flight.
+  void StartPush(int stage, const model::Grads& grads, int64_t step, int64_t clock = -1);
+  Status WaitPush();
+  // Bounded staleness: tells every ps this worker has no steps for now (`next_clock` is
+  // its next step), so it holds no other worker back meanwhile. Waits for the replies.
+  Status SendIdle(int64_t next_clock);
+
+  // Synchronous forms on stage 0 (evaluation, tests).
+  Status Fetch(model::Model& model, const model::Batch& batch);
+  const model::Params& params() const { return params(0); }
+  Status Push(const model::Grads& grads, int64_t step);
+
+  // Replaces the link to ps `p` (a restarted ps the worker reconnected to). Only while
+  // nothing is in flight.
+  void ReplaceLink(size_t p, std::unique_ptr<PsLink> link) { links_.at(p) = std::move(link); }
+
+ private:
+  struct Var;
+  struct SliceRef { size_t var; size_t offset; size_t count; };
+  struct Stage {
+    std::vector<std::vector<int64_t>> rows;    // [var] sorted unique rows the batch needs
+    std::vector<std::vector<float>> values;    // [var] pulled parameters
+    model::Params params;
+    std::vector<proto::Pull> pulls;            // [ps] the batch's items
+    std::vector<std::vector<std::span<std::byte>>> pull_into;  // [ps]
+    std::vector<std::vector<SliceRef>> slice_refs;              // [ps] where each item lives
+    std::shared_ptr<class Latch> pull_in_flight;                // null when none
+    std::shared_ptr<std::atomic<int64_t>> version;              // min over the pull's replies
+    int64_t min_version = INT64_MAX;
+  };
+  ParamFetcher() = default;
+
+  std::vector<std::unique_ptr<PsLink>> links_;
+  std::vector<Var> vars_;
+  ps::server::UpdateMode mode_ = ps::server::UpdateMode::kAsync;
+  int worker_ = -1;
+  // Sync and bounded staleness: every step reaches every shard (see SetUpdateMode).
+  bool EveryShard() const { return mode_ != ps::server::UpdateMode::kAsync; }
+  std::array<Stage, 2> stages_;
+  std::shared_ptr<class Latch> push_in_flight_;  // null when none
+};
+
+// Not thread-safe: one Trainer per worker, used by one thread at a time.
+class Trainer {
+ public:
+  Trainer(int64_t batch_size, bool prefetch, std::unique_ptr<model::Model> model,
+          std::unique_ptr<data::Dataset> dataset, std::unique_ptr<ParamFetcher> fetcher,
+          ps::server::UpdateMode mode = ps::server::UpdateMode::kAsync)
+      : batch_size_(batch_size), prefetch_(prefetch), mode_(mode), model_(std::move(model)),
+        dataset_(std::move(dataset)), fetcher_(std::move(fetcher)), slow_step_ms_(SlowStepHook()) {}
+  // Runs steps [first_step, first_step + count) and adds to `stats`. A step's push
+  // overlaps the next step. With prefetch, within a pack the next step's data and pull also
+  // overlap this step's compute: in async mode parameters may then be up to two steps stale.
+  // In bounded-staleness mode each step is tagged with this worker's own count of steps
+  // run (its clock). In sync mode step s is update s; a step whose shards have all
+  // applied it already is skipped (counted in stats->stale).
+  Status RunSteps(int64_t first_step, int count, StepStats* stats);
+  // Bounded staleness: tells the ps tasks this worker has no steps to run for now (it
+  // holds no other worker back until its next step). A no-op in the other modes.
+  Status Idle();
+  ParamFetcher& fetcher() { return *fetcher_; }
+
+ private:
+  Status Pipeline(int64_t first_step, int count, StepStats* stats);
+  static int64_t SlowStepHook();
+  int64_t Tag(int64_t step, int64_t clock) const;
+
+  int64_t batch_size_;
+  bool prefetch_;
+  ps::server::UpdateMode mode_;
+  std::unique_ptr<model::Model> model_;
+  std::unique_ptr<data::Dataset> dataset_;
+  std::unique_ptr<ParamFetcher> fetcher_;
+  // Double buffers: step t computes on batch/params stage t%2 while step t+1's pull fills
+  // the other, and into one gradient buffer while step t-1's push sends the other.
+  std::array<model::Batch, 2> batches_;
+  std::array<model::Grads, 2> grads_;
+  int current_ = 0;
+  int64_t clock_ = 0;  // steps run so far (bounded staleness)
+  // Testing hook: PSTRAIN_FAULT_SLOW_STEP_MS=N makes every step's compute N ms longer (a
+  // straggler).
+  const int64_t slow_step_ms_;
+};
+
+struct EvalMetrics {
+  int64_t examples = 0;
+  double loss = 0;       // mean
+  double accuracy = 0;
+  double auc = -1;       // binary models only; -1 otherwise
+};
+
+// One pass over `config` (the job's eval_data) with the parameters behind `fetcher`.
+Result<EvalMetrics> Evaluate(const job::JobSpec& job, const Json& config, model::Model& model, ParamFetcher& fetcher);
+
+// Area under the ROC curve of `scores` for 0/1 `labels` (ties count half); -1 when one
+// class is absent.
+double Auc(std::span<const float> scores, std::span<const float> labels);
+
+// Builds model, dataset shard and plan for a worker of `num_workers`, ready to train.
+Result<std::unique_ptr<Trainer>> MakeTrainer(const job::JobSpec& job, int worker_index, int num_workers,
+                                             int num_ps, std::vector<std::unique_ptr<PsLink>> links);
+
+}  // namespace ps::worker

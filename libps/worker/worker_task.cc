@@ -1,0 +1,182 @@
+#include "libps/worker/worker_task.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+
+#include "libps/core/log.h"
+#include "libps/job/job.h"
+#include "libps/model/blas.h"
+#include "libps/worker/trainer.h"
+
+namespace ps::worker {
+
+namespace {
+
+class Worker {
+ public:
+  Worker(const daemon::DaemonContext& ctx, net::Runtime& runtime) : ctx_(ctx), runtime_(runtime) {}
+
+  void Handle(net::Request req, net::Responder resp) {
+    auto& body = req.envelope.body;
+    // Only the newest chief is obeyed; its generation is stamped on our ps requests.
+    const uint64_t gen = req.envelope.generation;
+    uint64_t cur = generation_.load();
+    while (gen > cur && !generation_.compare_exchange_weak(cur, gen)) {
+    }
+    if (gen < cur) {
+      return resp.Fail(Aborted("stale chief: generation " + std::to_string(gen) + " < " + std::to_string(cur)));
+    }
+    if (auto* m = std::get_if<proto::StartJob>(&body)) {
+      Status st = StartJob(*m, gen);
+      if (!st.ok()) {
+        PS_LOG(Error) << "cannot start the job: " << st.ToString();
+        return resp.Fail(st);
+      }
+      return resp.Reply(proto::Ack{});
+    }
+    if (auto* m = std::get_if<proto::RunSteps>(&body)) {
+      auto r = RunSteps(*m);
+      if (!r.ok()) return resp.Fail(r.status());
+      return resp.Reply(*r);
+    }
+    if (auto* m = std::get_if<proto::Shutdown>(&body)) {
+      resp.Reply(proto::Ack{});
+      Stop(m->reason.empty() ? "Shutdown from " + req.peer.Name() : m->reason);
+      return;
+    }
+    resp.Fail(ProtocolError(std::string("a worker does not handle ") + proto::BodyName(body)));
+  }
+
+  void Stop(std::string reason) {
+    std::lock_guard lock(stop_mu_);
+    if (!stop_reason_) stop_reason_ = std::move(reason);
+    stop_cv_.notify_all();
+  }
+  std::string WaitForStop() {
+    std::unique_lock lock(stop_mu_);
+    stop_cv_.wait(lock, [&] { return stop_reason_.has_value(); });
+    return *stop_reason_;
+  }
+  void Close() {
+    std::lock_guard lock(mu_);
+    trainer_.reset();
+    for (auto& c : ps_) c->Close();
+  }
+
+ private:
+  // `generation`: the chief's; stamped on every request to the ps tasks from now on.
+  Status StartJob(const proto::StartJob& m, uint64_t generation) {
+    std::lock_guard lock(mu_);  // waits for a pack of the previous chief to finish
+    if (trainer_ != nullptr) {
+      if (m.job_json != job_json_) return FailedPrecondition(ctx_.name() + " already runs another job");
+      // The same job from a restarted chief (or a retried StartJob): carry on.
+      for (auto& c : ps_) c->SetGeneration(generation);
+      return Status::Ok();
+    }
+    PS_ASSIGN_OR_RETURN(Json json, ParseJson(m.job_json, "StartJob.job"));
+    PS_ASSIGN_OR_RETURN(job::JobSpec job, job::ParseJob(json, ""));
+    const int num_ps = ctx_.tf.cluster.count(cluster::TaskType::kPs);
+    std::vector<std::unique_ptr<PsLink>> links;
+    ps_.clear();
+    for (int p = 0; p < num_ps; ++p) {
+      PS_ASSIGN_OR_RETURN(auto link, ConnectPs(p, ctx_.connect_timeout, generation));
+      links.push_back(std::move(link));
+    }
+    PS_ASSIGN_OR_RETURN(trainer_, MakeTrainer(job, m.worker_index, m.num_workers, num_ps, std::move(links)));
+    job_json_ = m.job_json;
+    PS_LOG(Info) << "job started: shard " << m.worker_index << " of " << m.num_workers << ", " << num_ps
+                 << " ps task(s)";
+    return Status::Ok();
+  }
+
+  Result<proto::RunStepsReply> RunSteps(const proto::RunSteps& m) {
+    queued_packs_ += 1;
+    std::lock_guard lock(mu_);  // one pack at a time; a second one queues here
+    queued_packs_ -= 1;
+    if (trainer_ == nullptr) return FailedPrecondition("RunSteps before StartJob");
+    PS_RETURN_IF_ERROR(ReconnectPs());
+    StepStats s;
+    Status ran = trainer_->RunSteps(m.first_step, m.count, &s);
+    // Bounded staleness: with no pack waiting here, this worker is out of work (at a
+    // checkpoint or the end of the job there may be none for it) and must not hold the
+    // others back. Best effort: a ps that does not answer is being recovered anyway.
+    if (queued_packs_.load() == 0) {
+      Status idle = trainer_->Idle();
+      if (!idle.ok()) PS_LOG(Warning) << "could not tell the ps tasks this worker is idle: " << idle.message();
+    }
+    PS_RETURN_IF_ERROR(ran);
+    return proto::RunStepsReply{static_cast<int32_t>(s.steps), s.examples,        s.loss_sum,
+                                s.correct,                     s.data_seconds,    s.pull_seconds,
+                                s.compute_seconds,             s.push_seconds,    static_cast<int32_t>(s.stale)};
+  }
+
+  // A ps whose connection broke (it was restarted) is dialled again before the next
+  // pack; the chief restores it before sending more work. mu_ held.
+  Status ReconnectPs() {
+    for (size_t p = 0; p < ps_.size() / 2; ++p) {
+      if (ps_[2 * p]->health().ok() && ps_[2 * p + 1]->health().ok()) continue;
+      ps_[2 * p]->Close();
+      ps_[2 * p + 1]->Close();
+      // Short: the chief retries the pack later.
+      PS_ASSIGN_OR_RETURN(auto link, ConnectPs(static_cast<int>(p), std::chrono::seconds(2), generation_.load()));
+      PS_LOG(Info) << "reconnected to ps:" << p;
+      trainer_->fetcher().ReplaceLink(p, std::move(link));
+    }
+    return Status::Ok();
+  }
+
+  // Two connections to ps `p` (pulls, pushes), kept in ps_[2p] and ps_[2p+1]. mu_ held.
+  Result<std::unique_ptr<PsLink>> ConnectPs(int p, net::Millis deadline, uint64_t generation) {
+    auto options = ctx_.ClientFor({cluster::TaskType::kPs, p});
+    options.generation = generation;
+    options.connect_deadline = deadline;
+    PS_ASSIGN_OR_RETURN(auto pulls, net::Client::Connect(runtime_, options));
+    PS_ASSIGN_OR_RETURN(auto pushes, net::Client::Connect(runtime_, options));
+    const size_t at = 2 * static_cast<size_t>(p);
+    if (ps_.size() < at + 2) ps_.resize(at + 2);
+    ps_[at] = pulls;
+    ps_[at + 1] = pushes;
+    return RemotePsLink(std::move(pulls), std::move(pushes));
+  }
+
+  const daemon::DaemonContext& ctx_;
+  net::Runtime& runtime_;
+  std::atomic<uint64_t> generation_{0};            // the newest chief's
+  std::atomic<int> queued_packs_{0};               // RunSteps waiting for mu_
+  std::mutex mu_;
+  std::string job_json_;                           // guarded by mu_
+  std::vector<std::shared_ptr<net::Client>> ps_;   // [2 * ps]: pulls, pushes; guarded by mu_
+  std::unique_ptr<Trainer> trainer_;               // guarded by mu_
+  std::mutex stop_mu_;
+  std::condition_variable stop_cv_;
+  std::optional<std::string> stop_reason_;         // guarded by stop_mu_
+};
+
+}  // namespace
+
+Status RunWorkerTask(const daemon::DaemonContext& ctx, const WorkerOptions& options, daemon::SignalWatcher& signals) {
+  model::SetBlasThreads(options.blas_threads);
+  net::Runtime runtime(2);
+  Worker worker(ctx, runtime);
+  auto server_options = ctx.ServerFor({proto::Role::kChief});
+  PS_ASSIGN_OR_RETURN(auto server, net::Server::Start(runtime, server_options, [&](net::Request req, net::Responder resp) {
+    worker.Handle(std::move(req), std::move(resp));
+  }));
+  bool by_signal = false;
+  signals.Start([&](int sig) {
+    by_signal = true;
+    worker.Stop(daemon::TerminateReason(sig));
+  });
+  PS_LOG(Info) << "waiting for the chief on " << ctx.listen_host << ":" << server->port()
+               << " (BLAS threads: " << model::BlasThreads() << ")";
+  std::string reason = worker.WaitForStop();
+  server->Close();
+  worker.Close();
+  if (by_signal) return daemon::SignalStatus(reason);
+  PS_LOG(Info) << "shut down (" << reason << ")";
+  return Status::Ok();
+}
+
+}  // namespace ps::worker

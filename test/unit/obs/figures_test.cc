@@ -1,0 +1,190 @@
+// The load figures behind `pstrain status` and train_metrics.jsonl: a ps's status reply
+// (hand-counted bytes held), rates from two samples, the per-worker step-time split, the
+// hint rules and the status text, all from hand-written inputs checked exactly.
+#include <catch2/catch.hpp>
+
+#include "libps/server/ps_status.h"
+#include "libps/obs/figures.h"
+
+using ps::Json;
+using namespace ps;
+
+namespace {
+
+Json PsStatus(double uptime, uint64_t requests, uint64_t in, uint64_t out, uint64_t rows_pulled,
+            uint64_t rows_pushed) {
+  return Json{{"uptime_sec", uptime},
+              {"shards", 3},
+              {"bytes_held", 4096},
+              {"new_key", "ignored"},
+              {"store", {{"rows_pulled", rows_pulled}, {"rows_pushed", rows_pushed}}},
+              {"server", {{"requests", requests}, {"queue_depth", 2}, {"max_queue_depth", 5},
+                          {"bytes_received", in}, {"bytes_sent", out}}}};
+}
+
+}  // namespace
+
+TEST_CASE("ps status: the store's shards, bytes held (values + slots) and counters") {
+  ::ps::server::Store store;
+  auto adam = ::ps::server::DefaultOptimizer(::ps::server::OptimizerKind::kAdam);  // slots m and v
+  REQUIRE(store.Configure(adam).ok());
+  ::ps::server::ShardDef a{"emb", 0, 0, 10, 4, {20, 4}, {}, 1, 2};
+  ::ps::server::ShardDef b{"bias", 0, 0, 1, 1, {}, {}, 1, 1};
+  REQUIRE(store.Create(a).ok());
+  REQUIRE(store.Create(b).ok());
+  std::vector<float> out(40);
+  REQUIRE(store.Pull({"emb", 0}, out).ok());
+  std::vector<int64_t> rows = {1, 3};
+  std::vector<float> two(8);
+  REQUIRE(store.PullRows({"emb", 0}, rows, two).ok());
+
+  ps::net::Server::Stats server{7, 1, 4, 1000, 2000};
+  Json j = ::ps::server::PsStatusJson(store, server, 99, 12.5);
+  CHECK(j["generation"] == 99);
+  CHECK(j["uptime_sec"] == 12.5);
+  CHECK(j["shards"] == 2);
+  CHECK(j["bytes_held"] == (10 * 4 + 1) * 3 * 4);  // values, m and v: 41 floats each
+  CHECK(j["store"]["pull_requests"] == 2);
+  CHECK(j["store"]["rows_pulled"] == 12);
+  CHECK(j["store"]["bytes_pulled"] == 48 * 4);
+  CHECK(j["server"]["requests"] == 7);
+  CHECK(j["server"]["max_queue_depth"] == 4);
+  CHECK(j["server"]["bytes_sent"] == 2000);
+
+  obs::PsCounters c = obs::ParsePsCounters(j);
+  CHECK(c.uptime_sec == 12.5);
+  CHECK(c.requests == 7);
+  CHECK(c.bytes_in == 1000);
+  CHECK(c.bytes_out == 2000);
+  CHECK(c.rows == 12);
+  CHECK(c.queue_depth == 1);
+  CHECK(c.max_queue_depth == 4);
+  CHECK(c.bytes_held == 41 * 3 * 4);
+  CHECK(c.shards == 2);
+}
+
+TEST_CASE("ps load: rates between two samples, since start without one or after a restart") {
+  obs::PsCounters prev = obs::ParsePsCounters(PsStatus(10, 1000, 50000, 80000, 300, 200));
+  obs::PsCounters cur = obs::ParsePsCounters(PsStatus(12, 1400, 60000, 100000, 700, 600));
+  Json e = obs::PsLoadEntry("ps:0", "10.0.0.5:2222", cur, prev);
+  CHECK(e.dump() ==
+        R"({"task":"ps:0","address":"10.0.0.5:2222","state":"ok","requests":1400,"bytes_in":60000,)"
+        R"("bytes_out":100000,"requests_per_s":200.0,"bytes_in_per_s":5000.0,"bytes_out_per_s":10000.0,)"
+        R"("rows_per_s":400.0,"queue_depth":2,"max_queue_depth":5,"bytes_held":4096,"shards":3,"window_sec":2.0})");
+
+  Json first = obs::PsLoadEntry("ps:0", "a", cur, std::nullopt);  // over the 12 s since the ps started
+  CHECK(first["requests_per_s"].get<double>() == Approx(1400.0 / 12));
+  CHECK(first["rows_per_s"].get<double>() == Approx(1300.0 / 12));
+  CHECK(first["window_sec"] == 12.0);
+
+  obs::PsCounters before_restart = obs::ParsePsCounters(PsStatus(500, 90000, 1, 1, 1, 1));
+  Json restarted = obs::PsLoadEntry("ps:0", "a", cur, before_restart);
+  CHECK(restarted["requests_per_s"].get<double>() == Approx(1400.0 / 12));
+
+  obs::PsCounters same = cur;
+  CHECK(obs::PsLoadEntry("ps:0", "a", cur, same)["requests_per_s"] == 0.0);  // a zero window
+
+  CHECK(obs::PsNoAnswerEntry("ps:1", "b:1", "timed out").dump() ==
+        R"({"task":"ps:1","address":"b:1","state":"no answer","error":"timed out"})");
+  obs::PsCounters empty = obs::ParsePsCounters(Json::parse(R"({"server":7,"store":{"rows_pulled":"x"}})"));
+  CHECK(empty.requests == 0);
+  CHECK(empty.rows == 0);
+}
+
+TEST_CASE("worker load: the window's split of step time") {
+  obs::WorkerSnapshot prev;
+  prev.name = "worker:1";
+  prev.steps_done = 100;
+  prev.data_seconds = 1;
+  prev.pull_seconds = 2;
+  prev.compute_seconds = 3;
+  prev.push_seconds = 4;
+  obs::WorkerSnapshot cur = prev;
+  cur.in_flight = 1;
+  cur.steps_done = 150;
+  cur.data_seconds = 1.5;
+  cur.pull_seconds = 4;
+  cur.compute_seconds = 6;
+  cur.push_seconds = 5.5;  // deltas 0.5, 2, 3, 1.5: 7 s over 50 steps
+  Json w = obs::WorkerLoadEntry(cur, &prev, 2.0, 32);
+  CHECK(w["task"] == "worker:1");
+  CHECK(w["state"] == "running");
+  CHECK(w["steps"] == 150);
+  CHECK(w["examples_per_s"].get<double>() == Approx(50 * 32 / 2.0));
+  CHECK(w["step_ms"].get<double>() == Approx(140));
+  CHECK(w["data_s"].get<double>() == Approx(0.5));
+  CHECK(w["pull_s"].get<double>() == Approx(2));
+  CHECK(w["compute_s"].get<double>() == Approx(3));
+  CHECK(w["push_s"].get<double>() == Approx(1.5));
+  CHECK(w["data_frac"].get<double>() == Approx(0.5 / 7));
+  CHECK(w["pull_frac"].get<double>() == Approx(2.0 / 7));
+  CHECK(w["compute_frac"].get<double>() == Approx(3.0 / 7));
+  CHECK(w["push_frac"].get<double>() == Approx(1.5 / 7));
+
+  Json idle = obs::WorkerLoadEntry(prev, &prev, 2.0, 32);  // no step in the window
+  CHECK(idle["state"] == "idle");
+  CHECK(idle["examples_per_s"] == 0.0);
+  CHECK(idle["step_ms"].is_null());
+  CHECK(idle["pull_frac"].is_null());
+
+  Json since_start = obs::WorkerLoadEntry(cur, nullptr, 10.0, 32);  // the totals are the window
+  CHECK(since_start["step_ms"].get<double>() == Approx(1000 * 17.0 / 150));
+  cur.alive = false;
+  CHECK(obs::WorkerLoadEntry(cur, nullptr, 1.0, 1)["state"] == "lost");
+}
+
+TEST_CASE("hints: hot ps, straggler, network-bound and ps-bound") {
+  auto ps = [](const char* task, double req, double in, double out, int max_depth) {
+    return Json{{"task", task}, {"state", "ok"}, {"requests_per_s", req}, {"bytes_in_per_s", in},
+                {"bytes_out_per_s", out}, {"max_queue_depth", max_depth}};
+  };
+  auto worker = [](const char* task, double step_ms, double data, double pull, double compute, double push) {
+    return Json{{"task", task}, {"step_ms", step_ms}, {"data_s", data}, {"pull_s", pull},
+                {"compute_s", compute}, {"push_s", push}};
+  };
+  // Requests: mean 200; ps:0 has exactly 1.5x. Bytes are even.
+  Json hot = {{"ps", {ps("ps:0", 300, 1000, 1000, 0), ps("ps:1", 100, 1000, 1000, 0)}}};
+  CHECK(obs::LoadHints(hot) == std::vector<std::string>{
+                              "hint: ps:0 carries more load than the other ps tasks: 1.5x the mean requests/s "
+                              "(300 vs 200); a hot-spot variable? partition big variables or spread them over "
+                              "the ps tasks"});
+  // Bytes: ps:1 moves 3x the bytes of ps:0 (mean 2000 → 1.5x).
+  Json heavy = {{"ps", {ps("ps:0", 100, 500, 500, 0), ps("ps:1", 100, 1500, 1500, 0)}}};
+  REQUIRE(obs::LoadHints(heavy).size() == 1);
+  CHECK(obs::LoadHints(heavy)[0].find("ps:1 carries more load than the other ps tasks: 1.5x the mean bytes/s "
+                                 "(2.9 KiB/s vs 2.0 KiB/s)") != std::string::npos);
+  Json just_under = {{"ps", {ps("ps:0", 299, 0, 0, 0), ps("ps:1", 101, 0, 0, 0)}}};
+  CHECK(obs::LoadHints(just_under).empty());
+  Json idle = {{"ps", {ps("ps:0", 9, 0, 0, 0), ps("ps:1", 0, 0, 0, 0)}}};  // mean under 10 req/s
+  CHECK(obs::LoadHints(idle).empty());
+  // A ps that did not answer is left out of the mean (one answering ps: no comparison).
+  Json one = {{"ps", {ps("ps:0", 300, 0, 0, 0), Json{{"task", "ps:1"}, {"state", "no answer"}}}}};
+  CHECK(obs::LoadHints(one).empty());
+
+  // Median of 10, 12, 20 is 12: 20 is 1.67x; 12 is not.
+  Json straggler = {{"workers", {worker("worker:0", 10, 1, 0, 9, 0), worker("worker:1", 12, 1, 0, 11, 0),
+                                 worker("worker:2", 20, 1, 0, 19, 0)}}};
+  CHECK(obs::LoadHints(straggler) ==
+        std::vector<std::string>{"hint: worker:2 is a straggler: 20.0 ms per step, 1.7x the median 12.0 ms "
+                                 "(a slow or busy host?)"});
+  Json even = {{"workers", {worker("worker:0", 10, 1, 0, 9, 0), worker("worker:1", 14.9, 1, 0, 9, 0)}}};
+  CHECK(obs::LoadHints(even).empty());  // median 12.45: 14.9 < 18.7
+
+  // 6 of 10 s pulling/pushing; the queues stay near empty → network; a deep queue → ps.
+  Json wire = {{"workers", {worker("worker:0", 10, 1, 2, 3, 1), worker("worker:1", 10, 0, 2, 0, 1)}},
+               {"ps", {ps("ps:0", 5, 0, 0, 1), ps("ps:1", 5, 0, 0, 0)}}};
+  CHECK(obs::LoadHints(wire) ==
+        std::vector<std::string>{"hint: network-bound: workers spend 60% of their step time pulling and pushing "
+                                 "while the ps queues stay near empty (max depth <= 1): the network, not the ps, "
+                                 "limits training"});
+  wire["ps"][1]["max_queue_depth"] = 4;
+  CHECK(obs::LoadHints(wire) ==
+        std::vector<std::string>{"hint: ps-bound: workers spend 60% of their step time pulling and pushing and "
+                                 "ps:1 queued up to 4 requests: the ps tasks are the bottleneck (add ps tasks or "
+                                 "partition the busiest variables)"});
+  Json half = {{"workers", {worker("worker:0", 10, 1, 2, 4, 3)}}, {"ps", {ps("ps:0", 5, 0, 0, 0)}}};
+  CHECK(obs::LoadHints(half).empty());  // exactly half is not "most"
+  CHECK(obs::LoadHints(Json::object()).empty());
+  CHECK(obs::LoadHints(Json{{"ps", 3}, {"workers", "x"}}).empty());
+}
+

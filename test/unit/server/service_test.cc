@@ -1,0 +1,491 @@
+// The ps request service over real TCP on 127.0.0.1 (kernel-chosen port): variable
+// creation, pulls and pushes (values checked by hand), bad requests answered with an
+// error while the ps keeps serving, and exact sums under many concurrent pushers.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "libps/net/transport.h"
+#include "libps/server/service.h"
+
+using namespace ps;
+
+namespace {
+
+constexpr uint64_t kCluster = 42;
+
+struct PsFixture {
+  net::Runtime runtime{2};
+  ::ps::server::Store store;
+  ::ps::server::Service service{&store};
+  std::unique_ptr<net::Server> server;
+  PsFixture() {
+    net::ServerOptions o;
+    o.identity = {proto::Role::kPs, 0, kCluster, std::nullopt};
+    o.handler_threads = 4;
+    auto s = net::Server::Start(runtime, o, [this](net::Request r, net::Responder resp) {
+      service.Handle(std::move(r), std::move(resp));
+    });
+    REQUIRE(s.ok());
+    server = std::move(*s);
+  }
+  std::shared_ptr<net::Client> Connect(int worker = 0) {
+    net::ClientOptions o;
+    o.host = "127.0.0.1";
+    o.port = server->port();
+    o.peer_name = "ps:0";
+    o.identity = {proto::Role::kWorker, worker, kCluster, std::nullopt};
+    auto c = net::Client::Connect(runtime, o);
+    REQUIRE(c.ok());
+    return *c;
+  }
+};
+
+proto::ShardDef Def(std::string var, int shard, int64_t row_begin, int64_t rows, int64_t cols, int64_t total_rows) {
+  proto::ShardDef d;
+  d.var = std::move(var);
+  d.shard = shard;
+  d.num_shards = 2;
+  d.row_begin = row_begin;
+  d.rows = rows;
+  d.cols = cols;
+  d.full_shape = {total_rows, cols};
+  d.init_json = R"({"type":"constant","value":1.0})";
+  return d;
+}
+
+proto::Slice All(std::string var, int shard) { return {std::move(var), shard, true, {}}; }
+proto::Slice Rows(std::string var, int shard, std::vector<int64_t> rows) {
+  return {std::move(var), shard, false, std::move(rows)};
+}
+
+std::vector<float> PullAll(net::Client& c, const std::string& var, int shard, size_t n) {
+  std::vector<float> out(n);
+  auto r = c.CallSync(proto::Pull{{All(var, shard)}}, {}, {std::as_writable_bytes(std::span(out))});
+  REQUIRE(r.ok());
+  return out;
+}
+
+net::OutPayload Floats(std::vector<float> v) {
+  net::Buffer b(v.size() * 4);
+  std::memcpy(b.data(), v.data(), b.size());
+  return net::OutPayload::Own(std::move(b));
+}
+
+}  // namespace
+
+TEST_CASE("ps service: create, pull whole shards and rows, push with SGD") {
+  PsFixture fx;
+  auto c = fx.Connect();
+  proto::CreateShards cs;
+  cs.optimizer_json = R"({"type":"sgd","learning_rate":0.5})";
+  cs.shards = {Def("w", 0, 0, 3, 2, 5), Def("w", 1, 3, 2, 2, 5)};
+  REQUIRE(c->CallSync(cs).ok());
+  REQUIRE(c->CallSync(cs).ok());  // the same create again is a no-op (a restarted chief)
+
+  CHECK(PullAll(*c, "w", 0, 6) == std::vector<float>(6, 1.0f));
+
+  // Push a gradient to rows 0 and 2 of shard 0 and all of shard 1 in one request.
+  proto::Push push{{Rows("w", 0, {0, 2}), All("w", 1)}, 7, 7};
+  auto r = c->CallSync(push, Floats({2, 2, 4, 4, /* shard 1 */ 1, 1, 1, 1}));
+  REQUIRE(r.ok());
+  // SGD lr 0.5: w -= 0.5 * g
+  CHECK(PullAll(*c, "w", 0, 6) == std::vector<float>{0, 0, 1, 1, -1, -1});
+  CHECK(PullAll(*c, "w", 1, 4) == std::vector<float>(4, 0.5f));
+
+  // A pull of rows returns exactly those rows, in the order asked.
+  std::vector<float> rows(4);
+  REQUIRE(c->CallSync(proto::Pull{{Rows("w", 0, {2, 1})}}, {}, {std::as_writable_bytes(std::span(rows))}).ok());
+  CHECK(rows == std::vector<float>{-1, -1, 1, 1});
+}
+
+TEST_CASE("ps service: bad requests get errors and the ps keeps serving") {
+  PsFixture fx;
+  auto c = fx.Connect();
+  proto::CreateShards cs;
+  cs.optimizer_json = R"({"type":"sgd","learning_rate":1.0})";
+  cs.shards = {Def("w", 0, 0, 2, 2, 2)};
+  cs.shards[0].full_shape = {2, 2};
+  REQUIRE(c->CallSync(cs).ok());
+
+  SECTION("payload size inconsistent with the envelope") {
+    auto r = c->CallSync(proto::Push{{All("w", 0)}, 0, 0}, Floats({1, 2, 3}));
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == Code::kInvalidArgument);
+    CHECK(r.status().message() == "Push: payload has 12 bytes but its items need 16");
+  }
+  SECTION("unknown shard") {
+    auto r = c->CallSync(proto::Pull{{All("nope", 0)}});
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == Code::kNotFound);
+  }
+  SECTION("row out of range") {
+    auto r = c->CallSync(proto::Pull{{Rows("w", 0, {5})}});
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == Code::kOutOfRange);
+  }
+  SECTION("a message a ps does not handle") {
+    auto r = c->CallSync(proto::RunSteps{0, 1});
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().message() == "a ps does not handle RunSteps");
+  }
+  SECTION("a different optimizer for the same store") {
+    proto::CreateShards other = cs;
+    other.optimizer_json = R"({"type":"adam"})";
+    CHECK_FALSE(c->CallSync(other).ok());
+  }
+  SECTION("save without a checkpointer") {
+    auto r = c->CallSync(proto::Save{"/tmp", 1});
+    CHECK(r.status().code() == Code::kFailedPrecondition);
+  }
+  // The values are untouched and a normal request still succeeds.
+  CHECK(PullAll(*c, "w", 0, 4) == std::vector<float>(4, 1.0f));
+  REQUIRE(c->CallSync(proto::Push{{All("w", 0)}, 0, 0}, Floats({1, 1, 1, 1})).ok());
+  CHECK(PullAll(*c, "w", 0, 4) == std::vector<float>(4, 0.0f));
+}
+
+TEST_CASE("ps service: concurrent pushes from many workers give the exact sum") {
+  PsFixture fx;
+  const int kWorkers = 8, kPushes = 200;
+  const int64_t kRows = 64, kCols = 16;
+  {
+    auto c = fx.Connect();
+    proto::CreateShards cs;
+    cs.optimizer_json = R"({"type":"sgd","learning_rate":1.0})";
+    cs.shards = {Def("w", 0, 0, kRows, kCols, kRows)};
+    cs.shards[0].full_shape = {kRows, kCols};
+    cs.shards[0].init_json = R"({"type":"zeros"})";
+    REQUIRE(c->CallSync(cs).ok());
+  }
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int w = 0; w < kWorkers; ++w) {
+    threads.emplace_back([&, w] {
+      auto c = fx.Connect(w);
+      // Worker w pushes -(w+1) everywhere (dense) and -1 on rows {w, w+8} (sparse):
+      // small integers, so float sums are exact.
+      std::vector<float> dense(kRows * kCols, -static_cast<float>(w + 1));
+      std::vector<float> sparse(2 * kCols, -1.0f);
+      for (int i = 0; i < kPushes; ++i) {
+        net::OutPayload p;
+        p.Add(std::span<const float>(dense));
+        const int64_t step = (w * kPushes + i) * 2;  // every push its own step id
+        if (!c->CallSync(proto::Push{{All("w", 0)}, step, step}, std::move(p)).ok()) ++failures;
+        net::OutPayload q;
+        q.Add(std::span<const float>(sparse));
+        if (!c->CallSync(proto::Push{{Rows("w", 0, {w, w + 8})}, step + 1, step + 1}, std::move(q)).ok()) ++failures;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  REQUIRE(failures == 0);
+  auto c = fx.Connect();
+  auto v = PullAll(*c, "w", 0, kRows * kCols);
+  // SGD lr 1: w = -sum(g). Dense: sum over workers of (w+1) * pushes = 36 * 200.
+  for (int64_t r = 0; r < kRows; ++r) {
+    float expect = 36.0f * kPushes + ((r < 2 * kWorkers) ? kPushes : 0.0f);
+    for (int64_t col = 0; col < kCols; ++col) REQUIRE(v[r * kCols + col] == expect);
+  }
+}
+
+TEST_CASE("ps service: a step's gradient is applied at most once per shard") {
+  PsFixture fx;
+  auto c = fx.Connect();
+  proto::CreateShards cs;
+  cs.optimizer_json = R"({"type":"sgd","learning_rate":1.0})";
+  cs.shards = {Def("w", 0, 0, 1, 2, 2), Def("w", 1, 1, 1, 2, 2)};
+  REQUIRE(c->CallSync(cs).ok());
+  auto push = [&](std::vector<proto::Slice> items, int64_t step) {
+    std::vector<float> g(items.size() * 2, 1.0f);
+    auto r = c->CallSync(proto::Push{std::move(items), step, step}, Floats(g));
+    REQUIRE(r.ok());
+    return std::get<proto::PushReply>(r->envelope.body).skipped;
+  };
+  CHECK(push({All("w", 0)}, 5) == 0);
+  CHECK(push({All("w", 0)}, 5) == 1);             // resent after a lost reply: ignored
+  CHECK(push({All("w", 0), All("w", 1)}, 5) == 1);  // retried step: shard 1 is new, shard 0 is not
+  CHECK(push({All("w", 0)}, 6) == 0);             // the next step applies
+  CHECK(push({All("w", 0)}, -1) == 0);            // untracked pushes always apply
+  CHECK(PullAll(*c, "w", 0, 2) == std::vector<float>(2, -2.0f));  // 1 - steps 5, 6, untracked
+  CHECK(PullAll(*c, "w", 1, 2) == std::vector<float>(2, 0.0f));
+  CHECK(fx.service.skipped_pushes() == 2);
+}
+
+TEST_CASE("ps service: requests of an older chief generation are refused") {
+  PsFixture fx;
+  net::ClientOptions o;
+  o.host = "127.0.0.1";
+  o.port = fx.server->port();
+  o.peer_name = "ps:0";
+  o.identity = {proto::Role::kChief, 0, kCluster, std::nullopt};
+  o.generation = 200;
+  auto chief = net::Client::Connect(fx.runtime, o);
+  REQUIRE(chief.ok());
+  proto::CreateShards cs;
+  cs.optimizer_json = R"({"type":"sgd","learning_rate":1.0})";
+  cs.shards = {Def("w", 0, 0, 1, 2, 1)};
+  cs.shards[0].full_shape = {1, 2};
+  REQUIRE((*chief)->CallSync(cs).ok());
+  CHECK(fx.service.generation() == 200);
+
+  auto worker = fx.Connect();  // generation 0: a worker still working for a dead chief
+  auto stale = worker->CallSync(proto::Push{{All("w", 0)}, 0, 0}, Floats({1, 1}));
+  REQUIRE_FALSE(stale.ok());
+  CHECK(stale.status().code() == Code::kAborted);
+  worker->SetGeneration(200);
+  CHECK(worker->CallSync(proto::Push{{All("w", 0)}, 0, 0}, Floats({1, 1})).ok());
+
+  (*chief)->SetGeneration(100);  // an old chief's late message
+  auto old = (*chief)->CallSync(proto::Shutdown{"late"});
+  REQUIRE_FALSE(old.ok());
+  CHECK_THAT(old.status().message(), Catch::Contains("stale chief"));
+}
+
+// ---- update modes ------------------------------------------------------------------
+
+namespace {
+
+proto::CreateShards ModeCreate(const std::string& update_json, const std::string& optimizer_json) {
+  proto::CreateShards cs;
+  cs.optimizer_json = optimizer_json;
+  cs.update_json = update_json;
+  cs.shards = {Def("w", 0, 0, 3, 2, 5), Def("w", 1, 3, 2, 2, 5)};
+  return cs;
+}
+
+proto::Push ModePush(std::vector<proto::Slice> items, int worker, int64_t clock, int64_t step_id = -1) {
+  proto::Push p{std::move(items), clock, step_id};
+  p.worker = worker;
+  p.clock = clock;
+  return p;
+}
+
+proto::PushReply PushReplyOf(Result<net::Reply> r) {
+  REQUIRE(r.ok());
+  return std::get<proto::PushReply>(r->envelope.body);
+}
+
+// An update-mode pull of the whole of w/part_0 (6 floats) into `out`, as `worker` at `clock`.
+std::future<Result<net::Reply>> ModePull(net::Client& c, int worker, int64_t clock, std::vector<float>& out) {
+  return c.Call(proto::Pull{{All("w", 0)}, worker, clock}, {}, {std::as_writable_bytes(std::span(out))});
+}
+
+// Polls (no sleeping) until `pred` holds; false after 10 s.
+template <typename Pred>
+bool Eventually(Pred pred) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("sync mode: R gradients of an update are averaged and applied once; late and repeated ones are not") {
+  PsFixture fx;
+  auto c = fx.Connect();
+  // 3 workers, 2 aggregated per update: worker 2 is a backup.
+  REQUIRE(c->CallSync(ModeCreate(R"({"mode":"sync","replicas_to_aggregate":2,"staleness":0,"num_workers":3})",
+                                 R"({"type":"sgd","learning_rate":0.5})"))
+              .ok());
+
+  // Worker 0: the whole of shard 0 and row 0 of shard 1.
+  auto r0 = PushReplyOf(c->CallSync(ModePush({All("w", 0), Rows("w", 1, {0})}, 0, 0), Floats({2, 2, 4, 4, 6, 6, 1, 1})));
+  CHECK(r0.stale == 0);
+  CHECK(PullAll(*c, "w", 0, 6) == std::vector<float>(6, 1.0f));  // nothing applied with 1 of 2
+  // The same push again (a lost reply): ignored.
+  CHECK(PushReplyOf(c->CallSync(ModePush({All("w", 0), Rows("w", 1, {0})}, 0, 0), Floats({2, 2, 4, 4, 6, 6, 1, 1})))
+            .skipped == 2);
+  // Worker 1: shard 0, and row 1 of shard 1 (row 0 untouched: a zero gradient for it).
+  CHECK(PushReplyOf(c->CallSync(ModePush({All("w", 0), Rows("w", 1, {1})}, 1, 0), Floats({0, 0, 0, 0, 2, 2, 4, 4})))
+            .stale == 0);
+  // One SGD step with the average: w = 1 - 0.5 * (g0 + g1) / 2.
+  CHECK(PullAll(*c, "w", 0, 6) == std::vector<float>{0.5f, 0.5f, 0.0f, 0.0f, -1.0f, -1.0f});
+  CHECK(PullAll(*c, "w", 1, 4) == std::vector<float>{0.75f, 0.75f, 0.0f, 0.0f});
+
+  // The backup is late for update 0: both of its items are dropped and counted.
+  auto late = PushReplyOf(c->CallSync(ModePush({All("w", 0), Rows("w", 1, {0})}, 2, 0), Floats({9, 9, 9, 9, 9, 9, 9, 9})));
+  CHECK(late.stale == 2);
+  CHECK(PullAll(*c, "w", 0, 6) == std::vector<float>{0.5f, 0.5f, 0.0f, 0.0f, -1.0f, -1.0f});
+  CHECK(fx.service.update_stats().stale_dropped == 2);
+
+  // A pull for update 1 sees every shard at version 1.
+  std::vector<float> out(6);
+  proto::Pull pull{{All("w", 0), Rows("w", 1, {})}, 0, 1};
+  auto r = c->CallSync(pull, {}, {std::as_writable_bytes(std::span(out))});
+  REQUIRE(r.ok());
+  CHECK(std::get<proto::PullReply>(r->envelope.body).versions == std::vector<int64_t>{1, 1});
+
+  // A gradient for an update the shard has not reached is an error, not silently used.
+  auto ahead = c->CallSync(ModePush({All("w", 0)}, 0, 5), Floats({1, 1, 1, 1, 1, 1}));
+  REQUIRE_FALSE(ahead.ok());
+  CHECK(ahead.status().code() == Code::kFailedPrecondition);
+  // Training pushes must say who sent them.
+  auto anonymous = c->CallSync(proto::Push{{All("w", 0)}, 1, 1}, Floats({1, 1, 1, 1, 1, 1}));
+  REQUIRE_FALSE(anonymous.ok());
+  CHECK(anonymous.status().code() == Code::kInvalidArgument);
+}
+
+TEST_CASE("sync mode: a pull for the next update waits, holding no thread, until the update is applied") {
+  PsFixture fx;
+  auto c = fx.Connect();
+  REQUIRE(c->CallSync(ModeCreate(R"({"mode":"sync","replicas_to_aggregate":0,"staleness":0,"num_workers":2})",
+                                 R"({"type":"sgd","learning_rate":1.0})"))
+              .ok());
+  std::vector<float> out(6);
+  auto waiting = ModePull(*c, 0, 1, out);
+  REQUIRE(Eventually([&] { return fx.service.update_stats().waited_pulls == 1; }));
+  CHECK(waiting.wait_for(std::chrono::seconds(0)) == std::future_status::timeout);
+  // Other requests are served meanwhile, on the same connection too.
+  CHECK(PullAll(*c, "w", 0, 6) == std::vector<float>(6, 1.0f));
+  REQUIRE(c->CallSync(ModePush({All("w", 0)}, 0, 0), Floats({1, 1, 1, 1, 1, 1})).ok());
+  CHECK(waiting.wait_for(std::chrono::seconds(0)) == std::future_status::timeout);  // 1 of 2
+  REQUIRE(c->CallSync(ModePush({All("w", 0)}, 1, 0), Floats({3, 3, 3, 3, 3, 3})).ok());
+  auto r = waiting.get();
+  REQUIRE(r.ok());
+  CHECK(out == std::vector<float>(6, -1.0f));  // 1 - (1 + 3) / 2
+  CHECK(std::get<proto::PullReply>(r->envelope.body).versions == std::vector<int64_t>{1});
+
+  // A parked pull is failed, not left hanging, when the ps stops.
+  auto parked = ModePull(*c, 0, 5, out);
+  REQUIRE(Eventually([&] { return fx.service.update_stats().waited_pulls == 2; }));
+  fx.service.RequestStop("test");
+  auto failed = parked.get();
+  REQUIRE_FALSE(failed.ok());
+  CHECK(failed.status().code() == Code::kAborted);
+}
+
+TEST_CASE("bounded staleness: a pull waits while another worker is more than S steps behind") {
+  PsFixture fx;
+  auto c = fx.Connect();
+  REQUIRE(c->CallSync(ModeCreate(R"({"mode":"bounded_staleness","replicas_to_aggregate":0,"staleness":1,"num_workers":2})",
+                                 R"({"type":"sgd","learning_rate":1.0})"))
+              .ok());
+  std::vector<float> out(6);
+  auto pull = [&](int worker, int64_t clock) { return ModePull(*c, worker, clock, out); };
+  // Worker 0 runs ahead: steps 0 and 1 need nobody (lead 0, then 1 = S).
+  REQUIRE(pull(0, 0).get().ok());
+  REQUIRE(c->CallSync(ModePush({All("w", 0)}, 0, 0, 100), Floats({1, 1, 1, 1, 1, 1})).ok());
+  REQUIRE(pull(0, 1).get().ok());
+  REQUIRE(c->CallSync(ModePush({All("w", 0)}, 0, 1, 101), Floats({1, 1, 1, 1, 1, 1})).ok());
+  // Step 2 would put it 2 steps ahead of worker 1, which has pushed nothing: it waits.
+  auto waiting = pull(0, 2);
+  REQUIRE(Eventually([&] { return fx.service.update_stats().waited_pulls == 1; }));
+  CHECK(waiting.wait_for(std::chrono::seconds(0)) == std::future_status::timeout);
+  // Worker 1 itself is never held back by the worker ahead of it.
+  REQUIRE(pull(1, 0).get().ok());
+  // Its first push lets worker 0 through, and the push is applied as in async mode.
+  REQUIRE(c->CallSync(ModePush({All("w", 0)}, 1, 0, 102), Floats({1, 1, 1, 1, 1, 1})).ok());
+  REQUIRE(waiting.get().ok());
+  CHECK(out == std::vector<float>(6, -2.0f));  // 1 - 3 pushes
+  CHECK(fx.service.update_stats().max_lead == 1);
+}
+
+TEST_CASE("bounded staleness: with concurrent workers of different speeds no pull is granted beyond the bound") {
+  PsFixture fx;
+  constexpr int kWorkers = 3, kSteps = 40, kStaleness = 2;
+  {
+    auto c = fx.Connect();
+    REQUIRE(c->CallSync(ModeCreate(R"({"mode":"bounded_staleness","replicas_to_aggregate":0,"staleness":2,"num_workers":3})",
+                                   R"({"type":"sgd","learning_rate":0.001})"))
+                .ok());
+  }
+  // started[w]: pushes worker w has begun (counted before sending, so it is never below
+  // what the ps has seen). When a pull for step c returns, every other worker must have
+  // begun at least c - S pushes.
+  std::array<std::atomic<int64_t>, kWorkers> started{};
+  std::atomic<int> violations{0}, failures{0};
+  std::vector<std::thread> threads;
+  for (int w = 0; w < kWorkers; ++w) {
+    threads.emplace_back([&, w] {
+      auto c = fx.Connect(w);
+      std::vector<float> out(6);
+      for (int64_t step = 0; step < kSteps; ++step) {
+        if (!c->CallSync(proto::Pull{{All("w", 0)}, w, step}, {}, {std::as_writable_bytes(std::span(out))}).ok()) {
+          ++failures;
+          return;
+        }
+        for (int o = 0; o < kWorkers; ++o) {
+          if (o != w && started[static_cast<size_t>(o)].load() < step - kStaleness) ++violations;
+        }
+        // Worker 0 is the straggler: extra round trips per step.
+        for (int k = 0; w == 0 && k < 5; ++k) (void)PullAll(*c, "w", 1, 4);
+        started[static_cast<size_t>(w)] += 1;
+        if (!c->CallSync(ModePush({All("w", 0)}, w, step, w * kSteps + step), Floats({1, 1, 1, 1, 1, 1})).ok()) {
+          ++failures;
+          return;
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(failures == 0);
+  CHECK(violations == 0);
+  CHECK(fx.service.update_stats().max_lead <= kStaleness);
+  // Every push applied exactly once: 1 - 0.001 * 120.
+  CHECK(PullAll(*fx.Connect(), "w", 0, 6)[0] == Approx(1.0f - 0.001f * kWorkers * kSteps));
+}
+
+TEST_CASE("bounded staleness: a restarted worker continues at its predecessor's count") {
+  PsFixture fx;
+  auto c = fx.Connect();
+  REQUIRE(c->CallSync(ModeCreate(R"({"mode":"bounded_staleness","replicas_to_aggregate":0,"staleness":5,"num_workers":2})",
+                                 R"({"type":"sgd","learning_rate":1.0})"))
+              .ok());
+  std::vector<float> out(6);
+  auto pull = [&](int worker, int64_t clock) { return ModePull(*c, worker, clock, out); };
+  int64_t id = 0;
+  for (int w = 0; w < 2; ++w) {
+    for (int64_t step = 0; step < 4; ++step) {
+      REQUIRE(c->CallSync(ModePush({All("w", 0)}, w, step, id++), Floats({0, 0, 0, 0, 0, 0})).ok());
+    }
+  }
+  // Worker 1 at step 10 needs worker 0 to have pushed 5 steps: it has pushed 4.
+  auto waiting = pull(1, 10);
+  REQUIRE(Eventually([&] { return fx.service.update_stats().waited_pulls == 1; }));
+  // Worker 0 is restarted and counts from 0 again: its first step is step 4 here, so its
+  // first push releases worker 1 (counted from 0 it would hold it for 5 more steps).
+  REQUIRE(pull(0, 0).get().ok());
+  CHECK(waiting.wait_for(std::chrono::seconds(0)) == std::future_status::timeout);
+  REQUIRE(c->CallSync(ModePush({All("w", 0)}, 0, 0, id++), Floats({0, 0, 0, 0, 0, 0})).ok());
+  REQUIRE(waiting.get().ok());
+  CHECK(fx.service.update_stats().max_lead == 5);
+}
+
+TEST_CASE("bounded staleness: a worker out of work holds nobody back until it has steps again") {
+  PsFixture fx;
+  auto c = fx.Connect();
+  REQUIRE(c->CallSync(ModeCreate(R"({"mode":"bounded_staleness","replicas_to_aggregate":0,"staleness":1,"num_workers":2})",
+                                 R"({"type":"sgd","learning_rate":1.0})"))
+              .ok());
+  std::vector<float> out(6);
+  auto pull = [&](int worker, int64_t clock) { return ModePull(*c, worker, clock, out); };
+  proto::Push idle;
+  idle.worker = 1;
+  idle.clock = 0;
+  idle.idle = true;
+  REQUIRE(c->CallSync(idle).ok());  // worker 1 got no pack (yet)
+  REQUIRE(pull(0, 5).get().ok());   // 5 steps ahead of an idle worker: allowed
+  // Worker 1 gets work: its first pull makes it count again, and worker 0 waits for it.
+  REQUIRE(pull(1, 0).get().ok());
+  auto waiting = pull(0, 6);
+  REQUIRE(Eventually([&] { return fx.service.update_stats().waited_pulls == 1; }));
+  CHECK(waiting.wait_for(std::chrono::seconds(0)) == std::future_status::timeout);
+  // An idle message overtaken by the worker's next step (other connection) is ignored...
+  idle.clock = 0;
+  REQUIRE(c->CallSync(idle).ok());
+  CHECK(waiting.wait_for(std::chrono::seconds(0)) == std::future_status::timeout);
+  // ...and a current one releases worker 0.
+  for (int64_t step = 0; step < 3; ++step) {
+    REQUIRE(c->CallSync(ModePush({All("w", 0)}, 1, step, 100 + step), Floats({0, 0, 0, 0, 0, 0})).ok());
+  }
+  idle.clock = 3;
+  REQUIRE(c->CallSync(idle).ok());
+  REQUIRE(waiting.get().ok());
+}
