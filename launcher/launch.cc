@@ -31,6 +31,7 @@
 #include "libps/net/transport.h"
 #include "libps/obs/figures.h"
 #include "libps/obs/report.h"
+#include "libps/obs/status.h"
 
 namespace ps::launcher {
 
@@ -382,11 +383,6 @@ std::string ShellSingleQuote(std::string_view text) {
   return out + "'";
 }
 
-std::string ScalarText(const Json& v) {
-  if (v.is_string()) return v.get<std::string>();
-  if (v.is_null()) return "-";
-  return v.dump(-1, ' ', false, Json::error_handler_t::replace);
-}
 
 void PrintErr(const std::string& line) {
   std::fprintf(stderr, "%s\n", line.c_str());
@@ -641,102 +637,68 @@ std::string FormatFailureSummary(const std::vector<TaskOutcome>& outcomes) {
 namespace {
 
 // A cell of the workers/ps tables: "-" unless `key` holds a number.
-std::string NumCell(const Json& entry, const char* key, const char* format, double scale = 1) {
-  auto it = entry.find(key);
-  if (it == entry.end() || !it->is_number()) return "-";
+std::string Cell(const std::optional<double>& v, const char* format, double scale = 1) {
+  if (!v) return "-";
   char buf[64];
-  std::snprintf(buf, sizeof buf, format, it->get<double>() * scale);
+  std::snprintf(buf, sizeof buf, format, *v * scale);
   return buf;
 }
 
-std::string BytesCell(const Json& entry, const char* key, const char* suffix = "") {
-  auto it = entry.find(key);
-  if (it == entry.end() || !it->is_number() || it->get<double>() < 0) return "-";
-  return HumanBytes(static_cast<uint64_t>(it->get<double>() + 0.5)) + suffix;
-}
-
-std::string TextCell(const Json& entry, const char* key) {
-  auto it = entry.find(key);
-  return it == entry.end() ? "-" : ScalarText(*it);
-}
-
-std::string WorkersTable(const Json& workers) {
+std::string WorkersTable(const std::vector<proto::WorkerLoad>& workers) {
   std::vector<std::vector<std::string>> rows = {
       {"worker", "state", "steps", "ex/s", "step_ms", "data", "pull", "compute", "push"}};
   for (const auto& w : workers) {
-    if (!w.is_object()) continue;
-    rows.push_back({TextCell(w, "task"), TextCell(w, "state"), TextCell(w, "steps"),
-                    NumCell(w, "examples_per_s", "%.0f"), NumCell(w, "step_ms", "%.1f"),
-                    NumCell(w, "data_frac", "%.0f%%", 100), NumCell(w, "pull_frac", "%.0f%%", 100),
-                    NumCell(w, "compute_frac", "%.0f%%", 100), NumCell(w, "push_frac", "%.0f%%", 100)});
+    rows.push_back({w.task, w.state, std::to_string(w.steps), Cell(w.examples_per_s, "%.0f"),
+                    Cell(w.step_ms, "%.1f"), Cell(w.data_frac, "%.0f%%", 100), Cell(w.pull_frac, "%.0f%%", 100),
+                    Cell(w.compute_frac, "%.0f%%", 100), Cell(w.push_frac, "%.0f%%", 100)});
   }
   return TableText(rows);
 }
 
-std::string PsTable(const Json& ps) {
+std::string PsTable(const std::vector<proto::PsLoad>& ps) {
   std::vector<std::vector<std::string>> rows = {{"ps", "address", "state", "req/s", "in/s", "out/s", "rows/s",
                                                  "queue", "max_queue", "held", "shards"}};
   std::string errors;
   for (const auto& p : ps) {
-    if (!p.is_object()) continue;
-    rows.push_back({TextCell(p, "task"), TextCell(p, "address"), TextCell(p, "state"),
-                    NumCell(p, "requests_per_s", "%.0f"), BytesCell(p, "bytes_in_per_s", "/s"),
-                    BytesCell(p, "bytes_out_per_s", "/s"), NumCell(p, "rows_per_s", "%.0f"),
-                    TextCell(p, "queue_depth"), TextCell(p, "max_queue_depth"), BytesCell(p, "bytes_held"),
-                    TextCell(p, "shards")});
-    if (p.contains("error")) errors += TextCell(p, "task") + ": " + TextCell(p, "error") + "\n";
+    if (!p.answered()) {
+      rows.push_back({p.task, p.address, p.state, "-", "-", "-", "-", "-", "-", "-", "-"});
+      errors += p.task + ": " + p.error + "\n";
+      continue;
+    }
+    auto rate = [](double bytes_per_s) { return HumanBytes(static_cast<uint64_t>(bytes_per_s + 0.5)) + "/s"; };
+    rows.push_back({p.task, p.address, p.state, Cell(p.requests_per_s, "%.0f"), rate(p.bytes_in_per_s),
+                    rate(p.bytes_out_per_s), Cell(p.rows_per_s, "%.0f"), std::to_string(p.queue_depth),
+                    std::to_string(p.max_queue_depth), HumanBytes(p.bytes_held), std::to_string(p.shards)});
   }
   return TableText(rows) + errors;
 }
 
 }  // namespace
 
-Result<std::string> FormatStatus(std::string_view json_text) {
-  PS_ASSIGN_OR_RETURN(Json root, ParseJson(json_text, "status reply"));
-  if (!root.is_object()) return InvalidArgument("status reply: not a JSON object");
-  std::string out;
-  const Json* tasks = nullptr;
-  std::string load;  // the workers and ps tables, then the hints
-  for (const auto& [key, value] : root.items()) {
-    if (key == "tasks" && value.is_array()) {
-      tasks = &value;
-      continue;
+std::string FormatStatus(const proto::ChiefStatus& s) {
+  std::string out = "state: " + s.state + "\n" + "global_step: " + std::to_string(s.global_step) + "\n" +
+                    "total_steps: " + std::to_string(s.total_steps) + "\n" +
+                    "examples_per_sec: " + Fixed(s.examples_per_sec, 0) + "\n" +
+                    "elapsed: " + FormatDuration(s.elapsed_sec) + "\n";
+  if (!s.stop_reason.empty()) out += "stop_reason: " + s.stop_reason + "\n";
+  if (!s.tasks.empty()) {
+    std::vector<std::vector<std::string>> rows = {{"task", "state", "last_error"}};
+    bool errors = false;
+    for (const auto& t : s.tasks) {
+      rows.push_back({t.task, t.state, t.last_error.empty() ? "-" : t.last_error});
+      errors = errors || !t.last_error.empty();
     }
-    if ((key == "workers" || key == "ps") && value.is_array()) {
-      if (!value.empty()) load += "\n" + (key == "workers" ? WorkersTable(value) : PsTable(value));
-      continue;
+    if (!errors) {
+      for (auto& row : rows) row.pop_back();
     }
-    out += key + ": " + ScalarText(value) + "\n";
+    out += "\n" + TableText(rows);
   }
+  if (!s.workers.empty()) out += "\n" + WorkersTable(s.workers);
+  if (!s.ps.empty()) out += "\n" + PsTable(s.ps);
   std::string hints;
-  for (const auto& h : obs::LoadHints(root)) hints += h + "\n";
-  if (!hints.empty()) load += "\n" + hints;
-  if (tasks == nullptr) return out + load;
-  if (tasks->empty()) return out + "tasks: none\n" + load;
-  std::vector<std::string> columns;
-  for (const auto& t : *tasks) {
-    if (!t.is_object()) continue;
-    for (const auto& [key, value] : t.items()) {
-      if (std::find(columns.begin(), columns.end(), key) == columns.end()) columns.push_back(key);
-    }
-  }
-  std::vector<std::vector<std::string>> rows;
-  rows.push_back(columns);
-  std::string odd;
-  size_t i = 0;
-  for (const auto& t : *tasks) {
-    if (!t.is_object()) {
-      odd += "tasks[" + std::to_string(i) + "]: " + ScalarText(t) + "\n";
-    } else {
-      std::vector<std::string> row;
-      for (const auto& c : columns) row.push_back(t.contains(c) ? ScalarText(t[c]) : "-");
-      rows.push_back(std::move(row));
-    }
-    ++i;
-  }
-  out += "\n";
-  if (rows.size() > 1) out += TableText(rows);
-  return out + odd + load;
+  for (const auto& h : obs::LoadHints(s.workers, s.ps)) hints += h + "\n";
+  if (!hints.empty()) out += "\n" + hints;
+  return out;
 }
 
 // ---- chief client -------------------------------------------------------------------------
@@ -816,23 +778,18 @@ int RunStatus(const StatusCommand& command) {
     PrintErr("pstrain status: " + reply.status().message());
     return kExitFailure;
   }
-  const auto* status = std::get_if<proto::StatusReply>(&*reply);
+  const auto* status = std::get_if<proto::ChiefStatusReply>(&*reply);
   if (status == nullptr) {
     PrintErr("pstrain status: the chief at " + command.target.chief.ToString() + " answered GetStatus with " +
-             proto::BodyName(*reply) + " instead of StatusReply");
+             proto::BodyName(*reply) + " instead of ChiefStatusReply");
     return kExitFailure;
   }
   if (command.json) {
-    std::printf("%s\n", status->json.c_str());
+    std::printf("%s\n", obs::ToJson(status->status).dump(-1, ' ', false, Json::error_handler_t::replace).c_str());
     return kExitOk;
   }
-  auto text = FormatStatus(status->json);
-  if (!text.ok()) {
-    PrintErr("pstrain status: " + text.status().message() + "; the raw reply follows");
-    std::printf("%s\n", status->json.c_str());
-    return kExitFailure;
-  }
-  std::fwrite(text->data(), 1, text->size(), stdout);
+  const std::string text = FormatStatus(status->status);
+  std::fwrite(text.data(), 1, text.size(), stdout);
   std::fflush(stdout);
   return kExitOk;
 }

@@ -199,17 +199,15 @@ std::string FormatFailureSummary(const std::vector<TaskOutcome>& outcomes);
 
 // ---- status ------------------------------------------------------------------------
 
-// The chief's StatusReply JSON as text: top-level scalars as "key: value" lines (in
-// the chief's order; strings unquoted, null as "-"; objects and arrays as compact JSON),
-// then "tasks" (an array of objects) as a table whose columns are the union of the
-// tasks' keys in order of first appearance, missing cells "-". Then, after a blank line
-// each, the "workers" and "ps" load arrays (libps/train/load.h) as fixed tables:
+// The chief's status as text: "key: value" lines (state, global_step, total_steps,
+// examples_per_sec, elapsed, stop_reason when set), then after a blank line each: the
+// tasks table (task, state, and last_error when any task has one), the workers and ps
+// load tables (libps/obs/figures.h):
 //   worker  state  steps  ex/s  step_ms  data  pull  compute  push   (shares of step time)
 //   ps  address  state  req/s  in/s  out/s  rows/s  queue  max_queue  held  shards
-// (bytes as HumanBytes, a missing or non-numeric cell "-"; a ps's "error" on a line
-// "ps:1: <error>" below its table), then LoadHints' lines. Unknown fields are printed
-// (in the tables: ignored), never rejected. Errors: malformed JSON or not an object.
-Result<std::string> FormatStatus(std::string_view json_text);
+// (bytes as HumanBytes, a missing figure "-"; a ps's error on a line "ps:1: <error>" below
+// its table), then LoadHints' lines. Empty lists are left out.
+std::string FormatStatus(const proto::ChiefStatus& status);
 
 // ---- talking to the chief ------------------------------------------------------------
 

@@ -20,6 +20,7 @@
 #include "libps/core/text.h"
 #include "libps/chief/coordinator.h"
 #include "libps/obs/figures.h"
+#include "libps/obs/status.h"
 #include "libps/obs/report.h"
 #include "libps/obs/events.h"
 #include "libps/worker/trainer.h"
@@ -128,10 +129,7 @@ class Chief {
         return resp.Reply(proto::Ack{});
       }
       if (std::holds_alternative<proto::GetStatus>(req.envelope.body)) {
-        Json status = StatusJson();
-        Json load = SampleLoad();
-        for (auto& [key, value] : load.items()) status[key] = std::move(value);
-        return resp.Reply(proto::StatusReply{status.dump(-1, ' ', false, Json::error_handler_t::replace)});
+        return resp.Reply(proto::ChiefStatusReply{CurrentStatus()});
       }
       resp.Fail(ProtocolError(std::string("the chief does not handle ") + proto::BodyName(req.envelope.body)));
     }));
@@ -607,26 +605,36 @@ class Chief {
     // off the training thread.
     WaitMetrics();
     pending_metrics_ = std::async(std::launch::async, [this, line]() mutable {
-      Json load = SampleLoad();
-      for (auto& [key, value] : load.items()) line[key] = std::move(value);
+      const proto::ChiefStatus status = CurrentStatus();
+      Json load = obs::LoadJson(status);
+      for (const char* key : {"load_window_sec", "workers", "ps"}) line[key] = std::move(load[key]);
       if (Clock::now() - last_hint_log_ >= kHintLogInterval) {
-        auto hints = obs::LoadHints(line);
+        auto hints = obs::LoadHints(status.workers, status.ps);
         for (const auto& hint : hints) PS_LOG(Info) << hint;
         if (!hints.empty()) last_hint_log_ = Clock::now();
       }
       metrics_ << line.dump(-1, ' ', false, Json::error_handler_t::replace) << "\n";
       metrics_.flush();
+      std::lock_guard lock(events_mu_);
+      if (events_) {
+        ps::Status st = obs::AddLoadScalars(*events_, status, line["step"].get<int64_t>(), line["unix_time"].get<double>());
+        if (!st.ok()) DisableEvents(st);
+      }
     });
+    std::lock_guard lock(events_mu_);
     if (events_) {
       const double wall = line["unix_time"].get<double>();
-      Status st = events_->AddScalar("loss", global_step_, loss, wall);
+      ps::Status st = events_->AddScalar("loss", global_step_, loss, wall);
       if (st.ok()) st = events_->AddScalar("accuracy", global_step_, acc, wall);
       if (st.ok()) st = events_->AddScalar("examples_per_sec", global_step_, eps, wall);
-      if (!st.ok()) {
-        PS_LOG(Warning) << "TensorBoard events disabled: " << st.message();
-        events_.reset();
-      }
+      if (!st.ok()) DisableEvents(st);
     }
+  }
+
+  // After a failed write: no more TensorBoard events. events_mu_ held.
+  void DisableEvents(const ps::Status& why) {
+    PS_LOG(Warning) << "TensorBoard events disabled: " << why.message();
+    events_.reset();
   }
 
   // Waits until the progress line being completed (Report) is written. Training thread.
@@ -641,12 +649,12 @@ class Chief {
     metrics_.flush();
   }
 
-  // One load sample (load.h): polls every ps for its status at once (kPsStatusTimeout)
-  // and snapshots the workers; the figures cover the time since the newest earlier
-  // sample at least kMinLoadWindow old (or since the start). max_queue_depth is the ps's
-  // own: since its previous sample.
-  // Returns {"load_window_sec", "workers", "ps"}. Any thread; samples are serialised.
-  Json SampleLoad() {
+  // One load sample (obs/figures.h): polls every ps for its status at once
+  // (kPsStatusTimeout) and snapshots the workers; the figures cover the time since the
+  // newest earlier sample at least kMinLoadWindow old (or since the start).
+  // max_queue_depth is the ps's own: since its previous sample. Fills `status`'s
+  // load_window_sec, workers and ps. Any thread; samples are serialised.
+  void SampleLoad(proto::ChiefStatus* status) {
     std::lock_guard sample_lock(load_mu_);
     std::vector<std::shared_ptr<net::Client>> ps;
     std::vector<obs::WorkerSnapshot> workers;
@@ -663,42 +671,33 @@ class Chief {
       base = &*it;
       if (now - it->at >= kMinLoadWindow) break;
     }
-    LoadSample sample{now, std::vector<std::optional<obs::PsCounters>>(ps.size()), workers};
-    Json ps_json = Json::array();
+    LoadSample sample{now, std::vector<std::optional<proto::PsStatus>>(ps.size()), workers};
     for (size_t i = 0; i < ps.size(); ++i) {
       const std::string address =
           ctx_.tf.cluster.address({cluster::TaskType::kPs, static_cast<int>(i)}).ToString();
       auto r = futs[i].get();
-      std::string error;
       if (!r.ok()) {
-        error = r.status().message();
-      } else if (const auto* reply = std::get_if<proto::StatusReply>(&r->envelope.body)) {
-        auto json = ParseJson(reply->json, ps[i]->peer_name() + " status");
-        if (json.ok()) {
-          obs::PsCounters cur = obs::ParsePsCounters(*json);
-          std::optional<obs::PsCounters> prev;
-          if (base != nullptr && i < base->ps.size()) prev = base->ps[i];
-          ps_json.push_back(obs::PsLoadEntry(ps[i]->peer_name(), address, cur, prev));
-          if (json->contains("update")) ps_json.back()["update"] = (*json)["update"];  // update-mode figures
-          sample.ps[i] = cur;
-          continue;
-        }
-        error = json.status().message();
+        status->ps.push_back(obs::PsNoAnswer(ps[i]->peer_name(), address, r.status().message()));
+      } else if (const auto* reply = std::get_if<proto::PsStatusReply>(&r->envelope.body)) {
+        std::optional<proto::PsStatus> prev;
+        if (base != nullptr && i < base->ps.size()) prev = base->ps[i];
+        status->ps.push_back(obs::PsLoadOf(ps[i]->peer_name(), address, reply->status, prev));
+        sample.ps[i] = reply->status;
       } else {
-        error = std::string("answered GetStatus with ") + proto::BodyName(r->envelope.body);
+        status->ps.push_back(obs::PsNoAnswer(ps[i]->peer_name(), address,
+                                             std::string("answered GetStatus with ") +
+                                                 proto::BodyName(r->envelope.body)));
       }
-      ps_json.push_back(obs::PsNoAnswerEntry(ps[i]->peer_name(), address, error));
     }
     const double window = std::chrono::duration<double>(now - (base != nullptr ? base->at : start_)).count();
-    Json workers_json = Json::array();
     for (size_t w = 0; w < workers.size(); ++w) {
       const obs::WorkerSnapshot* prev = base != nullptr && w < base->workers.size() ? &base->workers[w] : nullptr;
-      workers_json.push_back(obs::WorkerLoadEntry(workers[w], prev, window, job_.batch_size));
+      status->workers.push_back(obs::WorkerLoadOf(workers[w], prev, window, job_.batch_size));
     }
+    status->load_window_sec = window;
     load_history_.push_back(std::move(sample));
     // Keep the newest sample at least kMinLoadWindow old and everything after it.
     while (load_history_.size() >= 2 && now - load_history_[1].at >= kMinLoadWindow) load_history_.pop_front();
-    return Json{{"load_window_sec", window}, {"workers", std::move(workers_json)}, {"ps", std::move(ps_json)}};
   }
 
   static double UnixTime() {
@@ -860,27 +859,31 @@ class Chief {
     return Status::Ok();
   }
 
-  Json StatusJson() {
-    std::lock_guard lock(mu_);
-    double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
-    Json j = {{"state", state_}, {"global_step", global_step_.load()}, {"total_steps", job_.steps},
-              {"examples_per_sec", examples_per_sec_}, {"elapsed_sec", elapsed}};
-    if (stop_reason_) j["stop_reason"] = *stop_reason_;
-    Json tasks = Json::array();
-    for (const auto& p : ps_) {
-      tasks.push_back({{"task", p->peer_name()}, {"state", p->health().ok() ? "ready" : "lost"}});
-    }
-    if (coordinator_) {
-      for (const auto& s : coordinator_->Snapshot()) {
-        Json w = {{"task", s.name}, {"state", s.alive ? (s.in_flight > 0 ? "running" : "idle") : "lost"}};
-        if (!s.last_error.empty()) w["last_error"] = s.last_error;
-        tasks.push_back(w);
+  // The whole status, filled once: what `pstrain status` shows and each progress line of
+  // train_metrics.jsonl records. Asks every ps for its figures (SampleLoad). Any thread.
+  proto::ChiefStatus CurrentStatus() {
+    proto::ChiefStatus s;
+    {
+      std::lock_guard lock(mu_);
+      s.state = state_;
+      s.global_step = global_step_.load();
+      s.total_steps = job_.steps;
+      s.examples_per_sec = examples_per_sec_;
+      s.elapsed_sec = std::chrono::duration<double>(Clock::now() - start_).count();
+      if (stop_reason_) s.stop_reason = *stop_reason_;
+      for (const auto& p : ps_) s.tasks.push_back({.task = p->peer_name(), .state = p->health().ok() ? "ready" : "lost", .last_error = ""});
+      if (coordinator_) {
+        for (const auto& w : coordinator_->Snapshot()) {
+          s.tasks.push_back({.task = w.name,
+                             .state = w.alive ? (w.in_flight > 0 ? "running" : "idle") : "lost",
+                             .last_error = w.last_error});
+        }
+      } else {
+        for (const auto& w : workers_) s.tasks.push_back({.task = w->peer_name(), .state = "connected", .last_error = ""});
       }
-    } else {
-      for (const auto& w : workers_) tasks.push_back({{"task", w->peer_name()}, {"state", "connected"}});
     }
-    j["tasks"] = tasks;
-    return j;
+    SampleLoad(&s);
+    return s;
   }
 
   const daemon::DaemonContext& ctx_;
@@ -896,7 +899,8 @@ class Chief {
   std::optional<ckpt::Manifest> last_saved_;  // the newest committed checkpoint
   std::unique_ptr<Coordinator> coordinator_;
   std::ofstream metrics_;
-  std::optional<obs::EventWriter> events_;  // model_dir/events.out.tfevents.*; optional
+  std::mutex events_mu_;                     // the progress and metrics threads both write events
+  std::optional<obs::EventWriter> events_;  // model_dir/events.out.tfevents.*; optional; guarded by events_mu_
   Clock::time_point start_;
   std::atomic<int64_t> global_step_{0};
 
@@ -910,7 +914,7 @@ class Chief {
 
   struct LoadSample {
     Clock::time_point at;
-    std::vector<std::optional<obs::PsCounters>> ps;  // [ps]; nullopt: no answer
+    std::vector<std::optional<proto::PsStatus>> ps;  // [ps]; nullopt: no answer
     std::vector<obs::WorkerSnapshot> workers;
   };
   std::mutex load_mu_;  // serialises SampleLoad; taken before mu_

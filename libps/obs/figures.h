@@ -30,7 +30,7 @@
 #include <string>
 #include <vector>
 
-#include "libps/core/json.h"
+#include "libps/proto/messages.h"
 
 namespace ps::obs {
 
@@ -46,33 +46,20 @@ struct WorkerSnapshot {
 };
 
 
-// One ps's counters from its status reply (ps::server::PsStatusJson). Lenient: a missing or
-// non-numeric key reads as 0, unknown keys are ignored.
-struct PsCounters {
-  double uptime_sec = 0;
-  uint64_t requests = 0;
-  uint64_t bytes_in = 0, bytes_out = 0;  // whole frames, as the ps's server counts them
-  uint64_t rows = 0;                     // rows pulled + rows pushed
-  uint64_t queue_depth = 0, max_queue_depth = 0;
-  uint64_t bytes_held = 0;
-  int64_t shards = 0;
-};
-PsCounters ParsePsCounters(const Json& status);
+// The "ps" entry: rates over cur.uptime_sec - prev.uptime_sec; over the whole uptime when
+// there is no prev, or prev is from before a restart of the ps (its uptime or a counter
+// went down). window_sec 0 gives rates of 0. `update` is cur's update figures.
+proto::PsLoad PsLoadOf(const std::string& task, const std::string& address, const proto::PsStatus& cur,
+                       const std::optional<proto::PsStatus>& prev);
+proto::PsLoad PsNoAnswer(const std::string& task, const std::string& address, const std::string& error);
 
-// The "ps" entry (see above). Rates over cur.uptime - prev.uptime; over the whole
-// uptime when there is no prev, or prev is from before a restart of the ps (its uptime
-// or a counter went down). window_sec 0 gives rates of 0.
-Json PsLoadEntry(const std::string& task, const std::string& address, const PsCounters& cur,
-                 const std::optional<PsCounters>& prev);
-Json PsNoAnswerEntry(const std::string& task, const std::string& address, const std::string& error);
+// The "workers" entry. `prev`: the same worker at the previous sample (nullptr: none, the
+// window is since training began); a steps_done lower than prev's counts as no prev.
+// `window_sec`: wall time since that sample.
+proto::WorkerLoad WorkerLoadOf(const WorkerSnapshot& cur, const WorkerSnapshot* prev, double window_sec,
+                               int64_t batch_size);
 
-// The "workers" entry (see above). `prev`: the same worker at the previous sample
-// (nullptr: none, the window is since training began); a steps_done lower than prev's
-// counts as no prev. `window_sec`: wall time since that sample.
-Json WorkerLoadEntry(const WorkerSnapshot& cur, const WorkerSnapshot* prev, double window_sec,
-                     int64_t batch_size);
-
-// The hint rules, over a status or metrics object's "workers" and "ps" arrays:
+// The hint rules, over a status's (or a metrics line's) workers and ps:
 //  - hot ps: among >= 2 answering ps with a mean of >= kHintMinRequestsPerSec requests/s,
 //    one whose requests/s or bytes/s (in + out) is >= kHintFactor x the mean;
 //  - straggler: among >= 2 workers with a step_ms, one whose step_ms is >= kHintFactor x
@@ -83,6 +70,7 @@ Json WorkerLoadEntry(const WorkerSnapshot& cur, const WorkerSnapshot* prev, doub
 // One line per finding, "hint: ...", in this order; none when nothing applies.
 inline constexpr double kHintFactor = 1.5;
 inline constexpr double kHintMinRequestsPerSec = 10;
-std::vector<std::string> LoadHints(const Json& status);
+std::vector<std::string> LoadHints(const std::vector<proto::WorkerLoad>& workers,
+                                   const std::vector<proto::PsLoad>& ps);
 
 }  // namespace ps::obs

@@ -15,6 +15,7 @@
 #include "libps/ckpt/shard_file.h"
 #include "libps/core/json.h"
 #include "libps/core/text.h"
+#include "libps/obs/status.h"
 
 namespace ps::obs {
 
@@ -532,13 +533,6 @@ std::optional<Json> LastLoadLine(const std::string& model_dir) {
   return last;
 }
 
-std::string RateCell(const Json& entry, const char* key, bool bytes) {
-  auto it = entry.find(key);
-  if (it == entry.end() || !it->is_number() || it->get<double>() < 0) return "-";
-  if (bytes) return HumanBytes(static_cast<uint64_t>(it->get<double>() + 0.5)) + "/s";
-  return Fixed(it->get<double>(), 0);
-}
-
 }  // namespace
 
 Result<InspectReport> InspectModelDir(const std::string& model_dir, const InspectOptions& options) {
@@ -661,6 +655,7 @@ Result<InspectReport> InspectModelDir(const std::string& model_dir, const Inspec
 
   // Per ps: what it holds in this checkpoint, and its load at the last metrics line.
   const std::optional<Json> load = LastLoadLine(model_dir);
+  const proto::ChiefStatus load_status = load ? ChiefStatusFromJson(*load) : proto::ChiefStatus{};
   std::vector<std::vector<std::string>> prows = {{"ps", "file", "size", "data"}};
   if (load) {
     for (const char* c : {"requests", "req/s", "in/s", "out/s"}) prows[0].push_back(c);
@@ -670,15 +665,18 @@ Result<InspectReport> InspectModelDir(const std::string& model_dir, const Inspec
                                     ps_data.contains(i) ? HumanBytes(ps_data[i]) : "-"};
     if (load) {
       const std::string task = "ps:" + std::to_string(i);
-      Json entry = Json::object();
-      for (const auto& e : (*load)["ps"]) {
-        if (e.is_object() && e.value("task", "") == task) entry = e;
+      const proto::PsLoad* entry = nullptr;
+      for (const auto& e : load_status.ps) {
+        if (e.task == task && e.answered()) entry = &e;
       }
-      auto requests = entry.find("requests");
-      row.push_back(requests != entry.end() && requests->is_number_unsigned() ? requests->dump() : "-");
-      row.push_back(RateCell(entry, "requests_per_s", false));
-      row.push_back(RateCell(entry, "bytes_in_per_s", true));
-      row.push_back(RateCell(entry, "bytes_out_per_s", true));
+      if (entry == nullptr) {
+        row.insert(row.end(), {"-", "-", "-", "-"});
+      } else {
+        row.push_back(std::to_string(entry->requests));
+        row.push_back(Fixed(entry->requests_per_s, 0));
+        row.push_back(HumanBytes(static_cast<uint64_t>(entry->bytes_in_per_s + 0.5)) + "/s");
+        row.push_back(HumanBytes(static_cast<uint64_t>(entry->bytes_out_per_s + 0.5)) + "/s");
+      }
     }
     prows.push_back(std::move(row));
   }

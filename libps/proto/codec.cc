@@ -3,6 +3,7 @@
 #include <type_traits>
 
 #include "libps/proto/pstrain_generated.h"
+#include "libps/proto/status_codec.h"
 
 namespace ps::proto {
 
@@ -98,8 +99,10 @@ Offset<void> EncodeBody(FlatBufferBuilder& fbb, const Body& body) {
           return w::CreateStopDirect(fbb, m.reason.c_str()).Union();
         } else if constexpr (std::is_same_v<M, GetStatus>) {
           return w::CreateGetStatus(fbb).Union();
-        } else if constexpr (std::is_same_v<M, StatusReply>) {
-          return w::CreateStatusReplyDirect(fbb, m.json.c_str()).Union();
+        } else if constexpr (std::is_same_v<M, PsStatusReply>) {
+          return w::CreatePsStatusReply(fbb, internal::EncodePsStatus(fbb, m.status)).Union();
+        } else if constexpr (std::is_same_v<M, ChiefStatusReply>) {
+          return w::CreateChiefStatusReply(fbb, internal::EncodeChiefStatus(fbb, m.status)).Union();
         } else if constexpr (std::is_same_v<M, Save>) {
           return w::CreateSaveDirect(fbb, m.model_dir.c_str(), m.global_step).Union();
         } else if constexpr (std::is_same_v<M, SaveReply>) {
@@ -215,7 +218,10 @@ Result<Body> DecodeBody(const w::Envelope* env) {
     }
     case w::Body::Stop: return Body(Stop{Str(env->body_as_Stop()->reason())});
     case w::Body::GetStatus: return Body(GetStatus{});
-    case w::Body::StatusReply: return Body(StatusReply{Str(env->body_as_StatusReply()->json())});
+    case w::Body::PsStatusReply:
+      return Body(PsStatusReply{internal::DecodePsStatus(env->body_as_PsStatusReply()->status())});
+    case w::Body::ChiefStatusReply:
+      return Body(ChiefStatusReply{internal::DecodeChiefStatus(env->body_as_ChiefStatusReply()->status())});
     case w::Body::Save: {
       auto* m = env->body_as_Save();
       return Body(Save{Str(m->model_dir()), m->global_step()});

@@ -4,13 +4,14 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
 
 namespace ps::proto {
 
-inline constexpr uint32_t kProtocolVersion = 1;
+inline constexpr uint32_t kProtocolVersion = 2;
 
 enum class Role : int8_t { kUnknown = 0, kChief = 1, kWorker = 2, kPs = 3, kEvaluator = 4, kClient = 5 };
 const char* RoleName(Role role);
@@ -88,12 +89,87 @@ struct RunStepsReply {
 
 struct Stop { std::string reason; };
 struct GetStatus {};
-struct StatusReply { std::string json; };
+
+// --- status: what a ps answers to GetStatus, and the chief's whole-cluster status, which
+// it fills once per sample and which `pstrain status`, train_metrics.jsonl, TensorBoard and
+// `pstrain inspect` all render (libps/obs/status.h). Units are in the names.
+
+// A ps task's update-mode figures (server::Service::UpdateStats).
+struct PsUpdateFigures {
+  std::string mode;            // "async" | "sync" | "bounded_staleness"
+  int64_t stale_dropped = 0;   // sync: gradients dropped because their update was applied
+  int64_t waited_pulls = 0;    // pulls that waited (sync, bounded staleness)
+  int64_t max_lead = 0;        // bounded staleness: the largest lead seen, in steps
+  int64_t min_version = 0;     // sync: the lowest and highest update its shards applied
+  int64_t max_version = 0;
+};
+// A ps task's counters, monotonic since it started (uptime_sec ago).
+struct PsStatus {
+  uint64_t generation = 0;     // the newest chief's
+  int64_t global_step = 0;     // of the last checkpoint saved or restored
+  double uptime_sec = 0;
+  int64_t shards = 0;
+  uint64_t bytes_held = 0;     // values and optimizer slots of every shard
+  uint64_t pull_requests = 0, push_requests = 0, failed_requests = 0;
+  uint64_t bytes_pulled = 0, bytes_pushed = 0;  // tensor payload bytes
+  uint64_t rows_pulled = 0, rows_pushed = 0;
+  uint64_t requests = 0;       // every request its server handled
+  uint64_t queue_depth = 0, max_queue_depth = 0;  // handler queue now / deepest since the last GetStatus
+  uint64_t bytes_received = 0, bytes_sent = 0;    // whole frames
+  PsUpdateFigures update;
+};
+struct PsStatusReply { PsStatus status; };
+
+// One worker over a load window (libps/obs/figures.h): steps is its total; the seconds
+// are summed over the steps it finished in the window; the optional figures are absent
+// when it finished none.
+struct WorkerLoad {
+  std::string task;            // "worker:1"
+  std::string state;           // "running" | "idle" | "lost"
+  int64_t steps = 0;
+  double examples_per_s = 0;
+  std::optional<double> step_ms;
+  double data_s = 0, pull_s = 0, compute_s = 0, push_s = 0;
+  std::optional<double> data_frac, pull_frac, compute_frac, push_frac;  // shares of their sum
+};
+// One ps over a load window: totals since it started, rates over window_sec by its clock.
+// A ps that did not answer has state "no answer", `error`, and zeros elsewhere.
+struct PsLoad {
+  std::string task;            // "ps:0"
+  std::string address;         // "host:port"
+  std::string state;           // "ok" | "no answer"
+  std::string error;
+  uint64_t requests = 0, bytes_in = 0, bytes_out = 0;
+  double requests_per_s = 0, bytes_in_per_s = 0, bytes_out_per_s = 0, rows_per_s = 0;
+  uint64_t queue_depth = 0, max_queue_depth = 0, bytes_held = 0;
+  int64_t shards = 0;
+  double window_sec = 0;
+  std::optional<PsUpdateFigures> update;
+  bool answered() const { return state == "ok"; }
+};
+struct TaskState {
+  std::string task;            // "ps:0", "worker:1"
+  std::string state;           // ps: "ready" | "lost"; worker: "connected" | "running" | "idle" | "lost"
+  std::string last_error;      // empty: none
+};
+struct ChiefStatus {
+  std::string state;           // "starting", "connecting", ..., "training", "checkpointing", ...
+  int64_t global_step = 0;
+  int64_t total_steps = 0;
+  double examples_per_sec = 0; // over the last log interval
+  double elapsed_sec = 0;      // since the chief started
+  std::string stop_reason;     // empty: no stop requested
+  std::vector<TaskState> tasks;
+  double load_window_sec = 0;  // what the workers' and ps' figures cover
+  std::vector<WorkerLoad> workers;
+  std::vector<PsLoad> ps;
+};
+struct ChiefStatusReply { ChiefStatus status; };
 
 using Body = std::variant<Hello, HelloReply, HelloProof, Error, Ack, Ping, Shutdown,
                           CreateShards, Pull, PullReply, Push, PushReply,
                           StartJob, RunSteps, RunStepsReply,
-                          Stop, GetStatus, StatusReply,
+                          Stop, GetStatus, PsStatusReply, ChiefStatusReply,
                           Save, SaveReply, Restore>;
 
 // Name of the body's message type, for logs and errors ("Pull").

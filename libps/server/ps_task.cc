@@ -33,12 +33,9 @@ Status RunPsTask(const daemon::DaemonContext& ctx, const CheckpointerFactory& ma
   const auto started = std::chrono::steady_clock::now();
   service.SetStatusSource([&store, &service, s = server.get(), started] {
     double uptime = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    Json j = PsStatusJson(store, s->stats(), service.generation(), uptime);
-    const auto u = service.update_stats();
-    j["update"] = {{"mode", UpdateModeName(u.spec.mode)}, {"stale_dropped", u.stale_dropped},
-                   {"waited_pulls", u.waited_pulls}, {"max_lead", u.max_lead},
-                   {"min_version", u.min_version}, {"max_version", u.max_version}};
-    return j.dump();
+    proto::PsStatus status = PsStatusOf(store, s->stats(), service.generation(), uptime);
+    status.update = UpdateFiguresOf(service.update_stats());
+    return status;
   });
   bool by_signal = false;
   signals.Start([&](int sig) {

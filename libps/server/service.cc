@@ -104,13 +104,13 @@ void Service::Handle(net::Request request, net::Responder responder) {
     return responder.Reply(proto::Ack{});
   }
   if (std::holds_alternative<proto::GetStatus>(body)) {
-    std::function<std::string()> source;
+    std::function<proto::PsStatus()> source;
     {
       std::lock_guard lock(mu_);
       source = status_source_;
     }
     if (!source) return responder.Fail(Unavailable("this ps has no status yet"));
-    return responder.Reply(proto::StatusReply{source()});
+    return responder.Reply(proto::PsStatusReply{source()});
   }
   if (auto* m = std::get_if<proto::Shutdown>(&body)) {
     responder.Reply(proto::Ack{});
@@ -126,7 +126,7 @@ std::string Service::WaitForShutdown() {
   return *shutdown_;
 }
 
-void Service::SetStatusSource(std::function<std::string()> source) {
+void Service::SetStatusSource(std::function<proto::PsStatus()> source) {
   std::lock_guard lock(mu_);
   status_source_ = std::move(source);
 }

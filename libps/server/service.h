@@ -57,9 +57,9 @@ class Service {
   void RequestStop(std::string reason);
 
   uint64_t generation() const { return generation_.load(); }
-  // Answers GetStatus with StatusReply{source()} (the ps task's PsStatusJson). Unset:
+  // Answers GetStatus with PsStatusReply{source()} (the ps task's PsStatusOf). Unset:
   // GetStatus fails with Unavailable. Thread-safe; `source` runs on handler threads.
-  void SetStatusSource(std::function<std::string()> source);
+  void SetStatusSource(std::function<proto::PsStatus()> source);
   uint64_t skipped_pushes() const { return skipped_.load(); }
 
   // Update-mode figures since start: the mode, gradients dropped as stale (sync), pulls
@@ -141,7 +141,7 @@ class Service {
   std::mutex mu_;
   std::condition_variable cv_;
   std::optional<std::string> shutdown_;  // guarded by mu_
-  std::function<std::string()> status_source_;  // guarded by mu_
+  std::function<proto::PsStatus()> status_source_;  // guarded by mu_
 };
 
 }  // namespace ps::server

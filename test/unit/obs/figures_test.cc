@@ -3,23 +3,35 @@
 // hint rules and the status text, all from hand-written inputs checked exactly.
 #include <catch2/catch.hpp>
 
-#include "libps/server/ps_status.h"
 #include "libps/obs/figures.h"
+#include "libps/obs/status.h"
+#include "libps/server/ps_status.h"
 
 using ps::Json;
 using namespace ps;
 
 namespace {
 
-Json PsStatus(double uptime, uint64_t requests, uint64_t in, uint64_t out, uint64_t rows_pulled,
-            uint64_t rows_pushed) {
-  return Json{{"uptime_sec", uptime},
-              {"shards", 3},
-              {"bytes_held", 4096},
-              {"new_key", "ignored"},
-              {"store", {{"rows_pulled", rows_pulled}, {"rows_pushed", rows_pushed}}},
-              {"server", {{"requests", requests}, {"queue_depth", 2}, {"max_queue_depth", 5},
-                          {"bytes_received", in}, {"bytes_sent", out}}}};
+proto::PsStatus PsStatus(double uptime, uint64_t requests, uint64_t in, uint64_t out, uint64_t rows_pulled,
+                         uint64_t rows_pushed) {
+  proto::PsStatus s;
+  s.uptime_sec = uptime;
+  s.shards = 3;
+  s.bytes_held = 4096;
+  s.rows_pulled = rows_pulled;
+  s.rows_pushed = rows_pushed;
+  s.requests = requests;
+  s.queue_depth = 2;
+  s.max_queue_depth = 5;
+  s.bytes_received = in;
+  s.bytes_sent = out;
+  return s;
+}
+
+// The hint rules read a status; tests write its arrays as JSON, as a metrics line has them.
+std::vector<std::string> Hints(const Json& status) {
+  proto::ChiefStatus s = obs::ChiefStatusFromJson(status);
+  return obs::LoadHints(s.workers, s.ps);
 }
 
 }  // namespace
@@ -39,56 +51,52 @@ TEST_CASE("ps status: the store's shards, bytes held (values + slots) and counte
   REQUIRE(store.PullRows({"emb", 0}, rows, two).ok());
 
   ps::net::Server::Stats server{7, 1, 4, 1000, 2000};
-  Json j = ::ps::server::PsStatusJson(store, server, 99, 12.5);
-  CHECK(j["generation"] == 99);
-  CHECK(j["uptime_sec"] == 12.5);
-  CHECK(j["shards"] == 2);
-  CHECK(j["bytes_held"] == (10 * 4 + 1) * 3 * 4);  // values, m and v: 41 floats each
-  CHECK(j["store"]["pull_requests"] == 2);
-  CHECK(j["store"]["rows_pulled"] == 12);
-  CHECK(j["store"]["bytes_pulled"] == 48 * 4);
-  CHECK(j["server"]["requests"] == 7);
-  CHECK(j["server"]["max_queue_depth"] == 4);
-  CHECK(j["server"]["bytes_sent"] == 2000);
-
-  obs::PsCounters c = obs::ParsePsCounters(j);
-  CHECK(c.uptime_sec == 12.5);
-  CHECK(c.requests == 7);
-  CHECK(c.bytes_in == 1000);
-  CHECK(c.bytes_out == 2000);
-  CHECK(c.rows == 12);
-  CHECK(c.queue_depth == 1);
-  CHECK(c.max_queue_depth == 4);
-  CHECK(c.bytes_held == 41 * 3 * 4);
-  CHECK(c.shards == 2);
+  proto::PsStatus j = ::ps::server::PsStatusOf(store, server, 99, 12.5);
+  CHECK(j.generation == 99);
+  CHECK(j.uptime_sec == 12.5);
+  CHECK(j.shards == 2);
+  CHECK(j.bytes_held == (10 * 4 + 1) * 3 * 4);  // values, m and v: 41 floats each
+  CHECK(j.pull_requests == 2);
+  CHECK(j.rows_pulled == 12);
+  CHECK(j.bytes_pulled == 48 * 4);
+  CHECK(j.requests == 7);
+  CHECK(j.queue_depth == 1);
+  CHECK(j.max_queue_depth == 4);
+  CHECK(j.bytes_received == 1000);
+  CHECK(j.bytes_sent == 2000);
 }
 
 TEST_CASE("ps load: rates between two samples, since start without one or after a restart") {
-  obs::PsCounters prev = obs::ParsePsCounters(PsStatus(10, 1000, 50000, 80000, 300, 200));
-  obs::PsCounters cur = obs::ParsePsCounters(PsStatus(12, 1400, 60000, 100000, 700, 600));
-  Json e = obs::PsLoadEntry("ps:0", "10.0.0.5:2222", cur, prev);
+  proto::PsStatus prev = PsStatus(10, 1000, 50000, 80000, 300, 200);
+  proto::PsStatus cur = PsStatus(12, 1400, 60000, 100000, 700, 600);
+  cur.update.mode = "async";
+  Json e = obs::ToJson(obs::PsLoadOf("ps:0", "10.0.0.5:2222", cur, prev));
   CHECK(e.dump() ==
         R"({"task":"ps:0","address":"10.0.0.5:2222","state":"ok","requests":1400,"bytes_in":60000,)"
         R"("bytes_out":100000,"requests_per_s":200.0,"bytes_in_per_s":5000.0,"bytes_out_per_s":10000.0,)"
-        R"("rows_per_s":400.0,"queue_depth":2,"max_queue_depth":5,"bytes_held":4096,"shards":3,"window_sec":2.0})");
+        R"("rows_per_s":400.0,"queue_depth":2,"max_queue_depth":5,"bytes_held":4096,"shards":3,"window_sec":2.0,)"
+        R"("update":{"mode":"async","stale_dropped":0,"waited_pulls":0,"max_lead":0,"min_version":0,"max_version":0}})");
+  // The JSON reads back as the same figures (what inspect and the report do with metrics lines).
+  CHECK(obs::ToJson(obs::PsLoadFromJson(e)) == e);
 
-  Json first = obs::PsLoadEntry("ps:0", "a", cur, std::nullopt);  // over the 12 s since the ps started
-  CHECK(first["requests_per_s"].get<double>() == Approx(1400.0 / 12));
-  CHECK(first["rows_per_s"].get<double>() == Approx(1300.0 / 12));
-  CHECK(first["window_sec"] == 12.0);
+  proto::PsLoad first = obs::PsLoadOf("ps:0", "a", cur, std::nullopt);  // over the 12 s since the ps started
+  CHECK(first.requests_per_s == Approx(1400.0 / 12));
+  CHECK(first.rows_per_s == Approx(1300.0 / 12));
+  CHECK(first.window_sec == 12.0);
 
-  obs::PsCounters before_restart = obs::ParsePsCounters(PsStatus(500, 90000, 1, 1, 1, 1));
-  Json restarted = obs::PsLoadEntry("ps:0", "a", cur, before_restart);
-  CHECK(restarted["requests_per_s"].get<double>() == Approx(1400.0 / 12));
+  proto::PsStatus before_restart = PsStatus(500, 90000, 1, 1, 1, 1);
+  proto::PsLoad restarted = obs::PsLoadOf("ps:0", "a", cur, before_restart);
+  CHECK(restarted.requests_per_s == Approx(1400.0 / 12));
 
-  obs::PsCounters same = cur;
-  CHECK(obs::PsLoadEntry("ps:0", "a", cur, same)["requests_per_s"] == 0.0);  // a zero window
+  proto::PsStatus same = cur;
+  CHECK(obs::PsLoadOf("ps:0", "a", cur, same).requests_per_s == 0.0);  // a zero window
 
-  CHECK(obs::PsNoAnswerEntry("ps:1", "b:1", "timed out").dump() ==
+  CHECK(obs::ToJson(obs::PsNoAnswer("ps:1", "b:1", "timed out")).dump() ==
         R"({"task":"ps:1","address":"b:1","state":"no answer","error":"timed out"})");
-  obs::PsCounters empty = obs::ParsePsCounters(Json::parse(R"({"server":7,"store":{"rows_pulled":"x"}})"));
+  // Reading is lenient: mistyped keys read as zero.
+  proto::PsLoad empty = obs::PsLoadFromJson(Json::parse(R"({"requests":"x","rows_per_s":[1]})"));
   CHECK(empty.requests == 0);
-  CHECK(empty.rows == 0);
+  CHECK(empty.rows_per_s == 0);
 }
 
 TEST_CASE("worker load: the window's split of step time") {
@@ -106,7 +114,7 @@ TEST_CASE("worker load: the window's split of step time") {
   cur.pull_seconds = 4;
   cur.compute_seconds = 6;
   cur.push_seconds = 5.5;  // deltas 0.5, 2, 3, 1.5: 7 s over 50 steps
-  Json w = obs::WorkerLoadEntry(cur, &prev, 2.0, 32);
+  Json w = obs::ToJson(obs::WorkerLoadOf(cur, &prev, 2.0, 32));
   CHECK(w["task"] == "worker:1");
   CHECK(w["state"] == "running");
   CHECK(w["steps"] == 150);
@@ -120,17 +128,19 @@ TEST_CASE("worker load: the window's split of step time") {
   CHECK(w["pull_frac"].get<double>() == Approx(2.0 / 7));
   CHECK(w["compute_frac"].get<double>() == Approx(3.0 / 7));
   CHECK(w["push_frac"].get<double>() == Approx(1.5 / 7));
+  CHECK(obs::ToJson(obs::WorkerLoadFromJson(w)) == w);
 
-  Json idle = obs::WorkerLoadEntry(prev, &prev, 2.0, 32);  // no step in the window
+  Json idle = obs::ToJson(obs::WorkerLoadOf(prev, &prev, 2.0, 32));  // no step in the window
   CHECK(idle["state"] == "idle");
   CHECK(idle["examples_per_s"] == 0.0);
   CHECK(idle["step_ms"].is_null());
   CHECK(idle["pull_frac"].is_null());
+  CHECK(obs::ToJson(obs::WorkerLoadFromJson(idle)) == idle);
 
-  Json since_start = obs::WorkerLoadEntry(cur, nullptr, 10.0, 32);  // the totals are the window
-  CHECK(since_start["step_ms"].get<double>() == Approx(1000 * 17.0 / 150));
+  proto::WorkerLoad since_start = obs::WorkerLoadOf(cur, nullptr, 10.0, 32);  // the totals are the window
+  CHECK(*since_start.step_ms == Approx(1000 * 17.0 / 150));
   cur.alive = false;
-  CHECK(obs::WorkerLoadEntry(cur, nullptr, 1.0, 1)["state"] == "lost");
+  CHECK(obs::WorkerLoadOf(cur, nullptr, 1.0, 1).state == "lost");
 }
 
 TEST_CASE("hints: hot ps, straggler, network-bound and ps-bound") {
@@ -144,47 +154,47 @@ TEST_CASE("hints: hot ps, straggler, network-bound and ps-bound") {
   };
   // Requests: mean 200; ps:0 has exactly 1.5x. Bytes are even.
   Json hot = {{"ps", {ps("ps:0", 300, 1000, 1000, 0), ps("ps:1", 100, 1000, 1000, 0)}}};
-  CHECK(obs::LoadHints(hot) == std::vector<std::string>{
+  CHECK(Hints(hot) == std::vector<std::string>{
                               "hint: ps:0 carries more load than the other ps tasks: 1.5x the mean requests/s "
                               "(300 vs 200); a hot-spot variable? partition big variables or spread them over "
                               "the ps tasks"});
   // Bytes: ps:1 moves 3x the bytes of ps:0 (mean 2000 → 1.5x).
   Json heavy = {{"ps", {ps("ps:0", 100, 500, 500, 0), ps("ps:1", 100, 1500, 1500, 0)}}};
-  REQUIRE(obs::LoadHints(heavy).size() == 1);
-  CHECK(obs::LoadHints(heavy)[0].find("ps:1 carries more load than the other ps tasks: 1.5x the mean bytes/s "
+  REQUIRE(Hints(heavy).size() == 1);
+  CHECK(Hints(heavy)[0].find("ps:1 carries more load than the other ps tasks: 1.5x the mean bytes/s "
                                  "(2.9 KiB/s vs 2.0 KiB/s)") != std::string::npos);
   Json just_under = {{"ps", {ps("ps:0", 299, 0, 0, 0), ps("ps:1", 101, 0, 0, 0)}}};
-  CHECK(obs::LoadHints(just_under).empty());
+  CHECK(Hints(just_under).empty());
   Json idle = {{"ps", {ps("ps:0", 9, 0, 0, 0), ps("ps:1", 0, 0, 0, 0)}}};  // mean under 10 req/s
-  CHECK(obs::LoadHints(idle).empty());
+  CHECK(Hints(idle).empty());
   // A ps that did not answer is left out of the mean (one answering ps: no comparison).
   Json one = {{"ps", {ps("ps:0", 300, 0, 0, 0), Json{{"task", "ps:1"}, {"state", "no answer"}}}}};
-  CHECK(obs::LoadHints(one).empty());
+  CHECK(Hints(one).empty());
 
   // Median of 10, 12, 20 is 12: 20 is 1.67x; 12 is not.
   Json straggler = {{"workers", {worker("worker:0", 10, 1, 0, 9, 0), worker("worker:1", 12, 1, 0, 11, 0),
                                  worker("worker:2", 20, 1, 0, 19, 0)}}};
-  CHECK(obs::LoadHints(straggler) ==
+  CHECK(Hints(straggler) ==
         std::vector<std::string>{"hint: worker:2 is a straggler: 20.0 ms per step, 1.7x the median 12.0 ms "
                                  "(a slow or busy host?)"});
   Json even = {{"workers", {worker("worker:0", 10, 1, 0, 9, 0), worker("worker:1", 14.9, 1, 0, 9, 0)}}};
-  CHECK(obs::LoadHints(even).empty());  // median 12.45: 14.9 < 18.7
+  CHECK(Hints(even).empty());  // median 12.45: 14.9 < 18.7
 
   // 6 of 10 s pulling/pushing; the queues stay near empty → network; a deep queue → ps.
   Json wire = {{"workers", {worker("worker:0", 10, 1, 2, 3, 1), worker("worker:1", 10, 0, 2, 0, 1)}},
                {"ps", {ps("ps:0", 5, 0, 0, 1), ps("ps:1", 5, 0, 0, 0)}}};
-  CHECK(obs::LoadHints(wire) ==
+  CHECK(Hints(wire) ==
         std::vector<std::string>{"hint: network-bound: workers spend 60% of their step time pulling and pushing "
                                  "while the ps queues stay near empty (max depth <= 1): the network, not the ps, "
                                  "limits training"});
   wire["ps"][1]["max_queue_depth"] = 4;
-  CHECK(obs::LoadHints(wire) ==
+  CHECK(Hints(wire) ==
         std::vector<std::string>{"hint: ps-bound: workers spend 60% of their step time pulling and pushing and "
                                  "ps:1 queued up to 4 requests: the ps tasks are the bottleneck (add ps tasks or "
                                  "partition the busiest variables)"});
   Json half = {{"workers", {worker("worker:0", 10, 1, 2, 4, 3)}}, {"ps", {ps("ps:0", 5, 0, 0, 0)}}};
-  CHECK(obs::LoadHints(half).empty());  // exactly half is not "most"
-  CHECK(obs::LoadHints(Json::object()).empty());
-  CHECK(obs::LoadHints(Json{{"ps", 3}, {"workers", "x"}}).empty());
+  CHECK(Hints(half).empty());  // exactly half is not "most"
+  CHECK(Hints(Json::object()).empty());
+  CHECK(Hints(Json{{"ps", 3}, {"workers", "x"}}).empty());
 }
 
