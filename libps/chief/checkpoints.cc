@@ -1,0 +1,146 @@
+// The model dir, restoring from and saving checkpoints, and the final hook.
+#include <algorithm>
+#include <filesystem>
+
+#include "libps/chief/shell.h"
+#include "libps/core/files.h"
+#include "libps/core/log.h"
+#include "libps/core/text.h"
+#include "libps/worker/trainer.h"
+
+namespace ps::chief {
+
+Status Chief::PrepareModelDir() {
+  if (job_.model_dir.empty()) return InvalidArgument("job.model_dir: not set (or pass --model-dir DIR)");
+  std::error_code ec;
+  // The ps tasks write into model_dir from their own working directories: send them an
+  // absolute path.
+  job_.model_dir = std::filesystem::absolute(job_.model_dir, ec).lexically_normal().string();
+  if (ec) return IoError("model_dir " + job_.model_dir + ": " + ec.message());
+  std::filesystem::create_directories(job_.model_dir, ec);
+  if (ec) return IoError("model_dir " + job_.model_dir + ": " + ec.message());
+  PS_RETURN_IF_ERROR(WriteFileAtomic(job_.model_dir + "/job.json", job_.raw.dump(2) + "\n"));
+  // Only the chief at start-up may do this: a save in progress looks uncommitted.
+  std::vector<std::string> removed;
+  PS_RETURN_IF_ERROR(ckpt::CleanUncommitted(job_.model_dir, &removed));
+  for (const auto& r : removed) PS_LOG(Warning) << "removed uncommitted " << r;
+  metrics_.open(job_.model_dir + "/train_metrics.jsonl", std::ios::app);
+  if (!metrics_) return IoError(job_.model_dir + "/train_metrics.jsonl: cannot open");
+  auto events = obs::EventWriter::Open(job_.model_dir);
+  if (events.ok()) {
+    events_.emplace(std::move(*events));
+  } else {
+    PS_LOG(Warning) << "no TensorBoard events: " << events.status().message();
+  }
+  return Status::Ok();
+}
+
+Status Chief::RestoreNewest() {
+  std::vector<std::string> warnings;
+  auto found = ckpt::FindRestorable(job_.model_dir, &warnings);
+  for (const auto& w : warnings) PS_LOG(Warning) << w;
+  if (!found.ok()) return found.status();
+  if (!found->has_value()) {
+    PS_LOG(Info) << "no checkpoint in " << job_.model_dir << ": starting at step 0";
+    return Status::Ok();
+  }
+  PS_ASSIGN_OR_RETURN(auto all, ckpt::ListCheckpoints(job_.model_dir));
+  std::reverse(all.begin(), all.end());  // newest first
+  for (const auto& c : all) {
+    if (c.global_step > (**found).global_step) continue;  // newer ones failed verification
+    if (c.manifest.num_ps != static_cast<int>(ps_.size())) {
+      return FailedPrecondition(c.dir + " was written by " + std::to_string(c.manifest.num_ps) +
+                                " ps task(s); this cluster has " + std::to_string(ps_.size()) +
+                                " (resharding a checkpoint is not supported)");
+    }
+    SetState("restoring");
+    std::vector<std::string> failed;
+    Status st = CallAll(ps_, proto::Restore{job_.model_dir, c.global_step}, net::Millis(std::chrono::minutes(30)),
+                        &failed);
+    if (st.ok()) {
+      global_step_ = c.global_step;
+      last_saved_ = c.manifest;
+      PS_LOG(Info) << "restored " << c.dir << (c.manifest.final ? " (final)" : "") << ": resuming at step "
+                   << c.global_step;
+      return Status::Ok();
+    }
+    if (st.code() != Code::kDataLoss && st.code() != Code::kNotFound) return st;
+    for (const auto& f : failed) PS_LOG(Error) << "cannot restore " << c.dir << ": " << f;
+    PS_LOG(Warning) << "falling back to the checkpoint before " << c.dir;
+  }
+  return DataLoss("no checkpoint in " + job_.model_dir +
+                  " could be restored; refusing to start from scratch (move the directory away to do that)");
+}
+
+Status Chief::SaveCheckpoint(bool final) {
+  const int64_t step = global_step_;
+  if (last_saved_ && last_saved_->global_step == step) {
+    if (!final || last_saved_->final) return Status::Ok();
+    last_saved_->final = true;  // nothing trained since: the same shards, now marked final
+    last_saved_->unix_time = UnixTime();
+    PS_RETURN_IF_ERROR(ckpt::CommitCheckpoint(job_.model_dir, *last_saved_));
+    PS_LOG(Info) << "checkpoint " << ckpt::CheckpointDirName(step) << " marked final";
+    return Status::Ok();
+  }
+  SetState("checkpointing");
+  auto t0 = Clock::now();
+  std::vector<std::future<Result<net::Reply>>> futs;
+  for (const auto& p : ps_) {
+    futs.push_back(p->Call(proto::Save{job_.model_dir, step}, {}, {}, net::Millis(std::chrono::minutes(30))));
+  }
+  ckpt::Manifest m;
+  m.global_step = step;
+  m.final = final;
+  m.num_ps = static_cast<int>(ps_.size());
+  uint64_t bytes = 0;
+  for (size_t p = 0; p < ps_.size(); ++p) {
+    auto r = futs[p].get();
+    if (!r.ok()) return r.status().WithContext("checkpoint " + std::to_string(step) + " on " + ps_[p]->peer_name());
+    const auto* reply = std::get_if<proto::SaveReply>(&r->envelope.body);
+    if (reply == nullptr) return ProtocolError(ps_[p]->peer_name() + " answered Save with " + proto::BodyName(r->envelope.body));
+    m.shards.push_back({reply->file, reply->bytes, reply->digest});
+    bytes += reply->bytes;
+  }
+  Json vars = Json::array();
+  for (const auto& v : plan_.variables) {
+    Json shards = Json::array();
+    for (const auto& s : plan_.shards) {
+      if (s.var == v.name) shards.push_back({{"shard", s.shard}, {"ps", s.ps}, {"row_begin", s.row_begin}, {"rows", s.rows}});
+    }
+    vars.push_back({{"name", v.name}, {"shape", v.shape}, {"sparse", v.sparse}, {"shards", shards}});
+  }
+  m.extra = {{"variables", vars}, {"total_steps", job_.steps}};
+  m.unix_time = UnixTime();
+  PS_RETURN_IF_ERROR(ckpt::CommitCheckpoint(job_.model_dir, m));
+  last_saved_ = m;
+  std::vector<std::string> removed;
+  PS_RETURN_IF_ERROR(ckpt::ApplyMaxToKeep(job_.model_dir, job_.checkpoint.max_to_keep, &removed));
+  double sec = std::chrono::duration<double>(Clock::now() - t0).count();
+  PS_LOG(Info) << "checkpoint " << ckpt::CheckpointDirName(step) << (final ? " (final)" : "") << " committed: "
+               << Fixed(bytes / 1048576.0, 1) << " MiB in " << Fixed(sec, 2) << " s"
+               << (removed.empty() ? "" : ", deleted the oldest (max_to_keep " +
+                                             std::to_string(job_.checkpoint.max_to_keep) + ")");
+  WriteMetricsLine({{"checkpoint", {{"step", step}, {"final", final}, {"bytes", bytes}, {"seconds", sec}}}});
+  return Status::Ok();
+}
+
+Status Chief::FinalHook() {
+  PS_RETURN_IF_ERROR(SaveCheckpoint(true));
+  if (job_.eval_data.is_null()) return Status::Ok();
+  SetState("evaluating");
+  PS_ASSIGN_OR_RETURN(auto model, model::BuildModel(job_.model, "job.model"));
+  std::vector<std::unique_ptr<worker::PsLink>> links;
+  for (const auto& p : ps_) links.push_back(worker::RemotePsLink(p));
+  PS_ASSIGN_OR_RETURN(auto fetcher, worker::ParamFetcher::Create(plan_, std::move(links)));
+  PS_ASSIGN_OR_RETURN(worker::EvalMetrics m, worker::Evaluate(job_, job_.eval_data, *model, *fetcher));
+  PS_LOG(Info) << "final evaluation at step " << global_step_ << " on " << m.examples
+               << " examples: accuracy " << Fixed(m.accuracy, 4) << "  loss " << Fixed(m.loss, 4)
+               << (m.auc >= 0 ? "  auc " + Fixed(m.auc, 4) : std::string());
+  Json line = {{"final_eval", {{"step", global_step_.load()}, {"examples", m.examples},
+                               {"accuracy", m.accuracy}, {"loss", m.loss}}}};
+  if (m.auc >= 0) line["final_eval"]["auc"] = m.auc;
+  WriteMetricsLine(line);
+  return Status::Ok();
+}
+
+}  // namespace ps::chief

@@ -1,0 +1,230 @@
+// The chief's links to the cluster: the control server, connections to every task,
+// lost ps tasks and workers coming back, and the orderly shutdown.
+#include <thread>
+
+#include "libps/chief/shell.h"
+#include "libps/core/log.h"
+
+namespace ps::chief {
+
+Status Chief::StartControl() {
+  net::ServerOptions o;
+  o.host = ctx_.listen_host;
+  o.port = ctx_.listen_port;
+  o.identity = ctx_.identity;
+  o.admit = [](const proto::Hello& h) {
+    return h.role == proto::Role::kClient
+               ? Status::Ok()
+               : PermissionDenied(std::string("a ") + proto::RoleName(h.role) + " may not connect to the chief");
+  };
+  PS_ASSIGN_OR_RETURN(control_, net::Server::Start(runtime_, o, [this](net::Request req, net::Responder resp) {
+    if (auto* m = std::get_if<proto::Stop>(&req.envelope.body)) {
+      RequestStop(m->reason.empty() ? "stop command from " + req.peer.address : m->reason);
+      return resp.Reply(proto::Ack{});
+    }
+    if (std::holds_alternative<proto::GetStatus>(req.envelope.body)) {
+      return resp.Reply(proto::ChiefStatusReply{CurrentStatus()});
+    }
+    resp.Fail(ProtocolError(std::string("the chief does not handle ") + proto::BodyName(req.envelope.body)));
+  }));
+  PS_LOG(Info) << "control on " << ctx_.listen_host << ":" << control_->port() << " (pstrain stop --chief "
+               << ctx_.tf.cluster.address(ctx_.tf.task).ToString() << ")";
+  return Status::Ok();
+}
+
+Status Chief::Connect() {
+  SetState("connecting");
+  const auto& cl = ctx_.tf.cluster;
+  std::vector<cluster::TaskId> tasks;
+  for (int i = 0; i < cl.count(cluster::TaskType::kPs); ++i) tasks.push_back({cluster::TaskType::kPs, i});
+  for (int i = 0; i < cl.count(cluster::TaskType::kWorker); ++i) tasks.push_back({cluster::TaskType::kWorker, i});
+  std::vector<std::future<Result<std::shared_ptr<net::Client>>>> futs;
+  for (const auto& t : tasks) {
+    futs.push_back(std::async(std::launch::async, [this, t] { return net::Client::Connect(runtime_, ClientOptionsFor(t)); }));
+  }
+  Status first;
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    auto c = futs[i].get();
+    if (!c.ok()) {
+      if (first.ok()) first = c.status();
+      continue;
+    }
+    if (tasks[i].type == cluster::TaskType::kPs) ps_.push_back(*c);
+    else workers_.push_back(*c);
+  }
+  if (!first.ok()) return first;
+  PS_LOG(Info) << "connected to " << ps_.size() << " ps and " << workers_.size() << " worker task(s)";
+  for (size_t i = 0; i < ps_.size(); ++i) WatchPs(i);
+  return Status::Ok();
+}
+
+net::ClientOptions Chief::ClientOptionsFor(cluster::TaskId t) const {
+  auto o = ctx_.ClientFor(t);
+  o.generation = generation_;
+  o.heartbeat_interval = std::max(net::Millis(100), options_.heartbeat_timeout / 4);
+  o.heartbeat_timeout = options_.heartbeat_timeout;
+  return o;
+}
+
+void Chief::WatchPs(size_t i) {
+  ps_[i]->OnBroken([this, i, name = ps_[i]->peer_name()](const Status& why) {
+    std::lock_guard lock(mu_);
+    lost_ps_.insert(i);
+    PS_LOG(Error) << name << " failed: " << why.message();
+    cv_.notify_all();
+  });
+}
+
+std::set<size_t> Chief::LostPs() {
+  std::lock_guard lock(mu_);
+  std::set<size_t> lost = lost_ps_;
+  for (size_t i = 0; i < ps_.size(); ++i) {
+    if (!ps_[i]->health().ok()) lost.insert(i);
+  }
+  return lost;
+}
+
+Status Chief::RecoverPs() {
+  SetState("recovering");
+  const auto deadline = Clock::now() + options_.ps_recovery_timeout;
+  for (;;) {
+    std::set<size_t> lost = LostPs();
+    if (lost.empty()) break;
+    for (size_t i : lost) {
+      auto o = ClientOptionsFor({cluster::TaskType::kPs, static_cast<int>(i)});
+      auto left = std::chrono::duration_cast<net::Millis>(deadline - Clock::now());
+      if (left.count() <= 0) left = net::Millis(1);
+      o.connect_deadline = left;
+      PS_LOG(Warning) << "training paused: waiting up to " << left.count() / 1000 << " s for " << o.peer_name
+                      << " (" << o.host << ":" << o.port << ") to come back";
+      auto c = net::Client::Connect(runtime_, o);
+      if (!c.ok()) {
+        return Unavailable(o.peer_name + " did not come back within " +
+                           std::to_string(options_.ps_recovery_timeout.count() / 1000) + " s (" +
+                           c.status().message() + "); the committed checkpoints in " + job_.model_dir +
+                           " are intact: restart the cluster to resume");
+      }
+      {
+        std::lock_guard lock(mu_);
+        ps_[i] = *c;
+        lost_ps_.erase(i);
+      }
+      WatchPs(i);
+      auto r = ps_[i]->CallSync(create_msgs_[i]);
+      if (!r.ok()) return r.status().WithContext("recreating variables on " + o.peer_name);
+      PS_LOG(Info) << o.peer_name << " is back";
+    }
+    if (!LostPs().empty()) continue;  // another one went while we waited
+    last_saved_.reset();
+    Status st = RestoreNewest();
+    if (st.ok() && LostPs().empty()) return Status::Ok();
+    if (!st.ok() && LostPs().empty()) return st;
+  }
+  return Status::Ok();
+}
+
+void Chief::RejoinLoop() {
+  std::unique_lock lock(mu_);
+  while (!rejoin_stop_) {
+    cv_.wait_for(lock, std::chrono::seconds(1), [&] { return rejoin_stop_; });
+    if (rejoin_stop_) return;
+    auto snapshot = coordinator_->Snapshot();
+    lock.unlock();
+    for (size_t w = 0; w < snapshot.size(); ++w) {
+      if (snapshot[w].alive) continue;
+      auto o = ClientOptionsFor({cluster::TaskType::kWorker, static_cast<int>(w)});
+      o.connect_deadline = net::Millis(1000);
+      o.handshake_timeout = net::Millis(1000);
+      auto c = net::Client::Connect(runtime_, o);
+      if (!c.ok()) continue;
+      auto r = (*c)->CallSync(proto::StartJob{job_.raw.dump(), static_cast<int32_t>(w),
+                                              static_cast<int32_t>(snapshot.size())});
+      if (!r.ok()) {
+        PS_LOG(Warning) << o.peer_name << " is back but cannot start the job: " << r.status().message();
+        continue;
+      }
+      (*c)->OnBroken([this, w](const Status& why) { coordinator_->MarkLost(static_cast<int>(w), why); });
+      {
+        std::lock_guard guard(mu_);
+        workers_[w] = *c;
+      }
+      coordinator_->Rejoin(static_cast<int>(w), *c);
+      PS_LOG(Info) << o.peer_name << " rejoined";
+    }
+    lock.lock();
+  }
+}
+
+Status Chief::CallAll(const std::vector<std::shared_ptr<net::Client>>& clients, const proto::Body& msg,
+                      net::Millis timeout, std::vector<std::string>* failed) {
+  std::vector<std::future<Result<net::Reply>>> futs;
+  for (const auto& c : clients) futs.push_back(c->Call(msg, {}, {}, timeout));
+  Status first;
+  for (size_t i = 0; i < clients.size(); ++i) {
+    auto r = futs[i].get();
+    if (!r.ok()) {
+      if (failed != nullptr) failed->push_back(clients[i]->peer_name() + " (" + r.status().message() + ")");
+      if (first.ok()) first = r.status();
+    }
+  }
+  return first;
+}
+
+Status Chief::StartWorkers() {
+  SetState("starting workers");
+  std::vector<std::future<Result<net::Reply>>> futs;
+  for (size_t w = 0; w < workers_.size(); ++w) {
+    futs.push_back(workers_[w]->Call(proto::StartJob{job_.raw.dump(), static_cast<int32_t>(w),
+                                                     static_cast<int32_t>(workers_.size())}));
+  }
+  for (size_t w = 0; w < workers_.size(); ++w) {
+    auto r = futs[w].get();
+    if (!r.ok()) {
+      Status st = r.status();
+      return Status(st.code(), workers_[w]->peer_name() + " cannot start the job: " + st.message());
+    }
+  }
+  return Status::Ok();
+}
+
+Status Chief::ShutdownCluster(const Status& outcome) {
+  WaitMetrics();  // its sample talks to the ps tasks
+  std::vector<std::string> failed;
+  auto live = [&](const std::vector<std::shared_ptr<net::Client>>& all) {
+    std::vector<std::shared_ptr<net::Client>> out;
+    for (const auto& c : all) {
+      if (c->health().ok()) out.push_back(c);
+    }
+    return out;
+  };
+  // From here on a task going away is expected: detach the failure callbacks first.
+  for (auto& c : workers_) c->OnBroken(nullptr);
+  for (auto& c : ps_) c->OnBroken(nullptr);
+  std::unique_ptr<Coordinator> gone;
+  {
+    std::lock_guard lock(mu_);  // the status thread reads coordinator_
+    gone = std::move(coordinator_);
+  }
+  gone.reset();
+  std::string reason = outcome.ok() ? "job finished" : "job failed: " + outcome.message();
+  {
+    std::lock_guard lock(mu_);
+    if (outcome.ok() && stop_reason_) reason = "stopped: " + *stop_reason_;
+  }
+  auto live_workers = live(workers_);
+  auto live_ps = live(ps_);
+  CallAll(live_workers, proto::Shutdown{reason}, options_.shutdown_timeout, &failed).ok();
+  CallAll(live_ps, proto::Shutdown{reason}, options_.shutdown_timeout, &failed).ok();
+  for (auto& c : workers_) c->Close();
+  for (auto& c : ps_) c->Close();
+  if (!failed.empty()) {
+    std::string names;
+    for (const auto& f : failed) names += (names.empty() ? "" : ", ") + f;
+    return Unavailable("did not acknowledge Shutdown: " + names);
+  }
+  PS_LOG(Info) << "cluster shut down: " << live_workers.size() << " worker(s) and " << live_ps.size()
+               << " ps task(s) acknowledged";
+  return Status::Ok();
+}
+
+}  // namespace ps::chief

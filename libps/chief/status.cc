@@ -1,0 +1,152 @@
+// What the chief tells people: status for `pstrain status`, load samples, progress lines
+// in the log, train_metrics.jsonl and TensorBoard.
+#include <cmath>
+
+#include "libps/chief/shell.h"
+#include "libps/core/log.h"
+#include "libps/core/text.h"
+#include "libps/obs/status.h"
+
+namespace ps::chief {
+
+void Chief::Report(const Window& w, int64_t total) {
+  double now = std::chrono::duration<double>(Clock::now() - start_).count();
+  double window_sec = std::chrono::duration<double>(Clock::now() - w.start).count();
+  double eps = window_sec > 0 ? w.examples / window_sec : 0;
+  double loss = w.examples > 0 ? w.loss_sum / w.examples : 0;
+  double acc = w.examples > 0 ? static_cast<double>(w.correct) / w.examples : 0;
+  double sps = window_sec > 0 ? w.steps / window_sec : 0;
+  double eta = sps > 0 ? (total - global_step_) / sps : NAN;
+  {
+    std::lock_guard lock(mu_);
+    examples_per_sec_ = eps;
+  }
+  PS_LOG(Info) << "step " << global_step_ << "/" << total << "  loss " << Fixed(loss, 4) << "  acc "
+               << Fixed(acc, 4) << "  " << Fixed(eps, 0) << " ex/s  "
+               << (job_.update.mode == ps::server::UpdateMode::kSync ? "stale " + std::to_string(w.stale) + "  " : "")
+               << "elapsed " << FormatDuration(now) << "  eta "
+               << FormatDuration(eta);
+  Json line = {{"step", global_step_.load()}, {"total_steps", total}, {"loss", loss}, {"accuracy", acc},
+               {"examples_per_sec", eps}, {"elapsed_sec", now}, {"unix_time", UnixTime()}};
+  if (job_.update.mode == ps::server::UpdateMode::kSync) line["stale_steps"] = w.stale;
+  // The load figures wait for the ps tasks' answers: the line is completed and written
+  // off the training thread.
+  WaitMetrics();
+  pending_metrics_ = std::async(std::launch::async, [this, line]() mutable {
+    const proto::ChiefStatus status = CurrentStatus();
+    Json load = obs::LoadJson(status);
+    for (const char* key : {"load_window_sec", "workers", "ps"}) line[key] = std::move(load[key]);
+    if (Clock::now() - last_hint_log_ >= kHintLogInterval) {
+      auto hints = obs::LoadHints(status.workers, status.ps);
+      for (const auto& hint : hints) PS_LOG(Info) << hint;
+      if (!hints.empty()) last_hint_log_ = Clock::now();
+    }
+    metrics_ << line.dump(-1, ' ', false, Json::error_handler_t::replace) << "\n";
+    metrics_.flush();
+    std::lock_guard lock(events_mu_);
+    if (events_) {
+      Status st = obs::AddLoadScalars(*events_, status, line["step"].get<int64_t>(), line["unix_time"].get<double>());
+      if (!st.ok()) DisableEvents(st);
+    }
+  });
+  std::lock_guard lock(events_mu_);
+  if (events_) {
+    const double wall = line["unix_time"].get<double>();
+    Status st = events_->AddScalar("loss", global_step_, loss, wall);
+    if (st.ok()) st = events_->AddScalar("accuracy", global_step_, acc, wall);
+    if (st.ok()) st = events_->AddScalar("examples_per_sec", global_step_, eps, wall);
+    if (!st.ok()) DisableEvents(st);
+  }
+}
+
+void Chief::DisableEvents(const Status& why) {
+  PS_LOG(Warning) << "TensorBoard events disabled: " << why.message();
+  events_.reset();
+}
+
+void Chief::WaitMetrics() {
+  if (pending_metrics_.valid()) pending_metrics_.get();
+}
+
+void Chief::WriteMetricsLine(const Json& line) {
+  WaitMetrics();
+  metrics_ << line.dump() << "\n";
+  metrics_.flush();
+}
+
+void Chief::SampleLoad(proto::ChiefStatus* status) {
+  std::lock_guard sample_lock(load_mu_);
+  std::vector<std::shared_ptr<net::Client>> ps;
+  std::vector<obs::WorkerSnapshot> workers;
+  {
+    std::lock_guard lock(mu_);
+    if (state_ != "starting" && state_ != "connecting") ps = ps_;  // ps_ is complete
+    if (coordinator_) workers = coordinator_->Snapshot();
+  }
+  std::vector<std::future<Result<net::Reply>>> futs;
+  for (const auto& c : ps) futs.push_back(c->Call(proto::GetStatus{}, {}, {}, kPsStatusTimeout));
+  const auto now = Clock::now();
+  const LoadSample* base = nullptr;
+  for (auto it = load_history_.rbegin(); it != load_history_.rend(); ++it) {
+    base = &*it;
+    if (now - it->at >= kMinLoadWindow) break;
+  }
+  LoadSample sample{now, std::vector<std::optional<proto::PsStatus>>(ps.size()), workers};
+  for (size_t i = 0; i < ps.size(); ++i) {
+    const std::string address =
+        ctx_.tf.cluster.address({cluster::TaskType::kPs, static_cast<int>(i)}).ToString();
+    auto r = futs[i].get();
+    if (!r.ok()) {
+      status->ps.push_back(obs::PsNoAnswer(ps[i]->peer_name(), address, r.status().message()));
+    } else if (const auto* reply = std::get_if<proto::PsStatusReply>(&r->envelope.body)) {
+      std::optional<proto::PsStatus> prev;
+      if (base != nullptr && i < base->ps.size()) prev = base->ps[i];
+      status->ps.push_back(obs::PsLoadOf(ps[i]->peer_name(), address, reply->status, prev));
+      sample.ps[i] = reply->status;
+    } else {
+      status->ps.push_back(obs::PsNoAnswer(ps[i]->peer_name(), address,
+                                           std::string("answered GetStatus with ") +
+                                               proto::BodyName(r->envelope.body)));
+    }
+  }
+  const double window = std::chrono::duration<double>(now - (base != nullptr ? base->at : start_)).count();
+  for (size_t w = 0; w < workers.size(); ++w) {
+    const obs::WorkerSnapshot* prev = base != nullptr && w < base->workers.size() ? &base->workers[w] : nullptr;
+    status->workers.push_back(obs::WorkerLoadOf(workers[w], prev, window, job_.batch_size));
+  }
+  status->load_window_sec = window;
+  load_history_.push_back(std::move(sample));
+  // Keep the newest sample at least kMinLoadWindow old and everything after it.
+  while (load_history_.size() >= 2 && now - load_history_[1].at >= kMinLoadWindow) load_history_.pop_front();
+}
+
+double Chief::UnixTime() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+proto::ChiefStatus Chief::CurrentStatus() {
+  proto::ChiefStatus s;
+  {
+    std::lock_guard lock(mu_);
+    s.state = state_;
+    s.global_step = global_step_.load();
+    s.total_steps = job_.steps;
+    s.examples_per_sec = examples_per_sec_;
+    s.elapsed_sec = std::chrono::duration<double>(Clock::now() - start_).count();
+    if (stop_reason_) s.stop_reason = *stop_reason_;
+    for (const auto& p : ps_) s.tasks.push_back({.task = p->peer_name(), .state = p->health().ok() ? "ready" : "lost", .last_error = ""});
+    if (coordinator_) {
+      for (const auto& w : coordinator_->Snapshot()) {
+        s.tasks.push_back({.task = w.name,
+                           .state = w.alive ? (w.in_flight > 0 ? "running" : "idle") : "lost",
+                           .last_error = w.last_error});
+      }
+    } else {
+      for (const auto& w : workers_) s.tasks.push_back({.task = w->peer_name(), .state = "connected", .last_error = ""});
+    }
+  }
+  SampleLoad(&s);
+  return s;
+}
+
+}  // namespace ps::chief

@@ -1,0 +1,55 @@
+// Creating the job's variables on the ps tasks.
+#include <algorithm>
+
+#include "libps/chief/shell.h"
+#include "libps/core/log.h"
+#include "libps/core/text.h"
+
+namespace ps::chief {
+
+Status Chief::CreateVariables() {
+  SetState("creating variables");
+  PS_ASSIGN_OR_RETURN(auto model, model::BuildModel(job_.model, "job.model"));
+  PS_ASSIGN_OR_RETURN(plan_, job::PlanVariables(job_, *model, static_cast<int>(ps_.size())));
+  std::vector<proto::CreateShards> per_ps(ps_.size());
+  for (auto& m : per_ps) {
+    m.optimizer_json = job_.optimizer_json.dump();
+    m.update_json = ps::server::UpdateToJson(job_.update).dump();
+  }
+  for (const auto& s : plan_.shards) {
+    auto v = std::find_if(plan_.variables.begin(), plan_.variables.end(),
+                          [&](const auto& d) { return d.name == s.var; });
+    proto::ShardDef d;
+    d.var = s.var;
+    d.shard = s.shard;
+    d.num_shards = s.num_shards;
+    d.row_begin = s.row_begin;
+    d.rows = s.rows;
+    d.cols = s.cols;
+    d.full_shape = v->shape;
+    d.init_json = model::InitToJson(v->init).dump();
+    d.seed = job_.seed;
+    d.lazy = v->lazy;
+    per_ps[static_cast<size_t>(s.ps)].shards.push_back(std::move(d));
+  }
+  create_msgs_ = per_ps;
+  std::vector<std::future<Result<net::Reply>>> futs;
+  for (size_t p = 0; p < ps_.size(); ++p) futs.push_back(ps_[p]->Call(per_ps[p]));
+  for (size_t p = 0; p < ps_.size(); ++p) {
+    auto r = futs[p].get();
+    if (!r.ok()) return r.status().WithContext("creating variables on " + ps_[p]->peer_name());
+  }
+  int64_t bytes = 0;
+  int lazy = 0;
+  for (const auto& v : plan_.variables) {
+    if (v.lazy) ++lazy;
+    else bytes += v.num_elements() * 4;
+  }
+  PS_LOG(Info) << plan_.variables.size() << " variables in " << plan_.shards.size() << " shards ("
+               << Fixed(bytes / 1048576.0, 1) << " MiB"
+               << (lazy > 0 ? " + " + std::to_string(lazy) + " lazy table(s), rows created on first push" : "")
+               << ") created on " << ps_.size() << " ps task(s)";
+  return Status::Ok();
+}
+
+}  // namespace ps::chief
