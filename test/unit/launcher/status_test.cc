@@ -1,14 +1,62 @@
-// `pstrain status` text: the chief's status rendered as tables with the hints.
+// `pstrain status` text: the chief's status rendered as "key: value" lines, the tasks
+// table, the per-worker and per-ps tables and the hints.
 #include <string>
 
 #include <catch2/catch.hpp>
 
-#include "launcher/launch.h"
+#include "launcher/status_text.h"
 
 using namespace ps;
 using namespace ps::launcher;
 
 namespace {
+
+TEST_CASE("status: the documented example as text") {
+  const std::string json =
+      R"({"state":"training","global_step":1200,"total_steps":5000,"examples_per_sec":8123.4,)"
+      R"("elapsed_sec":12.3,"tasks":[{"task":"ps:0","address":"127.0.0.1:2225","state":"ready",)"
+      R"("bytes":1234567,"requests":4000},{"task":"worker:0","address":"127.0.0.1:2223",)"
+      R"("state":"running","steps":600,"data_ms":0.1,"pull_ms":1.2,"compute_ms":3.4,"push_ms":1.1}]})";
+  auto text = FormatStatus(json);
+  REQUIRE(text.ok());
+  CHECK(*text ==
+        "state: training\n"
+        "global_step: 1200\n"
+        "total_steps: 5000\n"
+        "examples_per_sec: 8123.4\n"
+        "elapsed_sec: 12.3\n"
+        "\n"
+        "task      address         state    bytes    requests  steps  data_ms  pull_ms  compute_ms  push_ms\n"
+        "ps:0      127.0.0.1:2225  ready    1234567  4000      -      -        -        -           -\n"
+        "worker:0  127.0.0.1:2223  running  -        -         600    0.1      1.2      3.4         1.1\n");
+}
+
+TEST_CASE("status: unknown, missing and odd fields never break it") {
+  auto text = FormatStatus(
+      R"({"state":"stopping","new_thing":{"a":[1,2]},"note":null,"ok":true,)"
+      R"("tasks":[{"task":"ps:0","extra":[1]},7,{"state":"lost"}]})");
+  REQUIRE(text.ok());
+  CHECK(*text ==
+        "state: stopping\n"
+        "new_thing: {\"a\":[1,2]}\n"
+        "note: -\n"
+        "ok: true\n"
+        "\n"
+        "task  extra  state\n"
+        "ps:0  [1]    -\n"
+        "-     -      lost\n"
+        "tasks[1]: 7\n");
+
+  CHECK(*FormatStatus(R"({"state":"starting"})") == "state: starting\n");
+  CHECK(*FormatStatus(R"({"tasks":[]})") == "tasks: none\n");
+  CHECK(*FormatStatus(R"({"tasks":"n/a"})") == "tasks: n/a\n");
+  CHECK(*FormatStatus("{}") == "");
+
+  auto not_object = FormatStatus("[1,2]");
+  REQUIRE_FALSE(not_object.ok());
+  CHECK(not_object.status().message() == "status reply: not a JSON object");
+  CHECK_FALSE(FormatStatus("{\"state\":").ok());
+}
 
 TEST_CASE("status text: per-worker and per-ps tables and the hints") {
   const std::string json =
