@@ -6,6 +6,7 @@
 #include <string>
 
 #include "libps/daemon/daemon.h"
+#include "libps/obs/inspect.h"
 #include "libps/obs/report.h"
 
 namespace ps::launcher {

@@ -1,5 +1,5 @@
 // `pstrain report` and `pstrain inspect`: what is in a model dir, for people
-// (libps/obs does the work).
+// (libps/obs/report.h and libps/obs/inspect.h do the work).
 #pragma once
 
 #include "launcher/cli.h"
