@@ -1,15 +1,60 @@
-// `pstrain status` text: the chief's status rendered as tables with the hints.
+// `pstrain status` text: the chief's status rendered as "key: value" lines, the tasks
+// table, the per-worker and per-ps tables and the hints.
 #include <string>
 
 #include <catch2/catch.hpp>
 
-#include "launcher/launch.h"
+#include "launcher/status_text.h"
 #include "libps/obs/status.h"
 
 using namespace ps;
 using namespace ps::launcher;
 
 namespace {
+
+TEST_CASE("status: the chief's scalars and the tasks table") {
+  proto::ChiefStatus s;
+  s.state = "training";
+  s.global_step = 1200;
+  s.total_steps = 5000;
+  s.examples_per_sec = 8123.4;
+  s.elapsed_sec = 72.3;
+  s.tasks = {{.task = "ps:0", .state = "ready", .last_error = ""},
+             {.task = "worker:0", .state = "running", .last_error = ""}};
+  CHECK(FormatStatus(s) ==
+        "state: training\n"
+        "global_step: 1200\n"
+        "total_steps: 5000\n"
+        "examples_per_sec: 8123\n"
+        "elapsed: 1 min 12 s\n"
+        "\n"
+        "task      state\n"
+        "ps:0      ready\n"
+        "worker:0  running\n");
+}
+
+TEST_CASE("status: a stop reason, a task's last error, and nothing more when lists are empty") {
+  proto::ChiefStatus s;
+  s.state = "draining";
+  s.stop_reason = "pstrain stop";
+  s.tasks = {{.task = "ps:0", .state = "ready", .last_error = ""},
+             {.task = "worker:1", .state = "lost", .last_error = "connection reset"}};
+  CHECK(FormatStatus(s) ==
+        "state: draining\n"
+        "global_step: 0\n"
+        "total_steps: 0\n"
+        "examples_per_sec: 0\n"
+        "elapsed: 0.0 s\n"
+        "stop_reason: pstrain stop\n"
+        "\n"
+        "task      state  last_error\n"
+        "ps:0      ready  -\n"
+        "worker:1  lost   connection reset\n");
+  proto::ChiefStatus starting;
+  starting.state = "starting";
+  CHECK(FormatStatus(starting) ==
+        "state: starting\nglobal_step: 0\ntotal_steps: 0\nexamples_per_sec: 0\nelapsed: 0.0 s\n");
+}
 
 TEST_CASE("status text: per-worker and per-ps tables and the hints") {
   const std::string json =

@@ -1,0 +1,107 @@
+#include "launcher/chief_client.h"
+
+#include <cstdio>
+#include <utility>
+#include <variant>
+
+#include "launcher/status_text.h"
+#include "libps/obs/status.h"
+#include "libps/daemon/daemon.h"
+#include "libps/net/auth.h"
+#include "libps/net/transport.h"
+
+namespace ps::launcher {
+
+using daemon::kExitFailure;
+using daemon::kExitOk;
+using daemon::kExitUsage;
+
+Result<proto::Body> CallChief(const cluster::HostPort& chief, const std::optional<std::string>& secret,
+                              std::chrono::milliseconds timeout, proto::Body request) {
+  const std::string where = chief.ToString();
+  net::Runtime runtime(1);
+  net::ClientOptions o;
+  o.host = chief.host;
+  o.port = chief.port;
+  o.peer_name = "chief:0";
+  o.identity = net::Identity{proto::Role::kClient, 0, 0, secret};
+  o.connect_deadline = timeout;
+  o.handshake_timeout = timeout;
+  o.call_timeout = timeout;
+  o.heartbeat_interval = std::chrono::milliseconds(0);
+  auto client = net::Client::Connect(runtime, o);
+  if (!client.ok()) {
+    const std::string& m = client.status().message();
+    return Status(client.status().code(), m.find(where) != std::string::npos
+                                              ? m
+                                              : "cannot reach the chief at " + where + ": " + m);
+  }
+  auto reply = (*client)->CallSync(std::move(request));
+  (*client)->Close();
+  if (!reply.ok()) {
+    return Status(reply.status().code(), "the chief at " + where + ": " + reply.status().message());
+  }
+  return std::move(reply->envelope.body);
+}
+
+Result<std::optional<std::string>> LoadSecret(const std::optional<std::string>& file) {
+  if (!file) return std::optional<std::string>();
+  auto s = net::ReadSecretFile(*file);
+  if (!s.ok()) return InvalidArgument("--secret-file: " + s.status().message());
+  return std::optional<std::string>(std::move(*s));
+}
+
+namespace {
+
+// Sends `request` to the target's chief and returns the reply when it is a `Reply`.
+// Otherwise prints "pstrain <sub>: <why>" and sets *exit_code: kExitUsage for an
+// unreadable secret file, kExitFailure when the call fails or the chief answers
+// something else.
+template <typename Reply>
+std::optional<Reply> Ask(const std::string& sub, const ChiefTarget& target, proto::Body request,
+                         int* exit_code) {
+  auto secret = LoadSecret(target.secret_file);
+  if (!secret.ok()) {
+    PrintErr("pstrain " + sub + ": " + secret.status().message());
+    *exit_code = kExitUsage;
+    return std::nullopt;
+  }
+  const std::string asked = proto::BodyName(request);
+  auto reply = CallChief(target.chief, *secret, target.timeout, std::move(request));
+  if (!reply.ok()) {
+    PrintErr("pstrain " + sub + ": " + reply.status().message());
+    *exit_code = kExitFailure;
+    return std::nullopt;
+  }
+  if (auto* r = std::get_if<Reply>(&*reply)) return std::move(*r);
+  PrintErr("pstrain " + sub + ": the chief at " + target.chief.ToString() + " answered " + asked + " with " +
+           proto::BodyName(*reply) + " instead of " + proto::BodyName(Reply{}));
+  *exit_code = kExitFailure;
+  return std::nullopt;
+}
+
+}  // namespace
+
+int RunStop(const StopCommand& command) {
+  int rc = kExitOk;
+  if (!Ask<proto::Ack>("stop", command.target, proto::Stop{command.reason}, &rc)) return rc;
+  std::printf("pstrain stop: the chief at %s acknowledged; it stops scheduling steps, writes the "
+              "final checkpoint, shuts every task down and exits\n", command.target.chief.ToString().c_str());
+  return kExitOk;
+}
+
+int RunStatus(const StatusCommand& command) {
+  int rc = kExitOk;
+  auto reply = Ask<proto::ChiefStatusReply>("status", command.target, proto::GetStatus{}, &rc);
+  if (!reply) return rc;
+  if (command.json) {
+    std::printf("%s\n", obs::ToJson(reply->status).dump(-1, ' ', false, Json::error_handler_t::replace).c_str());
+    return kExitOk;
+  }
+  const std::string text = FormatStatus(reply->status);
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fflush(stdout);
+  return kExitOk;
+}
+
+}  // namespace ps::launcher

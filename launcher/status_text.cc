@@ -1,0 +1,98 @@
+#include "launcher/status_text.h"
+
+#include <cstdio>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "libps/core/text.h"
+#include "libps/obs/figures.h"
+
+namespace ps::launcher {
+
+namespace {
+
+std::string Cell(const std::optional<double>& v, const char* format, double scale = 1) {
+  if (!v) return "-";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, format, *v * scale);
+  return buf;
+}
+
+std::string WorkersTable(const std::vector<proto::WorkerLoad>& workers) {
+  std::vector<std::vector<std::string>> rows = {
+      {"worker", "state", "steps", "ex/s", "step_ms", "data", "pull", "compute", "push"}};
+  for (const auto& w : workers) {
+    rows.push_back({w.task, w.state, std::to_string(w.steps), Cell(w.examples_per_s, "%.0f"),
+                    Cell(w.step_ms, "%.1f"), Cell(w.data_frac, "%.0f%%", 100), Cell(w.pull_frac, "%.0f%%", 100),
+                    Cell(w.compute_frac, "%.0f%%", 100), Cell(w.push_frac, "%.0f%%", 100)});
+  }
+  return TableText(rows);
+}
+
+std::string PsTable(const std::vector<proto::PsLoad>& ps) {
+  std::vector<std::vector<std::string>> rows = {{"ps", "address", "state", "req/s", "in/s", "out/s", "rows/s",
+                                                 "queue", "max_queue", "held", "shards"}};
+  std::string errors;
+  for (const auto& p : ps) {
+    if (!p.answered()) {
+      rows.push_back({p.task, p.address, p.state, "-", "-", "-", "-", "-", "-", "-", "-"});
+      errors += p.task + ": " + p.error + "\n";
+      continue;
+    }
+    auto rate = [](double bytes_per_s) { return HumanBytes(static_cast<uint64_t>(bytes_per_s + 0.5)) + "/s"; };
+    rows.push_back({p.task, p.address, p.state, Cell(p.requests_per_s, "%.0f"), rate(p.bytes_in_per_s),
+                    rate(p.bytes_out_per_s), Cell(p.rows_per_s, "%.0f"), std::to_string(p.queue_depth),
+                    std::to_string(p.max_queue_depth), HumanBytes(p.bytes_held), std::to_string(p.shards)});
+  }
+  return TableText(rows) + errors;
+}
+
+}  // namespace
+
+std::string FormatStatus(const proto::ChiefStatus& s) {
+  std::vector<std::pair<std::string, std::string>> head = {
+      {"state:", s.state},
+      {"global_step:", std::to_string(s.global_step)},
+      {"total_steps:", std::to_string(s.total_steps)},
+      {"examples_per_sec:", Fixed(s.examples_per_sec, 0)},
+      {"elapsed:", FormatDuration(s.elapsed_sec)}};
+  if (!s.stop_reason.empty()) head.push_back({"stop_reason:", s.stop_reason});
+  std::string out;
+  for (const auto& [key, value] : head) {
+    out += key;
+    out += ' ';
+    out += value;
+    out += '\n';
+  }
+  if (!s.tasks.empty()) {
+    std::vector<std::vector<std::string>> rows = {{"task", "state", "last_error"}};
+    bool errors = false;
+    for (const auto& t : s.tasks) {
+      rows.push_back({t.task, t.state, t.last_error.empty() ? "-" : t.last_error});
+      errors = errors || !t.last_error.empty();
+    }
+    if (!errors) {
+      for (auto& row : rows) row.pop_back();
+    }
+    out += "\n";
+    out += TableText(rows);
+  }
+  if (!s.workers.empty()) {
+    out += "\n";
+    out += WorkersTable(s.workers);
+  }
+  if (!s.ps.empty()) {
+    out += "\n";
+    out += PsTable(s.ps);
+  }
+  std::string hints;
+  for (const auto& h : obs::LoadHints(s.workers, s.ps)) hints += h + "\n";
+  if (!hints.empty()) {
+    out += "\n";
+    out += hints;
+  }
+  return out;
+}
+
+}  // namespace ps::launcher

@@ -1,0 +1,24 @@
+// `pstrain local`: runs every task of a cluster file on this machine and supervises them.
+//
+// Starts the tasks of PlanLocal (local_plan.h) in order, prints every line they write
+// prefixed with their label (one writer, lines never interleave), restarts tasks as
+// DecideRestart says, and handles SIGINT/SIGTERM/SIGHUP read from a signalfd: the first
+// asks the chief to stop (Stop over the control connection; SIGTERM to the chief if that
+// fails), the second sends SIGTERM to every task, the third SIGKILL. Once the chief has
+// exited, the others get --shutdown-grace to exit (none when the chief exited 2), then
+// SIGTERM and, 10 s later, SIGKILL. The loop waits in poll(2) on the signalfd and one
+// pidfd per child (polling the children every 100 ms where pidfd_open is missing).
+#pragma once
+
+#include "launcher/cli.h"
+
+namespace ps::launcher {
+
+// Exit 0 when every task exited 0, 1 when any failed (the summary names them),
+// 2 for a configuration error found before starting anything (cluster file, job file,
+// secret file, a daemon executable not found, a cluster PlanLocal refuses).
+// Blocks SIGINT/SIGTERM/SIGHUP for the process and handles them in its loop (signalfd);
+// call it from the main thread before any other thread exists.
+int RunLocal(const LocalCommand& command);
+
+}  // namespace ps::launcher

@@ -1,0 +1,72 @@
+// Reading the metrics files a run leaves in its model dir (JSON Lines), for the HTML
+// report (report.h) and `pstrain inspect` (inspect.h).
+//
+//   model_dir/train_metrics.jsonl  the chief, one line per log interval:
+//     {"step":500,"total_steps":9000,"loss":0.58,"accuracy":0.79,"examples_per_sec":35784,
+//      "elapsed_sec":3.1,"unix_time":1732268000.5,"workers":[...]}
+//     and at the end {"final_eval":{"step":9000,"accuracy":..,"loss":..,"auc":..,"examples":..}}
+//   model_dir/eval/metrics.jsonl   the evaluator, one line per evaluated checkpoint:
+//     {"step":..,"accuracy":..,"loss":..,"auc":..,"examples":..}
+// Lines are read leniently: unknown keys are ignored, a null, non-numeric or non-finite
+// value is a missing value, and a line that is not a JSON object with a numeric "step"
+// (e.g. a half-written last line) is skipped and counted in the notes.
+//
+// All functions are pure apart from reading the files named; safe from any thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "libps/core/json.h"
+#include "libps/core/status.h"
+
+namespace ps::obs {
+
+inline constexpr char kTrainMetricsFile[] = "train_metrics.jsonl";
+inline constexpr char kEvalMetricsFile[] = "eval/metrics.jsonl";  // relative to model_dir
+
+struct TrainPoint {
+  int64_t step = 0;
+  std::optional<int64_t> total_steps;
+  std::optional<double> loss;
+  std::optional<double> accuracy;          // fraction in [0, 1]
+  std::optional<double> examples_per_sec;
+  std::optional<double> elapsed_sec;       // since the chief started training
+};
+
+struct EvalPoint {
+  int64_t step = 0;
+  std::optional<double> accuracy;
+  std::optional<double> loss;
+  std::optional<double> auc;               // binary tasks only
+  std::optional<int64_t> examples;
+};
+
+struct MetricsHistory {
+  std::vector<TrainPoint> train;           // sorted by step (stable: file order within a step)
+  std::vector<EvalPoint> eval;             // the evaluator's, sorted by step
+  std::optional<EvalPoint> final_eval;     // the chief's final evaluation, if any
+  std::vector<std::string> notes;          // "train_metrics.jsonl: 1 line skipped (line 12: ...)"
+};
+
+// Reads the two metrics files. Missing files are not errors (they add a note); NotFound
+// only when model_dir itself does not exist, IoError when a file exists but cannot be read.
+Result<MetricsHistory> ReadMetrics(const std::string& model_dir);
+
+// The lines a JSON Lines reader skipped: how many, and the first one's "line N: why".
+struct LineStats {
+  int skipped = 0;
+  std::string first_problem;
+  void Skip(int line, const std::string& why);
+};
+
+// Calls on_line(object, line_number) (numbered from 1) for every line of `path` that is
+// a JSON object, in file order; blank lines are passed over, other lines are counted in
+// *stats. false when the file does not exist; IoError when it cannot be opened or read.
+Result<bool> ForEachJsonLine(const std::string& path, LineStats* stats,
+                             const std::function<void(const Json&, int)>& on_line);
+
+}  // namespace ps::obs
