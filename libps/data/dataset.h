@@ -73,39 +73,56 @@ struct DatasetOptions {
   bool repeat = true;       // true: endless epochs (training); false: one pass (evaluation)
 };
 
-// Not thread-safe: one Dataset per reading thread.
+// What the trainer and the evaluation read batches from. Not thread-safe: one reading
+// thread per Dataset (a streaming one reads ahead in its own thread; see stream.h).
 class Dataset {
+ public:
+  virtual ~Dataset() = default;
+  // Up to batch_size examples of this shard. With repeat, always exactly batch_size (a
+  // batch may span two epochs). Without repeat, the last batch may be short, and after
+  // the pass every call returns an empty batch (size 0, done()). Errors:
+  // InvalidArgument when batch_size <= 0; a streaming reader's error (a corrupt or
+  // mismatched record; the file and record are named) from then on.
+  virtual Result<model::Batch> Next(int64_t batch_size) = 0;
+  // The schema. info().examples is the data set's size when it is in memory, 0 when it
+  // streams (not known before the end).
+  virtual const DatasetInfo& info() const = 0;
+  // Examples returned by Next so far.
+  virtual int64_t examples_seen() const = 0;
+  // True once a single pass (repeat == false) has returned every example.
+  virtual bool done() const = 0;
+  // Records skipped so far under "on_error": "skip" (always 0 in memory).
+  virtual int64_t skipped() const { return 0; }
+};
+
+// One worker's shard of an in-memory data set: example i belongs to shard
+// i % num_shards; the whole shard is reshuffled every epoch.
+class InMemoryDataset : public Dataset {
  public:
   // Errors: InvalidArgument for a bad shard_index/num_shards, or when repeat is set and
   // the shard is empty (Next could never fill a batch).
-  static Result<std::unique_ptr<Dataset>> Create(ExampleTable table, DatasetOptions options);
+  static Result<std::unique_ptr<InMemoryDataset>> Create(ExampleTable table, DatasetOptions options);
 
-  // Up to batch_size examples of this shard, in this epoch's order. With repeat, always
-  // exactly batch_size (a batch may span two epochs). Without repeat, the last batch may
-  // be short, and after the pass every call returns an empty batch (size 0, done()).
-  // Error: InvalidArgument when batch_size <= 0.
-  Result<model::Batch> Next(int64_t batch_size);
+  Result<model::Batch> Next(int64_t batch_size) override;
+  const DatasetInfo& info() const override { return table_.info; }
+  int64_t examples_seen() const override { return seen_; }
+  bool done() const override { return !options_.repeat && seen_ >= shard_size(); }
 
-  const DatasetInfo& info() const { return table_.info; }
   const DatasetOptions& options() const { return options_; }
   // Examples in this shard (one epoch).
   int64_t shard_size() const { return static_cast<int64_t>(shard_.size()); }
-  // Examples returned by Next so far (or set by SkipTo).
-  int64_t examples_seen() const { return seen_; }
   // The epoch the next example comes from: examples_seen / shard_size (0-based; after a
   // complete single pass it is 1).
   int64_t epoch() const;
-  // True once a single pass (repeat == false) has returned every example.
-  bool done() const { return !options_.repeat && seen_ >= shard_size(); }
   // Positions the dataset as if Next had returned `examples` examples, so a restarted
-  // worker continues the same sequence. Without repeat, `examples` must not exceed
+  // worker could continue the same sequence. Without repeat, `examples` must not exceed
   // shard_size(). Error: InvalidArgument.
   Status SkipTo(int64_t examples);
 
   const ExampleTable& table() const { return table_; }
 
  private:
-  Dataset(ExampleTable table, DatasetOptions options);
+  InMemoryDataset(ExampleTable table, DatasetOptions options);
   void StartEpoch(int64_t epoch);
 
   ExampleTable table_;
