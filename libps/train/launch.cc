@@ -321,7 +321,7 @@ Result<Command> ParseInspect(const std::vector<std::string>& args) {
 
 Result<Command> ParseGenCtr(const std::vector<std::string>& args) {
   GenCtrCommand c;
-  std::string spec;
+  std::string spec, formats;
   uint64_t seed = 0;
   int64_t train = 0, eval = 0;
   po::options_description d("options");
@@ -334,11 +334,14 @@ Result<Command> ParseGenCtr(const std::vector<std::string>& args) {
       ("seed", po::value(&seed)->value_name("N"), "generator seed (default 1)")
       ("train-examples", po::value(&train)->value_name("N"), "training examples (default 1000000)")
       ("eval-examples", po::value(&eval)->value_name("N"), "evaluation examples (default 100000)")
-      ("gzip", "gzip-compress the two data files (same names)");
+      ("gzip", "gzip-compress the data files (same names)")
+      ("format", po::value(&formats)->value_name("LIST"),
+       "comma-separated: libsvm (default), tfrecord, criteo_tsv; the same examples in each")
+      ("files", po::value(&c.output.files)->value_name("N"), "split each of train and eval into N files (default 1)");
   if (WantsHelp(args)) {
     return Command(HelpCommand{Usage(
         "pstrain gen-ctr --out DIR [--spec FILE] [--seed N] [--train-examples N]\n"
-        "                        [--eval-examples N] [--gzip]",
+        "                        [--eval-examples N] [--gzip] [--format LIST] [--files N]",
         "Writes a seeded synthetic click data set: DIR/train.libsvm, DIR/eval.libsvm and\n"
         "DIR/ctr.json. Each example has ids from several fields (default 8, vocabularies of\n"
         "10 to 1e6 ids, Zipf-distributed), all in one LibSVM id space; the label is drawn\n"
@@ -365,6 +368,19 @@ Result<Command> ParseGenCtr(const std::vector<std::string>& args) {
     c.eval_examples = eval;
   }
   c.gzip = vm.count("gzip") > 0;
+  if (vm.count("format")) {
+    c.output.formats.clear();
+    for (size_t pos = 0; pos <= formats.size();) {
+      size_t end = std::min(formats.find(',', pos), formats.size());
+      auto f = data::ParseCtrFormat(formats.substr(pos, end - pos));
+      if (!f.ok()) return InvalidArgument("pstrain gen-ctr: --format: " + f.status().message());
+      c.output.formats.push_back(*f);
+      pos = end + 1;
+    }
+  }
+  if (c.output.files < 1 || c.output.files > 100000) {
+    return InvalidArgument("pstrain gen-ctr: --files: must be in 1..100000");
+  }
   return Command(std::move(c));
 }
 
@@ -1358,7 +1374,7 @@ int RunGenCtr(const GenCtrCommand& command) {
     PrintErr("pstrain gen-ctr: " + st.message());
     return kExitUsage;
   }
-  auto report = data::GenerateCtr(spec, command.out_dir);
+  auto report = data::GenerateCtr(spec, command.out_dir, command.output);
   if (!report.ok()) {
     PrintErr("pstrain gen-ctr: " + report.status().message());
     return kExitFailure;
@@ -1372,8 +1388,11 @@ int RunGenCtr(const GenCtrCommand& command) {
   std::printf("wrote %lld train and %lld eval examples in %.1f s (%.0f examples/s)\n",
               static_cast<long long>(spec.train_examples), static_cast<long long>(spec.eval_examples),
               r.seconds, r.seconds > 0 ? static_cast<double>(examples) / r.seconds : 0.0);
-  std::printf("  train: %s\n  eval:  %s\n  spec:  %s\n", r.train_path.c_str(), r.eval_path.c_str(),
-              r.json_path.c_str());
+  for (const data::CtrFiles& f : r.outputs) {
+    const std::string more = f.train.size() > 1 ? " (+" + std::to_string(f.train.size() - 1) + " more)" : "";
+    std::printf("  train: %s%s\n  eval:  %s%s\n", f.train[0].c_str(), more.c_str(), f.eval[0].c_str(), more.c_str());
+  }
+  std::printf("  spec:  %s\n", r.json_path.c_str());
   std::printf("num_features: %lld  field_offsets: [%s]\n", static_cast<long long>(r.num_features),
               offsets.c_str());
   std::printf("click rate: train %.4f, eval %.4f\n", r.train_click_rate, r.eval_click_rate);

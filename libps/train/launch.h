@@ -8,7 +8,7 @@
 //                     [--max-restarts N] [--shutdown-grace S] [-- DAEMON_ARGS...]
 //   pstrain report    MODEL_DIR [--out FILE]
 //   pstrain inspect   MODEL_DIR [--step N] [--verify]
-//   pstrain gen-ctr   --out DIR [--spec FILE] [--seed N] [--train-examples N]
+//   pstrain gen-ctr   --out DIR [--spec FILE] [--seed N] [--train-examples N] [--format LIST] [--files N]
 //                     [--eval-examples N] [--gzip]
 //
 // Exit codes: 0 success, 1 runtime failure (chief unreachable, a task failed),
@@ -32,6 +32,7 @@
 
 #include "libps/cluster/tf_config.h"
 #include "libps/core/status.h"
+#include "libps/data/ctr_gen.h"
 #include "libps/proto/messages.h"
 
 namespace ps::train {
@@ -98,6 +99,7 @@ struct GenCtrCommand {
   std::optional<int64_t> train_examples;
   std::optional<int64_t> eval_examples;
   bool gzip = false;  // --gzip: compress (otherwise the spec's "gzip")
+  data::CtrOutput output;  // --format LIST, --files N
 };
 
 using Command = std::variant<HelpCommand, TfConfigCommand, StopCommand, StatusCommand,
