@@ -208,20 +208,24 @@ Result<ExampleTable> LoadExamples(const Json& config, const std::string& path,
   return table;
 }
 
-Result<std::unique_ptr<Dataset>> OpenDataset(const Json& config, std::string path,
-                                             DatasetOptions options) {
+namespace {
+
+// A streamed data set's config ("files"), read and its files listed, nothing opened.
+struct StreamPlan {
+  std::unique_ptr<RecordFormat> format;
+  std::vector<std::string> files;
+  StreamOptions options;
+};
+
+Result<StreamPlan> PlanStream(const Json& config, const std::string& path, const std::string& base_dir) {
   JsonReader r(config, path);
   PS_RETURN_IF_ERROR(r.status());
-  if (!r.Has("files")) {
-    PS_ASSIGN_OR_RETURN(ExampleTable table, LoadExamples(config, path, options.base_dir));
-    PS_ASSIGN_OR_RETURN(auto d, InMemoryDataset::Create(std::move(table), std::move(options)));
-    return std::unique_ptr<Dataset>(std::move(d));
-  }
+  StreamPlan plan;
   std::string format;
   PS_RETURN_IF_ERROR(r.Get("format", &format));
   if (r.Has("path")) return InvalidArgument(path + ": give \"path\" (in memory) or \"files\" (streamed), not both");
   if (r.Has("limit")) return InvalidArgument(r.Path("limit") + ": not supported with \"files\"");
-  StreamOptions stream;
+  StreamOptions& stream = plan.options;
   stream.path = path;
   PS_ASSIGN_OR_RETURN(std::vector<std::string> patterns, GetPatterns(r));
   PS_RETURN_IF_ERROR(r.GetOr("shuffle_buffer", &stream.shuffle_buffer));
@@ -234,16 +238,34 @@ Result<std::unique_ptr<Dataset>> OpenDataset(const Json& config, std::string pat
     return InvalidArgument(r.Path("prefetch_batches") + ": must be in 1..1024");
   }
   PS_RETURN_IF_ERROR(GetOnError(r, &stream.skip_errors));
-  PS_ASSIGN_OR_RETURN(std::unique_ptr<RecordFormat> record_format, MakeRecordFormat(format, r));
-  if (record_format == nullptr) {
+  PS_ASSIGN_OR_RETURN(plan.format, MakeRecordFormat(format, r));
+  if (plan.format == nullptr) {
     return InvalidArgument(r.Path("files") + ": format '" + format +
                            "' does not stream (tfrecord, criteo_tsv and libsvm do); use \"path\"");
   }
   PS_RETURN_IF_ERROR(r.Finish());
-  PS_ASSIGN_OR_RETURN(std::vector<std::string> files, ExpandFiles(patterns, options.base_dir, r.Path("files")));
-  PS_ASSIGN_OR_RETURN(auto d, StreamingDataset::Create(std::move(record_format), std::move(files), std::move(stream),
-                                                       std::move(options)));
+  PS_ASSIGN_OR_RETURN(plan.files, ExpandFiles(patterns, base_dir, r.Path("files")));
+  return plan;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Dataset>> OpenDataset(const Json& config, std::string path,
+                                             DatasetOptions options) {
+  if (!config.is_object() || !config.contains("files")) {
+    PS_ASSIGN_OR_RETURN(ExampleTable table, LoadExamples(config, path, options.base_dir));
+    PS_ASSIGN_OR_RETURN(auto d, InMemoryDataset::Create(std::move(table), std::move(options)));
+    return std::unique_ptr<Dataset>(std::move(d));
+  }
+  PS_ASSIGN_OR_RETURN(StreamPlan plan, PlanStream(config, path, options.base_dir));
+  PS_ASSIGN_OR_RETURN(auto d, StreamingDataset::Create(std::move(plan.format), std::move(plan.files),
+                                                       std::move(plan.options), std::move(options)));
   return std::unique_ptr<Dataset>(std::move(d));
+}
+
+Status CheckStreamedData(const Json& config, const std::string& path, const std::string& base_dir) {
+  if (!config.is_object() || !config.contains("files")) return Status::Ok();
+  return PlanStream(config, path, base_dir).status();
 }
 
 InMemoryDataset::InMemoryDataset(ExampleTable table, DatasetOptions options)

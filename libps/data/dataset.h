@@ -138,6 +138,11 @@ class InMemoryDataset : public Dataset {
 Result<std::unique_ptr<Dataset>> OpenDataset(const Json& config, std::string path,
                                              DatasetOptions options);
 
+// For a streamed data set ("files"): reads the config and lists its files, opening
+// none (a job-start check: a pattern that matches no file is an InvalidArgument naming
+// it). Ok for an in-memory one (only loading it checks it).
+Status CheckStreamedData(const Json& config, const std::string& path, const std::string& base_dir);
+
 // The loading half of OpenDataset: the whole data set, unsharded.
 Result<ExampleTable> LoadExamples(const Json& config, const std::string& path,
                                   const std::string& base_dir);
