@@ -13,6 +13,9 @@
 //   bench_data write-job --job FILE --data DIR --format F --out FILE
 //     The job file with base_dir = DIR and train_data / eval_data = ctr.json's data
 //     objects for format F (the same examples in every format).
+//   bench_data auc --job FILE --pstrain PATH [--workers 2]
+//     Runs the job under `pstrain local` (2 ps, --workers workers, free ports, a fresh
+//     model_dir) and prints the chief's final evaluation (AUC, examples) and wall time.
 #include <sys/resource.h>
 #include <time.h>
 
@@ -42,7 +45,8 @@ using ps::bench::Seconds;
 namespace fs = std::filesystem;
 
 struct Options {
-  std::string command, data, format = "tfrecord", job, out;
+  std::string command, data, format = "tfrecord", job, out, pstrain;
+  int workers = 2;
   int64_t records = 500000;
   int repeat = 3;
   int64_t shuffle_buffer = 10000;
@@ -59,12 +63,14 @@ Options Parse(int argc, char** argv) {
     else if (a == "--format") o.format = next();
     else if (a == "--job") o.job = next();
     else if (a == "--out") o.out = next();
+    else if (a == "--pstrain") o.pstrain = next();
+    else if (a == "--workers") o.workers = std::atoi(next().c_str());
     else if (a == "--records") o.records = std::atoll(next().c_str());
     else if (a == "--repeat") o.repeat = std::atoi(next().c_str());
     else if (a == "--shuffle-buffer") o.shuffle_buffer = std::atoll(next().c_str());
     else Die("unknown flag " + a);
   }
-  if (o.data.empty()) Die("--data DIR is required");
+  if (o.data.empty() && o.command != "auc") Die("--data DIR is required");
   if (o.records < 1 || o.repeat < 1 || o.shuffle_buffer < 0) Die("bad flag value");
   return o;
 }
@@ -195,6 +201,40 @@ int WriteJobCommand(const Options& o) {
   return 0;
 }
 
+int AucCommand(const Options& o) {
+  if (o.job.empty() || o.pstrain.empty() || o.workers < 1) Die("auc needs --job FILE, --pstrain PATH, --workers N >= 1");
+  std::string tmpl = (fs::temp_directory_path() / "bench-data-XXXXXX").string();
+  if (::mkdtemp(tmpl.data()) == nullptr) Die("mkdtemp failed");
+  const fs::path dir = tmpl;
+  auto ports = ps::bench::FreePorts(2 + o.workers);
+  auto addr = [&](size_t i) { return "127.0.0.1:" + std::to_string(ports[i]); };
+  Json cluster = {{"cluster", {{"chief", {addr(0)}}, {"ps", {addr(1), addr(2)}}, {"worker", Json::array()}}}};
+  for (int w = 0; w < o.workers; ++w) cluster["cluster"]["worker"].push_back(addr(3 + static_cast<size_t>(w)));
+  Json job = Must(ps::ReadJsonFile(o.job), o.job);
+  job["model_dir"] = (dir / "model").string();
+  ps::bench::WriteFile(dir / "cluster.json", cluster.dump(2));
+  ps::bench::WriteFile(dir / "job.json", job.dump(2));
+  auto t0 = Clock::now();
+  int rc = ps::bench::RunProcess({fs::absolute(o.pstrain).string(), "local", "--cluster",
+                                  (dir / "cluster.json").string(), "--job", (dir / "job.json").string()},
+                                 dir / "pstrain.log");
+  const double sec = Seconds(t0, Clock::now());
+  if (rc != 0) Die("pstrain local exited " + std::to_string(rc) + ":\n" + ps::bench::Tail(dir / "pstrain.log", 20));
+  std::ifstream f(dir / "model" / "train_metrics.jsonl");
+  Json final_eval;
+  for (std::string line; std::getline(f, line);) {
+    auto j = ps::ParseJson(line, "train_metrics.jsonl");
+    if (j.ok() && j->contains("final_eval")) final_eval = (*j)["final_eval"];
+  }
+  if (!final_eval.contains("auc")) Die("no final_eval auc in " + (dir / "model").string());
+  std::printf("%-12s %-8s auc %.5f on %lld eval examples, %lld steps in %.1f s\n",
+              job["train_data"].value("format", "?").c_str(), job["train_data"].contains("files") ? "streamed" : "memory",
+              final_eval["auc"].get<double>(), static_cast<long long>(final_eval["examples"].get<int64_t>()),
+              static_cast<long long>(final_eval["step"].get<int64_t>()), sec);
+  fs::remove_all(dir);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -202,5 +242,6 @@ int main(int argc, char** argv) {
   if (o.command == "parse") return ParseCommand(o);
   if (o.command == "stream") return StreamCommand(o);
   if (o.command == "write-job") return WriteJobCommand(o);
-  Die("unknown command " + o.command + " (parse, stream, write-job)");
+  if (o.command == "auc") return AucCommand(o);
+  Die("unknown command " + o.command + " (parse, stream, write-job, auc)");
 }
