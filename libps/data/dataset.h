@@ -1,14 +1,32 @@
-// Dataset: one worker's shard of an in-memory data set, shuffled per epoch and cut into
-// model::Batches.
+// Dataset: one worker's shard of a data set, cut into model::Batches — either loaded
+// whole and fully shuffled per epoch (InMemoryDataset; "path"), or streamed from many
+// files by a background reader through a shuffle buffer (stream.h; "files").
 //
 // Data set configuration (the "data" objects of a job file), read strictly: an unknown
 // key is an error naming it. Relative paths resolve against DatasetOptions::base_dir
 // (the job file's directory). Files may be gzip-compressed (detected by the 1f 8b magic).
+// configs/README.md documents every key; in short:
 //
 //   common to every format
-//     "format"       string, required: "idx" | "libsvm" | "csv" | "string_features"
+//     "format"       string, required: "idx" | "libsvm" | "csv" | "string_features" |
+//                    "tfrecord" | "criteo_tsv"
 //     "limit"        integer >= 0, default 0: keep only the first `limit` examples of the
-//                    data set (before sharding); 0 keeps all
+//                    data set (before sharding); 0 keeps all (not with "files")
+//     "on_error"     "fail" (default) | "skip": bad records (tfrecord, criteo_tsv, and
+//                    every streamed format) stop the read or are counted and logged
+//   streamed ("libsvm", "tfrecord", "criteo_tsv" with "files" instead of "path")
+//     "files"        string or [string]: names or glob patterns, sorted; none may match
+//                    nothing
+//     "shuffle_buffer" integer in 0..2^27, default 10000 (examples)
+//     "prefetch_batches" integer in 1..1024, default 4
+//   "tfrecord" — TFRecord files of tf.Example (tf_example.h): "label", "classes",
+//           "dense": [{"feature", "shape"}], "sparse": [{"feature", "name", "type":
+//           "int64" | "bytes", one of "vocab" | "hash_buckets" | "vocabulary",
+//           "weights", "optional"}]
+//   "criteo_tsv" — label, I1..I13, C1..C26 tab-separated (criteo.cc):
+//           "integer_columns", "categorical_columns", "dense": "log1p" | "raw" | "drop",
+//           "categorical_ids": "hash" | "hex", "buckets" or "fields": [{"name",
+//           "columns", "buckets"}]
 //   "idx" — MNIST / Fashion-MNIST: dense features = pixels / 255, labels = class index
 //     "images"       string, required: idx3 file (magic 0x00000803)
 //     "labels"       string, required: idx1 file (magic 0x00000801), same count
@@ -66,10 +84,12 @@ namespace ps::data {
 
 struct DatasetOptions {
   std::string base_dir;     // relative paths in the config resolve against this directory
-  int64_t shard_index = 0;  // example i belongs to shard i % num_shards
+  int64_t shard_index = 0;  // in memory: example i belongs to shard i % num_shards;
+                            // streamed: files (or records) are split, see stream.h
   int64_t num_shards = 1;
   bool shuffle = true;      // reshuffle the shard every epoch
   uint64_t seed = 0;        // shuffle seed; epoch e uses DeriveSeed(seed, e, shard_index)
+                            // (streamed: for the file order; the buffer has its own stream)
   bool repeat = true;       // true: endless epochs (training); false: one pass (evaluation)
 };
 
@@ -133,8 +153,10 @@ class InMemoryDataset : public Dataset {
   int64_t seen_ = 0;
 };
 
-// Loads the data set `config` describes (see the top of this file) and opens this
-// worker's shard. `path` names config in error messages ("job.data.train").
+// Opens this worker's shard of the data set `config` describes (see the top of this
+// file): loads it whole ("path"), or starts streaming it ("files": the first record is
+// parsed before this returns, so an unreadable or mismatched first record fails here).
+// `path` names config in error messages ("job.train_data").
 Result<std::unique_ptr<Dataset>> OpenDataset(const Json& config, std::string path,
                                              DatasetOptions options);
 

@@ -206,7 +206,7 @@ int AucCommand(const Options& o) {
   std::string tmpl = (fs::temp_directory_path() / "bench-data-XXXXXX").string();
   if (::mkdtemp(tmpl.data()) == nullptr) Die("mkdtemp failed");
   const fs::path dir = tmpl;
-  auto ports = ps::bench::FreePorts(2 + o.workers);
+  auto ports = ps::bench::FreePorts(3 + o.workers);
   auto addr = [&](size_t i) { return "127.0.0.1:" + std::to_string(ports[i]); };
   Json cluster = {{"cluster", {{"chief", {addr(0)}}, {"ps", {addr(1), addr(2)}}, {"worker", Json::array()}}}};
   for (int w = 0; w < o.workers; ++w) cluster["cluster"]["worker"].push_back(addr(3 + static_cast<size_t>(w)));
