@@ -1,6 +1,24 @@
 #include "libps/data/row.h"
 
 namespace ps::data {
+namespace {
+
+// Appends row's ids (and values) field by field to columns[f] (model::SparseField or
+// SparseColumn: both are CSR with ids, values and offsets).
+template <typename Column>
+void AppendFields(const Row& row, bool has_values, std::vector<Column>& columns) {
+  uint32_t begin = 0;
+  for (size_t f = 0; f < columns.size(); ++f) {
+    Column& out = columns[f];
+    const uint32_t end = row.ends[f];
+    out.ids.insert(out.ids.end(), row.ids.begin() + begin, row.ids.begin() + end);
+    if (has_values) out.values.insert(out.values.end(), row.values.begin() + begin, row.values.begin() + end);
+    out.offsets.push_back(static_cast<int64_t>(out.ids.size()));
+    begin = end;
+  }
+}
+
+}  // namespace
 
 model::Batch StartBatch(const DatasetInfo& info) {
   model::Batch b;
@@ -12,15 +30,7 @@ model::Batch StartBatch(const DatasetInfo& info) {
 
 void AppendRow(const Row& row, bool has_values, model::Batch* batch) {
   batch->dense.insert(batch->dense.end(), row.dense.begin(), row.dense.end());
-  uint32_t begin = 0;
-  for (size_t f = 0; f < batch->sparse.size(); ++f) {
-    model::SparseField& out = batch->sparse[f];
-    const uint32_t end = row.ends[f];
-    out.ids.insert(out.ids.end(), row.ids.begin() + begin, row.ids.begin() + end);
-    if (has_values) out.values.insert(out.values.end(), row.values.begin() + begin, row.values.begin() + end);
-    out.offsets.push_back(static_cast<int64_t>(out.ids.size()));
-    begin = end;
-  }
+  AppendFields(row, has_values, batch->sparse);
   batch->labels.push_back(row.label);
   ++batch->size;
 }
@@ -30,16 +40,10 @@ void AppendRow(const Row& row, bool has_values, ExampleTable* table) {
   if (table->sparse.size() != table->info.field_vocab_sizes.size()) {
     table->sparse.resize(table->info.field_vocab_sizes.size());
   }
-  uint32_t begin = 0;
-  for (size_t f = 0; f < table->sparse.size(); ++f) {
-    SparseColumn& c = table->sparse[f];
+  for (SparseColumn& c : table->sparse) {
     if (c.offsets.empty()) c.offsets.push_back(0);
-    const uint32_t end = row.ends[f];
-    c.ids.insert(c.ids.end(), row.ids.begin() + begin, row.ids.begin() + end);
-    if (has_values) c.values.insert(c.values.end(), row.values.begin() + begin, row.values.begin() + end);
-    c.offsets.push_back(static_cast<int64_t>(c.ids.size()));
-    begin = end;
   }
+  AppendFields(row, has_values, table->sparse);
   table->labels.push_back(row.label);
   ++table->info.examples;
 }

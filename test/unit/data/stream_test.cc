@@ -157,15 +157,18 @@ TEST_CASE("stream: the shuffle buffer bounds how far an example can move ahead")
 TEST_CASE("stream: file sharding splits the files, record sharding the records of fewer files") {
   TempDir dir;
   WriteParts(dir, 4, 10, /*mix_gzip=*/true);
+  auto shard = [&](int w, int shards) {
+    DatasetOptions o;
+    o.base_dir = dir.path();
+    o.num_shards = shards;
+    o.shard_index = w;
+    o.repeat = false;
+    return Open(Config("part-*.libsvm"), o);
+  };
   SECTION("4 files, 2 workers: by file, disjoint, all covered") {
     std::vector<int64_t> all;
     for (int w = 0; w < 2; ++w) {
-      DatasetOptions o;
-      o.base_dir = dir.path();
-      o.num_shards = 2;
-      o.shard_index = w;
-      o.repeat = false;
-      auto d = Open(Config("part-*.libsvm"), o);
+      auto d = shard(w, 2);
       auto& s = dynamic_cast<StreamingDataset&>(*d);
       CHECK_FALSE(s.by_record());
       REQUIRE(s.shard_files().size() == 2u);
@@ -180,12 +183,7 @@ TEST_CASE("stream: file sharding splits the files, record sharding the records o
   SECTION("4 files, 6 workers (more workers than files): by record, disjoint, all covered") {
     std::vector<int64_t> all;
     for (int w = 0; w < 6; ++w) {
-      DatasetOptions o;
-      o.base_dir = dir.path();
-      o.num_shards = 6;
-      o.shard_index = w;
-      o.repeat = false;
-      auto d = Open(Config("part-*.libsvm"), o);
+      auto d = shard(w, 6);
       CHECK(dynamic_cast<StreamingDataset&>(*d).by_record());
       auto got = Take(*d, 1000, 8);
       CHECK(got.size() >= 6u);
