@@ -234,8 +234,8 @@ Result<StreamPlan> PlanStream(const Json& config, const std::string& path, const
                            std::to_string(stream.shuffle_buffer));
   }
   PS_RETURN_IF_ERROR(r.GetOr("prefetch_batches", &stream.prefetch_batches));
-  if (stream.prefetch_batches < 1 || stream.prefetch_batches > 1024) {
-    return InvalidArgument(r.Path("prefetch_batches") + ": must be in 1..1024");
+  if (stream.prefetch_batches < 0 || stream.prefetch_batches > 1024) {
+    return InvalidArgument(r.Path("prefetch_batches") + ": must be in 0..1024 (0: automatic)");
   }
   PS_RETURN_IF_ERROR(GetOnError(r, &stream.skip_errors));
   PS_ASSIGN_OR_RETURN(plan.format, MakeRecordFormat(format, r));

@@ -18,7 +18,7 @@
 //     "files"        string or [string]: names or glob patterns, sorted; none may match
 //                    nothing
 //     "shuffle_buffer" integer in 0..2^27, default 10000 (examples)
-//     "prefetch_batches" integer in 1..1024, default 4
+//     "prefetch_batches" integer in 0..1024, default 0 (automatic: ~16384 examples)
 //   "tfrecord" — TFRecord files of tf.Example (tf_example.h): "label", "classes",
 //           "dense": [{"feature", "shape"}], "sparse": [{"feature", "name", "type":
 //           "int64" | "bytes", one of "vocab" | "hash_buckets" | "vocabulary",

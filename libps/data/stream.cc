@@ -12,6 +12,10 @@ namespace {
 
 // Stream ids of DeriveSeed's `epoch` argument that never collide with real epochs.
 constexpr uint64_t kShuffleBufferStream = ~uint64_t{0};
+// prefetch_batches 0: read ahead about this many examples (2 to 64 batches). Enough for
+// the trainer to ride out the reader thread's scheduling gaps on a busy machine (tens of
+// ms), small next to the shuffle buffer.
+constexpr int64_t kAutoPrefetchExamples = 16384;
 
 }  // namespace
 
@@ -106,7 +110,7 @@ Result<std::unique_ptr<StreamingDataset>> StreamingDataset::Create(std::shared_p
     return InvalidArgument("shard_index " + std::to_string(options.shard_index) + " is out of range for " +
                            std::to_string(options.num_shards) + " shards");
   }
-  if (stream.prefetch_batches < 1) return InvalidArgument(stream.path + ": prefetch must be at least 1 batch");
+  if (stream.prefetch_batches < 0) return InvalidArgument(stream.path + ": prefetch_batches must not be negative");
   std::unique_ptr<StreamingDataset> d(
       new StreamingDataset(std::move(format), std::move(files), std::move(stream), std::move(options)));
   d->thread_ = std::thread([p = d.get()] { p->Run(); });
@@ -214,7 +218,10 @@ bool StreamingDataset::AddToBatch(const Row& row) {
 
 bool StreamingDataset::Flush() {
   std::unique_lock lock(mu_);
-  cv_.wait(lock, [&] { return queue_.size() < static_cast<size_t>(stream_.prefetch_batches) || stop_; });
+  const int64_t capacity = stream_.prefetch_batches > 0
+                               ? stream_.prefetch_batches
+                               : std::clamp<int64_t>((kAutoPrefetchExamples + batch_size_ - 1) / batch_size_, 2, 64);
+  cv_.wait(lock, [&] { return static_cast<int64_t>(queue_.size()) < capacity || stop_; });
   if (stop_) return false;
   queue_.push_back(std::move(open_));
   open_ = model::Batch();

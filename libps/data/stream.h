@@ -43,7 +43,8 @@ struct StreamOptions {
   std::string path;             // "job.train_data", for log lines
   int64_t shuffle_buffer = 10000;  // rows; <= 1: no shuffling beyond the file order
   bool skip_errors = false;     // "on_error": "skip": count and log bad records, go on
-  int prefetch_batches = 4;     // batches read ahead of Next
+  int prefetch_batches = 0;     // batches read ahead of Next; 0: about 16384 examples' worth
+                                // (2 to 64 batches)
 };
 
 // Counts records skipped under "on_error": "skip" and logs them (each of the first
