@@ -298,7 +298,7 @@ Result<Command> ParseInspect(const std::vector<std::string>& args) {
 
 Result<Command> ParseGenCtr(const std::vector<std::string>& args) {
   GenCtrCommand c;
-  std::string spec;
+  std::string spec, formats;
   uint64_t seed = 0;
   int64_t train = 0, eval = 0;
   po::options_description d("options");
@@ -311,11 +311,14 @@ Result<Command> ParseGenCtr(const std::vector<std::string>& args) {
       ("seed", po::value(&seed)->value_name("N"), "generator seed (default 1)")
       ("train-examples", po::value(&train)->value_name("N"), "training examples (default 1000000)")
       ("eval-examples", po::value(&eval)->value_name("N"), "evaluation examples (default 100000)")
-      ("gzip", "gzip-compress the two data files (same names)");
+      ("gzip", "gzip-compress the data files (same names)")
+      ("format", po::value(&formats)->value_name("LIST"),
+       "comma-separated: libsvm (default), tfrecord, criteo_tsv; the same examples in each")
+      ("files", po::value(&c.output.files)->value_name("N"), "split each of train and eval into N files (default 1)");
   if (WantsHelp(args)) {
     return Command(HelpCommand{Usage(
         "pstrain gen-ctr --out DIR [--spec FILE] [--seed N] [--train-examples N]\n"
-        "                        [--eval-examples N] [--gzip]",
+        "                        [--eval-examples N] [--gzip] [--format LIST] [--files N]",
         "Writes a seeded synthetic click data set: DIR/train.libsvm, DIR/eval.libsvm and\n"
         "DIR/ctr.json. Each example has ids from several fields (default 8, vocabularies of\n"
         "10 to 1e6 ids, Zipf-distributed), all in one LibSVM id space; the label is drawn\n"
@@ -342,6 +345,19 @@ Result<Command> ParseGenCtr(const std::vector<std::string>& args) {
     c.eval_examples = eval;
   }
   c.gzip = vm.count("gzip") > 0;
+  if (vm.count("format")) {
+    c.output.formats.clear();
+    for (size_t pos = 0; pos <= formats.size();) {
+      size_t end = std::min(formats.find(',', pos), formats.size());
+      auto f = data::ParseCtrFormat(formats.substr(pos, end - pos));
+      if (!f.ok()) return InvalidArgument("pstrain gen-ctr: --format: " + f.status().message());
+      c.output.formats.push_back(*f);
+      pos = end + 1;
+    }
+  }
+  if (c.output.files < 1 || c.output.files > 100000) {
+    return InvalidArgument("pstrain gen-ctr: --files: must be in 1..100000");
+  }
   return Command(std::move(c));
 }
 

@@ -10,7 +10,7 @@
 //   pstrain report    MODEL_DIR [--out FILE]
 //   pstrain inspect   MODEL_DIR [--step N] [--verify]
 //   pstrain gen-ctr   --out DIR [--spec FILE] [--seed N] [--train-examples N]
-//                     [--eval-examples N] [--gzip]
+//                     [--eval-examples N] [--gzip] [--format LIST] [--files N]
 //
 // Exit codes (daemon::kExit*): 0 success, 1 runtime failure (chief unreachable, a task
 // failed), 2 usage or configuration error.
@@ -31,6 +31,7 @@
 
 #include "libps/cluster/tf_config.h"
 #include "libps/core/status.h"
+#include "libps/data/ctr_gen.h"
 
 namespace ps::launcher {
 
@@ -94,6 +95,7 @@ struct GenCtrCommand {
   std::optional<int64_t> train_examples;
   std::optional<int64_t> eval_examples;
   bool gzip = false;  // --gzip: compress (otherwise the spec's "gzip")
+  data::CtrOutput output;  // --format LIST, --files N
 };
 
 using Command = std::variant<HelpCommand, TfConfigCommand, StopCommand, StatusCommand,

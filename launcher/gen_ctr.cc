@@ -37,7 +37,7 @@ int RunGenCtr(const GenCtrCommand& command) {
     PrintErr("pstrain gen-ctr: " + st.message());
     return kExitUsage;
   }
-  auto report = data::GenerateCtr(spec, command.out_dir);
+  auto report = data::GenerateCtr(spec, command.out_dir, command.output);
   if (!report.ok()) {
     PrintErr("pstrain gen-ctr: " + report.status().message());
     return kExitFailure;
@@ -51,8 +51,11 @@ int RunGenCtr(const GenCtrCommand& command) {
   std::printf("wrote %lld train and %lld eval examples in %.1f s (%.0f examples/s)\n",
               static_cast<long long>(spec.train_examples), static_cast<long long>(spec.eval_examples),
               r.seconds, r.seconds > 0 ? static_cast<double>(examples) / r.seconds : 0.0);
-  std::printf("  train: %s\n  eval:  %s\n  spec:  %s\n", r.train_path.c_str(), r.eval_path.c_str(),
-              r.json_path.c_str());
+  for (const data::CtrFiles& f : r.outputs) {
+    const std::string more = f.train.size() > 1 ? " (+" + std::to_string(f.train.size() - 1) + " more)" : "";
+    std::printf("  train: %s%s\n  eval:  %s%s\n", f.train[0].c_str(), more.c_str(), f.eval[0].c_str(), more.c_str());
+  }
+  std::printf("  spec:  %s\n", r.json_path.c_str());
   std::printf("num_features: %lld  field_offsets: [%s]\n", static_cast<long long>(r.num_features),
               offsets.c_str());
   std::printf("click rate: train %.4f, eval %.4f\n", r.train_click_rate, r.eval_click_rate);

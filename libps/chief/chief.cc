@@ -9,6 +9,7 @@
 
 #include "libps/chief/shell.h"
 #include "libps/core/log.h"
+#include "libps/data/dataset.h"
 
 namespace ps::chief {
 
@@ -22,6 +23,7 @@ Status Chief::Run(daemon::SignalWatcher& signals) {
   PS_RETURN_IF_ERROR(PrepareModelDir());
   PS_RETURN_IF_ERROR(StartControl());
   Status st = Connect();
+  if (st.ok()) st = data::CheckStreamedData(job_.eval_data, "job.eval_data", job_.base_dir);  // for FinalHook
   if (st.ok()) st = CreateVariables();
   if (st.ok()) st = RestoreNewest();
   if (st.ok() && !last_saved_) st = SaveCheckpoint(false);  // step 0: recovery always has a checkpoint

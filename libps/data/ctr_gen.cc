@@ -1,7 +1,5 @@
 #include "libps/data/ctr_gen.h"
 
-#include <zlib.h>
-
 #include <algorithm>
 #include <charconv>
 #include <chrono>
@@ -12,6 +10,7 @@
 #include <memory>
 #include <numeric>
 
+#include "libps/data/ctr_writers.h"
 #include "libps/data/random.h"
 
 namespace ps::data {
@@ -32,88 +31,17 @@ uint64_t LatentSeed(uint64_t seed, size_t f) { return DeriveSeed(seed, 2, f); }
 uint64_t TrainSeed(uint64_t seed) { return DeriveSeed(seed, 3, 0); }
 uint64_t EvalSeed(uint64_t seed) { return DeriveSeed(seed, 4, 0); }
 
-// A file written through a buffer, plain or gzip; renamed from "<path>.tmp" on Close.
-class OutFile {
- public:
-  ~OutFile() {
-    if (plain_ != nullptr) std::fclose(plain_);
-    if (gz_ != nullptr) gzclose(gz_);
-    if (!closed_ && !tmp_.empty()) std::remove(tmp_.c_str());
-  }
-  Status Open(const std::string& path, bool gzip) {
-    path_ = path;
-    tmp_ = path + ".tmp";
-    if (gzip) {
-      gz_ = gzopen(tmp_.c_str(), "wb1");
-      if (gz_ == nullptr) return IoError(tmp_ + ": cannot create: " + std::strerror(errno));
-      gzbuffer(gz_, 1 << 20);
-    } else {
-      plain_ = std::fopen(tmp_.c_str(), "wb");
-      if (plain_ == nullptr) return IoError(tmp_ + ": cannot create: " + std::strerror(errno));
-    }
-    buf_.reserve(kFlushBytes + 4096);
-    return Status::Ok();
-  }
-  std::string& buffer() { return buf_; }
-  Status MaybeFlush() { return buf_.size() >= kFlushBytes ? Flush() : Status::Ok(); }
-  Status Close() {
-    PS_RETURN_IF_ERROR(Flush());
-    if (plain_ != nullptr) {
-      int rc = std::fclose(plain_);
-      plain_ = nullptr;
-      if (rc != 0) return IoError(tmp_ + ": write failed: " + std::strerror(errno));
-    } else {
-      int rc = gzclose(gz_);
-      gz_ = nullptr;
-      if (rc != Z_OK) return IoError(tmp_ + ": gzip write failed (" + std::to_string(rc) + ")");
-    }
-    std::error_code ec;
-    std::filesystem::rename(tmp_, path_, ec);
-    if (ec) return IoError(path_ + ": cannot rename from " + tmp_ + ": " + ec.message());
-    closed_ = true;
-    return Status::Ok();
-  }
-
- private:
-  static constexpr size_t kFlushBytes = size_t{1} << 20;
-  Status Flush() {
-    if (buf_.empty()) return Status::Ok();
-    if (plain_ != nullptr) {
-      if (std::fwrite(buf_.data(), 1, buf_.size(), plain_) != buf_.size()) {
-        return IoError(tmp_ + ": write failed: " + std::strerror(errno));
-      }
-    } else if (gzwrite(gz_, buf_.data(), static_cast<unsigned>(buf_.size())) !=
-               static_cast<int>(buf_.size())) {
-      return IoError(tmp_ + ": gzip write failed");
-    }
-    buf_.clear();
-    return Status::Ok();
-  }
-
-  std::string path_, tmp_;
-  std::FILE* plain_ = nullptr;
-  gzFile gz_ = nullptr;
-  bool closed_ = false;
-  std::string buf_;
-};
-
-void AppendInt(std::string& out, int64_t v) {
-  char tmp[24];
-  auto [end, ec] = std::to_chars(tmp, tmp + sizeof tmp, v);
-  out.append(tmp, end);
-}
-
 float Sigmoid(double z) { return static_cast<float>(1.0 / (1.0 + std::exp(-z))); }
 
-// One split (train or eval) of the data: draws examples and appends their lines.
-class ExampleWriter {
+// One split (train or eval) of the data: draws its examples in order.
+class ExampleDrawer {
  public:
-  ExampleWriter(const CtrSpec& spec, const CtrTruth& truth,
+  ExampleDrawer(const CtrSpec& spec, const CtrTruth& truth,
                 const std::vector<ZipfSampler>& samplers, uint64_t seed)
       : spec_(spec), truth_(truth), samplers_(samplers), rng_(seed) {}
 
-  // Draws one example, appends its line to out; returns its truth probability and label.
-  std::pair<float, uint8_t> Next(std::string& out) {
+  // Draws one example into ids() / counts(); returns its truth probability and label.
+  std::pair<float, uint8_t> Next() {
     ids_.clear();
     counts_.clear();
     const std::vector<int64_t>& off = truth_.offsets();
@@ -137,16 +65,11 @@ class ExampleWriter {
     }
     float p = Sigmoid(truth_.Logit(ids_, counts_));
     uint8_t label = rng_.Uniform() < static_cast<double>(p) ? 1 : 0;
-    out.push_back(label ? '1' : '0');
-    for (size_t i = 0; i < ids_.size(); ++i) {
-      out.push_back(' ');
-      AppendInt(out, ids_[i] + 1);  // LibSVM ids are 1-based
-      out.push_back(':');
-      AppendInt(out, static_cast<int64_t>(counts_[i]));
-    }
-    out.push_back('\n');
     return {p, label};
   }
+  // Global ids, ascending and distinct, and how often each was drawn.
+  const std::vector<int64_t>& ids() const { return ids_; }
+  const std::vector<float>& counts() const { return counts_; }
 
  private:
   const CtrSpec& spec_;
@@ -454,8 +377,94 @@ double CtrAuc(std::span<const float> scores, std::span<const uint8_t> labels) {
   return (rank_sum - positives * (positives + 1) / 2.0) / (positives * negatives);
 }
 
-Result<CtrReport> GenerateCtr(const CtrSpec& spec, const std::string& out_dir) {
+const char* CtrFormatName(CtrFormat format) {
+  switch (format) {
+    case CtrFormat::kLibSvm: return "libsvm";
+    case CtrFormat::kTfRecord: return "tfrecord";
+    case CtrFormat::kCriteoTsv: return "criteo_tsv";
+  }
+  return "?";
+}
+
+Result<CtrFormat> ParseCtrFormat(std::string_view name) {
+  for (CtrFormat f : {CtrFormat::kLibSvm, CtrFormat::kTfRecord, CtrFormat::kCriteoTsv}) {
+    if (name == CtrFormatName(f)) return f;
+  }
+  return InvalidArgument("unknown format '" + std::string(name) + "' (expected libsvm, tfrecord or criteo_tsv)");
+}
+
+namespace {
+
+const char* Extension(CtrFormat format) {
+  switch (format) {
+    case CtrFormat::kLibSvm: return ".libsvm";
+    case CtrFormat::kTfRecord: return ".tfrecord";
+    case CtrFormat::kCriteoTsv: return ".tsv";
+  }
+  return "";
+}
+
+// "train.libsvm" for one file, "train-00002-of-00004.libsvm" for file 2 of 4.
+std::string FileName(const std::string& split, CtrFormat format, int index, int files) {
+  if (files == 1) return split + Extension(format);
+  char part[64];
+  std::snprintf(part, sizeof part, "-%05d-of-%05d", index, files);
+  return split + part + Extension(format);
+}
+
+Status CheckOutput(const CtrSpec& spec, const CtrOutput& output) {
+  if (output.formats.empty()) return InvalidArgument("gen-ctr: no output format");
+  if (output.files < 1 || output.files > 100000) {
+    return InvalidArgument("gen-ctr: files must be in 1..100000, got " + std::to_string(output.files));
+  }
+  for (CtrFormat f : output.formats) {
+    if (f == CtrFormat::kCriteoTsv) PS_RETURN_IF_ERROR(CheckCriteoColumns(spec));
+    if (f != CtrFormat::kTfRecord) continue;
+    for (size_t i = 0; i < spec.fields.size(); ++i) {
+      const std::string& name = spec.fields[i].name;
+      bool clash = name.empty() || name == "label";
+      for (size_t j = 0; j < i; ++j) clash |= spec.fields[j].name == name;
+      if (clash) {
+        return InvalidArgument("gen-ctr: tfrecord: fields[" + std::to_string(i) + "].name '" + name +
+                               "' must be non-empty, unique and not \"label\" (it names the feature)");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+// Writes one split into every format, output.files files each (examples split in
+// contiguous runs); calls visit(p, label) per example.
+template <typename Visit>
+Status WriteSplit(const CtrSpec& spec, const CtrTruth& truth, const std::vector<ZipfSampler>& samplers,
+                  uint64_t seed, int64_t examples, const CtrOutput& output, const std::filesystem::path& dir,
+                  const std::string& split, std::vector<CtrFiles>* files, Visit visit) {
+  std::vector<std::unique_ptr<CtrFileWriter>> writers;
+  for (CtrFormat f : output.formats) writers.push_back(std::make_unique<CtrFileWriter>(f, spec, truth.offsets()));
+  ExampleDrawer w(spec, truth, samplers, seed);
+  int64_t i = 0;
+  for (int k = 0; k < output.files; ++k) {
+    for (size_t f = 0; f < writers.size(); ++f) {
+      const std::string path = (dir / FileName(split, output.formats[f], k, output.files)).string();
+      (split == "train" ? (*files)[f].train : (*files)[f].eval).push_back(path);
+      PS_RETURN_IF_ERROR(writers[f]->Open(path));
+    }
+    const int64_t end = examples * (k + 1) / output.files;
+    for (; i < end; ++i) {
+      auto [p, label] = w.Next();
+      visit(p, label);
+      for (auto& writer : writers) PS_RETURN_IF_ERROR(writer->Write(label, w.ids(), w.counts()));
+    }
+    for (auto& writer : writers) PS_RETURN_IF_ERROR(writer->Close());
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<CtrReport> GenerateCtr(const CtrSpec& spec, const std::string& out_dir, const CtrOutput& output) {
   PS_ASSIGN_OR_RETURN(CtrTruth truth, CtrTruth::Create(spec));
+  PS_RETURN_IF_ERROR(CheckOutput(spec, output));
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
   if (ec) return IoError(out_dir + ": cannot create directory: " + ec.message());
@@ -468,63 +477,61 @@ Result<CtrReport> GenerateCtr(const CtrSpec& spec, const std::string& out_dir) {
   report.num_features = truth.num_features();
   report.field_offsets = truth.offsets();
   const std::filesystem::path dir(out_dir);
-  report.train_path = (dir / "train.libsvm").string();
-  report.eval_path = (dir / "eval.libsvm").string();
   report.json_path = (dir / "ctr.json").string();
+  for (CtrFormat f : output.formats) report.outputs.push_back({f, {}, {}});
 
-  {
-    OutFile out;
-    PS_RETURN_IF_ERROR(out.Open(report.train_path, spec.gzip));
-    ExampleWriter w(spec, truth, samplers, TrainSeed(spec.seed));
-    int64_t clicks = 0;
-    for (int64_t i = 0; i < spec.train_examples; ++i) {
-      clicks += w.Next(out.buffer()).second;
-      PS_RETURN_IF_ERROR(out.MaybeFlush());
-    }
-    PS_RETURN_IF_ERROR(out.Close());
-    if (spec.train_examples > 0) {
-      report.train_click_rate = static_cast<double>(clicks) / static_cast<double>(spec.train_examples);
-    }
+  int64_t train_clicks = 0;
+  PS_RETURN_IF_ERROR(WriteSplit(spec, truth, samplers, TrainSeed(spec.seed), spec.train_examples, output, dir,
+                                "train", &report.outputs, [&](float, uint8_t y) { train_clicks += y; }));
+  if (spec.train_examples > 0) {
+    report.train_click_rate = static_cast<double>(train_clicks) / static_cast<double>(spec.train_examples);
   }
-  {
-    OutFile out;
-    PS_RETURN_IF_ERROR(out.Open(report.eval_path, spec.gzip));
-    ExampleWriter w(spec, truth, samplers, EvalSeed(spec.seed));
-    std::vector<float> probs(static_cast<size_t>(spec.eval_examples));
-    std::vector<uint8_t> labels(probs.size());
-    double logloss = 0, prob_sum = 0, clicks = 0;
-    for (size_t i = 0; i < probs.size(); ++i) {
-      auto [p, y] = w.Next(out.buffer());
-      probs[i] = p;
-      labels[i] = y;
-      const double pc = std::clamp(static_cast<double>(p), 1e-7, 1.0 - 1e-7);
-      logloss -= y ? std::log(pc) : std::log(1.0 - pc);
-      prob_sum += p;
-      clicks += y;
-      PS_RETURN_IF_ERROR(out.MaybeFlush());
-    }
-    PS_RETURN_IF_ERROR(out.Close());
-    const auto n = static_cast<double>(probs.size());
-    report.truth_eval_auc = CtrAuc(probs, labels);
-    report.truth_eval_logloss = logloss / n;
-    report.eval_click_rate = clicks / n;
-    report.eval_mean_probability = prob_sum / n;
-  }
+  std::vector<float> probs;
+  std::vector<uint8_t> labels;
+  probs.reserve(static_cast<size_t>(spec.eval_examples));
+  labels.reserve(probs.capacity());
+  double logloss = 0, prob_sum = 0, clicks = 0;
+  PS_RETURN_IF_ERROR(WriteSplit(spec, truth, samplers, EvalSeed(spec.seed), spec.eval_examples, output, dir,
+                                "eval", &report.outputs, [&](float p, uint8_t y) {
+                                  probs.push_back(p);
+                                  labels.push_back(y);
+                                  const double pc = std::clamp(static_cast<double>(p), 1e-7, 1.0 - 1e-7);
+                                  logloss -= y ? std::log(pc) : std::log(1.0 - pc);
+                                  prob_sum += p;
+                                  clicks += y;
+                                }));
+  const auto n = static_cast<double>(probs.size());
+  report.truth_eval_auc = CtrAuc(probs, labels);
+  report.truth_eval_logloss = logloss / n;
+  report.eval_click_rate = clicks / n;
+  report.eval_mean_probability = prob_sum / n;
+  report.train_path = report.outputs[0].train[0];
+  report.eval_path = report.outputs[0].eval[0];
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
-  Json data = Json::object();
-  data["format"] = "libsvm";
-  data["path"] = "train.libsvm";
-  data["num_features"] = report.num_features;
-  data["field_offsets"] = std::vector<int64_t>(report.field_offsets.begin(),
-                                               report.field_offsets.end() - 1);
-  data["classes"] = 2;
+  const auto relative = [&](const std::vector<std::string>& paths) {
+    std::vector<std::string> names;
+    for (const std::string& p : paths) names.push_back(std::filesystem::path(p).filename().string());
+    return names;
+  };
   Json j = Json::object();
   j["spec"] = CtrSpecToJson(spec);
-  j["files"] = Json{{"train", "train.libsvm"}, {"eval", "eval.libsvm"}};
+  j["files"] = Json{{"train", relative({report.train_path})[0]}, {"eval", relative({report.eval_path})[0]}};
   j["num_features"] = report.num_features;
   j["field_offsets"] = report.field_offsets;
-  j["data_config"] = std::move(data);
+  if (output.formats[0] == CtrFormat::kLibSvm && output.files == 1) {
+    Json data = CtrDataConfig(CtrFormat::kLibSvm, spec, report.field_offsets, {});
+    data.erase("files");
+    data["path"] = "train.libsvm";
+    j["data_config"] = std::move(data);
+  }
+  Json outputs = Json::object();
+  for (const CtrFiles& o : report.outputs) {
+    outputs[CtrFormatName(o.format)] =
+        Json{{"train_data", CtrDataConfig(o.format, spec, report.field_offsets, relative(o.train))},
+             {"eval_data", CtrDataConfig(o.format, spec, report.field_offsets, relative(o.eval))}};
+  }
+  j["outputs"] = std::move(outputs);
   j["truth"] = Json{{"eval_auc", report.truth_eval_auc},
                     {"eval_logloss", report.truth_eval_logloss},
                     {"eval_click_rate", report.eval_click_rate},

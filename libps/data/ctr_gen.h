@@ -13,11 +13,13 @@
 // u[id] ~ Normal(0, 1/kInteractionDim) per component; label ~ Bernoulli(sigmoid(logit)).
 // Without interactions (the default) logistic regression over the ids is the true model.
 //
-// Files written into the output directory (LibSVM, 1-based ids, labels 0/1, features
-// "id:count" ascending by id; gzip-compressed when CtrSpec::gzip, same names):
-//   train.libsvm, eval.libsvm   written to "<name>.tmp" and renamed when complete
-//   ctr.json                    written last: the spec, num_features, field_offsets, a
-//                               ready-to-use "data" object for a job file, and the
+// Files written into the output directory, per format (CtrOutput; gzip-compressed when
+// CtrSpec::gzip, same names), each written to "<name>.tmp" and renamed when complete:
+//   train.libsvm, eval.libsvm   LibSVM, 1-based ids, labels 0/1, "id:count" ascending
+//   train.tfrecord, ...         TFRecord of tf.Example, train.tsv ... Criteo TSV (see
+//                               ctr_writers.h); with N files "train-0000k-of-0000N.<ext>"
+//   ctr.json                    written last: the spec, num_features, field_offsets,
+//                               ready-to-use data objects per format ("outputs"), and the
 //                               ground truth's metrics on exactly the eval examples written
 //
 // Determinism: the same spec gives byte-identical files on every platform (own PRNG,
@@ -29,6 +31,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "libps/core/json.h"
@@ -119,10 +122,26 @@ class ZipfSampler {
   std::vector<double> cdf_;  // [vocab], cdf_[k] = P(id <= k), cdf_.back() == 1
 };
 
+// The output formats of GenerateCtr (ctr_writers.h says how each holds an example).
+enum class CtrFormat { kLibSvm, kTfRecord, kCriteoTsv };
+const char* CtrFormatName(CtrFormat format);  // "libsvm", "tfrecord", "criteo_tsv"
+Result<CtrFormat> ParseCtrFormat(std::string_view name);
+
+struct CtrOutput {
+  std::vector<CtrFormat> formats{CtrFormat::kLibSvm};  // the same examples in each
+  int files = 1;  // per split and format: 1 → "train.<ext>", N → "train-0000k-of-0000N.<ext>"
+};
+
+struct CtrFiles {
+  CtrFormat format = CtrFormat::kLibSvm;
+  std::vector<std::string> train, eval;  // paths, in example order
+};
+
 struct CtrReport {
   int64_t num_features = 0;
   std::vector<int64_t> field_offsets;  // [fields + 1]
-  std::string train_path, eval_path, json_path;
+  std::string train_path, eval_path, json_path;  // the first format's first files
+  std::vector<CtrFiles> outputs;                  // [output.formats]
   double truth_eval_auc = 0;      // the ground-truth probabilities on the eval examples written
   double truth_eval_logloss = 0;  // mean, natural log
   double train_click_rate = 0;    // fraction of label 1 (0 when there are no train examples)
@@ -131,10 +150,12 @@ struct CtrReport {
   double seconds = 0;                // wall time of writing both files
 };
 
-// Writes train.libsvm, eval.libsvm and ctr.json into out_dir (created if missing),
-// streaming: memory is O(num_features + eval_examples), not O(train_examples).
-// Errors: InvalidArgument (spec), IoError naming the file.
-Result<CtrReport> GenerateCtr(const CtrSpec& spec, const std::string& out_dir);
+// Writes the train and eval files of every output format, then ctr.json, into out_dir
+// (created if missing), streaming: memory is O(num_features + eval_examples), not
+// O(train_examples). The default output is train.libsvm and eval.libsvm.
+// Errors: InvalidArgument (spec, or a format the spec does not fit), IoError naming
+// the file.
+Result<CtrReport> GenerateCtr(const CtrSpec& spec, const std::string& out_dir, const CtrOutput& output = {});
 
 // AUC of scores for 0/1 labels, ties counting half; -1 when a class is absent.
 double CtrAuc(std::span<const float> scores, std::span<const uint8_t> labels);

@@ -2,8 +2,10 @@
 
 #include <filesystem>
 
+#include "libps/data/libsvm.h"
 #include "libps/data/random.h"
 #include "libps/data/readers.h"
+#include "libps/data/stream.h"
 #include "libps/data/synthetic.h"
 
 namespace ps::data {
@@ -47,24 +49,12 @@ Result<ExampleTable> LoadLibSvm(JsonReader& r, const std::string& base_dir) {
   LibSvmOptions o;
   PS_RETURN_IF_ERROR(GetPath(r, "path", base_dir, &file));
   PS_RETURN_IF_ERROR(r.Get("num_features", &o.num_features));
-  if (o.num_features <= 0) {
-    return InvalidArgument(r.Path("num_features") + ": must be positive, got " +
-                           std::to_string(o.num_features));
-  }
   PS_RETURN_IF_ERROR(r.GetOr("zero_based", &o.zero_based));
   PS_RETURN_IF_ERROR(r.GetOr("field_offsets", &o.field_offsets));
-  const std::vector<int64_t>& fo = o.field_offsets;
-  if (r.Has("field_offsets") && fo.empty()) {
+  if (r.Has("field_offsets") && o.field_offsets.empty()) {
     return InvalidArgument(r.Path("field_offsets") + ": must not be empty (omit it for one field)");
   }
-  for (size_t i = 0; i < fo.size(); ++i) {
-    if ((i == 0 && fo[0] != 0) || (i > 0 && fo[i] <= fo[i - 1]) || fo[i] >= o.num_features) {
-      return InvalidArgument(r.Path("field_offsets") + "[" + std::to_string(i) + "]: " +
-                             std::to_string(fo[i]) + (i == 0 ? " (the first offset must be 0)" : "") +
-                             ": offsets must start at 0, ascend strictly and stay below "
-                             "num_features (" + std::to_string(o.num_features) + ")");
-    }
-  }
+  PS_RETURN_IF_ERROR(CheckLibSvmOptions(o, r.path() + "."));
   PS_RETURN_IF_ERROR(GetClasses(r, &o.classes));
   PS_RETURN_IF_ERROR(r.Finish());
   return ReadLibSvm(file, o);
@@ -141,6 +131,44 @@ Result<ExampleTable> LoadStringFeatures(JsonReader& r) {
   return StringExamplesToTable(GenerateStringExamples(examples, seed, oov_rate));
 }
 
+// A streaming format loaded whole ("path" instead of "files").
+Result<ExampleTable> LoadRecords(JsonReader& r, const RecordFormat& format, const std::string& file,
+                                 bool skip_errors) {
+  PS_RETURN_IF_ERROR(r.Finish());
+  ExampleTable t;
+  t.info = format.info();
+  t.sparse.resize(t.info.field_vocab_sizes.size());
+  for (SparseColumn& c : t.sparse) c.offsets.push_back(0);
+  ErrorPolicy policy(skip_errors, r.path());
+  Row row;
+  PS_RETURN_IF_ERROR(ReadRecords(format, file, 0, [](size_t, int64_t) { return true; }, policy, &row, [&](Row& x) {
+    AppendRow(x, format.has_values(), &t);
+    return true;
+  }));
+  PS_RETURN_IF_ERROR(t.Validate());
+  return t;
+}
+
+Status GetOnError(JsonReader& r, bool* skip) {
+  std::string on_error = "fail";
+  PS_RETURN_IF_ERROR(r.GetOr("on_error", &on_error));
+  if (on_error != "fail" && on_error != "skip") {
+    return InvalidArgument(r.Path("on_error") + ": must be \"fail\" or \"skip\", got \"" + on_error + "\"");
+  }
+  *skip = on_error == "skip";
+  return Status::Ok();
+}
+
+Result<std::vector<std::string>> GetPatterns(JsonReader& r) {
+  const Json* files = r.Find("files");
+  if (files->is_string()) return std::vector<std::string>{files->get<std::string>()};
+  std::vector<std::string> patterns;
+  PS_RETURN_IF_ERROR(r.Get("files", &patterns));
+  return patterns;
+}
+
+constexpr const char* kFormats = "idx, libsvm, csv, string_features, tfrecord or criteo_tsv";
+
 }  // namespace
 
 Result<ExampleTable> LoadExamples(const Json& config, const std::string& path,
@@ -154,8 +182,11 @@ Result<ExampleTable> LoadExamples(const Json& config, const std::string& path,
   if (limit < 0) {
     return InvalidArgument(r.Path("limit") + ": must not be negative, got " + std::to_string(limit));
   }
-  Result<ExampleTable> table = InvalidArgument(r.Path("format") + ": unknown format '" + format +
-                                               "' (expected idx, libsvm, csv or string_features)");
+  if (r.Has("files")) {
+    return InvalidArgument(r.Path("files") + ": a streamed data set cannot be loaded whole; use \"path\"");
+  }
+  Result<ExampleTable> table = InvalidArgument(r.Path("format") + ": unknown format '" + format + "' (expected " +
+                                               kFormats + ")");
   if (format == "idx") {
     table = LoadIdx(r, base_dir);
   } else if (format == "libsvm") {
@@ -164,26 +195,87 @@ Result<ExampleTable> LoadExamples(const Json& config, const std::string& path,
     table = LoadCsv(r, base_dir);
   } else if (format == "string_features") {
     table = LoadStringFeatures(r);
+  } else if (format == "tfrecord" || format == "criteo_tsv") {
+    std::string file;
+    bool skip = false;
+    PS_RETURN_IF_ERROR(GetPath(r, "path", base_dir, &file));
+    PS_RETURN_IF_ERROR(GetOnError(r, &skip));
+    PS_ASSIGN_OR_RETURN(auto record_format, MakeRecordFormat(format, r));
+    table = LoadRecords(r, *record_format, file, skip);
   }
   if (!table.ok()) return table.status();
   if (limit > 0) table->Truncate(limit);
   return table;
 }
 
-Result<std::unique_ptr<Dataset>> OpenDataset(const Json& config, std::string path,
-                                             DatasetOptions options) {
-  PS_ASSIGN_OR_RETURN(ExampleTable table, LoadExamples(config, path, options.base_dir));
-  return Dataset::Create(std::move(table), std::move(options));
+namespace {
+
+// A streamed data set's config ("files"), read and its files listed, nothing opened.
+struct StreamPlan {
+  std::unique_ptr<RecordFormat> format;
+  std::vector<std::string> files;
+  StreamOptions options;
+};
+
+Result<StreamPlan> PlanStream(const Json& config, const std::string& path, const std::string& base_dir) {
+  JsonReader r(config, path);
+  PS_RETURN_IF_ERROR(r.status());
+  StreamPlan plan;
+  std::string format;
+  PS_RETURN_IF_ERROR(r.Get("format", &format));
+  if (r.Has("path")) return InvalidArgument(path + ": give \"path\" (in memory) or \"files\" (streamed), not both");
+  if (r.Has("limit")) return InvalidArgument(r.Path("limit") + ": not supported with \"files\"");
+  StreamOptions& stream = plan.options;
+  stream.path = path;
+  PS_ASSIGN_OR_RETURN(std::vector<std::string> patterns, GetPatterns(r));
+  PS_RETURN_IF_ERROR(r.GetOr("shuffle_buffer", &stream.shuffle_buffer));
+  if (stream.shuffle_buffer < 0 || stream.shuffle_buffer > (int64_t{1} << 27)) {
+    return InvalidArgument(r.Path("shuffle_buffer") + ": must be in 0..2^27, got " +
+                           std::to_string(stream.shuffle_buffer));
+  }
+  PS_RETURN_IF_ERROR(r.GetOr("prefetch_batches", &stream.prefetch_batches));
+  if (stream.prefetch_batches < 0 || stream.prefetch_batches > 1024) {
+    return InvalidArgument(r.Path("prefetch_batches") + ": must be in 0..1024 (0: automatic)");
+  }
+  PS_RETURN_IF_ERROR(GetOnError(r, &stream.skip_errors));
+  PS_ASSIGN_OR_RETURN(plan.format, MakeRecordFormat(format, r));
+  if (plan.format == nullptr) {
+    return InvalidArgument(r.Path("files") + ": format '" + format +
+                           "' does not stream (tfrecord, criteo_tsv and libsvm do); use \"path\"");
+  }
+  PS_RETURN_IF_ERROR(r.Finish());
+  PS_ASSIGN_OR_RETURN(plan.files, ExpandFiles(patterns, base_dir, r.Path("files")));
+  return plan;
 }
 
-Dataset::Dataset(ExampleTable table, DatasetOptions options)
+}  // namespace
+
+Result<std::unique_ptr<Dataset>> OpenDataset(const Json& config, std::string path,
+                                             DatasetOptions options) {
+  if (!config.is_object() || !config.contains("files")) {
+    PS_ASSIGN_OR_RETURN(ExampleTable table, LoadExamples(config, path, options.base_dir));
+    PS_ASSIGN_OR_RETURN(auto d, InMemoryDataset::Create(std::move(table), std::move(options)));
+    return std::unique_ptr<Dataset>(std::move(d));
+  }
+  PS_ASSIGN_OR_RETURN(StreamPlan plan, PlanStream(config, path, options.base_dir));
+  PS_ASSIGN_OR_RETURN(auto d, StreamingDataset::Create(std::move(plan.format), std::move(plan.files),
+                                                       std::move(plan.options), std::move(options)));
+  return std::unique_ptr<Dataset>(std::move(d));
+}
+
+Status CheckStreamedData(const Json& config, const std::string& path, const std::string& base_dir) {
+  if (!config.is_object() || !config.contains("files")) return Status::Ok();
+  return PlanStream(config, path, base_dir).status();
+}
+
+InMemoryDataset::InMemoryDataset(ExampleTable table, DatasetOptions options)
     : table_(std::move(table)), options_(std::move(options)) {
   for (int64_t i = options_.shard_index; i < table_.size(); i += options_.num_shards) {
     shard_.push_back(i);
   }
 }
 
-Result<std::unique_ptr<Dataset>> Dataset::Create(ExampleTable table, DatasetOptions options) {
+Result<std::unique_ptr<InMemoryDataset>> InMemoryDataset::Create(ExampleTable table, DatasetOptions options) {
   if (options.num_shards < 1) {
     return InvalidArgument("num_shards must be at least 1, got " +
                            std::to_string(options.num_shards));
@@ -194,7 +286,7 @@ Result<std::unique_ptr<Dataset>> Dataset::Create(ExampleTable table, DatasetOpti
                            " shards");
   }
   PS_RETURN_IF_ERROR(table.Validate());
-  std::unique_ptr<Dataset> d(new Dataset(std::move(table), std::move(options)));
+  std::unique_ptr<InMemoryDataset> d(new InMemoryDataset(std::move(table), std::move(options)));
   if (d->options_.repeat && d->shard_.empty()) {
     return InvalidArgument("shard " + std::to_string(d->options_.shard_index) + " of " +
                            std::to_string(d->options_.num_shards) + " has no examples (the data set has " +
@@ -204,9 +296,9 @@ Result<std::unique_ptr<Dataset>> Dataset::Create(ExampleTable table, DatasetOpti
   return d;
 }
 
-int64_t Dataset::epoch() const { return shard_.empty() ? 0 : seen_ / shard_size(); }
+int64_t InMemoryDataset::epoch() const { return shard_.empty() ? 0 : seen_ / shard_size(); }
 
-void Dataset::StartEpoch(int64_t epoch) {
+void InMemoryDataset::StartEpoch(int64_t epoch) {
   order_ = shard_;
   if (options_.shuffle) {
     Rng rng(DeriveSeed(options_.seed, static_cast<uint64_t>(epoch),
@@ -216,7 +308,7 @@ void Dataset::StartEpoch(int64_t epoch) {
   order_epoch_ = epoch;
 }
 
-Status Dataset::SkipTo(int64_t examples) {
+Status InMemoryDataset::SkipTo(int64_t examples) {
   if (examples < 0) return InvalidArgument("SkipTo: negative example count");
   if (!options_.repeat && examples > shard_size()) {
     return InvalidArgument("SkipTo: " + std::to_string(examples) + " is past the end of a " +
@@ -226,7 +318,7 @@ Status Dataset::SkipTo(int64_t examples) {
   return Status::Ok();
 }
 
-Result<model::Batch> Dataset::Next(int64_t batch_size) {
+Result<model::Batch> InMemoryDataset::Next(int64_t batch_size) {
   if (batch_size <= 0) {
     return InvalidArgument("batch size must be positive, got " + std::to_string(batch_size));
   }

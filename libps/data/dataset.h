@@ -1,14 +1,32 @@
-// Dataset: one worker's shard of an in-memory data set, shuffled per epoch and cut into
-// model::Batches.
+// Dataset: one worker's shard of a data set, cut into model::Batches — either loaded
+// whole and fully shuffled per epoch (InMemoryDataset; "path"), or streamed from many
+// files by a background reader through a shuffle buffer (stream.h; "files").
 //
 // Data set configuration (the "data" objects of a job file), read strictly: an unknown
 // key is an error naming it. Relative paths resolve against DatasetOptions::base_dir
 // (the job file's directory). Files may be gzip-compressed (detected by the 1f 8b magic).
+// configs/README.md documents every key; in short:
 //
 //   common to every format
-//     "format"       string, required: "idx" | "libsvm" | "csv" | "string_features"
+//     "format"       string, required: "idx" | "libsvm" | "csv" | "string_features" |
+//                    "tfrecord" | "criteo_tsv"
 //     "limit"        integer >= 0, default 0: keep only the first `limit` examples of the
-//                    data set (before sharding); 0 keeps all
+//                    data set (before sharding); 0 keeps all (not with "files")
+//     "on_error"     "fail" (default) | "skip": bad records (tfrecord, criteo_tsv, and
+//                    every streamed format) stop the read or are counted and logged
+//   streamed ("libsvm", "tfrecord", "criteo_tsv" with "files" instead of "path")
+//     "files"        string or [string]: names or glob patterns, sorted; none may match
+//                    nothing
+//     "shuffle_buffer" integer in 0..2^27, default 10000 (examples)
+//     "prefetch_batches" integer in 0..1024, default 0 (automatic: ~16384 examples)
+//   "tfrecord" — TFRecord files of tf.Example (tf_example.h): "label", "classes",
+//           "dense": [{"feature", "shape"}], "sparse": [{"feature", "name", "type":
+//           "int64" | "bytes", one of "vocab" | "hash_buckets" | "vocabulary",
+//           "weights", "optional"}]
+//   "criteo_tsv" — label, I1..I13, C1..C26 tab-separated (criteo.cc):
+//           "integer_columns", "categorical_columns", "dense": "log1p" | "raw" | "drop",
+//           "categorical_ids": "hash" | "hex", "buckets" or "fields": [{"name",
+//           "columns", "buckets"}]
 //   "idx" — MNIST / Fashion-MNIST: dense features = pixels / 255, labels = class index
 //     "images"       string, required: idx3 file (magic 0x00000803)
 //     "labels"       string, required: idx1 file (magic 0x00000801), same count
@@ -66,46 +84,65 @@ namespace ps::data {
 
 struct DatasetOptions {
   std::string base_dir;     // relative paths in the config resolve against this directory
-  int64_t shard_index = 0;  // example i belongs to shard i % num_shards
+  int64_t shard_index = 0;  // in memory: example i belongs to shard i % num_shards;
+                            // streamed: files (or records) are split, see stream.h
   int64_t num_shards = 1;
   bool shuffle = true;      // reshuffle the shard every epoch
   uint64_t seed = 0;        // shuffle seed; epoch e uses DeriveSeed(seed, e, shard_index)
+                            // (streamed: for the file order; the buffer has its own stream)
   bool repeat = true;       // true: endless epochs (training); false: one pass (evaluation)
 };
 
-// Not thread-safe: one Dataset per reading thread.
+// What the trainer and the evaluation read batches from. Not thread-safe: one reading
+// thread per Dataset (a streaming one reads ahead in its own thread; see stream.h).
 class Dataset {
+ public:
+  virtual ~Dataset() = default;
+  // Up to batch_size examples of this shard. With repeat, always exactly batch_size (a
+  // batch may span two epochs). Without repeat, the last batch may be short, and after
+  // the pass every call returns an empty batch (size 0, done()). Errors:
+  // InvalidArgument when batch_size <= 0; a streaming reader's error (a corrupt or
+  // mismatched record; the file and record are named) from then on.
+  virtual Result<model::Batch> Next(int64_t batch_size) = 0;
+  // The schema. info().examples is the data set's size when it is in memory, 0 when it
+  // streams (not known before the end).
+  virtual const DatasetInfo& info() const = 0;
+  // Examples returned by Next so far.
+  virtual int64_t examples_seen() const = 0;
+  // True once a single pass (repeat == false) has returned every example.
+  virtual bool done() const = 0;
+  // Records skipped so far under "on_error": "skip" (always 0 in memory).
+  virtual int64_t skipped() const { return 0; }
+};
+
+// One worker's shard of an in-memory data set: example i belongs to shard
+// i % num_shards; the whole shard is reshuffled every epoch.
+class InMemoryDataset : public Dataset {
  public:
   // Errors: InvalidArgument for a bad shard_index/num_shards, or when repeat is set and
   // the shard is empty (Next could never fill a batch).
-  static Result<std::unique_ptr<Dataset>> Create(ExampleTable table, DatasetOptions options);
+  static Result<std::unique_ptr<InMemoryDataset>> Create(ExampleTable table, DatasetOptions options);
 
-  // Up to batch_size examples of this shard, in this epoch's order. With repeat, always
-  // exactly batch_size (a batch may span two epochs). Without repeat, the last batch may
-  // be short, and after the pass every call returns an empty batch (size 0, done()).
-  // Error: InvalidArgument when batch_size <= 0.
-  Result<model::Batch> Next(int64_t batch_size);
+  Result<model::Batch> Next(int64_t batch_size) override;
+  const DatasetInfo& info() const override { return table_.info; }
+  int64_t examples_seen() const override { return seen_; }
+  bool done() const override { return !options_.repeat && seen_ >= shard_size(); }
 
-  const DatasetInfo& info() const { return table_.info; }
   const DatasetOptions& options() const { return options_; }
   // Examples in this shard (one epoch).
   int64_t shard_size() const { return static_cast<int64_t>(shard_.size()); }
-  // Examples returned by Next so far (or set by SkipTo).
-  int64_t examples_seen() const { return seen_; }
   // The epoch the next example comes from: examples_seen / shard_size (0-based; after a
   // complete single pass it is 1).
   int64_t epoch() const;
-  // True once a single pass (repeat == false) has returned every example.
-  bool done() const { return !options_.repeat && seen_ >= shard_size(); }
   // Positions the dataset as if Next had returned `examples` examples, so a restarted
-  // worker continues the same sequence. Without repeat, `examples` must not exceed
+  // worker could continue the same sequence. Without repeat, `examples` must not exceed
   // shard_size(). Error: InvalidArgument.
   Status SkipTo(int64_t examples);
 
   const ExampleTable& table() const { return table_; }
 
  private:
-  Dataset(ExampleTable table, DatasetOptions options);
+  InMemoryDataset(ExampleTable table, DatasetOptions options);
   void StartEpoch(int64_t epoch);
 
   ExampleTable table_;
@@ -116,10 +153,17 @@ class Dataset {
   int64_t seen_ = 0;
 };
 
-// Loads the data set `config` describes (see the top of this file) and opens this
-// worker's shard. `path` names config in error messages ("job.data.train").
+// Opens this worker's shard of the data set `config` describes (see the top of this
+// file): loads it whole ("path"), or starts streaming it ("files": the first record is
+// parsed before this returns, so an unreadable or mismatched first record fails here).
+// `path` names config in error messages ("job.train_data").
 Result<std::unique_ptr<Dataset>> OpenDataset(const Json& config, std::string path,
                                              DatasetOptions options);
+
+// For a streamed data set ("files"): reads the config and lists its files, opening
+// none (a job-start check: a pattern that matches no file is an InvalidArgument naming
+// it). Ok for an in-memory one (only loading it checks it).
+Status CheckStreamedData(const Json& config, const std::string& path, const std::string& base_dir);
 
 // The loading half of OpenDataset: the whole data set, unsharded.
 Result<ExampleTable> LoadExamples(const Json& config, const std::string& path,

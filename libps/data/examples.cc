@@ -1,5 +1,7 @@
 #include "libps/data/examples.h"
 
+#include "libps/data/row.h"
+
 namespace ps::data {
 
 Status ExampleTable::Validate() const {
@@ -53,15 +55,7 @@ void ExampleTable::Truncate(int64_t n) {
   info.examples = n;
 }
 
-model::Batch ExampleTable::StartBatch() const {
-  model::Batch b;
-  b.dense_dim = info.dense_dim;
-  b.sparse.resize(sparse.size());
-  for (size_t f = 0; f < sparse.size(); ++f) {
-    b.sparse[f].offsets.push_back(0);
-  }
-  return b;
-}
+model::Batch ExampleTable::StartBatch() const { return data::StartBatch(info); }
 
 void ExampleTable::AppendTo(int64_t index, model::Batch* batch) const {
   const auto i = static_cast<size_t>(index);

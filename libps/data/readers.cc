@@ -1,79 +1,23 @@
 #include "libps/data/readers.h"
 
-#include <zlib.h>
-
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstring>
-#include <fstream>
+#include <functional>
 #include <limits>
 #include <map>
+
+#include "libps/data/byte_stream.h"
+#include "libps/data/libsvm.h"
+#include "libps/data/row.h"
+#include "libps/data/text.h"
 
 namespace ps::data {
 namespace {
 
 // Larger inflated contents are refused rather than exhausting memory.
 constexpr uint64_t kMaxInflatedBytes = uint64_t{16} << 30;
-
-Result<std::string> ReadWholeFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFound(path + ": cannot open file: " + std::strerror(errno));
-  in.seekg(0, std::ios::end);
-  std::streamoff size = in.tellg();
-  if (size < 0) return IoError(path + ": cannot determine file size");
-  in.seekg(0, std::ios::beg);
-  std::string data(static_cast<size_t>(size), '\0');
-  if (size > 0 && !in.read(data.data(), size)) return IoError(path + ": read failed");
-  return data;
-}
-
-Result<std::string> Inflate(const std::string& path, const std::string& in) {
-  std::string out;
-  z_stream zs{};
-  if (inflateInit2(&zs, 15 + 16) != Z_OK) return Internal(path + ": gzip: inflateInit2 failed");
-  size_t consumed = 0;  // compressed bytes handed to zlib so far
-  const auto fail = [&](const std::string& what) {
-    inflateEnd(&zs);
-    uint64_t offset = consumed - zs.avail_in;
-    return DataLoss(path + ": gzip: " + what + " at compressed offset " + std::to_string(offset));
-  };
-  for (;;) {
-    if (zs.avail_in == 0 && consumed < in.size()) {
-      size_t chunk = std::min<size_t>(in.size() - consumed, size_t{1} << 30);
-      zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data() + consumed));
-      zs.avail_in = static_cast<uInt>(chunk);
-      consumed += chunk;
-    }
-    if (out.size() >= kMaxInflatedBytes) return fail("inflated size exceeds limit");
-    size_t have = out.size();
-    size_t room = std::max<size_t>(size_t{1} << 16, std::min<size_t>(have, size_t{1} << 28));
-    out.resize(have + room);
-    zs.next_out = reinterpret_cast<Bytef*>(out.data() + have);
-    zs.avail_out = static_cast<uInt>(room);
-    int rc = inflate(&zs, Z_NO_FLUSH);
-    out.resize(have + room - zs.avail_out);
-    if (rc == Z_STREAM_END) {
-      uint64_t pos = consumed - zs.avail_in;
-      if (pos == in.size()) break;
-      // Another gzip member follows (as `cat a.gz b.gz` produces) or garbage.
-      if (in.size() - pos >= 2 && static_cast<uint8_t>(in[pos]) == 0x1f &&
-          static_cast<uint8_t>(in[pos + 1]) == 0x8b) {
-        if (inflateReset(&zs) != Z_OK) return fail("inflateReset failed");
-        continue;
-      }
-      return fail(std::to_string(in.size() - pos) + " trailing bytes after the gzip stream");
-    }
-    if (rc == Z_BUF_ERROR && zs.avail_in == 0 && consumed == in.size()) {
-      return fail("truncated stream");
-    }
-    if (rc != Z_OK && rc != Z_BUF_ERROR) {
-      return fail(zs.msg != nullptr ? std::string(zs.msg) : "inflate error " + std::to_string(rc));
-    }
-  }
-  inflateEnd(&zs);
-  return out;
-}
 
 uint32_t BigEndian32(const std::string& d, size_t offset) {
   const auto* p = reinterpret_cast<const uint8_t*>(d.data() + offset);
@@ -138,32 +82,9 @@ Result<IdxHeader> ParseIdxHeader(const std::string& path, const std::string& d, 
   return h;
 }
 
-bool ParseDouble(std::string_view s, double* out) {
-  if (!s.empty() && s.front() == '+') s.remove_prefix(1);
-  if (s.empty()) return false;
-  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
-  return ec == std::errc() && ptr == s.data() + s.size() && std::isfinite(*out);
-}
-
-bool ParseInt(std::string_view s, int64_t* out) {
-  if (!s.empty() && s.front() == '+') s.remove_prefix(1);
-  if (s.empty()) return false;
-  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
-  return ec == std::errc() && ptr == s.data() + s.size();
-}
-
-// An integral label: "1", "+1", "-1", "1.0" are accepted.
-bool ParseLabel(std::string_view s, int64_t* out) {
-  if (ParseInt(s, out)) return true;
-  double d;
-  if (!ParseDouble(s, &d) || std::floor(d) != d || std::fabs(d) > 1e15) return false;
-  *out = static_cast<int64_t>(d);
-  return true;
-}
-
 // Maps raw integer labels to 0..classes-1 (see readers.h); where[i] locates label i
 // ("file:line") for error messages.
-Result<int> MapLabels(const std::vector<int64_t>& raw, const std::vector<std::string>& where,
+Result<int> MapLabels(const std::vector<int64_t>& raw, const std::function<std::string(size_t)>& where,
                       int classes, std::vector<float>* labels) {
   labels->resize(raw.size());
   bool has_minus_one = std::find(raw.begin(), raw.end(), -1) != raw.end();
@@ -174,7 +95,7 @@ Result<int> MapLabels(const std::vector<int64_t>& raw, const std::vector<std::st
       int64_t max = 0;
       for (size_t i = 0; i < raw.size(); ++i) {
         if (raw[i] < 0) {
-          return InvalidArgument(where[i] + ": label " + std::to_string(raw[i]) +
+          return InvalidArgument(where(i) + ": label " + std::to_string(raw[i]) +
                                  " is negative");
         }
         max = std::max(max, raw[i]);
@@ -189,14 +110,14 @@ Result<int> MapLabels(const std::vector<int64_t>& raw, const std::vector<std::st
     int64_t v = raw[i];
     if (has_minus_one && classes == 2) {
       if (v != -1 && v != 1 && v != 0) {
-        return InvalidArgument(where[i] + ": label " + std::to_string(v) +
+        return InvalidArgument(where(i) + ": label " + std::to_string(v) +
                                " in a file with -1 labels; expected -1 or +1");
       }
       (*labels)[i] = v == 1 ? 1.0f : 0.0f;
       continue;
     }
     if (v < 0 || v >= classes) {
-      return InvalidArgument(where[i] + ": label " + std::to_string(v) + " is out of range for " +
+      return InvalidArgument(where(i) + ": label " + std::to_string(v) + " is out of range for " +
                              std::to_string(classes) + " classes");
     }
     (*labels)[i] = static_cast<float>(v);
@@ -278,13 +199,18 @@ Status SplitCsvLine(std::string_view line, char delim, const std::string& where,
 }  // namespace
 
 Result<std::string> ReadMaybeGzipFile(const std::string& path) {
-  Result<std::string> raw = ReadWholeFile(path);
-  if (!raw.ok()) return raw.status();
-  const std::string& bytes = raw.value();
-  if (bytes.size() >= 2 && std::memcmp(bytes.data(), "\x1f\x8b", 2) == 0) {
-    return Inflate(path, bytes);
+  PS_ASSIGN_OR_RETURN(auto stream, ByteStream::Open(path));
+  std::string out;
+  for (;;) {
+    PS_ASSIGN_OR_RETURN(std::string_view chunk, stream->Take(size_t{1} << 20));
+    if (chunk.empty()) break;
+    if (out.size() + chunk.size() > kMaxInflatedBytes) {
+      return DataLoss(path + ": larger than " + std::to_string(kMaxInflatedBytes >> 30) +
+                      " GiB: too large to load in memory (stream it with \"files\")");
+    }
+    out.append(chunk);
   }
-  return raw;
+  return out;
 }
 
 Result<ExampleTable> ReadIdx(const std::string& images_path, const std::string& labels_path,
@@ -323,96 +249,28 @@ Result<ExampleTable> ReadIdx(const std::string& images_path, const std::string& 
 }
 
 Result<ExampleTable> ReadLibSvm(const std::string& path, const LibSvmOptions& options) {
-  if (options.num_features <= 0) {
-    return InvalidArgument(path + ": num_features must be positive, got " +
-                           std::to_string(options.num_features));
-  }
-  const std::vector<int64_t>& fo = options.field_offsets;
-  for (size_t i = 0; i < fo.size(); ++i) {
-    if ((i == 0 && fo[0] != 0) || (i > 0 && fo[i] <= fo[i - 1]) || fo[i] >= options.num_features) {
-      return InvalidArgument(path + ": field_offsets must start at 0, ascend strictly and stay "
-                             "below num_features " + std::to_string(options.num_features) +
-                             "; entry " + std::to_string(i) + " is " + std::to_string(fo[i]));
-    }
-  }
-  PS_ASSIGN_OR_RETURN(std::string text, ReadMaybeGzipFile(path));
+  PS_RETURN_IF_ERROR(CheckLibSvmOptions(options, path + ": "));
+  auto raw_options = std::make_shared<LibSvmOptions>(options);
+  raw_options->classes = 0;  // raw labels: mapped below, once all are known
+  PS_ASSIGN_OR_RETURN(auto reader, OpenLibSvm(path, raw_options));
   ExampleTable t;
-  SparseColumn col;
-  col.offsets.push_back(0);
-  std::vector<int64_t> raw_labels;
-  std::vector<std::string> where;
-  const int64_t shift = options.zero_based ? 0 : 1;
-  PS_RETURN_IF_ERROR(ForEachLine(text, [&](int64_t line_no, std::string_view line) -> Status {
-    if (size_t hash = line.find('#'); hash != std::string_view::npos) line = line.substr(0, hash);
-    const std::string at = path + ":" + std::to_string(line_no);
-    size_t pos = 0;
-    bool first = true;
-    while (pos < line.size()) {
-      while (pos < line.size() && (line[pos] == ' ' || line[pos] == '\t')) ++pos;
-      if (pos >= line.size()) break;
-      size_t end = pos;
-      while (end < line.size() && line[end] != ' ' && line[end] != '\t') ++end;
-      std::string_view tok = line.substr(pos, end - pos);
-      pos = end;
-      if (first) {
-        first = false;
-        int64_t label;
-        if (!ParseLabel(tok, &label)) {
-          return InvalidArgument(at + ": bad label '" + std::string(tok) + "'");
-        }
-        raw_labels.push_back(label);
-        where.push_back(at);
-        continue;
-      }
-      if (tok.starts_with("qid:")) continue;  // ranking group ids carry no feature
-      size_t colon = tok.find(':');
-      int64_t id;
-      double value;
-      if (colon == std::string_view::npos || !ParseInt(tok.substr(0, colon), &id) ||
-          !ParseDouble(tok.substr(colon + 1), &value)) {
-        return InvalidArgument(at + ": bad feature '" + std::string(tok) + "'");
-      }
-      if (id - shift < 0 || id - shift >= options.num_features) {
-        return InvalidArgument(at + ": feature id " + std::to_string(id) +
-                               " is out of range [" + std::to_string(shift) + ", " +
-                               std::to_string(options.num_features - 1 + shift) + "]" +
-                               (options.zero_based ? "" : " (ids are 1-based)"));
-      }
-      col.ids.push_back(id - shift);
-      col.values.push_back(static_cast<float>(value));
-    }
-    if (!first) col.offsets.push_back(static_cast<int64_t>(col.ids.size()));
-    return Status::Ok();
-  }));
-  PS_ASSIGN_OR_RETURN(t.info.classes, MapLabels(raw_labels, where, options.classes, &t.labels));
-  t.info.examples = static_cast<int64_t>(raw_labels.size());
-  if (options.field_offsets.empty()) {
-    t.info.field_names = {"features"};
-    t.info.field_vocab_sizes = {options.num_features};
-    t.sparse.push_back(std::move(col));
-  } else {
-    const std::vector<int64_t>& fo = options.field_offsets;
-    const size_t k = fo.size();
-    for (size_t f = 0; f < k; ++f) {
-      t.info.field_names.push_back("field_" + std::to_string(f));
-      t.info.field_vocab_sizes.push_back((f + 1 < k ? fo[f + 1] : options.num_features) - fo[f]);
-    }
-    t.sparse.resize(k);
-    for (SparseColumn& c : t.sparse) {
-      c.offsets.reserve(col.offsets.size());
-      c.offsets.push_back(0);
-    }
-    for (size_t e = 0; e + 1 < col.offsets.size(); ++e) {
-      for (auto i = static_cast<size_t>(col.offsets[e]); i < static_cast<size_t>(col.offsets[e + 1]);
-           ++i) {
-        const int64_t id = col.ids[i];
-        const auto f = static_cast<size_t>(std::upper_bound(fo.begin(), fo.end(), id) - fo.begin() - 1);
-        t.sparse[f].ids.push_back(id - fo[f]);
-        t.sparse[f].values.push_back(col.values[i]);
-      }
-      for (SparseColumn& c : t.sparse) c.offsets.push_back(static_cast<int64_t>(c.ids.size()));
-    }
+  t.info = LibSvmInfo(options);
+  std::vector<int64_t> line_numbers;
+  Row row;
+  for (;;) {
+    PS_ASSIGN_OR_RETURN(bool more, reader->Advance());
+    if (!more) break;
+    PS_RETURN_IF_ERROR(reader->Parse(&row));
+    AppendRow(row, true, &t);
+    line_numbers.push_back(reader->line_no());
   }
+  if (t.sparse.empty()) {  // no examples: shape the empty columns
+    t.sparse.resize(t.info.field_vocab_sizes.size());
+    for (SparseColumn& c : t.sparse) c.offsets.push_back(0);
+  }
+  std::vector<int64_t> raw(t.labels.begin(), t.labels.end());
+  PS_ASSIGN_OR_RETURN(t.info.classes, MapLabels(raw, [&](size_t i) { return path + ":" + std::to_string(line_numbers[i]); },
+                                                options.classes, &t.labels));
   PS_RETURN_IF_ERROR(t.Validate());
   return t;
 }
@@ -519,7 +377,8 @@ Result<ExampleTable> ReadCsv(const std::string& path, const CsvOptions& options)
                              std::to_string(label_vocab->size()) + " labels");
     }
   } else {
-    PS_ASSIGN_OR_RETURN(t.info.classes, MapLabels(raw_labels, where, options.classes, &t.labels));
+    PS_ASSIGN_OR_RETURN(t.info.classes, MapLabels(raw_labels, [&](size_t i) { return where[i]; },
+                                                  options.classes, &t.labels));
   }
   const auto n = static_cast<int64_t>(t.labels.size());
   t.info.examples = n;

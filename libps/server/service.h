@@ -34,7 +34,7 @@
 
 namespace ps::server {
 
-// Writes and reads this ps's shard files. The ps task provides it (libps/train), since
+// Writes and reads this ps's shard files. The ps task gets it from its main (ckpt::ShardCheckpointer), since
 // the ps module does not depend on the checkpoint module. Called on handler threads.
 class Checkpointer {
  public:

@@ -1,5 +1,6 @@
 #include "libps/worker/worker_task.h"
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
@@ -50,6 +51,7 @@ class Worker {
   }
 
   void Stop(std::string reason) {
+    stopping_ = true;
     std::lock_guard lock(stop_mu_);
     if (!stop_reason_) stop_reason_ = std::move(reason);
     stop_cv_.notify_all();
@@ -131,9 +133,8 @@ class Worker {
   Result<std::unique_ptr<PsLink>> ConnectPs(int p, net::Millis deadline, uint64_t generation) {
     auto options = ctx_.ClientFor({cluster::TaskType::kPs, p});
     options.generation = generation;
-    options.connect_deadline = deadline;
-    PS_ASSIGN_OR_RETURN(auto pulls, net::Client::Connect(runtime_, options));
-    PS_ASSIGN_OR_RETURN(auto pushes, net::Client::Connect(runtime_, options));
+    PS_ASSIGN_OR_RETURN(auto pulls, ConnectUntil(options, deadline));
+    PS_ASSIGN_OR_RETURN(auto pushes, ConnectUntil(options, deadline));
     const size_t at = 2 * static_cast<size_t>(p);
     if (ps_.size() < at + 2) ps_.resize(at + 2);
     ps_[at] = pulls;
@@ -141,10 +142,24 @@ class Worker {
     return RemotePsLink(std::move(pulls), std::move(pushes));
   }
 
+  // Dials with backoff until `deadline` passes or the worker is told to stop (a Shutdown
+  // while a StartJob is still connecting must not wait out the whole deadline).
+  Result<std::shared_ptr<net::Client>> ConnectUntil(net::ClientOptions options, net::Millis deadline) {
+    const auto end = std::chrono::steady_clock::now() + deadline;
+    for (;;) {
+      const auto left = std::chrono::duration_cast<net::Millis>(end - std::chrono::steady_clock::now());
+      options.connect_deadline = std::clamp(left, net::Millis(1), net::Millis(1000));
+      auto client = net::Client::Connect(runtime_, options);
+      if (client.ok() || left <= net::Millis(1000)) return client;
+      if (stopping_) return Aborted("stopping: " + client.status().message());
+    }
+  }
+
   const daemon::DaemonContext& ctx_;
   net::Runtime& runtime_;
   std::atomic<uint64_t> generation_{0};            // the newest chief's
   std::atomic<int> queued_packs_{0};               // RunSteps waiting for mu_
+  std::atomic<bool> stopping_{false};              // Stop() was called
   std::mutex mu_;
   std::string job_json_;                           // guarded by mu_
   std::vector<std::shared_ptr<net::Client>> ps_;   // [2 * ps]: pulls, pushes; guarded by mu_

@@ -52,6 +52,10 @@ namespace {
 using ps::bench::Check;
 using ps::bench::Clock;
 using ps::bench::Die;
+using ps::bench::FreePorts;
+using ps::bench::RunProcess;
+using ps::bench::Tail;
+using ps::bench::WriteFile;
 using ps::bench::FlagValue;
 using ps::bench::Must;
 using ps::bench::Seconds;
@@ -113,61 +117,6 @@ RunResult RunLocal(const ps::job::JobSpec& job, int64_t warmup, int64_t steps, i
 }
 
 // ---------------------------------------------------------------- (b), (c) real daemons
-
-// Ports the kernel hands out for port 0, all bound at once so they differ; closed
-// before returning (another process could take one meanwhile: rare, and the launch
-// then fails loudly).
-std::vector<int> FreePorts(int n) {
-  std::vector<int> fds, ports;
-  for (int i = 0; i < n; ++i) {
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) Die("cannot bind a free port");
-    socklen_t len = sizeof a;
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-    ports.push_back(ntohs(a.sin_port));
-    fds.push_back(fd);
-  }
-  for (int fd : fds) ::close(fd);
-  return ports;
-}
-
-void WriteFile(const fs::path& path, const std::string& text) {
-  std::ofstream f(path);
-  f << text << "\n";
-  if (!f) Die("cannot write " + path.string());
-}
-
-// Runs argv with stdout+stderr into `log`; returns the exit status.
-int RunProcess(const std::vector<std::string>& argv, const fs::path& log) {
-  pid_t pid = ::fork();
-  if (pid < 0) Die("fork failed");
-  if (pid == 0) {
-    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) std::_Exit(126);
-    ::dup2(fd, 1);
-    ::dup2(fd, 2);
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execv(args[0], args.data());
-    std::_Exit(127);
-  }
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-std::string Tail(const fs::path& path, size_t lines) {
-  std::ifstream f(path);
-  std::vector<std::string> all;
-  for (std::string l; std::getline(f, l);) all.push_back(l);
-  std::string out;
-  for (size_t i = all.size() > lines ? all.size() - lines : 0; i < all.size(); ++i) out += "  " + all[i] + "\n";
-  return out;
-}
 
 struct ClusterRunOptions {
   std::string pstrain;
@@ -237,7 +186,7 @@ RunResult RunCluster(const ps::job::JobSpec& job, int workers, const ClusterRunO
   r.overall = examples / sec;
   // Per-step phase times: each line's "workers" entries hold step_ms (ms per step) and
   // the phases' shares of it (*_frac), over a window of at least 1 s that may overlap
-  // the previous line's (libps/train/load.h); null when the worker finished no step in
+  // the previous line's (libps/obs/figures.h); null when the worker finished no step in
   // it. Averaged over the lines past skip.
   struct Sums {
     double data = 0, pull = 0, compute = 0, push = 0;

@@ -272,3 +272,97 @@ TEST_CASE("GenerateCtr reports an unwritable directory") {
   REQUIRE_FALSE(r.ok());
   CHECK_THAT(r.status().message(), Contains(d / "file"));
 }
+
+namespace {
+
+// Every example of a single pass as (label, per field the ids repeated by value), in
+// file order.
+std::vector<std::vector<int64_t>> Canonical(const Json& data, const std::string& dir) {
+  ps::data::DatasetOptions o;
+  o.base_dir = dir;
+  o.shuffle = false;
+  o.repeat = false;
+  auto d = ps::data::OpenDataset(data, "data", o);
+  INFO(d.status().message());
+  REQUIRE(d.ok());
+  std::vector<std::vector<int64_t>> out;
+  for (;;) {
+    auto b = (*d)->Next(100);
+    REQUIRE(b.ok());
+    if (b->size == 0) break;
+    for (int64_t r = 0; r < b->size; ++r) {
+      std::vector<int64_t> e{static_cast<int64_t>(b->labels[static_cast<size_t>(r)])};
+      for (const auto& f : b->sparse) {
+        for (int64_t i = f.offsets[static_cast<size_t>(r)]; i < f.offsets[static_cast<size_t>(r + 1)]; ++i) {
+          const int64_t n = f.values.empty() ? 1 : static_cast<int64_t>(f.values[static_cast<size_t>(i)]);
+          e.insert(e.end(), static_cast<size_t>(n), f.ids[static_cast<size_t>(i)]);
+        }
+        e.push_back(-1);  // end of field
+      }
+      out.push_back(std::move(e));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("gen-ctr writes the same examples as LibSVM, TFRecord and Criteo TSV, split into files") {
+  TempDir dir;
+  CtrSpec spec = SmallSpec();
+  spec.train_examples = 1000;
+  spec.eval_examples = 300;
+  ps::data::CtrOutput output;
+  output.formats = {ps::data::CtrFormat::kLibSvm, ps::data::CtrFormat::kTfRecord, ps::data::CtrFormat::kCriteoTsv};
+  output.files = 3;
+  for (bool gzip : {false, true}) {
+    spec.gzip = gzip;
+    const std::string d = dir.File(gzip ? "gz" : "plain");
+    auto report = GenerateCtr(spec, d, output);
+    INFO(report.status().message());
+    REQUIRE(report.ok());
+    REQUIRE(report->outputs.size() == 3u);
+    CHECK(report->outputs[1].train.size() == 3u);
+    CHECK_THAT(report->outputs[1].train[2], Contains("train-00002-of-00003.tfrecord"));
+    auto json = ps::ReadJsonFile(d + "/ctr.json");
+    REQUIRE(json.ok());
+    CHECK_FALSE(json->contains("data_config"));  // only for a single LibSVM file
+    for (const char* split : {"train_data", "eval_data"}) {
+      const auto want = Canonical((*json)["outputs"]["libsvm"][split], d);
+      CHECK(want.size() == (std::string(split) == "train_data" ? 1000u : 300u));
+      CHECK(Canonical((*json)["outputs"]["tfrecord"][split], d) == want);
+      CHECK(Canonical((*json)["outputs"]["criteo_tsv"][split], d) == want);
+    }
+  }
+  // The same spec written as one LibSVM file holds the same train examples.
+  spec.gzip = false;
+  auto single = GenerateCtr(spec, dir.File("single"));
+  REQUIRE(single.ok());
+  auto json = ps::ReadJsonFile(dir.File("single/ctr.json"));
+  REQUIRE(json.ok());
+  CHECK((*json)["data_config"]["path"] == "train.libsvm");
+  CHECK(Canonical((*json)["outputs"]["libsvm"]["train_data"], dir.File("single")) ==
+        Canonical(Json::parse(R"({"format":"libsvm","files":"train-*.libsvm","num_features":1119,
+                                  "field_offsets":[0,10,110,1110],"classes":2})"),
+                  dir.File("plain")));
+}
+
+TEST_CASE("gen-ctr: formats the spec does not fit are errors") {
+  TempDir dir;
+  CtrSpec spec = SmallSpec();
+  spec.fields[3].max_ids = 30;
+  ps::data::CtrOutput output;
+  output.formats = {ps::data::CtrFormat::kCriteoTsv};
+  auto r = GenerateCtr(spec, dir.path(), output);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().message() ==
+        "criteo_tsv: the spec's fields need 33 categorical columns (one per id an example can have), Criteo's "
+        "layout has 26");
+  spec = SmallSpec();
+  spec.fields[1].name = "label";
+  output.formats = {ps::data::CtrFormat::kTfRecord};
+  CHECK_THAT(GenerateCtr(spec, dir.path(), output).status().message(),
+             Contains("fields[1].name 'label' must be non-empty, unique and not \"label\""));
+  CHECK(ps::data::ParseCtrFormat("tsv").status().message() ==
+        "unknown format 'tsv' (expected libsvm, tfrecord or criteo_tsv)");
+}

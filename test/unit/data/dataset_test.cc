@@ -10,6 +10,7 @@
 using ps::Code;
 using ps::Json;
 using ps::data::Dataset;
+using ps::data::InMemoryDataset;
 using ps::data::DatasetOptions;
 using ps::data::ExampleTable;
 using ps::data::OpenDataset;
@@ -40,8 +41,8 @@ ExampleTable MakeTable(int64_t n) {
   return t;
 }
 
-std::unique_ptr<Dataset> Open(int64_t n, DatasetOptions o) {
-  auto d = Dataset::Create(MakeTable(n), o);
+std::unique_ptr<InMemoryDataset> Open(int64_t n, DatasetOptions o) {
+  auto d = InMemoryDataset::Create(MakeTable(n), o);
   REQUIRE(d.ok());
   return std::move(d).value();
 }
@@ -242,14 +243,14 @@ TEST_CASE("SkipTo continues the same sequence") {
 TEST_CASE("bad options are errors, not crashes") {
   DatasetOptions o;
   o.num_shards = 0;
-  CHECK(Dataset::Create(MakeTable(4), o).status().code() == Code::kInvalidArgument);
+  CHECK(InMemoryDataset::Create(MakeTable(4), o).status().code() == Code::kInvalidArgument);
   o.num_shards = 2;
   o.shard_index = 2;
-  CHECK(Dataset::Create(MakeTable(4), o).status().message() ==
+  CHECK(InMemoryDataset::Create(MakeTable(4), o).status().message() ==
         "shard_index 2 is out of range for 2 shards");
   o.num_shards = 8;
   o.shard_index = 5;
-  CHECK(Dataset::Create(MakeTable(4), o).status().message() ==
+  CHECK(InMemoryDataset::Create(MakeTable(4), o).status().message() ==
         "shard 5 of 8 has no examples (the data set has 4)");
   auto d = Open(4, DatasetOptions{});
   CHECK(d->Next(0).status().code() == Code::kInvalidArgument);
@@ -268,7 +269,7 @@ TEST_CASE("OpenDataset: string_features config") {
   CHECK(info.classes == 2);
   CHECK(info.field_vocab_sizes == std::vector<int64_t>{8});
   CHECK(info.label_names == std::vector<std::string>{"yes", "no"});
-  CHECK((*d)->shard_size() == 500);
+  CHECK(dynamic_cast<InMemoryDataset&>(**d).shard_size() == 500);
   auto b = (*d)->Next(32);
   REQUIRE(b.ok());
   CHECK(b->size == 32);
@@ -292,8 +293,9 @@ TEST_CASE("OpenDataset: strict config errors name the key") {
   };
   CHECK(err(R"({"format":"string_features","examples":10,"bogus":1})") ==
         "job.data.train.bogus: unknown key");
-  CHECK(err(R"({"format":"tfrecord"})") ==
-        "job.data.train.format: unknown format 'tfrecord' (expected idx, libsvm, csv or string_features)");
+  CHECK(err(R"({"format":"parquet"})") ==
+        "job.data.train.format: unknown format 'parquet' (expected idx, libsvm, csv, string_features, tfrecord "
+        "or criteo_tsv)");
   CHECK(err(R"({"examples":10})") == "job.data.train.format: required key is missing");
   CHECK(err(R"({"format":"string_features","examples":0})") ==
         "job.data.train.examples: must be positive, got 0");
@@ -364,7 +366,7 @@ TEST_CASE("OpenDataset: Fashion-MNIST idx config, sharded") {
   REQUIRE(d.ok());
   CHECK((*d)->info().dense_dim == 784);
   CHECK((*d)->info().classes == 10);
-  CHECK((*d)->shard_size() == 3333);  // indices 2, 5, ..., 9998
+  CHECK(dynamic_cast<InMemoryDataset&>(**d).shard_size() == 3333);  // indices 2, 5, ..., 9998
   auto b = (*d)->Next(2);
   REQUIRE(b.ok());
   // Test labels 2 and 5 (file order 9 2 1 1 6 1 ...).

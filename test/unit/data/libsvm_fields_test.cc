@@ -57,11 +57,11 @@ TEST_CASE("LibSVM field_offsets: one field per range, ids made field-local") {
   }
   SECTION("bad offsets") {
     o.field_offsets = {1, 3};
-    CHECK_THAT(ReadLibSvm(f, o).status().message(), Contains("field_offsets must start at 0"));
+    CHECK_THAT(ReadLibSvm(f, o).status().message(), Contains(": field_offsets[0]: 1 (the first offset must be 0)"));
     o.field_offsets = {0, 3, 3};
-    CHECK_THAT(ReadLibSvm(f, o).status().message(), Contains("entry 2 is 3"));
+    CHECK_THAT(ReadLibSvm(f, o).status().message(), Contains(": field_offsets[2]: 3: offsets must start at 0"));
     o.field_offsets = {0, 8};
-    CHECK_THAT(ReadLibSvm(f, o).status().message(), Contains("entry 1 is 8"));
+    CHECK_THAT(ReadLibSvm(f, o).status().message(), Contains(": field_offsets[1]: 8: offsets must start at 0"));
   }
 }
 
