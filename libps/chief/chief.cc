@@ -12,6 +12,13 @@ namespace {
 // The loop's wake-up when nothing happens: the machine's clock for checkpoints by time
 // and the watchdog.
 constexpr std::chrono::milliseconds kTick{100};
+
+// The event that answers an I/O action: `Ok` when `st` is OK, else `Failed{st}`.
+template <typename Ok, typename Failed>
+Event Outcome(const Status& st) {
+  if (st.ok()) return Ok{};
+  return Failed{st};
+}
 }  // namespace
 
 void Inbox::Post(Event e) {
@@ -140,11 +147,10 @@ void Chief::Execute(const Action& action) {
       [this](const auto& a) {
         using A = std::decay_t<decltype(a)>;
         if constexpr (std::is_same_v<A, act::Connect>) {
-          RunIo([this]() -> Event {
+          RunIo([this] {
             Status st = Connect();
             if (st.ok()) st = CreateVariables();
-            if (!st.ok()) return ev::StartFailed{st};
-            return ev::Connected{};
+            return Outcome<ev::Connected, ev::StartFailed>(st);
           });
         } else if constexpr (std::is_same_v<A, act::RestoreNewest>) {
           RunIo([this]() -> Event {
@@ -161,11 +167,7 @@ void Chief::Execute(const Action& action) {
             return ev::CheckpointCommitted{a.step, a.final};
           });
         } else if constexpr (std::is_same_v<A, act::StartWorkers>) {
-          RunIo([this]() -> Event {
-            Status st = StartWorkers();
-            if (!st.ok()) return ev::StartFailed{st};
-            return ev::WorkersStarted{};
-          });
+          RunIo([this] { return Outcome<ev::WorkersStarted, ev::StartFailed>(StartWorkers()); });
         } else if constexpr (std::is_same_v<A, act::ReconnectPs>) {
           RunIo([this, a] { return ReconnectPs(a.ps, a.deadline); });
         } else if constexpr (std::is_same_v<A, act::CloseDispatch>) {
@@ -174,11 +176,7 @@ void Chief::Execute(const Action& action) {
             return ev::DispatchClosed{};
           });
         } else if constexpr (std::is_same_v<A, act::Evaluate>) {
-          RunIo([this]() -> Event {
-            Status st = FinalEvaluation();
-            if (!st.ok()) return ev::EvaluationFailed{st};
-            return ev::Evaluated{};
-          });
+          RunIo([this] { return Outcome<ev::Evaluated, ev::EvaluationFailed>(FinalEvaluation()); });
         } else if constexpr (std::is_same_v<A, act::Shutdown>) {
           if (a.group == TaskGroup::kWorkers) SetState("shutting down");
           RunIo([this, a]() -> Event { return ShutdownTasks(a.group, a.reason); });

@@ -125,12 +125,13 @@ class Chief {
   // from the ps tasks.
   Status FinalEvaluation();
 
-  // status.cc
+  // status.cc. Report runs on the run's thread, WriteMetricsLine on the I/O thread, never
+  // at once: the machine asks for I/O only when no range is outstanding, so no progress
+  // line is due meanwhile.
   void Report(const Window& w, int64_t total);
-  // Waits until the progress line being completed (Report) is written. Training thread.
+  // Waits until the progress line being completed (Report) is written.
   void WaitMetrics();
   // Appends a line to train_metrics.jsonl after any progress line still pending.
-  // Training thread.
   void WriteMetricsLine(const Json& line);
   // One load sample (load.h): polls every ps for its status at once (kPsStatusTimeout)
   // and snapshots the workers; the figures cover the time since the newest earlier

@@ -5,14 +5,20 @@
 // CheckpointCommitted or CheckpointFailed, ...). At most one such I/O action is
 // outstanding at a time, and only while no range of steps is outstanding.
 //
-//   Starting ──► Training ◄──► Checkpointing
-//      │          │   ▲ ▲          │
-//      │          │   │ └──────────┤  (ps lost, or a save fails with a ps lost)
-//      │          ▼   │            ▼
-//      │         Recovering ◄── Draining   (stop requested, or a range failed)
-//      │          │                │
-//      │          ▼                ▼
-//      └───────► Finishing ──► Stopping ──► Done
+//   Starting ──────► Training ───── due (steps, time) ─────► Checkpointing
+//      │               │ ▲  ▲ └──── last step done ──┐             │  │
+//      │       ps lost │ │  └──────── committed ─────┼─────────────┘  │ ps lost, or the save
+//      │               ▼ │ recovered                 │                │ fails with a ps lost
+//      │             Recovering ◄────────────────────┼────────────────┘
+//      │               ▲ │ recovered after a stop    │
+//      │       ps lost │ ▼                           ▼
+//      │             Draining ── nothing in flight ─► Finishing ──► Stopping ──► Done
+//      │               ▲                                              ▲
+//      │               └── a stop, or a range failed                  │
+//      │                   (from Training or Checkpointing)           │
+//      └──────────────── start failed ────────────────────────────────┘
+// An I/O error (a save, a restore, a ps not back) goes to Finishing and, with the
+// error, on to Stopping: no final checkpoint.
 //
 // Starting: connect and create the variables, restore the newest checkpoint (or save
 //   step 0), start the workers.

@@ -45,13 +45,16 @@ bool IsIo(const Action& a) {
          std::holds_alternative<act::Evaluate>(a) || std::holds_alternative<act::Shutdown>(a);
 }
 
-MachineConfig Config() {
+// 100 steps in ranges of 10 on 2 workers (4 ranges outstanding at most), a checkpoint
+// every `every_steps` (0: none).
+MachineConfig Config(int64_t every_steps = 0) {
   MachineConfig c;
   c.total_steps = 100;
   c.steps_per_dispatch = 10;
   c.dispatches_per_worker = 1;
   c.num_workers = 2;
   c.log_every_steps = 1000;
+  c.checkpoint_every_steps = every_steps;
   return c;
 }
 
@@ -212,6 +215,13 @@ void FinishUntilIo(FakeCluster& c) {
   REQUIRE(c.io.has_value());
 }
 
+// Starts a fresh job and decides ranges until the first checkpoint's save waits.
+void RunToFirstSave(FakeCluster& c) {
+  c.StartFresh();
+  FinishUntilIo(c);
+  REQUIRE(std::holds_alternative<act::SaveCheckpoint>(*c.io));
+}
+
 }  // namespace
 
 TEST_CASE("state machine: a fresh job connects, restores, saves step 0, starts the workers, then fills the in-flight bound") {
@@ -336,11 +346,8 @@ TEST_CASE("state machine: a checkpoint by time is due on a tick after every_seco
 }
 
 TEST_CASE("state machine: a stop during a checkpoint save lets it commit, then drains to the final checkpoint at that step") {
-  auto config = Config();
-  config.checkpoint_every_steps = 20;
-  FakeCluster c(config);
-  c.StartFresh();
-  FinishUntilIo(c);
+  FakeCluster c(Config(20));
+  RunToFirstSave(c);
   REQUIRE(std::holds_alternative<act::SaveCheckpoint>(*c.io));
   CHECK(std::get<act::SaveCheckpoint>(*c.io).step == 20);
   const auto& stop = c.Feed(ev::StopRequested{"stop command from 127.0.0.1:5000"});
@@ -360,9 +367,7 @@ TEST_CASE("state machine: a stop during a checkpoint save lets it commit, then d
 }
 
 TEST_CASE("state machine: a stop while a checkpoint waits for ranges in flight skips it; the final checkpoint takes the step reached") {
-  auto config = Config();
-  config.checkpoint_every_steps = 20;
-  FakeCluster c(config);
+  FakeCluster c(Config(20));
   c.StartFresh();
   REQUIRE(c.open.size() == 2);  // 0..9, 10..19: then the checkpoint is due
   CHECK(c.machine.phase() == Phase::kCheckpointing);
@@ -477,11 +482,8 @@ TEST_CASE("state machine: draining after a stop ignores ranges cancelled (Aborte
 }
 
 TEST_CASE("state machine: a ps lost while training pauses, lets ranges in flight finish, reconnects, restores, resumes at the restored step") {
-  auto config = Config();
-  config.checkpoint_every_steps = 20;
-  FakeCluster c(config);
-  c.StartFresh();
-  FinishUntilIo(c);
+  FakeCluster c(Config(20));
+  RunToFirstSave(c);
   c.Answer();  // checkpoint 20 committed
   REQUIRE(c.open.size() == 2);  // 20..29, 30..39
   c.now = 5000ms;
@@ -496,7 +498,7 @@ TEST_CASE("state machine: a ps lost while training pauses, lets ranges in flight
   REQUIRE(Names(c.last) == "ReconnectPs");
   auto reconnect = std::get<act::ReconnectPs>(c.last[0]);
   CHECK(reconnect.ps == 1);
-  CHECK(reconnect.deadline == 5000ms + config.ps_recovery_timeout);
+  CHECK(reconnect.deadline == 5000ms + c.config.ps_recovery_timeout);
   CHECK(Names(c.Answer()) == "RestoreNewest");
   const auto& restored = c.Answer();
   CHECK(c.machine.phase() == Phase::kCheckpointing);  // 20..39 given out again: the checkpoint at 40 is next
@@ -512,11 +514,8 @@ TEST_CASE("state machine: a ps lost while training pauses, lets ranges in flight
 }
 
 TEST_CASE("state machine: a ps lost while draining is recovered; the final checkpoint then marks the restored step") {
-  auto config = Config();
-  config.checkpoint_every_steps = 20;
-  FakeCluster c(config);
-  c.StartFresh();
-  FinishUntilIo(c);
+  FakeCluster c(Config(20));
+  RunToFirstSave(c);
   c.Answer();  // checkpoint 20
   c.Feed(ev::StopRequested{"SIGTERM"});
   CHECK(c.machine.phase() == Phase::kDraining);
@@ -564,11 +563,8 @@ TEST_CASE("state machine: a checkpoint due while recovering is not saved; after 
 }
 
 TEST_CASE("state machine: a save that fails with a ps lost turns into recovery from the newest committed checkpoint") {
-  auto config = Config();
-  config.checkpoint_every_steps = 20;
-  FakeCluster c(config);
-  c.StartFresh();
-  FinishUntilIo(c);
+  FakeCluster c(Config(20));
+  RunToFirstSave(c);
   CHECK(c.Feed(ev::PsLost{1}).empty());  // the save answers first
   const auto& failed = c.AnswerWith<act::SaveCheckpoint>(ev::CheckpointFailed{Unavailable("ps:1: connection reset")});
   CHECK(Names(failed) == "Log, PauseDispatch, ReconnectPs");
@@ -583,11 +579,8 @@ TEST_CASE("state machine: a save that fails with a ps lost turns into recovery f
 }
 
 TEST_CASE("state machine: a save that fails with every ps up ends the run with that error, without a final checkpoint") {
-  auto config = Config();
-  config.checkpoint_every_steps = 20;
-  FakeCluster c(config);
-  c.StartFresh();
-  FinishUntilIo(c);
+  FakeCluster c(Config(20));
+  RunToFirstSave(c);
   const auto& failed = c.AnswerWith<act::SaveCheckpoint>(ev::CheckpointFailed{IoError("model/ckpt-20: disk full")});
   CHECK(Names(failed) == "CloseDispatch");
   c.Run();
