@@ -1,4 +1,4 @@
-// The model dir, restoring from and saving checkpoints, and the final hook.
+// The model dir, restoring from and saving checkpoints, and the final evaluation.
 #include <algorithm>
 #include <filesystem>
 
@@ -124,9 +124,7 @@ Status Chief::SaveCheckpoint(bool final) {
   return Status::Ok();
 }
 
-Status Chief::FinalHook() {
-  PS_RETURN_IF_ERROR(SaveCheckpoint(true));
-  if (job_.eval_data.is_null()) return Status::Ok();
+Status Chief::FinalEvaluation() {
   SetState("evaluating");
   PS_ASSIGN_OR_RETURN(auto model, model::BuildModel(job_.model, "job.model"));
   std::vector<std::unique_ptr<worker::PsLink>> links;

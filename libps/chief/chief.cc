@@ -1,17 +1,52 @@
-// The chief's run: start-up in order, the training loop, the final hook, shutdown.
+// The chief's run: the event loop around the ChiefMachine, and the actions it returns.
 #include "libps/chief/chief.h"
 
 #include <signal.h>
-
-#include <algorithm>
-#include <cmath>
-#include <thread>
 
 #include "libps/chief/shell.h"
 #include "libps/core/log.h"
 #include "libps/data/dataset.h"
 
 namespace ps::chief {
+
+namespace {
+// The loop's wake-up when nothing happens: the machine's clock for checkpoints by time
+// and the watchdog.
+constexpr std::chrono::milliseconds kTick{100};
+
+// The event that answers an I/O action: `Ok` when `st` is OK, else `Failed{st}`.
+template <typename Ok, typename Failed>
+Event Outcome(const Status& st) {
+  if (st.ok()) return Ok{};
+  return Failed{st};
+}
+}  // namespace
+
+void Inbox::Post(Event e) {
+  std::lock_guard lock(mu_);
+  events_.push_back(std::move(e));
+  cv_.notify_one();
+}
+
+std::optional<Event> Inbox::Wait(Clock::duration timeout) {
+  std::unique_lock lock(mu_);
+  if (!cv_.wait_for(lock, timeout, [&] { return !events_.empty(); })) return std::nullopt;
+  Event e = std::move(events_.front());
+  events_.pop_front();
+  return e;
+}
+
+Chief::~Chief() {
+  if (io_.joinable()) io_.join();
+  if (rejoiner_.joinable()) {
+    {
+      std::lock_guard lock(mu_);
+      rejoin_stop_ = true;
+      cv_.notify_all();
+    }
+    rejoiner_.join();
+  }
+}
 
 Status Chief::Run(daemon::SignalWatcher& signals) {
   start_ = Clock::now();
@@ -22,263 +57,221 @@ Status Chief::Run(daemon::SignalWatcher& signals) {
   PS_RETURN_IF_ERROR(ps::server::ValidateUpdate(job_.update, "job.update"));
   PS_RETURN_IF_ERROR(PrepareModelDir());
   PS_RETURN_IF_ERROR(StartControl());
-  Status st = Connect();
-  if (st.ok()) st = data::CheckStreamedData(job_.eval_data, "job.eval_data", job_.base_dir);  // for FinalHook
-  if (st.ok()) st = CreateVariables();
-  if (st.ok()) st = RestoreNewest();
-  if (st.ok() && !last_saved_) st = SaveCheckpoint(false);  // step 0: recovery always has a checkpoint
-  if (st.ok()) st = StartWorkers();
-  if (st.ok()) st = Train();
-  if (st.ok()) st = FinalHook();
-  SetState("shutting down");
-  Status down = ShutdownCluster(st);
+  machine_.emplace(MachineConfigFor());
+  Status outcome = Drive();
   control_->Close();
-  if (!st.ok()) return st;
-  return down;
+  return outcome;
 }
+
+MachineConfig Chief::MachineConfigFor() const {
+  MachineConfig c;
+  c.total_steps = job_.steps;
+  c.steps_per_dispatch = job_.steps_per_dispatch;
+  c.dispatches_per_worker = job_.dispatches_per_worker;
+  c.num_workers = ctx_.tf.cluster.count(cluster::TaskType::kWorker);
+  c.sync = job_.update.mode == ps::server::UpdateMode::kSync;
+  c.replicas = job_.update.replicas();
+  c.checkpoint_every_steps = job_.checkpoint.every_steps;
+  c.checkpoint_every_seconds = job_.checkpoint.every_seconds;
+  c.log_every_steps = job_.log_every_steps;
+  c.watchdog = options_.watchdog;
+  c.ps_recovery_timeout = options_.ps_recovery_timeout;
+  c.evaluate_final = !job_.eval_data.is_null();
+  return c;
+}
+
+Time Chief::Now() const { return std::chrono::duration_cast<Time>(Clock::now() - start_); }
 
 void Chief::SetState(std::string s) {
   std::lock_guard lock(mu_);
   state_ = std::move(s);
 }
 
-void Chief::RequestStop(std::string reason) {
-  std::lock_guard lock(mu_);
-  if (stop_reason_) {
-    PS_LOG(Info) << "already stopping (" << *stop_reason_ << ")";
-    return;
+void Chief::RequestStop(std::string reason) { inbox_.Post(ev::StopRequested{std::move(reason)}); }
+
+Status Chief::Drive() {
+  Deliver(ev::Start{});
+  while (!exit_) {
+    auto e = inbox_.Wait(kTick);
+    Deliver(e ? *e : Event{ev::Tick{}});
   }
-  stop_reason_ = reason;
-  PS_LOG(Info) << "stop requested (" << reason << "): finishing the steps in flight";
-  cv_.notify_all();
+  if (io_.joinable()) io_.join();
+  return *exit_;
 }
 
-bool Chief::Stopping() {
-  std::lock_guard lock(mu_);
-  return stop_reason_.has_value();
+void Chief::Deliver(const Event& e) {
+  // What the connections show comes first: a save or a pack that failed because a ps
+  // went away is then seen with the ps already lost.
+  for (const auto& seen : ObserveCluster()) Apply(seen);
+  Apply(e);
 }
 
-Status Chief::Train() {
-  SetState("training");
+void Chief::Apply(const Event& e) {
+  if (exit_) return;
+  if (const auto* back = std::get_if<ev::PsBack>(&e)) reported_lost_ps_.erase(static_cast<size_t>(back->ps));
+  auto actions = machine_->Step(Now(), e);
+  global_step_ = machine_->step();
+  {
+    std::lock_guard lock(mu_);
+    stop_reason_ = machine_->stop_reason();
+    if (machine_->dispatching() && !machine_->busy()) state_ = "training";
+  }
+  for (const auto& a : actions) Execute(a);
+}
+
+std::vector<Event> Chief::ObserveCluster() {
+  std::vector<Event> out;
+  for (size_t i : LostPs()) {
+    if (reported_lost_ps_.insert(i).second) out.push_back(ev::PsLost{static_cast<int>(i)});
+  }
+  std::vector<obs::WorkerSnapshot> workers;
+  {
+    std::lock_guard lock(mu_);
+    if (coordinator_) workers = coordinator_->Snapshot();
+  }
+  for (size_t w = 0; w < workers.size() && w < reported_alive_.size(); ++w) {
+    if (workers[w].alive == reported_alive_[w]) continue;
+    reported_alive_[w] = workers[w].alive;
+    if (workers[w].alive) out.push_back(ev::WorkerBack{static_cast<int>(w)});
+    else out.push_back(ev::WorkerLost{static_cast<int>(w)});
+  }
+  return out;
+}
+
+void Chief::RunIo(std::function<Event()> op) {
+  if (io_.joinable()) io_.join();  // it has posted its event: it is ending
+  io_ = std::thread([this, op = std::move(op)] { inbox_.Post(op()); });
+}
+
+void Chief::Execute(const Action& action) {
+  std::visit(
+      [this](const auto& a) {
+        using A = std::decay_t<decltype(a)>;
+        if constexpr (std::is_same_v<A, act::Connect>) {
+          RunIo([this] {
+            Status st = Connect();
+            if (st.ok()) st = data::CheckStreamedData(job_.eval_data, "job.eval_data", job_.base_dir);
+            if (st.ok()) st = CreateVariables();
+            return Outcome<ev::Connected, ev::StartFailed>(st);
+          });
+        } else if constexpr (std::is_same_v<A, act::RestoreNewest>) {
+          RunIo([this]() -> Event {
+            last_saved_.reset();
+            Status st = RestoreNewest();
+            if (!st.ok()) return ev::RestoreFailed{st};
+            if (!last_saved_) return ev::Restored{false, 0, false};
+            return ev::Restored{true, last_saved_->global_step, last_saved_->final};
+          });
+        } else if constexpr (std::is_same_v<A, act::SaveCheckpoint>) {
+          RunIo([this, a]() -> Event {
+            Status st = SaveCheckpoint(a.final);
+            if (!st.ok()) return ev::CheckpointFailed{st};
+            return ev::CheckpointCommitted{a.step, a.final};
+          });
+        } else if constexpr (std::is_same_v<A, act::StartWorkers>) {
+          RunIo([this] { return Outcome<ev::WorkersStarted, ev::StartFailed>(StartWorkers()); });
+        } else if constexpr (std::is_same_v<A, act::ReconnectPs>) {
+          RunIo([this, a] { return ReconnectPs(a.ps, a.deadline); });
+        } else if constexpr (std::is_same_v<A, act::CloseDispatch>) {
+          RunIo([this]() -> Event {
+            CloseDispatch();
+            return ev::DispatchClosed{};
+          });
+        } else if constexpr (std::is_same_v<A, act::Evaluate>) {
+          RunIo([this] { return Outcome<ev::Evaluated, ev::EvaluationFailed>(FinalEvaluation()); });
+        } else if constexpr (std::is_same_v<A, act::Shutdown>) {
+          if (a.group == TaskGroup::kWorkers) SetState("shutting down");
+          RunIo([this, a]() -> Event { return ShutdownTasks(a.group, a.reason); });
+        } else if constexpr (std::is_same_v<A, act::OpenDispatch>) {
+          OpenDispatch();
+        } else if constexpr (std::is_same_v<A, act::ScheduleRange>) {
+          Schedule(a);
+        } else if constexpr (std::is_same_v<A, act::CancelQueued>) {
+          coordinator_->CancelQueued(a.why);
+        } else if constexpr (std::is_same_v<A, act::PauseDispatch>) {
+          coordinator_->Pause(a.why);
+        } else if constexpr (std::is_same_v<A, act::ResumeDispatch>) {
+          coordinator_->Resume();
+        } else if constexpr (std::is_same_v<A, act::Report>) {
+          Report(a.window, a.total);
+        } else if constexpr (std::is_same_v<A, act::Watchdog>) {
+          Watchdog(a.silent_for);
+        } else if constexpr (std::is_same_v<A, act::Log>) {
+          if (log::Enabled(a.level)) log::Write(a.level, a.text);
+        } else if constexpr (std::is_same_v<A, act::Exit>) {
+          exit_ = a.status;
+        } else {
+          static_assert(sizeof(A) == 0, "an action the shell does not carry out");
+        }
+      },
+      action);
+}
+
+void Chief::OpenDispatch() {
   Coordinator::Options copts;
   copts.max_in_flight_per_worker = job_.dispatches_per_worker;
   {
     std::lock_guard lock(mu_);  // the status thread reads coordinator_
     coordinator_ = std::make_unique<Coordinator>(workers_, copts);
   }
+  reported_alive_.assign(workers_.size(), true);
   for (size_t w = 0; w < workers_.size(); ++w) {
-    workers_[w]->OnBroken([this, w](const Status& why) { coordinator_->MarkLost(static_cast<int>(w), why); });
+    workers_[w]->OnBroken([this, w](const Status& why) {
+      coordinator_->MarkLost(static_cast<int>(w), why);
+      inbox_.Post(ev::Tick{});  // the loop looks at the workers again
+    });
   }
-  std::thread rejoiner([this] { RejoinLoop(); });
-  struct StopRejoiner {
-    Chief* chief;
-    std::thread* thread;
-    ~StopRejoiner() {
-      {
-        std::lock_guard lock(chief->mu_);
-        chief->rejoin_stop_ = true;
-        chief->cv_.notify_all();
-      }
-      thread->join();
-    }
-  } stop_rejoiner{this, &rejoiner};
-  const int64_t total = job_.steps;
-  const size_t max_outstanding = workers_.size() * static_cast<size_t>(job_.dispatches_per_worker) + workers_.size();
-  // A range of steps in flight: one pack, or in sync mode one pinned pack per worker, of
-  // which `need` must succeed (every update of the range is then applied).
-  struct Group {
-    int64_t first = 0;
-    int count = 0;
-    int need = 1;
-    std::vector<std::future<Result<PackResult>>> futures;
-    std::vector<Result<PackResult>> results;
-    int ok = 0;
-    // Collects what has finished; true once the group is decided.
-    bool Poll() {
-      for (auto& f : futures) {
-        if (!f.valid() || f.wait_for(std::chrono::seconds(0)) != std::future_status::ready) continue;
-        results.push_back(f.get());
-        ok += results.back().ok() ? 1 : 0;
-      }
-      return ok >= need || results.size() == futures.size();
-    }
-    void Wait(std::chrono::milliseconds d) {
-      for (auto& f : futures) {
-        if (f.valid()) {
-          f.wait_for(d);
-          return;
-        }
-      }
-    }
-  };
-  const bool sync = job_.update.mode == ps::server::UpdateMode::kSync;
-  auto schedule = [&](int64_t first, int count) {
-    Group g;
-    g.first = first;
-    g.count = count;
-    if (!sync) {
-      g.futures.push_back(coordinator_->Schedule(first, count));
-      return g;
-    }
-    // Every live worker runs every update; R of them must finish it. With fewer live
-    // than R, the lost ones' packs wait for them to rejoin.
-    g.need = job_.update.replicas();
-    auto snap = coordinator_->Snapshot();
-    int alive = 0;
-    for (const auto& w : snap) alive += w.alive ? 1 : 0;
-    for (size_t w = 0; w < snap.size(); ++w) {
-      if (snap[w].alive || alive < g.need) g.futures.push_back(coordinator_->Schedule(first, count, static_cast<int>(w)));
-    }
-    return g;
-  };
-  std::deque<Group> outstanding;
-  int64_t next = global_step_;
-  Window window;
-  window.start = Clock::now();
-  int64_t next_log = (global_step_ / job_.log_every_steps + 1) * job_.log_every_steps;
-  const int64_t every = job_.checkpoint.every_steps;
-  int64_t next_ckpt = every > 0 ? (global_step_ / every + 1) * every : INT64_MAX;
-  auto last_ckpt_time = Clock::now();
-  bool ckpt_due = false;  // stop dispatching, drain, save, go on
-  Status result;
-  bool draining = false;
-  bool recovering = false;  // a ps is down: drain, then RecoverPs()
-  auto last_progress = Clock::now();
-  auto last_watchdog = Clock::now();
-  PS_LOG(Info) << "training " << total << " steps of batch " << job_.batch_size << " on " << workers_.size()
+  rejoiner_ = std::thread([this] { RejoinLoop(); });
+  PS_LOG(Info) << "training " << job_.steps << " steps of batch " << job_.batch_size << " on " << workers_.size()
                << " worker(s), " << job_.steps_per_dispatch << " steps per dispatch";
-  for (;;) {
-    if (!draining && Stopping()) {
-      draining = true;
-      // Sync mode: the ranges already given out run to the end on every worker (a
-      // worker whose pack was cancelled would leave the others waiting for its
-      // gradients); nothing new is given out.
-      if (!sync) coordinator_->CancelQueued(Aborted("stopping"));
-    }
-    if (!recovering && !LostPs().empty()) {
-      recovering = true;
-      coordinator_->Pause(Aborted("a ps is down"));
-    }
-    if (recovering && outstanding.empty()) {
-      const int64_t before = global_step_;
-      Status recovered = RecoverPs();
-      if (!recovered.ok()) return recovered;
-      coordinator_->Resume();
-      SetState("training");
-      recovering = false;
-      ckpt_due = false;
-      next = global_step_;
-      next_ckpt = every > 0 ? (global_step_ / every + 1) * every : INT64_MAX;
-      next_log = (global_step_ / job_.log_every_steps + 1) * job_.log_every_steps;
-      window = Window();
-      window.start = last_progress = last_ckpt_time = Clock::now();
-      PS_LOG(Warning) << "recovered: resuming at step " << global_step_ << " (" << before - global_step_
-                      << " step(s) since the checkpoint are run again)";
-      continue;
-    }
-    if (outstanding.empty() && recovering) continue;
-    if (!ckpt_due && !draining && next < total) {
-      bool by_time = job_.checkpoint.every_seconds > 0 &&
-                     std::chrono::duration<double>(Clock::now() - last_ckpt_time).count() >= job_.checkpoint.every_seconds;
-      ckpt_due = next >= next_ckpt || by_time;
-    }
-    while (!draining && !recovering && !ckpt_due && next < total && outstanding.size() < max_outstanding) {
-      int64_t limit = std::min(total, next_ckpt);
-      int count = static_cast<int>(std::min<int64_t>(job_.steps_per_dispatch, limit - next));
-      outstanding.push_back(schedule(next, count));
-      next += count;
-      // The last step's checkpoint is the final one, saved by FinalHook.
-      if (next >= next_ckpt && next < total) ckpt_due = true;
-    }
-    if (outstanding.empty() && ckpt_due && !draining && !recovering) {
-      // Everything dispatched so far is applied: the checkpoint holds exactly steps < next.
-      Status saved = SaveCheckpoint(false);
-      if (!saved.ok() && !LostPs().empty()) {
-        // A ps was lost during the save: this checkpoint is not committed; recover from
-        // the newest committed one, as for a loss during training.
-        PS_LOG(Warning) << "checkpoint " << global_step_ << " not committed: " << saved.message();
-        recovering = true;
-        coordinator_->Pause(Aborted("a ps is down"));
-        continue;
-      }
-      if (!saved.ok()) return saved;
-      SetState("training");
-      ckpt_due = false;
-      last_ckpt_time = Clock::now();
-      while (next_ckpt <= global_step_) next_ckpt += every;
-      continue;
-    }
-    if (outstanding.empty()) break;
-    // Any decided range, not only the oldest: in bounded-staleness mode the oldest may be
-    // waiting for a worker that needs more work to catch up.
-    auto decided = std::find_if(outstanding.begin(), outstanding.end(), [](Group& g) { return g.Poll(); });
-    if (decided == outstanding.end()) {
-      outstanding.front().Wait(std::chrono::milliseconds(outstanding.size() > 1 ? 5 : 100));
-      Watchdog(last_progress, &last_watchdog);
-      continue;
-    }
-    Group group = std::move(*decided);
-    outstanding.erase(decided);
-    last_progress = Clock::now();
-    Status failed;  // the group's first error, when it failed
-    for (auto& x : group.results) {
-      if (group.ok < group.need && !x.ok() && failed.ok()) failed = x.status();
-    }
-    if (!failed.ok()) {
-      if (draining && failed.code() == Code::kAborted) continue;  // cancelled by the stop
-      if (recovering) continue;  // the steps after the checkpoint are run again anyway
-      if (failed.code() == Code::kUnavailable || failed.code() == Code::kAborted) {
-        // A worker could not reach a ps: if one is down, recover instead of failing.
-        if (!LostPs().empty()) {
-          recovering = true;
-          coordinator_->Pause(Aborted("a ps is down"));
-          continue;
-        }
-      }
-      if (result.ok()) result = failed;
-      if (!draining) {
-        draining = true;
-        coordinator_->CancelQueued(Aborted("stopping after a failure"));
-      }
-      continue;
-    }
-    global_step_ += group.count;
-    window.steps += group.count;
-    for (auto& x : group.results) {
-      if (x.ok()) window.Add(x->reply);
-    }
-    if (global_step_ >= next_log || global_step_ == total) {
-      Report(window, total);
-      window = Window();
-      window.start = Clock::now();
-      while (next_log <= global_step_) next_log += job_.log_every_steps;
-    }
-  }
-  // Sync mode: packs of backups (or of a lost worker) for ranges already decided are
-  // not needed any more.
-  if (sync) coordinator_->CancelQueued(Aborted("the job's steps are done"));
-  coordinator_->Join().ok();  // errors were taken from the futures above
-  if (!result.ok()) return result;
-  std::lock_guard lock(mu_);
-  if (stop_reason_) PS_LOG(Info) << "stopped at step " << global_step_ << " of " << total;
-  return Status::Ok();
 }
 
-void Chief::Watchdog(Clock::time_point last_progress, Clock::time_point* last_warning) {
-  auto now = Clock::now();
-  if (now - last_progress < options_.watchdog || now - *last_warning < options_.watchdog) return;
-  *last_warning = now;
+void Chief::Schedule(const act::ScheduleRange& a) {
+  auto done = [this, id = a.id](Result<PackResult> r) {
+    ev::PackDone e{id, r.status(), {}};
+    if (r.ok()) {
+      const auto& reply = r->reply;
+      e.stats = {reply.examples, reply.correct, reply.stale, reply.loss_sum};
+    }
+    inbox_.Post(std::move(e));
+  };
+  if (a.workers.empty()) {
+    coordinator_->Schedule(a.first, a.count, -1, done);
+    return;
+  }
+  for (int w : a.workers) coordinator_->Schedule(a.first, a.count, w, done);
+}
+
+void Chief::CloseDispatch() {
+  // Packs of backups (or of a lost worker) for ranges already decided are not needed any
+  // more (sync mode; in the other modes nothing is queued by now).
+  coordinator_->CancelQueued(Aborted("the job's steps are done"));
+  coordinator_->Join().ok();  // errors were taken from the packs' results
+  {
+    std::lock_guard lock(mu_);
+    rejoin_stop_ = true;
+    cv_.notify_all();
+  }
+  rejoiner_.join();
+}
+
+void Chief::Watchdog(Time silent_for) {
   std::string waiting;
   for (const auto& s : coordinator_->Snapshot()) {
     if (s.in_flight > 0) waiting += (waiting.empty() ? "" : ", ") + s.name + " (" + std::to_string(s.in_flight) + " pack(s))";
     else if (!s.alive) waiting += (waiting.empty() ? "" : ", ") + s.name + " (lost)";
   }
-  for (const auto& p : ps_) {
+  std::vector<std::shared_ptr<net::Client>> ps;
+  {
+    std::lock_guard lock(mu_);
+    ps = ps_;
+  }
+  for (const auto& p : ps) {
     if (!p->health().ok()) waiting += (waiting.empty() ? "" : ", ") + p->peer_name() + " (lost)";
   }
   PS_LOG(Warning) << "watchdog: no step completed for "
-                  << std::chrono::duration_cast<std::chrono::seconds>(now - last_progress).count()
-                  << " s; waiting on " << (waiting.empty() ? "nothing in flight" : waiting);
+                  << std::chrono::duration_cast<std::chrono::seconds>(silent_for).count() << " s; waiting on "
+                  << (waiting.empty() ? "nothing in flight" : waiting);
 }
 
 Status RunChief(const daemon::DaemonContext& ctx, job::JobSpec job, const ChiefOptions& options, daemon::SignalWatcher& signals) {

@@ -43,14 +43,20 @@ Status Chief::Connect() {
     futs.push_back(std::async(std::launch::async, [this, t] { return net::Client::Connect(runtime_, ClientOptionsFor(t)); }));
   }
   Status first;
+  std::vector<std::shared_ptr<net::Client>> ps, workers;
   for (size_t i = 0; i < tasks.size(); ++i) {
     auto c = futs[i].get();
     if (!c.ok()) {
       if (first.ok()) first = c.status();
       continue;
     }
-    if (tasks[i].type == cluster::TaskType::kPs) ps_.push_back(*c);
-    else workers_.push_back(*c);
+    if (tasks[i].type == cluster::TaskType::kPs) ps.push_back(*c);
+    else workers.push_back(*c);
+  }
+  {
+    std::lock_guard lock(mu_);  // the run's thread looks for lost ps tasks meanwhile
+    ps_ = std::move(ps);
+    workers_ = std::move(workers);
   }
   if (!first.ok()) return first;
   PS_LOG(Info) << "connected to " << ps_.size() << " ps and " << workers_.size() << " worker task(s)";
@@ -68,10 +74,12 @@ net::ClientOptions Chief::ClientOptionsFor(cluster::TaskId t) const {
 
 void Chief::WatchPs(size_t i) {
   ps_[i]->OnBroken([this, i, name = ps_[i]->peer_name()](const Status& why) {
-    std::lock_guard lock(mu_);
-    lost_ps_.insert(i);
+    {
+      std::lock_guard lock(mu_);
+      lost_ps_.insert(i);
+    }
     PS_LOG(Error) << name << " failed: " << why.message();
-    cv_.notify_all();
+    inbox_.Post(ev::Tick{});  // the loop looks at the ps tasks again
   });
 }
 
@@ -84,43 +92,32 @@ std::set<size_t> Chief::LostPs() {
   return lost;
 }
 
-Status Chief::RecoverPs() {
+Event Chief::ReconnectPs(int i, Time deadline) {
   SetState("recovering");
-  const auto deadline = Clock::now() + options_.ps_recovery_timeout;
-  for (;;) {
-    std::set<size_t> lost = LostPs();
-    if (lost.empty()) break;
-    for (size_t i : lost) {
-      auto o = ClientOptionsFor({cluster::TaskType::kPs, static_cast<int>(i)});
-      auto left = std::chrono::duration_cast<net::Millis>(deadline - Clock::now());
-      if (left.count() <= 0) left = net::Millis(1);
-      o.connect_deadline = left;
-      PS_LOG(Warning) << "training paused: waiting up to " << left.count() / 1000 << " s for " << o.peer_name
-                      << " (" << o.host << ":" << o.port << ") to come back";
-      auto c = net::Client::Connect(runtime_, o);
-      if (!c.ok()) {
-        return Unavailable(o.peer_name + " did not come back within " +
-                           std::to_string(options_.ps_recovery_timeout.count() / 1000) + " s (" +
-                           c.status().message() + "); the committed checkpoints in " + job_.model_dir +
-                           " are intact: restart the cluster to resume");
-      }
-      {
-        std::lock_guard lock(mu_);
-        ps_[i] = *c;
-        lost_ps_.erase(i);
-      }
-      WatchPs(i);
-      auto r = ps_[i]->CallSync(create_msgs_[i]);
-      if (!r.ok()) return r.status().WithContext("recreating variables on " + o.peer_name);
-      PS_LOG(Info) << o.peer_name << " is back";
-    }
-    if (!LostPs().empty()) continue;  // another one went while we waited
-    last_saved_.reset();
-    Status st = RestoreNewest();
-    if (st.ok() && LostPs().empty()) return Status::Ok();
-    if (!st.ok() && LostPs().empty()) return st;
+  const auto index = static_cast<size_t>(i);
+  auto o = ClientOptionsFor({cluster::TaskType::kPs, i});
+  auto left = std::chrono::duration_cast<net::Millis>(deadline - Now());
+  if (left.count() <= 0) left = net::Millis(1);
+  o.connect_deadline = left;
+  PS_LOG(Warning) << "training paused: waiting up to " << left.count() / 1000 << " s for " << o.peer_name
+                  << " (" << o.host << ":" << o.port << ") to come back";
+  auto c = net::Client::Connect(runtime_, o);
+  if (!c.ok()) {
+    return ev::RecoveryFailed{Unavailable(o.peer_name + " did not come back within " +
+                                          std::to_string(options_.ps_recovery_timeout.count() / 1000) + " s (" +
+                                          c.status().message() + "); the committed checkpoints in " +
+                                          job_.model_dir + " are intact: restart the cluster to resume")};
   }
-  return Status::Ok();
+  {
+    std::lock_guard lock(mu_);
+    ps_[index] = *c;
+    lost_ps_.erase(index);
+  }
+  WatchPs(index);
+  auto r = ps_[index]->CallSync(create_msgs_[index]);
+  if (!r.ok()) return ev::RecoveryFailed{r.status().WithContext("recreating variables on " + o.peer_name)};
+  PS_LOG(Info) << o.peer_name << " is back";
+  return ev::PsBack{i};
 }
 
 void Chief::RejoinLoop() {
@@ -187,9 +184,8 @@ Status Chief::StartWorkers() {
   return Status::Ok();
 }
 
-Status Chief::ShutdownCluster(const Status& outcome) {
-  WaitMetrics();  // its sample talks to the ps tasks
-  std::vector<std::string> failed;
+ev::ShutdownReplied Chief::ShutdownTasks(TaskGroup group, const std::string& reason) {
+  ev::ShutdownReplied replied{group, 0, {}};
   auto live = [&](const std::vector<std::shared_ptr<net::Client>>& all) {
     std::vector<std::shared_ptr<net::Client>> out;
     for (const auto& c : all) {
@@ -197,34 +193,28 @@ Status Chief::ShutdownCluster(const Status& outcome) {
     }
     return out;
   };
-  // From here on a task going away is expected: detach the failure callbacks first.
-  for (auto& c : workers_) c->OnBroken(nullptr);
-  for (auto& c : ps_) c->OnBroken(nullptr);
-  std::unique_ptr<Coordinator> gone;
-  {
-    std::lock_guard lock(mu_);  // the status thread reads coordinator_
-    gone = std::move(coordinator_);
+  if (group == TaskGroup::kWorkers) {
+    WaitMetrics();  // its sample talks to the ps tasks
+    // From here on a task going away is expected: detach the failure callbacks first.
+    for (auto& c : workers_) c->OnBroken(nullptr);
+    for (auto& c : ps_) c->OnBroken(nullptr);
+    std::unique_ptr<Coordinator> gone;
+    {
+      std::lock_guard lock(mu_);  // the status thread reads coordinator_
+      gone = std::move(coordinator_);
+    }
+    gone.reset();
+    auto live_workers = live(workers_);
+    shutdown_ps_ = live(ps_);
+    replied.asked = static_cast<int>(live_workers.size());
+    CallAll(live_workers, proto::Shutdown{reason}, options_.shutdown_timeout, &replied.failed).ok();
+    return replied;
   }
-  gone.reset();
-  std::string reason = outcome.ok() ? "job finished" : "job failed: " + outcome.message();
-  {
-    std::lock_guard lock(mu_);
-    if (outcome.ok() && stop_reason_) reason = "stopped: " + *stop_reason_;
-  }
-  auto live_workers = live(workers_);
-  auto live_ps = live(ps_);
-  CallAll(live_workers, proto::Shutdown{reason}, options_.shutdown_timeout, &failed).ok();
-  CallAll(live_ps, proto::Shutdown{reason}, options_.shutdown_timeout, &failed).ok();
+  replied.asked = static_cast<int>(shutdown_ps_.size());
+  CallAll(shutdown_ps_, proto::Shutdown{reason}, options_.shutdown_timeout, &replied.failed).ok();
   for (auto& c : workers_) c->Close();
   for (auto& c : ps_) c->Close();
-  if (!failed.empty()) {
-    std::string names;
-    for (const auto& f : failed) names += (names.empty() ? "" : ", ") + f;
-    return Unavailable("did not acknowledge Shutdown: " + names);
-  }
-  PS_LOG(Info) << "cluster shut down: " << live_workers.size() << " worker(s) and " << live_ps.size()
-               << " ps task(s) acknowledged";
-  return Status::Ok();
+  return replied;
 }
 
 }  // namespace ps::chief

@@ -36,13 +36,18 @@ Coordinator::~Coordinator() {
 }
 
 std::future<Result<PackResult>> Coordinator::Schedule(int64_t first_step, int count, int worker) {
-  Pack pack{first_step, count, 0, std::make_shared<std::promise<Result<PackResult>>>(), worker};
-  auto fut = pack.promise->get_future();
+  auto promise = std::make_shared<std::promise<Result<PackResult>>>();
+  auto fut = promise->get_future();
+  Schedule(first_step, count, worker, [promise](Result<PackResult> r) { promise->set_value(std::move(r)); });
+  return fut;
+}
+
+void Coordinator::Schedule(int64_t first_step, int count, int worker, PackCallback done) {
+  Pack pack{first_step, count, 0, std::move(done), worker};
   std::lock_guard lock(mu_);
   ++outstanding_;
   queue_.push_back(std::move(pack));
   cv_.notify_all();
-  return fut;
 }
 
 Status Coordinator::Join() {
@@ -70,7 +75,7 @@ void Coordinator::CancelQueued(const Status& why) {
   while (!queue_.empty()) {
     Pack p = std::move(queue_.front());
     queue_.pop_front();
-    p.promise->set_value(why);
+    p.done(why);
     --outstanding_;
   }
   cv_.notify_all();
@@ -128,7 +133,7 @@ std::vector<obs::WorkerSnapshot> Coordinator::Snapshot() const {
 
 void Coordinator::Finish(Pack& pack, Result<PackResult> result) {
   if (!result.ok() && first_error_.ok()) first_error_ = result.status();
-  pack.promise->set_value(std::move(result));
+  pack.done(std::move(result));
   --outstanding_;
   cv_.notify_all();
 }

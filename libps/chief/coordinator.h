@@ -12,6 +12,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -45,6 +46,10 @@ class Coordinator {
 
   // `worker` >= 0 pins the pack to that worker.
   std::future<Result<PackResult>> Schedule(int64_t first_step, int count, int worker = -1);
+  // The same, answered through `done` (once, with the coordinator's lock held: it must
+  // not call the coordinator).
+  using PackCallback = std::function<void(Result<PackResult>)>;
+  void Schedule(int64_t first_step, int count, int worker, PackCallback done);
 
   // Waits for every scheduled pack; returns the first error (then cancels the queue).
   Status Join();
@@ -68,7 +73,7 @@ class Coordinator {
     int64_t first_step;
     int count;
     int attempts = 0;
-    std::shared_ptr<std::promise<Result<PackResult>>> promise;
+    PackCallback done;
     int pinned = -1;
   };
   // The worker that may run `pack` now, or -1. mu_ held.

@@ -1,8 +1,12 @@
-// The chief's insides (private to libps/chief): one Chief object per run. Its member
-// functions live in one file per job: chief.cc (the run and the training loop),
-// connections.cc (control server, connections, lost tasks, shutdown), variables.cc
-// (creating the variables), checkpoints.cc (model dir, restore, save, final hook) and
-// status.cc (status, load samples, progress lines).
+// The chief's I/O shell (private to libps/chief): one Chief object per run. It feeds
+// what happens (signals, `pstrain stop`, packs done, lost tasks, I/O results, time) to
+// the ChiefMachine (state_machine.h) as events, one at a time on the run's thread, and
+// carries out the actions it returns: quick ones at once, slow I/O (connect, restore,
+// save, reconnect a ps, evaluate, shut down) on one I/O thread that posts the result
+// back as an event. Its member functions live in one file per job: chief.cc (the event
+// loop and the actions), connections.cc (control server, connections, lost tasks,
+// shutdown), variables.cc (creating the variables), checkpoints.cc (model dir, restore,
+// save, final evaluation) and status.cc (status, load samples, progress lines).
 #pragma once
 
 #include <atomic>
@@ -16,10 +20,12 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "libps/chief/chief.h"
 #include "libps/chief/coordinator.h"
+#include "libps/chief/state_machine.h"
 #include "libps/ckpt/checkpoint_dir.h"
 #include "libps/core/json.h"
 #include "libps/obs/events.h"
@@ -36,53 +42,72 @@ constexpr std::chrono::seconds kMinLoadWindow{1};
 // The chief logs the load hints at most this often.
 constexpr std::chrono::seconds kHintLogInterval{60};
 
+// Events posted from any thread, taken by the run's thread. Thread-safe.
+class Inbox {
+ public:
+  void Post(Event e);
+  // The oldest event, or nullopt after `timeout` without one.
+  std::optional<Event> Wait(Clock::duration timeout);
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Event> events_;  // guarded by mu_
+};
+
 class Chief {
  public:
   Chief(const daemon::DaemonContext& ctx, job::JobSpec job, const ChiefOptions& options)
       : ctx_(ctx), job_(std::move(job)), options_(options), runtime_(2) {}
+  ~Chief();
 
   Status Run(daemon::SignalWatcher& signals);
 
  private:
-  // Progress since the last progress line.
-  struct Window {
-    Clock::time_point start;
-    int64_t steps = 0, examples = 0, correct = 0, stale = 0;
-    double loss_sum = 0;
-    void Add(const proto::RunStepsReply& r) {
-      stale += r.stale;
-      examples += r.examples;
-      correct += r.correct;
-      loss_sum += r.loss_sum;
-    }
-  };
-
   void SetState(std::string s);
+  // Any thread: hands the stop to the machine.
   void RequestStop(std::string reason);
-  bool Stopping();
-  Status Train();
-  // Warns when no pack has completed for options_.watchdog, naming what is in flight.
-  void Watchdog(Clock::time_point last_progress, Clock::time_point* last_warning);
+  MachineConfig MachineConfigFor() const;
+  Time Now() const;
+  // The event loop: runs until the machine exits; returns its outcome.
+  Status Drive();
+  // Feeds what ObserveCluster sees, then `e`, to the machine and carries out the actions.
+  void Deliver(const Event& e);
+  void Apply(const Event& e);
+  // Lost ps tasks, and workers lost or back, not yet told to the machine.
+  std::vector<Event> ObserveCluster();
+  void Execute(const Action& a);
+  // Runs `op` on the I/O thread (after the previous one ended); posts its event.
+  void RunIo(std::function<Event()> op);
+  void OpenDispatch();
+  void Schedule(const act::ScheduleRange& a);
+  // Cancels what is queued, waits for every pack, stops the rejoiner. I/O thread.
+  void CloseDispatch();
+  // Warns that no step completed for `silent_for`, naming what is in flight.
+  void Watchdog(Time silent_for);
 
   // connections.cc
   Status StartControl();
   Status Connect();
   net::ClientOptions ClientOptionsFor(cluster::TaskId t) const;
-  // A lost ps pauses training until it is back and every ps is restored (Train()).
+  // A lost ps pauses training until it is back and every ps is restored (Recovering).
   void WatchPs(size_t i);
   // The ps tasks whose connection broke. A broken client's health() fails before its
   // OnBroken callback has run: both count.
   std::set<size_t> LostPs();
-  // Waits (up to --ps-recovery-timeout) for every lost ps to come back, recreates its
-  // shards, and restores every ps from the newest checkpoint so all shards agree.
-  Status RecoverPs();
+  // Waits until `deadline` for lost ps `i` to come back and recreates its shards.
+  // I/O thread. PsBack or RecoveryFailed.
+  Event ReconnectPs(int i, Time deadline);
   // Reconnects lost workers (a restarted worker rejoins): once a second, until stopped.
   void RejoinLoop();
   // Calls `msg` on every client at once; the first error names the task.
   static Status CallAll(const std::vector<std::shared_ptr<net::Client>>& clients, const proto::Body& msg,
                         net::Millis timeout, std::vector<std::string>* failed = nullptr);
   Status StartWorkers();
-  Status ShutdownCluster(const Status& outcome);
+  // Shutdown to every live worker (the first call: after detaching the failure callbacks
+  // and ending the coordinator), then to every ps that was live then; the second call
+  // closes every connection. I/O thread.
+  ev::ShutdownReplied ShutdownTasks(TaskGroup group, const std::string& reason);
 
   // variables.cc
   Status CreateVariables();
@@ -95,17 +120,18 @@ class Chief {
   Status RestoreNewest();
   // Every ps writes its shard file, then the chief commits the MANIFEST and the pointer.
   Status SaveCheckpoint(bool final);
-  // Runs after the last step or on stop, before the cluster is shut down: evaluates the
-  // final model on job.eval_data, pulling its parameters from the ps tasks. (The final
-  // checkpoint goes here too.)
-  Status FinalHook();
+  // Runs after the last step or on stop, after the final checkpoint, before the cluster
+  // is shut down: evaluates the final model on job.eval_data, pulling its parameters
+  // from the ps tasks.
+  Status FinalEvaluation();
 
-  // status.cc
+  // status.cc. Report runs on the run's thread, WriteMetricsLine on the I/O thread, never
+  // at once: the machine asks for I/O only when no range is outstanding, so no progress
+  // line is due meanwhile.
   void Report(const Window& w, int64_t total);
-  // Waits until the progress line being completed (Report) is written. Training thread.
+  // Waits until the progress line being completed (Report) is written.
   void WaitMetrics();
   // Appends a line to train_metrics.jsonl after any progress line still pending.
-  // Training thread.
   void WriteMetricsLine(const Json& line);
   // One load sample (obs/figures.h): polls every ps for its status at once
   // (kPsStatusTimeout) and snapshots the workers; the figures cover the time since the
@@ -123,6 +149,7 @@ class Chief {
   const daemon::DaemonContext& ctx_;
   job::JobSpec job_;
   ChiefOptions options_;
+  Inbox inbox_;  // outlives everything that posts to it
   const uint64_t generation_ = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
   net::Runtime runtime_;
@@ -131,7 +158,13 @@ class Chief {
   job::VariablePlan plan_;
   std::vector<proto::CreateShards> create_msgs_;  // [ps]: recreates a restarted ps's shards
   std::optional<ckpt::Manifest> last_saved_;  // the newest committed checkpoint
-  std::unique_ptr<Coordinator> coordinator_;
+  std::unique_ptr<Coordinator> coordinator_;  // written by the run's thread, read under mu_
+  std::optional<ChiefMachine> machine_;       // the run's thread only
+  std::optional<Status> exit_;                // the machine's outcome (act::Exit)
+  std::set<size_t> reported_lost_ps_;         // told to the machine as lost; the run's thread
+  std::vector<bool> reported_alive_;          // [worker] as told to the machine; the run's thread
+  std::thread rejoiner_;                      // RejoinLoop while dispatch is open
+  std::vector<std::shared_ptr<net::Client>> shutdown_ps_;  // the ps tasks live when shutdown began
   std::ofstream metrics_;
   std::mutex events_mu_;                     // the training and metrics threads both write events
   std::optional<obs::EventWriter> events_;  // model_dir/events.out.tfevents.*; optional; guarded by events_mu_
@@ -154,9 +187,9 @@ class Chief {
   std::mutex load_mu_;  // serialises SampleLoad; taken before mu_
   std::deque<LoadSample> load_history_;  // oldest first; guarded by load_mu_
   Clock::time_point last_hint_log_;      // metrics thread only (one at a time)
-  // The progress line being completed off the training thread (Report). Last member:
-  // destroyed (waited for) first.
+  // The progress line being completed off the training thread (Report).
   std::future<void> pending_metrics_;
+  std::thread io_;  // the I/O action in progress (RunIo); joined by Drive and ~Chief
 };
 
 }  // namespace ps::chief

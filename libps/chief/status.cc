@@ -11,7 +11,7 @@ namespace ps::chief {
 
 void Chief::Report(const Window& w, int64_t total) {
   double now = std::chrono::duration<double>(Clock::now() - start_).count();
-  double window_sec = std::chrono::duration<double>(Clock::now() - w.start).count();
+  double window_sec = std::chrono::duration<double>(w.end - w.start).count();
   double eps = window_sec > 0 ? w.examples / window_sec : 0;
   double loss = w.examples > 0 ? w.loss_sum / w.examples : 0;
   double acc = w.examples > 0 ? static_cast<double>(w.correct) / w.examples : 0;

@@ -1,0 +1,445 @@
+#include "libps/chief/state_machine.h"
+
+#include <algorithm>
+#include <climits>
+
+namespace ps::chief {
+
+const char* PhaseName(Phase phase) {
+  switch (phase) {
+    case Phase::kStarting: return "starting";
+    case Phase::kTraining: return "training";
+    case Phase::kCheckpointing: return "checkpointing";
+    case Phase::kRecovering: return "recovering";
+    case Phase::kDraining: return "draining";
+    case Phase::kFinishing: return "finishing";
+    case Phase::kStopping: return "stopping";
+    case Phase::kDone: return "done";
+  }
+  return "?";
+}
+
+ChiefMachine::ChiefMachine(MachineConfig config)
+    : config_(config), worker_alive_(static_cast<size_t>(std::max(config.num_workers, 0)), true) {}
+
+bool ChiefMachine::dispatching() const {
+  return phase_ == Phase::kTraining || phase_ == Phase::kCheckpointing || phase_ == Phase::kRecovering ||
+         phase_ == Phase::kDraining;
+}
+
+std::vector<Action> ChiefMachine::Step(Time now, const Event& event) {
+  out_.clear();
+  if (phase_ == Phase::kDone) return {};
+  now_ = std::max(now_, now);
+  std::visit([this](const auto& e) { On(e); }, event);
+  Advance();
+  return std::move(out_);
+}
+
+bool ChiefMachine::Answer(Io io) {
+  if (io_ != io) return false;
+  io_ = Io::kNone;
+  return true;
+}
+
+// --- Starting ---------------------------------------------------------------------
+
+void ChiefMachine::On(const ev::Start&) {
+  if (phase_ != Phase::kStarting || io_ != Io::kNone) return;
+  io_ = Io::kConnect;
+  Emit(act::Connect{});
+}
+
+void ChiefMachine::On(const ev::Connected&) {
+  if (!Answer(Io::kConnect)) return;
+  io_ = Io::kRestore;
+  Emit(act::RestoreNewest{});
+}
+
+void ChiefMachine::On(const ev::StartFailed& e) {
+  if (!Answer(Io::kConnect) && !Answer(Io::kStartWorkers)) return;
+  Fail(e.why);
+}
+
+void ChiefMachine::On(const ev::Restored& e) {
+  if (!Answer(Io::kRestore)) return;
+  if (e.found) {
+    step_ = e.step;
+    committed_ = Committed{e.step, e.final};
+  } else {
+    committed_.reset();  // the step stays: nothing was restored
+  }
+  if (phase_ == Phase::kStarting) {
+    if (!committed_) {
+      // Step 0: recovery always has a checkpoint to go back to.
+      io_ = Io::kSave;
+      Emit(act::SaveCheckpoint{step_, false});
+    } else {
+      io_ = Io::kStartWorkers;
+      Emit(act::StartWorkers{});
+    }
+    return;
+  }
+  // Recovering: a ps lost meanwhile means another round.
+  if (!lost_ps_.empty()) ReconnectNext();
+  else FinishRecovery();
+}
+
+void ChiefMachine::On(const ev::RestoreFailed& e) {
+  if (!Answer(Io::kRestore)) return;
+  if (phase_ == Phase::kRecovering && !lost_ps_.empty()) {
+    ReconnectNext();  // it failed because another ps went: reconnect that one too
+    return;
+  }
+  Fail(e.why);
+}
+
+void ChiefMachine::On(const ev::WorkersStarted&) {
+  if (!Answer(Io::kStartWorkers)) return;
+  Emit(act::OpenDispatch{});
+  phase_ = Phase::kTraining;
+  next_ = step_;
+  ResetTimers();
+  last_watchdog_ = now_;
+  if (draining_) {
+    // Stopped while starting: nothing is scheduled; the final checkpoint follows.
+    if (!config_.sync) Emit(act::CancelQueued{Aborted("stopping")});
+    phase_ = Phase::kDraining;
+  }
+  if (!lost_ps_.empty()) EnterRecovering();
+}
+
+// --- Checkpoints --------------------------------------------------------------------
+
+void ChiefMachine::On(const ev::CheckpointCommitted& e) {
+  if (!Answer(Io::kSave)) return;
+  committed_ = Committed{e.step, e.final};
+  switch (phase_) {
+    case Phase::kStarting:
+      io_ = Io::kStartWorkers;
+      Emit(act::StartWorkers{});
+      return;
+    case Phase::kCheckpointing:
+      last_ckpt_time_ = now_;
+      if (config_.checkpoint_every_steps > 0) {
+        while (next_ckpt_ <= step_) next_ckpt_ += config_.checkpoint_every_steps;
+      }
+      phase_ = Phase::kTraining;
+      if (stop_reason_) StartDraining(Status::Ok());  // stopped during the save
+      if (!lost_ps_.empty()) EnterRecovering();       // lost after it answered the save
+      return;
+    case Phase::kFinishing:
+      AfterFinalCheckpoint();
+      return;
+    default:
+      return;
+  }
+}
+
+void ChiefMachine::On(const ev::CheckpointFailed& e) {
+  if (!Answer(Io::kSave)) return;
+  if (phase_ == Phase::kCheckpointing && !lost_ps_.empty()) {
+    // A ps was lost during the save: this checkpoint is not committed; recover from
+    // the newest committed one, as for a loss during training.
+    Log(log::Level::kWarning, "checkpoint " + std::to_string(step_) + " not committed: " + e.why.message());
+    phase_ = Phase::kTraining;
+    if (stop_reason_) StartDraining(Status::Ok());
+    EnterRecovering();
+    return;
+  }
+  // At the start, or the final checkpoint: a lost ps is not turned into recovery.
+  Fail(e.why);
+}
+
+// --- Training -----------------------------------------------------------------------
+
+void ChiefMachine::ResetTimers() {
+  const int64_t every = config_.checkpoint_every_steps;
+  next_ckpt_ = every > 0 ? (step_ / every + 1) * every : INT64_MAX;
+  next_log_ = (step_ / config_.log_every_steps + 1) * config_.log_every_steps;
+  window_ = Window{};
+  window_.start = now_;
+  last_progress_ = last_ckpt_time_ = now_;
+}
+
+void ChiefMachine::ScheduleOne() {
+  const int64_t limit = std::min(config_.total_steps, next_ckpt_);
+  Range r;
+  r.id = next_range_id_++;
+  r.first = next_;
+  r.count = static_cast<int>(std::min<int64_t>(config_.steps_per_dispatch, limit - next_));
+  act::ScheduleRange s{r.id, r.first, r.count, {}};
+  if (config_.sync) {
+    // Every live worker runs every update; R of them must finish it. With fewer live
+    // than R, the lost ones' packs wait for them to rejoin.
+    r.need = config_.replicas;
+    const int alive = static_cast<int>(std::count(worker_alive_.begin(), worker_alive_.end(), true));
+    for (size_t w = 0; w < worker_alive_.size(); ++w) {
+      if (worker_alive_[w] || alive < r.need) s.workers.push_back(static_cast<int>(w));
+    }
+    r.packs = static_cast<int>(s.workers.size());
+  }
+  next_ += r.count;
+  ranges_.push_back(r);
+  Emit(std::move(s));
+}
+
+void ChiefMachine::Advance() {
+  if (!dispatching()) return;
+  if (!ranges_.empty() && now_ - last_progress_ >= config_.watchdog && now_ - last_watchdog_ >= config_.watchdog) {
+    last_watchdog_ = now_;
+    Emit(act::Watchdog{now_ - last_progress_});
+  }
+  const int64_t total = config_.total_steps;
+  if (phase_ == Phase::kTraining && next_ < total) {
+    const bool by_time = config_.checkpoint_every_seconds > 0 &&
+                         std::chrono::duration<double>(now_ - last_ckpt_time_).count() >= config_.checkpoint_every_seconds;
+    if (next_ >= next_ckpt_ || by_time) phase_ = Phase::kCheckpointing;
+  }
+  const size_t max_outstanding =
+      static_cast<size_t>(config_.num_workers) * static_cast<size_t>(config_.dispatches_per_worker + 1);
+  while (phase_ == Phase::kTraining && next_ < total && ranges_.size() < max_outstanding) {
+    ScheduleOne();
+    // The last step's checkpoint is the final one (Finishing).
+    if (next_ >= next_ckpt_ && next_ < total) phase_ = Phase::kCheckpointing;
+  }
+  if (!ranges_.empty() || busy()) return;
+  switch (phase_) {
+    case Phase::kTraining:
+      if (next_ >= total) CloseDispatch();
+      return;
+    case Phase::kCheckpointing:
+      // Everything scheduled so far is applied: the checkpoint holds exactly steps < next_.
+      io_ = Io::kSave;
+      Emit(act::SaveCheckpoint{step_, false});
+      return;
+    case Phase::kRecovering:
+      if (!recovery_started_) {
+        recovery_started_ = true;
+        recovery_deadline_ = now_ + config_.ps_recovery_timeout;
+        step_before_recovery_ = step_;
+        ReconnectNext();
+      }
+      return;
+    case Phase::kDraining:
+      CloseDispatch();
+      return;
+    default:
+      return;
+  }
+}
+
+void ChiefMachine::On(const ev::PackDone& e) {
+  auto it = std::find_if(ranges_.begin(), ranges_.end(), [&](const Range& r) { return r.id == e.range; });
+  if (it == ranges_.end()) return;  // a backup's pack of a range already decided
+  Range& r = *it;
+  r.reported += 1;
+  if (e.status.ok()) {
+    r.ok += 1;
+    r.sums.Add(e.stats);
+  } else if (r.failed.ok()) {
+    r.failed = e.status;
+  }
+  // Any decided range, not only the oldest: in bounded-staleness mode the oldest may be
+  // waiting for a worker that needs more work to catch up.
+  if (r.ok < r.need && r.reported < r.packs) return;
+  Range decided = r;
+  ranges_.erase(it);
+  last_progress_ = now_;
+  RangeDecided(decided);
+}
+
+void ChiefMachine::RangeDecided(Range& r) {
+  if (r.ok < r.need) {
+    const Status& failed = r.failed;
+    if (draining_ && failed.code() == Code::kAborted) return;  // cancelled by the stop
+    if (phase_ == Phase::kRecovering) return;  // the steps after the checkpoint are run again anyway
+    if (error_.ok()) error_ = failed;
+    if (!draining_) StartDraining(Aborted("stopping after a failure"));
+    return;
+  }
+  step_ += r.count;
+  window_.steps += r.count;
+  window_.Add({r.sums.examples, r.sums.correct, r.sums.stale, r.sums.loss_sum});
+  if (step_ >= next_log_ || step_ == config_.total_steps) {
+    window_.end = now_;
+    Emit(act::Report{step_, config_.total_steps, window_});
+    window_ = Window{};
+    window_.start = now_;
+    while (next_log_ <= step_) next_log_ += config_.log_every_steps;
+  }
+}
+
+// Nothing new is scheduled from here on. `why` non-OK: a failure, and what is queued is
+// cancelled in every mode; OK: a stop, and in sync mode the ranges already given out
+// run to the end on every worker (a worker whose pack was cancelled would leave the
+// others waiting for its gradients).
+void ChiefMachine::StartDraining(Status why) {
+  draining_ = true;
+  if (!why.ok()) Emit(act::CancelQueued{std::move(why)});
+  else if (!config_.sync) Emit(act::CancelQueued{Aborted("stopping")});
+  if (phase_ == Phase::kTraining || phase_ == Phase::kCheckpointing) phase_ = Phase::kDraining;
+}
+
+void ChiefMachine::On(const ev::WorkerLost& e) {
+  if (e.worker >= 0 && static_cast<size_t>(e.worker) < worker_alive_.size()) worker_alive_[static_cast<size_t>(e.worker)] = false;
+}
+
+void ChiefMachine::On(const ev::WorkerBack& e) {
+  if (e.worker >= 0 && static_cast<size_t>(e.worker) < worker_alive_.size()) worker_alive_[static_cast<size_t>(e.worker)] = true;
+}
+
+void ChiefMachine::On(const ev::StopRequested& e) {
+  if (stop_reason_) {
+    Log(log::Level::kInfo, "already stopping (" + *stop_reason_ + ")");
+    return;
+  }
+  stop_reason_ = e.reason;
+  Log(log::Level::kInfo, "stop requested (" + e.reason + "): finishing the steps in flight");
+  if (draining_) return;
+  if (phase_ == Phase::kStarting) {
+    draining_ = true;  // training starts drained
+    return;
+  }
+  // A save in progress completes first (CheckpointCommitted drains).
+  if (phase_ == Phase::kCheckpointing && io_ == Io::kSave) return;
+  if (dispatching()) StartDraining(Status::Ok());
+}
+
+// --- Recovering ---------------------------------------------------------------------
+
+void ChiefMachine::On(const ev::PsLost& e) {
+  if (!lost_ps_.insert(e.ps).second) return;
+  // Starting, Finishing, Stopping: noted only (the start or the final checkpoint fails
+  // instead). A save in progress answers first.
+  if (!dispatching() || phase_ == Phase::kRecovering || io_ == Io::kSave) return;
+  EnterRecovering();
+}
+
+void ChiefMachine::EnterRecovering() {
+  phase_ = Phase::kRecovering;
+  recovery_started_ = false;
+  Emit(act::PauseDispatch{Aborted("a ps is down")});
+}
+
+void ChiefMachine::ReconnectNext() {
+  if (!lost_ps_.empty()) {
+    io_ = Io::kReconnect;
+    Emit(act::ReconnectPs{*lost_ps_.begin(), recovery_deadline_});
+    return;
+  }
+  // Every ps is back: restore them all from the newest checkpoint so all shards agree.
+  io_ = Io::kRestore;
+  Emit(act::RestoreNewest{});
+}
+
+void ChiefMachine::On(const ev::PsBack& e) {
+  if (io_ != Io::kReconnect) return;
+  lost_ps_.erase(e.ps);
+  io_ = Io::kNone;
+  ReconnectNext();
+}
+
+void ChiefMachine::On(const ev::RecoveryFailed& e) {
+  if (!Answer(Io::kReconnect)) return;
+  Fail(e.why);
+}
+
+void ChiefMachine::FinishRecovery() {
+  recovery_started_ = false;
+  Emit(act::ResumeDispatch{});
+  Log(log::Level::kWarning, "recovered: resuming at step " + std::to_string(step_) + " (" +
+                                std::to_string(step_before_recovery_ - step_) +
+                                " step(s) since the checkpoint are run again)");
+  phase_ = draining_ ? Phase::kDraining : Phase::kTraining;
+  next_ = step_;
+  ResetTimers();
+}
+
+// --- Finishing and stopping ---------------------------------------------------------
+
+void ChiefMachine::CloseDispatch() {
+  phase_ = Phase::kFinishing;
+  io_ = Io::kClose;
+  Emit(act::CloseDispatch{});
+}
+
+void ChiefMachine::On(const ev::DispatchClosed&) {
+  if (!Answer(Io::kClose)) return;
+  if (!error_.ok()) {
+    BeginShutdown();
+    return;
+  }
+  if (stop_reason_) {
+    Log(log::Level::kInfo, "stopped at step " + std::to_string(step_) + " of " + std::to_string(config_.total_steps));
+  }
+  FinalCheckpoint();
+}
+
+void ChiefMachine::FinalCheckpoint() {
+  if (committed_ && committed_->step == step_ && committed_->final) {
+    AfterFinalCheckpoint();  // already there (restored a finished job)
+    return;
+  }
+  io_ = Io::kSave;
+  Emit(act::SaveCheckpoint{step_, true});
+}
+
+void ChiefMachine::AfterFinalCheckpoint() {
+  if (!config_.evaluate_final) {
+    BeginShutdown();
+    return;
+  }
+  io_ = Io::kEvaluate;
+  Emit(act::Evaluate{step_});
+}
+
+void ChiefMachine::On(const ev::Evaluated&) {
+  if (Answer(Io::kEvaluate)) BeginShutdown();
+}
+
+void ChiefMachine::On(const ev::EvaluationFailed& e) {
+  if (Answer(Io::kEvaluate)) Fail(e.why);
+}
+
+void ChiefMachine::Fail(Status why) {
+  if (error_.ok()) error_ = std::move(why);
+  if (dispatching()) {
+    CloseDispatch();
+    return;
+  }
+  BeginShutdown();
+}
+
+void ChiefMachine::BeginShutdown() {
+  phase_ = Phase::kStopping;
+  if (!error_.ok()) shutdown_reason_ = "job failed: " + error_.message();
+  else if (stop_reason_) shutdown_reason_ = "stopped: " + *stop_reason_;
+  else shutdown_reason_ = "job finished";
+  io_ = Io::kShutdownWorkers;
+  Emit(act::Shutdown{TaskGroup::kWorkers, shutdown_reason_});
+}
+
+void ChiefMachine::On(const ev::ShutdownReplied& e) {
+  const bool workers = e.group == TaskGroup::kWorkers;
+  if (!Answer(workers ? Io::kShutdownWorkers : Io::kShutdownPs)) return;
+  shutdown_asked_[workers ? 0 : 1] = e.asked;
+  not_acknowledged_.insert(not_acknowledged_.end(), e.failed.begin(), e.failed.end());
+  if (workers) {
+    io_ = Io::kShutdownPs;
+    Emit(act::Shutdown{TaskGroup::kPs, shutdown_reason_});
+    return;
+  }
+  phase_ = Phase::kDone;
+  if (!not_acknowledged_.empty()) {
+    std::string names;
+    for (const auto& f : not_acknowledged_) names += (names.empty() ? "" : ", ") + f;
+    Emit(act::Exit{error_.ok() ? Unavailable("did not acknowledge Shutdown: " + names) : error_});
+    return;
+  }
+  Log(log::Level::kInfo, "cluster shut down: " + std::to_string(shutdown_asked_[0]) + " worker(s) and " +
+                             std::to_string(shutdown_asked_[1]) + " ps task(s) acknowledged");
+  Emit(act::Exit{error_});
+}
+
+}  // namespace ps::chief

@@ -1,0 +1,260 @@
+// ChiefMachine: the chief's control flow as a pure state machine (after etcd raft's
+// Step(message)). Plain state; Step(now, event) returns the actions the shell (Chief,
+// shell.h) must carry out. No sockets, threads, clocks or I/O of its own: time comes in
+// as event data, and every I/O action is answered by an event (SaveCheckpoint by
+// CheckpointCommitted or CheckpointFailed, ...). At most one such I/O action is
+// outstanding at a time, and only while no range of steps is outstanding.
+//
+//   Starting ──────► Training ───── due (steps, time) ─────► Checkpointing
+//      │               │ ▲  ▲ └──── last step done ──┐             │  │
+//      │       ps lost │ │  └──────── committed ─────┼─────────────┘  │ ps lost, or the save
+//      │               ▼ │ recovered                 │                │ fails with a ps lost
+//      │             Recovering ◄────────────────────┼────────────────┘
+//      │               ▲ │ recovered after a stop    │
+//      │       ps lost │ ▼                           ▼
+//      │             Draining ── nothing in flight ─► Finishing ──► Stopping ──► Done
+//      │               ▲                                              ▲
+//      │               └── a stop, or a range failed                  │
+//      │                   (from Training or Checkpointing)           │
+//      └──────────────── start failed ────────────────────────────────┘
+// An I/O error (a save, a restore, a ps not back) goes to Finishing and, with the
+// error, on to Stopping: no final checkpoint.
+//
+// Starting: connect and create the variables, restore the newest checkpoint (or save
+//   step 0), start the workers.
+// Training: ranges of steps are scheduled, at most workers × (dispatches_per_worker+1)
+//   outstanding; a range never crosses a checkpoint boundary (every_steps).
+// Checkpointing: the checkpoint is due (by steps or by time): nothing new is scheduled;
+//   once every outstanding range is decided the checkpoint holds exactly the steps
+//   before it. A stop before the save starts skips it (the final checkpoint follows).
+// Recovering: a ps is down: dispatch pauses, ranges still outstanding finish (their
+//   failures are ignored: the steps after the checkpoint are run again), every lost ps
+//   is reconnected, every ps restored from the newest committed checkpoint, and training
+//   resumes at the restored step (or drains, when a stop came first).
+// Draining: a stop or a failed range: nothing new is scheduled (async and bounded
+//   staleness: queued packs are cancelled; sync: ranges given out run to the end), and
+//   ranges cancelled by the stop (Aborted) are not errors.
+// Finishing: wait for every pack, then (no error) the final checkpoint and the final
+//   evaluation.
+// Stopping: Shutdown to the workers, then to the ps tasks; exit with the first error,
+//   or naming the tasks that did not acknowledge.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <set>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "libps/core/log.h"
+#include "libps/core/status.h"
+
+namespace ps::chief {
+
+// Milliseconds since the chief started (the shell's monotonic clock).
+using Time = std::chrono::milliseconds;
+
+struct MachineConfig {
+  int64_t total_steps = 0;         // the job's last step is total_steps - 1
+  int steps_per_dispatch = 1;      // steps per range (one RunSteps)
+  int dispatches_per_worker = 1;   // packs in flight per worker
+  int num_workers = 1;
+  // Sync: every range is pinned to every live worker and `replicas` of its packs must
+  // succeed. Otherwise (async, bounded staleness) a range is one pack for any worker.
+  bool sync = false;
+  int replicas = 1;
+  int64_t checkpoint_every_steps = 0;    // 0: never by steps
+  double checkpoint_every_seconds = 0;   // 0: never by time
+  int64_t log_every_steps = 100;
+  Time watchdog{300000};                 // warn when no range was decided for this long
+  Time ps_recovery_timeout{600000};      // how long a lost ps may take to come back
+  bool evaluate_final = false;           // job.eval_data is set
+};
+
+enum class Phase { kStarting, kTraining, kCheckpointing, kRecovering, kDraining, kFinishing, kStopping, kDone };
+const char* PhaseName(Phase phase);
+
+enum class TaskGroup { kWorkers, kPs };
+
+// What one successful pack reports (RunStepsReply's sums).
+struct PackStats {
+  int64_t examples = 0, correct = 0, stale = 0;
+  double loss_sum = 0;
+};
+
+// Progress between two progress lines.
+struct Window {
+  Time start{0}, end{0};
+  int64_t steps = 0, examples = 0, correct = 0, stale = 0;
+  double loss_sum = 0;
+  void Add(const PackStats& s) {
+    examples += s.examples;
+    correct += s.correct;
+    stale += s.stale;
+    loss_sum += s.loss_sum;
+  }
+};
+
+namespace ev {
+struct Start {};                                  // the control server is up
+struct Connected {};                              // every task connected, variables created
+struct StartFailed { Status why; };               // connecting, creating variables or StartJob failed
+struct Restored { bool found = false; int64_t step = 0; bool final = false; };  // found: a checkpoint was restored
+struct RestoreFailed { Status why; };
+struct CheckpointCommitted { int64_t step = 0; bool final = false; };
+struct CheckpointFailed { Status why; };
+struct WorkersStarted {};
+struct PackDone { uint64_t range = 0; Status status; PackStats stats; };  // one pack of a range
+struct WorkerLost { int worker = 0; };
+struct WorkerBack { int worker = 0; };            // rejoined: it may get pinned packs again
+struct PsLost { int ps = 0; };
+struct PsBack { int ps = 0; };                    // reconnected, its shards recreated
+struct RecoveryFailed { Status why; };            // a lost ps did not come back in time
+struct StopRequested { std::string reason; };     // operator (`pstrain stop`) or a signal
+struct Tick {};                                   // nothing happened; time passed
+struct DispatchClosed {};                         // every pack finished
+struct Evaluated {};
+struct EvaluationFailed { Status why; };
+// `failed`: "ps:1 (why)" per task that did not acknowledge; `asked`: the live tasks asked.
+struct ShutdownReplied { TaskGroup group = TaskGroup::kWorkers; int asked = 0; std::vector<std::string> failed; };
+}  // namespace ev
+
+using Event = std::variant<ev::Start, ev::Connected, ev::StartFailed, ev::Restored, ev::RestoreFailed,
+                           ev::CheckpointCommitted, ev::CheckpointFailed, ev::WorkersStarted, ev::PackDone,
+                           ev::WorkerLost, ev::WorkerBack, ev::PsLost, ev::PsBack, ev::RecoveryFailed,
+                           ev::StopRequested, ev::Tick, ev::DispatchClosed, ev::Evaluated, ev::EvaluationFailed,
+                           ev::ShutdownReplied>;
+
+namespace act {
+// I/O: each is answered by the events named.
+struct Connect {};                                  // → Connected | StartFailed
+struct RestoreNewest {};                            // → Restored | RestoreFailed
+struct SaveCheckpoint { int64_t step = 0; bool final = false; };  // → CheckpointCommitted | CheckpointFailed
+struct StartWorkers {};                             // → WorkersStarted | StartFailed
+struct ReconnectPs { int ps = 0; Time deadline{0}; };  // → PsBack | RecoveryFailed
+struct CloseDispatch {};                            // cancel what is queued, wait for every pack → DispatchClosed
+struct Evaluate { int64_t step = 0; };              // → Evaluated | EvaluationFailed
+struct Shutdown { TaskGroup group = TaskGroup::kWorkers; std::string reason; };  // → ShutdownReplied
+// Immediate.
+struct OpenDispatch {};                             // create the coordinator; workers may rejoin
+// One pack for any worker (`workers` empty), or one pinned pack per listed worker.
+// Each pack is answered by a PackDone carrying `id`.
+struct ScheduleRange { uint64_t id = 0; int64_t first = 0; int count = 0; std::vector<int> workers; };
+struct CancelQueued { Status why; };                // queued packs fail with `why`
+struct PauseDispatch { Status why; };               // cancel queued, send nothing, retry nothing
+struct ResumeDispatch {};
+struct Report { int64_t step = 0; int64_t total = 0; Window window; };  // a progress line
+struct Watchdog { Time silent_for{0}; };            // name what is in flight
+struct Log { log::Level level = log::Level::kInfo; std::string text; };
+struct Exit { Status status; };                     // the run's outcome; nothing follows
+}  // namespace act
+
+using Action = std::variant<act::Connect, act::RestoreNewest, act::SaveCheckpoint, act::StartWorkers,
+                            act::ReconnectPs, act::CloseDispatch, act::Evaluate, act::Shutdown, act::OpenDispatch,
+                            act::ScheduleRange, act::CancelQueued, act::PauseDispatch, act::ResumeDispatch,
+                            act::Report, act::Watchdog, act::Log, act::Exit>;
+
+class ChiefMachine {
+ public:
+  explicit ChiefMachine(MachineConfig config);
+
+  // Feeds one event that happened at `now` (never earlier than the previous one).
+  // An event that does not fit the state (a reply nobody asked for, a pack of a range
+  // already decided) changes nothing.
+  std::vector<Action> Step(Time now, const Event& event);
+
+  Phase phase() const { return phase_; }
+  int64_t step() const { return step_; }  // steps applied: the next range starts here after a drain
+  const std::optional<std::string>& stop_reason() const { return stop_reason_; }
+  // An I/O action is outstanding.
+  bool busy() const { return io_ != Io::kNone; }
+  // Ranges are being scheduled or drained (Training, Checkpointing, Recovering, Draining).
+  bool dispatching() const;
+
+ private:
+  enum class Io { kNone, kConnect, kRestore, kSave, kStartWorkers, kReconnect, kClose, kEvaluate, kShutdownWorkers, kShutdownPs };
+  // A range of steps in flight: one pack, or in sync mode one pinned pack per worker, of
+  // which `need` must succeed (every update of the range is then applied).
+  struct Range {
+    uint64_t id = 0;
+    int64_t first = 0;
+    int count = 0;
+    int need = 1, packs = 1, reported = 0, ok = 0;
+    Status failed;  // the first failure reported
+    Window sums;  // of the packs that succeeded
+  };
+
+  void On(const ev::Start&);
+  void On(const ev::Connected&);
+  void On(const ev::StartFailed& e);
+  void On(const ev::Restored& e);
+  void On(const ev::RestoreFailed& e);
+  void On(const ev::CheckpointCommitted& e);
+  void On(const ev::CheckpointFailed& e);
+  void On(const ev::WorkersStarted&);
+  void On(const ev::PackDone& e);
+  void On(const ev::WorkerLost& e);
+  void On(const ev::WorkerBack& e);
+  void On(const ev::PsLost& e);
+  void On(const ev::PsBack& e);
+  void On(const ev::RecoveryFailed& e);
+  void On(const ev::StopRequested& e);
+  void On(const ev::Tick&) {}
+  void On(const ev::DispatchClosed&);
+  void On(const ev::Evaluated&);
+  void On(const ev::EvaluationFailed& e);
+  void On(const ev::ShutdownReplied& e);
+
+  // True (and no I/O outstanding any more) when `io` is the I/O outstanding.
+  bool Answer(Io io);
+  void Emit(Action a) { out_.push_back(std::move(a)); }
+  void Log(log::Level level, std::string text) { Emit(act::Log{level, std::move(text)}); }
+  // After every event: checkpoint due, scheduling, and what follows once nothing is outstanding.
+  void Advance();
+  void ScheduleOne();
+  void RangeDecided(Range& r);
+  void StartDraining(Status why);
+  void EnterRecovering();
+  void ReconnectNext();
+  void FinishRecovery();
+  void ResetTimers();
+  void CloseDispatch();
+  void FinalCheckpoint();
+  void AfterFinalCheckpoint();
+  // Records `why` (the first error wins) and heads for the exit: closes dispatch when it
+  // is open, else shuts the cluster down.
+  void Fail(Status why);
+  void BeginShutdown();
+
+  const MachineConfig config_;
+  Phase phase_ = Phase::kStarting;
+  Io io_ = Io::kNone;
+  Time now_{0};
+  std::vector<Action> out_;
+
+  int64_t step_ = 0;   // every step before it is applied
+  int64_t next_ = 0;   // the first step not yet scheduled
+  int64_t next_ckpt_ = 0, next_log_ = 0;
+  Time last_ckpt_time_{0}, last_progress_{0}, last_watchdog_{0};
+  Window window_;
+  std::deque<Range> ranges_;  // outstanding, oldest first
+  uint64_t next_range_id_ = 1;
+  std::vector<bool> worker_alive_;  // [worker]
+  std::set<int> lost_ps_;
+  bool draining_ = false;           // a stop or a failure: nothing new is scheduled
+  std::optional<std::string> stop_reason_;
+  Status error_;                    // the run's first error
+  struct Committed { int64_t step; bool final; };
+  std::optional<Committed> committed_;  // the newest committed checkpoint
+  bool recovery_started_ = false;   // Recovering: reconnecting or restoring
+  Time recovery_deadline_{0};
+  int64_t step_before_recovery_ = 0;
+  std::string shutdown_reason_;
+  int shutdown_asked_[2] = {0, 0};  // [TaskGroup]
+  std::vector<std::string> not_acknowledged_;
+};
+
+}  // namespace ps::chief

@@ -1,0 +1,850 @@
+// ChiefMachine driven event by event against a fake cluster: no sockets, no threads, no
+// clock. The fake answers the machine's I/O actions (successfully, unless a test says
+// otherwise) and keeps the ranges it was given open until the test decides them.
+#include <catch2/catch.hpp>
+
+#include <deque>
+#include <set>
+
+#include "libps/chief/state_machine.h"
+
+using namespace ps;
+using namespace ps::chief;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::string Name(const Action& a) {
+  static const char* const kNames[] = {"Connect", "RestoreNewest", "SaveCheckpoint", "StartWorkers", "ReconnectPs",
+                                       "CloseDispatch", "Evaluate", "Shutdown", "OpenDispatch", "ScheduleRange",
+                                       "CancelQueued", "PauseDispatch", "ResumeDispatch", "Report", "Watchdog",
+                                       "Log", "Exit"};
+  static_assert(std::size(kNames) == std::variant_size_v<Action>);
+  return kNames[a.index()];
+}
+
+std::string Names(const std::vector<Action>& actions) {
+  std::string out;
+  for (const auto& a : actions) out += (out.empty() ? "" : ", ") + Name(a);
+  return out;
+}
+
+template <typename A>
+std::vector<A> All(const std::vector<Action>& actions) {
+  std::vector<A> out;
+  for (const auto& a : actions) {
+    if (const auto* p = std::get_if<A>(&a)) out.push_back(*p);
+  }
+  return out;
+}
+
+bool IsIo(const Action& a) {
+  return std::holds_alternative<act::Connect>(a) || std::holds_alternative<act::RestoreNewest>(a) ||
+         std::holds_alternative<act::SaveCheckpoint>(a) || std::holds_alternative<act::StartWorkers>(a) ||
+         std::holds_alternative<act::ReconnectPs>(a) || std::holds_alternative<act::CloseDispatch>(a) ||
+         std::holds_alternative<act::Evaluate>(a) || std::holds_alternative<act::Shutdown>(a);
+}
+
+// 100 steps in ranges of 10 on 2 workers (4 ranges outstanding at most), a checkpoint
+// every `every_steps` (0: none).
+MachineConfig Config(int64_t every_steps = 0) {
+  MachineConfig c;
+  c.total_steps = 100;
+  c.steps_per_dispatch = 10;
+  c.dispatches_per_worker = 1;
+  c.num_workers = 2;
+  c.log_every_steps = 1000;
+  c.checkpoint_every_steps = every_steps;
+  return c;
+}
+
+struct Checkpoint {
+  int64_t step;
+  bool final;
+};
+
+class FakeCluster {
+ public:
+  explicit FakeCluster(MachineConfig config) : config(config), machine(config) {}
+
+  // Steps the machine at `now`; returns (and records) its actions.
+  const std::vector<Action>& Feed(const Event& e) {
+    last = machine.Step(now, e);
+    for (const auto& a : last) Take(a);
+    return last;
+  }
+  const std::vector<Action>& At(Time t, const Event& e) {
+    now = t;
+    return Feed(e);
+  }
+
+  // Answers the I/O action waiting as the cluster would.
+  const std::vector<Action>& Answer() {
+    REQUIRE(io.has_value());
+    Action a = *io;
+    io.reset();
+    return Feed(AnswerFor(a));
+  }
+  // Answers the I/O action waiting, which must be of type A, with `e`.
+  template <typename A>
+  const std::vector<Action>& AnswerWith(const Event& e) {
+    REQUIRE(io.has_value());
+    INFO("waiting: " + Name(*io));
+    REQUIRE(std::holds_alternative<A>(*io));
+    io.reset();
+    return Feed(e);
+  }
+
+  // Answers every pack of open range `index` (0: the oldest) with `st`; `last` holds the
+  // actions of all of them.
+  void Finish(size_t index = 0, const Status& st = Status::Ok()) {
+    REQUIRE(index < open.size());
+    auto r = open[index];
+    open.erase(open.begin() + static_cast<std::ptrdiff_t>(index));
+    const size_t packs = r.workers.empty() ? 1 : r.workers.size();
+    std::vector<Action> actions;
+    for (size_t p = 0; p < packs; ++p) {
+      Pack(r, st);
+      actions.insert(actions.end(), last.begin(), last.end());
+    }
+    last = std::move(actions);
+  }
+  void Pack(const act::ScheduleRange& r, const Status& st) {
+    PackStats s{r.count * 10, r.count * 7, 0, r.count * 0.5};
+    Feed(ev::PackDone{r.id, st, st.ok() ? s : PackStats{}});
+  }
+
+  // Connect, restore (nothing there), save step 0, start the workers.
+  void StartFresh() {
+    Feed(ev::Start{});
+    for (int i = 0; i < 4; ++i) Answer();
+    REQUIRE(machine.dispatching());
+  }
+
+  // Answers I/O and decides ranges (oldest first, successfully) until the machine exits.
+  void Run() {
+    for (int i = 0; i < 100000 && !exit; ++i) {
+      if (io) Answer();
+      else if (!open.empty()) Finish();
+      else FAIL("stuck in " << PhaseName(machine.phase()));
+    }
+    REQUIRE(exit.has_value());
+  }
+
+  bool Logged(const std::string& text) const {
+    for (const auto& l : logs) {
+      if (l.find(text) != std::string::npos) return true;
+    }
+    return false;
+  }
+
+  MachineConfig config;
+  ChiefMachine machine;
+  Time now{0};
+  std::vector<Action> last, all;
+  std::deque<act::ScheduleRange> open;  // ranges given out, not yet decided by the test
+  std::optional<Action> io;             // the I/O action waiting for its answer
+  std::optional<Status> exit;
+  std::vector<std::string> logs;
+  std::vector<Checkpoint> checkpoints;  // committed, oldest first
+  std::set<int> never_back;             // ReconnectPs fails for these ps tasks
+  std::vector<std::string> unacked_ps;  // named by the ps Shutdown reply
+  int num_ps = 2;
+
+ private:
+  void Take(const Action& a) {
+    all.push_back(a);
+    if (IsIo(a)) {
+      INFO("new " + Name(a) + " while " + (io ? Name(*io) : std::string("-")) + " waits");
+      REQUIRE_FALSE(io.has_value());  // one I/O action at a time
+      io = a;
+    }
+    if (const auto* r = std::get_if<act::ScheduleRange>(&a)) open.push_back(*r);
+    if (const auto* l = std::get_if<act::Log>(&a)) logs.push_back(l->text);
+    if (const auto* x = std::get_if<act::Exit>(&a)) {
+      REQUIRE_FALSE(exit.has_value());
+      exit = x->status;
+    }
+  }
+
+  Event AnswerFor(const Action& a) {
+    if (std::holds_alternative<act::Connect>(a)) return ev::Connected{};
+    if (std::holds_alternative<act::RestoreNewest>(a)) {
+      if (checkpoints.empty()) return ev::Restored{false, 0, false};
+      return ev::Restored{true, checkpoints.back().step, checkpoints.back().final};
+    }
+    if (const auto* s = std::get_if<act::SaveCheckpoint>(&a)) {
+      checkpoints.push_back({s->step, s->final});
+      return ev::CheckpointCommitted{s->step, s->final};
+    }
+    if (std::holds_alternative<act::StartWorkers>(a)) return ev::WorkersStarted{};
+    if (const auto* r = std::get_if<act::ReconnectPs>(&a)) {
+      if (never_back.count(r->ps) > 0) {
+        return ev::RecoveryFailed{Unavailable("ps:" + std::to_string(r->ps) + " did not come back within 600 s")};
+      }
+      return ev::PsBack{r->ps};
+    }
+    if (std::holds_alternative<act::CloseDispatch>(a)) {
+      open.clear();  // what is left are backups' packs of decided ranges
+      return ev::DispatchClosed{};
+    }
+    if (std::holds_alternative<act::Evaluate>(a)) return ev::Evaluated{};
+    const auto& s = std::get<act::Shutdown>(a);
+    if (s.group == TaskGroup::kWorkers) return ev::ShutdownReplied{TaskGroup::kWorkers, config.num_workers, {}};
+    return ev::ShutdownReplied{TaskGroup::kPs, num_ps, unacked_ps};
+  }
+};
+
+std::vector<int64_t> Saves(const std::vector<Action>& actions, bool final) {
+  std::vector<int64_t> out;
+  for (const auto& s : All<act::SaveCheckpoint>(actions)) {
+    if (s.final == final) out.push_back(s.step);
+  }
+  return out;
+}
+
+std::vector<std::string> ShutdownReasons(const std::vector<Action>& actions) {
+  std::vector<std::string> out;
+  for (const auto& s : All<act::Shutdown>(actions)) out.push_back(s.reason);
+  return out;
+}
+
+// Decides open ranges (successfully, oldest first) until the machine wants I/O.
+void FinishUntilIo(FakeCluster& c) {
+  while (!c.io && !c.open.empty()) c.Finish();
+  REQUIRE(c.io.has_value());
+}
+
+// Starts a fresh job and decides ranges until the first checkpoint's save waits.
+void RunToFirstSave(FakeCluster& c) {
+  c.StartFresh();
+  FinishUntilIo(c);
+  REQUIRE(std::holds_alternative<act::SaveCheckpoint>(*c.io));
+}
+
+}  // namespace
+
+TEST_CASE("state machine: a fresh job connects, restores, saves step 0, starts the workers, then fills the in-flight bound") {
+  FakeCluster c(Config());
+  CHECK(Names(c.Feed(ev::Start{})) == "Connect");
+  CHECK(Names(c.Answer()) == "RestoreNewest");
+  CHECK(Names(c.Answer()) == "SaveCheckpoint");
+  CHECK(Saves(c.last, false) == std::vector<int64_t>{0});
+  CHECK(Names(c.Answer()) == "StartWorkers");
+  CHECK(c.machine.phase() == Phase::kStarting);
+  const auto& started = c.Answer();
+  CHECK(Name(started.front()) == "OpenDispatch");
+  auto ranges = All<act::ScheduleRange>(started);
+  REQUIRE(ranges.size() == 4);  // 2 workers × (1 dispatch + 1 queued)
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    CHECK(ranges[i].first == static_cast<int64_t>(i) * 10);
+    CHECK(ranges[i].count == 10);
+    CHECK(ranges[i].workers.empty());
+  }
+  CHECK(c.machine.phase() == Phase::kTraining);
+  // A decided range frees one slot.
+  c.Finish();
+  auto more = All<act::ScheduleRange>(c.last);
+  REQUIRE(more.size() == 1);
+  CHECK(more[0].first == 40);
+  CHECK(c.machine.step() == 10);
+}
+
+TEST_CASE("state machine: a run to the end reports progress, saves the final checkpoint, evaluates, shuts workers then ps down") {
+  auto config = Config();
+  config.total_steps = 95;
+  config.log_every_steps = 20;
+  config.evaluate_final = true;
+  FakeCluster c(config);
+  c.StartFresh();
+  c.Run();
+  CHECK(c.exit->ok());
+  CHECK(c.machine.phase() == Phase::kDone);
+  CHECK(c.machine.step() == 95);
+  std::vector<int64_t> reported;
+  for (const auto& r : All<act::Report>(c.all)) reported.push_back(r.step);
+  CHECK(reported == std::vector<int64_t>{20, 40, 60, 80, 95});
+  auto first = All<act::Report>(c.all).front();
+  CHECK(first.window.steps == 20);
+  CHECK(first.window.examples == 200);
+  CHECK(first.total == 95);
+  auto last_range = All<act::ScheduleRange>(c.all).back();
+  CHECK(last_range.first == 90);
+  CHECK(last_range.count == 5);
+  CHECK(Saves(c.all, true) == std::vector<int64_t>{95});
+  // The tail, in order.
+  std::vector<std::string> tail;
+  for (const auto& a : c.all) {
+    if (IsIo(a)) tail.push_back(Name(a));
+  }
+  REQUIRE(tail.size() >= 5);
+  CHECK(std::vector<std::string>(tail.end() - 5, tail.end()) ==
+        std::vector<std::string>{"CloseDispatch", "SaveCheckpoint", "Evaluate", "Shutdown", "Shutdown"});
+  auto shutdowns = All<act::Shutdown>(c.all);
+  CHECK(shutdowns[0].group == TaskGroup::kWorkers);
+  CHECK(shutdowns[1].group == TaskGroup::kPs);
+  CHECK(shutdowns[0].reason == "job finished");
+  CHECK(c.Logged("cluster shut down: 2 worker(s) and 2 ps task(s) acknowledged"));
+  CHECK_FALSE(c.Logged("stopped at step"));
+}
+
+TEST_CASE("state machine: checkpoints by steps fall on exact step boundaries; no range crosses one") {
+  auto config = Config();
+  config.steps_per_dispatch = 7;
+  config.checkpoint_every_steps = 25;
+  FakeCluster c(config);
+  c.StartFresh();
+  // Each non-final save is emitted with nothing open: it holds exactly the steps before it.
+  for (int i = 0; i < 100000 && !c.exit; ++i) {
+    if (c.io) {
+      if (std::holds_alternative<act::SaveCheckpoint>(*c.io)) {
+        CHECK(c.open.empty());
+        CHECK(std::get<act::SaveCheckpoint>(*c.io).step == c.machine.step());
+      }
+      c.Answer();
+    } else {
+      REQUIRE_FALSE(c.open.empty());
+      c.Finish();
+    }
+  }
+  REQUIRE(c.exit.has_value());
+  CHECK(c.exit->ok());
+  CHECK(Saves(c.all, false) == std::vector<int64_t>{0, 25, 50, 75});
+  CHECK(Saves(c.all, true) == std::vector<int64_t>{100});
+  for (const auto& r : All<act::ScheduleRange>(c.all)) {
+    CHECK((r.first / 25) == ((r.first + r.count - 1) / 25));
+  }
+}
+
+TEST_CASE("state machine: a checkpoint by time is due on a tick after every_seconds; the timer restarts at the commit") {
+  auto config = Config();
+  config.total_steps = 1000;
+  config.checkpoint_every_seconds = 10;
+  FakeCluster c(config);
+  c.StartFresh();  // at t = 0
+  CHECK(c.At(9999ms, ev::Tick{}).empty());
+  CHECK(c.machine.phase() == Phase::kTraining);
+  CHECK(c.At(10000ms, ev::Tick{}).empty());
+  CHECK(c.machine.phase() == Phase::kCheckpointing);
+  // Due: nothing new is given out; the save waits for the four ranges in flight.
+  for (int i = 0; i < 3; ++i) {
+    c.Finish();
+    CHECK(c.last.empty());
+  }
+  c.Finish();
+  CHECK(Names(c.last) == "SaveCheckpoint");
+  CHECK(Saves(c.last, false) == std::vector<int64_t>{40});
+  c.now = 12000ms;
+  c.Answer();
+  CHECK(c.machine.phase() == Phase::kTraining);
+  CHECK(All<act::ScheduleRange>(c.last).size() == 4);
+  CHECK(All<act::ScheduleRange>(c.last).front().first == 40);
+  c.At(21999ms, ev::Tick{});
+  CHECK(c.machine.phase() == Phase::kTraining);
+  c.At(22000ms, ev::Tick{});
+  CHECK(c.machine.phase() == Phase::kCheckpointing);
+}
+
+TEST_CASE("state machine: a stop during a checkpoint save lets it commit, then drains to the final checkpoint at that step") {
+  FakeCluster c(Config(20));
+  RunToFirstSave(c);
+  REQUIRE(std::holds_alternative<act::SaveCheckpoint>(*c.io));
+  CHECK(std::get<act::SaveCheckpoint>(*c.io).step == 20);
+  const auto& stop = c.Feed(ev::StopRequested{"stop command from 127.0.0.1:5000"});
+  CHECK(Names(stop) == "Log");
+  CHECK(c.Logged("stop requested (stop command from 127.0.0.1:5000): finishing the steps in flight"));
+  CHECK(c.machine.phase() == Phase::kCheckpointing);
+  const auto& committed = c.Answer();
+  CHECK(All<act::ScheduleRange>(committed).empty());
+  CHECK(All<act::CancelQueued>(committed).size() == 1);
+  CHECK(Names(committed).find("CloseDispatch") != std::string::npos);
+  c.Run();
+  CHECK(c.exit->ok());
+  CHECK(Saves(c.all, false) == std::vector<int64_t>{0, 20});
+  CHECK(Saves(c.all, true) == std::vector<int64_t>{20});
+  CHECK(c.Logged("stopped at step 20 of 100"));
+  CHECK(ShutdownReasons(c.all).front() == "stopped: stop command from 127.0.0.1:5000");
+}
+
+TEST_CASE("state machine: a stop while a checkpoint waits for ranges in flight skips it; the final checkpoint takes the step reached") {
+  FakeCluster c(Config(20));
+  c.StartFresh();
+  REQUIRE(c.open.size() == 2);  // 0..9, 10..19: then the checkpoint is due
+  CHECK(c.machine.phase() == Phase::kCheckpointing);
+  c.Feed(ev::StopRequested{"SIGTERM"});
+  CHECK(c.machine.phase() == Phase::kDraining);
+  REQUIRE(All<act::CancelQueued>(c.last).size() == 1);
+  CHECK(All<act::CancelQueued>(c.last)[0].why.code() == Code::kAborted);
+  c.Finish();                                  // 0..9 ran
+  c.Finish(0, Aborted("stopping"));            // 10..19 was still queued: cancelled
+  CHECK(Names(c.last) == "CloseDispatch");
+  c.Run();
+  CHECK(c.exit->ok());
+  CHECK(Saves(c.all, false) == std::vector<int64_t>{0});
+  CHECK(Saves(c.all, true) == std::vector<int64_t>{10});
+}
+
+TEST_CASE("state machine: a second stop is a no-op, logged once") {
+  FakeCluster c(Config());
+  c.StartFresh();
+  c.Feed(ev::StopRequested{"SIGTERM"});
+  CHECK(All<act::CancelQueued>(c.last).size() == 1);
+  const auto& second = c.Feed(ev::StopRequested{"SIGINT"});
+  REQUIRE(second.size() == 1);
+  CHECK(std::get<act::Log>(second[0]).text == "already stopping (SIGTERM)");
+  c.Feed(ev::StopRequested{"stop command"});
+  CHECK(Names(c.last) == "Log");
+  CHECK(c.machine.stop_reason() == std::optional<std::string>("SIGTERM"));
+  c.Run();
+  CHECK(c.exit->ok());
+  CHECK(All<act::CancelQueued>(c.all).size() == 1);
+  int requested = 0;
+  for (const auto& l : c.logs) requested += l.find("stop requested") != std::string::npos ? 1 : 0;
+  CHECK(requested == 1);
+  CHECK(ShutdownReasons(c.all).front() == "stopped: SIGTERM");
+}
+
+TEST_CASE("state machine: a stop before training starts: the workers start, nothing is scheduled, the final checkpoint marks the restored step") {
+  FakeCluster c(Config());
+  c.checkpoints.push_back({40, false});
+  c.Feed(ev::Start{});
+  c.Answer();  // connected → restore
+  c.Feed(ev::StopRequested{"SIGTERM"});
+  CHECK(c.machine.phase() == Phase::kStarting);
+  CHECK(Names(c.Answer()) == "StartWorkers");  // restored 40: no step-0 save
+  CHECK(c.machine.step() == 40);
+  const auto& started = c.Answer();
+  CHECK(Names(started) == "OpenDispatch, CancelQueued, CloseDispatch");
+  c.Run();
+  CHECK(c.exit->ok());
+  CHECK(All<act::ScheduleRange>(c.all).empty());
+  CHECK(Saves(c.all, false).empty());
+  CHECK(Saves(c.all, true) == std::vector<int64_t>{40});
+  CHECK(c.Logged("stopped at step 40 of 100"));
+}
+
+TEST_CASE("state machine: a job already complete at restore runs no step and saves nothing: straight to evaluation and shutdown") {
+  auto config = Config();
+  config.evaluate_final = GENERATE(false, true);
+  FakeCluster c(config);
+  c.checkpoints.push_back({100, true});
+  c.Feed(ev::Start{});
+  c.Answer();
+  CHECK(Names(c.Answer()) == "StartWorkers");
+  CHECK(Names(c.Answer()) == "OpenDispatch, CloseDispatch");
+  CHECK(Names(c.Answer()) == (config.evaluate_final ? "Evaluate" : "Shutdown"));
+  c.Run();
+  CHECK(c.exit->ok());
+  CHECK(All<act::ScheduleRange>(c.all).empty());
+  CHECK(All<act::SaveCheckpoint>(c.all).empty());
+  CHECK(ShutdownReasons(c.all).front() == "job finished");
+}
+
+TEST_CASE("state machine: a failed range drains (queued packs cancelled) and exits with that error, without a final checkpoint") {
+  FakeCluster c(Config());
+  c.StartFresh();
+  c.Finish(1, InvalidArgument("steps 10..19 on worker:1: bad record in train.tfrecord"));
+  CHECK(c.machine.phase() == Phase::kDraining);
+  REQUIRE(All<act::CancelQueued>(c.last).size() == 1);
+  CHECK(All<act::CancelQueued>(c.last)[0].why.message() == "stopping after a failure");
+  CHECK(All<act::ScheduleRange>(c.last).empty());
+  c.Finish();                          // 0..9 succeeds: counted
+  c.Finish(0, Aborted("cancelled"));   // cancelled by the drain: ignored
+  c.Finish(0, DataLoss("later"));      // a later failure does not replace the first
+  c.Run();
+  CHECK(c.exit->code() == Code::kInvalidArgument);
+  CHECK(c.exit->message() == "steps 10..19 on worker:1: bad record in train.tfrecord");
+  CHECK(c.machine.step() == 10);
+  CHECK(Saves(c.all, true).empty());
+  CHECK(All<act::Evaluate>(c.all).empty());
+  CHECK(ShutdownReasons(c.all).front() == "job failed: steps 10..19 on worker:1: bad record in train.tfrecord");
+}
+
+TEST_CASE("state machine: draining after a stop ignores ranges cancelled (Aborted) but not other failures") {
+  FakeCluster c(Config());
+  c.StartFresh();
+  c.Feed(ev::StopRequested{"SIGINT"});
+  c.Finish();
+  c.Finish(0, Aborted("stopping"));
+  SECTION("only cancelled ranges: exit OK") {
+    c.Finish(0, Aborted("stopping"));
+    c.Finish(0, Aborted("stopping"));
+    c.Run();
+    CHECK(c.exit->ok());
+    CHECK(Saves(c.all, true) == std::vector<int64_t>{10});
+  }
+  SECTION("a real failure while draining: exit with it") {
+    c.Finish(0, DataLoss("corrupt batch"));
+    c.Run();
+    CHECK(c.exit->code() == Code::kDataLoss);
+    CHECK(Saves(c.all, true).empty());
+  }
+}
+
+TEST_CASE("state machine: a ps lost while training pauses, lets ranges in flight finish, reconnects, restores, resumes at the restored step") {
+  FakeCluster c(Config(20));
+  RunToFirstSave(c);
+  c.Answer();  // checkpoint 20 committed
+  REQUIRE(c.open.size() == 2);  // 20..29, 30..39
+  c.now = 5000ms;
+  const auto& lost = c.Feed(ev::PsLost{1});
+  CHECK(Names(lost) == "PauseDispatch");
+  CHECK(std::get<act::PauseDispatch>(lost[0]).why.message() == "a ps is down");
+  CHECK(c.machine.phase() == Phase::kRecovering);
+  CHECK(c.Feed(ev::PsLost{1}).empty());  // told twice: once is enough
+  c.Finish();                              // 20..29 made it: counted, then run again
+  CHECK(c.machine.step() == 30);
+  c.Finish(0, Unavailable("ps:1: connection reset"));  // ignored: run again anyway
+  REQUIRE(Names(c.last) == "ReconnectPs");
+  auto reconnect = std::get<act::ReconnectPs>(c.last[0]);
+  CHECK(reconnect.ps == 1);
+  CHECK(reconnect.deadline == 5000ms + c.config.ps_recovery_timeout);
+  CHECK(Names(c.Answer()) == "RestoreNewest");
+  const auto& restored = c.Answer();
+  CHECK(c.machine.phase() == Phase::kCheckpointing);  // 20..39 given out again: the checkpoint at 40 is next
+  CHECK(c.machine.step() == 20);
+  CHECK(Name(restored[0]) == "ResumeDispatch");
+  CHECK(c.Logged("recovered: resuming at step 20 (10 step(s) since the checkpoint are run again)"));
+  auto ranges = All<act::ScheduleRange>(restored);
+  REQUIRE_FALSE(ranges.empty());
+  CHECK(ranges[0].first == 20);
+  c.Run();
+  CHECK(c.exit->ok());
+  CHECK(c.machine.step() == 100);
+}
+
+TEST_CASE("state machine: a ps lost while draining is recovered; the final checkpoint then marks the restored step") {
+  FakeCluster c(Config(20));
+  RunToFirstSave(c);
+  c.Answer();  // checkpoint 20
+  c.Feed(ev::StopRequested{"SIGTERM"});
+  CHECK(c.machine.phase() == Phase::kDraining);
+  c.Feed(ev::PsLost{0});
+  CHECK(Names(c.last) == "PauseDispatch");
+  CHECK(c.machine.phase() == Phase::kRecovering);
+  c.Finish();
+  c.Finish(0, Aborted("a ps is down"));
+  CHECK(Names(c.last) == "ReconnectPs");
+  c.Answer();
+  const auto& restored = c.Answer();
+  CHECK(Names(restored) == "ResumeDispatch, Log, CloseDispatch");
+  CHECK(c.machine.step() == 20);
+  c.Run();
+  CHECK(c.exit->ok());
+  CHECK(Saves(c.all, true) == std::vector<int64_t>{20});
+  CHECK(All<act::ScheduleRange>(c.all).back().first == 30);  // nothing after the stop
+}
+
+TEST_CASE("state machine: a checkpoint due while recovering is not saved; after recovery its timers restart") {
+  auto config = Config();
+  config.checkpoint_every_seconds = 10;
+  config.checkpoint_every_steps = 50;
+  FakeCluster c(config);
+  c.StartFresh();  // ranges 0..39 at t = 0
+  c.At(5000ms, ev::PsLost{0});
+  while (!c.open.empty()) c.Finish();
+  CHECK(c.machine.step() == 40);
+  CHECK(Names(c.last) == "ReconnectPs");
+  CHECK(c.At(15000ms, ev::Tick{}).empty());  // due by time, while a ps is down
+  c.now = 16000ms;
+  c.Answer();
+  CHECK(c.At(16500ms, ev::Tick{}).empty());
+  CHECK(c.machine.phase() == Phase::kRecovering);
+  c.Answer();  // restored step 0, resumed at 16.5 s
+  CHECK(c.machine.phase() == Phase::kTraining);
+  CHECK(c.machine.step() == 0);
+  CHECK(Saves(c.all, false) == std::vector<int64_t>{0});
+  CHECK(c.At(26000ms, ev::Tick{}).empty());  // 9.5 s after the resume
+  CHECK(c.machine.phase() == Phase::kTraining);
+  // By steps: the next boundary counts from the restored step.
+  FinishUntilIo(c);
+  CHECK(std::get<act::SaveCheckpoint>(*c.io).step == 50);
+  CHECK(Saves(c.all, false) == std::vector<int64_t>{0, 50});
+}
+
+TEST_CASE("state machine: a save that fails with a ps lost turns into recovery from the newest committed checkpoint") {
+  FakeCluster c(Config(20));
+  RunToFirstSave(c);
+  CHECK(c.Feed(ev::PsLost{1}).empty());  // the save answers first
+  const auto& failed = c.AnswerWith<act::SaveCheckpoint>(ev::CheckpointFailed{Unavailable("ps:1: connection reset")});
+  CHECK(Names(failed) == "Log, PauseDispatch, ReconnectPs");
+  CHECK(c.Logged("checkpoint 20 not committed: ps:1: connection reset"));
+  c.Answer();
+  c.Answer();  // restored: checkpoint 0 is the newest committed
+  CHECK(c.machine.step() == 0);
+  CHECK(All<act::ScheduleRange>(c.last).front().first == 0);
+  c.Run();
+  CHECK(c.exit->ok());
+  CHECK(Saves(c.all, false) == std::vector<int64_t>{0, 20, 20, 40, 60, 80});
+}
+
+TEST_CASE("state machine: a save that fails with every ps up ends the run with that error, without a final checkpoint") {
+  FakeCluster c(Config(20));
+  RunToFirstSave(c);
+  const auto& failed = c.AnswerWith<act::SaveCheckpoint>(ev::CheckpointFailed{IoError("model/ckpt-20: disk full")});
+  CHECK(Names(failed) == "CloseDispatch");
+  c.Run();
+  CHECK(c.exit->code() == Code::kIo);
+  CHECK(Saves(c.all, true).empty());
+}
+
+TEST_CASE("state machine: a ps that never comes back ends the run with the recovery error") {
+  FakeCluster c(Config());
+  c.never_back = {1};
+  c.StartFresh();
+  c.Feed(ev::PsLost{1});
+  while (!c.open.empty()) c.Finish(0, Unavailable("ps:1 unreachable"));
+  c.Run();
+  CHECK(c.exit->code() == Code::kUnavailable);
+  CHECK(c.exit->message() == "ps:1 did not come back within 600 s");
+  CHECK(All<act::SaveCheckpoint>(c.all).size() == 1);  // step 0 only: no final checkpoint
+  CHECK(ShutdownReasons(c.all).front() == "job failed: ps:1 did not come back within 600 s");
+}
+
+TEST_CASE("state machine: a ps lost while another reconnects, or during the restore, is reconnected before training resumes") {
+  FakeCluster c(Config());
+  c.StartFresh();
+  c.At(1000ms, ev::PsLost{1});
+  while (!c.open.empty()) c.Finish();
+  const auto deadline = std::get<act::ReconnectPs>(*c.io).deadline;
+  c.At(2000ms, ev::PsLost{0});
+  CHECK(c.last.empty());
+  const auto& back = c.Answer();
+  REQUIRE(Names(back) == "ReconnectPs");
+  CHECK(std::get<act::ReconnectPs>(back[0]).ps == 0);
+  CHECK(std::get<act::ReconnectPs>(back[0]).deadline == deadline);  // one deadline for the whole recovery
+  CHECK(Names(c.Answer()) == "RestoreNewest");
+  c.Feed(ev::PsLost{1});
+  SECTION("the restore succeeds anyway: reconnect, restore again") {
+    CHECK(Names(c.Answer()) == "ReconnectPs");
+  }
+  SECTION("the restore fails: reconnect, restore again") {
+    CHECK(Names(c.AnswerWith<act::RestoreNewest>(ev::RestoreFailed{Unavailable("ps:1 gone")})) == "ReconnectPs");
+  }
+  CHECK(Names(c.Answer()) == "RestoreNewest");
+  CHECK(Name(c.Answer()[0]) == "ResumeDispatch");
+  CHECK(c.machine.phase() == Phase::kTraining);
+  c.Run();
+  CHECK(c.exit->ok());
+}
+
+TEST_CASE("state machine: a restore that fails in recovery with every ps up ends the run") {
+  FakeCluster c(Config());
+  c.StartFresh();
+  c.Feed(ev::PsLost{0});
+  while (!c.open.empty()) c.Finish();
+  c.Answer();
+  c.AnswerWith<act::RestoreNewest>(ev::RestoreFailed{DataLoss("no checkpoint could be restored")});
+  c.Run();
+  CHECK(c.exit->code() == Code::kDataLoss);
+}
+
+TEST_CASE("state machine: async: a lost worker changes nothing in the schedule; its re-queued range counts once") {
+  FakeCluster c(Config());
+  c.StartFresh();
+  CHECK(c.Feed(ev::WorkerLost{1}).empty());
+  c.Finish(1);  // the coordinator re-ran it on worker:0
+  auto ranges = All<act::ScheduleRange>(c.last);
+  REQUIRE(ranges.size() == 1);
+  CHECK(ranges[0].workers.empty());
+  CHECK(c.machine.step() == 10);
+  c.Finish(0, Unavailable("no live workers left"));  // a failure with every ps up
+  CHECK(c.machine.phase() == Phase::kDraining);
+  c.Run();
+  CHECK(c.exit->code() == Code::kUnavailable);
+}
+
+TEST_CASE("state machine: sync: ranges pinned to every live worker, R must succeed; fewer live than R pins to all") {
+  auto config = Config();
+  config.sync = true;
+  config.num_workers = 3;
+  config.replicas = 2;
+  FakeCluster c(config);
+  c.StartFresh();
+  auto ranges = All<act::ScheduleRange>(c.all);
+  REQUIRE(ranges.size() == 6);
+  CHECK(ranges[0].workers == std::vector<int>{0, 1, 2});
+  // Two of three packs decide the range; the backup's late pack is ignored.
+  c.Pack(c.open[0], Status::Ok());
+  CHECK(c.machine.step() == 0);
+  c.Pack(c.open[0], Status::Ok());
+  CHECK(c.machine.step() == 10);
+  CHECK(All<act::ScheduleRange>(c.last).size() == 1);
+  c.Pack(c.open[0], Unavailable("worker:2 lost"));
+  CHECK(c.machine.step() == 10);
+  CHECK(c.machine.phase() == Phase::kTraining);
+  c.open.pop_front();
+  // worker:1 lost: new ranges go to the other two only.
+  c.Feed(ev::WorkerLost{1});
+  c.Finish();
+  auto next = All<act::ScheduleRange>(c.last);
+  REQUIRE(next.size() == 1);
+  CHECK(next[0].workers == std::vector<int>{0, 2});
+  // worker:2 lost too: one live < R = 2: every worker gets a pack (the lost ones wait).
+  c.Feed(ev::WorkerLost{2});
+  c.Finish();
+  CHECK(All<act::ScheduleRange>(c.last).at(0).workers == std::vector<int>{0, 1, 2});
+  c.Feed(ev::WorkerBack{1});
+  c.Finish();
+  CHECK(All<act::ScheduleRange>(c.last).at(0).workers == std::vector<int>{0, 1});
+  // A range with fewer than R successes once every pack answered has failed.
+  auto r = c.open.front();
+  c.open.pop_front();
+  c.Pack(r, Status::Ok());
+  c.Pack(r, Unavailable("worker:1: deadline"));
+  c.Pack(r, Unavailable("worker:2: deadline"));
+  CHECK(c.machine.phase() == Phase::kDraining);
+  c.Run();
+  CHECK(c.exit->code() == Code::kUnavailable);
+  CHECK(c.exit->message() == "worker:1: deadline");
+}
+
+TEST_CASE("state machine: sync: a stop lets every range given out finish (nothing cancelled), then closes") {
+  auto config = Config();
+  config.sync = true;
+  config.replicas = 2;
+  FakeCluster c(config);
+  c.StartFresh();
+  const size_t given = c.open.size();
+  const auto& stop = c.Feed(ev::StopRequested{"SIGTERM"});
+  CHECK(Names(stop) == "Log");
+  CHECK(c.machine.phase() == Phase::kDraining);
+  c.Run();
+  CHECK(c.exit->ok());
+  CHECK(All<act::CancelQueued>(c.all).empty());
+  CHECK(c.machine.step() == static_cast<int64_t>(given) * 10);
+  CHECK(Saves(c.all, true) == std::vector<int64_t>{c.machine.step()});
+}
+
+TEST_CASE("state machine: bounded staleness: any decided range counts, not only the oldest; a lost worker changes nothing") {
+  auto config = Config();
+  config.checkpoint_every_steps = 40;
+  config.num_workers = 3;
+  FakeCluster c(config);  // bounded staleness schedules like async: not sync
+  c.StartFresh();
+  REQUIRE(c.open.size() == 4);  // 0..39: the checkpoint at 40 bounds them
+  c.Feed(ev::WorkerLost{2});
+  // The oldest waits for a straggler; the newer ones are decided first.
+  c.Finish(3);
+  c.Finish(2);
+  c.Finish(1);
+  CHECK(c.machine.step() == 30);
+  CHECK_FALSE(c.io.has_value());
+  c.Finish(0);
+  CHECK(c.machine.step() == 40);
+  REQUIRE(c.io.has_value());
+  CHECK(std::get<act::SaveCheckpoint>(*c.io).step == 40);
+  c.Answer();
+  for (const auto& r : All<act::ScheduleRange>(c.last)) CHECK(r.workers.empty());
+  c.Run();
+  CHECK(c.exit->ok());
+}
+
+TEST_CASE("state machine: shutdown with a task that never acknowledges exits Unavailable naming it") {
+  FakeCluster c(Config());
+  c.unacked_ps = {"ps:1 (Shutdown did not complete within 1000 ms)"};
+  c.StartFresh();
+  c.Run();
+  CHECK(c.exit->code() == Code::kUnavailable);
+  CHECK(c.exit->message() == "did not acknowledge Shutdown: ps:1 (Shutdown did not complete within 1000 ms)");
+  CHECK_FALSE(c.Logged("cluster shut down"));
+  SECTION("an earlier error wins") {
+    FakeCluster d(Config());
+    d.unacked_ps = {"ps:0 (closed)"};
+    d.StartFresh();
+    d.Finish(0, InvalidArgument("bad model"));
+    d.Run();
+    CHECK(d.exit->code() == Code::kInvalidArgument);
+  }
+}
+
+TEST_CASE("state machine: a failure while starting shuts down what is connected and exits with it") {
+  FakeCluster c(Config());
+  c.Feed(ev::Start{});
+  SECTION("connecting") {
+    CHECK(Names(c.AnswerWith<act::Connect>(ev::StartFailed{Unavailable("ps:0 refused the connection")})) == "Shutdown");
+    c.Run();
+    CHECK(c.exit->message() == "ps:0 refused the connection");
+  }
+  SECTION("restoring") {
+    c.Answer();
+    c.AnswerWith<act::RestoreNewest>(ev::RestoreFailed{FailedPrecondition("written by 3 ps task(s)")});
+    c.Run();
+    CHECK(c.exit->code() == Code::kFailedPrecondition);
+  }
+  SECTION("starting the workers") {
+    c.Answer();
+    c.Answer();
+    c.Answer();
+    c.AnswerWith<act::StartWorkers>(ev::StartFailed{InvalidArgument("worker:1 cannot start the job: bad model")});
+    c.Run();
+    CHECK(c.exit->code() == Code::kInvalidArgument);
+  }
+  CHECK(All<act::OpenDispatch>(c.all).empty());
+  CHECK(ShutdownReasons(c.all).size() == 2);
+}
+
+TEST_CASE("state machine: a ps lost while starting is recovered as soon as training starts") {
+  FakeCluster c(Config());
+  c.Feed(ev::Start{});
+  c.Answer();
+  c.Feed(ev::PsLost{0});
+  CHECK(c.last.empty());
+  c.Answer();
+  c.Answer();
+  CHECK(Names(c.Answer()) == "OpenDispatch, PauseDispatch, ReconnectPs");
+  c.Run();
+  CHECK(c.exit->ok());
+}
+
+TEST_CASE("state machine: a ps lost during the final checkpoint is not recovery: exit with the error") {
+  FakeCluster c(Config());
+  c.StartFresh();
+  while (!c.io) c.Finish();
+  c.Answer();  // closed
+  REQUIRE(std::holds_alternative<act::SaveCheckpoint>(*c.io));
+  CHECK(c.Feed(ev::PsLost{1}).empty());
+  c.AnswerWith<act::SaveCheckpoint>(ev::CheckpointFailed{Unavailable("checkpoint 100 on ps:1: connection reset")});
+  CHECK(Names(c.last) == "Shutdown");
+  c.Run();
+  CHECK(c.exit->code() == Code::kUnavailable);
+  CHECK(All<act::ReconnectPs>(c.all).empty());
+}
+
+TEST_CASE("state machine: the watchdog warns after `watchdog` without a decided range, then at most once per `watchdog`") {
+  auto config = Config();
+  config.watchdog = 300s;
+  FakeCluster c(config);
+  c.StartFresh();
+  CHECK(c.At(299s, ev::Tick{}).empty());
+  REQUIRE(Names(c.At(300s, ev::Tick{})) == "Watchdog");
+  CHECK(std::get<act::Watchdog>(c.last[0]).silent_for == 300s);
+  CHECK(c.At(400s, ev::Tick{}).empty());
+  REQUIRE(Names(c.At(600s, ev::Tick{})) == "Watchdog");
+  CHECK(std::get<act::Watchdog>(c.last[0]).silent_for == 600s);
+  c.now = 650s;
+  c.Finish();
+  CHECK(c.At(900s, ev::Tick{}).empty());
+  REQUIRE(Names(c.At(950s, ev::Tick{})) == "Watchdog");
+  CHECK(std::get<act::Watchdog>(c.last[0]).silent_for == 300s);
+}
+
+TEST_CASE("state machine: events that do not fit the state change nothing") {
+  FakeCluster c(Config());
+  c.StartFresh();
+  const int64_t step = c.machine.step();
+  const size_t open = c.open.size();
+  CHECK(c.Feed(ev::CheckpointCommitted{50, false}).empty());
+  CHECK(c.Feed(ev::Restored{true, 70, false}).empty());
+  CHECK(c.Feed(ev::PsBack{0}).empty());
+  CHECK(c.Feed(ev::DispatchClosed{}).empty());
+  CHECK(c.Feed(ev::PackDone{999, Status::Ok(), {}}).empty());
+  CHECK(c.Feed(ev::ShutdownReplied{TaskGroup::kPs, 1, {"ps:0"}}).empty());
+  CHECK(c.Feed(ev::Start{}).empty());
+  CHECK(c.machine.step() == step);
+  CHECK(c.machine.phase() == Phase::kTraining);
+  CHECK(c.open.size() == open);
+  c.Run();
+  CHECK(c.exit->ok());
+  CHECK(c.Feed(ev::Tick{}).empty());  // done: nothing follows the exit
+}
