@@ -1,0 +1,194 @@
+// ChiefMachine against a fake cluster (fake_cluster.h): a lost ps, in every phase.
+#include <catch2/catch.hpp>
+
+#include "test/unit/chief/fake_cluster.h"
+
+using namespace ps;
+using namespace ps::chief;
+using namespace ps::chief::testing;
+using namespace std::chrono_literals;
+
+TEST_CASE("state machine: a ps lost while training pauses, lets ranges in flight finish, reconnects, restores, resumes at the restored step") {
+  FakeCluster c(Config(20));
+  RunToFirstSave(c);
+  c.Answer();  // checkpoint 20 committed
+  REQUIRE(c.open.size() == 2);  // 20..29, 30..39
+  c.now = 5000ms;
+  const auto& lost = c.Feed(ev::PsLost{1});
+  CHECK(Names(lost) == "PauseDispatch");
+  CHECK(std::get<act::PauseDispatch>(lost[0]).why.message() == "a ps is down");
+  CHECK(c.machine.phase() == Phase::kRecovering);
+  CHECK(c.Feed(ev::PsLost{1}).empty());  // told twice: once is enough
+  c.Finish();                              // 20..29 made it: counted, then run again
+  CHECK(c.machine.step() == 30);
+  c.Finish(0, Unavailable("ps:1: connection reset"));  // ignored: run again anyway
+  REQUIRE(Names(c.last) == "ReconnectPs");
+  auto reconnect = std::get<act::ReconnectPs>(c.last[0]);
+  CHECK(reconnect.ps == 1);
+  CHECK(reconnect.deadline == 5000ms + c.config.ps_recovery_timeout);
+  CHECK(Names(c.Answer()) == "RestoreNewest");
+  const auto& restored = c.Answer();
+  CHECK(c.machine.phase() == Phase::kCheckpointing);  // 20..39 given out again: the checkpoint at 40 is next
+  CHECK(c.machine.step() == 20);
+  CHECK(Name(restored[0]) == "ResumeDispatch");
+  CHECK(c.Logged("recovered: resuming at step 20 (10 step(s) since the checkpoint are run again)"));
+  auto ranges = All<act::ScheduleRange>(restored);
+  REQUIRE_FALSE(ranges.empty());
+  CHECK(ranges[0].first == 20);
+  c.Run();
+  CHECK(c.exit->ok());
+  CHECK(c.machine.step() == 100);
+}
+
+TEST_CASE("state machine: a ps lost while draining is recovered; the final checkpoint then marks the restored step") {
+  FakeCluster c(Config(20));
+  RunToFirstSave(c);
+  c.Answer();  // checkpoint 20
+  c.Feed(ev::StopRequested{"SIGTERM"});
+  CHECK(c.machine.phase() == Phase::kDraining);
+  c.Feed(ev::PsLost{0});
+  CHECK(Names(c.last) == "PauseDispatch");
+  CHECK(c.machine.phase() == Phase::kRecovering);
+  c.Finish();
+  c.Finish(0, Aborted("a ps is down"));
+  CHECK(Names(c.last) == "ReconnectPs");
+  c.Answer();
+  const auto& restored = c.Answer();
+  CHECK(Names(restored) == "ResumeDispatch, Log, CloseDispatch");
+  CHECK(c.machine.step() == 20);
+  c.Run();
+  CHECK(c.exit->ok());
+  CHECK(Saves(c.all, true) == std::vector<int64_t>{20});
+  CHECK(All<act::ScheduleRange>(c.all).back().first == 30);  // nothing after the stop
+}
+
+TEST_CASE("state machine: a checkpoint due while recovering is not saved; after recovery its timers restart") {
+  auto config = Config();
+  config.checkpoint_every_seconds = 10;
+  config.checkpoint_every_steps = 50;
+  FakeCluster c(config);
+  c.StartFresh();  // ranges 0..39 at t = 0
+  c.At(5000ms, ev::PsLost{0});
+  while (!c.open.empty()) c.Finish();
+  CHECK(c.machine.step() == 40);
+  CHECK(Names(c.last) == "ReconnectPs");
+  CHECK(c.At(15000ms, ev::Tick{}).empty());  // due by time, while a ps is down
+  c.now = 16000ms;
+  c.Answer();
+  CHECK(c.At(16500ms, ev::Tick{}).empty());
+  CHECK(c.machine.phase() == Phase::kRecovering);
+  c.Answer();  // restored step 0, resumed at 16.5 s
+  CHECK(c.machine.phase() == Phase::kTraining);
+  CHECK(c.machine.step() == 0);
+  CHECK(Saves(c.all, false) == std::vector<int64_t>{0});
+  CHECK(c.At(26000ms, ev::Tick{}).empty());  // 9.5 s after the resume
+  CHECK(c.machine.phase() == Phase::kTraining);
+  // By steps: the next boundary counts from the restored step.
+  FinishUntilIo(c);
+  CHECK(std::get<act::SaveCheckpoint>(*c.io).step == 50);
+  CHECK(Saves(c.all, false) == std::vector<int64_t>{0, 50});
+}
+
+TEST_CASE("state machine: a save that fails with a ps lost turns into recovery from the newest committed checkpoint") {
+  FakeCluster c(Config(20));
+  RunToFirstSave(c);
+  CHECK(c.Feed(ev::PsLost{1}).empty());  // the save answers first
+  const auto& failed = c.AnswerWith<act::SaveCheckpoint>(ev::CheckpointFailed{Unavailable("ps:1: connection reset")});
+  CHECK(Names(failed) == "Log, PauseDispatch, ReconnectPs");
+  CHECK(c.Logged("checkpoint 20 not committed: ps:1: connection reset"));
+  c.Answer();
+  c.Answer();  // restored: checkpoint 0 is the newest committed
+  CHECK(c.machine.step() == 0);
+  CHECK(All<act::ScheduleRange>(c.last).front().first == 0);
+  c.Run();
+  CHECK(c.exit->ok());
+  CHECK(Saves(c.all, false) == std::vector<int64_t>{0, 20, 20, 40, 60, 80});
+}
+
+TEST_CASE("state machine: a save that fails with every ps up ends the run with that error, without a final checkpoint") {
+  FakeCluster c(Config(20));
+  RunToFirstSave(c);
+  const auto& failed = c.AnswerWith<act::SaveCheckpoint>(ev::CheckpointFailed{IoError("model/ckpt-20: disk full")});
+  CHECK(Names(failed) == "CloseDispatch");
+  c.Run();
+  CHECK(c.exit->code() == Code::kIo);
+  CHECK(Saves(c.all, true).empty());
+}
+
+TEST_CASE("state machine: a ps that never comes back ends the run with the recovery error") {
+  FakeCluster c(Config());
+  c.never_back = {1};
+  c.StartFresh();
+  c.Feed(ev::PsLost{1});
+  while (!c.open.empty()) c.Finish(0, Unavailable("ps:1 unreachable"));
+  c.Run();
+  CHECK(c.exit->code() == Code::kUnavailable);
+  CHECK(c.exit->message() == "ps:1 did not come back within 600 s");
+  CHECK(All<act::SaveCheckpoint>(c.all).size() == 1);  // step 0 only: no final checkpoint
+  CHECK(ShutdownReasons(c.all).front() == "job failed: ps:1 did not come back within 600 s");
+}
+
+TEST_CASE("state machine: a ps lost while another reconnects, or during the restore, is reconnected before training resumes") {
+  FakeCluster c(Config());
+  c.StartFresh();
+  c.At(1000ms, ev::PsLost{1});
+  while (!c.open.empty()) c.Finish();
+  const auto deadline = std::get<act::ReconnectPs>(*c.io).deadline;
+  c.At(2000ms, ev::PsLost{0});
+  CHECK(c.last.empty());
+  const auto& back = c.Answer();
+  REQUIRE(Names(back) == "ReconnectPs");
+  CHECK(std::get<act::ReconnectPs>(back[0]).ps == 0);
+  CHECK(std::get<act::ReconnectPs>(back[0]).deadline == deadline);  // one deadline for the whole recovery
+  CHECK(Names(c.Answer()) == "RestoreNewest");
+  c.Feed(ev::PsLost{1});
+  SECTION("the restore succeeds anyway: reconnect, restore again") {
+    CHECK(Names(c.Answer()) == "ReconnectPs");
+  }
+  SECTION("the restore fails: reconnect, restore again") {
+    CHECK(Names(c.AnswerWith<act::RestoreNewest>(ev::RestoreFailed{Unavailable("ps:1 gone")})) == "ReconnectPs");
+  }
+  CHECK(Names(c.Answer()) == "RestoreNewest");
+  CHECK(Name(c.Answer()[0]) == "ResumeDispatch");
+  CHECK(c.machine.phase() == Phase::kTraining);
+  c.Run();
+  CHECK(c.exit->ok());
+}
+
+TEST_CASE("state machine: a restore that fails in recovery with every ps up ends the run") {
+  FakeCluster c(Config());
+  c.StartFresh();
+  c.Feed(ev::PsLost{0});
+  while (!c.open.empty()) c.Finish();
+  c.Answer();
+  c.AnswerWith<act::RestoreNewest>(ev::RestoreFailed{DataLoss("no checkpoint could be restored")});
+  c.Run();
+  CHECK(c.exit->code() == Code::kDataLoss);
+}
+
+TEST_CASE("state machine: a ps lost while starting is recovered as soon as training starts") {
+  FakeCluster c(Config());
+  c.Feed(ev::Start{});
+  c.Answer();
+  c.Feed(ev::PsLost{0});
+  CHECK(c.last.empty());
+  c.Answer();
+  c.Answer();
+  CHECK(Names(c.Answer()) == "OpenDispatch, PauseDispatch, ReconnectPs");
+  c.Run();
+  CHECK(c.exit->ok());
+}
+
+TEST_CASE("state machine: a ps lost during the final checkpoint is not recovery: exit with the error") {
+  FakeCluster c(Config());
+  c.StartFresh();
+  while (!c.io) c.Finish();
+  c.Answer();  // closed
+  REQUIRE(std::holds_alternative<act::SaveCheckpoint>(*c.io));
+  CHECK(c.Feed(ev::PsLost{1}).empty());
+  c.AnswerWith<act::SaveCheckpoint>(ev::CheckpointFailed{Unavailable("checkpoint 100 on ps:1: connection reset")});
+  CHECK(Names(c.last) == "Shutdown");
+  c.Run();
+  CHECK(c.exit->code() == Code::kUnavailable);
+  CHECK(All<act::ReconnectPs>(c.all).empty());
+}
