@@ -122,10 +122,7 @@ class Chief {
   }
 
   Status StartControl() {
-    net::ServerOptions o;
-    o.host = ctx_.listen_host;
-    o.port = ctx_.listen_port;
-    o.identity = ctx_.identity;
+    net::ServerOptions o = ctx_.ServerFor();
     o.admit = [](const proto::Hello& h) {
       return h.role == proto::Role::kClient
                  ? Status::Ok()

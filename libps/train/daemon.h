@@ -38,6 +38,8 @@ struct DaemonFlags {
   double connect_timeout_sec = 180;  // like TF's ~3 minutes of start-up retries
   std::string log_level = "info";
   int io_threads = 2;
+  int max_connections = 1024;    // per daemon (net::ServerOptions)
+  int payload_budget_mb = 1024;  // inbound payload memory per daemon, MiB
 };
 
 // Adds the flags every daemon takes to `desc`.
@@ -49,9 +51,13 @@ struct DaemonContext {
   std::string listen_host;  // address to bind
   uint16_t listen_port = 0;
   std::chrono::milliseconds connect_timeout{180000};
+  int max_connections = 1024;
+  uint64_t payload_budget_bytes = uint64_t{1} << 30;
 
   // Client options for dialing task `peer` of this cluster.
   net::ClientOptions ClientFor(cluster::TaskId peer) const;
+  // Server options for this task's listening address, identity and bounds.
+  net::ServerOptions ServerFor() const;
   std::string name() const { return tf.task.ToString(); }
 };
 

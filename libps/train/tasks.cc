@@ -29,14 +29,6 @@ std::function<Status(const proto::Hello&)> AdmitRoles(std::vector<proto::Role> r
   };
 }
 
-net::ServerOptions ServerOptionsFor(const DaemonContext& ctx) {
-  net::ServerOptions o;
-  o.host = ctx.listen_host;
-  o.port = ctx.listen_port;
-  o.identity = ctx.identity;
-  return o;
-}
-
 // A signal before the chief's Shutdown: the task stops at once and says what is lost.
 void OnTerminate(int sig, const std::function<void(std::string)>& stop) {
   PS_LOG(Warning) << "received " << (sig == SIGINT ? "SIGINT" : "SIGTERM")
@@ -90,7 +82,7 @@ Status RunPsTask(const DaemonContext& ctx, SignalWatcher& signals) {
   PsCheckpointer checkpointer(&store, ctx.tf.task.index);
   ps::Service service(&store, &checkpointer);
   net::Runtime runtime(2);
-  auto options = ServerOptionsFor(ctx);
+  auto options = ctx.ServerFor();
   options.admit = AdmitRoles({proto::Role::kChief, proto::Role::kWorker}, ctx.name());
   // Testing hook: PSTRAIN_FAULT_IGNORE_SHUTDOWN=1 leaves the chief's Shutdown unanswered
   // (a ps that does not acknowledge), so the chief's timeout path can be tested.
@@ -289,7 +281,7 @@ Status RunWorkerTask(const DaemonContext& ctx, const WorkerOptions& options, Sig
   model::SetBlasThreads(options.blas_threads);
   net::Runtime runtime(2);
   Worker worker(ctx, runtime);
-  auto server_options = ServerOptionsFor(ctx);
+  auto server_options = ctx.ServerFor();
   server_options.admit = AdmitRoles({proto::Role::kChief}, ctx.name());
   PS_ASSIGN_OR_RETURN(auto server, net::Server::Start(runtime, server_options, [&](net::Request req, net::Responder resp) {
     worker.Handle(std::move(req), std::move(resp));
