@@ -54,7 +54,8 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
     auto results = co_await resolver.async_resolve(options.host, std::to_string(options.port),
                                                    asio::redirect_error(use_awaitable, ec));
     if (ec) co_return Unavailable("cannot resolve " + options.host + ": " + ec.message());
-    conn = std::make_shared<Conn>(tcp::socket(ex), ConnOptions{options.limits, options.max_write_queue_bytes, 0, nullptr, nullptr});
+    conn = std::make_shared<Conn>(tcp::socket(ex), ConnOptions{options.limits, options.max_write_queue_bytes, 0,
+                                                               nullptr, nullptr, options.tls});
     auto watchdog = Watchdog(conn, budget);
     co_await asio::async_connect(conn->socket(), results, asio::redirect_error(use_awaitable, ec));
     if (ec) {
@@ -63,11 +64,21 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
     }
     // Conn's constructor could not set this: the socket opens in async_connect.
     conn->socket().set_option(tcp::no_delay(true), ec);
-    Status st;
+    Status st = co_await conn->SecureHandshake(/*as_server=*/false);
+    if (!st.ok()) st = Status(st.code(), options.peer_name + ": " + st.message());
     try {
-      st = co_await Handshake();
+      if (st.ok()) st = co_await Handshake();
     } catch (const boost::system::system_error& e) {
-      st = Unavailable(std::string("handshake failed: ") + e.what());
+      // Under TLS 1.3 a server that rejects our certificate says so (an alert) only
+      // after our side of the TLS handshake completed: we read it here.
+      if (e.code().category() == asio::error::get_ssl_category()) {
+        st = PermissionDenied(options.peer_name + " refused the TLS connection: " + e.code().message());
+      } else if (e.code() == asio::error::eof && !options.tls) {
+        st = Unavailable("handshake failed: " + options.peer_name +
+                         " closed the connection (does it require TLS, --tls-cert?)");
+      } else {
+        st = Unavailable(std::string("handshake failed: ") + e.what());
+      }
     }
     watchdog->cancel();
     if (!st.ok()) conn->CloseOnStrand();

@@ -6,7 +6,10 @@
 #include <boost/asio/read.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/ssl/error.hpp>
 #include <boost/asio/write.hpp>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 
 namespace ps::net {
 
@@ -37,6 +40,14 @@ void RaiseMax(std::atomic<uint64_t>& max, uint64_t value) {
   }
 }
 
+// A hint for a peer that fails the very first header: it may speak TLS when we do not.
+std::string FirstHeaderHint(const std::array<uint8_t, kFrameHeaderBytes>& hb, bool tls) {
+  if (tls) return "";
+  if (hb[0] == 0x16 && hb[1] == 0x03) return " (the peer speaks TLS; this task runs without --tls-cert)";
+  if (hb[0] == 0x15 && hb[1] == 0x03) return " (a TLS alert; the peer requires TLS)";
+  return "";
+}
+
 }  // namespace
 
 Conn::Conn(tcp::socket socket, ConnOptions options)
@@ -51,17 +62,58 @@ Conn::Conn(tcp::socket socket, ConnOptions options)
     host_ = ep.address().to_string();
     address_ = host_ + ":" + std::to_string(ep.port());
   }
+  if (options_.tls) tls_ = std::make_unique<asio::ssl::stream<tcp::socket&>>(socket_, options_.tls->impl().ctx);
+}
+
+awaitable<Status> Conn::SecureHandshake(bool as_server) {
+  if (!tls_) co_return Status::Ok();
+  error_code ec;
+  co_await tls_->async_handshake(as_server ? asio::ssl::stream_base::server : asio::ssl::stream_base::client,
+                                 asio::redirect_error(use_awaitable, ec));
+  if (!ec) co_return Status::Ok();
+  if (ec.category() != asio::error::get_ssl_category()) {
+    if (closed_) co_return Unavailable("TLS handshake timed out");
+    if (ec == asio::error::eof || ec == asio::ssl::error::stream_truncated || ec == asio::error::connection_reset) {
+      co_return Unavailable("the peer closed the connection in the TLS handshake (does it use TLS?)");
+    }
+    co_return Unavailable("TLS handshake: " + ec.message());
+  }
+  std::string why = ec.message();
+  long verify = SSL_get_verify_result(tls_->native_handle());
+  if (verify != X509_V_OK) why += std::string(" (") + X509_verify_cert_error_string(verify) + ")";
+  co_return PermissionDenied("TLS handshake failed: " + why);
+}
+
+template <typename Buffers>
+awaitable<void> Conn::ReadAll(const Buffers& buffers) {
+  if (tls_) {
+    co_await asio::async_read(*tls_, buffers, TransferAllLarge(), use_awaitable);
+  } else {
+    co_await asio::async_read(socket_, buffers, TransferAllLarge(), use_awaitable);
+  }
+}
+
+template <typename Buffers>
+awaitable<void> Conn::WriteAll(const Buffers& buffers, error_code& ec) {
+  if (tls_) {
+    co_await asio::async_write(*tls_, buffers, TransferAllLarge(), asio::redirect_error(use_awaitable, ec));
+  } else {
+    co_await asio::async_write(socket_, buffers, TransferAllLarge(), asio::redirect_error(use_awaitable, ec));
+  }
 }
 
 awaitable<Result<InFrame>> Conn::ReadFrame(const PayloadSink& sink) {
   std::array<uint8_t, kFrameHeaderBytes> hb;
-  co_await asio::async_read(socket_, asio::buffer(hb), use_awaitable);
+  co_await ReadAll(asio::buffer(hb));
   auto header = DecodeHeader(hb, limits_);
-  if (!header.ok()) co_return header.status();
+  if (!header.ok()) {
+    if (authenticated_) co_return header.status();
+    co_return Status(header.status().code(), header.status().message() + FirstHeaderHint(hb, tls_ != nullptr));
+  }
   ConnCounters* counters = options_.counters.get();
   if (counters != nullptr) counters->inbound_buffer_bytes.fetch_add(header->envelope_bytes, std::memory_order_relaxed);
   std::vector<uint8_t> env_bytes(header->envelope_bytes);
-  co_await asio::async_read(socket_, asio::buffer(env_bytes), use_awaitable);
+  co_await ReadAll(asio::buffer(env_bytes));
   InFrame frame;
   frame.wire_bytes = kFrameHeaderBytes + uint64_t{header->envelope_bytes} + header->payload_bytes;
   const uint64_t payload_bytes = header->payload_bytes;
@@ -78,7 +130,7 @@ awaitable<Result<InFrame>> Conn::ReadFrame(const PayloadSink& sink) {
   if (into) {
     std::vector<asio::mutable_buffer> bufs;
     for (auto s : *into) bufs.emplace_back(s.data(), s.size());
-    co_await asio::async_read(socket_, bufs, TransferAllLarge(), use_awaitable);
+    co_await ReadAll(bufs);
     frame.in_place = true;
     co_return frame;
   }
@@ -98,8 +150,7 @@ awaitable<Result<InFrame>> Conn::ReadFrame(const PayloadSink& sink) {
   if (counters != nullptr) counters->inbound_buffer_bytes.fetch_add(payload_bytes, std::memory_order_relaxed);
   frame.payload = TakeBuffer(payload_bytes);
   frame.payload.SetLease(std::move(lease));
-  co_await asio::async_read(socket_, asio::buffer(frame.payload.data(), frame.payload.size()), TransferAllLarge(),
-                            use_awaitable);
+  co_await ReadAll(asio::buffer(frame.payload.data(), frame.payload.size()));
   co_return frame;
 }
 
@@ -107,7 +158,7 @@ awaitable<void> Conn::Discard(uint64_t bytes) {
   std::array<std::byte, 64 * 1024> scratch;
   while (bytes > 0) {
     size_t n = static_cast<size_t>(std::min<uint64_t>(bytes, scratch.size()));
-    co_await asio::async_read(socket_, asio::buffer(scratch.data(), n), use_awaitable);
+    co_await ReadAll(asio::buffer(scratch.data(), n));
     bytes -= n;
   }
 }
@@ -157,7 +208,9 @@ awaitable<void> Conn::WriteNow(const proto::Envelope& env) {
   auto bytes = proto::Encode(env);
   auto header = EncodeHeader({static_cast<uint32_t>(bytes.size()), 0});
   std::array<asio::const_buffer, 2> bufs{asio::buffer(header), asio::buffer(bytes)};
-  co_await asio::async_write(socket_, bufs, use_awaitable);
+  error_code ec;
+  co_await WriteAll(bufs, ec);
+  if (ec) throw boost::system::system_error(ec);
 }
 
 void Conn::Send(const proto::Envelope& env, OutPayload payload, bool close_after, bool ends_request) {
@@ -227,7 +280,7 @@ awaitable<void> Conn::WriteLoop() {
     bufs.emplace_back(asio::buffer(out.env));
     for (auto p : out.payload.parts) bufs.emplace_back(p.data(), p.size());
     error_code ec;
-    co_await asio::async_write(socket_, bufs, TransferAllLarge(), asio::redirect_error(use_awaitable, ec));
+    co_await WriteAll(bufs, ec);
     const bool close = ec || out.close_after;
     const uint64_t bytes = out.bytes;
     out = Out{};  // the payload's owner may recycle it now

@@ -17,10 +17,13 @@
 #include <boost/asio/awaitable.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/steady_timer.hpp>
 
 #include "libps/net/bounds.h"
 #include "libps/net/frame.h"
+#include "libps/net/tls.h"
 #include "libps/net/transport.h"
 #include "libps/proto/codec.h"
 
@@ -36,6 +39,10 @@ struct Runtime::Impl {
   asio::io_context io;
   asio::executor_work_guard<asio::io_context::executor_type> guard{io.get_executor()};
   std::vector<std::thread> threads;
+};
+
+struct TlsContext::Impl {
+  asio::ssl::context ctx{asio::ssl::context::tls};
 };
 
 inline constexpr int kMaxBadFrames = 64;  // recoverable bad frames before a connection is dropped
@@ -82,6 +89,7 @@ struct ConnOptions {
   int max_in_flight = 0;
   std::shared_ptr<PayloadBudget> budget;   // null: payloads are not budgeted (clients)
   std::shared_ptr<ConnCounters> counters;  // null: not counted
+  std::shared_ptr<TlsContext> tls;         // null: plain TCP
 };
 
 // A framed TCP connection on a strand. Reading is done by its owner's loop; writes go
@@ -94,8 +102,15 @@ class Conn : public std::enable_shared_from_this<Conn> {
   const std::string& address() const { return address_; }  // "127.0.0.1:53122"
   const std::string& host() const { return host_; }        // "127.0.0.1"
   auto executor() { return socket_.get_executor(); }
+  // With TLS: the TLS handshake, as the accepting or the dialing side; OK at once
+  // without. PermissionDenied when the peer's certificate (or ours) is not accepted,
+  // Unavailable when the connection broke.
+  awaitable<Status> SecureHandshake(bool as_server);
   // The handshake passed: frames may now use the full limits. Strand only.
-  void Authenticated() { limits_ = options_.limits; }
+  void Authenticated() {
+    limits_ = options_.limits;
+    authenticated_ = true;
+  }
 
   // Reads one frame. Returns a non-OK Result when the stream cannot continue (bad
   // header); throws boost::system::system_error on socket errors and when the
@@ -135,6 +150,11 @@ class Conn : public std::enable_shared_from_this<Conn> {
     bool close_after = false;
   };
 
+  // Whole reads and writes through TLS when it is on, else on the socket.
+  template <typename Buffers>
+  awaitable<void> ReadAll(const Buffers& buffers);
+  template <typename Buffers>
+  awaitable<void> WriteAll(const Buffers& buffers, error_code& ec);
   awaitable<void> Discard(uint64_t bytes);
   awaitable<void> Reserve(uint64_t bytes);
   awaitable<void> WaitGate();
@@ -144,7 +164,9 @@ class Conn : public std::enable_shared_from_this<Conn> {
 
   tcp::socket socket_;
   const ConnOptions options_;
+  std::unique_ptr<asio::ssl::stream<tcp::socket&>> tls_;  // null: plain TCP
   Limits limits_ = kHandshakeLimits;
+  bool authenticated_ = false;  // strand only
   asio::steady_timer wake_;  // the writer waits on it for frames
   asio::steady_timer gate_;  // the reader waits on it for room, in-flight slots or budget
   std::string address_ = "?";

@@ -83,7 +83,8 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   }
 
   ConnOptions ForConn() const {
-    return ConnOptions{options.limits, options.max_write_queue_bytes, options.max_in_flight, budget, counters};
+    return ConnOptions{options.limits, options.max_write_queue_bytes, options.max_in_flight, budget, counters,
+                       options.tls};
   }
 
   awaitable<void> AcceptLoop() {
@@ -123,8 +124,9 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
       const Status why = Unavailable("too many connections (--max-connections " +
                                      std::to_string(options.max_connections) + ")");
       LogStranger(host, "refused connection from " + host + ":" + std::to_string(ep.port()) + ": " + why.message());
-      if (goodbyes.fetch_add(1) >= kMaxGoodbyes) {
-        goodbyes.fetch_sub(1);
+      // A TLS peer could not read a plain goodbye: it is cut off like the excess ones.
+      if (options.tls || goodbyes.fetch_add(1) >= kMaxGoodbyes) {
+        if (!options.tls) goodbyes.fetch_sub(1);
         socket.close(ignored);
         continue;
       }
@@ -243,7 +245,12 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     Result<PeerInfo> peer = InvalidArgument("unset");
     try {
       auto watchdog = Watchdog(c, options.handshake_timeout);
-      peer = co_await Handshake(c);
+      Status secure = co_await c->SecureHandshake(/*as_server=*/true);
+      if (secure.ok()) {
+        peer = co_await Handshake(c);
+      } else {
+        peer = secure;
+      }
       watchdog->cancel();
     } catch (const boost::system::system_error& e) {
       peer = Unavailable(std::string("handshake: ") + e.what());

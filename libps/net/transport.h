@@ -20,6 +20,7 @@
 #include "libps/core/status.h"
 #include "libps/net/buffer.h"
 #include "libps/net/frame.h"
+#include "libps/net/tls.h"
 #include "libps/proto/messages.h"
 
 namespace ps::net {
@@ -112,6 +113,9 @@ struct ServerOptions {
   // recycles the payload). A frame waits for room before its payload is allocated; a
   // frame whose payload alone exceeds the budget is answered with an error.
   uint64_t payload_budget_bytes = uint64_t{1} << 30;
+  // Mutual TLS before the Hello; null: plain TCP. Refused peers get no reason over a
+  // TLS server (the connection is closed before its TLS handshake).
+  std::shared_ptr<TlsContext> tls;
   // Called once a peer's Hello is verified; a non-OK status refuses it with that message.
   std::function<Status(const proto::Hello&)> admit;
 };
@@ -178,6 +182,7 @@ struct ClientOptions {
   // A call made off the Runtime's threads blocks while this many bytes wait to be
   // written to the peer (calls made on them are queued regardless). 0: no bound.
   uint64_t max_write_queue_bytes = uint64_t{64} << 20;
+  std::shared_ptr<TlsContext> tls;  // mutual TLS before the Hello; null: plain TCP
 };
 
 struct Reply {

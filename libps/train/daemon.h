@@ -40,6 +40,7 @@ struct DaemonFlags {
   int io_threads = 2;
   int max_connections = 1024;    // per daemon (net::ServerOptions)
   int payload_budget_mb = 1024;  // inbound payload memory per daemon, MiB
+  std::string tls_cert, tls_key, tls_ca;  // all or none: mutual TLS
 };
 
 // Adds the flags every daemon takes to `desc`.
@@ -53,6 +54,7 @@ struct DaemonContext {
   std::chrono::milliseconds connect_timeout{180000};
   int max_connections = 1024;
   uint64_t payload_budget_bytes = uint64_t{1} << 30;
+  std::shared_ptr<net::TlsContext> tls;  // null: plain TCP
 
   // Client options for dialing task `peer` of this cluster.
   net::ClientOptions ClientFor(cluster::TaskId peer) const;

@@ -69,7 +69,7 @@ std::string Usage(const std::string& synopsis, const std::string& about,
   return out.str();
 }
 
-po::options_description ChiefOptions(std::string* chief, std::string* secret, double* timeout) {
+po::options_description ChiefOptions(std::string* chief, std::string* secret, double* timeout, ChiefTarget* tls) {
   po::options_description d("options");
   d.add_options()
       ("help,h", "print this help")
@@ -77,6 +77,9 @@ po::options_description ChiefOptions(std::string* chief, std::string* secret, do
        "the chief's address (its TF_CONFIG address); required")
       ("secret-file", po::value(secret)->value_name("FILE"),
        "the cluster secret, when the cluster uses one")
+      ("tls-cert", po::value(&tls->tls_cert)->value_name("FILE"), "mutual TLS: a certificate of the cluster CA")
+      ("tls-key", po::value(&tls->tls_key)->value_name("FILE"), "mutual TLS: its private key")
+      ("tls-ca", po::value(&tls->tls_ca)->value_name("FILE"), "mutual TLS: the cluster CA")
       ("timeout", po::value(timeout)->value_name("S")->default_value(10.0, "10"),
        "seconds to wait for the chief");
   return d;
@@ -114,8 +117,8 @@ Result<std::chrono::milliseconds> Seconds(const std::string& sub, const std::str
 
 Result<ChiefTarget> MakeTarget(const std::string& sub, const po::variables_map& vm,
                                const std::string& chief, const std::string& secret,
-                               double timeout) {
-  ChiefTarget t;
+                               double timeout, const ChiefTarget& tls) {
+  ChiefTarget t = tls;
   if (!vm.count("chief")) return InvalidArgument("pstrain " + sub + ": --chief HOST:PORT is required");
   auto hp = cluster::ParseHostPort(chief);
   if (!hp.ok()) return InvalidArgument("pstrain " + sub + ": --chief: " + hp.status().message());
@@ -153,12 +156,14 @@ Result<Command> ParseTfConfig(const std::vector<std::string>& args) {
 Result<Command> ParseStop(const std::vector<std::string>& args) {
   std::string chief, secret, reason = "pstrain stop";
   double timeout = 10;
-  po::options_description d = ChiefOptions(&chief, &secret, &timeout);
+  ChiefTarget tls;
+  po::options_description d = ChiefOptions(&chief, &secret, &timeout, &tls);
   d.add_options()("reason", po::value(&reason)->value_name("TEXT"),
                   "why, for the chief's log (default \"pstrain stop\")");
   if (WantsHelp(args)) {
     return Command(HelpCommand{Usage(
-        "pstrain stop --chief HOST:PORT [--secret-file F] [--reason TEXT] [--timeout S]",
+        "pstrain stop --chief HOST:PORT [--secret-file F] [--tls-cert F --tls-key F --tls-ca F]\n"
+        "             [--reason TEXT] [--timeout S]",
         "Asks the chief to stop: it stops scheduling steps, writes the final checkpoint,\n"
         "shuts every ps and worker down and exits. Exit 0 once the chief acknowledged,\n"
         "1 when it could not be reached, 2 on a usage error.", d)});
@@ -166,7 +171,7 @@ Result<Command> ParseStop(const std::vector<std::string>& args) {
   po::variables_map vm;
   PS_RETURN_IF_ERROR(ParseOptions("stop", args, d, &vm));
   StopCommand c;
-  PS_ASSIGN_OR_RETURN(c.target, MakeTarget("stop", vm, chief, secret, timeout));
+  PS_ASSIGN_OR_RETURN(c.target, MakeTarget("stop", vm, chief, secret, timeout, tls));
   c.reason = reason;
   return Command(std::move(c));
 }
@@ -174,17 +179,19 @@ Result<Command> ParseStop(const std::vector<std::string>& args) {
 Result<Command> ParseStatus(const std::vector<std::string>& args) {
   std::string chief, secret;
   double timeout = 10;
-  po::options_description d = ChiefOptions(&chief, &secret, &timeout);
+  ChiefTarget tls;
+  po::options_description d = ChiefOptions(&chief, &secret, &timeout, &tls);
   d.add_options()("json", "print the chief's status JSON as it is");
   if (WantsHelp(args)) {
     return Command(HelpCommand{Usage(
-        "pstrain status --chief HOST:PORT [--secret-file F] [--json] [--timeout S]",
+        "pstrain status --chief HOST:PORT [--secret-file F] [--tls-cert F --tls-key F --tls-ca F]\n"
+        "               [--json] [--timeout S]",
         "Shows the chief's state, step and throughput, and a table of its tasks.", d)});
   }
   po::variables_map vm;
   PS_RETURN_IF_ERROR(ParseOptions("status", args, d, &vm));
   StatusCommand c;
-  PS_ASSIGN_OR_RETURN(c.target, MakeTarget("status", vm, chief, secret, timeout));
+  PS_ASSIGN_OR_RETURN(c.target, MakeTarget("status", vm, chief, secret, timeout, tls));
   c.json = vm.count("json") > 0;
   return Command(std::move(c));
 }
@@ -742,7 +749,8 @@ Result<std::string> FormatStatus(std::string_view json_text) {
 // ---- chief client -------------------------------------------------------------------------
 
 Result<proto::Body> CallChief(const cluster::HostPort& chief, const std::optional<std::string>& secret,
-                              std::chrono::milliseconds timeout, proto::Body request) {
+                              std::chrono::milliseconds timeout, proto::Body request,
+                              std::shared_ptr<net::TlsContext> tls) {
   const std::string where = chief.ToString();
   net::Runtime runtime(1);
   net::ClientOptions o;
@@ -754,6 +762,7 @@ Result<proto::Body> CallChief(const cluster::HostPort& chief, const std::optiona
   o.handshake_timeout = timeout;
   o.call_timeout = timeout;
   o.heartbeat_interval = std::chrono::milliseconds(0);
+  o.tls = std::move(tls);
   auto client = net::Client::Connect(runtime, o);
   if (!client.ok()) {
     const std::string& m = client.status().message();
@@ -785,12 +794,13 @@ int RunTfConfig(const TfConfigCommand& command) {
 
 int RunStop(const StopCommand& command) {
   auto secret = LoadSecret(command.target.secret_file);
-  if (!secret.ok()) {
-    PrintErr("pstrain stop: " + secret.status().message());
+  auto tls = net::TlsFromFlags(command.target.tls_cert, command.target.tls_key, command.target.tls_ca);
+  if (!secret.ok() || !tls.ok()) {
+    PrintErr("pstrain stop: " + (secret.ok() ? tls.status() : secret.status()).message());
     return kExitUsage;
   }
   const std::string where = command.target.chief.ToString();
-  auto reply = CallChief(command.target.chief, *secret, command.target.timeout, proto::Stop{command.reason});
+  auto reply = CallChief(command.target.chief, *secret, command.target.timeout, proto::Stop{command.reason}, *tls);
   if (!reply.ok()) {
     PrintErr("pstrain stop: " + reply.status().message());
     return kExitFailure;
@@ -807,11 +817,12 @@ int RunStop(const StopCommand& command) {
 
 int RunStatus(const StatusCommand& command) {
   auto secret = LoadSecret(command.target.secret_file);
-  if (!secret.ok()) {
-    PrintErr("pstrain status: " + secret.status().message());
+  auto tls = net::TlsFromFlags(command.target.tls_cert, command.target.tls_key, command.target.tls_ca);
+  if (!secret.ok() || !tls.ok()) {
+    PrintErr("pstrain status: " + (secret.ok() ? tls.status() : secret.status()).message());
     return kExitUsage;
   }
-  auto reply = CallChief(command.target.chief, *secret, command.target.timeout, proto::GetStatus{});
+  auto reply = CallChief(command.target.chief, *secret, command.target.timeout, proto::GetStatus{}, *tls);
   if (!reply.ok()) {
     PrintErr("pstrain status: " + reply.status().message());
     return kExitFailure;

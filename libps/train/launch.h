@@ -1,8 +1,8 @@
 // The `pstrain` operator CLI (launcher/main.cc is a thin main over this file):
 //
 //   pstrain tf-config --cluster FILE [--format env|json]
-//   pstrain stop      --chief HOST:PORT [--secret-file F] [--reason TEXT] [--timeout S]
-//   pstrain status    --chief HOST:PORT [--secret-file F] [--json] [--timeout S]
+//   pstrain stop      --chief HOST:PORT [--secret-file F] [--tls-cert F --tls-key F --tls-ca F] [--reason TEXT] [--timeout S]
+//   pstrain status    --chief HOST:PORT [--secret-file F] [--tls-cert F --tls-key F --tls-ca F] [--json] [--timeout S]
 //   pstrain local     --cluster FILE --job FILE [--model-dir DIR] [--secret-file F]
 //                     [--bin-dir DIR] [--log-level L] [--restart on-failure|never]
 //                     [--max-restarts N] [--shutdown-grace S] [-- DAEMON_ARGS...]
@@ -23,6 +23,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -32,6 +33,7 @@
 
 #include "libps/cluster/tf_config.h"
 #include "libps/core/status.h"
+#include "libps/net/tls.h"
 #include "libps/proto/messages.h"
 
 namespace ps::train {
@@ -52,6 +54,7 @@ struct TfConfigCommand {
 struct ChiefTarget {
   cluster::HostPort chief;
   std::optional<std::string> secret_file;
+  std::string tls_cert, tls_key, tls_ca;  // all or none: mutual TLS
   std::chrono::milliseconds timeout{10000};  // connect deadline and call deadline
 };
 
@@ -218,7 +221,8 @@ Result<std::string> FormatStatus(std::string_view json_text);
 // Errors name the address: "cannot reach the chief at 127.0.0.1:2222: ...".
 Result<proto::Body> CallChief(const cluster::HostPort& chief,
                               const std::optional<std::string>& secret,
-                              std::chrono::milliseconds timeout, proto::Body request);
+                              std::chrono::milliseconds timeout, proto::Body request,
+                              std::shared_ptr<net::TlsContext> tls = nullptr);
 
 // ---- the subcommands (print; return the exit code 0, 1 or 2) --------------------------
 
