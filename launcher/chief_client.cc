@@ -17,7 +17,8 @@ using daemon::kExitOk;
 using daemon::kExitUsage;
 
 Result<proto::Body> CallChief(const cluster::HostPort& chief, const std::optional<std::string>& secret,
-                              std::chrono::milliseconds timeout, proto::Body request) {
+                              std::chrono::milliseconds timeout, proto::Body request,
+                              std::shared_ptr<net::TlsContext> tls) {
   const std::string where = chief.ToString();
   net::Runtime runtime(1);
   net::ClientOptions o;
@@ -29,6 +30,7 @@ Result<proto::Body> CallChief(const cluster::HostPort& chief, const std::optiona
   o.handshake_timeout = timeout;
   o.call_timeout = timeout;
   o.heartbeat_interval = std::chrono::milliseconds(0);
+  o.tls = std::move(tls);
   auto client = net::Client::Connect(runtime, o);
   if (!client.ok()) {
     const std::string& m = client.status().message();
@@ -61,13 +63,14 @@ template <typename Reply>
 std::optional<Reply> Ask(const std::string& sub, const ChiefTarget& target, proto::Body request,
                          int* exit_code) {
   auto secret = LoadSecret(target.secret_file);
-  if (!secret.ok()) {
-    PrintErr("pstrain " + sub + ": " + secret.status().message());
+  auto tls = net::TlsFromFlags(target.tls_cert, target.tls_key, target.tls_ca);
+  if (!secret.ok() || !tls.ok()) {
+    PrintErr("pstrain " + sub + ": " + (secret.ok() ? tls.status() : secret.status()).message());
     *exit_code = kExitUsage;
     return std::nullopt;
   }
   const std::string asked = proto::BodyName(request);
-  auto reply = CallChief(target.chief, *secret, target.timeout, std::move(request));
+  auto reply = CallChief(target.chief, *secret, target.timeout, std::move(request), *tls);
   if (!reply.ok()) {
     PrintErr("pstrain " + sub + ": " + reply.status().message());
     *exit_code = kExitFailure;

@@ -3,12 +3,14 @@
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "launcher/cli.h"
 #include "libps/cluster/tf_config.h"
 #include "libps/core/status.h"
+#include "libps/net/tls.h"
 #include "libps/proto/messages.h"
 
 namespace ps::launcher {
@@ -20,7 +22,8 @@ namespace ps::launcher {
 // Blocking; safe from any thread (each call has its own runtime and connection).
 Result<proto::Body> CallChief(const cluster::HostPort& chief,
                               const std::optional<std::string>& secret,
-                              std::chrono::milliseconds timeout, proto::Body request);
+                              std::chrono::milliseconds timeout, proto::Body request,
+                              std::shared_ptr<net::TlsContext> tls = nullptr);
 
 // The cluster secret from --secret-file; nullopt when no file is given. Errors
 // (InvalidArgument) start with "--secret-file: ".

@@ -46,7 +46,7 @@ std::string Usage(const std::string& synopsis, const std::string& about,
   return out.str();
 }
 
-po::options_description ChiefOptions(std::string* chief, std::string* secret, double* timeout) {
+po::options_description ChiefOptions(std::string* chief, std::string* secret, double* timeout, ChiefTarget* tls) {
   po::options_description d("options");
   d.add_options()
       ("help,h", "print this help")
@@ -54,6 +54,9 @@ po::options_description ChiefOptions(std::string* chief, std::string* secret, do
        "the chief's address (its TF_CONFIG address); required")
       ("secret-file", po::value(secret)->value_name("FILE"),
        "the cluster secret, when the cluster uses one")
+      ("tls-cert", po::value(&tls->tls_cert)->value_name("FILE"), "mutual TLS: a certificate of the cluster CA")
+      ("tls-key", po::value(&tls->tls_key)->value_name("FILE"), "mutual TLS: its private key")
+      ("tls-ca", po::value(&tls->tls_ca)->value_name("FILE"), "mutual TLS: the cluster CA")
       ("timeout", po::value(timeout)->value_name("S")->default_value(10.0, "10"),
        "seconds to wait for the chief");
   return d;
@@ -91,8 +94,8 @@ Result<std::chrono::milliseconds> Seconds(const std::string& sub, const std::str
 
 Result<ChiefTarget> MakeTarget(const std::string& sub, const po::variables_map& vm,
                                const std::string& chief, const std::string& secret,
-                               double timeout) {
-  ChiefTarget t;
+                               double timeout, const ChiefTarget& tls) {
+  ChiefTarget t = tls;
   if (!vm.count("chief")) return InvalidArgument("pstrain " + sub + ": --chief HOST:PORT is required");
   auto hp = cluster::ParseHostPort(chief);
   if (!hp.ok()) return InvalidArgument("pstrain " + sub + ": --chief: " + hp.status().message());
@@ -130,12 +133,14 @@ Result<Command> ParseTfConfig(const std::vector<std::string>& args) {
 Result<Command> ParseStop(const std::vector<std::string>& args) {
   std::string chief, secret, reason = "pstrain stop";
   double timeout = 10;
-  po::options_description d = ChiefOptions(&chief, &secret, &timeout);
+  ChiefTarget tls;
+  po::options_description d = ChiefOptions(&chief, &secret, &timeout, &tls);
   d.add_options()("reason", po::value(&reason)->value_name("TEXT"),
                   "why, for the chief's log (default \"pstrain stop\")");
   if (WantsHelp(args)) {
     return Command(HelpCommand{Usage(
-        "pstrain stop --chief HOST:PORT [--secret-file F] [--reason TEXT] [--timeout S]",
+        "pstrain stop --chief HOST:PORT [--secret-file F] [--tls-cert F --tls-key F --tls-ca F]\n"
+        "             [--reason TEXT] [--timeout S]",
         "Asks the chief to stop: it stops scheduling steps, writes the final checkpoint,\n"
         "shuts every ps and worker down and exits. Exit 0 once the chief acknowledged,\n"
         "1 when it could not be reached, 2 on a usage error.", d)});
@@ -143,7 +148,7 @@ Result<Command> ParseStop(const std::vector<std::string>& args) {
   po::variables_map vm;
   PS_RETURN_IF_ERROR(ParseOptions("stop", args, d, &vm));
   StopCommand c;
-  PS_ASSIGN_OR_RETURN(c.target, MakeTarget("stop", vm, chief, secret, timeout));
+  PS_ASSIGN_OR_RETURN(c.target, MakeTarget("stop", vm, chief, secret, timeout, tls));
   c.reason = reason;
   return Command(std::move(c));
 }
@@ -151,17 +156,19 @@ Result<Command> ParseStop(const std::vector<std::string>& args) {
 Result<Command> ParseStatus(const std::vector<std::string>& args) {
   std::string chief, secret;
   double timeout = 10;
-  po::options_description d = ChiefOptions(&chief, &secret, &timeout);
+  ChiefTarget tls;
+  po::options_description d = ChiefOptions(&chief, &secret, &timeout, &tls);
   d.add_options()("json", "print the chief's status JSON as it is");
   if (WantsHelp(args)) {
     return Command(HelpCommand{Usage(
-        "pstrain status --chief HOST:PORT [--secret-file F] [--json] [--timeout S]",
+        "pstrain status --chief HOST:PORT [--secret-file F] [--tls-cert F --tls-key F --tls-ca F]\n"
+        "               [--json] [--timeout S]",
         "Shows the chief's state, step and throughput, and a table of its tasks.", d)});
   }
   po::variables_map vm;
   PS_RETURN_IF_ERROR(ParseOptions("status", args, d, &vm));
   StatusCommand c;
-  PS_ASSIGN_OR_RETURN(c.target, MakeTarget("status", vm, chief, secret, timeout));
+  PS_ASSIGN_OR_RETURN(c.target, MakeTarget("status", vm, chief, secret, timeout, tls));
   c.json = vm.count("json") > 0;
   return Command(std::move(c));
 }

@@ -2,8 +2,8 @@
 // RunLauncher):
 //
 //   pstrain tf-config --cluster FILE [--format env|json]
-//   pstrain stop      --chief HOST:PORT [--secret-file F] [--reason TEXT] [--timeout S]
-//   pstrain status    --chief HOST:PORT [--secret-file F] [--json] [--timeout S]
+//   pstrain stop      --chief HOST:PORT [--secret-file F] [--tls-cert F --tls-key F --tls-ca F] [--reason TEXT] [--timeout S]
+//   pstrain status    --chief HOST:PORT [--secret-file F] [--tls-cert F --tls-key F --tls-ca F] [--json] [--timeout S]
 //   pstrain local     --cluster FILE --job FILE [--model-dir DIR] [--secret-file F]
 //                     [--bin-dir DIR] [--log-level L] [--restart on-failure|never]
 //                     [--max-restarts N] [--shutdown-grace S] [-- DAEMON_ARGS...]
@@ -49,6 +49,7 @@ struct TfConfigCommand {
 struct ChiefTarget {
   cluster::HostPort chief;
   std::optional<std::string> secret_file;
+  std::string tls_cert, tls_key, tls_ca;  // all or none: mutual TLS
   std::chrono::milliseconds timeout{10000};  // connect deadline and call deadline
 };
 

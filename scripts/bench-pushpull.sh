@@ -1,11 +1,80 @@
 #!/usr/bin/env bash
 # Push/pull throughput of one ps and one worker process over 127.0.0.1 against raw TCP
-# on the same loopback, for 4 KiB .. 64 MiB tensors (see test/bench/pushpull_bench.cc).
-# Extra arguments go to bench_pushpull (--sizes 4k,1m,16m,64m --seconds 0.5 --rounds 3).
+# on the same loopback, for 4 KiB .. 64 MiB tensors (see test/bench/pushpull_bench.cc),
+# and over mutual TLS (throw-away certificates from scripts/make-certs.sh; PSTRAIN_BENCH_TLS=0
+# leaves TLS out). Extra arguments go to bench_pushpull (--sizes 4k,1m,16m,64m --seconds 0.5
+# --rounds 3).
+#
+#   scripts/bench-pushpull.sh --compare BASE_BUILD_DIR [PAIRS] [bench args...]
+# compares with another build instead (e.g. of an earlier commit): runs BASE_BUILD_DIR's
+# bench_pushpull and this one alternately, PAIRS times each (3), so that the machine's load
+# hits both alike, and prints per size the median over pairs of this/base push and pull
+# GB/s, and of this/base rpc-to-raw ratio (the same comparison with the load of the
+# moment divided out).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${PSTRAIN_BUILD:-build}
 export OPENBLAS_NUM_THREADS=1
 if [ ! -f "$BUILD/build.ninja" ]; then meson setup "$BUILD" --buildtype=release >/dev/null; fi
 ninja -C "$BUILD" -j "${PSTRAIN_JOBS:-1}" test/bench/bench_pushpull >/dev/null
-exec "$BUILD/test/bench/bench_pushpull" "$@"
+BENCH="$BUILD/test/bench/bench_pushpull"
+
+if [ "${1:-}" = "--compare" ]; then
+  base="${2:?--compare BASE_BUILD_DIR}/test/bench/bench_pushpull"
+  shift 2
+  pairs=3
+  if [[ "${1:-}" =~ ^[0-9]+$ ]]; then pairs=$1; shift; fi
+  [ -x "$base" ] || { echo "$0: no $base (build its test/bench/bench_pushpull first)" >&2; exit 2; }
+  out=$(mktemp -d)
+  trap 'rm -rf "$out"' EXIT
+  echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) cores); $pairs pairs, base first"
+  for i in $(seq "$pairs"); do
+    "$base" "$@" > "$out/base.$i"
+    "$BENCH" "$@" > "$out/this.$i"
+  done
+  echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+  # Table rows: "<n> <KiB|MiB> push raw ratio pull raw ratio" (the first table only).
+  awk -v pairs="$pairs" '
+    function median(list,   n, a, i, j, t) {
+      n = split(list, a, " ")
+      for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+      return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+    }
+    FNR == 1 { name = FILENAME; sub(".*/", "", name); split(name, parts, "."); who = parts[1]; pair = parts[2]; table = 0 }
+    /^size +push GB\/s/ { table++; next }
+    table == 1 && NF == 8 && ($2 == "KiB" || $2 == "MiB") {
+      key = $1 " " $2
+      if (!(key in seen)) { seen[key] = 1; order[++nsizes] = key }
+      v[who, pair, key, "push"] = $3; v[who, pair, key, "pushr"] = $5
+      v[who, pair, key, "pull"] = $6; v[who, pair, key, "pullr"] = $8
+    }
+    END {
+      printf "%-8s %12s %12s   %16s %16s\n", "size", "push ratio", "pull ratio", "push (rpc/raw)", "pull (rpc/raw)"
+      worst = 1e9
+      for (s = 1; s <= nsizes; s++) {
+        key = order[s]
+        for (m = 1; m <= 4; m++) lists[m] = ""
+        for (p = 1; p <= pairs; p++) {
+          lists[1] = lists[1] " " v["this", p, key, "push"] / v["base", p, key, "push"]
+          lists[2] = lists[2] " " v["this", p, key, "pull"] / v["base", p, key, "pull"]
+          lists[3] = lists[3] " " v["this", p, key, "pushr"] / v["base", p, key, "pushr"]
+          lists[4] = lists[4] " " v["this", p, key, "pullr"] / v["base", p, key, "pullr"]
+        }
+        a = median(lists[1]); b = median(lists[2])
+        printf "%-8s %12.3f %12.3f   %16.3f %16.3f\n", key, a, b, median(lists[3]), median(lists[4])
+        if (a < worst) worst = a
+        if (b < worst) worst = b
+      }
+      printf "summary: lowest this/base GB/s ratio: %.3f (target >= 0.97: %s)\n", worst, worst >= 0.97 ? "met" : "NOT met"
+    }' "$out"/base.* "$out"/this.*
+  exit 0
+fi
+
+if [ "${PSTRAIN_BENCH_TLS:-1}" != 0 ]; then
+  certs=$(mktemp -d)
+  trap 'rm -rf "$certs"' EXIT
+  bash scripts/make-certs.sh "$certs" ps worker >/dev/null
+  "$BENCH" --tls-dir "$certs" "$@"
+else
+  exec "$BENCH" "$@"
+fi

@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 PACKAGES=(g++ meson ninja-build pkg-config flatbuffers-compiler libflatbuffers-dev
           libboost-dev libboost-program-options-dev nlohmann-json3-dev libopenblas-dev
-          libssl-dev zlib1g-dev libprotobuf-dev protobuf-compiler catch2 dataset-fashion-mnist)
+          libssl-dev openssl zlib1g-dev libprotobuf-dev protobuf-compiler catch2 dataset-fashion-mnist)
 if [ "${PSTRAIN_WITH_BROWSER:-0}" = 1 ]; then PACKAGES+=(chromium); fi
 
 missing=()

@@ -8,15 +8,7 @@
 namespace ps::chief {
 
 Status Chief::StartControl() {
-  net::ServerOptions o;
-  o.host = ctx_.listen_host;
-  o.port = ctx_.listen_port;
-  o.identity = ctx_.identity;
-  o.admit = [](const proto::Hello& h) {
-    return h.role == proto::Role::kClient
-               ? Status::Ok()
-               : PermissionDenied(std::string("a ") + proto::RoleName(h.role) + " may not connect to the chief");
-  };
+  net::ServerOptions o = ctx_.ServerFor({proto::Role::kClient});
   PS_ASSIGN_OR_RETURN(control_, net::Server::Start(runtime_, o, [this](net::Request req, net::Responder resp) {
     if (auto* m = std::get_if<proto::Stop>(&req.envelope.body)) {
       RequestStop(m->reason.empty() ? "stop command from " + req.peer.address : m->reason);

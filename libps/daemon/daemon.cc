@@ -46,7 +46,14 @@ void AddDaemonOptions(po::options_description& desc, DaemonFlags* f) {
        "how long to keep retrying to reach a peer at start-up")
       ("log-level", po::value(&f->log_level)->value_name("LEVEL")->default_value("info"),
        "debug, info, warning or error")
-      ("io-threads", po::value(&f->io_threads)->value_name("N")->default_value(2), "network I/O threads");
+      ("io-threads", po::value(&f->io_threads)->value_name("N")->default_value(2), "network I/O threads")
+      ("max-connections", po::value(&f->max_connections)->value_name("N")->default_value(1024),
+       "open connections this task accepts; more are refused")
+      ("payload-budget-mb", po::value(&f->payload_budget_mb)->value_name("MIB")->default_value(1024),
+       "memory for inbound tensor payloads; frames wait for room, a larger single frame is an error")
+      ("tls-cert", po::value(&f->tls_cert)->value_name("FILE"), "mutual TLS: this task's certificate (PEM)")
+      ("tls-key", po::value(&f->tls_key)->value_name("FILE"), "mutual TLS: its private key (PEM)")
+      ("tls-ca", po::value(&f->tls_ca)->value_name("FILE"), "mutual TLS: the cluster CA that signs every peer (PEM)");
 }
 
 std::optional<int> ParseCommandLine(int argc, char** argv, const std::string& usage,
@@ -84,6 +91,8 @@ Result<DaemonContext> Bootstrap(const DaemonFlags& flags, cluster::TaskType expe
   log::SetLevel(level);
   if (flags.connect_timeout_sec <= 0) return InvalidArgument("--connect-timeout: must be > 0");
   if (flags.io_threads < 1 || flags.io_threads > 64) return InvalidArgument("--io-threads: must be in 1..64");
+  if (flags.max_connections < 1) return InvalidArgument("--max-connections: must be >= 1");
+  if (flags.payload_budget_mb < 1) return InvalidArgument("--payload-budget-mb: must be >= 1");
 
   DaemonContext ctx;
   PS_ASSIGN_OR_RETURN(ctx.tf, cluster::LoadTfConfig(flags.tf_config_file.empty() ? nullptr
@@ -121,6 +130,9 @@ Result<DaemonContext> Bootstrap(const DaemonFlags& flags, cluster::TaskType expe
     ctx.listen_host = !flags.bind.empty() ? flags.bind : IsLoopback(me.host) ? me.host : "0.0.0.0";
   }
   ctx.connect_timeout = std::chrono::milliseconds(static_cast<int64_t>(flags.connect_timeout_sec * 1000));
+  PS_ASSIGN_OR_RETURN(ctx.tls, net::TlsFromFlags(flags.tls_cert, flags.tls_key, flags.tls_ca));
+  ctx.max_connections = flags.max_connections;
+  ctx.payload_budget_bytes = static_cast<uint64_t>(flags.payload_budget_mb) << 20;
   return ctx;
 }
 
@@ -132,6 +144,7 @@ net::ClientOptions DaemonContext::ClientFor(cluster::TaskId peer) const {
   o.peer_name = peer.ToString();
   o.identity = identity;
   o.connect_deadline = connect_timeout;
+  o.tls = tls;
   return o;
 }
 
@@ -140,6 +153,9 @@ net::ServerOptions DaemonContext::ServerFor(std::vector<proto::Role> roles) cons
   o.host = listen_host;
   o.port = listen_port;
   o.identity = identity;
+  o.max_connections = max_connections;
+  o.payload_budget_bytes = payload_budget_bytes;
+  o.tls = tls;
   o.admit = [roles = std::move(roles), me = name()](const proto::Hello& h) {
     for (auto r : roles) {
       if (h.role == r) return Status::Ok();

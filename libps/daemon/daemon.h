@@ -39,6 +39,9 @@ struct DaemonFlags {
   double connect_timeout_sec = 180;  // like TF's ~3 minutes of start-up retries
   std::string log_level = "info";
   int io_threads = 2;
+  int max_connections = 1024;    // per daemon (net::ServerOptions)
+  int payload_budget_mb = 1024;  // inbound payload memory per daemon, MiB
+  std::string tls_cert, tls_key, tls_ca;  // all or none: mutual TLS
 };
 
 // Adds the flags every daemon takes to `desc`.
@@ -50,10 +53,13 @@ struct DaemonContext {
   std::string listen_host;  // address to bind
   uint16_t listen_port = 0;
   std::chrono::milliseconds connect_timeout{180000};
+  int max_connections = 1024;
+  uint64_t payload_budget_bytes = uint64_t{1} << 30;
+  std::shared_ptr<net::TlsContext> tls;  // null: plain TCP
 
   // Client options for dialing task `peer` of this cluster.
   net::ClientOptions ClientFor(cluster::TaskId peer) const;
-  // Server options for this task: its listen address and identity, admitting only peers
+  // Server options for this task: its listen address, identity, bounds and TLS, admitting only peers
   // of `roles` (any other is refused with an error naming its role and this task).
   net::ServerOptions ServerFor(std::vector<proto::Role> roles) const;
   std::string name() const { return tf.task.ToString(); }

@@ -11,6 +11,12 @@
 
 namespace ps::net {
 
+// Lives exactly as long as a Buffer's memory is in use: a payload budget's reservation
+// (see PayloadBudget). Dropped when the buffer is freed or recycled.
+struct BufferLease {
+  virtual ~BufferLease() = default;
+};
+
 class Buffer {
  public:
   Buffer() = default;
@@ -32,11 +38,14 @@ class Buffer {
   std::span<const float> floats() const {
     return {reinterpret_cast<const float*>(data()), size_ / sizeof(float)};
   }
+  void SetLease(std::unique_ptr<BufferLease> lease) { lease_ = std::move(lease); }
+  void DropLease() { lease_.reset(); }
 
  private:
   struct Free {
     void operator()(std::byte* p) const { std::free(p); }
   };
+  std::unique_ptr<BufferLease> lease_;  // declared first: released after the memory is freed
   std::unique_ptr<std::byte, Free> data_;
   size_t size_ = 0;
 };

@@ -26,6 +26,11 @@ struct Limits {
   uint64_t max_payload_bytes = 2ull << 30;  // the largest tensor slice in one frame
 };
 
+// Until a peer has passed the handshake, its frames are a small envelope and no payload:
+// a stranger announcing more is dropped before anything is allocated for it.
+inline constexpr uint32_t kHandshakeEnvelopeBytes = 4096;
+inline constexpr Limits kHandshakeLimits{kHandshakeEnvelopeBytes, 0};
+
 struct FrameHeader {
   uint32_t envelope_bytes = 0;
   uint64_t payload_bytes = 0;

@@ -20,6 +20,7 @@
 #include "libps/core/status.h"
 #include "libps/net/buffer.h"
 #include "libps/net/frame.h"
+#include "libps/net/tls.h"
 #include "libps/proto/messages.h"
 
 namespace ps::net {
@@ -89,13 +90,32 @@ struct Request {
 };
 using RequestHandler = std::function<void(Request request, Responder responder)>;
 
+// Until its handshake has passed, a peer may send only frames within kHandshakeLimits;
+// one that announces more is dropped before anything is allocated for it.
 struct ServerOptions {
   std::string host = "127.0.0.1";
   uint16_t port = 0;  // 0: the kernel picks one; see Server::port()
   Identity identity;
-  Limits limits;
+  Limits limits;  // per frame, after the handshake
   int handler_threads = 2;
   Millis handshake_timeout{10000};
+  // Open connections, handshakes in progress included; more are refused (an Error frame
+  // saying so, then closed) and logged, rate-limited per address.
+  int max_connections = 1024;
+  // Per connection: requests being handled at once; no further request is read from
+  // that peer until one is answered.
+  int max_in_flight = 64;
+  // Per connection: no further request is read while this many bytes of replies wait
+  // to be written. (Replies of requests already in flight are still queued, so a
+  // queue holds at most this plus max_in_flight replies.)
+  uint64_t max_write_queue_bytes = uint64_t{64} << 20;
+  // Inbound payload bytes held at once over all connections (until the handler frees or
+  // recycles the payload). A frame waits for room before its payload is allocated; a
+  // frame whose payload alone exceeds the budget is answered with an error.
+  uint64_t payload_budget_bytes = uint64_t{1} << 30;
+  // Mutual TLS before the Hello; null: plain TCP. Refused peers get no reason over a
+  // TLS server (the connection is closed before its TLS handshake).
+  std::shared_ptr<TlsContext> tls;
   // Called once a peer's Hello is verified; a non-OK status refuses it with that message.
   std::function<Status(const proto::Hello&)> admit;
 };
@@ -116,6 +136,19 @@ class Server {
     uint64_t max_queue_depth = 0;  // the highest queue_depth since the previous stats() call
     uint64_t bytes_received = 0;   // whole frames read (header + envelope + payload)
     uint64_t bytes_sent = 0;       // whole frames queued for sending (replies, errors, Ping acks)
+    // The bounds, now: open connections (handshakes included) and those refused since
+    // Start; connections not reading because of max_in_flight or the write queue; frames
+    // waiting for payload budget; inbound payload bytes held; bytes waiting to be written.
+    uint64_t connections = 0;
+    uint64_t refused_connections = 0;
+    uint64_t paused_readers = 0;
+    uint64_t budget_waiters = 0;
+    uint64_t payload_bytes = 0;
+    uint64_t write_queue_bytes = 0;
+    uint64_t peak_write_queue_bytes = 0;  // the most any one connection had queued, since Start
+    // Bytes of buffers allocated for inbound envelopes and payloads since Start, the
+    // handshake's frames (and strangers') included.
+    uint64_t inbound_buffer_bytes = 0;
   };
   // Thread-safe. Resets max_queue_depth to the current depth: the window of the maximum
   // is the time between two calls.
@@ -146,6 +179,10 @@ struct ClientOptions {
   Millis heartbeat_interval{1000};  // 0: no heartbeat
   Millis heartbeat_timeout{5000};   // silence longer than this breaks the connection
   uint64_t generation = 0;          // stamped on every request
+  // A call made off the Runtime's threads blocks while this many bytes wait to be
+  // written to the peer (calls made on them are queued regardless). 0: no bound.
+  uint64_t max_write_queue_bytes = uint64_t{64} << 20;
+  std::shared_ptr<TlsContext> tls;  // mutual TLS before the Hello; null: plain TCP
 };
 
 struct Reply {
@@ -178,6 +215,8 @@ class Client {
   }
 
   const std::string& peer_name() const;
+  // The most bytes that waited to be written at once, since Connect.
+  uint64_t peak_queued_bytes() const;
   // The generation stamped on requests sent from now on (a worker stamps its pushes with
   // the generation of the chief that started its job). Thread-safe.
   void SetGeneration(uint64_t generation);

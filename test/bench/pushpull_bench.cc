@@ -2,7 +2,8 @@
 // between the same two processes. Not a test: run by scripts/bench-pushpull.sh.
 //
 //   bench_pushpull [--sizes 4k,1m,16m,64m] [--seconds 0.1] [--rounds 10] [--optimizer JSON]
-//   bench_pushpull --serve    (internal: the ps side, spawned by the above)
+//                  [--tls-dir DIR]
+//   bench_pushpull --serve [--tls-dir DIR]   (internal: the ps side, spawned by the above)
 //
 // The parent spawns a second copy of itself with --serve: a net::Server + ps::server::Service
 // over a ps::server::Store (as pstrain-ps runs them) and a plain blocking-socket server. The
@@ -18,6 +19,10 @@
 // column's GB/s and of each round's rpc/raw ratio. A second table splits the time per
 // transfer (from the median GB/s): the ps handler's mean time (apply or copy, measured in
 // the ps process) and the rest (transport, both sides, and the wire).
+//
+// --tls-dir DIR (ca.pem, ps.pem/.key, worker.pem/.key as scripts/make-certs.sh makes them):
+// the ps also listens with mutual TLS, and each round adds a push and a pull over a TLS
+// connection; a third table gives their GB/s and the median per-round ratio to plain TCP.
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -43,6 +48,7 @@
 #include "test/bench/bench_util.h"
 #include "libps/model/blas.h"
 #include "libps/model/initializer.h"
+#include "libps/net/tls.h"
 #include "libps/net/transport.h"
 #include "libps/server/service.h"
 #include "libps/server/store.h"
@@ -160,7 +166,13 @@ int RawConnect(uint16_t port) {
 
 // ---------------------------------------------------------------- the ps side
 
-int Serve() {
+std::shared_ptr<ps::net::TlsContext> LoadTls(const std::string& dir, const std::string& name) {
+  if (dir.empty()) return nullptr;
+  return Must(ps::net::TlsContext::Load(dir + "/" + name + ".pem", dir + "/" + name + ".key", dir + "/ca.pem"),
+              "TLS certificates in " + dir);
+}
+
+int Serve(const std::string& tls_dir) {
   ps::model::SetBlasThreads(1);
   ps::server::Store store;
   ps::server::Service service(&store);
@@ -171,7 +183,7 @@ int Serve() {
   // (op, tensor bytes); the tensor's size is in its variable name "t<bytes>".
   std::mutex stats_mu;
   std::map<std::pair<char, uint64_t>, std::pair<int64_t, double>> stats;  // -> (count, seconds)
-  auto server = ps::net::Server::Start(runtime, options, [&](ps::net::Request req, ps::net::Responder resp) {
+  auto handler = [&](ps::net::Request req, ps::net::Responder resp) {
     char op = 0;
     uint64_t bytes = 0;
     const std::vector<ps::proto::Slice>* items = nullptr;
@@ -187,16 +199,24 @@ int Serve() {
       st.first += 1;
       st.second += sec;
     }
-  });
+  };
+  auto server = ps::net::Server::Start(runtime, options, handler);
   if (!server.ok()) Die(server.status().ToString());
+  std::unique_ptr<ps::net::Server> tls_server;  // the same service over mutual TLS
+  if (!tls_dir.empty()) {
+    options.tls = LoadTls(tls_dir, "ps");
+    tls_server = Must(ps::net::Server::Start(runtime, options, handler), "TLS server");
+  }
   uint16_t raw_port = 0;
   int raw_fd = RawListen(&raw_port);
   std::thread raw([raw_fd] { RawServe(raw_fd); });
-  std::printf("ports %u %u\n", static_cast<unsigned>((*server)->port()), static_cast<unsigned>(raw_port));
+  std::printf("ports %u %u %u\n", static_cast<unsigned>((*server)->port()), static_cast<unsigned>(raw_port),
+              tls_server ? static_cast<unsigned>(tls_server->port()) : 0u);
   std::fflush(stdout);
   char c;
   while (::read(0, &c, 1) > 0) {
   }  // until the parent closes our stdin
+  if (tls_server) tls_server->Close();
   (*server)->Close();
   {
     std::lock_guard lock(stats_mu);
@@ -219,10 +239,10 @@ struct Child {
   pid_t pid = -1;
   int to_child = -1;    // its stdin
   int from_child = -1;  // its stdout
-  uint16_t ps_port = 0, raw_port = 0;
+  uint16_t ps_port = 0, raw_port = 0, tls_port = 0;
 };
 
-Child Spawn() {
+Child Spawn(const std::string& tls_dir) {
   int in[2], out[2];
   if (::pipe(in) != 0 || ::pipe(out) != 0) Die("pipe failed");
   pid_t pid = ::fork();
@@ -236,7 +256,9 @@ Child Spawn() {
     ::close(out[1]);
     char self[] = "/proc/self/exe";
     char serve[] = "--serve";
-    char* argv[] = {self, serve, nullptr};
+    char tls_flag[] = "--tls-dir";
+    std::string dir = tls_dir;
+    char* argv[] = {self, serve, tls_dir.empty() ? nullptr : tls_flag, dir.data(), nullptr};
     ::execv(self, argv);
     std::_Exit(127);
   }
@@ -249,10 +271,11 @@ Child Spawn() {
   char ch;
   while (::read(out[0], &ch, 1) == 1 && ch != '\n') line += ch;
   c.from_child = out[0];
-  unsigned a = 0, b = 0;
-  if (std::sscanf(line.c_str(), "ports %u %u", &a, &b) != 2) Die("the --serve child did not start: " + line);
+  unsigned a = 0, b = 0, t = 0;
+  if (std::sscanf(line.c_str(), "ports %u %u %u", &a, &b, &t) != 3) Die("the --serve child did not start: " + line);
   c.ps_port = static_cast<uint16_t>(a);
   c.raw_port = static_cast<uint16_t>(b);
+  c.tls_port = static_cast<uint16_t>(t);
   return c;
 }
 
@@ -305,6 +328,7 @@ struct Options {
   double seconds = 0.1;
   int rounds = 10;
   std::string optimizer = R"({"type": "sgd", "learning_rate": 0.001})";
+  std::string tls_dir;  // empty: no TLS rows
 };
 
 Options Parse(int argc, char** argv) {
@@ -317,7 +341,8 @@ Options Parse(int argc, char** argv) {
     else if (a == "--seconds") o.seconds = std::atof(next().c_str());
     else if (a == "--rounds") o.rounds = std::atoi(next().c_str());
     else if (a == "--optimizer") o.optimizer = next();
-    else Die("unknown flag " + a + " (flags: --sizes --seconds --rounds --optimizer)");
+    else if (a == "--tls-dir") o.tls_dir = next();
+    else Die("unknown flag " + a + " (flags: --sizes --seconds --rounds --optimizer --tls-dir)");
   }
   size_t pos = 0;
   while (pos <= sizes.size()) {
@@ -333,7 +358,7 @@ Options Parse(int argc, char** argv) {
 
 int Run(const Options& opt) {
   ps::model::SetBlasThreads(1);
-  Child child = Spawn();
+  Child child = Spawn(opt.tls_dir);
 
   ps::net::Runtime runtime(2);  // as a worker's
   ps::net::ClientOptions co;
@@ -344,6 +369,12 @@ int Run(const Options& opt) {
   auto client_r = ps::net::Client::Connect(runtime, co);
   if (!client_r.ok()) Die(client_r.status().ToString());
   auto client = *client_r;
+  std::shared_ptr<ps::net::Client> tls_client;
+  if (!opt.tls_dir.empty()) {
+    co.port = child.tls_port;
+    co.tls = LoadTls(opt.tls_dir, "worker");
+    tls_client = Must(ps::net::Client::Connect(runtime, co), "TLS connect");
+  }
   int raw = RawConnect(child.raw_port);
 
   // One variable per size: [bytes / 4096, 1024] float32, zeros, SGD on the ps.
@@ -371,28 +402,31 @@ int Run(const Options& opt) {
   double min_ratio_big = 1e9;
   int64_t pushes = 0;
   std::map<uint64_t, std::array<double, 4>> best_of;  // size -> median GB/s of the 4 columns
+  std::map<uint64_t, std::array<double, 4>> tls_of;   // size -> TLS push, ratio, TLS pull, ratio
   for (uint64_t bytes : opt.sizes) {
     const uint64_t floats = bytes / 4;
     ps::proto::Slice slice;
     slice.var = VarName(bytes);
     std::vector<std::span<std::byte>> into{std::as_writable_bytes(std::span(pulled).first(floats))};
 
-    auto push = [&] {
+    auto push_on = [&](ps::net::Client& c) {
       ps::proto::Push msg;
       msg.items = {slice};
       msg.global_step = pushes;
       ps::net::OutPayload payload;
       payload.Add(std::span<const float>(grad).first(floats));
-      Check(client->CallSync(std::move(msg), std::move(payload)).status(), "Push");
+      Check(c.CallSync(std::move(msg), std::move(payload)).status(), "Push");
       ++pushes;
     };
-    auto pull = [&] {
+    auto pull_on = [&](ps::net::Client& c) {
       ps::proto::Pull msg;
       msg.items = {slice};
-      auto r = client->CallSync(std::move(msg), {}, into);
+      auto r = c.CallSync(std::move(msg), {}, into);
       Check(r.status(), "Pull");
       if (!r->payload_in_place) Die("pull reply was not received in place");
     };
+    auto push = [&] { push_on(*client); };
+    auto pull = [&] { pull_on(*client); };
     auto raw_push = [&] {
       uint64_t req[2] = {kOpPush, bytes};
       WriteV(raw, req, sizeof req, grad.data(), bytes);
@@ -405,7 +439,7 @@ int Run(const Options& opt) {
       if (!ReadFull(raw, pulled.data(), bytes)) Die("raw server closed");
     };
 
-    std::array<std::vector<double>, 4> runs;
+    std::array<std::vector<double>, 4> runs, tls_runs;  // tls_runs: push, push ratio, pull, pull ratio
     std::vector<double> push_ratios, pull_ratios;
     for (int r = 0; r < opt.rounds; ++r) {
       runs[0].push_back(Measure(bytes, opt.seconds, push));
@@ -414,6 +448,15 @@ int Run(const Options& opt) {
       runs[3].push_back(Measure(bytes, opt.seconds, raw_pull));
       push_ratios.push_back(runs[0].back() / runs[1].back());
       pull_ratios.push_back(runs[2].back() / runs[3].back());
+      if (tls_client) {
+        tls_runs[0].push_back(Measure(bytes, opt.seconds, [&] { push_on(*tls_client); }));
+        tls_runs[1].push_back(tls_runs[0].back() / runs[0].back());
+        tls_runs[2].push_back(Measure(bytes, opt.seconds, [&] { pull_on(*tls_client); }));
+        tls_runs[3].push_back(tls_runs[2].back() / runs[2].back());
+      }
+    }
+    if (tls_client) {
+      tls_of[bytes] = {Median(tls_runs[0]), Median(tls_runs[1]), Median(tls_runs[2]), Median(tls_runs[3])};
     }
     double best[4];
     for (int c = 0; c < 4; ++c) best[c] = Median(runs[static_cast<size_t>(c)]);
@@ -434,6 +477,7 @@ int Run(const Options& opt) {
   }
 
   ::close(raw);
+  if (tls_client) tls_client->Close();
   client->Close();
   ::close(child.to_child);
   std::map<std::pair<char, uint64_t>, double> handler_us;  // mean per call
@@ -463,12 +507,20 @@ int Run(const Options& opt) {
     std::printf("%-8s %10.0f %10.0f %10.0f   %10.0f %10.0f %10.0f\n", SizeName(bytes).c_str(), us(b[0]),
                 handler_us[{'u', bytes}], us(b[1]), us(b[2]), handler_us[{'l', bytes}], us(b[3]));
   }
+  if (!tls_of.empty()) {
+    std::printf("\nmutual TLS (%s), same ps and rounds; ratio = TLS / plain TCP rpc (median of rounds)\n",
+                "TLS 1.3, ECDSA P-256 certificates, OpenSSL's default cipher suite");
+    std::printf("%-8s %10s %6s   %10s %6s\n", "size", "push GB/s", "ratio", "pull GB/s", "ratio");
+    for (const auto& [bytes, t] : tls_of) {
+      std::printf("%-8s %10.3f %6.2f   %10.3f %6.2f\n", SizeName(bytes).c_str(), t[0], t[1], t[2], t[3]);
+    }
+  }
   return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc == 2 && std::string(argv[1]) == "--serve") return Serve();
+  if (argc >= 2 && std::string(argv[1]) == "--serve") return Serve(argc == 4 ? argv[3] : "");
   return Run(Parse(argc, argv));
 }

@@ -1,33 +1,19 @@
 // Transport tests over 127.0.0.1 with kernel-chosen ports: handshake rules, calls,
 // deadlines, and the protocol-abuse suite (after every abuse a normal call succeeds).
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <future>
 #include <random>
 #include <thread>
 
-#include "libps/net/frame.h"
-#include "libps/net/transport.h"
-#include "libps/proto/codec.h"
 #include "libps/proto/pstrain_generated.h"
+#include "test/unit/net/net_test_util.h"
 
 using namespace ps;
+using namespace ps::nettest;
 using namespace std::chrono_literals;
 
 namespace {
-
-constexpr uint64_t kCluster = 0xC0FFEE;
-
-net::Identity Id(proto::Role role, int index, uint64_t cluster = kCluster,
-                 std::optional<std::string> secret = std::nullopt) {
-  return net::Identity{role, index, cluster, std::move(secret)};
-}
 
 // Echo service: Pull -> PullReply carrying the request payload back.
 // A Stop request is held (never answered) so deadlines can be tested.
@@ -53,102 +39,6 @@ struct EchoServer {
   std::vector<net::Responder> held;
   std::unique_ptr<net::Server> server;
 };
-
-net::ClientOptions ClientOpts(uint16_t port, net::Identity id) {
-  net::ClientOptions o;
-  o.host = "127.0.0.1";
-  o.port = port;
-  o.peer_name = "ps:0";
-  o.identity = std::move(id);
-  o.connect_deadline = 5s;
-  return o;
-}
-
-net::Buffer Floats(std::vector<float> v) {
-  net::Buffer b(v.size() * 4);
-  std::memcpy(b.data(), v.data(), b.size());
-  return b;
-}
-
-void CheckEcho(net::Client& c) {
-  auto r = c.CallSync(proto::Pull{}, net::OutPayload::Own(Floats({1.5f, -2.0f, 3.25f})));
-  REQUIRE(r.ok());
-  auto f = r->payload.floats();
-  REQUIRE(f.size() == 3);
-  CHECK(f[0] == 1.5f);
-  CHECK(f[2] == 3.25f);
-}
-
-// A blocking raw TCP client that can write arbitrary bytes after a valid handshake.
-struct RawClient {
-  int fd = -1;
-  explicit RawClient(uint16_t port) {
-    fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    timeval tv{5, 0};  // guard against a hung test only; not used to synchronise
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    int one = 1;
-    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  }
-  ~RawClient() { ::close(fd); }
-  void Write(const void* p, size_t n) {
-    const char* c = static_cast<const char*>(p);
-    while (n > 0) {
-      ssize_t k = ::send(fd, c, n, MSG_NOSIGNAL);
-      if (k <= 0) return;  // the server may close on us mid-abuse
-      c += k;
-      n -= static_cast<size_t>(k);
-    }
-  }
-  void WriteFrame(const std::vector<uint8_t>& env, uint64_t payload_bytes = 0) {
-    auto h = net::EncodeHeader({static_cast<uint32_t>(env.size()), payload_bytes});
-    Write(h.data(), h.size());
-    Write(env.data(), env.size());
-  }
-  // Reads one frame; nullopt when the server closed the connection.
-  std::optional<proto::Envelope> ReadFrame() {
-    std::array<uint8_t, net::kFrameHeaderBytes> h;
-    if (!ReadAll(h.data(), h.size())) return std::nullopt;
-    auto hdr = net::DecodeHeader(h, net::Limits{});
-    REQUIRE(hdr.ok());
-    std::vector<uint8_t> env(hdr->envelope_bytes);
-    REQUIRE(ReadAll(env.data(), env.size()));
-    std::vector<uint8_t> payload(hdr->payload_bytes);
-    REQUIRE(ReadAll(payload.data(), payload.size()));
-    auto e = proto::Decode(env);
-    REQUIRE(e.ok());
-    return *e;
-  }
-  bool ReadAll(uint8_t* p, size_t n) {
-    while (n > 0) {
-      ssize_t k = ::recv(fd, p, n, 0);
-      if (k <= 0) return false;
-      p += k;
-      n -= static_cast<size_t>(k);
-    }
-    return true;
-  }
-  void Handshake() {
-    proto::Hello hello{proto::kProtocolVersion, proto::Role::kWorker, 0, kCluster,
-                       std::vector<uint8_t>(16, 7)};
-    WriteFrame(proto::Encode({1, false, 0, hello}));
-    auto r = ReadFrame();
-    REQUIRE(r);
-    REQUIRE(std::holds_alternative<proto::HelloReply>(r->body));
-    WriteFrame(proto::Encode({2, false, 0, proto::HelloProof{}}));
-    auto ack = ReadFrame();
-    REQUIRE(ack);
-    REQUIRE(std::holds_alternative<proto::Ack>(ack->body));
-  }
-};
-
-bool IsError(const std::optional<proto::Envelope>& e) {
-  return e && std::holds_alternative<proto::Error>(e->body);
-}
 
 }  // namespace
 
@@ -352,6 +242,71 @@ TEST_CASE("protocol abuse: every bad frame is answered or dropped, the server ke
     raw.Handshake();
     raw.WriteFrame(proto::Encode({3, true, 0, proto::Ack{}}));
     CHECK(IsError(raw.ReadFrame()));
+  }
+  CheckEcho(**good);
+  auto fresh = net::Client::Connect(rt, ClientOpts(port, Id(proto::Role::kWorker, 1)));
+  REQUIRE(fresh.ok());
+  CheckEcho(**fresh);
+}
+
+TEST_CASE("protocol abuse before the handshake: nothing is allocated for strangers") {
+  net::Runtime rt(2);
+  EchoServer echo(rt);
+  const uint16_t port = echo.server->port();
+  auto quiet = ClientOpts(port, Id(proto::Role::kWorker, 0));
+  quiet.heartbeat_interval = net::Millis{0};  // no Pings: the server reads nothing from it unasked
+  auto good = net::Client::Connect(rt, quiet);
+  REQUIRE(good.ok());
+  const auto hello = proto::Encode(
+      {1, false, 0, proto::Hello{proto::kProtocolVersion, proto::Role::kWorker, 0, kCluster, std::vector<uint8_t>(16, 7)}});
+  const auto before = echo.server->stats();
+  // Bytes the server allocated for inbound frames during the section.
+  auto allocated = [&] { return echo.server->stats().inbound_buffer_bytes - before.inbound_buffer_bytes; };
+
+  SECTION("three strangers send a valid Hello envelope announcing a 512 MiB payload") {
+    std::vector<std::unique_ptr<RawClient>> strangers;
+    for (int i = 0; i < 3; ++i) {
+      strangers.push_back(std::make_unique<RawClient>(port));
+      strangers.back()->WriteFrame(hello, uint64_t{512} << 20);
+      std::vector<uint8_t> start_of_payload(64 << 10, 0xAB);
+      strangers.back()->Write(start_of_payload.data(), start_of_payload.size());
+    }
+    for (auto& s : strangers) CHECK(s->WaitClosed());  // dropped, no reply
+    CHECK(allocated() == 0);  // not even the envelope was read
+    CHECK(echo.server->stats().payload_bytes == 0);
+  }
+  SECTION("a stranger announces an envelope larger than a handshake's") {
+    RawClient raw(port);
+    auto h = net::EncodeHeader({net::kHandshakeEnvelopeBytes + 1, 0});
+    raw.Write(h.data(), h.size());
+    raw.Write(hello.data(), hello.size());
+    CHECK(raw.WaitClosed());
+    CHECK(allocated() == 0);
+  }
+  SECTION("a stranger's HelloProof announces a payload") {
+    RawClient raw(port);
+    raw.WriteFrame(hello);
+    auto reply = raw.ReadFrame();
+    REQUIRE(reply);
+    REQUIRE(std::holds_alternative<proto::HelloReply>(reply->body));
+    raw.WriteFrame(proto::Encode({2, false, 0, proto::HelloProof{}}), uint64_t{1} << 30);
+    CHECK(raw.WaitClosed());
+    CHECK(allocated() == hello.size());  // the Hello's envelope only
+  }
+  SECTION("after the handshake the full limits apply") {
+    RawClient raw(port);
+    raw.Handshake();
+    const uint64_t handshake = allocated();
+    CHECK(handshake > 0);
+    CHECK(handshake <= 2 * net::kHandshakeEnvelopeBytes);
+    std::vector<uint8_t> payload(1 << 20, 0);
+    auto pull = proto::Encode({5, false, 0, proto::Pull{}});
+    raw.WriteFrame(pull, payload.size());
+    raw.Write(payload.data(), payload.size());
+    auto ok = raw.ReadFrame();
+    REQUIRE(ok);
+    CHECK(ok->request_id == 5);
+    CHECK(allocated() == handshake + pull.size() + payload.size());
   }
   CheckEcho(**good);
   auto fresh = net::Client::Connect(rt, ClientOpts(port, Id(proto::Role::kWorker, 1)));

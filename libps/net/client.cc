@@ -1,0 +1,382 @@
+// Client: connect with backoff, handshake, calls with deadlines, heartbeats.
+#include "libps/net/conn.h"
+
+#include <mutex>
+#include <unordered_map>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/use_future.hpp>
+
+#include "libps/core/log.h"
+#include "libps/net/auth.h"
+
+namespace ps::net {
+
+using asio::use_awaitable;
+
+// ---------------------------------------------------------------- Client
+
+struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
+  Impl(Runtime& rt, ClientOptions o) : runtime(rt), options(std::move(o)), generation(options.generation) {}
+
+  struct Pending {
+    std::function<void(Result<Reply>)> done;  // runs on the connection's strand
+    std::vector<std::span<std::byte>> into;
+    std::unique_ptr<asio::steady_timer> timer;
+    bool receiving = false;  // the reader writes into `into`: only the reader may finish it
+    const char* what = "";
+  };
+
+  Runtime& runtime;
+  ClientOptions options;
+  std::shared_ptr<Conn> conn;
+  std::string name;  // "ps:1 (127.0.0.1:2224)"
+  std::atomic<uint64_t> next_id{1};
+  std::atomic<uint64_t> generation{0};  // stamped on every request; starts at options.generation
+  std::unordered_map<uint64_t, Pending> pending;  // strand only
+  Clock::time_point last_rx;                      // strand only
+  bool broken = false;                            // strand only
+  bool closing = false;                           // strand only
+  mutable std::mutex mu;
+  Status health_;                                        // guarded by mu
+  std::function<void(const Status&)> on_broken;          // guarded by mu
+
+  awaitable<Status> Attempt(Millis budget) {
+    auto ex = co_await asio::this_coro::executor;
+    tcp::resolver resolver(ex);
+    error_code ec;
+    auto results = co_await resolver.async_resolve(options.host, std::to_string(options.port),
+                                                   asio::redirect_error(use_awaitable, ec));
+    if (ec) co_return Unavailable("cannot resolve " + options.host + ": " + ec.message());
+    conn = std::make_shared<Conn>(tcp::socket(ex), ConnOptions{options.limits, options.max_write_queue_bytes, 0,
+                                                               nullptr, nullptr, options.tls});
+    auto watchdog = Watchdog(conn, budget);
+    co_await asio::async_connect(conn->socket(), results, asio::redirect_error(use_awaitable, ec));
+    if (ec) {
+      watchdog->cancel();
+      co_return Unavailable(ec == asio::error::operation_aborted ? "connect timed out" : ec.message());
+    }
+    // Conn's constructor could not set this: the socket opens in async_connect.
+    conn->socket().set_option(tcp::no_delay(true), ec);
+    Status st = co_await conn->SecureHandshake(/*as_server=*/false);
+    if (!st.ok()) st = Status(st.code(), options.peer_name + ": " + st.message());
+    try {
+      if (st.ok()) st = co_await Handshake();
+    } catch (const boost::system::system_error& e) {
+      // Under TLS 1.3 a server that rejects our certificate says so (an alert) only
+      // after our side of the TLS handshake completed: we read it here.
+      if (e.code().category() == asio::error::get_ssl_category()) {
+        st = PermissionDenied(options.peer_name + " refused the TLS connection: " + e.code().message());
+      } else if (e.code() == asio::error::eof && !options.tls) {
+        st = Unavailable("handshake failed: " + options.peer_name +
+                         " closed the connection (does it require TLS, --tls-cert?)");
+      } else {
+        st = Unavailable(std::string("handshake failed: ") + e.what());
+      }
+    }
+    watchdog->cancel();
+    if (!st.ok()) conn->CloseOnStrand();
+    if (st.ok()) conn->Authenticated();
+    co_return st;
+  }
+
+  awaitable<Status> Handshake() {
+    const Identity& me = options.identity;
+    proto::Hello hello{proto::kProtocolVersion, me.role, me.task_index, me.cluster_id, RandomNonce()};
+    proto::Envelope hello_env{1, false, options.generation, hello};
+    co_await conn->WriteNow(hello_env);
+    auto first = co_await conn->ReadFrame(nullptr);
+    if (!first.ok()) co_return first.status();
+    if (!first->status.ok()) co_return first->status;
+    if (const auto* e = BodyAs<proto::Error>(*first)) {
+      // Unavailable (too many connections) is worth retrying; anything else is final.
+      Status st = StatusFromError(*e);
+      Code code = st.code() == Code::kProtocol || st.code() == Code::kUnavailable ? st.code() : Code::kPermissionDenied;
+      co_return Status(code, options.peer_name + " refused the connection: " + st.message());
+    }
+    const auto* reply = BodyAs<proto::HelloReply>(*first);
+    if (reply == nullptr) co_return ProtocolError(options.peer_name + ": expected HelloReply");
+    if (reply->version != proto::kProtocolVersion) {
+      co_return ProtocolError(options.peer_name + " speaks protocol version " +
+                              std::to_string(reply->version) + ", this build " +
+                              std::to_string(proto::kProtocolVersion));
+    }
+    bool operator_tool = me.role == proto::Role::kClient && me.cluster_id == 0;
+    if (!operator_tool && reply->cluster_id != me.cluster_id) {
+      co_return PermissionDenied(options.peer_name + " belongs to a different cluster (different TF_CONFIG)");
+    }
+    proto::HelloProof proof;
+    Status verdict;
+    if (me.secret && !reply->secret_required) {
+      verdict = PermissionDenied("cluster secret mismatch: " + options.peer_name + " has no secret configured");
+    } else if (!me.secret && reply->secret_required) {
+      verdict = PermissionDenied("cluster secret mismatch: " + options.peer_name +
+                                 " requires a cluster secret (--secret-file)");
+    } else if (me.secret) {
+      auto want = Proof(*me.secret, "pstrain-server", hello.nonce, reply->nonce, me.cluster_id);
+      if (!ProofEquals(want, reply->proof)) {
+        verdict = PermissionDenied("cluster secret mismatch: " + options.peer_name + " did not prove the secret");
+      }
+      proof.proof = Proof(*me.secret, "pstrain-client", hello.nonce, reply->nonce, me.cluster_id);
+    }
+    if (!verdict.ok()) {
+      proto::Envelope err = ErrorEnvelope(2, verdict);
+      co_await conn->WriteNow(err);
+      co_return verdict;
+    }
+    proto::Envelope proof_env{2, false, options.generation, proof};
+    co_await conn->WriteNow(proof_env);
+    auto second = co_await conn->ReadFrame(nullptr);
+    if (!second.ok()) co_return second.status();
+    if (!second->status.ok()) co_return second->status;
+    if (const auto* e = BodyAs<proto::Error>(*second)) {
+      co_return PermissionDenied(options.peer_name + " refused the connection: " + StatusFromError(*e).message());
+    }
+    if (BodyAs<proto::Ack>(*second) == nullptr) co_return ProtocolError(options.peer_name + ": expected Ack");
+    co_return Status::Ok();
+  }
+
+  void Start() {
+    name = options.peer_name + " (" + options.host + ":" + std::to_string(options.port) + ")";
+    last_rx = Clock::now();
+    conn->StartWriter();
+    auto self = shared_from_this();
+    asio::co_spawn(conn->executor(), [self] { return self->ReadLoop(); }, asio::detached);
+    if (options.heartbeat_interval.count() > 0) {
+      asio::co_spawn(conn->executor(), [self] { return self->HeartbeatLoop(); }, asio::detached);
+    }
+  }
+
+  std::optional<std::vector<std::span<std::byte>>> Sink(const proto::Envelope& env, uint64_t bytes) {
+    auto it = pending.find(env.request_id);
+    if (it == pending.end() || it->second.into.empty() || !env.reply) return std::nullopt;
+    uint64_t total = 0;
+    for (auto s : it->second.into) total += s.size();
+    if (total != bytes) return std::nullopt;
+    it->second.receiving = true;
+    return it->second.into;
+  }
+
+  awaitable<void> ReadLoop() {
+    auto self = shared_from_this();
+    Status why;
+    PayloadSink sink = [this](const proto::Envelope& env, uint64_t n) { return Sink(env, n); };
+    try {
+      for (;;) {
+        auto frame = co_await conn->ReadFrame(sink);
+        last_rx = Clock::now();
+        if (!frame.ok()) {
+          why = frame.status().WithContext(name);
+          break;
+        }
+        if (!frame->status.ok() || !frame->env.reply) {
+          PS_LOG(Warning) << name << " sent a bad frame: "
+                          << (frame->status.ok() ? "a request on a client connection" : frame->status.message());
+          continue;
+        }
+        if (frame->env.request_id == 0) {
+          if (const auto* e = BodyAs<proto::Error>(*frame)) {
+            PS_LOG(Warning) << name << " reported: " << e->message;
+          }
+          continue;  // heartbeat replies and connection-level errors
+        }
+        auto it = pending.find(frame->env.request_id);
+        if (it == pending.end()) continue;  // timed out earlier
+        Pending p = std::move(it->second);
+        pending.erase(it);
+        if (p.timer) p.timer->cancel();
+        if (const auto* e = BodyAs<proto::Error>(*frame)) {
+          p.done(StatusFromError(*e));
+        } else {
+          p.done(Reply{std::move(frame->env), std::move(frame->payload), frame->in_place});
+        }
+      }
+    } catch (const boost::system::system_error& e) {
+      why = Unavailable(name + ": connection lost: " + e.code().message());
+    } catch (const std::bad_alloc&) {
+      why = Unavailable(name + ": out of memory reading a reply");
+    }
+    reader_done = true;
+    Break(closing ? Aborted(name + ": connection closed") : why);
+  }
+
+  awaitable<void> HeartbeatLoop() {
+    auto self = shared_from_this();
+    asio::steady_timer timer(conn->executor());
+    while (!broken) {
+      timer.expires_after(options.heartbeat_interval);
+      error_code ec;
+      co_await timer.async_wait(asio::redirect_error(use_awaitable, ec));
+      if (broken) co_return;
+      auto silent = std::chrono::duration_cast<Millis>(Clock::now() - last_rx);
+      if (silent > options.heartbeat_timeout) {
+        Break(DeadlineExceeded(name + " did not answer for " + std::to_string(silent.count()) +
+                               " ms (heartbeat timeout " +
+                               std::to_string(options.heartbeat_timeout.count()) + " ms)"));
+        co_return;
+      }
+      conn->Send(proto::Envelope{0, false, options.generation, proto::Ping{}}, {});
+    }
+  }
+
+  // Marks the connection broken and fails every call except one being received into
+  // (the reader finishes that one once the socket is closed). Strand only.
+  void Break(const Status& why) {
+    bool first = !broken;
+    broken = true;
+    conn->CloseOnStrand();
+    std::function<void(const Status&)> cb;
+    if (first) {
+      std::lock_guard lock(mu);
+      health_ = why;  // before failing calls: their callbacks may ask health()
+      if (!closing) cb = on_broken;
+    }
+    for (auto it = pending.begin(); it != pending.end();) {
+      if (it->second.receiving && !reader_done) {
+        ++it;
+        continue;
+      }
+      if (it->second.timer) it->second.timer->cancel();
+      auto done = std::move(it->second.done);
+      it = pending.erase(it);
+      done(why);
+    }
+    if (cb) cb(why);
+  }
+  // Set when the reader loop has exited: only then may a call being received into fail.
+  bool reader_done = false;  // strand only
+
+  // Registers the call, then queues its frame. Both are posted to the strand in this
+  // order, so the call is known before its reply can arrive; the frame is counted in the
+  // write queue at once (WaitForRoom sees it).
+  void StartCall(uint64_t id, std::shared_ptr<Pending> p, const proto::Envelope& env, OutPayload payload,
+                 Millis timeout) {
+    asio::post(conn->executor(), [self = shared_from_this(), id, p, timeout]() mutable {
+      if (self->broken) {
+        Status why;
+        {
+          std::lock_guard lock(self->mu);
+          why = self->health_;
+        }
+        p->done(why.ok() ? Unavailable(self->name + ": not connected") : why);
+        return;
+      }
+      p->timer = std::make_unique<asio::steady_timer>(self->conn->executor());
+      p->timer->expires_after(timeout);
+      const char* what = p->what;
+      p->timer->async_wait([self, id, what, timeout](error_code ec) {
+        if (ec) return;
+        auto it = self->pending.find(id);
+        if (it == self->pending.end() || it->second.receiving) return;
+        auto done = std::move(it->second.done);
+        self->pending.erase(it);
+        done(DeadlineExceeded(self->name + ": " + what + " did not complete within " +
+                              std::to_string(timeout.count()) + " ms"));
+      });
+      self->pending.emplace(id, std::move(*p));
+    });
+    conn->Send(env, std::move(payload));  // dropped if the connection is closed by then
+  }
+};
+
+Result<std::shared_ptr<Client>> Client::Connect(Runtime& runtime, ClientOptions options) {
+  const auto deadline = Clock::now() + options.connect_deadline;
+  Millis backoff = options.backoff_initial;
+  const std::string who = options.peer_name + " at " + options.host + ":" + std::to_string(options.port);
+  int attempts = 0;
+  for (;;) {
+    ++attempts;
+    auto impl = std::make_shared<Impl>(runtime, options);
+    auto remaining = std::chrono::duration_cast<Millis>(deadline - Clock::now());
+    Millis budget = std::max(Millis{100}, std::min(options.handshake_timeout, remaining));
+    auto strand = asio::make_strand(runtime.impl().io);
+    std::future<Status> fut =
+        asio::co_spawn(strand, [impl, budget] { return impl->Attempt(budget); }, asio::use_future);
+    Status st;
+    try {
+      st = fut.get();
+    } catch (const std::exception& e) {
+      st = Unavailable(e.what());
+    }
+    if (st.ok()) {
+      impl->Start();
+      PS_LOG(Debug) << "connected to " << who << " after " << attempts << " attempt(s)";
+      return std::shared_ptr<Client>(new Client(std::move(impl)));
+    }
+    if (st.code() == Code::kPermissionDenied || st.code() == Code::kProtocol) return st;
+    if (Clock::now() + backoff >= deadline) {
+      return Unavailable("cannot reach " + who + " within " +
+                         std::to_string(options.connect_deadline.count() / 1000.0).substr(0, 5) +
+                         " s (" + std::to_string(attempts) + " attempts): " + st.message());
+    }
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(options.backoff_max, backoff * 2);
+  }
+}
+
+Client::~Client() { Close(); }
+
+const std::string& Client::peer_name() const { return impl_->options.peer_name; }
+
+uint64_t Client::peak_queued_bytes() const { return impl_->conn->peak_queued_bytes(); }
+
+void Client::SetGeneration(uint64_t generation) { impl_->generation.store(generation); }
+
+Status Client::health() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->health_;
+}
+
+void Client::OnBroken(std::function<void(const Status&)> callback) {
+  Status already;
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->on_broken = callback;
+    already = impl_->health_;
+  }
+  if (!already.ok() && callback) callback(already);
+}
+
+void Client::Close() {
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->on_broken = nullptr;
+  }
+  asio::post(impl_->conn->executor(), [impl = impl_] {
+    impl->closing = true;
+    impl->conn->CloseOnStrand();
+  });
+}
+
+void Client::CallAsync(proto::Body body, OutPayload payload,
+                       std::vector<std::span<std::byte>> reply_into, Millis timeout,
+                       std::function<void(Result<Reply>)> done) {
+  auto p = std::make_shared<Impl::Pending>();
+  p->into = std::move(reply_into);
+  p->what = proto::BodyName(body);
+  p->done = std::move(done);
+  // Back-pressure: off the I/O threads a caller waits for room in the write queue.
+  if (!impl_->runtime.impl().io.get_executor().running_in_this_thread()) impl_->conn->WaitForRoom();
+  uint64_t id = impl_->next_id.fetch_add(1);
+  if (timeout.count() <= 0) timeout = impl_->options.call_timeout;
+  impl_->StartCall(id, std::move(p),
+                   proto::Envelope{id, false, impl_->generation.load(), std::move(body)},
+                   std::move(payload), timeout);
+}
+
+std::future<Result<Reply>> Client::Call(proto::Body body, OutPayload payload,
+                                        std::vector<std::span<std::byte>> reply_into, Millis timeout) {
+  auto promise = std::make_shared<std::promise<Result<Reply>>>();
+  auto fut = promise->get_future();
+  CallAsync(std::move(body), std::move(payload), std::move(reply_into), timeout,
+            [promise](Result<Reply> r) { promise->set_value(std::move(r)); });
+  return fut;
+}
+
+}  // namespace ps::net

@@ -1,0 +1,333 @@
+#include "libps/net/conn.h"
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/ssl/error.hpp>
+#include <boost/asio/write.hpp>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+
+namespace ps::net {
+
+using asio::use_awaitable;
+
+proto::Envelope ErrorEnvelope(uint64_t request_id, const Status& st) {
+  return proto::Envelope{request_id, true, 0, proto::Error{static_cast<int32_t>(st.code()), st.message()}};
+}
+
+Status StatusFromError(const proto::Error& e) {
+  Code code = Code::kInternal;
+  if (e.code > 0 && e.code <= static_cast<int>(Code::kInternal)) code = static_cast<Code>(e.code);
+  return Status(code, e.message);
+}
+
+namespace {
+
+// asio::transfer_all moves at most 64 KiB per system call; big payloads go in as few
+// calls as the socket takes (bench_pushpull, 64 MiB: push and pull went from 0.54-0.73
+// to 0.80-0.85 of raw TCP's throughput).
+struct TransferAllLarge {
+  size_t operator()(const error_code& ec, size_t) const { return ec ? 0 : size_t{1} << 30; }
+};
+
+void RaiseMax(std::atomic<uint64_t>& max, uint64_t value) {
+  uint64_t m = max.load(std::memory_order_relaxed);
+  while (value > m && !max.compare_exchange_weak(m, value, std::memory_order_relaxed)) {
+  }
+}
+
+// A hint for a peer that fails the very first header: it may speak TLS when we do not.
+std::string FirstHeaderHint(const std::array<uint8_t, kFrameHeaderBytes>& hb, bool tls) {
+  if (tls) return "";
+  if (hb[0] == 0x16 && hb[1] == 0x03) return " (the peer speaks TLS; this task runs without --tls-cert)";
+  if (hb[0] == 0x15 && hb[1] == 0x03) return " (a TLS alert; the peer requires TLS)";
+  return "";
+}
+
+}  // namespace
+
+Conn::Conn(tcp::socket socket, ConnOptions options)
+    : socket_(std::move(socket)),
+      options_(std::move(options)),
+      wake_(socket_.get_executor()),
+      gate_(socket_.get_executor()) {
+  error_code ec;
+  socket_.set_option(tcp::no_delay(true), ec);
+  auto ep = socket_.remote_endpoint(ec);
+  if (!ec) {
+    host_ = ep.address().to_string();
+    address_ = host_ + ":" + std::to_string(ep.port());
+  }
+  if (options_.tls) tls_ = std::make_unique<asio::ssl::stream<tcp::socket&>>(socket_, options_.tls->impl().ctx);
+}
+
+awaitable<Status> Conn::SecureHandshake(bool as_server) {
+  if (!tls_) co_return Status::Ok();
+  error_code ec;
+  co_await tls_->async_handshake(as_server ? asio::ssl::stream_base::server : asio::ssl::stream_base::client,
+                                 asio::redirect_error(use_awaitable, ec));
+  if (!ec) co_return Status::Ok();
+  if (ec.category() != asio::error::get_ssl_category()) {
+    if (closed_) co_return Unavailable("TLS handshake timed out");
+    if (ec == asio::error::eof || ec == asio::ssl::error::stream_truncated || ec == asio::error::connection_reset) {
+      co_return Unavailable("the peer closed the connection in the TLS handshake (does it use TLS?)");
+    }
+    co_return Unavailable("TLS handshake: " + ec.message());
+  }
+  std::string why = ec.message();
+  long verify = SSL_get_verify_result(tls_->native_handle());
+  if (verify != X509_V_OK) why += std::string(" (") + X509_verify_cert_error_string(verify) + ")";
+  co_return PermissionDenied("TLS handshake failed: " + why);
+}
+
+template <typename Buffers>
+awaitable<void> Conn::ReadAll(const Buffers& buffers) {
+  if (tls_) {
+    co_await asio::async_read(*tls_, buffers, TransferAllLarge(), use_awaitable);
+  } else {
+    co_await asio::async_read(socket_, buffers, TransferAllLarge(), use_awaitable);
+  }
+}
+
+template <typename Buffers>
+awaitable<void> Conn::WriteAll(const Buffers& buffers, error_code& ec) {
+  if (tls_) {
+    co_await asio::async_write(*tls_, buffers, TransferAllLarge(), asio::redirect_error(use_awaitable, ec));
+  } else {
+    co_await asio::async_write(socket_, buffers, TransferAllLarge(), asio::redirect_error(use_awaitable, ec));
+  }
+}
+
+awaitable<Result<InFrame>> Conn::ReadFrame(const PayloadSink& sink) {
+  std::array<uint8_t, kFrameHeaderBytes> hb;
+  co_await ReadAll(asio::buffer(hb));
+  auto header = DecodeHeader(hb, limits_);
+  if (!header.ok()) {
+    if (authenticated_) co_return header.status();
+    co_return Status(header.status().code(), header.status().message() + FirstHeaderHint(hb, tls_ != nullptr));
+  }
+  ConnCounters* counters = options_.counters.get();
+  if (counters != nullptr) counters->inbound_buffer_bytes.fetch_add(header->envelope_bytes, std::memory_order_relaxed);
+  std::vector<uint8_t> env_bytes(header->envelope_bytes);
+  co_await ReadAll(asio::buffer(env_bytes));
+  InFrame frame;
+  frame.wire_bytes = kFrameHeaderBytes + uint64_t{header->envelope_bytes} + header->payload_bytes;
+  const uint64_t payload_bytes = header->payload_bytes;
+  auto env = proto::Decode(env_bytes);
+  if (!env.ok()) {
+    co_await Discard(payload_bytes);
+    frame.status = env.status();
+    co_return frame;
+  }
+  frame.env = std::move(*env);
+  if (payload_bytes == 0) co_return frame;
+  std::optional<std::vector<std::span<std::byte>>> into;
+  if (sink) into = sink(frame.env, payload_bytes);
+  if (into) {
+    std::vector<asio::mutable_buffer> bufs;
+    for (auto s : *into) bufs.emplace_back(s.data(), s.size());
+    co_await ReadAll(bufs);
+    frame.in_place = true;
+    co_return frame;
+  }
+  std::unique_ptr<BufferLease> lease;
+  if (options_.budget) {
+    if (payload_bytes > options_.budget->capacity()) {
+      co_await Discard(payload_bytes);
+      frame.status = InvalidArgument("payload of " + std::to_string(payload_bytes) +
+                                     " bytes exceeds the payload memory budget of " +
+                                     std::to_string(options_.budget->capacity()) +
+                                     " bytes (--payload-budget-mb)");
+      co_return frame;
+    }
+    co_await Reserve(payload_bytes);
+    lease = options_.budget->Lease(payload_bytes);
+  }
+  if (counters != nullptr) counters->inbound_buffer_bytes.fetch_add(payload_bytes, std::memory_order_relaxed);
+  frame.payload = TakeBuffer(payload_bytes);
+  frame.payload.SetLease(std::move(lease));
+  co_await ReadAll(asio::buffer(frame.payload.data(), frame.payload.size()));
+  co_return frame;
+}
+
+awaitable<void> Conn::Discard(uint64_t bytes) {
+  std::array<std::byte, 64 * 1024> scratch;
+  while (bytes > 0) {
+    size_t n = static_cast<size_t>(std::min<uint64_t>(bytes, scratch.size()));
+    co_await ReadAll(asio::buffer(scratch.data(), n));
+    bytes -= n;
+  }
+}
+
+awaitable<void> Conn::WaitGate() {
+  error_code ec;
+  reader_waiting_ = true;
+  gate_.expires_at(Clock::time_point::max());
+  co_await gate_.async_wait(asio::redirect_error(use_awaitable, ec));
+  reader_waiting_ = false;
+}
+
+awaitable<void> Conn::Reserve(uint64_t bytes) {
+  auto granted = std::make_shared<bool>(false);  // strand only
+  uint64_t ticket = 0;
+  auto self = shared_from_this();
+  auto on_grant = [self, granted] {
+    asio::post(self->executor(), [self, granted] {
+      *granted = true;
+      self->gate_.cancel();
+    });
+  };
+  if (options_.budget->Acquire(bytes, on_grant, &ticket)) co_return;
+  ConnCounters* counters = options_.counters.get();
+  if (counters != nullptr) counters->budget_waiters.fetch_add(1);
+  while (!*granted && !closed_) co_await WaitGate();
+  if (counters != nullptr) counters->budget_waiters.fetch_sub(1);
+  if (*granted) co_return;
+  if (!options_.budget->Cancel(ticket)) options_.budget->Release(bytes);  // granted meanwhile
+  throw boost::system::system_error(asio::error::operation_aborted);
+}
+
+bool Conn::ReadBlocked() const {
+  return (options_.max_in_flight > 0 && in_flight_ >= options_.max_in_flight) ||
+         (options_.max_write_queue_bytes > 0 && queued_bytes_.load() >= options_.max_write_queue_bytes);
+}
+
+awaitable<void> Conn::WaitReadable() {
+  if (!ReadBlocked() || closed_) co_return;
+  ConnCounters* counters = options_.counters.get();
+  if (counters != nullptr) counters->paused_readers.fetch_add(1);
+  while (!closed_ && ReadBlocked()) co_await WaitGate();
+  if (counters != nullptr) counters->paused_readers.fetch_sub(1);
+}
+
+awaitable<void> Conn::WriteNow(const proto::Envelope& env) {
+  auto bytes = proto::Encode(env);
+  auto header = EncodeHeader({static_cast<uint32_t>(bytes.size()), 0});
+  std::array<asio::const_buffer, 2> bufs{asio::buffer(header), asio::buffer(bytes)};
+  error_code ec;
+  co_await WriteAll(bufs, ec);
+  if (ec) throw boost::system::system_error(ec);
+}
+
+void Conn::Send(const proto::Envelope& env, OutPayload payload, bool close_after, bool ends_request) {
+  Out out;
+  out.env = proto::Encode(env);
+  out.header = EncodeHeader({static_cast<uint32_t>(out.env.size()), payload.size()});
+  out.payload = std::move(payload);
+  out.close_after = close_after;
+  out.bytes = kFrameHeaderBytes + out.env.size() + out.payload.size();
+  const uint64_t queued = queued_bytes_.fetch_add(out.bytes) + out.bytes;
+  RaiseMax(peak_queued_bytes_, queued);
+  if (ConnCounters* counters = options_.counters.get()) {
+    counters->bytes_sent.fetch_add(out.bytes, std::memory_order_relaxed);
+    counters->write_queue_bytes.fetch_add(out.bytes, std::memory_order_relaxed);
+    RaiseMax(counters->peak_write_queue_bytes, queued);
+  }
+  asio::post(executor(), [self = shared_from_this(), out = std::move(out), ends_request]() mutable {
+    if (ends_request && self->in_flight_ > 0) {
+      --self->in_flight_;
+      if (self->reader_waiting_) self->gate_.cancel();
+    }
+    if (self->closed_) return self->Dequeued(out.bytes);
+    self->queue_.push_back(std::move(out));
+    self->wake_.cancel();
+  });
+}
+
+void Conn::Dequeued(uint64_t bytes) {
+  queued_bytes_.fetch_sub(bytes);
+  queued_bytes_.notify_all();
+  if (ConnCounters* counters = options_.counters.get()) {
+    counters->write_queue_bytes.fetch_sub(bytes, std::memory_order_relaxed);
+  }
+  if (reader_waiting_) gate_.cancel();
+}
+
+void Conn::WaitForRoom() {
+  if (options_.max_write_queue_bytes == 0) return;
+  uint64_t q = queued_bytes_.load();
+  while (q >= options_.max_write_queue_bytes && !closed_) {
+    queued_bytes_.wait(q);
+    q = queued_bytes_.load();
+  }
+}
+
+void Conn::StartWriter() {
+  asio::co_spawn(executor(), [self = shared_from_this()] { return self->WriteLoop(); }, asio::detached);
+}
+
+awaitable<void> Conn::WriteLoop() {
+  while (!closed_) {
+    if (queue_.empty()) {
+      error_code ec;
+      wake_.expires_at(Clock::time_point::max());
+      co_await wake_.async_wait(asio::redirect_error(use_awaitable, ec));
+      continue;
+    }
+    Out out = std::move(queue_.front());
+    queue_.pop_front();
+    if (out.env.empty()) {
+      CloseOnStrand();
+      co_return;
+    }
+    std::vector<asio::const_buffer> bufs;
+    bufs.reserve(2 + out.payload.parts.size());
+    bufs.emplace_back(asio::buffer(out.header));
+    bufs.emplace_back(asio::buffer(out.env));
+    for (auto p : out.payload.parts) bufs.emplace_back(p.data(), p.size());
+    error_code ec;
+    co_await WriteAll(bufs, ec);
+    const bool close = ec || out.close_after;
+    const uint64_t bytes = out.bytes;
+    out = Out{};  // the payload's owner may recycle it now
+    Dequeued(bytes);
+    if (close) {
+      CloseOnStrand();
+      co_return;
+    }
+  }
+}
+
+void Conn::CloseOnStrand() {
+  if (closed_) return;
+  closed_ = true;
+  error_code ec;
+  socket_.shutdown(tcp::socket::shutdown_both, ec);
+  socket_.close(ec);
+  wake_.cancel();
+  gate_.cancel();
+  uint64_t dropped = 0;
+  for (const auto& out : queue_) dropped += out.bytes;
+  queue_.clear();
+  // A frame being written is subtracted when its write fails, which wakes WaitForRoom.
+  Dequeued(dropped);
+}
+
+void Conn::Close() {
+  asio::post(executor(), [self = shared_from_this()] { self->CloseOnStrand(); });
+}
+
+void Conn::CloseAfterFlush() {
+  asio::post(executor(), [self = shared_from_this()] {
+    if (self->closed_) return;
+    Out sentinel;
+    sentinel.close_after = true;  // an Out without an envelope writes nothing
+    self->queue_.push_back(std::move(sentinel));
+    self->wake_.cancel();
+  });
+}
+
+std::shared_ptr<asio::steady_timer> Watchdog(const std::shared_ptr<Conn>& c, Millis after) {
+  auto t = std::make_shared<asio::steady_timer>(c->executor());
+  t->expires_after(after);
+  t->async_wait([c](error_code ec) {
+    if (!ec) c->CloseOnStrand();
+  });
+  return t;
+}
+
+}  // namespace ps::net

@@ -1,0 +1,185 @@
+// Internal to libps/net: the framed connection under Server and Client, and the Asio
+// pieces they share. Nothing outside libps/net includes this header.
+#pragma once
+
+#include <utility>  // before Boost's coroutine headers under GCC 12 (STYLE.md)
+
+#include <array>
+#include <atomic>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/ssl/stream.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "libps/net/bounds.h"
+#include "libps/net/frame.h"
+#include "libps/net/tls.h"
+#include "libps/net/transport.h"
+#include "libps/proto/codec.h"
+
+namespace ps::net {
+
+namespace asio = boost::asio;
+using asio::awaitable;
+using asio::ip::tcp;
+using boost::system::error_code;
+using Clock = std::chrono::steady_clock;
+
+struct Runtime::Impl {
+  asio::io_context io;
+  asio::executor_work_guard<asio::io_context::executor_type> guard{io.get_executor()};
+  std::vector<std::thread> threads;
+};
+
+struct TlsContext::Impl {
+  asio::ssl::context ctx{asio::ssl::context::tls};
+};
+
+inline constexpr int kMaxBadFrames = 64;  // recoverable bad frames before a connection is dropped
+
+proto::Envelope ErrorEnvelope(uint64_t request_id, const Status& st);
+Status StatusFromError(const proto::Error& e);
+
+// One inbound frame. `status` not OK: the envelope was bad (or its payload over the
+// budget) but the frame was consumed, so the connection is still in sync.
+struct InFrame {
+  Status status;
+  proto::Envelope env;
+  Buffer payload;
+  bool in_place = false;
+  uint64_t wire_bytes = 0;  // header + envelope + payload as read
+};
+
+template <typename T>
+const T* BodyAs(const InFrame& f) {
+  return std::get_if<T>(&f.env.body);
+}
+
+// Chooses where a frame's payload goes: a list of spans whose sizes sum to the payload
+// length, or nullopt for a fresh Buffer. Runs on the connection's strand.
+using PayloadSink =
+    std::function<std::optional<std::vector<std::span<std::byte>>>(const proto::Envelope&, uint64_t)>;
+
+// Figures a server shares with its connections (relaxed atomics; Server::Stats).
+struct ConnCounters {
+  std::atomic<uint64_t> bytes_sent{0};
+  std::atomic<uint64_t> inbound_buffer_bytes{0};
+  std::atomic<uint64_t> write_queue_bytes{0};
+  std::atomic<uint64_t> peak_write_queue_bytes{0};
+  std::atomic<uint64_t> paused_readers{0};
+  std::atomic<uint64_t> budget_waiters{0};
+};
+
+struct ConnOptions {
+  Limits limits;  // after Authenticated(); kHandshakeLimits before
+  // Server: no new request is read while this many bytes wait to be written. Client:
+  // Call blocks (off the Runtime's threads) while they do. 0: no bound.
+  uint64_t max_write_queue_bytes = 0;
+  // Server: no new request is read while this many are being handled. 0: no cap.
+  int max_in_flight = 0;
+  std::shared_ptr<PayloadBudget> budget;   // null: payloads are not budgeted (clients)
+  std::shared_ptr<ConnCounters> counters;  // null: not counted
+  std::shared_ptr<TlsContext> tls;         // null: plain TCP
+};
+
+// A framed TCP connection on a strand. Reading is done by its owner's loop; writes go
+// through a queue drained by one writer coroutine.
+class Conn : public std::enable_shared_from_this<Conn> {
+ public:
+  Conn(tcp::socket socket, ConnOptions options);
+
+  tcp::socket& socket() { return socket_; }
+  const std::string& address() const { return address_; }  // "127.0.0.1:53122"
+  const std::string& host() const { return host_; }        // "127.0.0.1"
+  auto executor() { return socket_.get_executor(); }
+  // With TLS: the TLS handshake, as the accepting or the dialing side; OK at once
+  // without. PermissionDenied when the peer's certificate (or ours) is not accepted,
+  // Unavailable when the connection broke.
+  awaitable<Status> SecureHandshake(bool as_server);
+  // The handshake passed: frames may now use the full limits. Strand only.
+  void Authenticated() {
+    limits_ = options_.limits;
+    authenticated_ = true;
+  }
+
+  // Reads one frame. Returns a non-OK Result when the stream cannot continue (bad
+  // header); throws boost::system::system_error on socket errors and when the
+  // connection closes while the frame waits for payload budget.
+  awaitable<Result<InFrame>> ReadFrame(const PayloadSink& sink);
+  // Server reader: returns once a new request may be read (fewer than max_in_flight
+  // being handled and the write queue under its bound) or the connection closed.
+  awaitable<void> WaitReadable();
+  // A request read from this connection is now being handled; Send(..., ends_request)
+  // of its reply ends it. Strand only.
+  void BeginRequest() { ++in_flight_; }
+
+  // Writes one frame now; only for the handshake, before the writer runs.
+  awaitable<void> WriteNow(const proto::Envelope& env);
+  // Queues a frame. Thread-safe. The envelope is encoded on the calling thread.
+  void Send(const proto::Envelope& env, OutPayload payload, bool close_after = false, bool ends_request = false);
+  // Blocks while the write queue is at its bound and the connection is open. Not on a
+  // Runtime thread (only the writer there drains the queue).
+  void WaitForRoom();
+  uint64_t queued_bytes() const { return queued_bytes_.load(); }
+  uint64_t peak_queued_bytes() const { return peak_queued_bytes_.load(); }
+
+  void StartWriter();
+  // Closes the socket; pending reads and writes fail. Call on the strand.
+  void CloseOnStrand();
+  void Close();
+  // Closes once every frame queued before this call has been written. Thread-safe.
+  void CloseAfterFlush();
+  bool closed() const { return closed_.load(); }
+
+ private:
+  struct Out {
+    std::array<uint8_t, kFrameHeaderBytes> header;
+    std::vector<uint8_t> env;
+    OutPayload payload;
+    uint64_t bytes = 0;  // header + envelope + payload
+    bool close_after = false;
+  };
+
+  // Whole reads and writes through TLS when it is on, else on the socket.
+  template <typename Buffers>
+  awaitable<void> ReadAll(const Buffers& buffers);
+  template <typename Buffers>
+  awaitable<void> WriteAll(const Buffers& buffers, error_code& ec);
+  awaitable<void> Discard(uint64_t bytes);
+  awaitable<void> Reserve(uint64_t bytes);
+  awaitable<void> WaitGate();
+  awaitable<void> WriteLoop();
+  bool ReadBlocked() const;
+  void Dequeued(uint64_t bytes);  // strand only
+
+  tcp::socket socket_;
+  const ConnOptions options_;
+  std::unique_ptr<asio::ssl::stream<tcp::socket&>> tls_;  // null: plain TCP
+  Limits limits_ = kHandshakeLimits;
+  bool authenticated_ = false;  // strand only
+  asio::steady_timer wake_;  // the writer waits on it for frames
+  asio::steady_timer gate_;  // the reader waits on it for room, in-flight slots or budget
+  std::string address_ = "?";
+  std::string host_ = "?";
+  std::deque<Out> queue_;          // strand only
+  bool reader_waiting_ = false;    // strand only
+  int in_flight_ = 0;              // strand only
+  std::atomic<bool> closed_{false};  // written on the strand
+  std::atomic<uint64_t> queued_bytes_{0};  // Send adds, the writer subtracts once written
+  std::atomic<uint64_t> peak_queued_bytes_{0};
+};
+
+// Arms a timer that closes the connection unless cancelled first.
+std::shared_ptr<asio::steady_timer> Watchdog(const std::shared_ptr<Conn>& c, Millis after);
+
+}  // namespace ps::net
