@@ -333,7 +333,7 @@ TEST_CASE("BuildModel rejects bad configs naming the key") {
   CHECK(BuildError(R"({"type":"mlp","input_dim":4,"classes":"two"})") ==
         "job.model.classes: expected an integer, got string");
   CHECK(BuildError(R"({"type":"cnn"})") ==
-        "job.model.type: unknown model type \"cnn\" (expected mlp, embedding_mlp or logistic_regression)");
+        "job.model.type: unknown model type \"cnn\" (expected graph, mlp, embedding_mlp or logistic_regression)");
   CHECK(BuildError(R"({"input_dim":4})") == "job.model.type: required key is missing");
   CHECK(BuildError(R"([1, 2])") == "job.model: must be a JSON object");
 
