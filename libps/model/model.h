@@ -13,6 +13,10 @@
 // Model config (the "model" object of a job file), read strictly by BuildModel:
 // unknown keys and out-of-range values are errors naming the key.
 //
+// {"type": "graph", "inputs": [...], "layers": [...], "outputs": [...]}  any model as
+//   a layer graph (graph.h; configs/README.md documents every key). The three types
+//   below are shorthands that BuildModel writes as graphs and builds the same way.
+//
 // Output rule, all types: "classes": 1 means binary — one logit, sigmoid
 // cross-entropy, labels 0/1 (any value in [0, 1] is accepted as a soft label);
 // "classes" >= 2 means softmax cross-entropy over that many logits, labels are class

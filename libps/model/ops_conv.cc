@@ -6,7 +6,6 @@
 // split with the smaller half before (top/left). avg_pool2d divides by the number of
 // window elements inside the image (padding excluded), as TensorFlow does.
 #include <algorithm>
-#include <limits>
 #include <utility>
 
 #include "libps/model/blas.h"
@@ -108,23 +107,30 @@ class Conv2dOp final : public Op {
     cols_.resize(static_cast<size_t>(rows * k));
     Im2Col(g_, ctx.batch_size, in[0].data(), cols_.data());
     y_.resize(static_cast<size_t>(rows * f_));
-    std::span<const float> bias = ctx.params->values[bias_];
-    for (int64_t r = 0; r < rows; ++r) std::copy(bias.begin(), bias.end(), y_.begin() + r * f_);
-    Gemm(Trans::kNo, Trans::kNo, rows, f_, k, 1.0f, cols_.data(), k, ctx.params->values[kernel_].data(), f_, 1.0f,
+    Gemm(Trans::kNo, Trans::kNo, rows, f_, k, 1.0f, cols_.data(), k, ctx.params->values[kernel_].data(), f_, 0.0f,
          y_.data(), f_);
-    if (ActivationNeedsInput(act_)) z_ = y_;
-    ApplyActivation(act_, y_.data(), y_.data(), static_cast<int64_t>(y_.size()));
+    // One pass: + bias, then the activation (keeping the pre-activation for gelu).
+    std::span<const float> bias = ctx.params->values[bias_];
+    const bool keep_z = ActivationNeedsInput(act_);
+    if (keep_z) z_.resize(y_.size());
+    for (int64_t r = 0; r < rows; ++r) {
+      float* y = y_.data() + r * f_;
+      for (int64_t j = 0; j < f_; ++j) y[j] += bias[j];
+      if (keep_z) std::copy_n(y, f_, z_.data() + r * f_);
+      ApplyActivation(act_, y, y, f_);
+    }
     return std::span<const float>(y_);
   }
   void Backward(const OpContext& ctx, std::span<const std::span<const float>>, std::span<float> dout,
                 std::span<const std::span<float>> din) override {
     const int64_t rows = ctx.batch_size * g_.h.out * g_.w.out;
     const int64_t k = g_.h.k * g_.w.k * g_.c;
-    ActivationBackward(act_, z_.data(), y_.data(), dout.data(), static_cast<int64_t>(dout.size()));
+    // One pass: the activation's derivative, then the bias gradient (column sums).
     std::span<float> db = ctx.grads->values[bias_];
     std::fill(db.begin(), db.end(), 0.0f);
     for (int64_t r = 0; r < rows; ++r) {
-      const float* d = dout.data() + r * f_;
+      float* d = dout.data() + r * f_;
+      ActivationBackward(act_, z_.empty() ? nullptr : z_.data() + r * f_, y_.data() + r * f_, d, f_);
       for (int64_t j = 0; j < f_; ++j) db[j] += d[j];
     }
     Gemm(Trans::kYes, Trans::kNo, k, f_, rows, 1.0f, cols_.data(), k, dout.data(), f_, 0.0f,
@@ -160,22 +166,33 @@ class Pool2dOp final : public Op {
         for (int64_t ow = 0; ow < g_.w.out; ++ow) {
           const int64_t o = ((e * g_.h.out + oh) * g_.w.out + ow) * c;
           float* y = y_.data() + o;
-          std::fill_n(y, c, max_ ? -std::numeric_limits<float>::infinity() : 0.0f);
+          bool first = true;
           int64_t count = 0;
           ForWindow(oh, ow, [&](int64_t pos) {
+            const float* v = img + pos;
             ++count;
-            for (int64_t ch = 0; ch < c; ++ch) {
-              const float v = img[pos + ch];
-              if (!max_) {
-                y[ch] += v;
-              } else if (v > y[ch] || count == 1) {
-                y[ch] = v;
-                arg_[o + ch] = pos + ch;
+            if (first) {
+              first = false;
+              std::copy_n(v, c, y);
+              if (max_) {
+                for (int64_t ch = 0; ch < c; ++ch) arg_[o + ch] = static_cast<int32_t>(pos + ch);
               }
+            } else if (max_) {
+              // Branch-free (random data defeats the branch predictor) and vectorizable.
+              int32_t* a = arg_.data() + o;
+              const auto p = static_cast<int32_t>(pos);
+              for (int64_t ch = 0; ch < c; ++ch) {
+                const bool gt = v[ch] > y[ch];
+                y[ch] = gt ? v[ch] : y[ch];
+                a[ch] = gt ? p + static_cast<int32_t>(ch) : a[ch];
+              }
+            } else {
+              for (int64_t ch = 0; ch < c; ++ch) y[ch] += v[ch];
             }
           });
           if (!max_) {
-            for (int64_t ch = 0; ch < c; ++ch) y[ch] /= static_cast<float>(count);
+            const float inv = 1.0f / static_cast<float>(count);
+            for (int64_t ch = 0; ch < c; ++ch) y[ch] *= inv;
           }
         }
       }
@@ -225,7 +242,7 @@ class Pool2dOp final : public Op {
   Window g_;
   bool max_;
   std::vector<float> y_;
-  std::vector<int64_t> arg_;  // max: [batch * size] input offset (within the example) of the max
+  std::vector<int32_t> arg_;  // max: [batch * size] input offset (within the example, < 2^24) of the max
 };
 
 // An int or a pair of ints at key (Keras' kernel_size / strides / pool_size forms).

@@ -21,22 +21,34 @@ int64_t RowOf(int64_t id, bool hashed, int64_t rows) {
 
 class SparseOp : public Op {
  public:
-  SparseOp(std::vector<SparseInput> inputs, size_t var, int64_t rows, int64_t dim, bool hashed)
+  // Input k's ids address rows [first[k], first[k] + limit[k]) of the table; an empty
+  // `first` means every input addresses the whole table (rows).
+  SparseOp(std::vector<SparseInput> inputs, size_t var, int64_t rows, int64_t dim, bool hashed,
+           std::vector<int64_t> first = {})
       : inputs_(std::move(inputs)), var_(var), rows_(rows), dim_(dim), hashed_(hashed), local_(inputs_.size()) {
     has_variables_ = true;
+    if (first.empty()) {
+      first_.assign(inputs_.size(), 0);
+      limit_.assign(inputs_.size(), rows_);
+    } else {
+      first_ = std::move(first);
+      for (size_t k = 0; k < inputs_.size(); ++k) {
+        limit_.push_back((k + 1 < first_.size() ? first_[k + 1] : rows_) - first_[k]);
+      }
+    }
   }
 
   void CollectRows(const Batch& batch, std::vector<std::vector<int64_t>>* rows) const override {
     std::vector<int64_t>& out = (*rows)[var_];
-    for (const SparseInput& s : inputs_) {
-      for (int64_t id : batch.sparse[static_cast<size_t>(s.field)].ids) out.push_back(RowOf(id, hashed_, rows_));
+    for (size_t k = 0; k < inputs_.size(); ++k) {
+      for (int64_t id : batch.sparse[static_cast<size_t>(inputs_[k].field)].ids) out.push_back(Row(k, id));
     }
   }
   void LimitIds(std::vector<int64_t>* bound) const override {
     if (hashed_) return;
-    for (const SparseInput& s : inputs_) {
-      int64_t& b = (*bound)[static_cast<size_t>(s.field)];
-      b = std::min(b, rows_);
+    for (size_t k = 0; k < inputs_.size(); ++k) {
+      int64_t& b = (*bound)[static_cast<size_t>(inputs_[k].field)];
+      b = std::min(b, limit_[k]);
     }
   }
 
@@ -48,7 +60,7 @@ class SparseOp : public Op {
       const SparseField& f = Field(ctx, k);
       local_[k].resize(f.ids.size());
       for (size_t j = 0; j < f.ids.size(); ++j) {
-        const int64_t row = RowOf(f.ids[j], hashed_, rows_);
+        const int64_t row = Row(k, f.ids[j]);
         auto it = std::lower_bound(rows.begin(), rows.end(), row);
         if (it == rows.end() || *it != row) {
           return InvalidArgument("params.rows[" + var_name + "]: lacks row " + std::to_string(row) +
@@ -59,6 +71,7 @@ class SparseOp : public Op {
     }
     return Status::Ok();
   }
+  int64_t Row(size_t k, int64_t id) const { return first_[k] + RowOf(id, hashed_, limit_[k]); }
   const SparseField& Field(const OpContext& ctx, size_t k) const {
     return ctx.batch->sparse[static_cast<size_t>(inputs_[k].field)];
   }
@@ -68,6 +81,8 @@ class SparseOp : public Op {
   int64_t rows_;
   int64_t dim_;
   bool hashed_;
+  std::vector<int64_t> first_;  // [inputs] first table row of each input's block
+  std::vector<int64_t> limit_;  // [inputs] rows in each input's block
   std::vector<std::vector<int64_t>> local_;
   std::vector<float> y_;
 };
@@ -106,8 +121,9 @@ class EmbeddingOp final : public SparseOp {
 class LinearOp final : public SparseOp {
  public:
   LinearOp(std::vector<SparseInput> inputs, std::string name, size_t weights, size_t bias, int64_t rows,
-           int64_t units, bool hashed)
-      : SparseOp(std::move(inputs), weights, rows, units, hashed), var_name_(std::move(name)), bias_(bias) {
+           int64_t units, bool hashed, std::vector<int64_t> first)
+      : SparseOp(std::move(inputs), weights, rows, units, hashed, std::move(first)), var_name_(std::move(name)),
+        bias_(bias) {
     SetShape({units});
   }
   Result<std::span<const float>> Forward(const OpContext& ctx, std::span<const std::span<const float>>) override {
@@ -190,8 +206,30 @@ Result<std::unique_ptr<Op>> MakeEmbeddingOp(OpBuild& b, bool linear) {
   VarSet::TableDecl d;
   d.name = b.name;
   bool hashed = false;
-  PS_RETURN_IF_ERROR(ReadRows(r, &d, &hashed));  // hashed: for linear; tables keep theirs
   if (linear) {
+    // "vocab": [v_0, v_1, ...]: input k owns its own block of v_k rows.
+    std::vector<int64_t> first;
+    if (r.object().contains("vocab") && r.object()["vocab"].is_array()) {
+      std::vector<int64_t> vocabs;
+      PS_RETURN_IF_ERROR(r.Get("vocab", &vocabs));
+      if (vocabs.size() != inputs.size()) {
+        return InvalidArgument(r.Path("vocab") + ": has " + std::to_string(vocabs.size()) + " entries for " +
+                               std::to_string(inputs.size()) + " inputs");
+      }
+      d.rows = 0;
+      for (size_t k = 0; k < vocabs.size(); ++k) {
+        if (vocabs[k] < 1 || vocabs[k] > kMaxRows) {
+          return InvalidArgument(r.Path("vocab") + "[" + std::to_string(k) + "]: must be in [1, 2^40], got " +
+                                 std::to_string(vocabs[k]));
+        }
+        first.push_back(d.rows);
+        d.rows += vocabs[k];
+      }
+      if (d.rows > kMaxRows) return InvalidArgument(r.Path("vocab") + ": more than 2^40 rows in all");
+      d.rows_given = true;
+    } else {
+      PS_RETURN_IF_ERROR(ReadRows(r, &d, &hashed));
+    }
     if (!d.rows_given) return InvalidArgument(r.Path("vocab") + ": required key is missing (or num_buckets)");
     int64_t units = 1;
     PS_RETURN_IF_ERROR(ReadPositive(r, "units", &units, false, kMaxDim));
@@ -203,8 +241,10 @@ Result<std::unique_ptr<Op>> MakeEmbeddingOp(OpBuild& b, bool linear) {
     const std::string wname = b.name + "/weights";
     PS_ASSIGN_OR_RETURN(size_t w, b.vars->Add({wname, {d.rows, units}, init, true, lazy}, b.path));
     PS_ASSIGN_OR_RETURN(size_t bias, b.vars->Add({b.name + "/bias", {units}, InitSpec{InitKind::kZeros}, false}, b.path));
-    return std::unique_ptr<Op>(std::make_unique<LinearOp>(std::move(inputs), wname, w, bias, d.rows, units, hashed));
+    return std::unique_ptr<Op>(
+        std::make_unique<LinearOp>(std::move(inputs), wname, w, bias, d.rows, units, hashed, std::move(first)));
   }
+  PS_RETURN_IF_ERROR(ReadRows(r, &d, &hashed));
   PS_RETURN_IF_ERROR(r.GetOr("table", &d.name));
   if (d.name.empty() || d.name.find('/') != std::string::npos) {
     return InvalidArgument(r.Path("table") + ": must be a non-empty name without '/'");

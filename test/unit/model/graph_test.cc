@@ -14,26 +14,15 @@ using namespace ps::model;
 using model_test::CheckGradients;
 using model_test::Pulled;
 using model_test::Store;
+using model_test::Build;
 
 namespace {
 
-std::unique_ptr<Model> Build(const std::string& text) {
-  auto j = ps::ParseJson(text, "test");
-  REQUIRE(j.ok());
-  auto m = BuildModel(*j, "job.model");
-  INFO(m.status().ToString());
-  REQUIRE(m.ok());
-  return std::move(m).value();
-}
-
+// Every graph error is one line.
 std::string BuildError(const std::string& text) {
-  auto j = ps::ParseJson(text, "test");
-  REQUIRE(j.ok());
-  auto m = BuildModel(*j, "job.model");
-  REQUIRE_FALSE(m.ok());
-  CHECK(m.status().code() == ps::Code::kInvalidArgument);
-  CHECK(m.status().message().find('\n') == std::string::npos);
-  return m.status().message();
+  std::string m = model_test::BuildError(text);
+  CHECK(m.find('\n') == std::string::npos);
+  return m;
 }
 
 // A graph with one dense input "x" [4] and the given layers; the head reads `head`.
@@ -45,29 +34,7 @@ std::string Graph(const std::string& layers, const std::string& head = "out",
 }
 
 Batch RandomBatch(int64_t size, std::vector<int64_t> vocab, int64_t dense_dim, int64_t classes, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  Batch b;
-  b.size = size;
-  b.dense_dim = dense_dim;
-  for (int64_t i = 0; i < size * dense_dim; ++i) b.dense.push_back(u(rng));
-  for (int64_t v : vocab) {
-    SparseField f;
-    f.offsets.push_back(0);
-    for (int64_t i = 0; i < size; ++i) {
-      const int64_t n = std::uniform_int_distribution<int64_t>(0, 3)(rng);
-      for (int64_t j = 0; j < n; ++j) {
-        f.ids.push_back(std::uniform_int_distribution<int64_t>(0, v - 1)(rng));
-        f.values.push_back(0.5f + std::fabs(u(rng)));
-      }
-      f.offsets.push_back(static_cast<int64_t>(f.ids.size()));
-    }
-    b.sparse.push_back(std::move(f));
-  }
-  for (int64_t i = 0; i < size; ++i) {
-    b.labels.push_back(static_cast<float>(rng() % static_cast<uint32_t>(classes == 1 ? 2 : classes)));
-  }
-  return b;
+  return model_test::RandomBatch(size, std::move(vocab), dense_dim, classes, true, seed);
 }
 
 // 100 SGD steps over `batches` (cycled); returns the store.

@@ -290,3 +290,22 @@ TEST_CASE("linear: bias + weighted sum of weight rows over fields, several units
   CHECK(CompareArrays(h->Forward(), want) == 0);
   CHECK(h->CheckGradients(42) == 0);
 }
+
+TEST_CASE("linear with a vocab per input: each input owns its block of weight rows") {
+  auto h = OpHarness::Make("linear", R"({"vocab":[4,6]})", {}, 3, 43, 2);
+  CHECK(h->defs[0].shape == std::vector<int64_t>{10, 1});
+  h->batch = SparseBatch(3, 2, 4, 44, false);
+  h->Pull();
+  for (int64_t r : h->rows[0]) CHECK(r < 10);
+  std::vector<double> want;
+  for (int64_t e = 0; e < 3; ++e) {
+    double z = h->full[1][0];
+    for (int f = 0; f < 2; ++f) {
+      const SparseField& s = h->batch.sparse[f];
+      for (int64_t j = s.offsets[e]; j < s.offsets[e + 1]; ++j) z += h->full[0][(f == 0 ? 0 : 4) + s.ids[j]];
+    }
+    want.push_back(z);
+  }
+  CHECK(CompareArrays(h->Forward(), want) == 0);
+  CHECK(h->CheckGradients(45) == 0);
+}
