@@ -137,6 +137,7 @@ Status Chief::FinalEvaluation() {
   Json line = {{"final_eval", {{"step", global_step_.load()}, {"examples", m.examples},
                                {"accuracy", m.accuracy}, {"loss", m.loss}}}};
   if (m.auc >= 0) line["final_eval"]["auc"] = m.auc;
+  if (!m.heads.is_null()) line["final_eval"]["heads"] = m.heads;
   WriteMetricsLine(line);
   return Status::Ok();
 }

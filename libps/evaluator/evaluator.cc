@@ -182,6 +182,7 @@ class Evaluator {
                  {"final", c.manifest.final}, {"checkpoint", ckpt::CheckpointDirName(c.global_step)},
                  {"unix_time", std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()}};
     if (m.auc >= 0) line["auc"] = m.auc;
+    if (!m.heads.is_null()) line["heads"] = m.heads;
     std::ofstream out(options_.model_dir + "/eval/metrics.jsonl", std::ios::app);
     out << line.dump() << "\n";
     out.flush();

@@ -7,13 +7,7 @@
 namespace ps::model {
 namespace {
 
-// SplitMix64's finaliser (Steele, Lea, Flood 2014): a bijective 64-bit mixer.
-constexpr uint64_t Mix(uint64_t z) {
-  z += 0x9E3779B97F4A7C15ULL;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
+constexpr uint64_t Mix(uint64_t z) { return SplitMix64(z); }
 
 uint64_t Fnv1a(std::string_view s) {
   uint64_t h = 0xCBF29CE484222325ULL;

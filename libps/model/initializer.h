@@ -50,6 +50,15 @@ struct InitSpec {
 
 const char* InitKindName(InitKind kind);
 
+// SplitMix64's finaliser (Steele, Lea, Flood 2014): a bijective 64-bit mixer. The
+// initializers, dropout masks and id hashing draw from it.
+constexpr uint64_t SplitMix64(uint64_t z) {
+  z += 0x9E3779B97F4A7C15ULL;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
 // Strict: unknown keys, wrong types, minval > maxval, stddev < 0 are InvalidArgument
 // naming "<path>.<key>".
 Result<InitSpec> ParseInit(const Json& json, const std::string& path);

@@ -6,14 +6,26 @@
 #include <cmath>
 #include <cstdint>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "libps/model/batch.h"
 
 namespace ps::model {
 
-enum class Activation { kLinear, kRelu, kTanh, kSigmoid };
+enum class Activation { kLinear, kRelu, kTanh, kSigmoid, kGelu };
 const char* ActivationName(Activation a);
+// Parses an activation name ("linear", "relu", "tanh", "sigmoid", "gelu"); false if unknown.
+bool ParseActivation(std::string_view name, Activation* out);
+// True when the derivative needs the pre-activation input (gelu), not only the output.
+inline bool ActivationNeedsInput(Activation a) { return a == Activation::kGelu; }
+
+// y[i] = act(z[i]) for n elements; y may alias z. gelu is the exact erf form (Keras'
+// default): z * Φ(z).
+void ApplyActivation(Activation act, const float* z, float* y, int64_t n);
+// d[i] *= act'(z[i]), computed from the output y (and the input z for gelu; z may be
+// null otherwise). Turns d(loss)/dy into d(loss)/dz in place.
+void ActivationBackward(Activation act, const float* z, const float* y, float* d, int64_t n);
 
 // y = act(x · W + b) with x [batch, in], W [in, out], b [out], y [batch, out].
 class DenseLayer {
@@ -32,9 +44,10 @@ class DenseLayer {
 
   // After Forward with the same x and w. dy [batch * out] is d(loss)/dy on entry and is
   // overwritten with d(loss)/d(pre-activation). Writes dw [in * out] and db [out]; writes
-  // dx [batch * in] unless dx is empty.
+  // dx [batch * in] unless dx is empty (adds to it when accumulate_dx).
   void Backward(std::span<const float> x, std::span<float> dy, std::span<const float> w,
-                std::span<float> dw, std::span<float> db, std::span<float> dx) const;
+                std::span<float> dw, std::span<float> db, std::span<float> dx,
+                bool accumulate_dx = false) const;
 
  private:
   int64_t in_;
@@ -42,6 +55,7 @@ class DenseLayer {
   Activation act_;
   int64_t batch_ = 0;
   std::vector<float> y_;
+  std::vector<float> z_;  // [batch * out] pre-activation, kept only for gelu
 };
 
 enum class Combiner { kSum, kMean, kSqrtN };
@@ -54,18 +68,21 @@ const char* CombinerName(Combiner c);
 // With weights w_j (field.values, or 1): sum = Σ w_j e_j; mean = Σ w_j e_j / Σ w_j;
 // sqrtn = Σ w_j e_j / sqrt(Σ w_j²). An empty example or a zero divisor gives zeros.
 // The field's CSR must be valid (offsets[0] == 0, non-decreasing, back() == ids.size()).
+// weighted = false ignores field.values (every w_j = 1).
 void EmbeddingBagForward(const SparseField& field, std::span<const int64_t> local,
                          std::span<const float> table, int64_t dim, Combiner combiner,
-                         float* out, int64_t stride);
+                         float* out, int64_t stride, bool weighted = true);
 
 // Accumulates (+=) the gradient of the pooled output into dtable [n_rows * dim]:
 // dtable[local_j] += (w_j / divisor_i) * dout[i * stride, +dim). Duplicate ids add up.
 void EmbeddingBagBackward(const SparseField& field, std::span<const int64_t> local,
                           int64_t dim, Combiner combiner, const float* dout, int64_t stride,
-                          std::span<float> dtable);
+                          std::span<float> dtable, bool weighted = true);
 
 // 1 / divisor of the combiner for one example (1 for sum; 0 when the divisor is 0).
-float CombinerScale(const SparseField& field, int64_t example, Combiner combiner);
+float CombinerScale(const SparseField& field, int64_t example, Combiner combiner,
+                    bool weighted = true);
+bool ParseCombiner(std::string_view name, Combiner* out);
 
 struct LossOutput {
   double loss_sum = 0;
@@ -87,6 +104,11 @@ LossOutput SoftmaxCrossEntropy(std::span<const float> logits, std::span<const fl
 LossOutput SigmoidCrossEntropy(std::span<const float> logits, std::span<const float> labels,
                                int64_t batch, std::span<float> dlogits,
                                std::span<float> probs);
+
+// Squared error over predictions [batch] and labels [batch]: loss (p - y)^2 per example,
+// dpred = 2 (p - y) / batch; probs (if non-empty) receives the predictions. correct stays 0.
+LossOutput MeanSquaredError(std::span<const float> pred, std::span<const float> labels,
+                            int64_t batch, std::span<float> dpred, std::span<float> probs);
 
 // Numerically stable sigmoid.
 inline float Sigmoid(float z) {

@@ -4,7 +4,7 @@
 #include <map>
 #include <utility>
 
-#include "libps/model/models.h"
+#include "libps/model/graph.h"
 
 namespace ps::model {
 
@@ -22,6 +22,95 @@ int64_t VariableDef::row_elements() const {
 
 namespace {
 
+struct EmbeddingTableSpec {
+  std::string name;  // variable "<name>/embeddings"
+  int64_t vocab = 0;
+  int64_t dim = 0;
+  InitSpec init{InitKind::kUniform, -0.05, 0.05};  // Keras Embedding
+  bool lazy = false;
+};
+
+struct EmbeddingFieldSpec {
+  int table = 0;  // index into EmbeddingMlpSpec::tables
+  Combiner combiner = Combiner::kMean;
+};
+
+// mlp and embedding_mlp (mlp: no tables or fields, dense_dim = input_dim).
+struct EmbeddingMlpSpec {
+  std::vector<EmbeddingTableSpec> tables;
+  std::vector<EmbeddingFieldSpec> fields;  // field i reads batch.sparse[i]
+  int64_t dense_dim = 0;
+  std::vector<int64_t> hidden;
+  Activation activation = Activation::kRelu;
+  int64_t classes = 1;  // 1: sigmoid BCE; >= 2: softmax CE
+};
+
+Json Output(const std::string& layer, int64_t classes) {
+  return Json::array({{{"layer", layer}, {"loss", classes == 1 ? "sigmoid_cross_entropy" : "softmax_cross_entropy"}}});
+}
+
+// The graph an mlp / embedding_mlp stands for: field i -> embedding layer "pool_<i>"
+// (tables in order of first use), concatenated in field order with the dense features,
+// then "dense_<l>" layers; the last one is the linear output layer.
+Json EmbeddingMlpGraph(const EmbeddingMlpSpec& spec) {
+  Json inputs = Json::array();
+  Json layers = Json::array();
+  Json pieces = Json::array();
+  std::vector<bool> declared(spec.tables.size(), false);
+  for (size_t f = 0; f < spec.fields.size(); ++f) {
+    const std::string field = "field_" + std::to_string(f);
+    inputs.push_back({{"name", field}, {"type", "sparse"}, {"field", f}});
+    const EmbeddingFieldSpec& fs = spec.fields[f];
+    const EmbeddingTableSpec& t = spec.tables[static_cast<size_t>(fs.table)];
+    Json layer = {{"name", "pool_" + std::to_string(f)}, {"type", "embedding"}, {"inputs", {field}},
+                  {"table", t.name}, {"combiner", CombinerName(fs.combiner)}};
+    if (!declared[static_cast<size_t>(fs.table)]) {
+      declared[static_cast<size_t>(fs.table)] = true;
+      layer["vocab"] = t.vocab;
+      layer["dim"] = t.dim;
+      layer["init"] = InitToJson(t.init);
+      layer["lazy"] = t.lazy;
+    }
+    pieces.push_back(layer["name"]);
+    layers.push_back(std::move(layer));
+  }
+  if (spec.dense_dim > 0) {
+    inputs.push_back({{"name", "features"}, {"type", "dense"}, {"dim", spec.dense_dim}});
+    pieces.push_back("features");
+  }
+  Json x = pieces[0];
+  if (pieces.size() > 1) {
+    layers.push_back({{"name", "concat"}, {"type", "concat"}, {"inputs", pieces}});
+    x = "concat";
+  }
+  for (size_t l = 0; l <= spec.hidden.size(); ++l) {
+    const bool last = l == spec.hidden.size();
+    const std::string name = "dense_" + std::to_string(l);
+    layers.push_back({{"name", name}, {"type", "dense"}, {"inputs", {x}},
+                      {"units", last ? spec.classes : spec.hidden[l]},
+                      {"activation", last ? "linear" : ActivationName(spec.activation)}});
+    x = name;
+  }
+  return {{"type", "graph"}, {"inputs", inputs}, {"layers", layers}, {"outputs", Output(x, spec.classes)}};
+}
+
+// logistic_regression: one linear layer "linear" over every field.
+Json LogisticRegressionGraph(int64_t num_features, int64_t num_fields, bool lazy) {
+  Json inputs = Json::array();
+  Json fields = Json::array();
+  for (int64_t f = 0; f < num_fields; ++f) {
+    inputs.push_back({{"name", "field_" + std::to_string(f)}, {"type", "sparse"}, {"field", f}});
+    fields.push_back("field_" + std::to_string(f));
+  }
+  Json linear = {{"name", "linear"}, {"type", "linear"}, {"inputs", fields}, {"vocab", num_features}, {"lazy", lazy}};
+  return {{"type", "graph"}, {"inputs", inputs}, {"layers", Json::array({linear})}, {"outputs", Output("linear", 1)}};
+}
+
+Result<std::unique_ptr<Model>> BuildGraph(const Json& graph, const std::string& path) {
+  PS_ASSIGN_OR_RETURN(GraphPlan plan, BuildGraphPlan(graph, path));
+  return MakeGraphModel(std::move(plan));
+}
+
 constexpr int64_t kMaxWidth = int64_t{1} << 24;
 constexpr int64_t kMaxDim = int64_t{1} << 16;
 constexpr int64_t kMaxRows = int64_t{1} << 40;
@@ -37,30 +126,25 @@ Status CheckRange(const std::string& path, int64_t v, int64_t lo, int64_t hi) {
   return Status::Ok();
 }
 
+// The shorthands keep their four activations (gelu is a graph feature).
 Status ReadActivation(JsonReader& r, Activation* out) {
   std::string name = "relu";
   PS_RETURN_IF_ERROR(r.GetOr("activation", &name));
-  for (Activation a : {Activation::kRelu, Activation::kTanh, Activation::kSigmoid, Activation::kLinear}) {
-    if (name == ActivationName(a)) {
-      *out = a;
-      return Status::Ok();
-    }
+  if (!ParseActivation(name, out) || *out == Activation::kGelu) {
+    return InvalidArgument(r.Path("activation") + ": unknown activation \"" + name +
+                           "\" (expected relu, tanh, sigmoid or linear)");
   }
-  return InvalidArgument(r.Path("activation") + ": unknown activation \"" + name +
-                         "\" (expected relu, tanh, sigmoid or linear)");
+  return Status::Ok();
 }
 
 Status ReadCombiner(JsonReader& r, Combiner* out) {
   std::string name = "mean";
   PS_RETURN_IF_ERROR(r.GetOr("combiner", &name));
-  for (Combiner c : {Combiner::kMean, Combiner::kSum, Combiner::kSqrtN}) {
-    if (name == CombinerName(c)) {
-      *out = c;
-      return Status::Ok();
-    }
+  if (!ParseCombiner(name, out)) {
+    return InvalidArgument(r.Path("combiner") + ": unknown combiner \"" + name +
+                           "\" (expected mean, sum or sqrtn)");
   }
-  return InvalidArgument(r.Path("combiner") + ": unknown combiner \"" + name +
-                         "\" (expected mean, sum or sqrtn)");
+  return Status::Ok();
 }
 
 // hidden, activation, classes: shared by mlp and embedding_mlp.
@@ -81,7 +165,7 @@ Result<std::unique_ptr<Model>> BuildMlp(JsonReader& r) {
   PS_RETURN_IF_ERROR(CheckRange(r.Path("input_dim"), spec.dense_dim, 1, kMaxWidth));
   PS_RETURN_IF_ERROR(ReadHead(r, &spec));
   PS_RETURN_IF_ERROR(r.Finish());
-  return MakeEmbeddingMlp(std::move(spec));
+  return BuildGraph(EmbeddingMlpGraph(spec), r.path());
 }
 
 Result<std::unique_ptr<Model>> BuildEmbeddingMlp(JsonReader& r) {
@@ -153,18 +237,20 @@ Result<std::unique_ptr<Model>> BuildEmbeddingMlp(JsonReader& r) {
   }
   PS_RETURN_IF_ERROR(ReadHead(r, &spec));
   PS_RETURN_IF_ERROR(r.Finish());
-  return MakeEmbeddingMlp(std::move(spec));
+  return BuildGraph(EmbeddingMlpGraph(spec), r.path());
 }
 
 Result<std::unique_ptr<Model>> BuildLogisticRegression(JsonReader& r) {
-  LogisticRegressionSpec spec;
-  PS_RETURN_IF_ERROR(r.Get("num_features", &spec.num_features));
-  PS_RETURN_IF_ERROR(CheckRange(r.Path("num_features"), spec.num_features, 1, kMaxRows));
-  PS_RETURN_IF_ERROR(r.GetOr("num_fields", &spec.num_fields));
-  PS_RETURN_IF_ERROR(CheckRange(r.Path("num_fields"), spec.num_fields, 1, 1 << 16));
-  PS_RETURN_IF_ERROR(r.GetOr("lazy", &spec.lazy));
+  int64_t num_features = 0;
+  int64_t num_fields = 1;
+  bool lazy = false;
+  PS_RETURN_IF_ERROR(r.Get("num_features", &num_features));
+  PS_RETURN_IF_ERROR(CheckRange(r.Path("num_features"), num_features, 1, kMaxRows));
+  PS_RETURN_IF_ERROR(r.GetOr("num_fields", &num_fields));
+  PS_RETURN_IF_ERROR(CheckRange(r.Path("num_fields"), num_fields, 1, 1 << 16));
+  PS_RETURN_IF_ERROR(r.GetOr("lazy", &lazy));
   PS_RETURN_IF_ERROR(r.Finish());
-  return MakeLogisticRegression(spec);
+  return BuildGraph(LogisticRegressionGraph(num_features, num_fields, lazy), r.path());
 }
 
 }  // namespace
@@ -177,8 +263,9 @@ Result<std::unique_ptr<Model>> BuildModel(const Json& config, std::string path) 
   if (type == "mlp") return BuildMlp(r);
   if (type == "embedding_mlp") return BuildEmbeddingMlp(r);
   if (type == "logistic_regression") return BuildLogisticRegression(r);
+  if (type == "graph") return BuildGraph(config, r.path());
   return InvalidArgument(r.Path("type") + ": unknown model type \"" + type +
-                         "\" (expected mlp, embedding_mlp or logistic_regression)");
+                         "\" (expected graph, mlp, embedding_mlp or logistic_regression)");
 }
 
 }  // namespace ps::model

@@ -13,6 +13,10 @@
 // Model config (the "model" object of a job file), read strictly by BuildModel:
 // unknown keys and out-of-range values are errors naming the key.
 //
+// {"type": "graph", "inputs": [...], "layers": [...], "outputs": [...]}  any model as
+//   a layer graph (graph.h; configs/README.md documents every key). The three types
+//   below are shorthands that BuildModel writes as graphs and builds the same way.
+//
 // Output rule, all types: "classes": 1 means binary — one logit, sigmoid
 // cross-entropy, labels 0/1 (any value in [0, 1] is accepted as a soft label);
 // "classes" >= 2 means softmax cross-entropy over that many logits, labels are class
@@ -124,9 +128,31 @@ struct Grads {
 };
 
 struct StepOutput {
-  double loss_sum = 0;   // per-example loss summed over the batch
+  // Per-example loss summed over the batch; with several heads the weighted sum
+  // Σ_h weight_h * loss_h (the objective whose mean is differentiated).
+  double loss_sum = 0;
   int64_t examples = 0;
-  int64_t correct = 0;   // see the output rule above
+  int64_t correct = 0;   // see the output rule above; the first head's
+};
+
+enum class LossKind { kSoftmaxCrossEntropy, kSigmoidCrossEntropy, kMeanSquaredError };
+const char* LossKindName(LossKind k);  // "softmax_cross_entropy", ...
+
+// One output of a model with its loss (a "head"). outputs: classes for softmax, else 1.
+struct HeadInfo {
+  std::string name;
+  LossKind loss = LossKind::kSigmoidCrossEntropy;
+  int64_t outputs = 1;
+  double weight = 1.0;  // loss weight
+};
+
+// A head's part of Forward's result.
+struct HeadEval {
+  double loss_sum = 0;  // unweighted; 0 without labels
+  int64_t correct = 0;  // 0 for mean squared error
+  // [examples * outputs]: softmax / sigmoid probabilities, or the regression output.
+  std::vector<float> predictions;
+  std::vector<float> labels;  // [examples] when labelled, else empty
 };
 
 struct EvalOutput {
@@ -136,8 +162,9 @@ struct EvalOutput {
   std::vector<float> probabilities;  // [examples * outputs], row-major
   // Only when the batch has labels (labels.size() == size); otherwise 0.
   bool has_labels = false;
-  double loss_sum = 0;
+  double loss_sum = 0;   // as StepOutput::loss_sum
   int64_t correct = 0;
+  std::vector<HeadEval> heads;  // [model.heads().size()]; heads[0].predictions == probabilities
 };
 
 class Model {
@@ -145,8 +172,10 @@ class Model {
   virtual ~Model() = default;
 
   const std::vector<VariableDef>& variables() const { return variables_; }
-  // 1 for binary models, else the number of classes.
+  // The first head's outputs: 1 for binary (and regression) models, else the number of
+  // classes.
   int64_t outputs() const { return outputs_; }
+  const std::vector<HeadInfo>& heads() const { return heads_; }
 
   // For each sparse variable, the sorted unique row ids the batch touches; dense
   // variables get an empty vector. rows_per_var is resized to variables().size() and
@@ -167,6 +196,7 @@ class Model {
   Model() = default;
   std::vector<VariableDef> variables_;
   int64_t outputs_ = 1;
+  std::vector<HeadInfo> heads_;
 };
 
 // Builds a model from its config; `path` names the config in errors ("job.model").

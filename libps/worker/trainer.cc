@@ -397,31 +397,6 @@ Status Trainer::Pipeline(int64_t first_step, int count, StepStats* stats) {
   return Status::Ok();
 }
 
-double Auc(std::span<const float> scores, std::span<const float> labels) {
-  std::vector<size_t> order(scores.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return scores[a] < scores[b]; });
-  // Mann-Whitney U: sum of the positives' ranks (ties get their average rank).
-  double rank_sum = 0;
-  int64_t positives = 0;
-  for (size_t i = 0; i < order.size();) {
-    size_t j = i;
-    while (j < order.size() && scores[order[j]] == scores[order[i]]) ++j;
-    double avg_rank = (static_cast<double>(i) + static_cast<double>(j - 1)) / 2.0 + 1.0;
-    for (size_t k = i; k < j; ++k) {
-      if (labels[order[k]] > 0.5f) {
-        rank_sum += avg_rank;
-        ++positives;
-      }
-    }
-    i = j;
-  }
-  int64_t negatives = static_cast<int64_t>(scores.size()) - positives;
-  if (positives == 0 || negatives == 0) return -1;
-  double p = static_cast<double>(positives), n = static_cast<double>(negatives);
-  return (rank_sum - p * (p + 1) / 2) / (p * n);
-}
-
 Result<EvalMetrics> Evaluate(const job::JobSpec& job, const Json& config, model::Model& model, ParamFetcher& fetcher) {
   data::DatasetOptions opts;
   opts.base_dir = job.base_dir;
@@ -430,9 +405,7 @@ Result<EvalMetrics> Evaluate(const job::JobSpec& job, const Json& config, model:
   PS_ASSIGN_OR_RETURN(auto dataset, data::OpenDataset(config, "job.eval_data", opts));
   EvalMetrics m;
   double loss_sum = 0;
-  int64_t correct = 0;
-  std::vector<float> scores, labels;
-  const bool binary = model.outputs() == 1;
+  model::HeadMetrics heads(model.heads());
   for (;;) {
     PS_ASSIGN_OR_RETURN(model::Batch batch, dataset->Next(std::max<int64_t>(job.batch_size, 256)));
     if (batch.size == 0) break;
@@ -441,16 +414,14 @@ Result<EvalMetrics> Evaluate(const job::JobSpec& job, const Json& config, model:
     if (!out.has_labels) return InvalidArgument("job.eval_data: the data has no labels");
     m.examples += out.examples;
     loss_sum += out.loss_sum;
-    correct += out.correct;
-    if (binary) {
-      scores.insert(scores.end(), out.probabilities.begin(), out.probabilities.end());
-      labels.insert(labels.end(), batch.labels.begin(), batch.labels.end());
-    }
+    heads.Add(out);
   }
   if (m.examples == 0) return InvalidArgument("job.eval_data: no examples");
   m.loss = loss_sum / static_cast<double>(m.examples);
-  m.accuracy = static_cast<double>(correct) / static_cast<double>(m.examples);
-  if (binary) m.auc = Auc(scores, labels);
+  const std::vector<model::HeadFigures> figures = heads.Finish();
+  m.accuracy = figures[0].accuracy.value_or(0.0);
+  m.auc = figures[0].auc.value_or(-1.0);
+  if (figures.size() > 1) m.heads = model::HeadMetrics::ToJson(figures);
   return m;
 }
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "libps/data/dataset.h"
+#include "libps/model/metrics.h"
 #include "libps/model/model.h"
 #include "libps/net/transport.h"
 #include "libps/server/store.h"
@@ -160,15 +161,15 @@ struct EvalMetrics {
   int64_t examples = 0;
   double loss = 0;       // mean
   double accuracy = 0;
-  double auc = -1;       // binary models only; -1 otherwise
+  double auc = -1;       // the first head's, sigmoid heads only; -1 otherwise
+  Json heads;            // models with several heads: model::HeadMetrics::ToJson; else null
 };
+
+// Area under the ROC curve (libps/model/metrics.h).
+using model::Auc;
 
 // One pass over `config` (the job's eval_data) with the parameters behind `fetcher`.
 Result<EvalMetrics> Evaluate(const job::JobSpec& job, const Json& config, model::Model& model, ParamFetcher& fetcher);
-
-// Area under the ROC curve of `scores` for 0/1 `labels` (ties count half); -1 when one
-// class is absent.
-double Auc(std::span<const float> scores, std::span<const float> labels);
 
 // Builds model, dataset shard and plan for a worker of `num_workers`, ready to train.
 Result<std::unique_ptr<Trainer>> MakeTrainer(const job::JobSpec& job, int worker_index, int num_workers,

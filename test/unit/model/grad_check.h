@@ -7,10 +7,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <memory>
+#include <random>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "libps/core/json.h"
 #include "libps/model/initializer.h"
 #include "libps/model/model.h"
 
@@ -18,6 +21,56 @@ namespace model_test {
 
 using ps::model::Batch;
 using ps::model::Model;
+
+// Builds a model from JSON text; fails the test on an error.
+inline std::unique_ptr<Model> Build(const std::string& text) {
+  auto j = ps::ParseJson(text, "test");
+  REQUIRE(j.ok());
+  auto m = ps::model::BuildModel(*j, "job.model");
+  INFO(m.status().ToString());
+  REQUIRE(m.ok());
+  return std::move(m).value();
+}
+
+// The message of the InvalidArgument that building JSON text must fail with.
+inline std::string BuildError(const std::string& text) {
+  auto j = ps::ParseJson(text, "test");
+  REQUIRE(j.ok());
+  auto m = ps::model::BuildModel(*j, "job.model");
+  REQUIRE_FALSE(m.ok());
+  CHECK(m.status().code() == ps::Code::kInvalidArgument);
+  return m.status().message();
+}
+
+// A batch with `fields` sparse fields (ids in [0, vocab), 0..3 per example, duplicates
+// likely), optional weights, dense features and labels for `classes`.
+inline Batch RandomBatch(int64_t size, std::vector<int64_t> vocab, int64_t dense_dim, int64_t classes,
+                         bool weighted, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  Batch b;
+  b.size = size;
+  b.dense_dim = dense_dim;
+  for (int64_t i = 0; i < size * dense_dim; ++i) b.dense.push_back(u(rng));
+  for (int64_t v : vocab) {
+    ps::model::SparseField f;
+    f.offsets.push_back(0);
+    for (int64_t i = 0; i < size; ++i) {
+      const int64_t n = std::uniform_int_distribution<int64_t>(i == 0 ? 1 : 0, 3)(rng);
+      for (int64_t j = 0; j < n; ++j) {
+        f.ids.push_back(std::uniform_int_distribution<int64_t>(0, v - 1)(rng));
+        if (weighted) f.values.push_back(0.5f + std::fabs(u(rng)));
+      }
+      f.offsets.push_back(static_cast<int64_t>(f.ids.size()));
+    }
+    b.sparse.push_back(std::move(f));
+  }
+  for (int64_t i = 0; i < size; ++i) {
+    b.labels.push_back(classes == 1 ? static_cast<float>(rng() % 2)
+                                    : static_cast<float>(rng() % static_cast<uint32_t>(classes)));
+  }
+  return b;
+}
 
 // Full values of every variable, as a ps would hold them.
 struct Store {

@@ -13,58 +13,10 @@ using namespace ps::model;
 using model_test::CheckGradients;
 using model_test::Pulled;
 using model_test::Store;
+using model_test::Build;
+using model_test::BuildError;
+using model_test::RandomBatch;
 
-namespace {
-
-std::unique_ptr<Model> Build(const std::string& text) {
-  auto j = ps::ParseJson(text, "test");
-  REQUIRE(j.ok());
-  auto m = BuildModel(*j, "job.model");
-  INFO(m.status().ToString());
-  REQUIRE(m.ok());
-  return std::move(m).value();
-}
-
-std::string BuildError(const std::string& text) {
-  auto j = ps::ParseJson(text, "test");
-  REQUIRE(j.ok());
-  auto m = BuildModel(*j, "job.model");
-  REQUIRE_FALSE(m.ok());
-  CHECK(m.status().code() == ps::Code::kInvalidArgument);
-  return m.status().message();
-}
-
-// A batch with `fields` sparse fields (ids in [0, vocab), 0..3 per example, duplicates
-// likely), optional weights, dense features and labels for `classes`.
-Batch RandomBatch(int64_t size, std::vector<int64_t> vocab, int64_t dense_dim, int64_t classes,
-                  bool weighted, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  Batch b;
-  b.size = size;
-  b.dense_dim = dense_dim;
-  for (int64_t i = 0; i < size * dense_dim; ++i) b.dense.push_back(u(rng));
-  for (int64_t v : vocab) {
-    SparseField f;
-    f.offsets.push_back(0);
-    for (int64_t i = 0; i < size; ++i) {
-      const int64_t n = std::uniform_int_distribution<int64_t>(i == 0 ? 1 : 0, 3)(rng);
-      for (int64_t j = 0; j < n; ++j) {
-        f.ids.push_back(std::uniform_int_distribution<int64_t>(0, v - 1)(rng));
-        if (weighted) f.values.push_back(0.5f + std::fabs(u(rng)));
-      }
-      f.offsets.push_back(static_cast<int64_t>(f.ids.size()));
-    }
-    b.sparse.push_back(std::move(f));
-  }
-  for (int64_t i = 0; i < size; ++i) {
-    b.labels.push_back(classes == 1 ? static_cast<float>(rng() % 2)
-                                    : static_cast<float>(rng() % static_cast<uint32_t>(classes)));
-  }
-  return b;
-}
-
-}  // namespace
 
 TEST_CASE("mlp variables follow Keras names, shapes and initializers") {
   auto m = Build(R"({"type":"mlp","input_dim":784,"hidden":[256,128],"activation":"relu","classes":10})");
@@ -333,7 +285,7 @@ TEST_CASE("BuildModel rejects bad configs naming the key") {
   CHECK(BuildError(R"({"type":"mlp","input_dim":4,"classes":"two"})") ==
         "job.model.classes: expected an integer, got string");
   CHECK(BuildError(R"({"type":"cnn"})") ==
-        "job.model.type: unknown model type \"cnn\" (expected mlp, embedding_mlp or logistic_regression)");
+        "job.model.type: unknown model type \"cnn\" (expected graph, mlp, embedding_mlp or logistic_regression)");
   CHECK(BuildError(R"({"input_dim":4})") == "job.model.type: required key is missing");
   CHECK(BuildError(R"([1, 2])") == "job.model: must be a JSON object");
 

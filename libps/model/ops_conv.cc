@@ -1,0 +1,327 @@
+// Vision layers over images [height, width, channels] (channels last, as Keras):
+// conv2d (im2col + one sgemm over the whole batch), max_pool2d, avg_pool2d.
+//
+// Output size and padding follow TensorFlow: "valid": out = floor((in - k) / s) + 1
+// (in >= k required); "same": out = ceil(in / s), padding max((out - 1) * s + k - in, 0)
+// split with the smaller half before (top/left). avg_pool2d divides by the number of
+// window elements inside the image (padding excluded), as TensorFlow does.
+#include <algorithm>
+#include <utility>
+
+#include "libps/model/blas.h"
+#include "libps/model/ops.h"
+
+namespace ps::model {
+namespace {
+
+// One spatial axis of a window sliding over an image.
+struct Axis {
+  int64_t in = 0, k = 0, stride = 1, out = 0, pad = 0;  // pad: before the first element
+};
+
+Status MakeAxis(int64_t in, int64_t k, int64_t stride, bool same, const std::string& where, Axis* a) {
+  a->in = in;
+  a->k = k;
+  a->stride = stride;
+  if (same) {
+    a->out = (in + stride - 1) / stride;
+    a->pad = std::max<int64_t>((a->out - 1) * stride + k - in, 0) / 2;
+  } else {
+    if (in < k) {
+      return InvalidArgument(where + ": window " + std::to_string(k) + " is larger than the input's " +
+                             std::to_string(in) + " with padding \"valid\"");
+    }
+    a->out = (in - k) / stride + 1;
+    a->pad = 0;
+  }
+  return Status::Ok();
+}
+
+// Geometry shared by conv2d and the pools.
+struct Window {
+  Axis h, w;
+  int64_t c = 0;  // input channels
+};
+
+// im2col of one batch: cols [batch * out_h * out_w, k_h * k_w * c], column (ki, kj, ch) in
+// that order (the layout of a [k_h, k_w, c, filters] kernel); padding reads as 0.
+void Im2Col(const Window& g, int64_t batch, const float* x, float* cols) {
+  const int64_t kcols = g.h.k * g.w.k * g.c;
+  for (int64_t e = 0; e < batch; ++e) {
+    const float* img = x + e * g.h.in * g.w.in * g.c;
+    for (int64_t oh = 0; oh < g.h.out; ++oh) {
+      for (int64_t ow = 0; ow < g.w.out; ++ow) {
+        float* row = cols + ((e * g.h.out + oh) * g.w.out + ow) * kcols;
+        for (int64_t ki = 0; ki < g.h.k; ++ki) {
+          const int64_t ih = oh * g.h.stride - g.h.pad + ki;
+          for (int64_t kj = 0; kj < g.w.k; ++kj) {
+            const int64_t iw = ow * g.w.stride - g.w.pad + kj;
+            float* dst = row + (ki * g.w.k + kj) * g.c;
+            if (ih < 0 || ih >= g.h.in || iw < 0 || iw >= g.w.in) {
+              std::fill_n(dst, g.c, 0.0f);
+            } else {
+              std::copy_n(img + (ih * g.w.in + iw) * g.c, g.c, dst);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The adjoint of Im2Col: adds each column entry back to the input element it came from.
+void Col2ImAdd(const Window& g, int64_t batch, const float* cols, float* dx) {
+  const int64_t kcols = g.h.k * g.w.k * g.c;
+  for (int64_t e = 0; e < batch; ++e) {
+    float* img = dx + e * g.h.in * g.w.in * g.c;
+    for (int64_t oh = 0; oh < g.h.out; ++oh) {
+      for (int64_t ow = 0; ow < g.w.out; ++ow) {
+        const float* row = cols + ((e * g.h.out + oh) * g.w.out + ow) * kcols;
+        for (int64_t ki = 0; ki < g.h.k; ++ki) {
+          const int64_t ih = oh * g.h.stride - g.h.pad + ki;
+          if (ih < 0 || ih >= g.h.in) continue;
+          for (int64_t kj = 0; kj < g.w.k; ++kj) {
+            const int64_t iw = ow * g.w.stride - g.w.pad + kj;
+            if (iw < 0 || iw >= g.w.in) continue;
+            const float* src = row + (ki * g.w.k + kj) * g.c;
+            float* dst = img + (ih * g.w.in + iw) * g.c;
+            for (int64_t ch = 0; ch < g.c; ++ch) dst[ch] += src[ch];
+          }
+        }
+      }
+    }
+  }
+}
+
+// conv2d: y = act(im2col(x) · kernel + bias), kernel [k_h, k_w, c, filters].
+class Conv2dOp final : public Op {
+ public:
+  Conv2dOp(Window g, int64_t filters, Activation act, size_t kernel, size_t bias)
+      : g_(g), f_(filters), act_(act), kernel_(kernel), bias_(bias) {
+    SetShape({g_.h.out, g_.w.out, filters});
+    has_variables_ = true;
+  }
+  Result<std::span<const float>> Forward(const OpContext& ctx, std::span<const std::span<const float>> in) override {
+    const int64_t rows = ctx.batch_size * g_.h.out * g_.w.out;
+    const int64_t k = g_.h.k * g_.w.k * g_.c;
+    cols_.resize(static_cast<size_t>(rows * k));
+    Im2Col(g_, ctx.batch_size, in[0].data(), cols_.data());
+    y_.resize(static_cast<size_t>(rows * f_));
+    Gemm(Trans::kNo, Trans::kNo, rows, f_, k, 1.0f, cols_.data(), k, ctx.params->values[kernel_].data(), f_, 0.0f,
+         y_.data(), f_);
+    // One pass: + bias, then the activation (keeping the pre-activation for gelu).
+    std::span<const float> bias = ctx.params->values[bias_];
+    const bool keep_z = ActivationNeedsInput(act_);
+    if (keep_z) z_.resize(y_.size());
+    for (int64_t r = 0; r < rows; ++r) {
+      float* y = y_.data() + r * f_;
+      for (int64_t j = 0; j < f_; ++j) y[j] += bias[j];
+      if (keep_z) std::copy_n(y, f_, z_.data() + r * f_);
+      ApplyActivation(act_, y, y, f_);
+    }
+    return std::span<const float>(y_);
+  }
+  void Backward(const OpContext& ctx, std::span<const std::span<const float>>, std::span<float> dout,
+                std::span<const std::span<float>> din) override {
+    const int64_t rows = ctx.batch_size * g_.h.out * g_.w.out;
+    const int64_t k = g_.h.k * g_.w.k * g_.c;
+    // One pass: the activation's derivative, then the bias gradient (column sums).
+    std::span<float> db = ctx.grads->values[bias_];
+    std::fill(db.begin(), db.end(), 0.0f);
+    for (int64_t r = 0; r < rows; ++r) {
+      float* d = dout.data() + r * f_;
+      ActivationBackward(act_, z_.empty() ? nullptr : z_.data() + r * f_, y_.data() + r * f_, d, f_);
+      for (int64_t j = 0; j < f_; ++j) db[j] += d[j];
+    }
+    Gemm(Trans::kYes, Trans::kNo, k, f_, rows, 1.0f, cols_.data(), k, dout.data(), f_, 0.0f,
+         ctx.grads->values[kernel_].data(), f_);
+    if (din[0].empty()) return;
+    // The columns are no longer needed: reuse them for d(loss)/d(cols).
+    Gemm(Trans::kNo, Trans::kYes, rows, k, f_, 1.0f, dout.data(), f_, ctx.params->values[kernel_].data(), f_, 0.0f,
+         cols_.data(), k);
+    Col2ImAdd(g_, ctx.batch_size, cols_.data(), din[0].data());
+  }
+
+ private:
+  Window g_;
+  int64_t f_;
+  Activation act_;
+  size_t kernel_, bias_;
+  std::vector<float> cols_;  // [batch * out_h * out_w, k_h * k_w * c]
+  std::vector<float> y_;     // [batch * out_h * out_w, filters]
+  std::vector<float> z_;     // pre-activation, gelu only
+};
+
+// max_pool2d / avg_pool2d per channel.
+class Pool2dOp final : public Op {
+ public:
+  Pool2dOp(Window g, bool max) : g_(g), max_(max) { SetShape({g_.h.out, g_.w.out, g_.c}); }
+  Result<std::span<const float>> Forward(const OpContext& ctx, std::span<const std::span<const float>> in) override {
+    const int64_t c = g_.c, in_size = g_.h.in * g_.w.in * c;
+    y_.resize(static_cast<size_t>(ctx.batch_size * size_));
+    if (max_) arg_.resize(y_.size());
+    for (int64_t e = 0; e < ctx.batch_size; ++e) {
+      const float* img = in[0].data() + e * in_size;
+      for (int64_t oh = 0; oh < g_.h.out; ++oh) {
+        for (int64_t ow = 0; ow < g_.w.out; ++ow) {
+          const int64_t o = ((e * g_.h.out + oh) * g_.w.out + ow) * c;
+          float* y = y_.data() + o;
+          bool first = true;
+          int64_t count = 0;
+          ForWindow(oh, ow, [&](int64_t pos) {
+            const float* v = img + pos;
+            ++count;
+            if (first) {
+              first = false;
+              std::copy_n(v, c, y);
+              if (max_) {
+                for (int64_t ch = 0; ch < c; ++ch) arg_[o + ch] = static_cast<int32_t>(pos + ch);
+              }
+            } else if (max_) {
+              // Branch-free (random data defeats the branch predictor) and vectorizable.
+              int32_t* a = arg_.data() + o;
+              const auto p = static_cast<int32_t>(pos);
+              for (int64_t ch = 0; ch < c; ++ch) {
+                const bool gt = v[ch] > y[ch];
+                y[ch] = gt ? v[ch] : y[ch];
+                a[ch] = gt ? p + static_cast<int32_t>(ch) : a[ch];
+              }
+            } else {
+              for (int64_t ch = 0; ch < c; ++ch) y[ch] += v[ch];
+            }
+          });
+          if (!max_) {
+            const float inv = 1.0f / static_cast<float>(count);
+            for (int64_t ch = 0; ch < c; ++ch) y[ch] *= inv;
+          }
+        }
+      }
+    }
+    return std::span<const float>(y_);
+  }
+  void Backward(const OpContext& ctx, std::span<const std::span<const float>>, std::span<float> dout,
+                std::span<const std::span<float>> din) override {
+    if (din[0].empty()) return;
+    const int64_t c = g_.c, in_size = g_.h.in * g_.w.in * c;
+    for (int64_t e = 0; e < ctx.batch_size; ++e) {
+      float* dx = din[0].data() + e * in_size;
+      for (int64_t oh = 0; oh < g_.h.out; ++oh) {
+        for (int64_t ow = 0; ow < g_.w.out; ++ow) {
+          const int64_t o = ((e * g_.h.out + oh) * g_.w.out + ow) * c;
+          const float* g = dout.data() + o;
+          if (max_) {
+            for (int64_t ch = 0; ch < c; ++ch) dx[arg_[o + ch]] += g[ch];
+            continue;
+          }
+          int64_t count = 0;
+          ForWindow(oh, ow, [&](int64_t) { ++count; });
+          const float inv = 1.0f / static_cast<float>(count);
+          ForWindow(oh, ow, [&](int64_t pos) {
+            for (int64_t ch = 0; ch < c; ++ch) dx[pos + ch] += g[ch] * inv;
+          });
+        }
+      }
+    }
+  }
+
+ private:
+  // Calls fn(offset of channel 0 of the pixel) for each window pixel inside the image.
+  template <typename Fn>
+  void ForWindow(int64_t oh, int64_t ow, Fn&& fn) const {
+    for (int64_t ki = 0; ki < g_.h.k; ++ki) {
+      const int64_t ih = oh * g_.h.stride - g_.h.pad + ki;
+      if (ih < 0 || ih >= g_.h.in) continue;
+      for (int64_t kj = 0; kj < g_.w.k; ++kj) {
+        const int64_t iw = ow * g_.w.stride - g_.w.pad + kj;
+        if (iw < 0 || iw >= g_.w.in) continue;
+        fn((ih * g_.w.in + iw) * g_.c);
+      }
+    }
+  }
+
+  Window g_;
+  bool max_;
+  std::vector<float> y_;
+  std::vector<int32_t> arg_;  // max: [batch * size] input offset (within the example, < 2^24) of the max
+};
+
+// An int or a pair of ints at key (Keras' kernel_size / strides / pool_size forms).
+Status ReadPair(JsonReader& r, const char* key, bool required, int64_t def, int64_t out[2]) {
+  const Json* j = r.Find(key);
+  if (j == nullptr) {
+    if (required) return InvalidArgument(r.Path(key) + ": required key is missing");
+    out[0] = out[1] = def;
+    return Status::Ok();
+  }
+  if (j->is_number_integer()) {
+    out[0] = out[1] = j->get<int64_t>();
+  } else if (j->is_array() && j->size() == 2 && (*j)[0].is_number_integer() && (*j)[1].is_number_integer()) {
+    out[0] = (*j)[0].get<int64_t>();
+    out[1] = (*j)[1].get<int64_t>();
+  } else {
+    return InvalidArgument(r.Path(key) + ": expected an integer or [height, width]");
+  }
+  for (int i = 0; i < 2; ++i) {
+    if (out[i] < 1 || out[i] > 4096) {
+      return InvalidArgument(r.Path(key) + ": must be in [1, 4096], got " + std::to_string(out[i]));
+    }
+  }
+  return Status::Ok();
+}
+
+// Reads the window keys and computes the geometry over the (rank 3) input.
+Status ReadWindow(OpBuild& b, const char* size_key, bool size_required, Window* g) {
+  JsonReader& r = *b.config;
+  const Shape& s = b.in_shapes[0];
+  if (s.size() != 3) {
+    return InvalidArgument(b.path + ".inputs[0]: \"" + b.in_names[0] + "\" has shape " + ShapeString(s) +
+                           "; expected an image [height, width, channels]");
+  }
+  int64_t k[2], st[2];
+  PS_RETURN_IF_ERROR(ReadPair(r, size_key, size_required, 2, k));
+  PS_RETURN_IF_ERROR(ReadPair(r, "strides", false, size_required ? 1 : 0, st));
+  if (st[0] == 0) std::copy_n(k, 2, st);  // pools: strides default to the pool size
+  std::string padding = "valid";
+  PS_RETURN_IF_ERROR(r.GetOr("padding", &padding));
+  if (padding != "valid" && padding != "same") {
+    return InvalidArgument(r.Path("padding") + ": unknown padding \"" + padding + "\" (expected valid or same)");
+  }
+  const bool same = padding == "same";
+  PS_RETURN_IF_ERROR(MakeAxis(s[0], k[0], st[0], same, r.Path(size_key), &g->h));
+  PS_RETURN_IF_ERROR(MakeAxis(s[1], k[1], st[1], same, r.Path(size_key), &g->w));
+  g->c = s[2];
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Op>> MakeConv2dOp(OpBuild& b) {
+  PS_RETURN_IF_ERROR(RequireDenseInputs(b, 1, 1));
+  JsonReader& r = *b.config;
+  int64_t filters = 0;
+  PS_RETURN_IF_ERROR(ReadPositive(r, "filters", &filters, true, 65536));
+  Window g;
+  PS_RETURN_IF_ERROR(ReadWindow(b, "kernel_size", true, &g));
+  Activation act = Activation::kLinear;
+  PS_RETURN_IF_ERROR(ReadActivationKey(r, &act));
+  InitSpec init{InitKind::kGlorotUniform};
+  PS_RETURN_IF_ERROR(ReadInitKey(r, "kernel_init", &init));
+  PS_RETURN_IF_ERROR(r.Finish());
+  if (g.h.out * g.w.out * filters > (int64_t{1} << 24)) {
+    return InvalidArgument(b.path + ".filters: output " + ShapeString({g.h.out, g.w.out, filters}) +
+                           " exceeds 2^24 values per example");
+  }
+  PS_ASSIGN_OR_RETURN(size_t kernel, b.vars->Add({b.name + "/kernel", {g.h.k, g.w.k, g.c, filters}, init, false}, b.path));
+  PS_ASSIGN_OR_RETURN(size_t bias, b.vars->Add({b.name + "/bias", {filters}, InitSpec{InitKind::kZeros}, false}, b.path));
+  return std::unique_ptr<Op>(std::make_unique<Conv2dOp>(g, filters, act, kernel, bias));
+}
+
+Result<std::unique_ptr<Op>> MakePool2dOp(OpBuild& b, bool max) {
+  PS_RETURN_IF_ERROR(RequireDenseInputs(b, 1, 1));
+  Window g;
+  PS_RETURN_IF_ERROR(ReadWindow(b, "pool_size", false, &g));
+  PS_RETURN_IF_ERROR(b.config->Finish());
+  return std::unique_ptr<Op>(std::make_unique<Pool2dOp>(g, max));
+}
+
+}  // namespace ps::model
