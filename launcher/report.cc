@@ -2,9 +2,9 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <string>
 
+#include "libps/core/files.h"
 #include "libps/daemon/daemon.h"
 #include "libps/obs/inspect.h"
 #include "libps/obs/report.h"
@@ -22,24 +22,9 @@ int RunReport(const ReportCommand& command) {
   }
   std::string out = command.out.empty() ? (std::filesystem::path(command.model_dir) / obs::kReportFile).string()
                                         : command.out;
-  // Written beside the target and renamed, so a browser never shows a half-written page.
-  std::string tmp = out + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    f << *html;
-    f.close();
-    if (!f) {
-      std::error_code ec;
-      std::filesystem::remove(tmp, ec);
-      PrintErr("pstrain report: " + tmp + ": cannot write");
-      return kExitFailure;
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, out, ec);
-  if (ec) {
-    std::filesystem::remove(tmp, ec);
-    PrintErr("pstrain report: " + out + ": cannot write: " + ec.message());
+  // tmp + fsync + rename: a browser never shows a half-written page.
+  if (Status st = WriteFileAtomic(out, *html); !st.ok()) {
+    PrintErr("pstrain report: " + st.message());
     return kExitFailure;
   }
   std::printf("%s\n", out.c_str());

@@ -26,6 +26,7 @@
 #include "launcher/chief_client.h"
 #include "launcher/local_plan.h"
 #include "launcher/subprocess.h"
+#include "libps/core/text.h"
 #include "libps/daemon/daemon.h"
 
 namespace ps::launcher {
@@ -350,11 +351,7 @@ class Supervisor {
     }
   }
 
-  static std::string Secs(milliseconds ms) {
-    std::ostringstream s;
-    s << static_cast<double>(ms.count()) / 1000.0 << " s";
-    return s.str();
-  }
+  static std::string Secs(milliseconds ms) { return FormatDuration(static_cast<double>(ms.count()) / 1000.0); }
 
   void CheckDeadlines() {
     auto now = Clock::now();

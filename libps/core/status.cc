@@ -40,6 +40,12 @@ void AssertFail(const char* cond, const char* file, int line) {
   std::fprintf(stderr, "pstrain: internal assertion failed: %s at %s:%d\n", cond, file, line);
   std::abort();
 }
+
+void ValueOfError(const Status& status) {
+  std::fprintf(stderr, "pstrain: internal error: value() of a Result holding an error: %s\n",
+               status.ToString().c_str());
+  std::abort();
+}
 }  // namespace internal
 
 }  // namespace ps

@@ -2,7 +2,6 @@
 // Anything that touches input, disk, network or configuration returns one of these.
 #pragma once
 
-#include <cassert>
 #include <optional>
 #include <string>
 #include <utility>
@@ -61,20 +60,33 @@ inline Status FailedPrecondition(std::string m) { return {Code::kFailedPrecondit
 inline Status IoError(std::string m) { return {Code::kIo, std::move(m)}; }
 inline Status Internal(std::string m) { return {Code::kInternal, std::move(m)}; }
 
-// Result<T>: a value or a non-OK Status.
+namespace internal {
+// Both print one line on stderr and abort, in every build type (not assert: release
+// builds define NDEBUG).
+// PS_ASSERT's failure: "pstrain: internal assertion failed: <cond> at <file>:<line>".
+[[noreturn]] void AssertFail(const char* cond, const char* file, int line);
+// Result::value() (or * or ->) of an error:
+// "pstrain: internal error: value() of a Result holding an error: <status.ToString()>".
+[[noreturn]] void ValueOfError(const Status& status);
+}  // namespace internal
+
+// Result<T>: a value or a non-OK Status. value(), * and -> on an error abort the
+// process (internal::ValueOfError): check ok() first, or use PS_ASSIGN_OR_RETURN.
 template <typename T>
 class [[nodiscard]] Result {
  public:
   Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
   Result(Status status) : status_(std::move(status)) {  // NOLINT: implicit by design
-    assert(!status_.ok() && "Result constructed from an OK status");
+    if (status_.ok()) [[unlikely]] {
+      internal::AssertFail("Result constructed from an OK status", __FILE__, __LINE__);
+    }
   }
 
   bool ok() const { return status_.ok(); }
   const Status& status() const { return status_; }
-  T& value() & { assert(ok()); return *value_; }
-  const T& value() const& { assert(ok()); return *value_; }
-  T&& value() && { assert(ok()); return std::move(*value_); }
+  T& value() & { CheckValue(); return *value_; }
+  const T& value() const& { CheckValue(); return *value_; }
+  T&& value() && { CheckValue(); return std::move(*value_); }
   T& operator*() & { return value(); }
   const T& operator*() const& { return value(); }
   T* operator->() { return &value(); }
@@ -82,6 +94,10 @@ class [[nodiscard]] Result {
   T ValueOr(T other) const& { return ok() ? *value_ : std::move(other); }
 
  private:
+  void CheckValue() const {
+    if (!ok()) [[unlikely]] internal::ValueOfError(status_);
+  }
+
   Status status_;
   std::optional<T> value_;
 };
@@ -111,7 +127,3 @@ class [[nodiscard]] Result {
   do {                                                                         \
     if (!(cond)) ::ps::internal::AssertFail(#cond, __FILE__, __LINE__);        \
   } while (0)
-
-namespace ps::internal {
-[[noreturn]] void AssertFail(const char* cond, const char* file, int line);
-}

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <sstream>
 
 #include "libps/core/crc32c.h"
@@ -136,77 +137,92 @@ struct DecodedEvent {
   std::vector<std::pair<std::string, float>> values;  // (tag, simple_value)
 };
 
+// Reads the fields of the message `data` in order: on_field(field, wire_type, &wire)
+// reads a field it knows and returns "" or what is wrong with it, or nullopt for a field
+// it does not know, which is skipped. Empty string on success, otherwise what is wrong;
+// `message` names the message in errors.
+template <typename F>
+std::string ForEachField(std::string_view data, std::string_view message, F on_field) {
+  Wire w(data);
+  while (!w.done()) {
+    uint32_t field, type;
+    if (!w.ReadKey(&field, &type)) return std::string(message) + ": bad field key";
+    std::optional<std::string> err = on_field(field, type, &w);
+    if (!err) {
+      if (!w.Skip(type)) {
+        return std::string(message) + " field " + std::to_string(field) + ": truncated or bad wire type";
+      }
+    } else if (!err->empty()) {
+      return *err;
+    }
+  }
+  return "";
+}
+
 // Empty string on success, otherwise what is wrong.
 std::string DecodeValue(std::string_view data, DecodedEvent* event) {
-  Wire w(data);
   std::string tag;
   bool has_value = false;
   float value = 0;
-  while (!w.done()) {
-    uint32_t field, type;
-    if (!w.ReadKey(&field, &type)) return "Summary.Value: bad field key";
+  std::string err = ForEachField(data, "Summary.Value",
+                                 [&](uint32_t field, uint32_t type, Wire* w) -> std::optional<std::string> {
     if (field == 1 && type == kLengthDelimited) {
       std::string_view t;
-      if (!w.ReadBytes(&t)) return "Summary.Value.tag: truncated";
+      if (!w->ReadBytes(&t)) return "Summary.Value.tag: truncated";
       tag = t;
-    } else if (field == 2 && type == kFixed32) {
-      if (!w.ReadFixed(&value)) return "Summary.Value.simple_value: truncated";
-      has_value = true;
-    } else if (field == 1 || field == 2) {
-      return "Summary.Value field " + std::to_string(field) + ": wrong wire type " + std::to_string(type);
-    } else if (!w.Skip(type)) {
-      return "Summary.Value field " + std::to_string(field) + ": truncated or bad wire type";
+      return "";
     }
-  }
+    if (field == 2 && type == kFixed32) {
+      if (!w->ReadFixed(&value)) return "Summary.Value.simple_value: truncated";
+      has_value = true;
+      return "";
+    }
+    if (field == 1 || field == 2) {
+      return "Summary.Value field " + std::to_string(field) + ": wrong wire type " + std::to_string(type);
+    }
+    return std::nullopt;
+  });
+  if (!err.empty()) return err;
   if (has_value) event->values.emplace_back(std::move(tag), value);
   return "";
 }
 
 std::string DecodeSummary(std::string_view data, DecodedEvent* event) {
-  Wire w(data);
-  while (!w.done()) {
-    uint32_t field, type;
-    if (!w.ReadKey(&field, &type)) return "Summary: bad field key";
-    if (field == 1 && type == kLengthDelimited) {
-      std::string_view v;
-      if (!w.ReadBytes(&v)) return "Summary.value: truncated";
-      std::string err = DecodeValue(v, event);
-      if (!err.empty()) return err;
-    } else if (field == 1) {
-      return "Summary.value: wrong wire type " + std::to_string(type);
-    } else if (!w.Skip(type)) {
-      return "Summary field " + std::to_string(field) + ": truncated or bad wire type";
-    }
-  }
-  return "";
+  return ForEachField(data, "Summary", [&](uint32_t field, uint32_t type, Wire* w) -> std::optional<std::string> {
+    if (field != 1) return std::nullopt;
+    if (type != kLengthDelimited) return "Summary.value: wrong wire type " + std::to_string(type);
+    std::string_view v;
+    if (!w->ReadBytes(&v)) return "Summary.value: truncated";
+    return DecodeValue(v, event);
+  });
 }
 
 std::string DecodeEvent(std::string_view data, DecodedEvent* event) {
-  Wire w(data);
-  while (!w.done()) {
-    uint32_t field, type;
-    if (!w.ReadKey(&field, &type)) return "Event: bad field key";
+  return ForEachField(data, "Event", [&](uint32_t field, uint32_t type, Wire* w) -> std::optional<std::string> {
     if (field == 1) {
-      if (type != kFixed64 || !w.ReadFixed(&event->wall_time)) return "Event.wall_time: bad or truncated";
-    } else if (field == 2) {
+      if (type != kFixed64 || !w->ReadFixed(&event->wall_time)) return "Event.wall_time: bad or truncated";
+      return "";
+    }
+    if (field == 2) {
       uint64_t v;
-      if (type != kVarint || !w.ReadVarint(&v)) return "Event.step: bad or truncated";
+      if (type != kVarint || !w->ReadVarint(&v)) return "Event.step: bad or truncated";
       event->step = static_cast<int64_t>(v);
-    } else if (field == 3) {
+      return "";
+    }
+    if (field == 3) {
       std::string_view v;
-      if (type != kLengthDelimited || !w.ReadBytes(&v)) return "Event.file_version: bad or truncated";
+      if (type != kLengthDelimited || !w->ReadBytes(&v)) return "Event.file_version: bad or truncated";
       event->has_file_version = true;
       event->file_version = v;
-    } else if (field == 5) {
-      std::string_view v;
-      if (type != kLengthDelimited || !w.ReadBytes(&v)) return "Event.summary: bad or truncated";
-      std::string err = DecodeSummary(v, event);
-      if (!err.empty()) return err;
-    } else if (!w.Skip(type)) {
-      return "Event field " + std::to_string(field) + ": truncated or bad wire type";
+      return "";
     }
-  }
-  return "";
+    if (field == 5) {
+      std::string_view v;
+      if (type != kLengthDelimited || !w->ReadBytes(&v)) return "Event.summary: bad or truncated";
+      return DecodeSummary(v, event);
+    }
+    return std::nullopt;
+  });
 }
 
 uint32_t LoadU32(const char* p) {
