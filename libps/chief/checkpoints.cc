@@ -25,8 +25,7 @@ Status Chief::PrepareModelDir() {
   std::vector<std::string> removed;
   PS_RETURN_IF_ERROR(ckpt::CleanUncommitted(job_.model_dir, &removed));
   for (const auto& r : removed) PS_LOG(Warning) << "removed uncommitted " << r;
-  metrics_.open(job_.model_dir + "/train_metrics.jsonl", std::ios::app);
-  if (!metrics_) return IoError(job_.model_dir + "/train_metrics.jsonl: cannot open");
+  PS_ASSIGN_OR_RETURN(metrics_, LineAppender::Open(job_.model_dir + "/train_metrics.jsonl"));
   auto events = obs::EventWriter::Open(job_.model_dir);
   if (events.ok()) {
     events_.emplace(std::move(*events));
@@ -127,20 +126,32 @@ Status Chief::SaveCheckpoint(bool final) {
   m.final = final;
   m.num_ps = static_cast<int>(ps_.size());
   uint64_t bytes = 0;
+  Status failed;  // the first ps that failed; every reply is awaited
   for (size_t p = 0; p < ps_.size(); ++p) {
     auto r = futs[p].get();
-    if (!r.ok()) return r.status().WithContext("checkpoint " + std::to_string(step) + " on " + ps_[p]->peer_name());
-    const auto* reply = std::get_if<proto::SaveReply>(&r->envelope.body);
-    if (reply == nullptr) return ProtocolError(ps_[p]->peer_name() + " answered Save with " + proto::BodyName(r->envelope.body));
-    m.shards.push_back({reply->file, reply->bytes, reply->digest});
-    bytes += reply->bytes;
+    const proto::SaveReply* reply = r.ok() ? std::get_if<proto::SaveReply>(&r->envelope.body) : nullptr;
+    if (!failed.ok()) continue;
+    if (!r.ok()) {
+      failed = r.status().WithContext("checkpoint " + std::to_string(step) + " on " + ps_[p]->peer_name());
+    } else if (reply == nullptr) {
+      failed = ProtocolError(ps_[p]->peer_name() + " answered Save with " + proto::BodyName(r->envelope.body));
+    } else {
+      m.shards.push_back({reply->file, reply->bytes, reply->digest});
+      bytes += reply->bytes;
+    }
   }
   m.extra = {{"variables", PlanJson()}, {"total_steps", job_.steps}};
   m.unix_time = UnixTime();
-  PS_RETURN_IF_ERROR(ckpt::CommitCheckpoint(job_.model_dir, m));
+  if (failed.ok()) failed = ckpt::CommitCheckpoint(job_.model_dir, m);
+  if (!failed.ok()) {
+    RemoveFailedCheckpoint();
+    return failed;
+  }
   last_saved_ = m;
   std::vector<std::string> removed;
-  PS_RETURN_IF_ERROR(ckpt::ApplyMaxToKeep(job_.model_dir, job_.checkpoint.max_to_keep, &removed));
+  // The checkpoint is committed whatever happens to the older ones.
+  Status kept = ckpt::ApplyMaxToKeep(job_.model_dir, job_.checkpoint.max_to_keep, &removed);
+  if (!kept.ok()) PS_LOG(Warning) << "max_to_keep: " << kept.message();
   double sec = std::chrono::duration<double>(Clock::now() - t0).count();
   PS_LOG(Info) << "checkpoint " << ckpt::CheckpointDirName(step) << (final ? " (final)" : "") << " committed: "
                << Fixed(bytes / 1048576.0, 1) << " MiB in " << Fixed(sec, 2) << " s"
@@ -153,6 +164,17 @@ Status Chief::SaveCheckpoint(bool final) {
     if (!st.ok()) DisableEvents(st);
   }
   return Status::Ok();
+}
+
+void Chief::RemoveFailedCheckpoint() {
+  // A ps that is not connected may still be writing: its files are removed at the next
+  // chief start. Otherwise no save is in progress, and what the failed one left (shards
+  // of the ps tasks that succeeded, on a disk that may be full) goes now.
+  for (const auto& p : ps_) {
+    if (!p->health().ok()) return;
+  }
+  Status st = ckpt::CleanUncommitted(job_.model_dir);  // logs what it removes
+  if (!st.ok()) PS_LOG(Warning) << "cannot remove the failed checkpoint's files: " << st.message();
 }
 
 Status Chief::FinalEvaluation() {

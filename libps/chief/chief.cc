@@ -74,6 +74,7 @@ MachineConfig Chief::MachineConfigFor() const {
   c.sync = job_.update.mode == ps::server::UpdateMode::kSync;
   c.replicas = job_.update.replicas();
   c.checkpoint_every_steps = job_.checkpoint.every_steps;
+  c.max_checkpoint_failures = job_.checkpoint.max_consecutive_failures;
   c.checkpoint_every_seconds = job_.checkpoint.every_seconds;
   c.log_every_steps = job_.log_every_steps;
   c.watchdog = options_.watchdog;
@@ -224,6 +225,10 @@ void Chief::OpenDispatch() {
     coordinator_ = std::make_unique<Coordinator>(workers_, copts);
   }
   reported_alive_.assign(workers_.size(), true);
+  {
+    std::lock_guard lock(mu_);
+    rejoin_stop_ = false;  // reopened after a ps lost during the final checkpoint
+  }
   for (size_t w = 0; w < workers_.size(); ++w) {
     workers_[w]->OnBroken([this, w, name = workers_[w]->peer_name()](const Status& why) {
       coordinator_->MarkLost(static_cast<int>(w), why);
@@ -232,6 +237,11 @@ void Chief::OpenDispatch() {
     });
   }
   rejoiner_ = std::thread([this] { RejoinLoop(); });
+  if (dispatch_opened_) {
+    PS_LOG(Info) << "dispatch reopened";
+    return;
+  }
+  dispatch_opened_ = true;
   PS_LOG(Info) << "training " << job_.steps << " steps of batch " << job_.batch_size << " on " << workers_.size()
                << " worker(s), " << job_.steps_per_dispatch << " steps per dispatch";
 }

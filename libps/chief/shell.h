@@ -28,6 +28,7 @@
 #include "libps/chief/early_stopping.h"
 #include "libps/chief/state_machine.h"
 #include "libps/ckpt/checkpoint_dir.h"
+#include "libps/core/files.h"
 #include "libps/core/json.h"
 #include "libps/obs/eval_log.h"
 #include "libps/obs/events.h"
@@ -129,6 +130,8 @@ class Chief {
   Status CheckPlanMatches(const ckpt::CheckpointInfo& c) const;
   // Every ps writes its shard file, then the chief commits the MANIFEST and the pointer.
   Status SaveCheckpoint(bool final);
+  // After a failed save: removes its uncommitted files when every ps is connected.
+  void RemoveFailedCheckpoint();
   // Runs after the last step or on stop, after the final checkpoint, before the cluster
   // is shut down: evaluates the final model on job.eval_data, pulling its parameters
   // from the ps tasks.
@@ -148,6 +151,8 @@ class Chief {
   void WaitMetrics();
   // Appends a line to train_metrics.jsonl after any progress line still pending.
   void WriteMetricsLine(const Json& line);
+  // One whole line into train_metrics.jsonl; a failure is logged once until it works again.
+  void AppendMetrics(const std::string& line);
   // Appends {"event": {kind, task, step, unix_time, detail}} (obs/metrics.h) at once, for
   // the report's markers: a task lost or back, the chief starting or rolling back. Any thread.
   void RecordEvent(const std::string& kind, const std::string& task, const std::string& detail);
@@ -189,9 +194,11 @@ class Chief {
   std::optional<Status> exit_;                // the machine's outcome (act::Exit)
   std::set<size_t> reported_lost_ps_;         // told to the machine as lost; the run's thread
   std::vector<bool> reported_alive_;          // [worker] as told to the machine; the run's thread
+  bool dispatch_opened_ = false;              // OpenDispatch ran before (the next one reopens)
   std::thread rejoiner_;                      // RejoinLoop while dispatch is open
   std::vector<std::shared_ptr<net::Client>> shutdown_ps_;  // the ps tasks live when shutdown began
-  std::ofstream metrics_;
+  LineAppender metrics_;                      // train_metrics.jsonl, guarded by metrics_mu_
+  bool metrics_failing_ = false;             // the last append failed (logged once), metrics_mu_
   int64_t skipped_records_ = 0;  // bad records the workers skipped; the run's thread (Report)
   EarlyStopper early_stopper_{job_.early_stopping};  // the I/O thread (EvaluateOnWorkers)
   std::optional<obs::EvalLog> eval_log_;             // model_dir/eval (inline and final evaluations); the I/O thread

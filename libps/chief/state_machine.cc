@@ -115,6 +115,7 @@ void ChiefMachine::On(const ev::WorkersStarted&) {
 void ChiefMachine::On(const ev::CheckpointCommitted& e) {
   if (!Answer(Io::kSave)) return;
   committed_ = Committed{e.step, e.final};
+  checkpoint_failures_ = 0;
   switch (phase_) {
     case Phase::kStarting:
       io_ = Io::kStartWorkers;
@@ -139,17 +140,43 @@ void ChiefMachine::On(const ev::CheckpointCommitted& e) {
 
 void ChiefMachine::On(const ev::CheckpointFailed& e) {
   if (!Answer(Io::kSave)) return;
-  if (phase_ == Phase::kCheckpointing && !lost_ps_.empty()) {
-    // A ps was lost during the save: this checkpoint is not committed; recover from
-    // the newest committed one, as for a loss during training.
-    Log(log::Level::kWarning, "checkpoint " + std::to_string(step_) + " not committed: " + e.why.message());
-    phase_ = Phase::kTraining;
-    if (stop_reason_) StartDraining(Status::Ok());
-    EnterRecovering();
+  const std::string step = std::to_string(step_);
+  if (!lost_ps_.empty() && (phase_ == Phase::kCheckpointing || phase_ == Phase::kFinishing)) {
+    // This checkpoint is not committed; recover from the newest committed one, as for a
+    // loss during training.
+    RecoverFromFailedIo(("checkpoint " + step + " not committed").c_str(), e.why);
     return;
   }
-  // At the start, or the final checkpoint: a lost ps is not turned into recovery.
+  if (phase_ == Phase::kCheckpointing && ++checkpoint_failures_ < config_.max_checkpoint_failures) {
+    // Every ps is up: the model dir failed (full, read-only, gone). Training goes on; the
+    // checkpoints committed before are untouched, and the next one is tried at its time.
+    last_ckpt_time_ = now_;
+    if (config_.checkpoint_every_steps > 0) {
+      while (next_ckpt_ <= step_) next_ckpt_ += config_.checkpoint_every_steps;
+    }
+    Log(log::Level::kWarning,
+        "checkpoint " + step + " failed (" + std::to_string(checkpoint_failures_) + " in a row, " +
+            std::to_string(config_.max_checkpoint_failures) + " stop the run): " + e.why.message() +
+            "; training goes on, the newest committed checkpoint is " +
+            (committed_ ? "step " + std::to_string(committed_->step) : std::string("none")));
+    phase_ = Phase::kTraining;
+    if (stop_reason_) StartDraining(Status::Ok());
+    return;
+  }
+  if (phase_ == Phase::kCheckpointing) {
+    Log(log::Level::kError, "checkpoint " + step + " failed " + std::to_string(checkpoint_failures_) +
+                                " times in a row: stopping the run");
+  }
+  // At the start, or the final checkpoint with every ps up.
   Fail(e.why);
+}
+
+void ChiefMachine::RecoverFromFailedIo(const char* what, const Status& why) {
+  Log(log::Level::kWarning, std::string(what) + ": " + why.message());
+  if (phase_ == Phase::kFinishing) Emit(act::OpenDispatch{});  // closed for the final checkpoint
+  phase_ = Phase::kTraining;
+  if (stop_reason_) StartDraining(Status::Ok());
+  EnterRecovering();
 }
 
 // --- Training -----------------------------------------------------------------------
@@ -419,7 +446,9 @@ void ChiefMachine::On(const ev::Evaluated&) {
 
 void ChiefMachine::On(const ev::EvaluationFailed& e) {
   if (Answer(Io::kEvaluate)) {
-    Fail(e.why);
+    // The final checkpoint is committed; a lost ps is restored from it and evaluated again.
+    if (!lost_ps_.empty()) RecoverFromFailedIo("final evaluation failed", e.why);
+    else Fail(e.why);
     return;
   }
   if (!Answer(Io::kEvaluateWorkers)) return;

@@ -20,8 +20,13 @@
 //   Training ── eval due (eval_every_steps) ──► Evaluating ── evaluated ──► Training
 //   (Draining when the evaluation asked for an early stop, or a stop came meanwhile;
 //   Recovering when a ps was lost meanwhile.)
-// An I/O error (a save, a restore, a ps not back) goes to Finishing and, with the
-// error, on to Stopping: no final checkpoint.
+// An I/O error (a restore, a ps not back, a final save with every ps up, or more than
+// max_checkpoint_failures periodic saves in a row) goes to Finishing and, with the error,
+// on to Stopping: no final checkpoint. A periodic save that fails with every ps up is
+// logged and training goes on (earlier checkpoints are untouched); the next one is tried
+// at its usual time. A save (the final one too) or the final evaluation that fails
+// because a ps was lost is recovered like a loss during training: the dispatch is
+// reopened if it was closed, and the run goes on from the newest committed checkpoint.
 //
 // Starting: connect and create the variables, restore the newest checkpoint (or save
 //   step 0), start the workers.
@@ -76,6 +81,10 @@ struct MachineConfig {
   int replicas = 1;
   int64_t checkpoint_every_steps = 0;    // 0: never by steps
   double checkpoint_every_seconds = 0;   // 0: never by time
+  // Periodic saves that may fail in a row with every ps up (a full disk, a lost mount):
+  // training goes on and the next checkpoint is tried at its usual time; one more stops
+  // the run with that error.
+  int max_checkpoint_failures = 3;
   int64_t log_every_steps = 100;
   Time watchdog{300000};                 // warn when no range was decided for this long
   Time ps_recovery_timeout{600000};      // how long a lost ps may take to come back
@@ -248,6 +257,9 @@ class ChiefMachine {
   void CloseDispatch();
   void FinalCheckpoint();
   void AfterFinalCheckpoint();
+  // A save or the final evaluation failed because a ps was lost: recover from the newest
+  // committed checkpoint (reopening the dispatch closed for the final checkpoint).
+  void RecoverFromFailedIo(const char* what, const Status& why);
   // Records `why` (the first error wins) and heads for the exit: closes dispatch when it
   // is open, else shuts the cluster down.
   void Fail(Status why);
@@ -273,6 +285,7 @@ class ChiefMachine {
   Status error_;                    // the run's first error
   struct Committed { int64_t step; bool final; };
   std::optional<Committed> committed_;  // the newest committed checkpoint
+  int checkpoint_failures_ = 0;         // periodic saves failed in a row (every ps up)
   bool recovery_started_ = false;   // Recovering: reconnecting or restoring
   Time recovery_deadline_{0};
   int64_t step_before_recovery_ = 0;

@@ -51,11 +51,7 @@ void Chief::Report(const Window& w, int64_t total) {
       for (const auto& hint : hints) PS_LOG(Info) << hint;
       if (!hints.empty()) last_hint_log_ = Clock::now();
     }
-    {
-      std::lock_guard metrics_lock(metrics_mu_);
-      metrics_ << line.dump(-1, ' ', false, Json::error_handler_t::replace) << "\n";
-      metrics_.flush();
-    }
+    AppendMetrics(line.dump(-1, ' ', false, Json::error_handler_t::replace));
     std::lock_guard lock(events_mu_);
     if (events_) {
       Status st = obs::AddLoadScalars(*events_, status, line["step"].get<int64_t>(), line["unix_time"].get<double>());
@@ -83,18 +79,22 @@ void Chief::WaitMetrics() {
 
 void Chief::WriteMetricsLine(const Json& line) {
   WaitMetrics();
+  AppendMetrics(line.dump(-1, ' ', false, Json::error_handler_t::replace));
+}
+
+void Chief::AppendMetrics(const std::string& line) {
   std::lock_guard lock(metrics_mu_);
-  metrics_ << line.dump() << "\n";
-  metrics_.flush();
+  Status st = metrics_.Append(line);
+  if (st.ok() && metrics_failing_) PS_LOG(Info) << metrics_.path() << ": writing again";
+  if (!st.ok() && !metrics_failing_) PS_LOG(Warning) << st.message() << ": metrics lines are lost until it works again";
+  metrics_failing_ = !st.ok();
 }
 
 void Chief::RecordEvent(const std::string& kind, const std::string& task, const std::string& detail) {
   Json e = {{"kind", kind}, {"step", global_step_.load()}, {"unix_time", UnixTime()}};
   if (!task.empty()) e["task"] = task;
   if (!detail.empty()) e["detail"] = detail;
-  std::lock_guard lock(metrics_mu_);
-  metrics_ << Json{{"event", e}}.dump(-1, ' ', false, Json::error_handler_t::replace) << "\n";
-  metrics_.flush();
+  AppendMetrics(Json{{"event", e}}.dump(-1, ' ', false, Json::error_handler_t::replace));
 }
 
 void Chief::SampleLoad(proto::ChiefStatus* status) {

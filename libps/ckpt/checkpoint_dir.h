@@ -112,7 +112,7 @@ Result<std::optional<CheckpointInfo>> FindRestorable(const std::string& model_di
 // (only the files we write there: ps-<i>.shard, ps-<i>.shard.tmp, MANIFEST.tmp; a
 // directory holding anything else is left in place with a warning), stray ps-<i>.shard.tmp
 // and MANIFEST.tmp in committed directories, and model_dir/checkpoint.tmp. Only call when
-// no save is in progress (at chief start-up). `removed` gets the removed paths.
+// no save is in progress (at chief start-up, or after a failed save that every ps answered). `removed` gets the removed paths.
 Status CleanUncommitted(const std::string& model_dir, std::vector<std::string>* removed = nullptr);
 
 // Deletes the oldest committed checkpoints so that max_to_keep remain (max_to_keep <= 0:

@@ -119,4 +119,24 @@ Result<std::string> ReadSmallFile(const std::string& path, size_t max_bytes) {
   return out;
 }
 
+Result<LineAppender> LineAppender::Open(const std::string& path) {
+  LineAppender a;
+  a.fd_ = UniqueFd(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+  if (!a.fd_.valid()) return ErrnoStatus(path, "open", errno);
+  a.path_ = path;
+  return a;
+}
+
+Status LineAppender::Append(std::string_view line) {
+  if (!fd_.valid()) return FailedPrecondition("LineAppender: not open");
+  buffer_.assign(line);
+  buffer_.push_back('\n');
+  const off_t end = ::lseek(fd_.get(), 0, SEEK_END);
+  Status st = WriteAll(fd_.get(), buffer_.data(), buffer_.size(), path_);
+  if (!st.ok() && end >= 0 && ::ftruncate(fd_.get(), end) != 0) {
+    st = st.WithContext("and cannot truncate the partial line back");
+  }
+  return st;
+}
+
 }  // namespace ps

@@ -50,6 +50,23 @@ Status FsyncDir(const std::string& dir);
 // Writes `contents` to path + ".tmp", fsyncs it, renames it over `path` and fsyncs the
 // parent directory: readers see either the old file or the whole new one.
 Status WriteFileAtomic(const std::string& path, std::string_view contents);
+// A log of whole lines (JSON Lines): each Append adds one complete line or nothing. A
+// write that fails part-way (a full disk) is truncated back, so a reader never sees half a
+// line, and later appends are tried again (the disk may have room by then).
+class LineAppender {
+ public:
+  LineAppender() = default;
+  static Result<LineAppender> Open(const std::string& path);
+  // `line` without its newline; the newline is added.
+  Status Append(std::string_view line);
+  const std::string& path() const { return path_; }
+
+ private:
+  UniqueFd fd_;
+  std::string path_;
+  std::string buffer_;
+};
+
 // Whole file; a file larger than max_bytes is DataLoss (never a huge allocation).
 Result<std::string> ReadSmallFile(const std::string& path, size_t max_bytes);
 

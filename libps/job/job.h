@@ -20,6 +20,9 @@ struct CheckpointSpec {
   int64_t every_steps = 0;     // 0: not by steps
   double every_seconds = 600;  // TF's MonitoredTrainingSession default; 0: not by time
   int max_to_keep = 5;
+  // Periodic saves that may fail in a row (every ps up: a full disk, a lost mount) while
+  // training goes on; the next one stops the run (exit 138).
+  int max_consecutive_failures = 3;
 };
 
 // Ends training early (like a `stop`: drain, final checkpoint) when the inline

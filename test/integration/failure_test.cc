@@ -1,11 +1,17 @@
 // A ps lost mid-run (SIGKILL). The chief names it and pauses training. When the ps comes
 // back with the same TF_CONFIG, every ps is restored from the newest checkpoint and the
 // job finishes with the exact step count. If it does not come back in time, the chief
-// exits 1 and the others are shut down cleanly.
+// exits 138 (retryable) and the others are shut down cleanly. A ps killed while it writes
+// the final checkpoint is recovered the same way.
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 
+#include "libps/ckpt/checkpoint_dir.h"
 #include "libps/daemon/daemon.h"
 #include "libps/obs/metrics.h"
 #include "libps/obs/report.h"
@@ -13,6 +19,8 @@
 
 namespace ps::integ {
 namespace {
+
+namespace fs = std::filesystem;
 
 constexpr int64_t kSteps = 1200;
 
@@ -82,6 +90,48 @@ TEST_CASE("SIGKILL of ps:1 that does not come back: the chief exits 138 (retryab
   CHECK(tasks[kPs0].HasLine("shut down (job failed"));
   CHECK(tasks[kWorker0].HasLine("shut down"));
   CHECK(tasks[kWorker1].HasLine("shut down"));
+}
+
+TEST_CASE("a ps killed while it writes the final checkpoint is recovered like a loss mid-run; every task exits 0") {
+  TempDir tmp;
+  const fs::path model = tmp / "model";
+  constexpr int64_t kFinal = 600;
+  auto job = DeriveCheckpointJob("job-fmnist-mlp.json", tmp / "job.json", kFinal, 100, model, 200, 5);
+  auto spec = LocalCluster();
+  Tasks tasks;
+  for (auto id : {kPs0, kPs1, kWorker0, kWorker1}) tasks.Add(StartDaemon(spec, id));
+  Task& chief = tasks.Add(StartDaemon(spec, kChief, {"--job", job.string()}));
+  REQUIRE(chief.WaitForLine("checkpoint ckpt-200 committed", 120s));
+
+  // ps:0 writes the final checkpoint into ckpt-600/ps-0.shard.tmp: made a FIFO nobody
+  // reads, it holds ps:0 in the middle of that write (the shard is larger than a pipe's
+  // buffer) until the test kills it. The chief cleaned the model dir when it started.
+  const fs::path final_dir = ckpt::CheckpointPath(model.string(), kFinal);
+  fs::create_directories(final_dir);
+  const fs::path fifo = final_dir / "ps-0.shard.tmp";
+  REQUIRE(::mkfifo(fifo.c_str(), 0644) == 0);
+  const int fd = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  pollfd p{fd, POLLIN, 0};
+  const int ready = ::poll(&p, 1, 180000);
+  REQUIRE(ready == 1);  // ps:0 has started writing the final checkpoint
+  tasks[kPs0].Signal(SIGKILL);
+  CHECK(tasks[kPs0].WaitExit(15s) == std::optional<int>(128 + SIGKILL));
+  ::close(fd);
+  fs::remove(fifo);
+
+  REQUIRE(chief.WaitForLine("checkpoint 600 not committed", 60s));
+  REQUIRE(chief.WaitForLine("waiting up to", 60s));
+  tasks.Replace(StartDaemon(spec, kPs0));
+  REQUIRE(chief.WaitForLine("recovered: resuming at step 400", 120s));
+  tasks.ExpectAllExit(0, 180s);
+  CHECK(chief.HasLine("checkpoint ckpt-600 (final) committed"));
+  auto steps = VerifiedCheckpoints(model);
+  REQUIRE_FALSE(steps.empty());
+  CHECK(steps.back() == kFinal);
+  auto manifest = ReadJsonFile(final_dir.string() + "/MANIFEST");
+  REQUIRE(manifest.ok());
+  CHECK((*manifest)["final"] == true);
 }
 
 }  // namespace

@@ -17,6 +17,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "libps/ckpt/checkpoint_dir.h"
+
 namespace ps::integ {
 
 namespace {
@@ -399,6 +401,20 @@ std::unique_ptr<Task> StartLauncher(std::vector<std::string> args, const std::st
   std::vector<std::string> argv{LauncherPath()};
   for (auto& a : args) argv.push_back(std::move(a));
   return std::make_unique<Task>(name, std::move(argv));
+}
+
+std::vector<int64_t> VerifiedCheckpoints(const std::filesystem::path& model_dir) {
+  auto all = ckpt::ListCheckpoints(model_dir.string());
+  INFO(all.status().ToString());
+  REQUIRE(all.ok());
+  std::vector<int64_t> steps;
+  for (const auto& c : *all) {
+    Status st = ckpt::VerifyCheckpoint(c.dir, ckpt::Verify::kFull);
+    INFO(c.dir << ": " << st.ToString());
+    CHECK(st.ok());
+    steps.push_back(c.manifest.global_step);
+  }
+  return steps;
 }
 
 }  // namespace ps::integ

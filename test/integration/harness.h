@@ -72,6 +72,10 @@ std::filesystem::path DeriveCheckpointJob(const std::string& config_name, const 
 // returns the offset. Fails the test if the file is empty or cannot be rewritten.
 uint64_t FlipByte(const std::filesystem::path& path, std::optional<uint64_t> offset = std::nullopt);
 
+// The steps of the committed checkpoints of `model_dir`, oldest first; CHECKs that each
+// passes a full verification (every record's checksum).
+std::vector<int64_t> VerifiedCheckpoints(const std::filesystem::path& model_dir);
+
 // A fresh directory under $TMPDIR, removed with its contents on destruction.
 class TempDir {
  public:

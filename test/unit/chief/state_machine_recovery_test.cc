@@ -105,14 +105,64 @@ TEST_CASE("state machine: a save that fails with a ps lost turns into recovery f
   CHECK(Saves(c.all, false) == std::vector<int64_t>{0, 20, 20, 40, 60, 80});
 }
 
-TEST_CASE("state machine: a save that fails with every ps up ends the run with that error, without a final checkpoint") {
+TEST_CASE("state machine: a save that fails with every ps up is logged and training goes on; the next checkpoint is tried at its time") {
   FakeCluster c(Config(20));
   RunToFirstSave(c);
-  const auto& failed = c.AnswerWith<act::SaveCheckpoint>(ev::CheckpointFailed{IoError("model/ckpt-20: disk full")});
-  CHECK(Names(failed) == "CloseDispatch");
+  const auto& failed = c.AnswerWith<act::SaveCheckpoint>(ev::CheckpointFailed{IoError("model/ckpt-20/ps-0.shard.tmp: write: No space left on device")});
+  // Training again: 20..39 are given out, then it waits for them to save at 40.
+  CHECK(c.machine.phase() == Phase::kCheckpointing);
+  CHECK(c.Logged("checkpoint 20 failed (1 in a row, 3 stop the run): model/ckpt-20/ps-0.shard.tmp: write: No space left on device; "
+                 "training goes on, the newest committed checkpoint is step 0"));
+  auto ranges = All<act::ScheduleRange>(failed);
+  REQUIRE_FALSE(ranges.empty());
+  CHECK(ranges[0].first == 20);
+  CHECK(c.machine.step() == 20);
+  c.Run();
+  CHECK(c.exit->ok());
+  CHECK(Saves(c.all, false) == std::vector<int64_t>{0, 20, 40, 60, 80});
+  CHECK(Saves(c.all, true) == std::vector<int64_t>{100});
+}
+
+TEST_CASE("state machine: max_checkpoint_failures saves failing in a row stop the run with the error; a commit resets the count") {
+  auto config = Config(20);
+  config.max_checkpoint_failures = 2;
+  FakeCluster c(config);
+  RunToFirstSave(c);
+  c.AnswerWith<act::SaveCheckpoint>(ev::CheckpointFailed{IoError("disk full")});  // 20
+  while (!c.io) c.Finish();
+  c.Answer();  // 40 committed: the count starts again
+  while (!c.io) c.Finish();
+  c.AnswerWith<act::SaveCheckpoint>(ev::CheckpointFailed{IoError("disk full")});  // 60
+  CHECK(c.machine.phase() == Phase::kCheckpointing);  // training 60..79 for the save at 80
+  while (!c.io) c.Finish();
+  const auto& stopped = c.AnswerWith<act::SaveCheckpoint>(ev::CheckpointFailed{IoError("disk full")});  // 80
+  CHECK(Names(stopped) == "Log, CloseDispatch");
+  CHECK(c.Logged("checkpoint 80 failed 2 times in a row: stopping the run"));
   c.Run();
   CHECK(c.exit->code() == Code::kIo);
   CHECK(Saves(c.all, true).empty());
+}
+
+TEST_CASE("state machine: a save that fails while a stop waits drains to the final checkpoint") {
+  FakeCluster c(Config(20));
+  RunToFirstSave(c);
+  c.Feed(ev::StopRequested{"SIGTERM"});
+  const auto& failed = c.AnswerWith<act::SaveCheckpoint>(ev::CheckpointFailed{IoError("disk full")});
+  CHECK(Names(failed) == "Log, CancelQueued, CloseDispatch");  // nothing in flight: straight to the final checkpoint
+  c.Run();
+  CHECK(c.exit->ok());
+  CHECK(Saves(c.all, true) == std::vector<int64_t>{20});
+}
+
+TEST_CASE("state machine: the final checkpoint failing with every ps up ends the run with the error") {
+  FakeCluster c(Config());
+  c.StartFresh();
+  while (!c.io) c.Finish();
+  c.Answer();  // closed
+  c.AnswerWith<act::SaveCheckpoint>(ev::CheckpointFailed{IoError("disk full")});
+  CHECK(Names(c.last) == "Shutdown");
+  c.Run();
+  CHECK(c.exit->code() == Code::kIo);
 }
 
 TEST_CASE("state machine: a ps that never comes back ends the run with the recovery error") {
@@ -179,16 +229,62 @@ TEST_CASE("state machine: a ps lost while starting is recovered as soon as train
   CHECK(c.exit->ok());
 }
 
-TEST_CASE("state machine: a ps lost during the final checkpoint is not recovery: exit with the error") {
-  FakeCluster c(Config());
+TEST_CASE("state machine: a ps lost during the final checkpoint is recovered: dispatch reopens, the steps since the checkpoint run again") {
+  FakeCluster c(Config(50));
   c.StartFresh();
+  while (!c.io) c.Finish();
+  c.Answer();  // checkpoint 50
   while (!c.io) c.Finish();
   c.Answer();  // closed
   REQUIRE(std::holds_alternative<act::SaveCheckpoint>(*c.io));
-  CHECK(c.Feed(ev::PsLost{1}).empty());
-  c.AnswerWith<act::SaveCheckpoint>(ev::CheckpointFailed{Unavailable("checkpoint 100 on ps:1: connection reset")});
-  CHECK(Names(c.last) == "Shutdown");
+  CHECK(std::get<act::SaveCheckpoint>(*c.io).final);
+  CHECK(c.Feed(ev::PsLost{1}).empty());  // the save answers first
+  const auto& failed = c.AnswerWith<act::SaveCheckpoint>(ev::CheckpointFailed{Unavailable("checkpoint 100 on ps:1: connection reset")});
+  CHECK(Names(failed) == "Log, OpenDispatch, PauseDispatch, ReconnectPs");
+  CHECK(c.Logged("checkpoint 100 not committed: checkpoint 100 on ps:1: connection reset"));
+  c.Answer();                 // ps:1 back
+  const auto& restored = c.Answer();  // checkpoint 50
+  CHECK(c.machine.step() == 50);
+  CHECK(Name(restored[0]) == "ResumeDispatch");
+  CHECK(All<act::ScheduleRange>(restored).front().first == 50);
   c.Run();
-  CHECK(c.exit->code() == Code::kUnavailable);
-  CHECK(All<act::ReconnectPs>(c.all).empty());
+  CHECK(c.exit->ok());
+  CHECK(c.machine.step() == 100);
+  CHECK(Saves(c.all, true) == std::vector<int64_t>{100, 100});
+  CHECK(c.checkpoints.back().final);
+}
+
+TEST_CASE("state machine: a ps lost during the final checkpoint after a stop: recovered, then the final checkpoint at the restored step") {
+  FakeCluster c(Config(20));
+  RunToFirstSave(c);
+  c.Answer();  // checkpoint 20
+  c.Feed(ev::StopRequested{"pstrain stop"});
+  while (!c.io) c.Finish();
+  c.Answer();  // closed at 40
+  REQUIRE(std::get<act::SaveCheckpoint>(*c.io).step == 40);
+  c.Feed(ev::PsLost{0});
+  c.AnswerWith<act::SaveCheckpoint>(ev::CheckpointFailed{Unavailable("ps:0: connection reset")});
+  c.Run();
+  CHECK(c.exit->ok());
+  CHECK(Saves(c.all, true) == std::vector<int64_t>{40, 20});
+  CHECK(All<act::ReconnectPs>(c.all).size() == 1);
+}
+
+TEST_CASE("state machine: a ps lost during the final evaluation: restored from the final checkpoint and evaluated again") {
+  auto config = Config();
+  config.evaluate_final = true;
+  FakeCluster e(config);
+  e.StartFresh();
+  while (!e.io) e.Finish();
+  e.Answer();  // closed
+  e.Answer();  // final checkpoint 100
+  REQUIRE(std::holds_alternative<act::Evaluate>(*e.io));
+  e.Feed(ev::PsLost{1});
+  const auto& failed = e.AnswerWith<act::Evaluate>(ev::EvaluationFailed{Unavailable("ps:1: connection reset")});
+  CHECK(Names(failed) == "Log, OpenDispatch, PauseDispatch, ReconnectPs");
+  e.Run();
+  CHECK(e.exit->ok());
+  CHECK(All<act::Evaluate>(e.all).size() == 2);
+  CHECK(Saves(e.all, true) == std::vector<int64_t>{100});  // restored final: not saved again
+  CHECK(All<act::ScheduleRange>(e.all).back().first == 90);
 }
