@@ -134,7 +134,7 @@ Status LineAppender::Append(std::string_view line) {
   const off_t end = ::lseek(fd_.get(), 0, SEEK_END);
   Status st = WriteAll(fd_.get(), buffer_.data(), buffer_.size(), path_);
   if (!st.ok() && end >= 0 && ::ftruncate(fd_.get(), end) != 0) {
-    st = st.WithContext("and cannot truncate the partial line back");
+    st = Status(st.code(), st.message() + " (and a partial line may remain: truncate: " + std::strerror(errno) + ")");
   }
   return st;
 }
