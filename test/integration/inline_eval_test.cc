@@ -71,8 +71,13 @@ TEST_CASE("inline evaluation every 200 steps on 2 workers equals one process's p
   REQUIRE(single != nullptr);
   Note("step 200: merged auc " + (*inline_line)["auc"].dump() + ", one process " + (*single)["auc"].dump());
   CHECK((*inline_line)["examples"] == (*single)["examples"]);
-  CHECK((*inline_line)["accuracy"].get<double>() == (*single)["accuracy"].get<double>());
-  CHECK((*inline_line)["auc"].get<double>() == (*single)["auc"].get<double>());  // exact, not an average
+  // The same scores up to float rounding: sgemm's blocking depends on the batch's row
+  // count, and the workers' batches are not the evaluator's, so a score may differ in its
+  // last bit and, rarely, swap with a near-equal one. One swapped pair moves the AUC by
+  // 1 / (positives x negatives), about 2e-7 here; the accuracy by one example in 6000.
+  // (The merge itself is exact: the chief ranks every example's score, it does not average.)
+  CHECK((*inline_line)["accuracy"].get<double>() == Approx((*single)["accuracy"].get<double>()).margin(1.0 / 6000));
+  CHECK((*inline_line)["auc"].get<double>() == Approx((*single)["auc"].get<double>()).margin(2e-6));
   CHECK((*inline_line)["loss"].get<double>() == Approx((*single)["loss"].get<double>()).epsilon(1e-9));
 }
 
