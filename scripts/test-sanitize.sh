@@ -47,8 +47,13 @@ build_and_test() {
 TEST_ARGS=("$@")
 status=0
 if [ "$WHICH" = asan ] || [ "$WHICH" = all ]; then
+  # GCC 12 with -fsanitize=address warns (-Wmismatched-new-delete) where a coroutine
+  # frame of Boost.Asio's awaitable is freed: Asio's awaitable_frame_base declares its own
+  # operator new and delete (a thread-local frame cache), which GCC pairs wrongly in
+  # sanitized builds. A note on Boost.Asio's header, not a finding in our code, so not an
+  # error; ASan still checks every allocation and free at run time.
   build_and_test asan+ubsan "${PSTRAIN_ASAN_BUILD:-build-asan}" 4 \
-    -Db_sanitize=address,undefined -Db_lundef=false || status=1
+    -Db_sanitize=address,undefined -Db_lundef=false -Dcpp_args=-Wno-error=mismatched-new-delete || status=1
 fi
 if [ "$WHICH" = tsan ] || [ "$WHICH" = all ]; then
   # GCC 12 warns (-Wtsan) wherever atomic_thread_fence is used (Boost.Asio's

@@ -94,15 +94,16 @@ Json EmbeddingMlpGraph(const EmbeddingMlpSpec& spec) {
   return {{"type", "graph"}, {"inputs", inputs}, {"layers", layers}, {"outputs", Output(x, spec.classes)}};
 }
 
-// logistic_regression: one linear layer "linear" over every field.
-Json LogisticRegressionGraph(int64_t num_features, int64_t num_fields, bool lazy) {
+// logistic_regression: one linear layer "linear" over every field. `rows_key`: "vocab"
+// (ids index the rows) or "num_buckets" (ids are hashed into them).
+Json LogisticRegressionGraph(const char* rows_key, int64_t rows, int64_t num_fields, bool lazy) {
   Json inputs = Json::array();
   Json fields = Json::array();
   for (int64_t f = 0; f < num_fields; ++f) {
     inputs.push_back({{"name", "field_" + std::to_string(f)}, {"type", "sparse"}, {"field", f}});
     fields.push_back("field_" + std::to_string(f));
   }
-  Json linear = {{"name", "linear"}, {"type", "linear"}, {"inputs", fields}, {"vocab", num_features}, {"lazy", lazy}};
+  Json linear = {{"name", "linear"}, {"type", "linear"}, {"inputs", fields}, {rows_key, rows}, {"lazy", lazy}};
   return {{"type", "graph"}, {"inputs", inputs}, {"layers", Json::array({linear})}, {"outputs", Output("linear", 1)}};
 }
 
@@ -241,16 +242,21 @@ Result<std::unique_ptr<Model>> BuildEmbeddingMlp(JsonReader& r) {
 }
 
 Result<std::unique_ptr<Model>> BuildLogisticRegression(JsonReader& r) {
-  int64_t num_features = 0;
+  int64_t rows = 0;
   int64_t num_fields = 1;
   bool lazy = false;
-  PS_RETURN_IF_ERROR(r.Get("num_features", &num_features));
-  PS_RETURN_IF_ERROR(CheckRange(r.Path("num_features"), num_features, 1, kMaxRows));
+  const char* rows_key = r.Has("num_buckets") ? "num_buckets" : "num_features";
+  if (r.Has("num_buckets") && r.Has("num_features")) {
+    return InvalidArgument(r.Path("num_buckets") + ": give either num_features or num_buckets, not both");
+  }
+  PS_RETURN_IF_ERROR(r.Get(rows_key, &rows));
+  PS_RETURN_IF_ERROR(CheckRange(r.Path(rows_key), rows, 1, kMaxRows));
   PS_RETURN_IF_ERROR(r.GetOr("num_fields", &num_fields));
   PS_RETURN_IF_ERROR(CheckRange(r.Path("num_fields"), num_fields, 1, 1 << 16));
   PS_RETURN_IF_ERROR(r.GetOr("lazy", &lazy));
   PS_RETURN_IF_ERROR(r.Finish());
-  return BuildGraph(LogisticRegressionGraph(num_features, num_fields, lazy), r.path());
+  const bool hashed = std::string_view(rows_key) == "num_buckets";
+  return BuildGraph(LogisticRegressionGraph(hashed ? "num_buckets" : "vocab", rows, num_fields, lazy), r.path());
 }
 
 }  // namespace

@@ -1,8 +1,8 @@
 // The default placement (balanced traffic) on the variable plan of every job in configs/:
 // no ps may carry kHintFactor x the mean *estimated* traffic per step, and every ps holds
 // something (so that each gets its share of the requests). The estimate assumes ids
-// spread over a table's rows; scripts/check-hints.sh measures the real runs (where
-// job-ctrx-lr.json's skewed single table still trips the hint, configs/README.md).
+// spread over a table's rows; scripts/check-hints.sh measures the real runs (ids that are
+// not spread are hashed, as in job-ctrx-lr.json: configs/README.md).
 #include <catch2/catch.hpp>
 
 #include <algorithm>

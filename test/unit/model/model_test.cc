@@ -445,6 +445,19 @@ TEST_CASE("embedding_mlp and logistic_regression learn which ids mean label 1") 
     Store store(*m, 400);
     CHECK(Train(*m, store, batches, 60, 1.0f) == 1.0);
   }
+  SECTION("logistic_regression with hashed ids (num_buckets)") {
+    auto m = Build(R"({"type":"logistic_regression","num_buckets":4096})");
+    CHECK(m->variables()[0].shape == std::vector<int64_t>{4096, 1});
+    Store store(*m, 400);
+    CHECK(Train(*m, store, batches, 60, 1.0f) == 1.0);
+  }
+}
+
+TEST_CASE("logistic_regression takes num_features or num_buckets, not both") {
+  CHECK(BuildError(R"({"type":"logistic_regression","num_features":10,"num_buckets":64})") ==
+        "job.model.num_buckets: give either num_features or num_buckets, not both");
+  CHECK(BuildError(R"({"type":"logistic_regression"})") == "job.model.num_features: required key is missing");
+  CHECK(BuildError(R"({"type":"logistic_regression","num_buckets":0})").find("job.model.num_buckets: must be > 0") == 0);
 }
 
 TEST_CASE("\"lazy\" marks a table's variable lazy: first field of a table, and logistic_regression") {
