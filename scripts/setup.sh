@@ -14,6 +14,7 @@ TEST_PACKAGES=(
   slurm-wlm munge   # slurm: scripts/slurm/pstrain.sbatch on a real single-node Slurm
   python3-yaml      # kubernetes_manifests: deploy/kubernetes/*.yaml rendered and checked
   prometheus # prometheus: a real Prometheus scrapes a local cluster; promtool checks deploy/prometheus
+  iproute2 nftables   # netns: a cluster across network namespaces, shaped and partitioned
 )
 if [ "${PSTRAIN_WITH_TEST_TOOLS:-0}" = 1 ]; then PACKAGES+=("${TEST_PACKAGES[@]}"); fi
 # What only scripts/fuzz.sh needs (it sets PSTRAIN_WITH_FUZZ_TOOLS=1); the normal build
