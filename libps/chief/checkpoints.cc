@@ -25,7 +25,7 @@ Status Chief::PrepareModelDir() {
   std::vector<std::string> removed;
   PS_RETURN_IF_ERROR(ckpt::CleanUncommitted(job_.model_dir, &removed));
   for (const auto& r : removed) PS_LOG(Warning) << "removed uncommitted " << r;
-  PS_ASSIGN_OR_RETURN(metrics_, LineAppender::Open(job_.model_dir + "/train_metrics.jsonl"));
+  PS_ASSIGN_OR_RETURN(metrics_, AppendOnlyFile::Open(job_.model_dir + "/train_metrics.jsonl"));
   auto events = obs::EventWriter::Open(job_.model_dir);
   if (events.ok()) {
     events_.emplace(std::move(*events));
@@ -161,7 +161,7 @@ Status Chief::SaveCheckpoint(bool final) {
   std::lock_guard lock(events_mu_);
   if (events_) {
     Status st = obs::AddCheckpointScalars(*events_, step, sec, static_cast<int64_t>(bytes), UnixTime());
-    if (!st.ok()) DisableEvents(st);
+    EventsWritten(st);
   }
   return Status::Ok();
 }

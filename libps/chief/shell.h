@@ -153,6 +153,8 @@ class Chief {
   void WriteMetricsLine(const Json& line);
   // One whole line into train_metrics.jsonl; a failure is logged once until it works again.
   void AppendMetrics(const std::string& line);
+  // After a TensorBoard write: logs a failure once, and that it works again. events_mu_ held.
+  void EventsWritten(const Status& st);
   // Appends {"event": {kind, task, step, unix_time, detail}} (obs/metrics.h) at once, for
   // the report's markers: a task lost or back, the chief starting or rolling back. Any thread.
   void RecordEvent(const std::string& kind, const std::string& task, const std::string& detail);
@@ -166,8 +168,6 @@ class Chief {
   // The whole status, filled once: what `pstrain status` shows and each progress line of
   // train_metrics.jsonl records. Asks every ps for its figures (SampleLoad). Any thread.
   proto::ChiefStatus CurrentStatus();
-  // After a failed write: no more TensorBoard events. events_mu_ held.
-  void DisableEvents(const Status& why);
   // Every ps and worker connection and its state, as CurrentStatus shows them. mu_ held.
   std::vector<proto::TaskState> TaskStates();
 
@@ -197,8 +197,9 @@ class Chief {
   bool dispatch_opened_ = false;              // OpenDispatch ran before (the next one reopens)
   std::thread rejoiner_;                      // RejoinLoop while dispatch is open
   std::vector<std::shared_ptr<net::Client>> shutdown_ps_;  // the ps tasks live when shutdown began
-  LineAppender metrics_;                      // train_metrics.jsonl, guarded by metrics_mu_
-  bool metrics_failing_ = false;             // the last append failed (logged once), metrics_mu_
+  AppendOnlyFile metrics_;                      // train_metrics.jsonl, guarded by metrics_mu_
+  bool metrics_failing_ = false;
+  bool events_failing_ = false;              // guarded by events_mu_             // the last append failed (logged once), metrics_mu_
   int64_t skipped_records_ = 0;  // bad records the workers skipped; the run's thread (Report)
   EarlyStopper early_stopper_{job_.early_stopping};  // the I/O thread (EvaluateOnWorkers)
   std::optional<obs::EvalLog> eval_log_;             // model_dir/eval (inline and final evaluations); the I/O thread

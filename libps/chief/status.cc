@@ -55,7 +55,7 @@ void Chief::Report(const Window& w, int64_t total) {
     std::lock_guard lock(events_mu_);
     if (events_) {
       Status st = obs::AddLoadScalars(*events_, status, line["step"].get<int64_t>(), line["unix_time"].get<double>());
-      if (!st.ok()) DisableEvents(st);
+      EventsWritten(st);
     }
   });
   std::lock_guard lock(events_mu_);
@@ -64,13 +64,14 @@ void Chief::Report(const Window& w, int64_t total) {
     Status st = events_->AddScalar("loss", global_step_, loss, wall);
     if (st.ok()) st = events_->AddScalar("accuracy", global_step_, acc, wall);
     if (st.ok()) st = events_->AddScalar("examples_per_sec", global_step_, eps, wall);
-    if (!st.ok()) DisableEvents(st);
+    EventsWritten(st);
   }
 }
 
-void Chief::DisableEvents(const Status& why) {
-  PS_LOG(Warning) << "TensorBoard events disabled: " << why.message();
-  events_.reset();
+void Chief::EventsWritten(const Status& st) {
+  if (st.ok() && events_failing_) PS_LOG(Info) << "TensorBoard events: writing again";
+  if (!st.ok() && !events_failing_) PS_LOG(Warning) << "TensorBoard events: " << st.message() << ": scalars are lost until it works again";
+  events_failing_ = !st.ok();
 }
 
 void Chief::WaitMetrics() {
@@ -84,7 +85,7 @@ void Chief::WriteMetricsLine(const Json& line) {
 
 void Chief::AppendMetrics(const std::string& line) {
   std::lock_guard lock(metrics_mu_);
-  Status st = metrics_.Append(line);
+  Status st = metrics_.Append(line + "\n");
   if (st.ok() && metrics_failing_) PS_LOG(Info) << metrics_.path() << ": writing again";
   if (!st.ok() && !metrics_failing_) PS_LOG(Warning) << st.message() << ": metrics lines are lost until it works again";
   metrics_failing_ = !st.ok();

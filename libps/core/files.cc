@@ -119,22 +119,24 @@ Result<std::string> ReadSmallFile(const std::string& path, size_t max_bytes) {
   return out;
 }
 
-Result<LineAppender> LineAppender::Open(const std::string& path) {
-  LineAppender a;
-  a.fd_ = UniqueFd(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
-  if (!a.fd_.valid()) return ErrnoStatus(path, "open", errno);
+Result<AppendOnlyFile> AppendOnlyFile::Open(const std::string& path, bool create_new) {
+  AppendOnlyFile a;
+  a.fd_ = UniqueFd(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (create_new ? O_EXCL : 0), 0644));
+  if (!a.fd_.valid()) {
+    const int err = errno;
+    if (err == EEXIST) return Status(Code::kAlreadyExists, path + ": exists");
+    return ErrnoStatus(path, "open", err);
+  }
   a.path_ = path;
   return a;
 }
 
-Status LineAppender::Append(std::string_view line) {
-  if (!fd_.valid()) return FailedPrecondition("LineAppender: not open");
-  buffer_.assign(line);
-  buffer_.push_back('\n');
+Status AppendOnlyFile::Append(std::string_view bytes) {
+  if (!fd_.valid()) return FailedPrecondition("AppendOnlyFile: not open");
   const off_t end = ::lseek(fd_.get(), 0, SEEK_END);
-  Status st = WriteAll(fd_.get(), buffer_.data(), buffer_.size(), path_);
+  Status st = WriteAll(fd_.get(), bytes.data(), bytes.size(), path_);
   if (!st.ok() && end >= 0 && ::ftruncate(fd_.get(), end) != 0) {
-    st = Status(st.code(), st.message() + " (and a partial line may remain: truncate: " + std::strerror(errno) + ")");
+    st = Status(st.code(), st.message() + " (and a partial record may remain: truncate: " + std::strerror(errno) + ")");
   }
   return st;
 }

@@ -50,21 +50,22 @@ Status FsyncDir(const std::string& dir);
 // Writes `contents` to path + ".tmp", fsyncs it, renames it over `path` and fsyncs the
 // parent directory: readers see either the old file or the whole new one.
 Status WriteFileAtomic(const std::string& path, std::string_view contents);
-// A log of whole lines (JSON Lines): each Append adds one complete line or nothing. A
-// write that fails part-way (a full disk) is truncated back, so a reader never sees half a
-// line, and later appends are tried again (the disk may have room by then).
-class LineAppender {
+// A file written only at its end, one whole record at a time (a JSON line, a TFRecord):
+// each Append adds all of `bytes` or nothing. A write that fails part-way (a full disk) is
+// truncated back, so a reader never sees half a record, and a failed Append does not stop
+// later ones (the disk may have room again by then).
+class AppendOnlyFile {
  public:
-  LineAppender() = default;
-  static Result<LineAppender> Open(const std::string& path);
-  // `line` without its newline; the newline is added.
-  Status Append(std::string_view line);
+  AppendOnlyFile() = default;
+  // Opens `path` for appending, creating it; `create_new`: it must not exist yet
+  // (AlreadyExists if it does).
+  static Result<AppendOnlyFile> Open(const std::string& path, bool create_new = false);
+  Status Append(std::string_view bytes);
   const std::string& path() const { return path_; }
 
  private:
   UniqueFd fd_;
   std::string path_;
-  std::string buffer_;
 };
 
 // Whole file; a file larger than max_bytes is DataLoss (never a huge allocation).

@@ -1,8 +1,8 @@
 #include "libps/obs/eval_log.h"
 
 #include <filesystem>
-#include <fstream>
 
+#include "libps/core/files.h"
 #include "libps/core/log.h"
 #include "libps/obs/metrics.h"
 #include "libps/obs/status.h"
@@ -14,11 +14,8 @@ Status EvalLog::Append(const Json& line) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return IoError(dir + ": " + ec.message());
-  const std::string path = model_dir_ + "/" + kEvalMetricsFile;
-  std::ofstream out(path, std::ios::app);
-  out << line.dump() << "\n";
-  out.flush();
-  if (!out) return IoError(path + ": write failed");
+  PS_ASSIGN_OR_RETURN(AppendOnlyFile out, AppendOnlyFile::Open(model_dir_ + "/" + kEvalMetricsFile));
+  PS_RETURN_IF_ERROR(out.Append(line.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n"));
   auto num = [&](const char* key) { return line.contains(key) && line[key].is_number() ? line[key].get<double>() : -1.0; };
   AddScalars(line.at("step").get<int64_t>(), num("accuracy"), num("loss"), num("auc"),
              line.value("unix_time", WallTimeNow()));
@@ -26,21 +23,16 @@ Status EvalLog::Append(const Json& line) {
 }
 
 void EvalLog::AddScalars(int64_t step, double accuracy, double loss, double auc, double wall_time) {
-  if (events_failed_) return;
+  Status st;
   if (!events_) {
     auto w = EventWriter::Open(model_dir_ + "/eval");
-    if (!w.ok()) {
-      PS_LOG(Warning) << "no TensorBoard eval events: " << w.status().message();
-      events_failed_ = true;
-      return;
-    }
-    events_.emplace(std::move(*w));
+    if (w.ok()) events_.emplace(std::move(*w));
+    else st = w.status();
   }
-  Status st = AddEvalScalars(*events_, step, accuracy, loss, auc, wall_time);
-  if (!st.ok()) {
-    PS_LOG(Warning) << "TensorBoard eval events: " << st.message();
-    events_failed_ = true;
-  }
+  if (events_) st = AddEvalScalars(*events_, step, accuracy, loss, auc, wall_time);
+  if (st.ok() && events_failing_) PS_LOG(Info) << "TensorBoard eval events: writing again";
+  if (!st.ok() && !events_failing_) PS_LOG(Warning) << "TensorBoard eval events: " << st.message();
+  events_failing_ = !st.ok();
 }
 
 }  // namespace ps::obs

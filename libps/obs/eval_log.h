@@ -18,7 +18,8 @@ class EvalLog {
   explicit EvalLog(std::string model_dir) : model_dir_(std::move(model_dir)) {}
   // Appends `line` (an object with "step" and "unix_time") to eval/metrics.jsonl and
   // its "accuracy", "loss" and "auc" as scalars of that step. An error only for the
-  // metrics file; TensorBoard trouble is logged once and its events stop.
+  // metrics file (whole lines or nothing: AppendOnlyFile); TensorBoard trouble is logged
+  // once, and the next evaluation's scalars are tried again.
   Status Append(const Json& line);
   // The TensorBoard part alone (the chief's final evaluation, whose line is in
   // train_metrics.jsonl); auc < 0: none.
@@ -27,7 +28,7 @@ class EvalLog {
  private:
   std::string model_dir_;
   std::optional<EventWriter> events_;
-  bool events_failed_ = false;
+  bool events_failing_ = false;  // the last TensorBoard write failed (logged)
 };
 
 }  // namespace ps::obs

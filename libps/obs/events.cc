@@ -280,46 +280,19 @@ Result<EventWriter> EventWriter::Open(const std::string& dir, double file_wall_t
   if (ec) return IoError(dir + ": cannot create directory: " + ec.message());
   const std::string base = (fs::path(dir) / EventFileName(file_wall_time, Hostname())).string();
   EventWriter w;
-  for (int attempt = 0; attempt < 1000 && !w.file_; ++attempt) {
-    std::string path = attempt == 0 ? base : base + "." + std::to_string(attempt);
-    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) {
-      if (errno == EEXIST) continue;
-      return IoError(path + ": cannot create: " + std::strerror(errno));
-    }
-    std::FILE* f = ::fdopen(fd, "wb");
-    if (f == nullptr) {
-      int err = errno;
-      ::close(fd);
-      return IoError(path + ": fdopen: " + std::strerror(err));
-    }
-    w.file_.reset(f);
-    w.path_ = std::move(path);
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    auto f = AppendOnlyFile::Open(attempt == 0 ? base : base + "." + std::to_string(attempt), /*create_new=*/true);
+    if (f.status().code() == Code::kAlreadyExists) continue;
+    if (!f.ok()) return f.status();
+    w.file_ = std::move(*f);
+    PS_RETURN_IF_ERROR(w.file_.Append(FrameRecord(EncodeFileVersionEvent(file_wall_time, kEventFileVersion))));
+    return w;
   }
-  if (!w.file_) return IoError(base + ": too many event files with this name");
-  PS_RETURN_IF_ERROR(w.WriteRecord(EncodeFileVersionEvent(file_wall_time, kEventFileVersion)));
-  return w;
-}
-
-Status EventWriter::WriteRecord(std::string_view data) {
-  if (!error_.ok()) return error_;
-  std::string record = FrameRecord(data);
-  if (std::fwrite(record.data(), 1, record.size(), file_.get()) != record.size() ||
-      std::fflush(file_.get()) != 0) {
-    error_ = IoError(path_ + ": write failed: " + std::strerror(errno));
-    return error_;
-  }
-  return Status::Ok();
+  return IoError(base + ": too many event files with this name");
 }
 
 Status EventWriter::AddScalar(std::string_view tag, int64_t step, double value, double wall_time) {
-  return WriteRecord(EncodeScalarEvent(wall_time, step, tag, static_cast<float>(value)));
-}
-
-Status EventWriter::Flush() {
-  if (!error_.ok()) return error_;
-  if (std::fflush(file_.get()) != 0) error_ = IoError(path_ + ": flush failed: " + std::strerror(errno));
-  return error_;
+  return file_.Append(FrameRecord(EncodeScalarEvent(wall_time, step, tag, static_cast<float>(value))));
 }
 
 // ---- reading ---------------------------------------------------------------------------

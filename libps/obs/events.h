@@ -21,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "libps/core/files.h"
 #include "libps/core/status.h"
 
 namespace ps::obs {
@@ -40,9 +41,10 @@ std::string EncodeScalarEvent(double wall_time, int64_t step, std::string_view t
 // One TFRecord around `data`: header, data, footer.
 std::string FrameRecord(std::string_view data);
 
-// Appends scalar events to a new event file in a directory. Every Add* writes one record
-// and flushes it to the kernel (no fsync), so a crash loses at most the record being written
-// and TensorBoard sees each point as soon as it is added. Not thread-safe: one thread at a
+// Appends scalar events to a new event file in a directory. Every Add* writes one whole
+// record with one write(2) (no fsync): a crash loses at most the record being written, a
+// full disk loses the records that do not fit (never half of one: AppendOnlyFile), and
+// TensorBoard sees each point as soon as it is added. Not thread-safe: one thread at a
 // time (the chief's reporting thread, the evaluator's loop). Movable.
 class EventWriter {
  public:
@@ -51,31 +53,19 @@ class EventWriter {
   // writes the file_version record with `file_wall_time`. IoError naming the path.
   static Result<EventWriter> Open(const std::string& dir, double file_wall_time = WallTimeNow());
 
-  EventWriter(EventWriter&&) noexcept = default;
-  EventWriter& operator=(EventWriter&&) noexcept = default;
-  ~EventWriter() = default;
-
   // One Event{wall_time, step, summary{value{tag, simple_value = float(value)}}}.
-  // wall_time: seconds since the epoch. After a failed write every call returns the error.
+  // wall_time: seconds since the epoch. A failed write loses this record only.
   Status AddScalar(std::string_view tag, int64_t step, double value, double wall_time);
   Status AddScalar(std::string_view tag, int64_t step, double value) {
     return AddScalar(tag, step, value, WallTimeNow());
   }
-  // fflush; AddScalar already does this, so it only reports an earlier error.
-  Status Flush();
 
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return file_.path(); }
 
  private:
-  struct FileCloser {
-    void operator()(std::FILE* f) const { std::fclose(f); }
-  };
   EventWriter() = default;
-  Status WriteRecord(std::string_view data);
 
-  std::string path_;
-  std::unique_ptr<std::FILE, FileCloser> file_;
-  Status error_;
+  AppendOnlyFile file_;
 };
 
 // One scalar read back from an event file.

@@ -1,4 +1,4 @@
-// LineAppender: whole lines or nothing, and appends that resume after a failure.
+// AppendOnlyFile: whole records or nothing, and appends that resume after a failure.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -17,25 +17,25 @@ std::string Slurp(const std::string& path) {
   return ss.str();
 }
 
-TEST_CASE("LineAppender adds whole lines to what the file held; a reopened appender goes on after them") {
+TEST_CASE("AppendOnlyFile adds whole records to what the file held; a reopened appender goes on after them") {
   auto dir = std::filesystem::temp_directory_path() / ("pstrain-lines-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const std::string path = (dir / "log.jsonl").string();
   {
-    auto a = LineAppender::Open(path);
+    auto a = AppendOnlyFile::Open(path);
     REQUIRE(a.ok());
-    CHECK(a->Append("{\"a\":1}").ok());
-    CHECK(a->Append("{\"b\":2}").ok());
+    CHECK(a->Append("{\"a\":1}\n").ok());
+    CHECK(a->Append("{\"b\":2}\n").ok());
   }
-  auto b = LineAppender::Open(path);
+  auto b = AppendOnlyFile::Open(path);
   REQUIRE(b.ok());
-  CHECK(b->Append("{\"c\":3}").ok());
+  CHECK(b->Append("{\"c\":3}\n").ok());
   CHECK(Slurp(path) == "{\"a\":1}\n{\"b\":2}\n{\"c\":3}\n");
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("LineAppender on a full device: the error names the file and the cause, and the next append is tried again") {
-  auto a = LineAppender::Open("/dev/full");  // every write fails with ENOSPC
+TEST_CASE("AppendOnlyFile on a full device: the error names the file and the cause, and the next append is tried again") {
+  auto a = AppendOnlyFile::Open("/dev/full");  // every write fails with ENOSPC
   REQUIRE(a.ok());
   Status first = a->Append("{\"step\":1}");
   CHECK(first.code() == Code::kIo);
@@ -43,8 +43,18 @@ TEST_CASE("LineAppender on a full device: the error names the file and the cause
   CHECK_FALSE(a->Append("{\"step\":2}").ok());  // still tried (and failing), not stuck closed
 }
 
-TEST_CASE("LineAppender: a directory that does not exist is an error naming the path") {
-  auto a = LineAppender::Open("/nonexistent-pstrain-dir/log.jsonl");
+TEST_CASE("AppendOnlyFile: create_new refuses an existing file (AlreadyExists)") {
+  auto dir = std::filesystem::temp_directory_path() / ("pstrain-new-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "events").string();
+  REQUIRE(AppendOnlyFile::Open(path, true).ok());
+  CHECK(AppendOnlyFile::Open(path, true).status().code() == Code::kAlreadyExists);
+  CHECK(AppendOnlyFile::Open(path).ok());
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("AppendOnlyFile: a directory that does not exist is an error naming the path") {
+  auto a = AppendOnlyFile::Open("/nonexistent-pstrain-dir/log.jsonl");
   REQUIRE_FALSE(a.ok());
   CHECK_THAT(a.status().message(), Catch::Contains("/nonexistent-pstrain-dir/log.jsonl: open"));
 }
