@@ -47,19 +47,18 @@ build_and_test() {
 TEST_ARGS=("$@")
 status=0
 if [ "$WHICH" = asan ] || [ "$WHICH" = all ]; then
-  # GCC 12 with -fsanitize=address warns (-Wmismatched-new-delete) where a coroutine
-  # frame of Boost.Asio's awaitable is freed: Asio's awaitable_frame_base declares its own
-  # operator new and delete (a thread-local frame cache), which GCC pairs wrongly in
-  # sanitized builds. A note on Boost.Asio's header, not a finding in our code, so not an
-  # error; ASan still checks every allocation and free at run time.
+  # werror off in both sanitizer builds, as in scripts/fuzz.sh: they look for run-time
+  # errors, and the warnings gate is the normal GCC build. GCC 12's flow warnings are
+  # unreliable under -fsanitize (false -Wmaybe-uninitialized in libstdc++'s <regex> as
+  # Catch2 uses it, -Wmismatched-new-delete on Boost.Asio's awaitable frames).
   build_and_test asan+ubsan "${PSTRAIN_ASAN_BUILD:-build-asan}" 4 \
-    -Db_sanitize=address,undefined -Db_lundef=false -Dcpp_args=-Wno-error=mismatched-new-delete || status=1
+    -Db_sanitize=address,undefined -Db_lundef=false -Dwerror=false || status=1
 fi
 if [ "$WHICH" = tsan ] || [ "$WHICH" = all ]; then
   # GCC 12 warns (-Wtsan) wherever atomic_thread_fence is used (Boost.Asio's
   # std_fenced_block): TSan does not model fences. A note on the tool, not a finding in
   # our code, so not an error; TSan still checks every access.
   build_and_test tsan "${PSTRAIN_TSAN_BUILD:-build-tsan}" 10 \
-    -Db_sanitize=thread -Db_lundef=false -Dcpp_args=-Wno-error=tsan || status=1
+    -Db_sanitize=thread -Db_lundef=false -Dwerror=false -Dcpp_args=-Wno-error=tsan || status=1
 fi
 exit $status
