@@ -14,7 +14,7 @@ int main(int argc, char** argv) {
   daemon::SignalWatcher signals;
   daemon::DaemonFlags flags;
   std::string job_file, model_dir;
-  double shutdown_timeout = 30, heartbeat_timeout = 2, ps_recovery_timeout = 600, watchdog = 300;
+  double shutdown_timeout = 30, heartbeat_timeout = 2, ps_recovery_timeout = 600, worker_recovery_timeout = 600, watchdog = 300;
   po::options_description desc("Options");
   daemon::AddDaemonOptions(desc, &flags);
   desc.add_options()
@@ -25,7 +25,9 @@ int main(int argc, char** argv) {
       ("heartbeat-timeout", po::value(&heartbeat_timeout)->value_name("SECONDS")->default_value(2),
        "a ps or worker silent for this long is declared lost")
       ("ps-recovery-timeout", po::value(&ps_recovery_timeout)->value_name("SECONDS")->default_value(600),
-       "how long training waits for a lost ps to come back before the chief gives up (exit 1)")
+       "how long training waits for a lost ps to come back before the chief gives up (exit 138)")
+      ("worker-recovery-timeout", po::value(&worker_recovery_timeout)->value_name("SECONDS")->default_value(600),
+       "with every worker lost, how long steps wait for one to rejoin before the chief gives up (exit 138)")
       ("watchdog", po::value(&watchdog)->value_name("SECONDS")->default_value(300),
        "warn, naming the tasks waited on, when no step has completed for this long");
   if (auto rc = daemon::ParseCommandLine(argc, argv,
@@ -47,15 +49,17 @@ int main(int argc, char** argv) {
   if (!model_dir.empty()) job->model_dir = model_dir;
   chief::ChiefOptions options;
   auto ms = [](double sec) { return std::chrono::milliseconds(static_cast<int64_t>(sec * 1000)); };
-  if (shutdown_timeout <= 0 || heartbeat_timeout <= 0 || ps_recovery_timeout <= 0 || watchdog <= 0) {
-    std::fprintf(stderr, "pstrain-chief: --shutdown-timeout, --heartbeat-timeout, --ps-recovery-timeout and "
-                         "--watchdog must be > 0\n");
+  if (shutdown_timeout <= 0 || heartbeat_timeout <= 0 || ps_recovery_timeout <= 0 || worker_recovery_timeout <= 0 ||
+      watchdog <= 0) {
+    std::fprintf(stderr, "pstrain-chief: --shutdown-timeout, --heartbeat-timeout, --ps-recovery-timeout, "
+                         "--worker-recovery-timeout and --watchdog must be > 0\n");
     return daemon::kExitUsage;
   }
   if (flags.check_config) return daemon::CheckedConfig("pstrain-chief", *ctx);  // after the job file
   options.shutdown_timeout = ms(shutdown_timeout);
   options.heartbeat_timeout = ms(heartbeat_timeout);
   options.ps_recovery_timeout = ms(ps_recovery_timeout);
+  options.worker_recovery_timeout = ms(worker_recovery_timeout);
   options.watchdog = ms(watchdog);
   return daemon::FinishDaemon("pstrain-chief", chief::RunChief(*ctx, std::move(*job), options, signals), signals);
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "libps/core/log.h"
+#include "libps/core/text.h"
 
 namespace ps::chief {
 
@@ -88,17 +89,35 @@ void Coordinator::MarkLost(int worker, const Status& why) {
   s.alive = false;
   s.last_error = why.message();
   PS_LOG(Warning) << s.name << " lost: " << why.message();
-  bool any = false;
-  for (const auto& w : state_) any = any || w.alive;
-  if (!any) {
-    // Nobody left to run what is queued.
-    while (!queue_.empty()) {
-      Pack p = std::move(queue_.front());
-      queue_.pop_front();
-      Finish(p, Unavailable("no live workers left (last: " + why.message() + ")"));
-    }
-  }
+  NoteLoss(why);
   cv_.notify_all();
+}
+
+double Coordinator::TimeoutSeconds() const {
+  return std::chrono::duration<double>(options_.worker_recovery_timeout).count();
+}
+
+bool Coordinator::AnyAlive() const {
+  return std::any_of(state_.begin(), state_.end(), [](const obs::WorkerSnapshot& w) { return w.alive; });
+}
+
+void Coordinator::NoteLoss(const Status& why) {
+  last_loss_ = why;
+  if (AnyAlive() || none_alive_since_) return;
+  none_alive_since_ = std::chrono::steady_clock::now();
+  PS_LOG(Warning) << "no live worker: steps wait up to " << FormatDuration(TimeoutSeconds()) << " for one to rejoin";
+}
+
+void Coordinator::FailIfAbandoned() {
+  if (!none_alive_since_ || std::chrono::steady_clock::now() - *none_alive_since_ < options_.worker_recovery_timeout) {
+    return;
+  }
+  while (!queue_.empty()) {
+    Pack p = std::move(queue_.front());
+    queue_.pop_front();
+    Finish(p, Unavailable("no worker came back within " + FormatDuration(TimeoutSeconds()) + " (last lost: " +
+                          last_loss_.message() + ")"));
+  }
 }
 
 void Coordinator::Pause(const Status& why) {
@@ -123,6 +142,7 @@ void Coordinator::Rejoin(int worker, std::shared_ptr<net::Client> client) {
   s.alive = true;
   s.in_flight = 0;  // its old calls all failed when the connection broke
   s.last_error.clear();
+  none_alive_since_.reset();
   cv_.notify_all();
 }
 
@@ -162,7 +182,7 @@ void Coordinator::DispatchLoop() {
   for (;;) {
     int chosen = -1;
     size_t index = 0;
-    cv_.wait(lock, [&] {
+    auto ready = [&] {
       if (closing_) return true;
       if (queue_.empty() || paused_) return false;
       // The first pack some worker can take (a pinned pack may wait for its worker).
@@ -171,7 +191,16 @@ void Coordinator::DispatchLoop() {
         if (chosen >= 0) return true;
       }
       return false;
-    });
+    };
+    if (none_alive_since_ && !queue_.empty()) {
+      // Nobody can take the queue: wait for a rejoin, then give up on it.
+      if (!cv_.wait_until(lock, *none_alive_since_ + options_.worker_recovery_timeout, ready)) {
+        FailIfAbandoned();
+        continue;
+      }
+    } else {
+      cv_.wait(lock, ready);
+    }
     if (closing_) return;
     Pack pack = std::move(queue_[index]);
     queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(index));
@@ -212,6 +241,7 @@ void Coordinator::OnReply(int worker, Pack pack, Result<net::Reply> reply) {
   if (s.alive && !workers_[static_cast<size_t>(worker)]->health().ok()) {
     s.alive = false;
     PS_LOG(Warning) << s.name << " lost: " << st.message();
+    NoteLoss(st);
   }
   if (pack.pinned >= 0 && Retryable(st) && !closing_ && !paused_ && !cancelled_) {
     // Only this worker can run it: wait for it to rejoin, in step order among its packs.
@@ -220,9 +250,8 @@ void Coordinator::OnReply(int worker, Pack pack, Result<net::Reply> reply) {
     cv_.notify_all();
     return;
   }
-  bool any_alive = false;
-  for (const auto& w : state_) any_alive = any_alive || w.alive;
-  if (Retryable(st) && any_alive && pack.attempts < options_.max_attempts && !closing_ && !paused_) {
+  // With no live worker the pack waits for a rejoin (FailIfAbandoned bounds the wait).
+  if (Retryable(st) && pack.attempts < options_.max_attempts && !closing_ && !paused_) {
     PS_LOG(Warning) << "steps " << pack.first_step << ".." << pack.first_step + pack.count - 1 << " failed on "
                     << s.name << " (" << st.message() << "); re-queued";
     queue_.push_front(std::move(pack));

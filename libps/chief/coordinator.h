@@ -3,6 +3,9 @@
 // `max_in_flight_per_worker` packs per worker at a time. A pack whose worker fails
 // (connection lost, heartbeat or deadline) is re-queued on another worker, up to
 // `max_attempts`; an error the worker reports (bad data, bad model) fails the pack.
+// With no live worker at all (the chief cut off from everyone, every worker restarting)
+// packs wait, queued, for a worker to rejoin; only after `worker_recovery_timeout` with
+// none alive do they fail (Unavailable: a restarted chief resumes from its checkpoint).
 // A pack pinned to a worker (sync mode: every worker runs every update) runs only there,
 // after that worker's earlier pinned packs, one at a time; when the worker is lost it waits, queued, for
 // the worker to rejoin.
@@ -16,6 +19,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -40,6 +44,7 @@ class Coordinator {
     int max_in_flight_per_worker = 2;
     int max_attempts = 3;
     net::Millis pack_timeout{std::chrono::minutes(30)};
+    net::Millis worker_recovery_timeout{std::chrono::minutes(10)};
   };
   Coordinator(std::vector<std::shared_ptr<net::Client>> workers, Options options);
   ~Coordinator();  // cancels what is queued and waits for what is in flight
@@ -81,6 +86,12 @@ class Coordinator {
   void DispatchLoop();
   void OnReply(int worker, Pack pack, Result<net::Reply> reply);
   void Finish(Pack& pack, Result<PackResult> result);  // mu_ held
+  bool AnyAlive() const;  // mu_ held
+  double TimeoutSeconds() const;  // worker_recovery_timeout
+  // Starts the no-live-worker clock when the last worker is gone. mu_ held.
+  void NoteLoss(const Status& why);
+  // With no live worker for worker_recovery_timeout: fails what is queued. mu_ held.
+  void FailIfAbandoned();
 
   std::vector<std::shared_ptr<net::Client>> workers_;
   Options options_;
@@ -93,6 +104,9 @@ class Coordinator {
   bool closing_ = false;                // guarded by mu_
   bool paused_ = false;                 // guarded by mu_
   bool cancelled_ = false;              // CancelQueued since the last Resume; guarded by mu_
+  // Since when no worker is alive, and the last loss's reason; guarded by mu_.
+  std::optional<std::chrono::steady_clock::time_point> none_alive_since_;
+  Status last_loss_;
   std::thread dispatcher_;
 };
 

@@ -153,3 +153,54 @@ TEST_CASE("coordinator: an error the worker reports fails the job, the queue is 
   CHECK(failed == 5);
   CHECK(coord.Done());
 }
+
+TEST_CASE("coordinator: with every worker lost, packs wait for a rejoin instead of failing") {
+  net::Runtime rt(2);
+  auto a = std::make_unique<FakeWorker>(rt);
+  a->gate_open = false;
+  chief::Coordinator::Options opts;
+  opts.max_in_flight_per_worker = 1;
+  auto client_a = Dial(rt, *a, 0);
+  chief::Coordinator coord({client_a}, opts);
+  client_a->OnBroken([&](const Status& why) { coord.MarkLost(0, why); });
+  std::vector<std::future<Result<chief::PackResult>>> futs;
+  for (int i = 0; i < 4; ++i) futs.push_back(coord.Schedule(i, 1));
+  {
+    std::unique_lock lock(a->mu);
+    a->cv.wait(lock, [&] { return a->inside == 1; });
+  }
+  client_a->Close();  // the only worker is gone with a pack in flight
+  {
+    std::unique_lock lock(a->mu);  // the handler holds no reply back any more
+    a->gate_open = true;
+    a->cv.notify_all();
+  }
+  // Nothing is decided while no worker is alive.
+  REQUIRE(futs[0].wait_for(300ms) == std::future_status::timeout);
+  CHECK_FALSE(coord.Snapshot()[0].alive);
+  FakeWorker back(rt);
+  coord.Rejoin(0, Dial(rt, back, 0));
+  REQUIRE(coord.Join().ok());
+  for (auto& f : futs) {
+    auto r = f.get();
+    REQUIRE(r.ok());
+  }
+  CHECK(back.steps_seen.size() == 4);
+}
+
+TEST_CASE("coordinator: with no worker back within the recovery timeout, queued packs fail as Unavailable") {
+  net::Runtime rt(2);
+  FakeWorker a(rt);
+  chief::Coordinator::Options opts;
+  opts.worker_recovery_timeout = 200ms;
+  auto client_a = Dial(rt, a, 0);
+  chief::Coordinator coord({client_a}, opts);
+  coord.MarkLost(0, Unavailable("worker:0 did not answer"));
+  auto fut = coord.Schedule(0, 1);
+  Status st = coord.Join();
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.code() == Code::kUnavailable);
+  CHECK_THAT(st.message(), Catch::Contains("no worker came back within"));
+  CHECK_THAT(st.message(), Catch::Contains("worker:0 did not answer"));
+  CHECK_FALSE(fut.get().ok());
+}
