@@ -304,8 +304,9 @@ class Supervisor {
     }
   }
 
-  // Every ps and worker has exited 0: the chief shut the cluster down on purpose (e.g. a
-  // ps that did not come back) and a restarted chief would only wait for tasks that are gone.
+  // Every ps and worker has exited 0: the chief shut the cluster down as finished (and was
+  // then killed, say) and a restarted chief would only wait for tasks that are gone. After a
+  // retryable failure the chief shuts them down as retryable: they exit 138 and restart too.
   bool ClusterShutDown() const {
     return std::all_of(tasks_.begin(), tasks_.end(), [](const Task& o) {
       const TaskType type = o.plan.id.type;

@@ -191,7 +191,9 @@ void Chief::Execute(const Action& action) {
           RunIo([this, a] { return EvaluateOnWorkers(a.step); });
         } else if constexpr (std::is_same_v<A, act::Shutdown>) {
           if (a.group == TaskGroup::kWorkers) SetState("shutting down");
-          RunIo([this, a]() -> Event { return ShutdownTasks(a.group, a.reason); });
+          RunIo([this, a]() -> Event {
+            return ShutdownTasks(a.group, proto::Shutdown{a.reason, daemon::ExitCodeFor(a.outcome) == daemon::kExitRetryable});
+          });
         } else if constexpr (std::is_same_v<A, act::OpenDispatch>) {
           OpenDispatch();
         } else if constexpr (std::is_same_v<A, act::ScheduleRange>) {
@@ -220,6 +222,7 @@ void Chief::Execute(const Action& action) {
 void Chief::OpenDispatch() {
   Coordinator::Options copts;
   copts.max_in_flight_per_worker = job_.dispatches_per_worker;
+  copts.worker_recovery_timeout = options_.worker_recovery_timeout;
   {
     std::lock_guard lock(mu_);  // the status thread reads coordinator_
     coordinator_ = std::make_unique<Coordinator>(workers_, copts);

@@ -182,7 +182,7 @@ Status Chief::StartWorkers() {
   return Status::Ok();
 }
 
-ev::ShutdownReplied Chief::ShutdownTasks(TaskGroup group, const std::string& reason) {
+ev::ShutdownReplied Chief::ShutdownTasks(TaskGroup group, const proto::Shutdown& msg) {
   ev::ShutdownReplied replied{group, 0, {}};
   auto live = [&](const std::vector<std::shared_ptr<net::Client>>& all) {
     std::vector<std::shared_ptr<net::Client>> out;
@@ -205,11 +205,11 @@ ev::ShutdownReplied Chief::ShutdownTasks(TaskGroup group, const std::string& rea
     auto live_workers = live(workers_);
     shutdown_ps_ = live(ps_);
     replied.asked = static_cast<int>(live_workers.size());
-    CallAll(live_workers, proto::Shutdown{reason}, options_.shutdown_timeout, &replied.failed).ok();
+    CallAll(live_workers, msg, options_.shutdown_timeout, &replied.failed).ok();
     return replied;
   }
   replied.asked = static_cast<int>(shutdown_ps_.size());
-  CallAll(shutdown_ps_, proto::Shutdown{reason}, options_.shutdown_timeout, &replied.failed).ok();
+  CallAll(shutdown_ps_, msg, options_.shutdown_timeout, &replied.failed).ok();
   for (auto& c : workers_) c->Close();
   for (auto& c : ps_) c->Close();
   return replied;

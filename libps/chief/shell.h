@@ -111,7 +111,7 @@ class Chief {
   // Shutdown to every live worker (the first call: after detaching the failure callbacks
   // and ending the coordinator), then to every ps that was live then; the second call
   // closes every connection. I/O thread.
-  ev::ShutdownReplied ShutdownTasks(TaskGroup group, const std::string& reason);
+  ev::ShutdownReplied ShutdownTasks(TaskGroup group, const proto::Shutdown& msg);
 
   // variables.cc
   Status CreateVariables();

@@ -489,7 +489,7 @@ void ChiefMachine::BeginShutdown() {
   else if (stop_reason_) shutdown_reason_ = "stopped: " + *stop_reason_;
   else shutdown_reason_ = "job finished";
   io_ = Io::kShutdownWorkers;
-  Emit(act::Shutdown{TaskGroup::kWorkers, shutdown_reason_});
+  Emit(act::Shutdown{TaskGroup::kWorkers, shutdown_reason_, error_});
 }
 
 void ChiefMachine::On(const ev::ShutdownReplied& e) {
@@ -499,7 +499,7 @@ void ChiefMachine::On(const ev::ShutdownReplied& e) {
   not_acknowledged_.insert(not_acknowledged_.end(), e.failed.begin(), e.failed.end());
   if (workers) {
     io_ = Io::kShutdownPs;
-    Emit(act::Shutdown{TaskGroup::kPs, shutdown_reason_});
+    Emit(act::Shutdown{TaskGroup::kPs, shutdown_reason_, error_});
     return;
   }
   phase_ = Phase::kDone;

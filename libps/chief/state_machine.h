@@ -162,7 +162,9 @@ struct ReconnectPs { int ps = 0; Time deadline{0}; };  // → PsBack | RecoveryF
 struct CloseDispatch {};                            // cancel what is queued, wait for every pack → DispatchClosed
 struct Evaluate { int64_t step = 0; };              // → Evaluated | EvaluationFailed
 struct EvaluateOnWorkers { int64_t step = 0; };     // → WorkersEvaluated | EvaluationFailed
-struct Shutdown { TaskGroup group = TaskGroup::kWorkers; std::string reason; };  // → ShutdownReplied
+// `outcome`: the run's error (OK: finished or stopped); a retryable one makes the tasks
+// exit retryable too.
+struct Shutdown { TaskGroup group = TaskGroup::kWorkers; std::string reason; Status outcome; };  // → ShutdownReplied
 // Immediate.
 struct OpenDispatch {};                             // create the coordinator; workers may rejoin
 // One pack for any worker (`workers` empty), or one pinned pack per listed worker.

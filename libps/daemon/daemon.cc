@@ -248,6 +248,12 @@ std::string TerminateReason(int sig) {
 
 Status SignalStatus(const std::string& reason) { return Aborted("terminated by " + reason); }
 
+Status ShutdownStatus(const proto::Shutdown& shutdown) {
+  if (!shutdown.retryable) return Status::Ok();
+  return Unavailable("shut down by the chief after a retryable failure (" + shutdown.reason +
+                     "): exits 138 so that the whole job is restarted");
+}
+
 namespace {
 // The write end of the self-pipe of the one SignalWatcher (-1: none).
 std::atomic<int> g_signal_pipe{-1};

@@ -126,6 +126,11 @@ std::string TerminateReason(int signal);
 // How a task that stopped for `reason` (a TerminateReason) ends: Aborted, so that
 // FinishDaemon exits 128 + N.
 Status SignalStatus(const std::string& reason);
+// How a ps or worker ends after the chief's Shutdown: OK, or Unavailable (exit 138) when
+// the chief failed in a way a restart fixes, so that an orchestrator that restarts
+// retryable exits (Kubernetes' ExitCode policy, `pstrain local --restart on-failure`)
+// restarts the whole job and the restarted chief finds its ps tasks and workers again.
+Status ShutdownStatus(const proto::Shutdown& shutdown);
 
 class SignalWatcher {
  public:

@@ -67,7 +67,7 @@ Offset<void> EncodeBody(FlatBufferBuilder& fbb, const Body& body) {
         } else if constexpr (std::is_same_v<M, Ping>) {
           return w::CreatePing(fbb).Union();
         } else if constexpr (std::is_same_v<M, Shutdown>) {
-          return w::CreateShutdownDirect(fbb, m.reason.c_str()).Union();
+          return w::CreateShutdownDirect(fbb, m.reason.c_str(), m.retryable).Union();
         } else if constexpr (std::is_same_v<M, CreateShards>) {
           return EncodeCreateShards(fbb, m).Union();
         } else if constexpr (std::is_same_v<M, Pull>) {
@@ -181,7 +181,10 @@ Result<Body> DecodeBody(const w::Envelope* env) {
     }
     case w::Body::Ack: return Body(Ack{});
     case w::Body::Ping: return Body(Ping{});
-    case w::Body::Shutdown: return Body(Shutdown{Str(env->body_as_Shutdown()->reason())});
+    case w::Body::Shutdown: {
+      const auto* m = env->body_as_Shutdown();
+      return Body(Shutdown{Str(m->reason()), m->retryable()});
+    }
     case w::Body::CreateShards: {
       PS_ASSIGN_OR_RETURN(CreateShards m, DecodeCreateShards(*env->body_as_CreateShards()));
       return Body(std::move(m));

@@ -36,7 +36,7 @@ struct HelloProof { std::vector<uint8_t> proof; };
 struct Error { int32_t code = 0; std::string message; };
 struct Ack {};
 struct Ping {};
-struct Shutdown { std::string reason; };
+struct Shutdown { std::string reason; bool retryable = false; };
 
 // The wire forms of model::InitSpec, server::OptimizerSpec and server::UpdateSpec (this
 // module cannot see those); libps/server/wire_specs.h converts, by field name.

@@ -57,10 +57,11 @@ Status RunPsTask(const daemon::DaemonContext& ctx, const CheckpointerFactory& ma
   bool by_signal = false;
   signals.Start([&](int sig) {
     by_signal = true;
-    service.RequestStop(daemon::TerminateReason(sig));
+    service.RequestStop({daemon::TerminateReason(sig)});
   });
   PS_LOG(Info) << "serving on " << ctx.listen_host << ":" << server->port();
-  std::string reason = service.WaitForShutdown();
+  const proto::Shutdown shutdown = service.WaitForShutdown();
+  const std::string& reason = shutdown.reason;
   server->Close();
   service.SetStatusSource(nullptr);
   if (by_signal) return daemon::SignalStatus(reason);
@@ -76,7 +77,7 @@ Status RunPsTask(const daemon::DaemonContext& ctx, const CheckpointerFactory& ma
     PS_LOG(Info) << "bounded staleness: largest lead " << u.max_lead << " step(s) (bound " << u.spec.staleness
                  << "), " << u.waited_pulls << " pull(s) waited";
   }
-  return Status::Ok();
+  return daemon::ShutdownStatus(shutdown);
 }
 
 }  // namespace ps::server

@@ -121,13 +121,13 @@ void Service::Handle(net::Request request, net::Responder responder) {
   }
   if (auto* m = std::get_if<proto::Shutdown>(&body)) {
     responder.Reply(proto::Ack{});
-    RequestStop(m->reason.empty() ? "Shutdown from " + request.peer.Name() : m->reason);
+    RequestStop({m->reason.empty() ? "Shutdown from " + request.peer.Name() : m->reason, m->retryable});
     return;
   }
   responder.Fail(ProtocolError(std::string("a ps does not handle ") + proto::BodyName(body)));
 }
 
-std::string Service::WaitForShutdown() {
+proto::Shutdown Service::WaitForShutdown() {
   std::unique_lock lock(mu_);
   cv_.wait(lock, [&] { return shutdown_.has_value(); });
   return *shutdown_;
@@ -138,10 +138,10 @@ void Service::SetStatusSource(std::function<proto::PsStatus()> source) {
   status_source_ = std::move(source);
 }
 
-void Service::RequestStop(std::string reason) {
+void Service::RequestStop(proto::Shutdown why) {
   {
     std::lock_guard lock(mu_);
-    if (!shutdown_) shutdown_ = std::move(reason);
+    if (!shutdown_) shutdown_ = std::move(why);
     cv_.notify_all();
   }
   FailParked(Aborted("the ps is shutting down"));

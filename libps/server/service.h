@@ -59,9 +59,9 @@ class Service {
   void Handle(net::Request request, net::Responder responder);
 
   // Blocks until a Shutdown request was answered (or RequestStop was called); returns
-  // the reason given.
-  std::string WaitForShutdown();
-  void RequestStop(std::string reason);
+  // it (RequestStop: its reason, not retryable).
+  proto::Shutdown WaitForShutdown();
+  void RequestStop(proto::Shutdown why);
 
   uint64_t generation() const { return generation_.load(); }
   // Testing hook: runs on a push's handler thread after its generation check, with the
@@ -152,7 +152,7 @@ class Service {
   std::map<ShardKey, std::vector<uint64_t>> applied_;  // bit per step id; guarded by applied_mu_
   std::mutex mu_;
   std::condition_variable cv_;
-  std::optional<std::string> shutdown_;  // guarded by mu_
+  std::optional<proto::Shutdown> shutdown_;  // guarded by mu_
   std::function<proto::PsStatus()> status_source_;  // guarded by mu_
 };
 

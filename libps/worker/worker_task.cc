@@ -93,19 +93,19 @@ class Worker {
     }
     if (auto* m = std::get_if<proto::Shutdown>(&body)) {
       resp.Reply(proto::Ack{});
-      Stop(m->reason.empty() ? "Shutdown from " + req.peer.Name() : m->reason);
+      Stop({m->reason.empty() ? "Shutdown from " + req.peer.Name() : m->reason, m->retryable});
       return;
     }
     resp.Fail(ProtocolError(std::string("a worker does not handle ") + proto::BodyName(body)));
   }
 
-  void Stop(std::string reason) {
+  void Stop(proto::Shutdown why) {
     stopping_ = true;
     std::lock_guard lock(stop_mu_);
-    if (!stop_reason_) stop_reason_ = std::move(reason);
+    if (!stop_reason_) stop_reason_ = std::move(why);
     stop_cv_.notify_all();
   }
-  std::string WaitForStop() {
+  proto::Shutdown WaitForStop() {
     std::unique_lock lock(stop_mu_);
     stop_cv_.wait(lock, [&] { return stop_reason_.has_value(); });
     return *stop_reason_;
@@ -242,7 +242,7 @@ class Worker {
   std::unique_ptr<Trainer> trainer_;               // guarded by mu_
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;
-  std::optional<std::string> stop_reason_;         // guarded by stop_mu_
+  std::optional<proto::Shutdown> stop_reason_;     // guarded by stop_mu_
 };
 
 }  // namespace
@@ -259,16 +259,16 @@ Status RunWorkerTask(const daemon::DaemonContext& ctx, const WorkerOptions& opti
   bool by_signal = false;
   signals.Start([&](int sig) {
     by_signal = true;
-    worker.Stop(daemon::TerminateReason(sig));
+    worker.Stop({daemon::TerminateReason(sig)});
   });
   PS_LOG(Info) << "waiting for the chief on " << ctx.listen_host << ":" << server->port()
                << " (BLAS threads: " << model::BlasThreads() << ")";
-  std::string reason = worker.WaitForStop();
+  const proto::Shutdown shutdown = worker.WaitForStop();
   server->Close();
   worker.Close();
-  if (by_signal) return daemon::SignalStatus(reason);
-  PS_LOG(Info) << "shut down (" << reason << ")";
-  return Status::Ok();
+  if (by_signal) return daemon::SignalStatus(shutdown.reason);
+  PS_LOG(Info) << "shut down (" << shutdown.reason << ")";
+  return daemon::ShutdownStatus(shutdown);
 }
 
 }  // namespace ps::worker

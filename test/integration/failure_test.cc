@@ -1,7 +1,8 @@
 // A ps lost mid-run (SIGKILL). The chief names it and pauses training. When the ps comes
 // back with the same TF_CONFIG, every ps is restored from the newest checkpoint and the
 // job finishes with the exact step count. If it does not come back in time, the chief
-// exits 138 (retryable) and the others are shut down cleanly. A ps killed while it writes
+// exits 138 (retryable) and shuts the others down as retryable too (they exit 138), so
+// that an orchestrator restarts the whole job. A ps killed while it writes
 // the final checkpoint is recovered the same way.
 #include <fcntl.h>
 #include <poll.h>
@@ -67,7 +68,7 @@ TEST_CASE("SIGKILL of ps:1 mid-run, ps:1 restarted: the chief restores every ps 
   CHECK(html.find("data-kind=\"ps_back\"") != std::string::npos);
 }
 
-TEST_CASE("SIGKILL of ps:1 that does not come back: the chief exits 138 (retryable) naming it; the others exit 0") {
+TEST_CASE("SIGKILL of ps:1 that does not come back: the chief exits 138 (retryable) naming it; the others too") {
   TempDir tmp;
   auto spec = LocalCluster();
   auto job = DeriveJob("job-fmnist-mlp.json", tmp / "job.json", 1000000, 20, tmp / "model");
@@ -80,16 +81,18 @@ TEST_CASE("SIGKILL of ps:1 that does not come back: the chief exits 138 (retryab
   tasks[kPs1].Signal(SIGKILL);
   CHECK(tasks[kPs1].WaitExit(15s) == std::optional<int>(128 + SIGKILL));
   CHECK(chief.WaitForLine("ps:1 failed", 15s));
-  // Retryable: an orchestrator restarts the chief, which resumes from the newest checkpoint.
+  // Retryable: an orchestrator restarts every task (a Kubernetes pod that exited 0 would
+  // not be), and the restarted chief resumes from the newest checkpoint.
   tasks.ExpectExit({kChief}, daemon::kExitRetryable, 60s);
   CHECK(daemon::kExitRetryable == 138);
-  tasks.ExpectExit({kPs0, kWorker0, kWorker1}, 0, 15s);
+  tasks.ExpectExit({kPs0, kWorker0, kWorker1}, daemon::kExitRetryable, 15s);
   auto why = chief.FindLine("pstrain-chief: ");
   REQUIRE(why.has_value());
   CHECK_THAT(*why, Catch::Contains("ps:1 did not come back"));
   CHECK(tasks[kPs0].HasLine("shut down (job failed"));
   CHECK(tasks[kWorker0].HasLine("shut down"));
   CHECK(tasks[kWorker1].HasLine("shut down"));
+  CHECK(tasks[kWorker1].HasLine("exits 138 so that the whole job is restarted"));
 }
 
 TEST_CASE("a ps killed while it writes the final checkpoint is recovered like a loss mid-run; every task exits 0") {

@@ -176,6 +176,8 @@ TEST_CASE("state machine: a ps that never comes back ends the run with the recov
   CHECK(c.exit->message() == "ps:1 did not come back within 600 s");
   CHECK(All<act::SaveCheckpoint>(c.all).size() == 1);  // step 0 only: no final checkpoint
   CHECK(ShutdownReasons(c.all).front() == "job failed: ps:1 did not come back within 600 s");
+  // The tasks are told the failure (a retryable one makes them exit 138 as well).
+  for (const auto& s : All<act::Shutdown>(c.all)) CHECK(s.outcome.code() == Code::kUnavailable);
 }
 
 TEST_CASE("state machine: a ps lost while another reconnects, or during the restore, is reconnected before training resumes") {

@@ -59,6 +59,13 @@ TEST_CASE("every message round-trips through the codec") {
   REQUIRE(env3.ok());
   CHECK(std::get<proto::RunStepsReply>(env3->body).push_seconds == 0.4);
   CHECK(std::string(proto::BodyName(env3->body)) == "RunStepsReply");
+
+  for (bool retryable : {false, true}) {
+    auto env6 = proto::Decode(proto::Encode({5, false, 0, proto::Shutdown{"job failed: x", retryable}}));
+    REQUIRE(env6.ok());
+    CHECK(std::get<proto::Shutdown>(env6->body).reason == "job failed: x");
+    CHECK(std::get<proto::Shutdown>(env6->body).retryable == retryable);
+  }
 }
 
 TEST_CASE("decode rejects garbage, truncation and unknown union tags") {

@@ -477,7 +477,7 @@ TEST_CASE("sync mode: a pull for the next update waits, holding no thread, until
   // A parked pull is failed, not left hanging, when the ps stops.
   auto parked = ModePull(*c, 0, 5, out);
   REQUIRE(Eventually([&] { return fx.service.update_stats().waited_pulls == 2; }));
-  fx.service.RequestStop("test");
+  fx.service.RequestStop({"test"});
   auto failed = parked.get();
   REQUIRE_FALSE(failed.ok());
   CHECK(failed.status().code() == Code::kAborted);
