@@ -121,10 +121,18 @@ int RunSlurmTask(const SlurmTaskCommand& command) {
 
   const std::string tf = cluster::ToTfConfigJson(config->cluster, task);
   ::setenv("TF_CONFIG", tf.c_str(), 1);
-  const bool shielded = task.type == TaskType::kPs || task.type == TaskType::kWorker;
+  // Only the chief takes the step's SIGTERM (scancel, a time limit): it stops, writes the
+  // final checkpoint and shuts the ps tasks and workers down; the evaluator exits after
+  // evaluating that final checkpoint. Were they to take the signal themselves, the step
+  // would end with 143 and the batch script would re-run it as a retryable failure.
+  const bool shielded = task.type != TaskType::kChief;
   PrintErr("pstrain slurm-task: " + task.ToString() +
            (config->cluster.has(task) ? " at " + config->cluster.address(task).ToString() : std::string()) +
-           (shielded ? "; SIGTERM/SIGINT blocked: the chief shuts this task down" : "") + "; exec " + *exe);
+           (shielded ? (task.type == TaskType::kEvaluator
+                            ? "; SIGTERM/SIGINT blocked: it exits after the chief's final checkpoint"
+                            : "; SIGTERM/SIGINT blocked: the chief shuts this task down")
+                     : "") +
+           "; exec " + *exe);
   if (shielded) {
     // Kept across exec: the daemon's handlers never see the step's SIGTERM.
     sigset_t set;

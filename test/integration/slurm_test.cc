@@ -187,17 +187,21 @@ class SlurmCluster {
   EnvVars Env() const { return {{"SLURM_CONF", conf_}}; }
   const fs::path& dir() const { return tmp_.path(); }
 
-  // `sbatch --wait` of scripts/slurm/pstrain.sbatch: 5 tasks, chief + 2 ps + 2 workers.
-  std::unique_ptr<Task> Submit(const fs::path& job, const fs::path& model_dir, const fs::path& output) {
+  // `sbatch --wait` of scripts/slurm/pstrain.sbatch: 5 tasks, chief + 2 ps + 2 workers
+  // (6 with the evaluator).
+  std::unique_ptr<Task> Submit(const fs::path& job, const fs::path& model_dir, const fs::path& output,
+                               bool evaluator = false) {
     EnvVars env = Env();
     env.emplace_back("PSTRAIN_BIN", BuildDir() + "/launcher");
-    return std::make_unique<Task>(
-        "sbatch", std::vector<std::string>{"/usr/bin/sbatch", "--wait", "--ntasks=5", "--output=" + output.string(),
-                                           "--chdir=" + dir().string(),
-                                           SourceDir() + "/scripts/slurm/pstrain.sbatch", "--ps", "2", "--workers", "2",
-                                           "--base-port", std::to_string(FreePortRange(5)), "--job", job.string(),
-                                           "--model-dir", model_dir.string(), "--", "--connect-timeout", "60"},
-        env);
+    const int tasks = evaluator ? 6 : 5;
+    std::vector<std::string> args = {"/usr/bin/sbatch", "--wait", "--ntasks=" + std::to_string(tasks),
+                                     "--output=" + output.string(), "--chdir=" + dir().string(),
+                                     SourceDir() + "/scripts/slurm/pstrain.sbatch", "--ps", "2", "--workers", "2",
+                                     "--base-port", std::to_string(FreePortRange(tasks)), "--job", job.string(),
+                                     "--model-dir", model_dir.string()};
+    if (evaluator) args.push_back("--evaluator");
+    args.insert(args.end(), {"--", "--connect-timeout", "60"});
+    return std::make_unique<Task>("sbatch", args, env);
   }
 
  private:
@@ -236,20 +240,21 @@ TEST_CASE("Slurm: sbatch --wait of a 5-task job trains to the end; every task ex
   CHECK(ReadFile(model / "checkpoint").find("ckpt-200") != std::string::npos);
 }
 
-TEST_CASE("Slurm: scancel --signal=TERM of the job step ends in a final checkpoint and exit 0") {
+TEST_CASE("Slurm: scancel --signal=TERM of the job step (with an evaluator) ends in a final checkpoint and exit 0") {
   SkipUnlessRoot();
   SlurmCluster slurm;
   const fs::path model = slurm.dir() / "model";
   const fs::path out = slurm.dir() / "job.out";
   auto job = DeriveJob("job-fmnist-mlp.json", slurm.dir() / "job.json", 10000000, 50, model);
-  auto sbatch = slurm.Submit(job, model, out);
+  auto sbatch = slurm.Submit(job, model, out, /*evaluator=*/true);
   REQUIRE(sbatch->WaitForLine("Submitted batch job ", 60s));
   const std::string line = *sbatch->FindLine("Submitted batch job ");
   const std::string job_id = line.substr(line.rfind(' ') + 1);
   REQUIRE(WaitForFileLine(out, "] step 100/", 180s));
 
-  // The step's tasks all get SIGTERM; the ps and workers have it blocked (slurm-task), the
-  // chief drains, commits the final checkpoint and shuts them down.
+  // The step's tasks all get SIGTERM; the ps, workers and the evaluator have it blocked
+  // (slurm-task): the chief drains, commits the final checkpoint and shuts the ps and
+  // workers down, and the evaluator exits after evaluating that checkpoint.
   Task scancel("scancel", {"/usr/bin/scancel", "--signal=TERM", job_id + ".0"}, slurm.Env());
   CHECK(scancel.WaitExit(30s) == std::optional<int>(0));
   const auto status = sbatch->WaitExit(120s);
@@ -268,6 +273,8 @@ TEST_CASE("Slurm: scancel --signal=TERM of the job step ends in a final checkpoi
     CHECK(text.find(task) != std::string::npos);
   }
   CHECK(text.find("cluster shut down: 2 worker(s) and 2 ps task(s) acknowledged") != std::string::npos);
+  CHECK(text.find("evaluated the final checkpoint; exiting") != std::string::npos);
+  CHECK(text.find("[evaluator:0] SIGTERM") == std::string::npos);  // it never saw the signal
   CHECK(text.find("pstrain: step 0 exited 0\npstrain: job finished: exit 0\n") != std::string::npos);
   CHECK(text.find("running it again") == std::string::npos);  // the step was not run again
 }
