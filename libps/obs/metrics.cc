@@ -128,6 +128,9 @@ Result<bool> ForEachJsonLine(const std::string& path, LineStats* stats,
   for (int n = 1; std::getline(in, line); ++n) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     auto json = ParseJson(line, "line");
+    // A last line without its newline is an append in progress (a running job): not a
+    // bad line, it is read whole next time.
+    if (!json.ok() && in.eof()) break;
     if (!json.ok()) {
       stats->Skip(n, "not JSON");
     } else if (!json->is_object()) {

@@ -18,7 +18,8 @@ using ps::testing::WriteBytes;
 TEST_CASE("metrics: bad lines are skipped and noted") {
   TempDir dir;
   WriteBytes(dir / "train_metrics.jsonl",
-             "[1,2]\n{\"step\":5,\"loss\":0.5}\n{\"loss\":0.1}\n{\"step\":7,\"loss\":0.4,\"acc");  // half-written
+             "[1,2]\n{\"step\":5,\"loss\":0.5}\n{\"loss\":0.1}\n{\"step\":6,\"loss\":0.4,\"acc\n"
+             "{\"step\":7,\"loss\":0.4,\"acc");  // a bad line, then an append in progress
   WriteBytes(dir / "eval/metrics.jsonl", "{\"step\":5,\"accuracy\":0.25}\n");
   auto h = ps::obs::ReadMetrics(dir.path());
   REQUIRE(h.ok());
@@ -26,6 +27,21 @@ TEST_CASE("metrics: bad lines are skipped and noted") {
   CHECK(h->train[0].step == 5);
   REQUIRE(h->notes.size() == 1);
   CHECK(h->notes[0] == "train_metrics.jsonl: 3 lines skipped (line 1: not a JSON object)");
+}
+
+TEST_CASE("metrics: a running job's last line, not yet whole, is neither taken nor noted") {
+  TempDir dir;
+  WriteBytes(dir / "train_metrics.jsonl", "{\"step\":5,\"loss\":0.5}\n{\"step\":7,\"lo");
+  auto h = ps::obs::ReadMetrics(dir.path());
+  REQUIRE(h.ok());
+  REQUIRE(h->train.size() == 1);
+  CHECK(h->notes.empty());
+  // Whole but without its newline yet: taken.
+  WriteBytes(dir / "train_metrics.jsonl", "{\"step\":5,\"loss\":0.5}\n{\"step\":7,\"loss\":0.4}");
+  h = ps::obs::ReadMetrics(dir.path());
+  REQUIRE(h.ok());
+  CHECK(h->train.size() == 2);
+  CHECK(h->notes.empty());
 }
 
 TEST_CASE("metrics: fields, the chief's final evaluation, missing files") {
