@@ -76,6 +76,16 @@ def port_of(c, port_name):
     return None
 
 
+def check_scraped(what, template, c):
+    """Prometheus finds the pod (deploy/prometheus: annotations) on the port its daemon serves."""
+    ann = template.get("metadata", {}).get("annotations", {})
+    args = c.get("args", [])
+    port = args[args.index("--metrics-port") + 1] if "--metrics-port" in args else None
+    check(port is not None and ann.get("prometheus.io/scrape") == "true" and ann.get("prometheus.io/port") == port
+          and port_of(c, "metrics") == int(port),
+          "%s: annotated for Prometheus on its --metrics-port (%s, %s)" % (what, ann, port))
+
+
 def rewrite_paths(args, files):
     """Replaces the ConfigMap mount paths in args by the temp files that hold them."""
     return [files.get(a, a) for a in args]
@@ -103,6 +113,7 @@ def check_tfjob(tmp):
         for rtype, spec in types.items():
             check(spec.get("restartPolicy") == "ExitCode", "%s: restartPolicy ExitCode" % rtype)
             c = container(spec["template"], "tensorflow")
+            check_scraped("TFJob " + rtype, spec["template"], c)
             for i in range(spec["replicas"]):
                 tf = json.dumps({"cluster": cluster, "task": {"type": rtype.lower(), "index": i},
                                  "environment": "cloud"})
@@ -148,6 +159,7 @@ def check_plain(tmp):
         c = container(tpl)
         jname, ns = job["metadata"]["name"], job["metadata"]["namespace"]
         check(spec.get("completionMode") == "Indexed", "%s: Indexed" % jname)
+        check_scraped("plain " + jname, tpl, c)
         check(tpl["spec"].get("subdomain") == svc["metadata"]["name"], "%s: subdomain is the headless Service" % jname)
         check(tpl["metadata"]["labels"].items() >= svc["spec"]["selector"].items(),
               "%s: the Service selects its pods" % jname)
