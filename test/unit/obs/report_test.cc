@@ -192,12 +192,13 @@ TEST_CASE("report: our own checkpoint and event lines, step time, ps load, marke
   }
   train += R"({"event":{"kind":"ps_lost","task":"ps:1","step":250,"detail":"connection reset"}})" "\n";
   train += R"({"event":{"kind":"ps_back","task":"ps:1","step":250}})" "\n";
+  train += R"({"event":{"kind":"chief_start","step":300,"detail":"restored ckpt-300"}})" "\n";
   WriteBytes(dir / "train_metrics.jsonl", train);
   auto h = ps::obs::ReadMetrics(dir.path());
   REQUIRE(h.ok());
   CHECK(h->notes.empty());
   CHECK(h->checkpoints.size() == 3);
-  REQUIRE(h->events.size() == 3);
+  REQUIRE(h->events.size() == 4);
   CHECK(h->events[1].task == "ps:1");
   CHECK(h->train.size() == 3);
   CHECK(h->train[0].ps.size() == 2);
@@ -231,8 +232,11 @@ TEST_CASE("report: our own checkpoint and event lines, step time, ps load, marke
     CHECK(Points(svg, "ps:0").size() == 3);
     CHECK(Points(svg, "ps:1").size() == 3);
   }
-  // Markers on every plot: 3 checkpoints + chief start + ps lost + ps back.
-  CHECK(Count(Svg(html, "loss"), "class=\"marker\"") == 6);
+  // Markers on every plot: 3 checkpoints + chief start + ps lost + ps back + chief restart.
+  CHECK(Count(Svg(html, "loss"), "class=\"marker\"") == 7);
+  CHECK(Count(Svg(html, "loss"), ">S</text>") == 1);  // the first chief start
+  CHECK(Count(Svg(html, "loss"), ">R</text>") == 1);  // a later one is a restart
+  CHECK(Count(html, "chief restarted: restored ckpt-300") >= 1);
   CHECK(Count(Svg(html, "ps-requests"), "data-kind=\"ps_lost\"") == 1);
   CHECK(Count(html, "ps:1 lost: connection reset") >= 1);
   // The hot-ps hint, from the line where it first fired.
