@@ -36,8 +36,10 @@ std::optional<EvalPoint> ParseEvalPoint(const Json& obj) {
   if (!obj.is_object()) return std::nullopt;
   auto step = Integer(obj, "step");
   if (!step) return std::nullopt;
+  auto source = obj.find("source");
   return EvalPoint{.step = *step, .accuracy = Number(obj, "accuracy"), .loss = Number(obj, "loss"),
-                   .auc = Number(obj, "auc"), .examples = Integer(obj, "examples")};
+                   .auc = Number(obj, "auc"), .examples = Integer(obj, "examples"),
+                   .inline_eval = source != obj.end() && source->is_string() && source->get<std::string>() == "workers"};
 }
 
 std::optional<TrainPoint> ParseTrainPoint(const Json& obj) {

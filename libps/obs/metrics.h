@@ -69,11 +69,12 @@ struct EvalPoint {
   std::optional<double> loss;
   std::optional<double> auc;               // binary tasks only
   std::optional<int64_t> examples;
+  bool inline_eval = false;                // "source": "workers" (eval_every_steps), else the evaluator's
 };
 
 struct MetricsHistory {
   std::vector<TrainPoint> train;           // sorted by step (stable: file order within a step)
-  std::vector<EvalPoint> eval;             // the evaluator's, sorted by step
+  std::vector<EvalPoint> eval;             // the evaluator's and the inline ones, sorted by step
   std::optional<EvalPoint> final_eval;     // the chief's final evaluation, if any
   std::vector<CheckpointPoint> checkpoints;  // in file order
   std::vector<ClusterEvent> events;          // in file order

@@ -183,7 +183,9 @@ std::string RenderReportHtml(const MetricsHistory& h, std::string_view title) {
   if (h.final_eval && h.final_eval->accuracy && (best == nullptr || *h.final_eval->accuracy > *best->accuracy)) {
     best = &*h.final_eval;
   }
-  rows.emplace_back("Evaluations", std::to_string(h.eval.size()) + " by the evaluator" +
+  const auto inline_evals = std::count_if(h.eval.begin(), h.eval.end(), [](const EvalPoint& p) { return p.inline_eval; });
+  rows.emplace_back("Evaluations", std::to_string(h.eval.size() - static_cast<size_t>(inline_evals)) + " by the evaluator" +
+                                       (inline_evals > 0 ? ", " + std::to_string(inline_evals) + " inline on the workers" : "") +
                                        (h.final_eval ? ", final evaluation by the chief" : ""));
   if (best) {
     rows.emplace_back("Best eval accuracy", Fixed(*best->accuracy, 4) + " (step " + Grouped(double(best->step)) + ")");

@@ -267,3 +267,16 @@ TEST_CASE("report: one final evaluation is a point on the run's step axis, not a
   CHECK(Count(eval, ">8,999<") + Count(eval, ">8999<") + Count(eval, ">9.001k<") == 0);
   CHECK(Count(eval, ">0<") >= 1);
 }
+
+TEST_CASE("report: the summary counts the evaluator's and the inline evaluations apart") {
+  TempDir dir;
+  WriteBytes(dir / "train_metrics.jsonl", R"({"step":100,"loss":1.0})" "\n");
+  WriteBytes(dir / "eval/metrics.jsonl",
+             R"({"step":50,"accuracy":0.5,"source":"workers"})" "\n"
+             R"({"step":100,"accuracy":0.6})" "\n"
+             R"({"step":100,"accuracy":0.7,"source":"workers"})" "\n");
+  auto h = ps::obs::ReadMetrics(dir.path());
+  REQUIRE(h.ok());
+  const std::string html = ps::obs::RenderReportHtml(*h, "m");
+  CHECK(Count(html, "1 by the evaluator, 2 inline on the workers") == 1);
+}
