@@ -39,21 +39,28 @@ template <int P, int G>
                                              const float* w, int64_t ldw, const float* bias, bool relu,
                                              bool partial, __m256i tail, float* y, int64_t ldy) {
   __m256 acc[P][G];
+  #pragma GCC unroll 16
   for (int g = 0; g < G; ++g) {
     const __m256 b = _mm256_loadu_ps(bias + 8 * g);
+    #pragma GCC unroll 16
     for (int p = 0; p < P; ++p) acc[p][g] = b;
   }
   for (int64_t t = 0; t < taps; ++t) {
     const int64_t o = tap_off[t];
     __m256 wv[G];
+    #pragma GCC unroll 16
     for (int g = 0; g < G; ++g) wv[g] = _mm256_loadu_ps(w + t * ldw + 8 * g);
+    #pragma GCC unroll 16
     for (int p = 0; p < P; ++p) {
       const __m256 x = _mm256_broadcast_ss(px[p] + o);
+      #pragma GCC unroll 16
       for (int g = 0; g < G; ++g) acc[p][g] = _mm256_fmadd_ps(x, wv[g], acc[p][g]);
     }
   }
   const __m256 zero = _mm256_setzero_ps();
+  #pragma GCC unroll 16
   for (int p = 0; p < P; ++p) {
+    #pragma GCC unroll 16
     for (int g = 0; g < G; ++g) {
       // max(z, 0) returns 0 for a NaN z, as the scalar z > 0 ? z : 0 does.
       const __m256 v = relu ? _mm256_max_ps(acc[p][g], zero) : acc[p][g];
@@ -80,6 +87,7 @@ template <int G>
   int64_t p0 = 0;
   for (; p0 + P <= s.pixels; p0 += P) {
     const float* px[P];
+    #pragma GCC unroll 16
     for (int p = 0; p < P; ++p) px[p] = img + s.pixel_off[p0 + p];
     ForwardTile<P, G>(px, s.tap_off, s.taps, wb, s.padded_filters, bb, relu, partial, tail, yb + p0 * s.filters,
                       s.filters);
@@ -99,20 +107,27 @@ template <int T, int G>
                                           const float* d, int64_t ldd, float* dw, int64_t ldw) {
   __m256 acc[T][G];
   int64_t off[T];
+  #pragma GCC unroll 16
   for (int t = 0; t < T; ++t) {
     off[t] = tap_off[t];
+    #pragma GCC unroll 16
     for (int g = 0; g < G; ++g) acc[t][g] = _mm256_loadu_ps(dw + t * ldw + 8 * g);
   }
   for (int64_t p = 0; p < n; ++p) {
     __m256 dv[G];
+    #pragma GCC unroll 16
     for (int g = 0; g < G; ++g) dv[g] = _mm256_loadu_ps(d + p * ldd + 8 * g);
     const float* x = px[p];
+    #pragma GCC unroll 16
     for (int t = 0; t < T; ++t) {
       const __m256 xv = _mm256_broadcast_ss(x + off[t]);
+      #pragma GCC unroll 16
       for (int g = 0; g < G; ++g) acc[t][g] = _mm256_fmadd_ps(xv, dv[g], acc[t][g]);
     }
   }
+  #pragma GCC unroll 16
   for (int t = 0; t < T; ++t) {
+    #pragma GCC unroll 16
     for (int g = 0; g < G; ++g) _mm256_storeu_ps(dw + t * ldw + 8 * g, acc[t][g]);
   }
 }
