@@ -5,7 +5,9 @@
 // Register tiling (16 ymm registers, no AVX-512):
 // - Forward: a tile of P output pixels x G groups of 8 filters stays in P*G accumulators
 //   over all taps; per tap, G kernel loads and P broadcasts of an input value. Bias in
-//   the initial value, the activation on the way out: each output is stored once.
+//   the initial value, the activation on the way out: each output is stored once. With
+//   relu, one bit per output records z > 0, so that the backward pass reads 1/32 of what
+//   reading y back would.
 // - Kernel gradient: a block of T taps x G filter groups stays in T*G accumulators over a
 //   chunk of pixels; per pixel, G loads of the masked output gradient and T broadcasts.
 //   The masked gradient of the chunk is computed once into scratch (L1-sized) and the
@@ -33,11 +35,13 @@ int64_t ChunkPixels(int64_t padded_filters) { return std::max<int64_t>(4, 2048 /
 
 // Output pixels px[0..P) x filter groups [0, G) of a block: y rows are ldy apart; w rows
 // ldw apart (w, bias and y point at the block's first filter). The last group stores only
-// the lanes of `tail` when partial.
+// the lanes of `tail` when partial. relu: the tile's z > 0 bits go to mask, a byte per
+// pixel and group, rows ldm apart.
 template <int P, int G>
 [[gnu::target("avx2,fma")]] void ForwardTile(const float* const* px, const int64_t* tap_off, int64_t taps,
                                              const float* w, int64_t ldw, const float* bias, bool relu,
-                                             bool partial, __m256i tail, float* y, int64_t ldy) {
+                                             bool partial, __m256i tail, float* y, int64_t ldy, uint8_t* mask,
+                                             int64_t ldm) {
   __m256 acc[P][G];
   #pragma GCC unroll 16
   for (int g = 0; g < G; ++g) {
@@ -64,6 +68,10 @@ template <int P, int G>
     for (int g = 0; g < G; ++g) {
       // max(z, 0) returns 0 for a NaN z, as the scalar z > 0 ? z : 0 does.
       const __m256 v = relu ? _mm256_max_ps(acc[p][g], zero) : acc[p][g];
+      if (relu) {
+        const int bits = _mm256_movemask_ps(_mm256_cmp_ps(acc[p][g], zero, _CMP_GT_OQ));
+        mask[p * ldm + g] = static_cast<uint8_t>(bits);
+      }
       float* out = y + p * ldy + 8 * g;
       if (g == G - 1 && partial) {
         _mm256_maskstore_ps(out, tail, v);
@@ -77,25 +85,27 @@ template <int P, int G>
 // All pixels of one image for filter groups [g0, g0 + G).
 template <int G>
 [[gnu::target("avx2,fma")]] void ForwardBlock(const DirectConvShape& s, const float* img, const float* w,
-                                              const float* bias, bool relu, int64_t g0, float* y) {
+                                              const float* bias, bool relu, int64_t g0, float* y, uint8_t* mask) {
   constexpr int P = G >= 3 ? 2 : 4;  // P*G accumulators + G kernel rows + a broadcast <= 16
   const bool partial = g0 + G == s.padded_filters / 8 && s.filters < s.padded_filters;
   const __m256i tail = LaneMask(s.filters - (s.padded_filters - 8));
   const float* wb = w + 8 * g0;
   const float* bb = bias + 8 * g0;
   float* yb = y + 8 * g0;
+  const int64_t groups = s.padded_filters / 8;
+  uint8_t* mb = relu ? mask + g0 : nullptr;
   int64_t p0 = 0;
   for (; p0 + P <= s.pixels; p0 += P) {
     const float* px[P];
     #pragma GCC unroll 16
     for (int p = 0; p < P; ++p) px[p] = img + s.pixel_off[p0 + p];
     ForwardTile<P, G>(px, s.tap_off, s.taps, wb, s.padded_filters, bb, relu, partial, tail, yb + p0 * s.filters,
-                      s.filters);
+                      s.filters, relu ? mb + p0 * groups : nullptr, groups);
   }
   for (; p0 < s.pixels; ++p0) {
     const float* px[1] = {img + s.pixel_off[p0]};
     ForwardTile<1, G>(px, s.tap_off, s.taps, wb, s.padded_filters, bb, relu, partial, tail, yb + p0 * s.filters,
-                      s.filters);
+                      s.filters, relu ? mb + p0 * groups : nullptr, groups);
   }
 }
 
@@ -169,25 +179,24 @@ bool DirectConvAllowed() { return g_allowed.load(std::memory_order_relaxed); }
 int64_t DirectConvScratch(const DirectConvShape& s) { return ChunkPixels(s.padded_filters) * s.padded_filters; }
 
 [[gnu::target("avx2,fma")]] void DirectConvForward(const DirectConvShape& s, const float* img, const float* w,
-                                                   const float* bias, bool relu, float* y) {
+                                                   const float* bias, bool relu, float* y, uint8_t* mask) {
   const int64_t groups = s.padded_filters / 8;
   for (int64_t g0 = 0; g0 < groups; g0 += 4) {
     switch (std::min<int64_t>(4, groups - g0)) {
-      case 1: ForwardBlock<1>(s, img, w, bias, relu, g0, y); break;
-      case 2: ForwardBlock<2>(s, img, w, bias, relu, g0, y); break;
-      case 3: ForwardBlock<3>(s, img, w, bias, relu, g0, y); break;
-      default: ForwardBlock<4>(s, img, w, bias, relu, g0, y); break;
+      case 1: ForwardBlock<1>(s, img, w, bias, relu, g0, y, mask); break;
+      case 2: ForwardBlock<2>(s, img, w, bias, relu, g0, y, mask); break;
+      case 3: ForwardBlock<3>(s, img, w, bias, relu, g0, y, mask); break;
+      default: ForwardBlock<4>(s, img, w, bias, relu, g0, y, mask); break;
     }
   }
 }
 
-[[gnu::target("avx2,fma")]] void DirectConvBackward(const DirectConvShape& s, const float* img, const float* y,
-                                                    bool relu, float* dy, bool write_d, float* dw, float* db,
-                                                    float* scratch) {
+[[gnu::target("avx2,fma")]] void DirectConvBackward(const DirectConvShape& s, const float* img, const uint8_t* mask,
+                                                    float* dy, bool write_d, float* dw, float* db, float* scratch) {
   const int64_t f = s.filters, ldd = s.padded_filters, groups = ldd / 8;
   const int64_t chunk = ChunkPixels(ldd);
   const __m256i tail = LaneMask(f - (ldd - 8));
-  const __m256 zero = _mm256_setzero_ps();
+  const __m256i bits = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
   constexpr int64_t kMaxChunk = 2048 / 8;
   const float* px[kMaxChunk];
   for (int64_t p0 = 0; p0 < s.pixels; p0 += chunk) {
@@ -201,9 +210,9 @@ int64_t DirectConvScratch(const DirectConvShape& s) { return ChunkPixels(s.padde
         const int64_t at = (p0 + p) * f + 8 * g;
         // vmaskmov only for a partial last group: its stores are slow on some CPUs.
         __m256 d = partial ? _mm256_maskload_ps(dy + at, tail) : _mm256_loadu_ps(dy + at);
-        if (relu) {
-          const __m256 yv = partial ? _mm256_maskload_ps(y + at, tail) : _mm256_loadu_ps(y + at);
-          d = _mm256_and_ps(d, _mm256_cmp_ps(yv, zero, _CMP_GT_OQ));
+        if (mask != nullptr) {
+          const __m256i m = _mm256_and_si256(_mm256_set1_epi32(mask[(p0 + p) * groups + g]), bits);
+          d = _mm256_and_ps(d, _mm256_castsi256_ps(_mm256_cmpeq_epi32(m, bits)));
         }
         if (write_d) {
           if (partial) {

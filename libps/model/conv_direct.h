@@ -47,16 +47,18 @@ int64_t DirectConvScratch(const DirectConvShape& s);
 
 // One image: y [pixels * filters] = act(windows(img) · w + bias), act relu (relu = true)
 // or the identity. w [taps * padded_filters] and bias [padded_filters] hold zeros past
-// `filters`. Needs DirectConvCpuSupported().
+// `filters`. With relu, mask [pixels * padded_filters / 8] gets the bits y > 0, a byte per
+// pixel and group of 8 filters (bit i: filter 8 * group + i); unused (may be null)
+// otherwise. Needs DirectConvCpuSupported().
 void DirectConvForward(const DirectConvShape& s, const float* img, const float* w, const float* bias, bool relu,
-                       float* y);
+                       float* y, uint8_t* mask);
 
-// One image, after DirectConvForward gave y [pixels * filters]: d = dy masked by y > 0
-// (relu) or dy (identity); d is written back into dy [pixels * filters] when write_d.
+// One image, after DirectConvForward: d = dy masked by the forward pass's mask (relu) or
+// dy (mask null: the identity); d is written back into dy [pixels * filters] when write_d.
 // Adds windows(img)ᵀ · d to dw [taps * padded_filters] and the column sums of d to db
 // [padded_filters] (their padding columns stay as they were). scratch:
 // [DirectConvScratch(s)]. Needs DirectConvCpuSupported().
-void DirectConvBackward(const DirectConvShape& s, const float* img, const float* y, bool relu, float* dy,
-                        bool write_d, float* dw, float* db, float* scratch);
+void DirectConvBackward(const DirectConvShape& s, const float* img, const uint8_t* mask, float* dy, bool write_d,
+                        float* dw, float* db, float* scratch);
 
 }  // namespace ps::model

@@ -238,10 +238,13 @@ class Conv2dOp final : public Op {
     std::copy_n(ctx.params->values[bias_].data(), f_, b_.data());
     const float* img = DirectInput(ctx.batch_size, x, true);
     y_.resize(static_cast<size_t>(ctx.batch_size * s.pixels * f_));
+    const bool relu = act_ == Activation::kRelu;
+    const int64_t groups = s.padded_filters / 8;
+    if (relu) relu_mask_.resize(static_cast<size_t>(ctx.batch_size * s.pixels * groups));
     const int64_t image = pad_h_ * pad_w_ * g_.c;
     for (int64_t e = 0; e < ctx.batch_size; ++e) {
-      DirectConvForward(s, img + e * image, w_.data(), b_.data(), act_ == Activation::kRelu,
-                        y_.data() + e * s.pixels * f_);
+      DirectConvForward(s, img + e * image, w_.data(), b_.data(), relu, y_.data() + e * s.pixels * f_,
+                        relu ? relu_mask_.data() + e * s.pixels * groups : nullptr);
     }
   }
 
@@ -254,10 +257,11 @@ class Conv2dOp final : public Op {
     scratch_.resize(static_cast<size_t>(DirectConvScratch(s)));
     const float* img = DirectInput(ctx.batch_size, x, false);
     const int64_t image = pad_h_ * pad_w_ * g_.c;
+    const bool relu = act_ == Activation::kRelu;
+    const int64_t groups = s.padded_filters / 8;
     for (int64_t e = 0; e < ctx.batch_size; ++e) {
-      const int64_t o = e * s.pixels * f_;
-      DirectConvBackward(s, img + e * image, y_.data() + o, act_ == Activation::kRelu, dout + o, write_d, w_.data(),
-                         b_.data(), scratch_.data());
+      DirectConvBackward(s, img + e * image, relu ? relu_mask_.data() + e * s.pixels * groups : nullptr,
+                         dout + e * s.pixels * f_, write_d, w_.data(), b_.data(), scratch_.data());
     }
     float* dk = ctx.grads->values[kernel_].data();
     for (int64_t t = 0; t < s.taps; ++t) std::copy_n(w_.data() + t * s.padded_filters, f_, dk + t * f_);
@@ -280,6 +284,7 @@ class Conv2dOp final : public Op {
   std::vector<float> padded_x_;     // [batch, pad_h_, pad_w_, c], from Forward to Backward
   std::vector<float> w_, b_;        // [taps, padded filters], [padded filters]: kernel and bias, then their gradients
   std::vector<float> scratch_;
+  std::vector<uint8_t> relu_mask_;  // relu: [batch * out_h * out_w, padded filters / 8] bits y > 0
 };
 
 // max_pool2d / avg_pool2d per channel.

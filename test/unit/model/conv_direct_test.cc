@@ -203,7 +203,8 @@ TEST_CASE("conv2d direct kernels alone: one image, padding columns of the gradie
   }
   for (int64_t o = 0; o < f; ++o) bias[o] = u(rng);
   std::vector<float> y(static_cast<size_t>(oh * ow * f) + 8, 99.0f);  // 8 guard floats past the output
-  DirectConvForward(s, img.data(), w.data(), bias.data(), true, y.data());
+  std::vector<uint8_t> mask(static_cast<size_t>(oh * ow * fp / 8));
+  DirectConvForward(s, img.data(), w.data(), bias.data(), true, y.data(), mask.data());
   std::vector<float> dy(static_cast<size_t>(oh * ow * f)), d = dy;
   for (float& v : dy) v = u(rng);
   std::vector<double> want_y, want_dw(w.size(), 0.0), want_db(bias.size(), 0.0);
@@ -226,13 +227,13 @@ TEST_CASE("conv2d direct kernels alone: one image, padding columns of the gradie
   for (double& v : want_db) v += 1.0;
   std::vector<float> scratch(static_cast<size_t>(DirectConvScratch(s)));
   std::vector<float> dy_kept = dy;
-  DirectConvBackward(s, img.data(), y.data(), true, dy_kept.data(), false, dw.data(), db.data(), scratch.data());
+  DirectConvBackward(s, img.data(), mask.data(), dy_kept.data(), false, dw.data(), db.data(), scratch.data());
   CHECK(dy_kept == dy);
   CHECK(CompareArrays(dw, want_dw, 1e-5) == 0);
   CHECK(CompareArrays(db, want_db, 1e-5) == 0);
   std::fill(dw.begin(), dw.end(), 1.0f);
   std::fill(db.begin(), db.end(), 1.0f);
-  DirectConvBackward(s, img.data(), y.data(), true, dy.data(), true, dw.data(), db.data(), scratch.data());
+  DirectConvBackward(s, img.data(), mask.data(), dy.data(), true, dw.data(), db.data(), scratch.data());
   CHECK(dy == d);  // the masked gradient written back
   CHECK(CompareArrays(dw, want_dw, 1e-5) == 0);
 }
