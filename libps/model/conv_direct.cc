@@ -12,6 +12,9 @@
 //   chunk of pixels; per pixel, G loads of the masked output gradient and T broadcasts.
 //   The masked gradient of the chunk is computed once into scratch (L1-sized) and the
 //   accumulators go back to dw at the end of each chunk, so no store feeds the next load.
+// The accumulators are arrays indexed by template-bounded loops; `#pragma GCC unroll`
+// makes GCC 12 unroll those loops before its scalar replacement, which then keeps the
+// arrays in registers (without it they stay on the stack: a store per FMA row, 2.5x slower).
 #include "libps/model/conv_direct.h"
 
 #include <immintrin.h>
