@@ -1,5 +1,6 @@
 // Vision layers over images [height, width, channels] (channels last, as Keras):
-// conv2d (im2col + one sgemm over the whole batch), max_pool2d, avg_pool2d.
+// conv2d (im2col + one sgemm over the whole batch; direct AVX2 kernels instead when a
+// filter has few taps, see conv_direct.h), max_pool2d, avg_pool2d.
 //
 // Output size and padding follow TensorFlow: "valid": out = floor((in - k) / s) + 1
 // (in >= k required); "same": out = ceil(in / s), padding max((out - 1) * s + k - in, 0)
@@ -9,6 +10,7 @@
 #include <utility>
 
 #include "libps/model/blas.h"
+#include "libps/model/conv_direct.h"
 #include "libps/model/ops.h"
 
 namespace ps::model {
@@ -67,12 +69,14 @@ void ForEachRun(const Window& g, int64_t oh, int64_t ow, int64_t ki, Fn&& fn) {
 
 // im2col of one batch: cols [batch * out_h * out_w, k_h * k_w * c], column (ki, kj, ch) in
 // that order (the layout of a [k_h, k_w, c, filters] kernel); padding reads as 0.
+// Whether some window reaches into the padding ("same" may pad only after the input: pad
+// is the padding before it).
+bool Overhangs(const Axis& a) { return a.pad > 0 || (a.out - 1) * a.stride + a.k > a.in; }
+bool Padded(const Window& g) { return Overhangs(g.h) || Overhangs(g.w); }
+
 void Im2Col(const Window& g, int64_t batch, const float* x, float* cols) {
   const int64_t kcols = g.h.k * g.w.k * g.c;
-  // Some window reaches into the padding ("same" may pad only after the input: pad is
-  // the padding before it).
-  auto overhangs = [](const Axis& a) { return a.pad > 0 || (a.out - 1) * a.stride + a.k > a.in; };
-  const bool padded = overhangs(g.h) || overhangs(g.w);
+  const bool padded = Padded(g);
   for (int64_t e = 0; e < batch; ++e) {
     const float* img = x + e * g.h.in * g.w.in * g.c;
     for (int64_t oh = 0; oh < g.h.out; ++oh) {
@@ -108,17 +112,26 @@ void Col2ImAdd(const Window& g, int64_t batch, const float* cols, float* dx) {
   }
 }
 
-// conv2d: y = act(im2col(x) · kernel + bias), kernel [k_h, k_w, c, filters].
+// conv2d: y = act(im2col(x) · kernel + bias), kernel [k_h, k_w, c, filters]. With few
+// taps per filter, relu or no activation and a CPU with AVX2 + FMA, the direct kernels of
+// conv_direct.h compute the same without the column matrix (decided when the op is built).
 class Conv2dOp final : public Op {
  public:
   Conv2dOp(Window g, int64_t filters, Activation act, size_t kernel, size_t bias)
       : g_(g), f_(filters), act_(act), kernel_(kernel), bias_(bias) {
     SetShape({g_.h.out, g_.w.out, filters});
     has_variables_ = true;
+    direct_ = Taps() <= kDirectConvMaxTaps && (act_ == Activation::kRelu || act_ == Activation::kLinear) &&
+              DirectConvAllowed() && DirectConvCpuSupported();
+    if (direct_) SetUpDirect();
   }
   Result<std::span<const float>> Forward(const OpContext& ctx, std::span<const std::span<const float>> in) override {
+    if (direct_) {
+      ForwardDirect(ctx, in[0].data());
+      return std::span<const float>(y_);
+    }
     const int64_t rows = ctx.batch_size * g_.h.out * g_.w.out;
-    const int64_t k = g_.h.k * g_.w.k * g_.c;
+    const int64_t k = Taps();
     cols_.resize(static_cast<size_t>(rows * k));
     Im2Col(g_, ctx.batch_size, in[0].data(), cols_.data());
     y_.resize(static_cast<size_t>(rows * f_));
@@ -143,33 +156,118 @@ class Conv2dOp final : public Op {
     }
     return std::span<const float>(y_);
   }
-  void Backward(const OpContext& ctx, std::span<const std::span<const float>>, std::span<float> dout,
+  void Backward(const OpContext& ctx, std::span<const std::span<const float>> in, std::span<float> dout,
                 std::span<const std::span<float>> din) override {
     const int64_t rows = ctx.batch_size * g_.h.out * g_.w.out;
-    const int64_t k = g_.h.k * g_.w.k * g_.c;
-    // One pass: the activation's derivative, then the bias gradient (column sums).
-    std::span<float> db = ctx.grads->values[bias_];
-    std::fill(db.begin(), db.end(), 0.0f);
-    for (int64_t r = 0; r < rows; ++r) {
-      float* d = dout.data() + r * f_;
-      const float* y = y_.data() + r * f_;
-      if (act_ == Activation::kRelu) {
-        for (int64_t j = 0; j < f_; ++j) d[j] = y[j] > 0.0f ? d[j] : 0.0f;
-      } else {
-        ActivationBackward(act_, z_.empty() ? nullptr : z_.data() + r * f_, y, d, f_);
+    const int64_t k = Taps();
+    if (direct_) {
+      BackwardDirect(ctx, in[0].data(), dout.data(), !din[0].empty());
+    } else {
+      // One pass: the activation's derivative, then the bias gradient (column sums).
+      std::span<float> db = ctx.grads->values[bias_];
+      std::fill(db.begin(), db.end(), 0.0f);
+      for (int64_t r = 0; r < rows; ++r) {
+        float* d = dout.data() + r * f_;
+        const float* y = y_.data() + r * f_;
+        if (act_ == Activation::kRelu) {
+          for (int64_t j = 0; j < f_; ++j) d[j] = y[j] > 0.0f ? d[j] : 0.0f;
+        } else {
+          ActivationBackward(act_, z_.empty() ? nullptr : z_.data() + r * f_, y, d, f_);
+        }
+        for (int64_t j = 0; j < f_; ++j) db[j] += d[j];
       }
-      for (int64_t j = 0; j < f_; ++j) db[j] += d[j];
+      Gemm(Trans::kYes, Trans::kNo, k, f_, rows, 1.0f, cols_.data(), k, dout.data(), f_, 0.0f,
+           ctx.grads->values[kernel_].data(), f_);
     }
-    Gemm(Trans::kYes, Trans::kNo, k, f_, rows, 1.0f, cols_.data(), k, dout.data(), f_, 0.0f,
-         ctx.grads->values[kernel_].data(), f_);
     if (din[0].empty()) return;
-    // The columns are no longer needed: reuse them for d(loss)/d(cols).
+    // The columns are no longer needed (the direct path never made them): reuse them for
+    // d(loss)/d(cols).
+    cols_.resize(static_cast<size_t>(rows * k));
     Gemm(Trans::kNo, Trans::kYes, rows, k, f_, 1.0f, dout.data(), f_, ctx.params->values[kernel_].data(), f_, 0.0f,
          cols_.data(), k);
     Col2ImAdd(g_, ctx.batch_size, cols_.data(), din[0].data());
   }
 
  private:
+  int64_t Taps() const { return g_.h.k * g_.w.k * g_.c; }
+
+  // The direct kernels read an image [pad_h_, pad_w_, c] in which every window lies
+  // inside: the input itself when no window overhangs it, else a zero-padded copy.
+  void SetUpDirect() {
+    padded_ = Padded(g_);
+    pad_h_ = padded_ ? (g_.h.out - 1) * g_.h.stride + g_.h.k : g_.h.in;
+    pad_w_ = padded_ ? (g_.w.out - 1) * g_.w.stride + g_.w.k : g_.w.in;
+    for (int64_t ki = 0; ki < g_.h.k; ++ki) {
+      for (int64_t kj = 0; kj < g_.w.k; ++kj) {
+        for (int64_t ch = 0; ch < g_.c; ++ch) tap_off_.push_back((ki * pad_w_ + kj) * g_.c + ch);
+      }
+    }
+    for (int64_t oh = 0; oh < g_.h.out; ++oh) {
+      for (int64_t ow = 0; ow < g_.w.out; ++ow) {
+        pixel_off_.push_back((oh * g_.h.stride * pad_w_ + ow * g_.w.stride) * g_.c);
+      }
+    }
+  }
+
+  DirectConvShape DirectShape() const {
+    return {Taps(), tap_off_.data(), g_.h.out * g_.w.out, pixel_off_.data(), f_, DirectConvPaddedFilters(f_)};
+  }
+
+  // The batch's images as the direct kernels read them: [batch, pad_h_, pad_w_, c].
+  const float* DirectInput(int64_t batch, const float* x, bool copy) {
+    if (!padded_) return x;
+    if (!copy) return padded_x_.data();
+    const int64_t c = g_.c;
+    padded_x_.assign(static_cast<size_t>(batch * pad_h_ * pad_w_ * c), 0.0f);
+    const int64_t n = std::min(g_.w.in, pad_w_ - g_.w.pad) * c;  // floats of an input row inside
+    for (int64_t e = 0; e < batch; ++e) {
+      for (int64_t ih = 0; ih < g_.h.in && ih + g_.h.pad < pad_h_; ++ih) {
+        std::copy_n(x + (e * g_.h.in + ih) * g_.w.in * c, n,
+                    padded_x_.data() + ((e * pad_h_ + ih + g_.h.pad) * pad_w_ + g_.w.pad) * c);
+      }
+    }
+    return padded_x_.data();
+  }
+
+  void ForwardDirect(const OpContext& ctx, const float* x) {
+    const DirectConvShape s = DirectShape();
+    const float* kernel = ctx.params->values[kernel_].data();
+    w_.assign(static_cast<size_t>(s.taps * s.padded_filters), 0.0f);
+    for (int64_t t = 0; t < s.taps; ++t) std::copy_n(kernel + t * f_, f_, w_.data() + t * s.padded_filters);
+    b_.assign(static_cast<size_t>(s.padded_filters), 0.0f);
+    std::copy_n(ctx.params->values[bias_].data(), f_, b_.data());
+    const float* img = DirectInput(ctx.batch_size, x, true);
+    y_.resize(static_cast<size_t>(ctx.batch_size * s.pixels * f_));
+    const bool relu = act_ == Activation::kRelu;
+    const int64_t groups = s.padded_filters / 8;
+    if (relu) relu_mask_.resize(static_cast<size_t>(ctx.batch_size * s.pixels * groups));
+    const int64_t image = pad_h_ * pad_w_ * g_.c;
+    for (int64_t e = 0; e < ctx.batch_size; ++e) {
+      DirectConvForward(s, img + e * image, w_.data(), b_.data(), relu, y_.data() + e * s.pixels * f_,
+                        relu ? relu_mask_.data() + e * s.pixels * groups : nullptr);
+    }
+  }
+
+  // dout becomes the pre-activation gradient in place when write_d (the input gradient
+  // needs it).
+  void BackwardDirect(const OpContext& ctx, const float* x, float* dout, bool write_d) {
+    const DirectConvShape s = DirectShape();
+    w_.assign(static_cast<size_t>(s.taps * s.padded_filters), 0.0f);  // now the kernel gradient
+    b_.assign(static_cast<size_t>(s.padded_filters), 0.0f);
+    scratch_.resize(static_cast<size_t>(DirectConvScratch(s)));
+    const float* img = DirectInput(ctx.batch_size, x, false);
+    const int64_t image = pad_h_ * pad_w_ * g_.c;
+    const bool relu = act_ == Activation::kRelu;
+    const int64_t groups = s.padded_filters / 8;
+    for (int64_t e = 0; e < ctx.batch_size; ++e) {
+      DirectConvBackward(s, img + e * image, relu ? relu_mask_.data() + e * s.pixels * groups : nullptr,
+                         dout + e * s.pixels * f_, write_d, w_.data(), b_.data(), scratch_.data());
+    }
+    float* dk = ctx.grads->values[kernel_].data();
+    for (int64_t t = 0; t < s.taps; ++t) std::copy_n(w_.data() + t * s.padded_filters, f_, dk + t * f_);
+    std::copy_n(b_.data(), f_, ctx.grads->values[bias_].data());
+  }
+
   Window g_;
   int64_t f_;
   Activation act_;
@@ -177,6 +275,16 @@ class Conv2dOp final : public Op {
   std::vector<float> cols_;  // [batch * out_h * out_w, k_h * k_w * c]
   std::vector<float> y_;     // [batch * out_h * out_w, filters]
   std::vector<float> z_;     // pre-activation, gelu only
+  // The direct path.
+  bool direct_ = false;
+  bool padded_ = false;             // the kernels read padded_x_, not the input
+  int64_t pad_h_ = 0, pad_w_ = 0;   // the image the kernels read
+  std::vector<int64_t> tap_off_;    // [taps]
+  std::vector<int64_t> pixel_off_;  // [out_h * out_w]
+  std::vector<float> padded_x_;     // [batch, pad_h_, pad_w_, c], from Forward to Backward
+  std::vector<float> w_, b_;        // [taps, padded filters], [padded filters]: kernel and bias, then their gradients
+  std::vector<float> scratch_;
+  std::vector<uint8_t> relu_mask_;  // relu: [batch * out_h * out_w, padded filters / 8] bits y > 0
 };
 
 // max_pool2d / avg_pool2d per channel.

@@ -1,7 +1,7 @@
 // conv2d forward+backward throughput against single-thread sgemm of the same shape, in
 // one run. Not a test: run by scripts/bench-conv.sh.
 //
-//   bench_conv [--batch 128] [--seconds 2] [--layer HxWxC:FxK[:same|valid][:sS]]...
+//   bench_conv [--batch 128] [--seconds 2] [--im2col] [--layer HxWxC:FxK[:same|valid][:sS]]...
 //
 // A conv2d layer over a batch is three GEMMs of M = batch * out_h * out_w, K = k_h * k_w
 // * c, N = filters (forward; kernel gradient; input gradient) plus im2col, col2im, bias
@@ -12,6 +12,7 @@
 // and each figure is its best call (a burst of load from other processes hits the worst
 // calls, and both sides alike).
 // The default layers are the Fashion-MNIST CNN's (configs/job-fmnist-cnn.json).
+// --im2col keeps every layer on im2col + sgemm (no direct kernels, see conv_direct.h).
 #include <algorithm>
 #include <cstdio>
 #include <random>
@@ -21,6 +22,7 @@
 
 #include "libps/core/json.h"
 #include "libps/model/blas.h"
+#include "libps/model/conv_direct.h"
 #include "libps/model/ops.h"
 #include "test/bench/bench_util.h"
 
@@ -76,6 +78,8 @@ int main(int argc, char** argv) {
       batch = std::stoll(ps::bench::FlagValue(argc, argv, &i));
     } else if (a == "--seconds") {
       budget = std::stod(ps::bench::FlagValue(argc, argv, &i));
+    } else if (a == "--im2col") {
+      SetDirectConvAllowed(false);
     } else if (a == "--layer") {
       layers.push_back(ParseLayer(ps::bench::FlagValue(argc, argv, &i)));
     } else {
@@ -88,7 +92,10 @@ int main(int argc, char** argv) {
     layers.push_back({14, 14, 32, 64, 3, 1, true, true});   // conv_1 with same padding
   }
   SetBlasThreads(1);
-  std::printf("bench-conv: batch %ld, 1 BLAS thread, load %s\n", static_cast<long>(batch),
+  std::printf("bench-conv: batch %ld, 1 BLAS thread, direct kernels %s, load %s\n", static_cast<long>(batch),
+              !DirectConvAllowed()        ? "off"
+              : DirectConvCpuSupported() ? "where K <= 32"
+                                         : "unavailable (no AVX2+FMA)",
               ps::bench::LoadAverage().c_str());
   std::printf("%-26s %8s %6s %5s %10s %10s %10s %7s\n", "layer", "M", "K", "N", "conv ms", "conv GF/s",
               "sgemm GF/s", "ratio");
