@@ -49,10 +49,12 @@ int main(int argc, char** argv) {
   if (!model_dir.empty()) job->model_dir = model_dir;
   chief::ChiefOptions options;
   auto ms = [](double sec) { return std::chrono::milliseconds(static_cast<int64_t>(sec * 1000)); };
-  if (shutdown_timeout <= 0 || heartbeat_timeout <= 0 || ps_recovery_timeout <= 0 || worker_recovery_timeout <= 0 ||
-      watchdog <= 0) {
+  constexpr double kMaxSeconds = 1e6;  // ~11 days: beyond that the deadlines' arithmetic overflows
+  auto bad = [&](double sec) { return !(sec > 0 && sec <= kMaxSeconds); };
+  if (bad(shutdown_timeout) || bad(heartbeat_timeout) || bad(ps_recovery_timeout) || bad(worker_recovery_timeout) ||
+      bad(watchdog)) {
     std::fprintf(stderr, "pstrain-chief: --shutdown-timeout, --heartbeat-timeout, --ps-recovery-timeout, "
-                         "--worker-recovery-timeout and --watchdog must be > 0\n");
+                         "--worker-recovery-timeout and --watchdog must be > 0 and at most 1000000 seconds\n");
     return daemon::kExitUsage;
   }
   if (flags.check_config) return daemon::CheckedConfig("pstrain-chief", *ctx);  // after the job file

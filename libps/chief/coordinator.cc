@@ -132,6 +132,8 @@ void Coordinator::Resume() {
   std::lock_guard lock(mu_);
   paused_ = false;
   cancelled_ = false;
+  // The wait for a worker starts again with the new packs (a pause for a ps can be long).
+  if (none_alive_since_) none_alive_since_ = std::chrono::steady_clock::now();
   cv_.notify_all();
 }
 
@@ -192,14 +194,17 @@ void Coordinator::DispatchLoop() {
       }
       return false;
     };
-    if (none_alive_since_ && !queue_.empty()) {
-      // Nobody can take the queue: wait for a rejoin, then give up on it.
-      if (!cv_.wait_until(lock, *none_alive_since_ + options_.worker_recovery_timeout, ready)) {
-        FailIfAbandoned();
-        continue;
+    // Which wait applies is decided again after every wake-up: the last worker may be lost
+    // while this thread waits.
+    while (!ready()) {
+      if (none_alive_since_ && !queue_.empty()) {
+        // Nobody can take the queue: wait for a rejoin, then give up on it.
+        if (cv_.wait_until(lock, *none_alive_since_ + options_.worker_recovery_timeout) == std::cv_status::timeout) {
+          FailIfAbandoned();
+        }
+      } else {
+        cv_.wait(lock);
       }
-    } else {
-      cv_.wait(lock, ready);
     }
     if (closing_) return;
     Pack pack = std::move(queue_[index]);
@@ -249,6 +254,16 @@ void Coordinator::OnReply(int worker, Pack pack, Result<net::Reply> reply) {
     queue_.insert(pos, std::move(pack));
     cv_.notify_all();
     return;
+  }
+  if (!AnyAlive()) {
+    // Not this pack's fault: the failure that lost the last worker costs it no attempt.
+    pack.attempts -= 1;
+    if (cancelled_) {
+      // A stop or an earlier failure drains the dispatch: nobody is left to run it.
+      Finish(pack, Aborted("no live worker to run steps " + std::to_string(pack.first_step) + ".." +
+                           std::to_string(pack.first_step + pack.count - 1) + " (" + st.message() + ")"));
+      return;
+    }
   }
   // With no live worker the pack waits for a rejoin (FailIfAbandoned bounds the wait).
   if (Retryable(st) && pack.attempts < options_.max_attempts && !closing_ && !paused_) {

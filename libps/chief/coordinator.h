@@ -6,6 +6,8 @@
 // With no live worker at all (the chief cut off from everyone, every worker restarting)
 // packs wait, queued, for a worker to rejoin; only after `worker_recovery_timeout` with
 // none alive do they fail (Unavailable: a restarted chief resumes from its checkpoint).
+// The failure that lost the last worker costs a pack no attempt; after CancelQueued (a
+// stop, an earlier failure) such a pack fails Aborted at once instead of waiting.
 // A pack pinned to a worker (sync mode: every worker runs every update) runs only there,
 // after that worker's earlier pinned packs, one at a time; when the worker is lost it waits, queued, for
 // the worker to rejoin.

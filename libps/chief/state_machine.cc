@@ -167,6 +167,14 @@ void ChiefMachine::On(const ev::CheckpointFailed& e) {
     Log(log::Level::kError, "checkpoint " + step + " failed " + std::to_string(checkpoint_failures_) +
                                 " times in a row: stopping the run");
   }
+  if (phase_ == Phase::kFinishing && stop_reason_) {
+    // Not retryable: a restarted chief would resume from the newest committed checkpoint
+    // and train past the stop that was asked for.
+    Fail(FailedPrecondition("stopped (" + *stop_reason_ + "), but the final checkpoint " + step + " failed: " +
+                            e.why.message() + "; the newest committed checkpoint is " +
+                            (committed_ ? "step " + std::to_string(committed_->step) : std::string("none"))));
+    return;
+  }
   // At the start, or the final checkpoint with every ps up.
   Fail(e.why);
 }

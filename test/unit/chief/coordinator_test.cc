@@ -204,3 +204,54 @@ TEST_CASE("coordinator: with no worker back within the recovery timeout, queued 
   CHECK_THAT(st.message(), Catch::Contains("worker:0 did not answer"));
   CHECK_FALSE(fut.get().ok());
 }
+
+TEST_CASE("coordinator: the last worker lost with a pack in flight: after the recovery timeout every pack fails") {
+  net::Runtime rt(2);
+  auto a = std::make_unique<FakeWorker>(rt);
+  a->gate_open = false;
+  chief::Coordinator::Options opts;
+  opts.max_in_flight_per_worker = 1;
+  opts.worker_recovery_timeout = 200ms;
+  auto client_a = Dial(rt, *a, 0);
+  chief::Coordinator coord({client_a}, opts);
+  client_a->OnBroken([&](const Status& why) { coord.MarkLost(0, why); });
+  auto first = coord.Schedule(0, 1);
+  auto second = coord.Schedule(1, 1);  // queued: the worker is full
+  {
+    std::unique_lock lock(a->mu);
+    a->cv.wait(lock, [&] { return a->inside == 1; });
+  }
+  client_a->Close();  // the dispatcher is already waiting when the last worker goes
+  Status st = coord.Join();
+  CHECK(st.code() == Code::kUnavailable);
+  for (auto* f : {&first, &second}) {
+    auto r = f->get();
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == Code::kUnavailable);
+    CHECK_THAT(r.status().message(), Catch::Contains("no worker came back within 0.2 s"));
+  }
+  a->Open();
+}
+
+TEST_CASE("coordinator: after CancelQueued (a stop), a pack whose worker was the last one fails Aborted at once") {
+  net::Runtime rt(2);
+  auto a = std::make_unique<FakeWorker>(rt);
+  a->gate_open = false;
+  chief::Coordinator::Options opts;
+  opts.max_in_flight_per_worker = 1;
+  auto client_a = Dial(rt, *a, 0);  // the default 600 s recovery timeout: no waiting for it here
+  chief::Coordinator coord({client_a}, opts);
+  client_a->OnBroken([&](const Status& why) { coord.MarkLost(0, why); });
+  auto first = coord.Schedule(0, 1);
+  {
+    std::unique_lock lock(a->mu);
+    a->cv.wait(lock, [&] { return a->inside == 1; });
+  }
+  coord.CancelQueued(Aborted("stopping"));
+  client_a->Close();
+  auto r = first.get();
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().code() == Code::kAborted);
+  CHECK(coord.Done());
+  a->Open();
+}

@@ -154,6 +154,21 @@ TEST_CASE("state machine: a save that fails while a stop waits drains to the fin
   CHECK(Saves(c.all, true) == std::vector<int64_t>{20});
 }
 
+TEST_CASE("state machine: a stop whose final checkpoint fails ends the run not retryable (no training past the stop)") {
+  FakeCluster c(Config(20));
+  c.StartFresh();
+  c.Feed(ev::StopRequested{"SIGTERM"});
+  while (!c.io) c.Finish();
+  c.Answer();  // closed
+  c.AnswerWith<act::SaveCheckpoint>(ev::CheckpointFailed{IoError("disk full")});
+  CHECK(Names(c.last) == "Shutdown");
+  c.Run();
+  CHECK(c.exit->code() == Code::kFailedPrecondition);
+  CHECK(c.exit->message() == "stopped (SIGTERM), but the final checkpoint 20 failed: disk full; the newest committed "
+                             "checkpoint is step 0");
+  for (const auto& s : All<act::Shutdown>(c.all)) CHECK(s.outcome.code() == Code::kFailedPrecondition);
+}
+
 TEST_CASE("state machine: the final checkpoint failing with every ps up ends the run with the error") {
   FakeCluster c(Config());
   c.StartFresh();
