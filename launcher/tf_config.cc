@@ -117,22 +117,21 @@ int RunSlurmTask(const SlurmTaskCommand& command) {
   if (task.type == TaskType::kChief || task.type == TaskType::kEvaluator) {
     args.insert(args.end(), {"--model-dir", command.model_dir});
   }
+  // The step's SIGTERM reaches the evaluator too: it evaluates the stop's final
+  // checkpoint, then exits 0 (after 120 s without one, 143: the chief did not finish).
+  if (task.type == TaskType::kEvaluator) args.insert(args.end(), {"--stop-grace", "120"});
   args.insert(args.end(), command.extra_args.begin(), command.extra_args.end());
 
   const std::string tf = cluster::ToTfConfigJson(config->cluster, task);
   ::setenv("TF_CONFIG", tf.c_str(), 1);
-  // Only the chief takes the step's SIGTERM (scancel, a time limit): it stops, writes the
-  // final checkpoint and shuts the ps tasks and workers down; the evaluator exits after
-  // evaluating that final checkpoint. Were they to take the signal themselves, the step
-  // would end with 143 and the batch script would re-run it as a retryable failure.
-  const bool shielded = task.type != TaskType::kChief;
+  // The chief takes the step's SIGTERM (scancel, a time limit): it stops, writes the final
+  // checkpoint and shuts the ps tasks and workers down. Were those to take the signal
+  // themselves, the step would end with 143 and the batch script would re-run it as a
+  // retryable failure, so they have it blocked.
+  const bool shielded = task.type == TaskType::kPs || task.type == TaskType::kWorker;
   PrintErr("pstrain slurm-task: " + task.ToString() +
            (config->cluster.has(task) ? " at " + config->cluster.address(task).ToString() : std::string()) +
-           (shielded ? (task.type == TaskType::kEvaluator
-                            ? "; SIGTERM/SIGINT blocked: it exits after the chief's final checkpoint"
-                            : "; SIGTERM/SIGINT blocked: the chief shuts this task down")
-                     : "") +
-           "; exec " + *exe);
+           (shielded ? "; SIGTERM/SIGINT blocked: the chief shuts this task down" : "") + "; exec " + *exe);
   if (shielded) {
     // Kept across exec: the daemon's handlers never see the step's SIGTERM.
     sigset_t set;

@@ -6,8 +6,10 @@
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
+#include <algorithm>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 
 #include "libps/ckpt/checkpoint_dir.h"
@@ -15,6 +17,7 @@
 #include "libps/ckpt/store_io.h"
 #include "libps/core/json.h"
 #include "libps/core/log.h"
+#include "libps/core/text.h"
 #include "libps/model/blas.h"
 #include "libps/obs/eval_log.h"
 #include "libps/worker/trainer.h"
@@ -27,10 +30,21 @@ class Evaluator {
  public:
   explicit Evaluator(EvaluatorOptions o) : options_(std::move(o)) {}
 
-  void Stop() {
+  // The first call with `grace` > 0 lets the evaluator go on for that long; otherwise it
+  // stops at its next wait.
+  void Stop(double grace) {
     std::lock_guard lock(mu_);
-    stopping_ = true;
+    const auto now = std::chrono::steady_clock::now();
+    if (grace > 0 && !stop_at_) {
+      stop_at_ = now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(grace));
+    } else {
+      stop_at_ = now;
+    }
     cv_.notify_all();
+  }
+  bool Stopping() {
+    std::lock_guard lock(mu_);
+    return stop_at_.has_value();
   }
 
   Status Run() {
@@ -74,8 +88,13 @@ class Evaluator {
   // True when stopped. Waits for the job file or new checkpoints by polling model_dir.
   bool Wait() {
     std::unique_lock lock(mu_);
-    cv_.wait_for(lock, std::chrono::duration<double>(options_.poll_seconds), [&] { return stopping_; });
-    return stopping_;
+    auto due = [&] { return stop_at_ && std::chrono::steady_clock::now() >= *stop_at_; };
+    const auto next = std::chrono::steady_clock::now() +
+                      std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                          std::chrono::duration<double>(options_.poll_seconds));
+    // A deadline set by a signal meanwhile wakes this wait; the next one honours it.
+    cv_.wait_until(lock, stop_at_ ? std::min(next, *stop_at_) : next, [&] { return due() || stop_at_.has_value(); });
+    return due();
   }
 
   Status LoadJob() {
@@ -198,7 +217,8 @@ class Evaluator {
   obs::EvalLog eval_log_{options_.model_dir};  // after options_
   std::mutex mu_;
   std::condition_variable cv_;
-  bool stopping_ = false;  // guarded by mu_
+  // When to stop (set by a signal); guarded by mu_.
+  std::optional<std::chrono::steady_clock::time_point> stop_at_;
 };
 
 }  // namespace
@@ -209,8 +229,15 @@ Status RunEvaluator(const EvaluatorOptions& options, daemon::SignalWatcher& sign
   model::SetBlasThreads(1);
   Evaluator evaluator(options);
   signals.Start([&](int sig) {
-    PS_LOG(Info) << (sig == SIGINT ? "SIGINT" : "SIGTERM") << ": stopping";
-    evaluator.Stop();
+    const char* name = sig == SIGINT ? "SIGINT" : "SIGTERM";
+    if (options.stop_grace_seconds > 0 && !evaluator.Stopping()) {
+      PS_LOG(Info) << name << ": going on until the final checkpoint is evaluated, at most "
+                   << FormatDuration(options.stop_grace_seconds);
+      evaluator.Stop(options.stop_grace_seconds);
+    } else {
+      PS_LOG(Info) << name << ": stopping";
+      evaluator.Stop(0);
+    }
   });
   return evaluator.Run();
 }

@@ -17,6 +17,10 @@ struct EvaluatorOptions {
   bool once = false;        // evaluate one checkpoint (`step`, or the newest) and exit
   int64_t step = -1;
   double poll_seconds = 2;  // how often to look for new checkpoints
+  // After SIGTERM/SIGINT: how long to go on until the final checkpoint is evaluated (a
+  // stop's final checkpoint follows within seconds); 0: stop at once. A second signal
+  // stops at once.
+  double stop_grace_seconds = 0;
   std::shared_ptr<prom::Registry> metrics;  // pstrain_evaluator_* go here; null: nowhere
 };
 

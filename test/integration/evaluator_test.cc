@@ -1,6 +1,8 @@
 // The side-car evaluator beside a training cluster: one eval/metrics.jsonl line per
 // committed checkpoint, in step order, exit 0 after the final one; TensorBoard event
 // files for training (model_dir) and evaluation (model_dir/eval).
+#include <signal.h>
+
 #include <filesystem>
 #include <set>
 
@@ -140,6 +142,20 @@ TEST_CASE("a checkpoint marked final after it was evaluated ends the evaluator")
   auto lines = ReadJsonLines(model / "eval" / "metrics.jsonl");
   REQUIRE(!lines.empty());
   CHECK(lines.back()["step"] == 200);
+}
+
+TEST_CASE("SIGTERM with --stop-grace: the evaluator waits that long for the final checkpoint, then exits 143") {
+  TempDir tmp;
+  auto spec = LocalCluster();
+  spec.of(cluster::TaskType::kEvaluator).push_back({"127.0.0.1", FreePorts(1)[0]});
+  const auto model = tmp / "model";  // no chief will ever write it
+  auto evaluator = StartDaemon(spec, kEvaluator,
+                               {"--model-dir", model.string(), "--poll-seconds", "0.1", "--stop-grace", "0.5"});
+  REQUIRE(evaluator->WaitForLine("waiting for " + (model / "job.json").string(), 30s));
+  evaluator->Signal(SIGTERM);
+  REQUIRE(evaluator->WaitForLine("SIGTERM: going on until the final checkpoint is evaluated, at most 0.5 s", 30s));
+  CHECK(evaluator->WaitExit(30s) == std::optional<int>(128 + SIGTERM));
+  CHECK(evaluator->HasLine("stopped by a signal before the job started"));
 }
 
 }  // namespace
