@@ -50,6 +50,11 @@ struct FakeWorker {
     gate_open = true;
     cv.notify_all();
   }
+  // Until `n` requests wait inside the handler.
+  void WaitInside(int n) {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return inside == n; });
+  }
 };
 
 std::shared_ptr<net::Client> Dial(net::Runtime& rt, FakeWorker& w, int index) {
@@ -114,10 +119,7 @@ TEST_CASE("coordinator: a lost worker's packs are re-queued on another") {
   client_a->OnBroken([&](const Status& why) { coord.MarkLost(0, why); });
   std::vector<std::future<Result<chief::PackResult>>> futs;
   for (int i = 0; i < 8; ++i) futs.push_back(coord.Schedule(i, 1));
-  {
-    std::unique_lock lock(a->mu);
-    a->cv.wait(lock, [&] { return a->inside == 2; });  // two packs stuck on worker 0
-  }
+  a->WaitInside(2);  // two packs stuck on worker 0
   // The connection to worker 0 goes away with two packs in flight.
   client_a->Close();
   REQUIRE(coord.Join().ok());
@@ -165,16 +167,9 @@ TEST_CASE("coordinator: with every worker lost, packs wait for a rejoin instead 
   client_a->OnBroken([&](const Status& why) { coord.MarkLost(0, why); });
   std::vector<std::future<Result<chief::PackResult>>> futs;
   for (int i = 0; i < 4; ++i) futs.push_back(coord.Schedule(i, 1));
-  {
-    std::unique_lock lock(a->mu);
-    a->cv.wait(lock, [&] { return a->inside == 1; });
-  }
+  a->WaitInside(1);
   client_a->Close();  // the only worker is gone with a pack in flight
-  {
-    std::unique_lock lock(a->mu);  // the handler holds no reply back any more
-    a->gate_open = true;
-    a->cv.notify_all();
-  }
+  a->Open();  // the handler holds no reply back any more
   // Nothing is decided while no worker is alive.
   REQUIRE(futs[0].wait_for(300ms) == std::future_status::timeout);
   CHECK_FALSE(coord.Snapshot()[0].alive);
@@ -217,10 +212,7 @@ TEST_CASE("coordinator: the last worker lost with a pack in flight: after the re
   client_a->OnBroken([&](const Status& why) { coord.MarkLost(0, why); });
   auto first = coord.Schedule(0, 1);
   auto second = coord.Schedule(1, 1);  // queued: the worker is full
-  {
-    std::unique_lock lock(a->mu);
-    a->cv.wait(lock, [&] { return a->inside == 1; });
-  }
+  a->WaitInside(1);
   client_a->Close();  // the dispatcher is already waiting when the last worker goes
   Status st = coord.Join();
   CHECK(st.code() == Code::kUnavailable);
@@ -243,10 +235,7 @@ TEST_CASE("coordinator: after CancelQueued (a stop), a pack whose worker was the
   chief::Coordinator coord({client_a}, opts);
   client_a->OnBroken([&](const Status& why) { coord.MarkLost(0, why); });
   auto first = coord.Schedule(0, 1);
-  {
-    std::unique_lock lock(a->mu);
-    a->cv.wait(lock, [&] { return a->inside == 1; });
-  }
+  a->WaitInside(1);
   coord.CancelQueued(Aborted("stopping"));
   client_a->Close();
   auto r = first.get();
