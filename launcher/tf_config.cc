@@ -120,6 +120,11 @@ int RunSlurmTask(const SlurmTaskCommand& command) {
   // The step's SIGTERM reaches the evaluator too: it evaluates the stop's final
   // checkpoint, then exits 0 (after 120 s without one, 143: the chief did not finish).
   if (task.type == TaskType::kEvaluator) args.insert(args.end(), {"--stop-grace", "120"});
+  // Nothing else ends a step's ps tasks and workers when its chief dies (SIGKILL, OOM):
+  // after 5 minutes without it they exit 138 and the batch script runs the step again.
+  if (task.type == TaskType::kPs || task.type == TaskType::kWorker) {
+    args.insert(args.end(), {"--chief-timeout", "300"});
+  }
   args.insert(args.end(), command.extra_args.begin(), command.extra_args.end());
 
   const std::string tf = cluster::ToTfConfigJson(config->cluster, task);

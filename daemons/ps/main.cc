@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   daemon::DaemonFlags flags;
   boost::program_options::options_description desc("Options");
   daemon::AddDaemonOptions(desc, &flags);
+  daemon::AddServingTaskOptions(desc, &flags);
   if (auto rc = daemon::ParseCommandLine(argc, argv,
                                  "Usage: pstrain-ps [options]\n"
                                  "A parameter-server task. Reads TF_CONFIG (task type \"ps\").",

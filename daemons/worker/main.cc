@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   worker::WorkerOptions options;
   boost::program_options::options_description desc("Options");
   daemon::AddDaemonOptions(desc, &flags);
+  daemon::AddServingTaskOptions(desc, &flags);
   desc.add_options()("blas-threads", boost::program_options::value(&options.blas_threads)->default_value(1),
                      "OpenBLAS threads for the model math (keep 1 when tasks share cores)");
   if (auto rc = daemon::ParseCommandLine(argc, argv,

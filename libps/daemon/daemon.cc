@@ -6,7 +6,11 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <stop_token>
 #include <cerrno>
 #include <cstdio>
 #include <iostream>
@@ -14,6 +18,7 @@
 #include <boost/program_options.hpp>
 
 #include "libps/core/log.h"
+#include "libps/core/text.h"
 #include "libps/net/auth.h"
 #include "libps/prom/http.h"
 #include "libps/prom/process.h"
@@ -57,6 +62,35 @@ int FinishDaemon(const char* program, const Status& status, const SignalWatcher&
   std::fprintf(stderr, "%s: %s\n", program, status.message().c_str());
   if (status.code() == Code::kAborted && signals.last_signal() != 0) return 128 + signals.last_signal();
   return ExitCodeFor(status);
+}
+
+void AddServingTaskOptions(po::options_description& desc, DaemonFlags* f) {
+  desc.add_options()
+      ("chief-timeout", po::value(&f->chief_timeout_sec)->value_name("SECONDS")->default_value(0),
+       "exit 138 (retryable) when no chief has been heard from for this long, from the start or its last "
+       "message (a live chief pings every 0.5 s); for launchers that end nothing else when a chief dies, such as a "
+       "Slurm step. 0: wait forever, as TensorFlow's tasks do");
+}
+
+std::jthread WatchChief(const DaemonContext& ctx, const net::Server& server,
+                        std::function<void(proto::Shutdown)> on_timeout) {
+  if (ctx.chief_timeout.count() <= 0) return {};
+  const auto timeout = ctx.chief_timeout;
+  return std::jthread([&server, timeout, on_timeout = std::move(on_timeout)](std::stop_token stop) {
+    std::mutex mu;
+    std::condition_variable_any cv;
+    const auto step = std::max<std::chrono::milliseconds>(std::chrono::milliseconds(10), std::min<std::chrono::milliseconds>(timeout / 4, std::chrono::seconds(1)));
+    std::unique_lock lock(mu);
+    while (!cv.wait_for(lock, stop, step, [] { return false; })) {
+      const auto silent = std::chrono::steady_clock::now() - server.last_chief_frame();
+      if (silent < timeout) continue;
+      const std::string why = "no chief heard from for " +
+                              FormatDuration(std::chrono::duration<double>(silent).count()) + " (--chief-timeout)";
+      PS_LOG(Error) << why << ": exiting 138 so that the job is restarted";
+      on_timeout(proto::Shutdown{why, true});
+      return;
+    }
+  });
 }
 
 void AddDaemonOptions(po::options_description& desc, DaemonFlags* f) {
@@ -168,6 +202,10 @@ Result<DaemonContext> Bootstrap(const DaemonFlags& flags, cluster::TaskType expe
   PS_ASSIGN_OR_RETURN(ctx.tls, net::TlsFromFlags(flags.tls_cert, flags.tls_key, flags.tls_ca));
   ctx.max_connections = flags.max_connections;
   ctx.payload_budget_bytes = static_cast<uint64_t>(flags.payload_budget_mb) << 20;
+  if (!(flags.chief_timeout_sec >= 0 && flags.chief_timeout_sec <= 1e6)) {
+    return InvalidArgument("--chief-timeout: must be in 0..1000000 seconds");
+  }
+  ctx.chief_timeout = std::chrono::milliseconds(static_cast<int64_t>(flags.chief_timeout_sec * 1000));
   PS_ASSIGN_OR_RETURN(ctx.metrics, StartMetrics(flags, ctx.tf.task, ctx.listen_host));
   return ctx;
 }
@@ -250,7 +288,7 @@ Status SignalStatus(const std::string& reason) { return Aborted("terminated by "
 
 Status ShutdownStatus(const proto::Shutdown& shutdown) {
   if (!shutdown.retryable) return Status::Ok();
-  return Unavailable("shut down by the chief after a retryable failure (" + shutdown.reason +
+  return Unavailable("shut down after a retryable failure (" + shutdown.reason +
                      "): exits 138 so that the whole job is restarted");
 }
 

@@ -60,10 +60,13 @@ struct DaemonFlags {
   bool check_config = false;  // --check-config: Bootstrap only, then CheckedConfig
   int metrics_port = -1;         // -1: no /metrics endpoint; 0: the kernel picks (logged)
   std::string metrics_host;      // empty: the listen host (see StartMetrics)
+  double chief_timeout_sec = 0;  // ps and worker only (AddServingTaskOptions); 0: never
 };
 
 // Adds the flags every daemon takes to `desc`.
 void AddDaemonOptions(boost::program_options::options_description& desc, DaemonFlags* flags);
+// Adds the flags of the tasks the chief drives (ps, worker): --chief-timeout.
+void AddServingTaskOptions(boost::program_options::options_description& desc, DaemonFlags* flags);
 
 // A daemon's Prometheus metrics (libps/prom): the registry every part of it records into,
 // and the /metrics endpoint serving it.
@@ -93,6 +96,7 @@ struct DaemonContext {
   uint64_t payload_budget_bytes = uint64_t{1} << 30;
   std::shared_ptr<net::TlsContext> tls;  // null: plain TCP
   Metrics metrics;
+  std::chrono::milliseconds chief_timeout{0};  // see WatchChief; 0: never
 
   // Client options for dialing task `peer` of this cluster.
   net::ClientOptions ClientFor(cluster::TaskId peer) const;
@@ -131,6 +135,15 @@ Status SignalStatus(const std::string& reason);
 // retryable exits (Kubernetes' ExitCode policy, `pstrain local --restart on-failure`)
 // restarts the whole job and the restarted chief finds its ps tasks and workers again.
 Status ShutdownStatus(const proto::Shutdown& shutdown);
+
+// --chief-timeout: a ps or worker that hears nothing from a chief (no request, no
+// heartbeat: a live chief pings every task at least every 500 ms) for `ctx.chief_timeout`,
+// counted from its start or from the chief's last frame, calls `on_timeout` once with a
+// retryable Shutdown naming why; the task then ends with exit 138. Where nothing else ends
+// a task whose chief died (a Slurm step), the whole job is then restarted. Returns an idle
+// thread when the timeout is 0. The thread stops when the returned object is destroyed.
+std::jthread WatchChief(const DaemonContext& ctx, const net::Server& server,
+                        std::function<void(proto::Shutdown)> on_timeout);
 
 class SignalWatcher {
  public:

@@ -71,6 +71,8 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   // Server::Stats counters not kept by the connections.
   std::atomic<uint64_t> requests{0}, queued{0}, max_queued{0}, bytes_received{0}, refused{0};
   std::atomic<int> goodbyes{0};  // refused connections still being told why
+  // steady_clock ticks of the last frame from a chief (Start's time until one arrives).
+  std::atomic<int64_t> last_chief_frame{std::chrono::steady_clock::now().time_since_epoch().count()};
 
   // A warning about a peer that has not passed the handshake, at most one per address
   // per 10 s.
@@ -273,6 +275,10 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
         if (c->closed()) break;
         auto frame = co_await c->ReadFrame(nullptr);
         if (frame.ok()) bytes_received.fetch_add(frame->wire_bytes, std::memory_order_relaxed);
+        if (peer->role == proto::Role::kChief) {
+          last_chief_frame.store(std::chrono::steady_clock::now().time_since_epoch().count(),
+                                 std::memory_order_relaxed);
+        }
         if (!frame.ok()) {
           PS_LOG(Warning) << "closing connection of " << peer->Name() << ": " << frame.status().message();
           c->Send(ErrorEnvelope(0, frame.status()), {}, /*close_after=*/true);
@@ -342,6 +348,11 @@ Result<std::unique_ptr<Server>> Server::Start(Runtime& runtime, ServerOptions op
 Server::~Server() { Close(); }
 
 uint16_t Server::port() const { return impl_->port; }
+
+std::chrono::steady_clock::time_point Server::last_chief_frame() const {
+  return std::chrono::steady_clock::time_point(
+      std::chrono::steady_clock::duration(impl_->last_chief_frame.load(std::memory_order_relaxed)));
+}
 
 Server::Stats Server::stats(bool reset_max) const {
   Stats s;

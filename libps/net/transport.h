@@ -154,6 +154,9 @@ class Server {
   // is the time between two calls. With reset_max false (a scraper that must not steal
   // the chief's window) it is left as it is.
   Stats stats(bool reset_max = true) const;
+  // When a frame from a chief (a request or a heartbeat) last arrived, or since Start when
+  // none has. Thread-safe.
+  std::chrono::steady_clock::time_point last_chief_frame() const;
 
   // Stops accepting, waits for running handlers, flushes their replies and closes every
   // connection (at most ~3 s for peers that do not read). Idempotent. Not from a handler.

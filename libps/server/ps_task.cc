@@ -59,6 +59,7 @@ Status RunPsTask(const daemon::DaemonContext& ctx, const CheckpointerFactory& ma
     by_signal = true;
     service.RequestStop({daemon::TerminateReason(sig)});
   });
+  auto chief_watch = daemon::WatchChief(ctx, *server, [&](proto::Shutdown why) { service.RequestStop(std::move(why)); });
   PS_LOG(Info) << "serving on " << ctx.listen_host << ":" << server->port();
   const proto::Shutdown shutdown = service.WaitForShutdown();
   const std::string& reason = shutdown.reason;

@@ -261,6 +261,7 @@ Status RunWorkerTask(const daemon::DaemonContext& ctx, const WorkerOptions& opti
     by_signal = true;
     worker.Stop({daemon::TerminateReason(sig)});
   });
+  auto chief_watch = daemon::WatchChief(ctx, *server, [&](proto::Shutdown why) { worker.Stop(std::move(why)); });
   PS_LOG(Info) << "waiting for the chief on " << ctx.listen_host << ":" << server->port()
                << " (BLAS threads: " << model::BlasThreads() << ")";
   const proto::Shutdown shutdown = worker.WaitForStop();

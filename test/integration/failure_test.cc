@@ -138,4 +138,21 @@ TEST_CASE("a ps killed while it writes the final checkpoint is recovered like a 
 }
 
 }  // namespace
+TEST_CASE("--chief-timeout: the ps tasks and workers of a chief killed outright exit 138 (nothing else ends a Slurm step)") {
+  TempDir tmp;
+  auto spec = LocalCluster();
+  auto job = DeriveJob("job-fmnist-mlp.json", tmp / "job.json", 1000000, 20, tmp / "model");
+  Tasks tasks;
+  for (auto id : {kPs0, kPs1, kWorker0, kWorker1}) tasks.Add(StartDaemon(spec, id, {"--chief-timeout", "2"}));
+  Task& chief = tasks.Add(StartDaemon(spec, kChief, {"--job", job.string(), "--model-dir", (tmp / "model").string()}));
+  REQUIRE(chief.WaitForLine("] step ", 120s));  // training: the chief's frames keep the timers back
+  chief.Signal(SIGKILL);
+  CHECK(chief.WaitExit(15s) == std::optional<int>(128 + SIGKILL));
+  tasks.ExpectExit({kPs0, kPs1, kWorker0, kWorker1}, daemon::kExitRetryable, 60s);
+  for (auto id : {kPs0, kWorker1}) {
+    CHECK(tasks[id].HasLine("no chief heard from for"));
+    CHECK(tasks[id].HasLine("(--chief-timeout)): exits 138 so that the whole job is restarted"));
+  }
+}
+
 }  // namespace ps::integ
