@@ -93,7 +93,7 @@ inline void PrefetchBytes(const void* p, size_t bytes, bool write) {
 
 // How far ahead batched lookups and updates prefetch, in rows: records kPrefetchRows
 // ahead, a lazy table's probe slots twice that.
-inline constexpr uint32_t kPrefetchRows = 8;
+inline constexpr uint32_t kPrefetchRows = 16;
 
 struct StripeGroups;
 
