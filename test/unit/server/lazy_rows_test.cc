@@ -246,3 +246,20 @@ TEST_CASE("lazy shard: threads pushing rows of different stripes while others pu
   CHECK(wrong == 0);
   CHECK(store.Memory(key)->rows == static_cast<int64_t>(all.size()));
 }
+
+TEST_CASE("AllocateAligned: 64-byte alignment below 2 MiB, 2 MiB alignment from 2 MiB, memory writable") {
+  for (size_t bytes : {size_t{1}, size_t{100}, size_t{4096}, kHugePage - 1, kHugePage, kHugePage * 3 / 2}) {
+    CAPTURE(bytes);
+    void* p = AllocateAligned(bytes);
+    REQUIRE(p != nullptr);
+    const auto at = reinterpret_cast<uintptr_t>(p);
+    CHECK(at % (bytes >= kHugePage ? kHugePage : kAlign) == 0);
+    std::memset(p, 0xab, bytes);
+    CHECK(static_cast<unsigned char*>(p)[bytes - 1] == 0xab);
+    std::free(p);
+  }
+  auto floats = AlignedFloats::Make(1000, "test");
+  REQUIRE(floats.ok());
+  CHECK(floats->size() == 1000);
+  CHECK(reinterpret_cast<uintptr_t>(floats->data()) % kAlign == 0);
+}
