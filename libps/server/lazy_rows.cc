@@ -3,16 +3,27 @@
 #include <algorithm>
 #include <new>
 
+#include <sys/mman.h>
+
 namespace ps::server {
 
 namespace {
 constexpr size_t kFirstChunkRows = 16;
-constexpr size_t kMaxChunkRows = 4096;
 }  // namespace
+
+void* AllocateAligned(size_t bytes) {
+  if (bytes < kHugePage) return std::aligned_alloc(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
+  bytes = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  void* p = std::aligned_alloc(kHugePage, bytes);
+  // Random row access over big arrays is bound by TLB misses with 4 KiB pages. Only a
+  // hint: without transparent huge pages (or with "never") the memory stays usable.
+  if (p != nullptr) (void)madvise(p, bytes, MADV_HUGEPAGE);
+  return p;
+}
 
 Result<AlignedFloats> AlignedFloats::Make(size_t n, const std::string& what) {
   size_t bytes = (n * sizeof(float) + kAlign - 1) / kAlign * kAlign;
-  void* p = std::aligned_alloc(kAlign, bytes);
+  void* p = AllocateAligned(bytes);
   if (p == nullptr) return Internal(what + ": out of memory allocating " + std::to_string(bytes) + " bytes");
   AlignedFloats a;
   a.data_.reset(static_cast<float*>(p));
@@ -20,19 +31,32 @@ Result<AlignedFloats> AlignedFloats::Make(size_t n, const std::string& what) {
   return a;
 }
 
-float* LazyStripe::Insert(int64_t row, uint64_t hash, size_t record_floats) {
-  if ((count_ + 1) * 10 > table_.size() * 7 && !Grow()) return nullptr;
+float* RecordArena::Allocate() {
+  std::lock_guard lock(mu_);
   if (chunk_used_ == chunk_rows_) {
-    size_t rows = chunks_.empty() ? kFirstChunkRows : std::min(chunk_rows_ * 2, kMaxChunkRows);
-    auto chunk = AlignedFloats::Make(rows * record_floats, "lazy rows");
+    const size_t record_bytes = record_floats_ * sizeof(float);
+    const size_t max_rows = std::max<size_t>(kFirstChunkRows, kHugePage / record_bytes);
+    const size_t rows = chunks_.empty() ? kFirstChunkRows : std::min(chunk_rows_ * 2, max_rows);
+    auto chunk = AlignedFloats::Make(rows * record_floats_, "lazy rows");
     if (!chunk.ok()) return nullptr;
     chunks_.push_back(std::move(*chunk));
     chunk_rows_ = rows;
     chunk_used_ = 0;
-    chunk_floats_ += rows * record_floats;
+    chunk_floats_ += rows * record_floats_;
   }
-  float* record = chunks_.back().data() + chunk_used_ * record_floats;
-  ++chunk_used_;
+  return chunks_.back().data() + chunk_used_++ * record_floats_;
+}
+
+void RecordArena::Clear() {
+  std::lock_guard lock(mu_);
+  chunks_.clear();
+  chunk_used_ = chunk_rows_ = chunk_floats_ = 0;
+}
+
+float* LazyStripe::Insert(int64_t row, uint64_t hash, RecordArena& arena) {
+  if ((count_ + 1) * 10 > table_.size() * 7 && !Grow()) return nullptr;
+  float* record = arena.Allocate();
+  if (record == nullptr) return nullptr;
   const size_t mask = table_.size() - 1;
   size_t i = hash & mask;
   while (table_[i].row >= 0) i = (i + 1) & mask;
@@ -44,12 +68,11 @@ float* LazyStripe::Insert(int64_t row, uint64_t hash, size_t record_floats) {
 void LazyStripe::Clear() {
   table_.clear();
   table_.shrink_to_fit();
-  chunks_.clear();
-  count_ = chunk_used_ = chunk_rows_ = chunk_floats_ = 0;
+  count_ = 0;
 }
 
 bool LazyStripe::Grow() {
-  std::vector<Entry> old;
+  std::vector<Entry, AlignedAllocator<Entry>> old;
   old.swap(table_);
   try {
     table_.resize(old.empty() ? 16 : old.size() * 2);

@@ -3,11 +3,14 @@
 // store's stripe locks guard them.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <mutex>
+#include <new>
 #include <span>
 #include <string>
 #include <vector>
@@ -17,6 +20,31 @@
 namespace ps::server {
 
 inline constexpr size_t kAlign = 64;
+inline constexpr size_t kHugePage = size_t{2} << 20;
+
+// At least `bytes` bytes aligned to kAlign, for std::free; null when out of memory. From
+// kHugePage bytes up: aligned to kHugePage, size rounded up to it, and advised to the
+// kernel as transparent-huge-page memory.
+void* AllocateAligned(size_t bytes);
+
+// A std allocator over AllocateAligned (throws std::bad_alloc when out of memory).
+template <typename T>
+struct AlignedAllocator {
+  using value_type = T;
+  AlignedAllocator() = default;
+  template <typename U>
+  AlignedAllocator(const AlignedAllocator<U>&) {}  // NOLINT: rebinding is implicit
+  T* allocate(size_t n) {
+    void* p = AllocateAligned(n * sizeof(T));
+    if (p == nullptr) throw std::bad_alloc();
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, size_t) { std::free(p); }
+  template <typename U>
+  bool operator==(const AlignedAllocator<U>&) const {
+    return true;
+  }
+};
 
 // A 64-byte-aligned float array; the allocation is rounded up to a multiple of 64 bytes.
 class AlignedFloats {
@@ -49,10 +77,54 @@ inline uint64_t HashRow(int64_t row) {
 }
 inline size_t LazyStripeOf(uint64_t hash) { return hash >> (64 - kLazyStripeBits); }
 
+// Starts loading the first `bytes` (rounded up to 64, at most 512) at `p`; `write` when the
+// caller will store there. A hint only: no effect on results.
+inline void PrefetchBytes(const void* p, size_t bytes, bool write) {
+  const char* c = static_cast<const char*>(p);
+  bytes = std::min<size_t>(bytes, 512);
+  for (size_t off = 0; off < bytes; off += 64) {
+    if (write) {
+      __builtin_prefetch(c + off, 1);
+    } else {
+      __builtin_prefetch(c + off, 0);
+    }
+  }
+}
+
+// How far ahead batched lookups and updates prefetch, in rows: records kPrefetchRows
+// ahead, a lazy table's probe slots twice that.
+inline constexpr uint32_t kPrefetchRows = 16;
+
+struct StripeGroups;
+
+// The records of one lazy shard: record_floats floats each (values, then each slot), at
+// stable addresses (chunks are never moved or freed until Clear). Chunks double from 16
+// records up to kHugePage bytes, so a big shard's records sit on huge pages and at most
+// one partly used chunk per shard is slack. Thread-safe (its own mutex, taken after a
+// stripe lock); Clear only while no record is in use (every stripe of the shard locked).
+class RecordArena {
+ public:
+  explicit RecordArena(size_t record_floats) : record_floats_(record_floats) {}
+  // An uninitialised record; null when out of memory.
+  float* Allocate();
+  void Clear();
+  uint64_t bytes() const {
+    std::lock_guard lock(mu_);
+    return chunk_floats_ * sizeof(float);
+  }
+
+ private:
+  const size_t record_floats_;
+  mutable std::mutex mu_;
+  std::vector<AlignedFloats> chunks_;
+  size_t chunk_rows_ = 0;    // capacity of chunks_.back(), in records
+  size_t chunk_used_ = 0;    // records used in chunks_.back()
+  size_t chunk_floats_ = 0;  // all chunks
+};
+
 // The rows of one stripe of a lazy shard: an open-addressing table (linear probing,
-// grown at load 0.7) from shard-local row to its record, and the chunks holding the
-// records. A record is record_floats floats (values, then each slot) at a stable address:
-// chunks are never moved or freed until Clear.
+// grown at load 0.7; 16-byte slots, huge pages from 2 MiB) from shard-local row to its
+// record in the shard's RecordArena.
 class LazyStripe {
  public:
   // The record of `row` (hash = HashRow(row)), or null when the row was never created.
@@ -64,12 +136,28 @@ class LazyStripe {
       if (table_[i].row < 0) return nullptr;
     }
   }
-  // Adds `row` (not present) with an uninitialised record; null when out of memory.
-  float* Insert(int64_t row, uint64_t hash, size_t record_floats);
+  // Starts loading the slot where a probe for `hash` begins.
+  void PrefetchSlot(uint64_t hash) const {
+    if (!table_.empty()) __builtin_prefetch(&table_[hash & (table_.size() - 1)]);
+  }
+  // Batched Find over groups.order[b, e) (one stripe's rows of a StripeGroups built from
+  // `rows`): calls f(j, record or null) for j = b, b + 1, ..., e - 1 in that order, with the
+  // probe slots and the first `record_bytes` of each record prefetched ahead (`write`:
+  // for stores). f must not Insert into this stripe rows of the batch that are still
+  // ahead of j (a batch's rows are unique, so inserting rows[order[j]] itself is fine).
+  template <typename F>
+  void FindEach(std::span<const int64_t> rows, const StripeGroups& groups, uint32_t b, uint32_t e,
+                size_t record_bytes, bool write, F&& f) const;
+
+  // Adds `row` (not present) with an uninitialised record from `arena`; null when out of
+  // memory.
+  float* Insert(int64_t row, uint64_t hash, RecordArena& arena);
+  // Forgets every row (the arena's records are cleared apart, RecordArena::Clear).
   void Clear();
 
   size_t count() const { return count_; }
-  uint64_t bytes() const { return table_.size() * sizeof(Entry) + chunk_floats_ * sizeof(float); }
+  // Of the table only (the records are the arena's).
+  uint64_t bytes() const { return table_.size() * sizeof(Entry); }
   template <typename F>
   void ForEach(F&& f) const {
     for (const Entry& e : table_) {
@@ -84,12 +172,8 @@ class LazyStripe {
   };
   bool Grow();
 
-  std::vector<Entry> table_;  // size 0 or a power of two
+  std::vector<Entry, AlignedAllocator<Entry>> table_;  // size 0 or a power of two
   size_t count_ = 0;
-  std::vector<AlignedFloats> chunks_;
-  size_t chunk_rows_ = 0;     // capacity of chunks_.back(), in records
-  size_t chunk_used_ = 0;     // records used in chunks_.back()
-  size_t chunk_floats_ = 0;   // all chunks
 };
 
 // A lazy pull's or push's rows grouped by stripe (a counting sort), so each stripe's lock
@@ -102,5 +186,26 @@ struct StripeGroups {
 
   void Build(std::span<const int64_t> rows);
 };
+
+template <typename F>
+void LazyStripe::FindEach(std::span<const int64_t> rows, const StripeGroups& groups, uint32_t b, uint32_t e,
+                          size_t record_bytes, bool write, F&& f) const {
+  constexpr uint32_t kAhead = kPrefetchRows;
+  float* ring[kAhead];
+  auto resolve = [&](uint32_t j) {
+    const uint32_t i = groups.order[j];
+    float* record = Find(rows[i], groups.hashes[i]);
+    if (record != nullptr) PrefetchBytes(record, record_bytes, write);
+    ring[j % kAhead] = record;
+  };
+  for (uint32_t j = b; j < e && j < b + 2 * kAhead; ++j) PrefetchSlot(groups.hashes[groups.order[j]]);
+  for (uint32_t j = b; j < e && j < b + kAhead; ++j) resolve(j);
+  for (uint32_t j = b; j < e; ++j) {
+    if (j + 2 * kAhead < e) PrefetchSlot(groups.hashes[groups.order[j + 2 * kAhead]]);
+    float* record = ring[j % kAhead];
+    if (j + kAhead < e) resolve(j + kAhead);
+    f(j, record);
+  }
+}
 
 }  // namespace ps::server

@@ -63,6 +63,7 @@ Status Store::Create(const ShardDef& def) {
     shard->num_stripes = kLazyStripes;
     shard->lazy = std::make_unique<LazyStripe[]>(static_cast<size_t>(kLazyStripes));
     shard->record_floats = (1 + shard->slot_defs.size()) * shard->cols;
+    shard->arena = std::make_unique<RecordArena>(shard->record_floats);
   } else {
     const size_t n = static_cast<size_t>(def.layout.rows * def.layout.cols);
     PS_ASSIGN_OR_RETURN(shard->values, AlignedFloats::Make(n, name));
@@ -190,14 +191,15 @@ Status Store::PullRows(const ShardKey& key, std::span<const int64_t> rows, std::
       for (size_t k = 0; k < kLazyStripes; ++k) {
         if (groups.begin[k] == groups.begin[k + 1]) continue;
         std::lock_guard g(s->stripes[k]);
-        for (uint32_t j = groups.begin[k]; j < groups.begin[k + 1]; ++j) {
-          const uint32_t i = groups.order[j];
-          if (const float* record = s->lazy[k].Find(rows[i], groups.hashes[i])) {
-            std::memcpy(out.data() + i * cols, record, cols * sizeof(float));
-          } else {
-            missing.push_back(i);
-          }
-        }
+        s->lazy[k].FindEach(rows, groups, groups.begin[k], groups.begin[k + 1], cols * sizeof(float), false,
+                            [&](uint32_t j, const float* record) {
+                              const uint32_t i = groups.order[j];
+                              if (record != nullptr) {
+                                std::memcpy(out.data() + i * cols, record, cols * sizeof(float));
+                              } else {
+                                missing.push_back(i);
+                              }
+                            });
       }
       for (uint32_t i : missing) {
         const cluster::ShardLayout& l = s->layout();
@@ -214,6 +216,9 @@ Status Store::PullRows(const ShardKey& key, std::span<const int64_t> rows, std::
         m->lock();
         held = m;
       }
+      if (i + kPrefetchRows < rows.size())
+        PrefetchBytes(s->values.data() + static_cast<size_t>(rows[i + kPrefetchRows]) * cols, cols * sizeof(float),
+                      false);
       std::memcpy(out.data() + i * cols, s->values.data() + static_cast<size_t>(rows[i]) * cols,
                   cols * sizeof(float));
     }
@@ -250,6 +255,11 @@ void Store::ApplySparse(Shard& s, std::span<const int64_t> rows, std::span<const
       m->lock();
       held = m;
     }
+    if (i + kPrefetchRows < rows.size()) {
+      const size_t ahead = static_cast<size_t>(rows[i + kPrefetchRows]) * cols;
+      PrefetchBytes(s.values.data() + ahead, cols * sizeof(float), true);
+      for (size_t b = 0; b < s.slot_defs.size(); ++b) PrefetchBytes(s.slots[b].data() + ahead, cols * sizeof(float), true);
+    }
     size_t begin = static_cast<size_t>(rows[i]) * cols;
     ApplyRows(spec, lr, global_step, s.Values(begin, begin + cols), s.Slots(begin),
               grad_rows.subspan(i * cols, cols));
@@ -264,21 +274,29 @@ Status Store::ApplyLazy(Shard& s, std::span<const int64_t> rows, std::span<const
   const size_t cols = s.cols;
   thread_local StripeGroups groups;
   groups.Build(rows);
+  int64_t failed_row = -1;  // the row whose creation ran out of memory
   for (size_t k = 0; k < kLazyStripes; ++k) {
     if (groups.begin[k] == groups.begin[k + 1]) continue;
     std::lock_guard g(s.stripes[k]);
-    for (uint32_t j = groups.begin[k]; j < groups.begin[k + 1]; ++j) {
-      const uint32_t i = groups.order[j];
-      float* record = s.lazy[k].Find(rows[i], groups.hashes[i]);
-      if (record == nullptr) {
-        record = s.lazy[k].Insert(rows[i], groups.hashes[i], s.record_floats);
-        if (record == nullptr)
-          return Internal("PushRows " + s.def.key().ToString() + ": out of memory creating row " +
-                          std::to_string(rows[i]));
-        s.InitRecord(rows[i], record);
-      }
-      ApplyRows(spec, lr, global_step, {record, cols}, s.RecordSlots(record), grad_rows.subspan(i * cols, cols));
-    }
+    LazyStripe& stripe = s.lazy[k];
+    stripe.FindEach(rows, groups, groups.begin[k], groups.begin[k + 1], s.record_floats * sizeof(float), true,
+                    [&](uint32_t j, float* record) {
+                      const uint32_t i = groups.order[j];
+                      if (record == nullptr) {
+                        if (failed_row >= 0) return;
+                        record = stripe.Insert(rows[i], groups.hashes[i], *s.arena);
+                        if (record == nullptr) {
+                          failed_row = rows[i];
+                          return;
+                        }
+                        s.InitRecord(rows[i], record);
+                      }
+                      ApplyRows(spec, lr, global_step, {record, cols}, s.RecordSlots(record),
+                                grad_rows.subspan(i * cols, cols));
+                    });
+    if (failed_row >= 0)
+      return Internal("PushRows " + s.def.key().ToString() + ": out of memory creating row " +
+                      std::to_string(failed_row));
   }
   return Status::Ok();
 }
@@ -340,6 +358,7 @@ Result<ShardMemory> Store::Memory(const ShardKey& key) const {
     m.rows += static_cast<int64_t>(s->lazy[k].count());
     m.bytes += s->lazy[k].bytes();
   }
+  m.bytes += s->arena->bytes();
   return m;
 }
 

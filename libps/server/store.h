@@ -36,10 +36,13 @@
 // it, so a lazy and a dense shard of the same def train bit-identically. Created rows are
 // never dropped (except by a restore). Whole-shard Pull/Push/Restore of a lazy shard are
 // InvalidArgument; checkpoints go through Read (ShardView::row_ids) and Fill
-// (ShardFill::CreateRows). Storage: 64 stripes chosen by a hash of the row, each an
-// open-addressing table row -> record (linear probing, load <= 0.7) and chunks of up to
-// 4096 records; a record is the row's values then each slot, (1 + slots) * cols floats,
-// at a stable address. Memory() reports the bytes used.
+// (ShardFill::CreateRows). Storage (lazy_rows.h): 64 stripes chosen by a hash of the
+// row, each an open-addressing table row -> record (linear probing, load <= 0.7), and one
+// record arena per shard (chunks doubling up to 2 MiB); a record is the row's values then
+// each slot, (1 + slots) * cols floats, at a stable address. PullRows/PushRows look rows
+// up stripe by stripe, prefetching probe slots and records a few rows ahead. Arrays of
+// 2 MiB and more (dense values and slots, lazy tables and chunks) are advised as
+// transparent huge pages. Memory() reports the bytes used.
 //
 // Design room for later modes (not implemented): "receive a gradient" (validate, look up
 // the shard, compute lr) and "apply a gradient" (ApplyDense/ApplySparse under stripe

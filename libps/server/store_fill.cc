@@ -84,10 +84,11 @@ Status Store::ShardFill::CreateRows(std::span<const int64_t> rows) {
   PS_RETURN_IF_ERROR(CheckUnique("Restore", key, rows));
   created_.clear();
   for (int64_t k = 0; k < s.num_stripes; ++k) s.lazy[k].Clear();
+  s.arena->Clear();
   created_.reserve(rows.size());
   for (int64_t row : rows) {
     const uint64_t h = HashRow(row);
-    float* record = s.lazy[LazyStripeOf(h)].Insert(row, h, s.record_floats);
+    float* record = s.lazy[LazyStripeOf(h)].Insert(row, h, *s.arena);
     if (record == nullptr)
       return Internal("Restore " + key.ToString() + ": out of memory creating " +
                       std::to_string(rows.size()) + " rows");

@@ -27,6 +27,7 @@ struct Store::Shard {
   std::unique_ptr<std::mutex[]> stripes;
   // Lazy shards: one per stripe (stripes[k] guards lazy[k]); values and slots are empty.
   std::unique_ptr<LazyStripe[]> lazy;
+  std::unique_ptr<RecordArena> arena;  // lazy: the records of every stripe
   size_t record_floats = 0;  // lazy: (1 + slots) * cols
 
   const cluster::ShardLayout& layout() const { return def.layout; }

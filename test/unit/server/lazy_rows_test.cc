@@ -1,0 +1,265 @@
+// The row table of lazy shards (libps/server/lazy_rows.h): LazyStripe against a
+// std::unordered_map reference under random inserts, lookups and updates (through Find and
+// the batched, prefetching FindEach), growth with stable record addresses, and a lazy
+// Store shard driven by several threads on different stripes.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "libps/server/lazy_rows.h"
+#include "libps/server/store.h"
+
+using namespace ps::server;
+
+namespace {
+
+constexpr size_t kRecordFloats = 6;
+
+// The record's floats as a function of the row and a version, so a mix-up shows.
+void Stamp(float* record, int64_t row, int version) {
+  for (size_t f = 0; f < kRecordFloats; ++f)
+    record[f] = static_cast<float>(row % 100003) + static_cast<float>(f) * 0.25f + static_cast<float>(version) * 1000.0f;
+}
+
+bool HasStamp(const float* record, int64_t row, int version) {
+  float want[kRecordFloats];
+  Stamp(want, row, version);
+  return std::memcmp(record, want, sizeof(want)) == 0;
+}
+
+// Rows of one stripe (k), so a single LazyStripe holds them as the store would.
+int64_t RowInStripe(std::mt19937_64& rng, size_t k, int64_t id_space) {
+  for (;;) {
+    const auto row = static_cast<int64_t>(rng() % static_cast<uint64_t>(id_space));
+    if (LazyStripeOf(HashRow(row)) == k) return row;
+  }
+}
+
+}  // namespace
+
+TEST_CASE("LazyStripe matches an unordered_map under random inserts, lookups and updates") {
+  // A small id space makes repeats (lookups of present rows) common; a huge one makes
+  // misses common.
+  const int64_t id_space = GENERATE(int64_t{20000}, int64_t{1} << 40);
+  CAPTURE(id_space);
+  std::mt19937_64 rng(42);
+  LazyStripe stripe;
+  RecordArena arena(kRecordFloats);
+  std::unordered_map<int64_t, std::pair<float*, int>> ref;  // row -> record, version
+  for (int op = 0; op < 60000; ++op) {
+    const int64_t row = RowInStripe(rng, 5, id_space);
+    const uint64_t h = HashRow(row);
+    float* found = stripe.Find(row, h);
+    auto it = ref.find(row);
+    if (it == ref.end()) {
+      REQUIRE(found == nullptr);
+      float* record = stripe.Insert(row, h, arena);
+      REQUIRE(record != nullptr);
+      Stamp(record, row, 0);
+      ref.emplace(row, std::make_pair(record, 0));
+    } else {
+      REQUIRE(found == it->second.first);  // addresses survive growth
+      REQUIRE(HasStamp(found, row, it->second.second));
+      Stamp(found, row, ++it->second.second);
+    }
+  }
+  REQUIRE(stripe.count() == ref.size());
+  size_t seen = 0;
+  bool all_match = true;
+  stripe.ForEach([&](int64_t row, const float* record) {
+    ++seen;
+    auto it = ref.find(row);
+    all_match = all_match && it != ref.end() && it->second.first == record && HasStamp(record, row, it->second.second);
+  });
+  CHECK(seen == ref.size());
+  CHECK(all_match);
+  CHECK(arena.bytes() >= ref.size() * kRecordFloats * sizeof(float));
+  CHECK(stripe.bytes() >= ref.size() * 16);
+
+  stripe.Clear();
+  arena.Clear();
+  CHECK(stripe.count() == 0);
+  CHECK(stripe.bytes() == 0);
+  CHECK(arena.bytes() == 0);
+  CHECK(stripe.Find(ref.begin()->first, HashRow(ref.begin()->first)) == nullptr);
+}
+
+TEST_CASE("LazyStripe grows through many doublings and finds every row afterwards") {
+  LazyStripe stripe;
+  RecordArena arena(kRecordFloats);
+  std::vector<std::pair<int64_t, float*>> inserted;
+  // Consecutive rows (not one stripe's): the table is hash-addressed, any row fits.
+  for (int64_t row = 0; row < 300000; ++row) {
+    float* record = stripe.Insert(row * 7919, HashRow(row * 7919), arena);
+    REQUIRE(record != nullptr);
+    Stamp(record, row * 7919, 1);
+    inserted.emplace_back(row * 7919, record);
+  }
+  CHECK(stripe.count() == inserted.size());
+  bool ok = true;
+  for (const auto& [row, record] : inserted) ok = ok && stripe.Find(row, HashRow(row)) == record && HasStamp(record, row, 1);
+  CHECK(ok);
+  // Rows never inserted are absent (also right after a grow's rehash).
+  for (int64_t row = 1; row < 7919 * 10; row += 7919) CHECK(stripe.Find(row, HashRow(row)) == nullptr);
+  // Memory per row stays within records + table overhead at load >= 0.35 of 16-byte slots.
+  // Table slots at load >= 0.35, records with at most one 2 MiB chunk of slack.
+  CHECK(static_cast<double>(stripe.bytes()) <= static_cast<double>(inserted.size()) * 16 / 0.35);
+  CHECK(arena.bytes() <= inserted.size() * kRecordFloats * sizeof(float) + kHugePage);
+}
+
+TEST_CASE("LazyStripe::FindEach returns Find's answers in order, and inserting the current row is safe") {
+  std::mt19937_64 rng(7);
+  std::vector<LazyStripe> stripes(static_cast<size_t>(kLazyStripes));
+  RecordArena arena(kRecordFloats);
+  std::unordered_map<int64_t, float*> ref;
+  StripeGroups groups;
+  for (int batch = 0; batch < 200; ++batch) {
+    // Unique rows, as PushRows guarantees; sizes around the prefetch distance and above.
+    std::vector<int64_t> rows;
+    const size_t n = 1 + rng() % (batch % 2 == 0 ? 20 : 3000);
+    for (size_t i = 0; i < n; ++i) rows.push_back(static_cast<int64_t>(rng() % 50000));
+    std::sort(rows.begin(), rows.end());
+    rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+    groups.Build(rows);
+    std::vector<int> visits(rows.size(), 0);
+    for (size_t k = 0; k < static_cast<size_t>(kLazyStripes); ++k) {
+      uint32_t expect_j = groups.begin[k];
+      stripes[k].FindEach(rows, groups, groups.begin[k], groups.begin[k + 1], kRecordFloats * sizeof(float),
+                          batch % 3 == 0, [&](uint32_t j, float* record) {
+                            REQUIRE(j == expect_j);
+                            ++expect_j;
+                            const uint32_t i = groups.order[j];
+                            REQUIRE(LazyStripeOf(groups.hashes[i]) == k);
+                            ++visits[i];
+                            const int64_t row = rows[i];
+                            auto it = ref.find(row);
+                            if (it == ref.end()) {
+                              REQUIRE(record == nullptr);
+                              float* created = stripes[k].Insert(row, groups.hashes[i], arena);
+                              REQUIRE(created != nullptr);
+                              Stamp(created, row, 0);
+                              ref.emplace(row, created);
+                            } else {
+                              REQUIRE(record == it->second);
+                              REQUIRE(HasStamp(record, row, 0));
+                            }
+                          });
+      REQUIRE(expect_j == groups.begin[k + 1]);
+    }
+    REQUIRE(std::all_of(visits.begin(), visits.end(), [](int v) { return v == 1; }));
+  }
+  size_t total = 0;
+  for (const auto& s : stripes) total += s.count();
+  CHECK(total == ref.size());
+}
+
+TEST_CASE("lazy shard: threads pushing rows of different stripes while others pull end exactly as sequential") {
+  // SGD with lr 1 and gradients -1 adds exactly 1 per push to every element: the final
+  // value of a row is its initial value (zeros) plus its push count, whatever the order.
+  Store store;
+  OptimizerSpec spec = DefaultOptimizer(OptimizerKind::kSgd);
+  spec.learning_rate = 1.0;
+  REQUIRE(store.Configure(spec).ok());
+  ShardDef def;
+  def.layout.var = "emb";
+  def.layout.rows = int64_t{1} << 30;
+  def.layout.cols = 4;
+  def.layout.full_shape = {def.layout.rows, 4};
+  def.layout.lazy = true;
+  def.init = {ps::model::InitKind::kZeros, 0, 0};
+  REQUIRE(store.Create(def).ok());
+  const ShardKey key = def.key();
+
+  constexpr int kThreads = 4;
+  constexpr int kRounds = 150;
+  // Thread t owns the rows whose stripe is t mod kThreads; each thread also pushes a few
+  // rows shared by all (so stripes are contended too).
+  std::vector<std::vector<int64_t>> own(kThreads);
+  std::mt19937_64 rng(11);
+  for (int64_t made = 0; made < 4000;) {
+    const auto row = static_cast<int64_t>(rng() % static_cast<uint64_t>(def.layout.rows));
+    auto& mine = own[LazyStripeOf(HashRow(row)) % kThreads];
+    if (std::find(mine.begin(), mine.end(), row) != mine.end()) continue;
+    mine.push_back(row);
+    ++made;
+  }
+  const std::vector<int64_t> shared = {3, 1000003, 77777777};
+  std::vector<std::thread> threads;
+  std::atomic<bool> torn{false};
+  std::atomic<bool> failed{false};  // Catch2 assertions are not thread-safe: checked after join
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937_64 r(static_cast<uint64_t>(100 + t));
+      for (int round = 0; round < kRounds; ++round) {
+        std::vector<int64_t> rows;
+        // A growing prefix: later rows are created mid-run, so tables grow under traffic.
+        const size_t n = own[static_cast<size_t>(t)].size() * static_cast<size_t>(round + 1) / kRounds;
+        rows.assign(own[static_cast<size_t>(t)].begin(), own[static_cast<size_t>(t)].begin() + static_cast<long>(n));
+        rows.insert(rows.end(), shared.begin(), shared.end());
+        std::vector<float> grad(rows.size() * 4, -1.0f);
+        if (!store.PushRows(key, rows, grad, round).ok()) failed = true;
+        // A pull sees every row whole: its 4 elements equal.
+        std::vector<int64_t> probe;
+        for (int i = 0; i < 64; ++i) {
+          const auto& of = own[r() % kThreads];
+          probe.push_back(of[r() % of.size()]);
+        }
+        std::sort(probe.begin(), probe.end());
+        probe.erase(std::unique(probe.begin(), probe.end()), probe.end());
+        std::vector<float> out(probe.size() * 4);
+        if (!store.PullRows(key, probe, out).ok()) failed = true;
+        for (size_t i = 0; i < probe.size(); ++i) {
+          if (out[i * 4] != out[i * 4 + 1] || out[i * 4] != out[i * 4 + 3]) torn = true;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  CHECK_FALSE(failed.load());
+  CHECK_FALSE(torn.load());
+
+  // The sequential reference: how often each row was pushed.
+  std::unordered_map<int64_t, int> pushes;
+  for (int t = 0; t < kThreads; ++t) {
+    for (int round = 0; round < kRounds; ++round) {
+      const size_t n = own[static_cast<size_t>(t)].size() * static_cast<size_t>(round + 1) / kRounds;
+      for (size_t i = 0; i < n; ++i) ++pushes[own[static_cast<size_t>(t)][i]];
+      for (int64_t row : shared) ++pushes[row];
+    }
+  }
+  std::vector<int64_t> all;
+  for (const auto& [row, count] : pushes) all.push_back(row);
+  std::sort(all.begin(), all.end());
+  std::vector<float> out(all.size() * 4);
+  REQUIRE(store.PullRows(key, all, out).ok());
+  size_t wrong = 0;
+  for (size_t i = 0; i < all.size(); ++i) {
+    for (size_t c = 0; c < 4; ++c) wrong += out[i * 4 + c] != static_cast<float>(pushes[all[i]]);
+  }
+  CHECK(wrong == 0);
+  CHECK(store.Memory(key)->rows == static_cast<int64_t>(all.size()));
+}
+
+TEST_CASE("AllocateAligned: 64-byte alignment below 2 MiB, 2 MiB alignment from 2 MiB, memory writable") {
+  for (size_t bytes : {size_t{1}, size_t{100}, size_t{4096}, kHugePage - 1, kHugePage, kHugePage * 3 / 2}) {
+    CAPTURE(bytes);
+    void* p = AllocateAligned(bytes);
+    REQUIRE(p != nullptr);
+    const auto at = reinterpret_cast<uintptr_t>(p);
+    CHECK(at % (bytes >= kHugePage ? kHugePage : kAlign) == 0);
+    std::memset(p, 0xab, bytes);
+    CHECK(static_cast<unsigned char*>(p)[bytes - 1] == 0xab);
+    std::free(p);
+  }
+  auto floats = AlignedFloats::Make(1000, "test");
+  REQUIRE(floats.ok());
+  CHECK(floats->size() == 1000);
+  CHECK(reinterpret_cast<uintptr_t>(floats->data()) % kAlign == 0);
+}
