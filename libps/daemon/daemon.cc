@@ -79,9 +79,12 @@ std::jthread WatchChief(const DaemonContext& ctx, const net::Server& server,
   return std::jthread([&server, timeout, on_timeout = std::move(on_timeout)](std::stop_token stop) {
     std::mutex mu;
     std::condition_variable_any cv;
-    const auto step = std::max<std::chrono::milliseconds>(std::chrono::milliseconds(10), std::min<std::chrono::milliseconds>(timeout / 4, std::chrono::seconds(1)));
+    const auto step = std::clamp<std::chrono::milliseconds>(timeout / 4, std::chrono::milliseconds(10),
+                                                            std::chrono::seconds(1));
     std::unique_lock lock(mu);
-    while (!cv.wait_for(lock, stop, step, [] { return false; })) {
+    for (;;) {
+      // Wakes early only when the task ends (the jthread's stop request).
+      if (cv.wait_for(lock, stop, step, [&] { return stop.stop_requested(); })) return;
       const auto silent = std::chrono::steady_clock::now() - server.last_chief_frame();
       if (silent < timeout) continue;
       const std::string why = "no chief heard from for " +

@@ -138,6 +138,16 @@ TEST_CASE("a ps killed while it writes the final checkpoint is recovered like a 
 }
 
 }  // namespace
+TEST_CASE("--chief-timeout: a run that ends normally shuts every task down, exit 0") {
+  TempDir tmp;
+  auto spec = LocalCluster();
+  auto job = DeriveJob("job-fmnist-mlp.json", tmp / "job.json", 100, 50, tmp / "model");
+  Tasks tasks;
+  for (auto id : {kPs0, kPs1, kWorker0, kWorker1}) tasks.Add(StartDaemon(spec, id, {"--chief-timeout", "30"}));
+  tasks.Add(StartDaemon(spec, kChief, {"--job", job.string(), "--model-dir", (tmp / "model").string()}));
+  tasks.ExpectAllExit(0, 120s);  // the watch ends with its task (it once kept a ps from exiting)
+}
+
 TEST_CASE("--chief-timeout: the ps tasks and workers of a chief killed outright exit 138 (nothing else ends a Slurm step)") {
   TempDir tmp;
   auto spec = LocalCluster();
