@@ -182,6 +182,11 @@ Result<Initializer> DecodeInit(const w::Initializer* i, const std::string& where
 }
 
 Result<Schedule> DecodeSchedule(const w::Optimizer& o) {
+  // A union type with no table (the verifier lets that pass, as for the envelope's body).
+  if (o.schedule_type() != w::Schedule::NONE && o.schedule() == nullptr) {
+    return ProtocolError(std::string("CreateShards.optimizer.schedule: a ") + w::EnumNameSchedule(o.schedule_type()) +
+                         " without its table");
+  }
   switch (o.schedule_type()) {
     case w::Schedule::ConstantSchedule:
       return Schedule(ConstantSchedule{});
@@ -202,6 +207,10 @@ Result<Schedule> DecodeSchedule(const w::Optimizer& o) {
 }
 
 Result<OptimizerRule> DecodeRule(const w::Optimizer& o) {
+  if (o.rule_type() != w::OptimizerRule::NONE && o.rule() == nullptr) {
+    return ProtocolError(std::string("CreateShards.optimizer.rule: a ") + w::EnumNameOptimizerRule(o.rule_type()) +
+                         " without its table");
+  }
   switch (o.rule_type()) {
     case w::OptimizerRule::Sgd: {
       const auto* r = o.rule_as_Sgd();

@@ -136,9 +136,10 @@ TEST_CASE("a call that gets no reply hits its deadline; a closed peer breaks the
   std::promise<Status> broken;
   (*c)->OnBroken([&](const Status& st) { broken.set_value(st); });
   auto held = (*c)->Call(proto::Stop{});
-  echo->held.clear();  // the held responders answer "dropped" ...
   {
+    // Under the lock: the handler may be holding the second Stop at this very moment.
     std::lock_guard lock(echo->mu);
+    echo->held.clear();  // the held responders answer "dropped" ...
   }
   echo.reset();  // ... and the server goes away
   auto st = broken.get_future().get();
