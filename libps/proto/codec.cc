@@ -120,8 +120,7 @@ Offset<void> EncodeBody(FlatBufferBuilder& fbb, const Body& body) {
 
 template <typename T>
 std::vector<T> Vec(const flatbuffers::Vector<T>* v) {
-  if (v == nullptr) return {};
-  return std::vector<T>(v->begin(), v->end());
+  return CopyVector(v);
 }
 
 std::string Str(const flatbuffers::String* s) { return s == nullptr ? std::string() : s->str(); }

@@ -159,7 +159,7 @@ Result<cluster::ShardLayout> DecodeLayout(const w::ShardLayout* l, const std::st
       .cols = l->cols(),
       .full_shape = l->full_shape() == nullptr
                         ? std::vector<int64_t>()
-                        : std::vector<int64_t>(l->full_shape()->begin(), l->full_shape()->end()),
+                        : CopyVector(l->full_shape()),
       .lazy = l->lazy(),
   };
   if (Status valid = cluster::ValidateShardLayout(out); !valid.ok()) {
