@@ -92,8 +92,9 @@ class Evaluator {
     const auto next = std::chrono::steady_clock::now() +
                       std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                           std::chrono::duration<double>(options_.poll_seconds));
-    // A deadline set by a signal meanwhile wakes this wait; the next one honours it.
-    cv_.wait_until(lock, stop_at_ ? std::min(next, *stop_at_) : next, [&] { return due() || stop_at_.has_value(); });
+    // A deadline set or moved by a signal meanwhile wakes this wait; the next one honours it.
+    const auto seen = stop_at_;
+    cv_.wait_until(lock, stop_at_ ? std::min(next, *stop_at_) : next, [&] { return due() || stop_at_ != seen; });
     return due();
   }
 
