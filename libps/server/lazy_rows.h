@@ -64,7 +64,10 @@ class AlignedFloats {
   size_t size_ = 0;
 };
 
-inline constexpr int kLazyStripeBits = 6;
+// Stripes per shard (lazy by hash, dense by row range). Checkpoints and restores hold
+// every stripe lock of a shard at once; 32 keeps that within ThreadSanitizer's 64 locks
+// held per thread (scripts/test-sanitize.sh) and is far above the ps's handler threads.
+inline constexpr int kLazyStripeBits = 5;
 inline constexpr int64_t kLazyStripes = int64_t{1} << kLazyStripeBits;
 
 // SplitMix64's finaliser: the top kLazyStripeBits bits pick the stripe (LazyStripeOf),

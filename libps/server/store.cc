@@ -9,7 +9,7 @@
 namespace ps::server {
 
 namespace {
-constexpr int64_t kMaxStripes = 64;  // of a dense shard
+constexpr int64_t kMaxStripes = kLazyStripes;  // of a dense shard (lazy_rows.h)
 }  // namespace
 
 std::string ShardKey::ToString() const { return var + "/part_" + std::to_string(shard); }

@@ -9,7 +9,7 @@
 // row_begin).
 //
 // Thread safety: every method may be called from any thread concurrently.
-//  - Each shard's rows are split into up to 64 stripes of consecutive rows, each with a
+//  - Each shard's rows are split into up to 32 stripes of consecutive rows, each with a
 //    mutex. Pull/Push/PullRows/PushRows hold one stripe lock at a time, so sparse pushes
 //    to different parts of a big table run in parallel.
 //  - Contract: every row is updated atomically with its slots. A pull sees each row
@@ -36,7 +36,7 @@
 // it, so a lazy and a dense shard of the same def train bit-identically. Created rows are
 // never dropped (except by a restore). Whole-shard Pull/Push/Restore of a lazy shard are
 // InvalidArgument; checkpoints go through Read (ShardView::row_ids) and Fill
-// (ShardFill::CreateRows). Storage (lazy_rows.h): 64 stripes chosen by a hash of the
+// (ShardFill::CreateRows). Storage (lazy_rows.h): 32 stripes chosen by a hash of the
 // row, each an open-addressing table row -> record (linear probing, load <= 0.7), and one
 // record arena per shard (chunks doubling up to 2 MiB); a record is the row's values then
 // each slot, (1 + slots) * cols floats, at a stable address. PullRows/PushRows look rows

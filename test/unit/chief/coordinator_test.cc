@@ -31,7 +31,8 @@ struct FakeWorker {
     o.handler_threads = 8;
     auto s = net::Server::Start(rt, o, [this](net::Request req, net::Responder resp) {
       auto* m = std::get_if<proto::RunSteps>(&req.envelope.body);
-      REQUIRE(m != nullptr);
+      // Not REQUIRE: this runs on a handler thread, and Catch2's assertions are not thread-safe.
+      if (m == nullptr) return resp.Fail(ProtocolError("FakeWorker expects RunSteps"));
       std::unique_lock lock(mu);
       ++inside;
       max_inside = std::max(max_inside, inside);

@@ -32,6 +32,9 @@ Child RunInChild(const std::function<void()>& body) {
   if (pid == 0) {
     rlimit no_core{0, 0};
     ::setrlimit(RLIMIT_CORE, &no_core);
+    // The abort under test is the child's end: Catch2's fatal-signal handler (not
+    // async-signal-safe) must not run on it.
+    ::signal(SIGABRT, SIG_DFL);
     ::dup2(fds[1], STDERR_FILENO);
     ::close(fds[0]);
     ::close(fds[1]);

@@ -220,10 +220,12 @@ TEST_CASE("pstrain local: a chief with a configuration error (exit 2) gets the o
 
 TEST_CASE("pstrain local: Ctrl-C sends Stop to the chief; a graceful shutdown exits 0") {
   net::Runtime rt(1);
+  std::mutex mu;  // pid_file is set here and read on the fake chief's handler thread
   fs::path pid_file;
   FakeChief chief(rt, [&](const proto::Stop&) {
     // What the real chief does on Stop, compressed: the fake chief's SIGTERM trap
     // releases the "wait" tasks and exits 0.
+    std::lock_guard lock(mu);
     std::ifstream in(pid_file);
     pid_t pid = 0;
     in >> pid;
@@ -232,7 +234,10 @@ TEST_CASE("pstrain local: Ctrl-C sends Stop to the chief; a graceful shutdown ex
   const std::string cluster = R"({"chief":["127.0.0.1:)" + std::to_string(chief.server->port()) +
                               R"("],"worker":["127.0.0.1:2223"],"ps":["127.0.0.1:2225"]})";
   LocalRun run(cluster);
-  pid_file = run.dir / "chief.pid";
+  {
+    std::lock_guard lock(mu);
+    pid_file = run.dir / "chief.pid";
+  }
   auto launcher = run.Start({}, {{"FAKE_chief_0", "chief"}, {"FAKE_ps_0", "wait"}, {"FAKE_worker_0", "wait"}});
   for (int i = 0; i < 3000 && !fs::exists(pid_file); ++i) std::this_thread::sleep_for(10ms);
   REQUIRE(fs::exists(pid_file));

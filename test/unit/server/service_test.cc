@@ -222,9 +222,12 @@ TEST_CASE("ps service: concurrent pushes from many workers give the exact sum") 
   }
   std::vector<std::thread> threads;
   std::atomic<int> failures{0};
+  // Clients are made here: Catch2's assertions (in Connect) are not thread-safe.
+  std::vector<std::shared_ptr<net::Client>> clients;
+  for (int w = 0; w < kWorkers; ++w) clients.push_back(fx.Connect(w));
   for (int w = 0; w < kWorkers; ++w) {
     threads.emplace_back([&, w] {
-      auto c = fx.Connect(w);
+      auto& c = clients[static_cast<size_t>(w)];
       // Worker w pushes -(w+1) everywhere (dense) and -1 on rows {w, w+8} (sparse):
       // small integers, so float sums are exact.
       std::vector<float> dense(kRows * kCols, -static_cast<float>(w + 1));
@@ -524,9 +527,12 @@ TEST_CASE("bounded staleness: with concurrent workers of different speeds no pul
   std::array<std::atomic<int64_t>, kWorkers> started{};
   std::atomic<int> violations{0}, failures{0};
   std::vector<std::thread> threads;
+  // Clients are made here: Catch2's assertions (in Connect, PullAll) are not thread-safe.
+  std::vector<std::shared_ptr<net::Client>> clients;
+  for (int w = 0; w < kWorkers; ++w) clients.push_back(fx.Connect(w));
   for (int w = 0; w < kWorkers; ++w) {
     threads.emplace_back([&, w] {
-      auto c = fx.Connect(w);
+      auto& c = clients[static_cast<size_t>(w)];
       std::vector<float> out(6);
       for (int64_t step = 0; step < kSteps; ++step) {
         if (!c->CallSync(proto::Pull{{All("w", 0)}, w, step}, {}, {std::as_writable_bytes(std::span(out))}).ok()) {
@@ -537,7 +543,10 @@ TEST_CASE("bounded staleness: with concurrent workers of different speeds no pul
           if (o != w && started[static_cast<size_t>(o)].load() < step - kStaleness) ++violations;
         }
         // Worker 0 is the straggler: extra round trips per step.
-        for (int k = 0; w == 0 && k < 5; ++k) (void)PullAll(*c, "w", 1, 4);
+        std::vector<float> other(4);
+        for (int k = 0; w == 0 && k < 5; ++k) {
+          if (!c->CallSync(proto::Pull{{All("w", 1)}}, {}, {std::as_writable_bytes(std::span(other))}).ok()) ++failures;
+        }
         started[static_cast<size_t>(w)] += 1;
         if (!c->CallSync(ModePush({All("w", 0)}, w, step, w * kSteps + step), Floats({1, 1, 1, 1, 1, 1})).ok()) {
           ++failures;
