@@ -50,7 +50,7 @@ Chief::~Chief() {
 
 Status Chief::Run(daemon::SignalWatcher& signals) {
   start_ = Clock::now();
-  signals.Start([this](int sig) {
+  auto watching_signals = signals.Start([this](int sig) {
     RequestStop(std::string(sig == SIGINT ? "SIGINT" : "SIGTERM"));
   });
   job_.update.num_workers = ctx_.tf.cluster.count(cluster::TaskType::kWorker);

@@ -326,12 +326,16 @@ SignalWatcher::SignalWatcher() {
   wake_fd_ = ::eventfd(0, EFD_CLOEXEC);
 }
 
+void SignalWatcher::Stop() {
+  if (!thread_.joinable()) return;
+  uint64_t one = 1;
+  (void)!::write(wake_fd_, &one, sizeof one);
+  thread_.join();
+  (void)!::read(wake_fd_, &one, sizeof one);  // re-arm for a later Start
+}
+
 SignalWatcher::~SignalWatcher() {
-  if (thread_.joinable()) {
-    uint64_t one = 1;
-    (void)!::write(wake_fd_, &one, sizeof one);
-    thread_.join();
-  }
+  Stop();
   struct sigaction sa {};
   sa.sa_handler = SIG_DFL;
   sigemptyset(&sa.sa_mask);
@@ -343,7 +347,8 @@ SignalWatcher::~SignalWatcher() {
   ::close(wake_fd_);
 }
 
-void SignalWatcher::Start(std::function<void(int)> on_signal) {
+SignalWatcher::Watching SignalWatcher::Start(std::function<void(int)> on_signal) {
+  Stop();
   thread_ = std::thread([this, on_signal = std::move(on_signal)] {
     for (;;) {
       pollfd fds[2] = {{fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
@@ -356,6 +361,7 @@ void SignalWatcher::Start(std::function<void(int)> on_signal) {
       }
     }
   });
+  return Watching(this);
 }
 
 }  // namespace ps::daemon

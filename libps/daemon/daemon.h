@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <boost/program_options/options_description.hpp>
@@ -147,13 +148,32 @@ std::jthread WatchChief(const DaemonContext& ctx, const net::Server& server,
 
 class SignalWatcher {
  public:
+  // Watching ends when destroyed: it stops the watcher's thread, waiting for an on_signal
+  // that is running. Declare it after everything on_signal uses, so that it goes first.
+  class [[nodiscard]] Watching {
+   public:
+    explicit Watching(SignalWatcher* watcher) : watcher_(watcher) {}
+    Watching(Watching&& other) noexcept : watcher_(std::exchange(other.watcher_, nullptr)) {}
+    Watching& operator=(Watching&&) = delete;
+    ~Watching() {
+      if (watcher_ != nullptr) watcher_->Stop();
+    }
+
+   private:
+    SignalWatcher* watcher_;
+  };
+
   SignalWatcher();
   ~SignalWatcher();
-  void Start(std::function<void(int signal)> on_signal);
+  // Calls on_signal(SIGINT or SIGTERM) on a thread of its own for each signal delivered,
+  // until the returned Watching is destroyed (signals after that wait in the pipe for a
+  // later Start).
+  Watching Start(std::function<void(int signal)> on_signal);
   // The last signal delivered, or 0.
   int last_signal() const { return last_signal_.load(); }
 
  private:
+  void Stop();  // idempotent
   std::atomic<int> last_signal_{0};
   int fd_ = -1;
   int wake_fd_ = -1;

@@ -229,7 +229,7 @@ Status RunEvaluator(const EvaluatorOptions& options, daemon::SignalWatcher& sign
   if (options.poll_seconds <= 0) return InvalidArgument("--poll-seconds: must be > 0");
   model::SetBlasThreads(1);
   Evaluator evaluator(options);
-  signals.Start([&](int sig) {
+  auto watching_signals = signals.Start([&](int sig) {
     const char* name = sig == SIGINT ? "SIGINT" : "SIGTERM";
     if (options.stop_grace_seconds > 0 && !evaluator.Stopping()) {
       PS_LOG(Info) << name << ": going on until the final checkpoint is evaluated, at most "

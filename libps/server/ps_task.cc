@@ -55,7 +55,7 @@ Status RunPsTask(const daemon::DaemonContext& ctx, const CheckpointerFactory& ma
   auto rpc_metrics = daemon::ExportServerStats(metrics, *server);
   auto ps_metrics = metrics.AddCollector([status_of](prom::Writer& w) { WritePsMetrics(w, status_of(false)); });
   bool by_signal = false;
-  signals.Start([&](int sig) {
+  auto watching_signals = signals.Start([&](int sig) {
     by_signal = true;
     service.RequestStop({daemon::TerminateReason(sig)});
   });

@@ -257,7 +257,7 @@ Status RunWorkerTask(const daemon::DaemonContext& ctx, const WorkerOptions& opti
   }));
   auto rpc_metrics = daemon::ExportServerStats(*ctx.metrics.registry, *server);
   bool by_signal = false;
-  signals.Start([&](int sig) {
+  auto watching_signals = signals.Start([&](int sig) {
     by_signal = true;
     worker.Stop({daemon::TerminateReason(sig)});
   });
