@@ -32,7 +32,8 @@ build_and_test() {
     meson setup "$dir" --buildtype=debugoptimized -Doptimization=1 "$@" >/dev/null || return 1
   fi
   ninja -C "$dir" -j "${PSTRAIN_JOBS:-2}" || return 1
-  meson test -C "$dir" --no-rebuild --print-errorlogs --num-processes "${PSTRAIN_TEST_JOBS:-2}" \
+  # The integration tests' own waits (test/integration/harness.h) stretch as meson's do.
+  PSTRAIN_TEST_TIME_SCALE=$mult meson test -C "$dir" --no-rebuild --print-errorlogs --num-processes "${PSTRAIN_TEST_JOBS:-2}" \
     --timeout-multiplier "$mult" "${TEST_ARGS[@]}"
   local rc=$? log="$dir/meson-logs/testlog.json"
   local passed total

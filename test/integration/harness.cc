@@ -31,6 +31,16 @@ std::string RequiredEnv(const char* name) {
   return v;
 }
 
+// PSTRAIN_TEST_TIME_SCALE: a factor >= 1 on the timeouts of Task's waits.
+Millis Scaled(Millis timeout) {
+  static const double scale = [] {
+    const char* v = std::getenv("PSTRAIN_TEST_TIME_SCALE");
+    double s = v != nullptr ? std::atof(v) : 1.0;
+    return s >= 1.0 ? s : 1.0;
+  }();
+  return Millis(static_cast<int64_t>(static_cast<double>(timeout.count()) * scale));
+}
+
 // Every line of every task of the current test case, in arrival order.
 struct Transcript {
   std::mutex mu;
@@ -274,6 +284,7 @@ Task::~Task() {
 }
 
 bool Task::WaitForLine(const std::string& needle, Millis timeout) {
+  timeout = Scaled(timeout);
   auto deadline = std::chrono::steady_clock::now() + timeout;
   size_t checked = 0;
   std::unique_lock lock(out_->mu);
@@ -303,6 +314,7 @@ size_t Task::LineCount() const {
 }
 
 bool Task::WaitForLineFrom(const std::string& needle, size_t first, Millis timeout) {
+  timeout = Scaled(timeout);
   auto deadline = std::chrono::steady_clock::now() + timeout;
   size_t checked = first;
   std::unique_lock lock(out_->mu);
@@ -324,6 +336,7 @@ std::vector<std::string> Task::Lines() const {
 }
 
 std::optional<int> Task::WaitExit(Millis timeout) {
+  timeout = Scaled(timeout);
   auto deadline = std::chrono::steady_clock::now() + timeout;
   auto status = process_->WaitFor(timeout);
   if (!status) return std::nullopt;

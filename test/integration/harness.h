@@ -106,7 +106,9 @@ class Task {
   const std::string& name() const { return name_; }
   // True once a line containing `needle` has been printed (also a line printed before
   // the call); false after `timeout`, or as soon as the process has closed its output
-  // (exited) without printing one.
+  // (exited) without printing one. Every timeout of a Task is multiplied by
+  // PSTRAIN_TEST_TIME_SCALE (default 1; scripts/test-sanitize.sh sets it, as the
+  // sanitizers slow the daemons down 2-15 times).
   bool WaitForLine(const std::string& needle, Millis timeout);
   // The first line containing `needle`, if any so far.
   std::optional<std::string> FindLine(const std::string& needle) const;
