@@ -69,7 +69,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   std::condition_variable all_gone;        // signalled when live drops to 0
   uint16_t port = 0;
   // Server::Stats counters not kept by the connections.
-  std::atomic<uint64_t> requests{0}, queued{0}, max_queued{0}, bytes_received{0}, refused{0};
+  std::atomic<uint64_t> requests{0}, inline_requests{0}, queued{0}, max_queued{0}, bytes_received{0}, refused{0};
   std::atomic<int> goodbyes{0};  // refused connections still being told why
   // steady_clock ticks of the last frame from a chief (Start's time until one arrives).
   std::atomic<int64_t> last_chief_frame{std::chrono::steady_clock::now().time_since_epoch().count()};
@@ -302,6 +302,12 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
         Request req{*peer, std::move(frame->env), std::move(frame->payload)};
         c->BeginRequest();
         requests.fetch_add(1, std::memory_order_relaxed);
+        if (options.run_inline && options.run_inline(req)) {
+          // On this I/O thread: the reply (if given now) is written before the next read.
+          inline_requests.fetch_add(1, std::memory_order_relaxed);
+          handler(std::move(req), Responder(std::move(state)));
+          continue;
+        }
         const uint64_t depth = queued.fetch_add(1) + 1;
         uint64_t max = max_queued.load();
         while (depth > max && !max_queued.compare_exchange_weak(max, depth)) {
@@ -357,6 +363,7 @@ std::chrono::steady_clock::time_point Server::last_chief_frame() const {
 Server::Stats Server::stats(bool reset_max) const {
   Stats s;
   s.requests = impl_->requests.load();
+  s.inline_requests = impl_->inline_requests.load();
   s.queue_depth = impl_->queued.load();
   s.max_queue_depth = std::max(reset_max ? impl_->max_queued.exchange(s.queue_depth) : impl_->max_queued.load(),
                                s.queue_depth);

@@ -3,8 +3,14 @@
 //
 // Threading: a Runtime owns one io_context run by a few threads. Each connection lives
 // on its own strand with one reader and one writer coroutine. Server request handlers
-// run on a separate handler pool, never on I/O threads. Client::Call is thread-safe;
-// never block on its future from a Runtime thread or a handler of the same Runtime.
+// run on a separate handler pool, except requests that ServerOptions::run_inline accepts
+// (cheap ones: small pulls and pushes), whose handler runs on the I/O thread that read
+// them and must not block. A reply (or a call) sent while nothing is queued ahead of it
+// is written at once by the thread that sends it, with a non-blocking send over plain
+// TCP (on the connection's strand; for a client call, on the calling thread); only what
+// the socket does not take, and everything over TLS, goes through the writer coroutine.
+// Client::Call is thread-safe; never block on its future from a Runtime thread or a
+// handler of the same Runtime.
 #pragma once
 
 #include <chrono>
@@ -98,6 +104,13 @@ struct ServerOptions {
   Identity identity;
   Limits limits;  // per frame, after the handshake
   int handler_threads = 2;
+  // Requests for which this returns true are handled right on the I/O thread that read
+  // them, without a hand-off to the handler pool (small pulls and pushes: see
+  // server::Service::Inline). Called on the I/O thread; must be quick and must not block.
+  // The handler must then not block either: no waiting on a lock held for long, no disk,
+  // no heavy compute (it may still keep its Responder and answer later from any thread).
+  // Unset: every request goes to the pool.
+  std::function<bool(const Request&)> run_inline;
   Millis handshake_timeout{10000};
   // Open connections, handshakes in progress included; more are refused (an Error frame
   // saying so, then closed) and logged, rate-limited per address.
@@ -131,7 +144,8 @@ class Server {
   // Counters since Start, over every connection after its handshake. Heartbeat Pings
   // are answered on the I/O thread: their bytes count, they are not requests.
   struct Stats {
-    uint64_t requests = 0;         // requests handed to the handler pool
+    uint64_t requests = 0;         // requests handed to a handler (the pool's or inline)
+    uint64_t inline_requests = 0;  // of them, handled on the I/O thread (run_inline)
     uint64_t queue_depth = 0;      // requests admitted but not yet started by a handler thread
     uint64_t max_queue_depth = 0;  // the highest queue_depth since the previous stats() call
     uint64_t bytes_received = 0;   // whole frames read (header + envelope + payload)

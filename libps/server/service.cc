@@ -53,8 +53,40 @@ void Service::UnmarkApplied(const ShardKey& key, int64_t step) {
   if (word < bits.size()) bits[word] &= ~(uint64_t{1} << (step % 64));
 }
 
+bool Service::Inline(const net::Request& request) {
+  const auto& body = request.envelope.body;
+  if (long_ops_.load() > 0) return false;
+  if (std::holds_alternative<proto::Push>(body)) {
+    if (request.payload.size() > kInlineBytes || push_hook_) return false;
+    std::lock_guard lock(mode_mu_);
+    return update_.mode == UpdateMode::kAsync;
+  }
+  if (const auto* m = std::get_if<proto::Pull>(&body)) {
+    uint64_t floats = 0;
+    for (const auto& item : m->items) {
+      auto n = SliceFloats(item);
+      if (!n.ok()) return true;  // answered with the error at once
+      floats += *n;
+      if (floats * sizeof(float) > kInlineBytes) return false;
+    }
+    return true;
+  }
+  return false;
+}
+
 void Service::Handle(net::Request request, net::Responder responder) {
   auto& body = request.envelope.body;
+  // Marks a request that may hold store locks for long (Inline() then says no).
+  struct LongOp {
+    std::atomic<int>& n;
+    explicit LongOp(std::atomic<int>& count) : n(count) { n.fetch_add(1); }
+    ~LongOp() { n.fetch_sub(1); }
+  };
+  std::optional<LongOp> long_op;
+  if (std::holds_alternative<proto::CreateShards>(body) || std::holds_alternative<proto::Save>(body) ||
+      std::holds_alternative<proto::Restore>(body)) {
+    long_op.emplace(long_ops_);
+  }
   if (auto* m = std::get_if<proto::Push>(&body)) {
     auto r = [&]() -> Result<proto::PushReply> {
       std::shared_lock fence(fence_);  // from the generation check until applied

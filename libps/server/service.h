@@ -19,8 +19,8 @@
 // bounded staleness: for the slowest worker) holds no thread: it is parked with its
 // responder and answered by the push that makes it ready. Restore, CreateShards with a
 // new mode and shutdown fail parked pulls with Aborted.
-// Handle() is called on the server's handler pool, concurrently; the Store does the
-// locking. Payloads are used in place: a pushed gradient is applied straight from the
+// Handle() is called on the server's handler pool, or for the small pulls and pushes
+// Inline() accepts on an I/O thread, concurrently; the Store does the locking. Payloads are used in place: a pushed gradient is applied straight from the
 // received buffer, a pull copies rows once, into the reply buffer.
 #pragma once
 
@@ -57,6 +57,16 @@ class Service {
       : store_(store), checkpointer_(checkpointer) {}
 
   void Handle(net::Request request, net::Responder responder);
+
+  // Tensor bytes up to which a pull or push is handled on the I/O thread (Inline).
+  static constexpr uint64_t kInlineBytes = 64 * 1024;
+  // For net::ServerOptions::run_inline: true for requests cheap enough to handle on an
+  // I/O thread: a pull of at most kInlineBytes (it may park: that holds no thread), and
+  // in async mode a push of at most kInlineBytes (in the other modes a push may answer
+  // parked pulls of any size). False while a CreateShards, Save or Restore is being
+  // handled (they hold store locks for long), with a push hook set, and for the rest.
+  // Thread-safe, quick; takes the store's structure lock (shared) and mode_mu_ briefly.
+  bool Inline(const net::Request& request);
 
   // Blocks until a Shutdown request was answered (or RequestStop was called); returns
   // it (RequestStop: its reason, not retryable).
@@ -147,6 +157,7 @@ class Service {
   std::atomic<uint64_t> generation_{0};
   std::shared_mutex fence_;          // pushes: shared from check to applied; a new generation: exclusive
   std::function<void()> push_hook_;  // testing
+  std::atomic<int> long_ops_{0};     // CreateShards, Save and Restore being handled
   std::atomic<uint64_t> skipped_{0};
   std::mutex applied_mu_;
   std::map<ShardKey, std::vector<uint64_t>> applied_;  // bit per step id; guarded by applied_mu_

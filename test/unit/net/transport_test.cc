@@ -149,6 +149,79 @@ TEST_CASE("a call that gets no reply hits its deadline; a closed peer breaks the
   CHECK_FALSE(after.ok());
 }
 
+TEST_CASE("a short deadline registered after a long one still fires on time; the long call stays pending") {
+  net::Runtime rt(2);
+  EchoServer echo(rt);
+  auto c = net::Client::Connect(rt, ClientOpts(echo.server->port(), Id(proto::Role::kWorker, 0)));
+  REQUIRE(c.ok());
+  auto long_call = (*c)->Call(proto::Stop{}, {}, {}, 600s);
+  auto r = (*c)->CallSync(proto::Stop{}, {}, {}, 100ms);  // the deadline sweeper must wake for it
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().code() == Code::kDeadlineExceeded);
+  CHECK_THAT(r.status().message(), Catch::Contains("Stop did not complete within 100 ms"));
+  CHECK(long_call.wait_for(0s) == std::future_status::timeout);
+  // Both Stops reach the handler (a condition; 20 s guards a hung test only), then both
+  // are answered: the late reply of the expired call is dropped, the long call ends.
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  for (;;) {
+    {
+      std::lock_guard lock(echo.mu);
+      if (echo.held.size() == 2 || std::chrono::steady_clock::now() > deadline) {
+        for (auto& h : echo.held) h.Reply(proto::Ack{});
+        echo.held.clear();
+        break;
+      }
+    }
+    std::this_thread::yield();
+  }
+  CHECK(long_call.get().ok());
+  CheckEcho(**c);
+}
+
+TEST_CASE("concurrent callers, mixed sizes, inline and pool handlers: every reply is its own") {
+  // Frames from 4 B to 4 MiB: small ones are written by the calling thread, large ones
+  // overflow the socket buffers and are finished by the writer; replies straddle the
+  // read-ahead buffer's boundaries.
+  net::Runtime rt(2);
+  net::ServerOptions o;
+  o.identity = Id(proto::Role::kPs, 0);
+  o.limits.max_payload_bytes = 64u << 20;
+  o.run_inline = [](const net::Request& req) { return req.payload.size() <= 64 * 1024; };
+  auto server = net::Server::Start(rt, o, [](net::Request req, net::Responder resp) {
+    proto::PullReply r;
+    r.item_floats.push_back(req.payload.size() / 4);
+    resp.Reply(r, net::OutPayload::Own(std::move(req.payload)));
+  });
+  REQUIRE(server.ok());
+  auto c = net::Client::Connect(rt, ClientOpts((*server)->port(), Id(proto::Role::kWorker, 0)));
+  REQUIRE(c.ok());
+  constexpr int kThreads = 4, kCalls = 60;
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(static_cast<uint32_t>(t));
+      for (int i = 0; i < kCalls; ++i) {
+        const size_t floats = size_t{1} << (rng() % 21);  // 4 B .. 4 MiB
+        std::vector<float> data(floats);
+        for (size_t k = 0; k < floats; ++k) data[k] = static_cast<float>(t * 1000000 + i * 1000 + k % 1000);
+        std::vector<float> back(floats);
+        net::OutPayload p;
+        p.Add(std::span<const float>(data));
+        auto r = (*c)->CallSync(proto::Pull{}, std::move(p), {std::as_writable_bytes(std::span(back))});
+        if (!r.ok() || back != data) bad.fetch_add(1);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  CHECK(bad.load() == 0);
+  const auto st = (*server)->stats();
+  CHECK(st.requests == kThreads * kCalls);
+  CHECK(st.inline_requests > 0);
+  CHECK(st.inline_requests < st.requests);
+  CHECK((*c)->health().ok());
+}
+
 TEST_CASE("protocol abuse: every bad frame is answered or dropped, the server keeps serving") {
   net::Runtime rt(2);
   EchoServer echo(rt);
