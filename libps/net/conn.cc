@@ -65,7 +65,8 @@ Conn::Conn(tcp::socket socket, ConnOptions options)
     address_ = host_ + ":" + std::to_string(ep.port());
   }
   if (options_.tls) tls_ = std::make_unique<asio::ssl::stream<tcp::socket&>>(socket_, options_.tls->impl().ctx);
-  if (const auto* s = socket_.get_executor().target<asio::strand<asio::io_context::executor_type>>()) strand_ = *s;
+  const auto ex = socket_.get_executor();  // target() points into this copy
+  if (const auto* s = ex.target<asio::strand<asio::io_context::executor_type>>()) strand_ = *s;
 }
 
 void Conn::Authenticated() {

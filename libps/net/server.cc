@@ -51,12 +51,13 @@ void Responder::Fail(const Status& status) {
 
 struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   Impl(Runtime& rt, ServerOptions o, RequestHandler h)
-      : options(std::move(o)), handler(std::move(h)), acceptor(asio::make_strand(rt.impl().io)),
+      : options(std::move(o)), handler(std::move(h)), io(rt.impl().io), acceptor(asio::make_strand(io)),
         pool(static_cast<size_t>(std::max(1, options.handler_threads))),
         budget(std::make_shared<PayloadBudget>(options.payload_budget_bytes)) {}
 
   ServerOptions options;
   RequestHandler handler;
+  asio::io_context& io;
   tcp::acceptor acceptor;
   asio::thread_pool pool;
   std::shared_ptr<PayloadBudget> budget;
@@ -94,8 +95,8 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     asio::steady_timer backoff(acceptor.get_executor());
     for (;;) {
       error_code ec;
-      tcp::socket socket = co_await acceptor.async_accept(
-          asio::make_strand(acceptor.get_executor()), asio::redirect_error(use_awaitable, ec));
+      // A strand of the io_context itself: Conn recognises it (Conn::OnStrand).
+      tcp::socket socket = co_await acceptor.async_accept(asio::make_strand(io), asio::redirect_error(use_awaitable, ec));
       if (ec) {
         if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
         LogStranger("", "accept failed: " + ec.message());
