@@ -340,7 +340,7 @@ Result<std::shared_ptr<Client>> Client::Connect(Runtime& runtime, ClientOptions 
     auto impl = std::make_shared<Impl>(runtime, options);
     auto remaining = std::chrono::duration_cast<Millis>(deadline - Clock::now());
     Millis budget = std::max(Millis{100}, std::min(options.handshake_timeout, remaining));
-    auto strand = asio::make_strand(runtime.impl().io);
+    auto strand = asio::make_strand(runtime.impl().Next());
     std::future<Status> fut =
         asio::co_spawn(strand, [impl, budget] { return impl->Attempt(budget); }, asio::use_future);
     Status st;
@@ -407,13 +407,30 @@ void Client::CallAsync(proto::Body body, OutPayload payload,
   p.what = proto::BodyName(body);
   p.done = std::move(done);
   // Back-pressure: off the I/O threads a caller waits for room in the write queue.
-  if (!impl_->runtime.impl().io.get_executor().running_in_this_thread()) impl_->conn->WaitForRoom();
+  if (!impl_->runtime.impl().RunningInThisThread()) impl_->conn->WaitForRoom();
   uint64_t id = impl_->next_id.fetch_add(1);
   if (timeout.count() <= 0) timeout = impl_->options.call_timeout;
   p.timeout = timeout;
   p.deadline = Clock::now() + timeout;
   impl_->StartCall(id, std::move(p), proto::Envelope{id, false, impl_->generation.load(), std::move(body)},
                    std::move(payload));
+}
+
+Result<Reply> Client::CallSync(proto::Body body, OutPayload payload, std::vector<std::span<std::byte>> reply_into,
+                               Millis timeout) {
+  // std::promise::set_value costs a futex system call (call_once) on top of the wake-up.
+  struct Waiter {
+    std::atomic<uint32_t> done{0};
+    std::optional<Result<Reply>> result;
+  };
+  auto w = std::make_shared<Waiter>();  // the callback may still run its notify after we return
+  CallAsync(std::move(body), std::move(payload), std::move(reply_into), timeout, [w](Result<Reply> r) {
+    w->result.emplace(std::move(r));
+    w->done.store(1, std::memory_order_release);
+    w->done.notify_one();
+  });
+  while (w->done.load(std::memory_order_acquire) == 0) w->done.wait(0, std::memory_order_acquire);
+  return std::move(*w->result);
 }
 
 std::future<Result<Reply>> Client::Call(proto::Body body, OutPayload payload,

@@ -134,26 +134,13 @@ awaitable<void> Conn::ReadSpan(std::span<std::byte> dst) {
     }
     read_pos_ = read_end_ = 0;
     auto into = asio::buffer(read_buf_.get(), kReadAheadBytes);
-    size_t got = 0;
-    if (direct_writes_) {
-      // Plain TCP, non-blocking: what has arrived is taken without a trip through the
-      // scheduler (an async read completes through it even when the data is there).
-      error_code ec;
-      got = socket_.read_some(into, ec);
-      if (ec == asio::error::would_block || ec == asio::error::try_again) {
-        got = 0;
-      } else if (ec) {
-        throw boost::system::system_error(ec);
-      }
+    // (An async read first tries the socket at once; data already there completes it
+    // through this thread's own queue, since each io_context has one thread.)
+    if (tls_) {
+      read_end_ = co_await asio::async_read(*tls_, into, asio::transfer_at_least(dst.size()), use_awaitable);
+    } else {
+      read_end_ = co_await asio::async_read(socket_, into, asio::transfer_at_least(dst.size()), use_awaitable);
     }
-    if (got == 0) {
-      if (tls_) {
-        got = co_await asio::async_read(*tls_, into, asio::transfer_at_least(dst.size()), use_awaitable);
-      } else {
-        got = co_await asio::async_read(socket_, into, asio::transfer_at_least(dst.size()), use_awaitable);
-      }
-    }
-    read_end_ = got;
   }
 }
 

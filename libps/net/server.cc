@@ -51,13 +51,13 @@ void Responder::Fail(const Status& status) {
 
 struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   Impl(Runtime& rt, ServerOptions o, RequestHandler h)
-      : options(std::move(o)), handler(std::move(h)), io(rt.impl().io), acceptor(asio::make_strand(io)),
+      : options(std::move(o)), handler(std::move(h)), runtime(rt.impl()), acceptor(asio::make_strand(runtime.Next())),
         pool(static_cast<size_t>(std::max(1, options.handler_threads))),
         budget(std::make_shared<PayloadBudget>(options.payload_budget_bytes)) {}
 
   ServerOptions options;
   RequestHandler handler;
-  asio::io_context& io;
+  Runtime::Impl& runtime;
   tcp::acceptor acceptor;
   asio::thread_pool pool;
   std::shared_ptr<PayloadBudget> budget;
@@ -95,8 +95,10 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     asio::steady_timer backoff(acceptor.get_executor());
     for (;;) {
       error_code ec;
-      // A strand of the io_context itself: Conn recognises it (Conn::OnStrand).
-      tcp::socket socket = co_await acceptor.async_accept(asio::make_strand(io), asio::redirect_error(use_awaitable, ec));
+      // A strand of an io_context itself (Conn::OnStrand recognises it), the I/O threads
+      // taking connections in turn.
+      tcp::socket socket =
+          co_await acceptor.async_accept(asio::make_strand(runtime.Next()), asio::redirect_error(use_awaitable, ec));
       if (ec) {
         if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
         LogStranger("", "accept failed: " + ec.message());
@@ -335,7 +337,7 @@ Result<std::unique_ptr<Server>> Server::Start(Runtime& runtime, ServerOptions op
   auto addr = asio::ip::make_address(impl->options.host, ec);
   tcp::endpoint ep;
   if (ec) {
-    tcp::resolver resolver(runtime.impl().io);
+    tcp::resolver resolver(runtime.impl().Next());
     auto results = resolver.resolve(impl->options.host, std::to_string(impl->options.port), ec);
     if (ec || results.empty()) return InvalidArgument("listen address " + where + ": cannot resolve: " + ec.message());
     ep = results.begin()->endpoint();

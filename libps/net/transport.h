@@ -226,11 +226,11 @@ class Client {
   // thread, and must not block.
   void CallAsync(proto::Body body, OutPayload payload, std::vector<std::span<std::byte>> reply_into,
                  Millis timeout, std::function<void(Result<Reply>)> done);
+  // Call and wait for the reply (lighter than Call(...).get(): no std::promise). Not on a
+  // Runtime thread.
   Result<Reply> CallSync(proto::Body body, OutPayload payload = {},
                          std::vector<std::span<std::byte>> reply_into = {},
-                         Millis timeout = Millis{0}) {
-    return Call(std::move(body), std::move(payload), std::move(reply_into), timeout).get();
-  }
+                         Millis timeout = Millis{0});
 
   const std::string& peer_name() const;
   // The most bytes that waited to be written at once, since Connect.
