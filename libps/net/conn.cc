@@ -270,7 +270,7 @@ void Conn::Send(const proto::Envelope& env, OutPayload payload, bool close_after
     RaiseMax(counters->peak_write_queue_bytes, queued);
   }
   if (OnStrand()) return Enqueue(std::move(out), ends_request);
-  if (!ends_request && direct_any_thread_.load(std::memory_order_acquire)) {
+  if (!ends_request && !close_after && direct_any_thread_.load(std::memory_order_acquire)) {
     // A client's call: written from the calling thread when nothing is ahead of it.
     std::unique_lock lock(write_mu_);
     if (!closed_ && !writing_ && queue_.empty() && !out.env.empty()) {

@@ -181,7 +181,8 @@ int Serve(const std::string& tls_dir) {
   ps::net::ServerOptions options;
   options.identity = {ps::proto::Role::kPs, 0, kClusterId, std::nullopt};
   options.run_inline = [&service](const ps::net::Request& req) { return service.Inline(req); };  // as RunPsTask
-  // Time inside the ps handler (apply / copy, buffer recycling, queueing the reply) per
+  // Time inside the ps handler (apply / copy, buffer recycling, queueing the reply, or for
+  // a small request handled on the I/O thread writing it: that send wakes the worker) per
   // (op, tensor bytes); the tensor's size is in its variable name "t<bytes>".
   std::mutex stats_mu;
   std::map<std::pair<char, uint64_t>, std::pair<int64_t, double>> stats;  // -> (count, seconds)
