@@ -305,11 +305,11 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
         Request req{*peer, std::move(frame->env), std::move(frame->payload)};
         c->BeginRequest();
         requests.fetch_add(1, std::memory_order_relaxed);
-        if (options.run_inline && options.run_inline(req)) {
+        if (std::shared_ptr<void> token = options.run_inline ? options.run_inline(req) : nullptr) {
           // On this I/O thread: the reply (if given now) is written before the next read.
           inline_requests.fetch_add(1, std::memory_order_relaxed);
           handler(std::move(req), Responder(std::move(state)));
-          continue;
+          continue;  // the token is dropped after the handler returned
         }
         const uint64_t depth = queued.fetch_add(1) + 1;
         uint64_t max = max_queued.load();

@@ -82,7 +82,9 @@ TEST_CASE("ExportServerStats: an RPC server's requests and bytes while exported"
   net::Runtime runtime(1);
   net::ServerOptions so;
   so.identity = Id(proto::Role::kPs, 0);
-  so.run_inline = [](const net::Request& req) { return std::holds_alternative<proto::Pull>(req.envelope.body); };
+  so.run_inline = [](const net::Request& req) -> std::shared_ptr<void> {
+    return std::holds_alternative<proto::Pull>(req.envelope.body) ? std::make_shared<int>(0) : nullptr;
+  };
   auto server = net::Server::Start(runtime, so, [](net::Request, net::Responder resp) { resp.Reply(proto::Ack{}); });
   REQUIRE(server.ok());
   {

@@ -293,7 +293,9 @@ TEST_CASE("inline requests: max_in_flight holds; a parked responder is answered 
   o.identity = Id(proto::Role::kPs, 0);
   o.max_in_flight = 2;
   o.handler_threads = 1;
-  o.run_inline = [](const net::Request& req) { return std::holds_alternative<proto::Stop>(req.envelope.body); };
+  o.run_inline = [](const net::Request& req) -> std::shared_ptr<void> {
+    return std::holds_alternative<proto::Stop>(req.envelope.body) ? std::make_shared<int>(0) : nullptr;
+  };
   auto s = net::Server::Start(rt, o, [&](net::Request req, net::Responder resp) {
     if (std::holds_alternative<proto::Stop>(req.envelope.body)) {
       std::lock_guard lock(mu);
@@ -347,7 +349,9 @@ TEST_CASE("inline requests: a slow pool request does not stall the I/O thread fo
   net::ServerOptions o;
   o.identity = Id(proto::Role::kPs, 0);
   o.handler_threads = 1;
-  o.run_inline = [](const net::Request& req) { return std::holds_alternative<proto::Pull>(req.envelope.body); };
+  o.run_inline = [](const net::Request& req) -> std::shared_ptr<void> {
+    return std::holds_alternative<proto::Pull>(req.envelope.body) ? std::make_shared<int>(0) : nullptr;
+  };
   auto s = net::Server::Start(rt, o, [&](net::Request req, net::Responder resp) {
     if (std::holds_alternative<proto::Stop>(req.envelope.body)) latch.Wait();  // slow: on the pool
     resp.Reply(proto::PullReply{}, net::OutPayload::Own(std::move(req.payload)));

@@ -651,5 +651,53 @@ TEST_CASE("ps service: small pulls and async-mode small pushes are handled on th
   REQUIRE(sc->CallSync(ModeCreate(Mode(::ps::server::UpdateMode::kSync, 0, 0, 2), R"({"type":"sgd","learning_rate":1.0})"))
               .ok());
   CHECK_FALSE(sync.service.Inline(req(ModePush({All("w", 0)}, 0, 0), 24)));
-  CHECK(sync.service.Inline(req(proto::Pull{{All("w", 0)}})));
+  // Nor a pull: in sync mode it takes mode_mu_, which PushSync holds across a whole sum.
+  CHECK_FALSE(sync.service.Inline(req(proto::Pull{{All("w", 0)}})));
+  // A generation newer than the ps's may wait for the fence exclusively: the pool.
+  CHECK_FALSE(svc.Inline(net::Request{{proto::Role::kChief, 0, "127.0.0.1:1"}, {1, false, 7, proto::Pull{{All("w", 0)}}},
+                                      net::Buffer(0)}));
+}
+
+TEST_CASE("ps service: no request is handled inline while a Save runs, and a Save waits for the inline handlers under way") {
+  PsFixture fx;
+  std::promise<void> entered;
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  fx.service.SetLongOpHookForTesting([&] {
+    entered.set_value();
+    released.wait();
+  });
+  auto c = fx.Connect();
+  proto::CreateShards cs;
+  cs.optimizer = Opt(R"({"type":"sgd","learning_rate":0.5})");
+  cs.shards = {Def("w", 0, 0, 3, 2, 5)};
+  REQUIRE(c->CallSync(cs).ok());
+  auto req = [](proto::Body body) {
+    return net::Request{{proto::Role::kWorker, 0, "127.0.0.1:1"}, {1, false, 0, std::move(body)}, net::Buffer(0)};
+  };
+
+  // A Save (this fixture has no checkpointer: it fails, after the hook) that arrives
+  // while an inline handler holds its token starts only once the token is dropped.
+  auto token = fx.service.Inline(req(proto::Pull{{All("w", 0)}}));
+  REQUIRE(token);
+  auto entered_f = entered.get_future();
+  auto save = c->Call(proto::Save{"/nonexistent", 1});
+  CHECK(entered_f.wait_for(std::chrono::milliseconds(200)) == std::future_status::timeout);
+  token.reset();
+  entered_f.wait();
+
+  // While the Save runs, small pulls go to the pool (not inline) and are answered.
+  const uint64_t accepted = fx.service.inline_accepted();
+  const uint64_t inline_before = fx.server->stats().inline_requests;
+  CHECK_FALSE(fx.service.Inline(req(proto::Pull{{All("w", 0)}})));
+  auto c2 = fx.Connect(1);
+  for (int i = 0; i < 3; ++i) CHECK(PullAll(*c2, "w", 0, 6) == std::vector<float>(6, 1.0f));
+  CHECK(fx.service.inline_accepted() == accepted);
+  CHECK(fx.server->stats().inline_requests == inline_before);
+  release.set_value();
+  CHECK(save.get().status().code() == Code::kFailedPrecondition);
+
+  // Afterwards they are inline again.
+  CHECK(PullAll(*c2, "w", 0, 6) == std::vector<float>(6, 1.0f));
+  CHECK(fx.server->stats().inline_requests == inline_before + 1);
 }
