@@ -269,11 +269,11 @@ void Conn::Send(const proto::Envelope& env, OutPayload payload, bool close_after
     counters->write_queue_bytes.fetch_add(out.bytes, std::memory_order_relaxed);
     RaiseMax(counters->peak_write_queue_bytes, queued);
   }
-  if (OnStrand()) return Enqueue(std::move(out), ends_request);
+  if (OnStrand()) return Enqueue(std::move(out), ends_request, /*posted=*/false);
+  std::unique_lock lock(write_mu_);
   if (!ends_request && !close_after && direct_any_thread_.load(std::memory_order_acquire)) {
     // A client's call: written from the calling thread when nothing is ahead of it.
-    std::unique_lock lock(write_mu_);
-    if (!closed_ && !writing_ && queue_.empty() && !out.env.empty()) {
+    if (!closed_ && !writing_ && queue_.empty() && posted_ == 0 && !out.env.empty()) {
       const bool ok = TryWrite(out);
       if (ok && out.sent == out.bytes) {
         lock.unlock();
@@ -293,8 +293,10 @@ void Conn::Send(const proto::Envelope& env, OutPayload payload, bool close_after
       return;
     }
   }
+  ++posted_;
+  lock.unlock();
   asio::post(executor(), [self = shared_from_this(), out = std::move(out), ends_request]() mutable {
-    self->Enqueue(std::move(out), ends_request);
+    self->Enqueue(std::move(out), ends_request, /*posted=*/true);
   });
 }
 
@@ -313,14 +315,20 @@ void Conn::AppendBuffers(const Out& out, std::vector<asio::const_buffer>& bufs) 
   for (auto p : out.payload.parts) add(p.data(), p.size());
 }
 
-void Conn::Enqueue(Out out, bool ends_request) {
+void Conn::Enqueue(Out out, bool ends_request, bool posted) {
   if (ends_request && in_flight_ > 0) {
     --in_flight_;
     if (reader_waiting_) gate_.cancel();
   }
-  if (closed_) return Dequeued(out.bytes);
   {
     std::unique_lock lock(write_mu_);
+    // Taken off posted_ in the same critical section that queues or writes it, so a
+    // direct write from another thread sees either this frame queued or posted_ > 0.
+    if (posted) --posted_;
+    if (closed_) {
+      lock.unlock();
+      return Dequeued(out.bytes);
+    }
     if (direct_writes_ && !writing_ && queue_.empty() && !out.env.empty()) {
       // Nothing ahead of it: write what the socket takes now, without waking the writer.
       if (!TryWrite(out)) {

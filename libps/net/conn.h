@@ -41,8 +41,17 @@ using Clock = std::chrono::steady_clock;
 // another I/O thread to take over the reactor (with one io_context run by two threads,
 // asio does that on every event: ~15 us per small round trip on a 2-core VM, see
 // README Performance). Connections are spread over them round robin.
+// An io_context whose services can be shut down before any io_context is destroyed:
+// shutting one down destroys the handlers queued on it, which may hold the last reference
+// to an object (a Server::Impl, a Conn) whose socket belongs to another io_context.
+class IoContext : public asio::io_context {
+ public:
+  using asio::io_context::io_context;
+  using asio::io_context::shutdown;
+};
+
 struct Runtime::Impl {
-  std::vector<std::unique_ptr<asio::io_context>> ios;
+  std::vector<std::unique_ptr<IoContext>> ios;
   std::vector<asio::executor_work_guard<asio::io_context::executor_type>> guards;
   std::vector<std::thread> threads;
   std::atomic<size_t> next{0};
@@ -177,8 +186,9 @@ class Conn : public std::enable_shared_from_this<Conn> {
   };
 
   // Strand only: queues `out` (ends_request: it answers a request being handled), or
-  // writes it at once when the writer is idle and nothing is queued.
-  void Enqueue(Out out, bool ends_request);
+  // writes it at once when the writer is idle and nothing is queued. `posted`: Send
+  // posted it from another thread (counted in posted_).
+  void Enqueue(Out out, bool ends_request, bool posted);
   // write_mu_ held, nothing queued or being written: writes what the socket takes of
   // `out` now. Returns false on a socket error.
   bool TryWrite(Out& out);
@@ -215,6 +225,10 @@ class Conn : public std::enable_shared_from_this<Conn> {
   std::mutex write_mu_;
   std::deque<Out> queue_;          // guarded by write_mu_
   bool writing_ = false;           // guarded by write_mu_: the writer is writing frames
+  // Guarded by write_mu_: frames Send posted to the strand that Enqueue has not taken
+  // yet. While there are any, no frame is written directly from another thread: it would
+  // overtake them (one thread's frames reach the wire in the order it sent them).
+  uint64_t posted_ = 0;
   bool direct_writes_ = false;     // strand only: plain TCP, authenticated (socket non-blocking)
   std::atomic<bool> direct_any_thread_{false};  // direct writes off the strand too (set once)
   // Read-ahead (allocated by Authenticated): bytes [read_pos_, read_end_) are unread.
