@@ -53,6 +53,7 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   // call due earlier wakes it.
   std::unique_ptr<asio::steady_timer> sweep_timer;
   Clock::time_point sweep_at = Clock::time_point::max();
+  std::atomic<uint64_t> sweeps{0};  // passes of the sweeper (Client::sweeps_for_testing)
 
   awaitable<Status> Attempt(Millis budget) {
     auto ex = co_await asio::this_coro::executor;
@@ -249,13 +250,21 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
     auto self = shared_from_this();
     std::vector<std::pair<std::function<void(Result<Reply>)>, Status>> expired;
     while (!broken) {
+      sweeps.fetch_add(1, std::memory_order_relaxed);
       const auto now = Clock::now();
       {
         std::lock_guard lock(mu);
         auto next = now + std::chrono::seconds(1);
         for (auto it = pending.begin(); it != pending.end();) {
           Pending& p = it->second;
-          if (p.receiving || p.deadline > now) {
+          if (p.receiving) {
+            // Only the reader may finish it, whatever its deadline: it must not set the
+            // next wake-up (a deadline already passed would fire the timer at once, over
+            // and over, until the reply is in).
+            ++it;
+            continue;
+          }
+          if (p.deadline > now) {
             next = std::min(next, p.deadline);
             ++it;
             continue;
@@ -422,16 +431,34 @@ Result<Reply> Client::CallSync(proto::Body body, OutPayload payload, std::vector
   struct Waiter {
     std::atomic<uint32_t> done{0};
     std::optional<Result<Reply>> result;
+    void Finish(Result<Reply> r) {
+      result.emplace(std::move(r));
+      done.store(1, std::memory_order_release);
+      done.notify_one();
+    }
+  };
+  // Owned by the callback: finishes the call with Aborted if the callback is destroyed
+  // without having run (a post dropped by a stopped io_context), as std::promise's
+  // broken_promise did.
+  struct Guard {
+    std::shared_ptr<Waiter> w;  // null once the callback ran (or moved from)
+    explicit Guard(std::shared_ptr<Waiter> waiter) : w(std::move(waiter)) {}
+    Guard(Guard&&) = default;
+    Guard& operator=(Guard&&) = delete;
+    ~Guard() {
+      if (w) w->Finish(Aborted("the call was dropped without an answer (transport shut down)"));
+    }
   };
   auto w = std::make_shared<Waiter>();  // the callback may still run its notify after we return
-  CallAsync(std::move(body), std::move(payload), std::move(reply_into), timeout, [w](Result<Reply> r) {
-    w->result.emplace(std::move(r));
-    w->done.store(1, std::memory_order_release);
-    w->done.notify_one();
+  auto guard = std::make_shared<Guard>(w);  // std::function needs a copyable callable
+  CallAsync(std::move(body), std::move(payload), std::move(reply_into), timeout, [guard](Result<Reply> r) {
+    if (auto w = std::move(guard->w)) w->Finish(std::move(r));
   });
   while (w->done.load(std::memory_order_acquire) == 0) w->done.wait(0, std::memory_order_acquire);
   return std::move(*w->result);
 }
+
+uint64_t Client::sweeps_for_testing() const { return impl_->sweeps.load(); }
 
 std::future<Result<Reply>> Client::Call(proto::Body body, OutPayload payload,
                                         std::vector<std::span<std::byte>> reply_into, Millis timeout) {
