@@ -39,6 +39,7 @@ if [ "${1:-}" = "--compare" ]; then
     }
     FNR == 1 { name = FILENAME; sub(".*/", "", name); split(name, parts, "."); who = parts[1]; pair = parts[2]; table = 0 }
     /^size +push GB\/s/ { table++; next }
+    NF == 0 && table == 1 { table = 2; next }  # the end of the first table (the µs table follows)
     table == 1 && NF == 8 && ($2 == "KiB" || $2 == "MiB") {
       key = $1 " " $2
       if (!(key in seen)) { seen[key] = 1; order[++nsizes] = key }
@@ -62,7 +63,7 @@ if [ "${1:-}" = "--compare" ]; then
         if (a < worst) worst = a
         if (b < worst) worst = b
       }
-      printf "summary: lowest this/base GB/s ratio: %.3f (target >= 0.97: %s)\n", worst, worst >= 0.97 ? "met" : "NOT met"
+      printf "summary: lowest this/base GB/s ratio: %.3f (target >= 0.97: %s)\n", worst, (worst >= 0.97 ? "met" : "NOT met")
     }' "$out"/base.* "$out"/this.*
   exit 0
 fi

@@ -239,6 +239,9 @@ prom::Registry::Collection ExportServerStats(prom::Registry& registry, const net
     const net::Server::Stats s = server.stats(/*reset_max=*/false);
     auto d = [](uint64_t v) { return static_cast<double>(v); };
     w.Counter("pstrain_rpc_requests_total", "Requests this task's RPC server handed to its handlers.", d(s.requests));
+    w.Counter("pstrain_rpc_inline_requests_total",
+              "Of those, requests handled on the I/O thread that read them (small pulls and pushes).",
+              d(s.inline_requests));
     w.Counter("pstrain_rpc_received_bytes_total", "Bytes of whole frames this task's RPC server read.",
               d(s.bytes_received));
     w.Counter("pstrain_rpc_sent_bytes_total", "Bytes of whole frames this task's RPC server queued for sending.",

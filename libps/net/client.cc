@@ -28,7 +28,8 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   struct Pending {
     std::function<void(Result<Reply>)> done;  // runs on the connection's strand
     std::vector<std::span<std::byte>> into;
-    std::unique_ptr<asio::steady_timer> timer;
+    Clock::time_point deadline;
+    Millis timeout{0};
     bool receiving = false;  // the reader writes into `into`: only the reader may finish it
     const char* what = "";
   };
@@ -39,13 +40,20 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   std::string name;  // "ps:1 (127.0.0.1:2224)"
   std::atomic<uint64_t> next_id{1};
   std::atomic<uint64_t> generation{0};  // stamped on every request; starts at options.generation
-  std::unordered_map<uint64_t, Pending> pending;  // strand only
   Clock::time_point last_rx;                      // strand only
-  bool broken = false;                            // strand only
   bool closing = false;                           // strand only
+  // A call is registered by the calling thread and finished on the strand (reply, break
+  // or deadline), so the map is shared; every critical section is a lookup or two.
   mutable std::mutex mu;
+  std::unordered_map<uint64_t, Pending> pending;         // guarded by mu
+  std::atomic<bool> broken{false};                       // written under mu
   Status health_;                                        // guarded by mu
   std::function<void(const Status&)> on_broken;          // guarded by mu
+  // The deadline sweeper's timer (strand only) and when it fires next (guarded by mu): a
+  // call due earlier wakes it.
+  std::unique_ptr<asio::steady_timer> sweep_timer;
+  Clock::time_point sweep_at = Clock::time_point::max();
+  std::atomic<uint64_t> sweeps{0};  // passes of the sweeper (Client::sweeps_for_testing)
 
   awaitable<Status> Attempt(Millis budget) {
     auto ex = co_await asio::this_coro::executor;
@@ -150,15 +158,18 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   void Start() {
     name = options.peer_name + " (" + options.host + ":" + std::to_string(options.port) + ")";
     last_rx = Clock::now();
+    sweep_timer = std::make_unique<asio::steady_timer>(conn->executor());
     conn->StartWriter();
     auto self = shared_from_this();
     asio::co_spawn(conn->executor(), [self] { return self->ReadLoop(); }, asio::detached);
+    asio::co_spawn(conn->executor(), [self] { return self->SweepLoop(); }, asio::detached);
     if (options.heartbeat_interval.count() > 0) {
       asio::co_spawn(conn->executor(), [self] { return self->HeartbeatLoop(); }, asio::detached);
     }
   }
 
   std::optional<std::vector<std::span<std::byte>>> Sink(const proto::Envelope& env, uint64_t bytes) {
+    std::lock_guard lock(mu);
     auto it = pending.find(env.request_id);
     if (it == pending.end() || it->second.into.empty() || !env.reply) return std::nullopt;
     uint64_t total = 0;
@@ -191,11 +202,14 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
           }
           continue;  // heartbeat replies and connection-level errors
         }
-        auto it = pending.find(frame->env.request_id);
-        if (it == pending.end()) continue;  // timed out earlier
-        Pending p = std::move(it->second);
-        pending.erase(it);
-        if (p.timer) p.timer->cancel();
+        Pending p;
+        {
+          std::lock_guard lock(mu);
+          auto it = pending.find(frame->env.request_id);
+          if (it == pending.end()) continue;  // timed out earlier
+          p = std::move(it->second);
+          pending.erase(it);
+        }
         if (const auto* e = BodyAs<proto::Error>(*frame)) {
           p.done(StatusFromError(*e));
         } else {
@@ -230,62 +244,97 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
     }
   }
 
+  // Fails the calls whose deadline has passed, every time the earliest deadline comes
+  // (and at least every second). Strand only.
+  awaitable<void> SweepLoop() {
+    auto self = shared_from_this();
+    std::vector<std::pair<std::function<void(Result<Reply>)>, Status>> expired;
+    while (!broken) {
+      sweeps.fetch_add(1, std::memory_order_relaxed);
+      const auto now = Clock::now();
+      {
+        std::lock_guard lock(mu);
+        auto next = now + std::chrono::seconds(1);
+        for (auto it = pending.begin(); it != pending.end();) {
+          Pending& p = it->second;
+          if (p.receiving) {
+            // Only the reader may finish it, whatever its deadline: it must not set the
+            // next wake-up (a deadline already passed would fire the timer at once, over
+            // and over, until the reply is in).
+            ++it;
+            continue;
+          }
+          if (p.deadline > now) {
+            next = std::min(next, p.deadline);
+            ++it;
+            continue;
+          }
+          expired.emplace_back(std::move(p.done), DeadlineExceeded(name + ": " + p.what + " did not complete within " +
+                                                                   std::to_string(p.timeout.count()) + " ms"));
+          it = pending.erase(it);
+        }
+        sweep_at = next;
+        // Armed before the lock is released: a call registered later that is due earlier
+        // than `next` posts a cancel, which runs after this wait has begun.
+        sweep_timer->expires_at(next);
+      }
+      for (auto& [done, why] : expired) done(why);
+      expired.clear();
+      error_code ec;
+      co_await sweep_timer->async_wait(asio::redirect_error(use_awaitable, ec));
+    }
+  }
+
   // Marks the connection broken and fails every call except one being received into
   // (the reader finishes that one once the socket is closed). Strand only.
   void Break(const Status& why) {
-    bool first = !broken;
-    broken = true;
     conn->CloseOnStrand();
     std::function<void(const Status&)> cb;
-    if (first) {
+    std::vector<std::function<void(Result<Reply>)>> failed;
+    {
       std::lock_guard lock(mu);
-      health_ = why;  // before failing calls: their callbacks may ask health()
-      if (!closing) cb = on_broken;
-    }
-    for (auto it = pending.begin(); it != pending.end();) {
-      if (it->second.receiving && !reader_done) {
-        ++it;
-        continue;
+      if (!broken) {
+        broken = true;
+        health_ = why;  // before failing calls: their callbacks may ask health()
+        if (!closing) cb = on_broken;
       }
-      if (it->second.timer) it->second.timer->cancel();
-      auto done = std::move(it->second.done);
-      it = pending.erase(it);
-      done(why);
+      for (auto it = pending.begin(); it != pending.end();) {
+        if (it->second.receiving && !reader_done) {
+          ++it;
+          continue;
+        }
+        failed.push_back(std::move(it->second.done));
+        it = pending.erase(it);
+      }
     }
+    if (sweep_timer) sweep_timer->cancel();
+    for (auto& done : failed) done(why);
     if (cb) cb(why);
   }
   // Set when the reader loop has exited: only then may a call being received into fail.
   bool reader_done = false;  // strand only
 
-  // Registers the call, then queues its frame. Both are posted to the strand in this
-  // order, so the call is known before its reply can arrive; the frame is counted in the
-  // write queue at once (WaitForRoom sees it).
-  void StartCall(uint64_t id, std::shared_ptr<Pending> p, const proto::Envelope& env, OutPayload payload,
-                 Millis timeout) {
-    asio::post(conn->executor(), [self = shared_from_this(), id, p, timeout]() mutable {
-      if (self->broken) {
-        Status why;
-        {
-          std::lock_guard lock(self->mu);
-          why = self->health_;
-        }
-        p->done(why.ok() ? Unavailable(self->name + ": not connected") : why);
-        return;
+  // Registers the call on the calling thread, then sends its frame (from this thread
+  // when nothing is queued ahead of it: Conn::Send), so the call is known before its
+  // reply can arrive; the frame is counted in the write queue at once (WaitForRoom sees
+  // it). A broken connection fails the call on the strand.
+  void StartCall(uint64_t id, Pending p, const proto::Envelope& env, OutPayload payload) {
+    bool wake_sweeper = false;
+    Status why;
+    {
+      std::lock_guard lock(mu);
+      if (broken) {
+        why = health_.ok() ? Unavailable(name + ": not connected") : health_;
+      } else {
+        wake_sweeper = p.deadline < sweep_at;
+        pending.emplace(id, std::move(p));
       }
-      p->timer = std::make_unique<asio::steady_timer>(self->conn->executor());
-      p->timer->expires_after(timeout);
-      const char* what = p->what;
-      p->timer->async_wait([self, id, what, timeout](error_code ec) {
-        if (ec) return;
-        auto it = self->pending.find(id);
-        if (it == self->pending.end() || it->second.receiving) return;
-        auto done = std::move(it->second.done);
-        self->pending.erase(it);
-        done(DeadlineExceeded(self->name + ": " + what + " did not complete within " +
-                              std::to_string(timeout.count()) + " ms"));
-      });
-      self->pending.emplace(id, std::move(*p));
-    });
+    }
+    if (!why.ok()) {
+      asio::post(conn->executor(), [done = std::move(p.done), why]() { done(why); });
+      return;
+    }
+    if (wake_sweeper) asio::post(conn->executor(), [self = shared_from_this()] { self->sweep_timer->cancel(); });
     conn->Send(env, std::move(payload));  // dropped if the connection is closed by then
   }
 };
@@ -300,7 +349,7 @@ Result<std::shared_ptr<Client>> Client::Connect(Runtime& runtime, ClientOptions 
     auto impl = std::make_shared<Impl>(runtime, options);
     auto remaining = std::chrono::duration_cast<Millis>(deadline - Clock::now());
     Millis budget = std::max(Millis{100}, std::min(options.handshake_timeout, remaining));
-    auto strand = asio::make_strand(runtime.impl().io);
+    auto strand = asio::make_strand(runtime.impl().Next());
     std::future<Status> fut =
         asio::co_spawn(strand, [impl, budget] { return impl->Attempt(budget); }, asio::use_future);
     Status st;
@@ -362,18 +411,54 @@ void Client::Close() {
 void Client::CallAsync(proto::Body body, OutPayload payload,
                        std::vector<std::span<std::byte>> reply_into, Millis timeout,
                        std::function<void(Result<Reply>)> done) {
-  auto p = std::make_shared<Impl::Pending>();
-  p->into = std::move(reply_into);
-  p->what = proto::BodyName(body);
-  p->done = std::move(done);
+  Impl::Pending p;
+  p.into = std::move(reply_into);
+  p.what = proto::BodyName(body);
+  p.done = std::move(done);
   // Back-pressure: off the I/O threads a caller waits for room in the write queue.
-  if (!impl_->runtime.impl().io.get_executor().running_in_this_thread()) impl_->conn->WaitForRoom();
+  if (!impl_->runtime.impl().RunningInThisThread()) impl_->conn->WaitForRoom();
   uint64_t id = impl_->next_id.fetch_add(1);
   if (timeout.count() <= 0) timeout = impl_->options.call_timeout;
-  impl_->StartCall(id, std::move(p),
-                   proto::Envelope{id, false, impl_->generation.load(), std::move(body)},
-                   std::move(payload), timeout);
+  p.timeout = timeout;
+  p.deadline = Clock::now() + timeout;
+  impl_->StartCall(id, std::move(p), proto::Envelope{id, false, impl_->generation.load(), std::move(body)},
+                   std::move(payload));
 }
+
+Result<Reply> Client::CallSync(proto::Body body, OutPayload payload, std::vector<std::span<std::byte>> reply_into,
+                               Millis timeout) {
+  // std::promise::set_value costs a futex system call (call_once) on top of the wake-up.
+  struct Waiter {
+    std::atomic<uint32_t> done{0};
+    std::optional<Result<Reply>> result;
+    void Finish(Result<Reply> r) {
+      result.emplace(std::move(r));
+      done.store(1, std::memory_order_release);
+      done.notify_one();
+    }
+  };
+  // Owned by the callback: finishes the call with Aborted if the callback is destroyed
+  // without having run (a post dropped by a stopped io_context), as std::promise's
+  // broken_promise did.
+  struct Guard {
+    std::shared_ptr<Waiter> w;  // null once the callback ran (or moved from)
+    explicit Guard(std::shared_ptr<Waiter> waiter) : w(std::move(waiter)) {}
+    Guard(Guard&&) = default;
+    Guard& operator=(Guard&&) = delete;
+    ~Guard() {
+      if (w) w->Finish(Aborted("the call was dropped without an answer (transport shut down)"));
+    }
+  };
+  auto w = std::make_shared<Waiter>();  // the callback may still run its notify after we return
+  auto guard = std::make_shared<Guard>(w);  // std::function needs a copyable callable
+  CallAsync(std::move(body), std::move(payload), std::move(reply_into), timeout, [guard](Result<Reply> r) {
+    if (auto w = std::move(guard->w)) w->Finish(std::move(r));
+  });
+  while (w->done.load(std::memory_order_acquire) == 0) w->done.wait(0, std::memory_order_acquire);
+  return std::move(*w->result);
+}
+
+uint64_t Client::sweeps_for_testing() const { return impl_->sweeps.load(); }
 
 std::future<Result<Reply>> Client::Call(proto::Body body, OutPayload payload,
                                         std::vector<std::span<std::byte>> reply_into, Millis timeout) {

@@ -8,6 +8,8 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/ssl/error.hpp>
 #include <boost/asio/write.hpp>
+#include <cstring>
+
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
@@ -63,6 +65,20 @@ Conn::Conn(tcp::socket socket, ConnOptions options)
     address_ = host_ + ":" + std::to_string(ep.port());
   }
   if (options_.tls) tls_ = std::make_unique<asio::ssl::stream<tcp::socket&>>(socket_, options_.tls->impl().ctx);
+  const auto ex = socket_.get_executor();  // target() points into this copy
+  if (const auto* s = ex.target<asio::strand<asio::io_context::executor_type>>()) strand_ = *s;
+}
+
+void Conn::Authenticated() {
+  limits_ = options_.limits;
+  authenticated_ = true;
+  read_buf_ = std::make_unique_for_overwrite<std::byte[]>(kReadAheadBytes);
+  if (!tls_) {
+    error_code ec;
+    socket_.non_blocking(true, ec);
+    direct_writes_ = !ec;
+    direct_any_thread_ = direct_writes_ && options_.max_in_flight == 0 && !options_.budget;
+  }
 }
 
 awaitable<Status> Conn::SecureHandshake(bool as_server) {
@@ -102,9 +118,35 @@ awaitable<void> Conn::WriteAll(const Buffers& buffers, error_code& ec) {
   }
 }
 
+awaitable<void> Conn::ReadSpan(std::span<std::byte> dst) {
+  for (;;) {
+    const size_t n = std::min(dst.size(), read_end_ - read_pos_);
+    if (n > 0) {
+      std::memcpy(dst.data(), read_buf_.get() + read_pos_, n);
+      read_pos_ += n;
+      dst = dst.subspan(n);
+    }
+    if (dst.empty()) co_return;
+    // The read-ahead is empty. Big reads go straight into `dst`.
+    if (!read_buf_ || dst.size() >= kReadAheadBytes) {
+      co_await ReadAll(asio::buffer(dst.data(), dst.size()));
+      co_return;
+    }
+    read_pos_ = read_end_ = 0;
+    auto into = asio::buffer(read_buf_.get(), kReadAheadBytes);
+    // (An async read first tries the socket at once; data already there completes it
+    // through this thread's own queue, since each io_context has one thread.)
+    if (tls_) {
+      read_end_ = co_await asio::async_read(*tls_, into, asio::transfer_at_least(dst.size()), use_awaitable);
+    } else {
+      read_end_ = co_await asio::async_read(socket_, into, asio::transfer_at_least(dst.size()), use_awaitable);
+    }
+  }
+}
+
 awaitable<Result<InFrame>> Conn::ReadFrame(const PayloadSink& sink) {
   std::array<uint8_t, kFrameHeaderBytes> hb;
-  co_await ReadAll(asio::buffer(hb));
+  co_await ReadSpan(std::as_writable_bytes(std::span(hb)));
   auto header = DecodeHeader(hb, limits_);
   if (!header.ok()) {
     if (authenticated_) co_return header.status();
@@ -113,7 +155,7 @@ awaitable<Result<InFrame>> Conn::ReadFrame(const PayloadSink& sink) {
   ConnCounters* counters = options_.counters.get();
   if (counters != nullptr) counters->inbound_buffer_bytes.fetch_add(header->envelope_bytes, std::memory_order_relaxed);
   std::vector<uint8_t> env_bytes(header->envelope_bytes);
-  co_await ReadAll(asio::buffer(env_bytes));
+  co_await ReadSpan(std::as_writable_bytes(std::span(env_bytes)));
   InFrame frame;
   frame.wire_bytes = kFrameHeaderBytes + uint64_t{header->envelope_bytes} + header->payload_bytes;
   const uint64_t payload_bytes = header->payload_bytes;
@@ -130,9 +172,7 @@ awaitable<Result<InFrame>> Conn::ReadFrame(const PayloadSink& sink) {
   std::optional<std::vector<std::span<std::byte>>> into;
   if (sink) into = sink(frame.env, payload_bytes);
   if (into) {
-    std::vector<asio::mutable_buffer> bufs;
-    for (auto s : *into) bufs.emplace_back(s.data(), s.size());
-    co_await ReadAll(bufs);
+    for (auto s : *into) co_await ReadSpan(s);
     frame.in_place = true;
     co_return frame;
   }
@@ -152,7 +192,7 @@ awaitable<Result<InFrame>> Conn::ReadFrame(const PayloadSink& sink) {
   if (counters != nullptr) counters->inbound_buffer_bytes.fetch_add(payload_bytes, std::memory_order_relaxed);
   frame.payload = TakeBuffer(payload_bytes);
   frame.payload.SetLease(std::move(lease));
-  co_await ReadAll(asio::buffer(frame.payload.data(), frame.payload.size()));
+  co_await ReadSpan(frame.payload.bytes());
   co_return frame;
 }
 
@@ -160,7 +200,7 @@ awaitable<void> Conn::Discard(uint64_t bytes) {
   std::array<std::byte, 64 * 1024> scratch;
   while (bytes > 0) {
     size_t n = static_cast<size_t>(std::min<uint64_t>(bytes, scratch.size()));
-    co_await ReadAll(asio::buffer(scratch.data(), n));
+    co_await ReadSpan(std::span(scratch.data(), n));
     bytes -= n;
   }
 }
@@ -229,24 +269,120 @@ void Conn::Send(const proto::Envelope& env, OutPayload payload, bool close_after
     counters->write_queue_bytes.fetch_add(out.bytes, std::memory_order_relaxed);
     RaiseMax(counters->peak_write_queue_bytes, queued);
   }
-  asio::post(executor(), [self = shared_from_this(), out = std::move(out), ends_request]() mutable {
-    if (ends_request && self->in_flight_ > 0) {
-      --self->in_flight_;
-      if (self->reader_waiting_) self->gate_.cancel();
+  if (OnStrand()) return Enqueue(std::move(out), ends_request, /*posted=*/false);
+  std::unique_lock lock(write_mu_);
+  if (!ends_request && !close_after && direct_any_thread_.load(std::memory_order_acquire)) {
+    // A client's call: written from the calling thread when nothing is ahead of it.
+    if (!closed_ && !writing_ && queue_.empty() && posted_ == 0 && !out.env.empty()) {
+      const bool ok = TryWrite(out);
+      if (ok && out.sent == out.bytes) {
+        lock.unlock();
+        const uint64_t bytes = out.bytes;
+        out = Out{};  // the payload's owner may recycle it now
+        return DequeuedBytes(bytes);
+      }
+      if (ok) {
+        queue_.push_back(std::move(out));  // the writer sends the rest
+        lock.unlock();
+        asio::post(executor(), [self = shared_from_this()] { self->wake_.cancel(); });
+        return;
+      }
+      lock.unlock();
+      DequeuedBytes(out.bytes);
+      asio::post(executor(), [self = shared_from_this()] { self->CloseOnStrand(); });
+      return;
     }
-    if (self->closed_) return self->Dequeued(out.bytes);
-    self->queue_.push_back(std::move(out));
-    self->wake_.cancel();
+  }
+  ++posted_;
+  lock.unlock();
+  asio::post(executor(), [self = shared_from_this(), out = std::move(out), ends_request]() mutable {
+    self->Enqueue(std::move(out), ends_request, /*posted=*/true);
   });
 }
 
+void Conn::AppendBuffers(const Out& out, std::vector<asio::const_buffer>& bufs) {
+  uint64_t skip = out.sent;
+  auto add = [&](const void* data, size_t size) {
+    if (skip >= size) {
+      skip -= size;
+      return;
+    }
+    bufs.emplace_back(static_cast<const std::byte*>(data) + skip, size - skip);
+    skip = 0;
+  };
+  add(out.header.data(), out.header.size());
+  add(out.env.data(), out.env.size());
+  for (auto p : out.payload.parts) add(p.data(), p.size());
+}
+
+void Conn::Enqueue(Out out, bool ends_request, bool posted) {
+  if (ends_request && in_flight_ > 0) {
+    --in_flight_;
+    if (reader_waiting_) gate_.cancel();
+  }
+  {
+    std::unique_lock lock(write_mu_);
+    // Taken off posted_ in the same critical section that queues or writes it, so a
+    // direct write from another thread sees either this frame queued or posted_ > 0.
+    if (posted) --posted_;
+    if (closed_) {
+      lock.unlock();
+      return Dequeued(out.bytes);
+    }
+    if (direct_writes_ && !writing_ && queue_.empty() && !out.env.empty()) {
+      // Nothing ahead of it: write what the socket takes now, without waking the writer.
+      if (!TryWrite(out)) {
+        lock.unlock();
+        Dequeued(out.bytes);
+        return CloseOnStrand();
+      }
+      if (out.sent == out.bytes) {
+        lock.unlock();
+        const bool close = out.close_after;
+        const uint64_t bytes = out.bytes;
+        out = Out{};  // the payload's owner may recycle it now
+        Dequeued(bytes);
+        if (close) CloseOnStrand();
+        return;
+      }
+    }
+    queue_.push_back(std::move(out));
+  }
+  wake_.cancel();
+}
+
+bool Conn::TryWrite(Out& out) {
+  std::array<asio::const_buffer, 8> small;
+  std::vector<asio::const_buffer> bufs;
+  size_t n = 0;
+  error_code ec;
+  if (out.sent == 0 && out.payload.parts.size() + 2 <= small.size()) {
+    size_t k = 0;  // the common case, without allocating
+    small[k++] = asio::buffer(out.header);
+    small[k++] = asio::buffer(out.env);
+    for (auto p : out.payload.parts) small[k++] = asio::buffer(p.data(), p.size());
+    n = socket_.write_some(std::span(small.data(), k), ec);
+  } else {
+    AppendBuffers(out, bufs);
+    n = socket_.write_some(bufs, ec);
+  }
+  if (ec == asio::error::would_block || ec == asio::error::try_again) return true;
+  if (ec) return false;
+  out.sent += n;
+  return true;
+}
+
 void Conn::Dequeued(uint64_t bytes) {
+  DequeuedBytes(bytes);
+  if (reader_waiting_) gate_.cancel();
+}
+
+void Conn::DequeuedBytes(uint64_t bytes) {
   queued_bytes_.fetch_sub(bytes);
   queued_bytes_.notify_all();
   if (ConnCounters* counters = options_.counters.get()) {
     counters->write_queue_bytes.fetch_sub(bytes, std::memory_order_relaxed);
   }
-  if (reader_waiting_) gate_.cancel();
 }
 
 void Conn::WaitForRoom() {
@@ -263,31 +399,51 @@ void Conn::StartWriter() {
 }
 
 awaitable<void> Conn::WriteLoop() {
+  // Frames queued back to back go out in one gather write, up to this many.
+  constexpr size_t kMaxBatch = 16;
+  std::vector<Out> batch;
+  std::vector<asio::const_buffer> bufs;
   while (!closed_) {
-    if (queue_.empty()) {
+    bool idle = false, sentinel = false, close = false;
+    {
+      std::lock_guard lock(write_mu_);
+      if (queue_.empty()) {
+        idle = true;
+      } else if (queue_.front().env.empty()) {
+        sentinel = true;  // CloseAfterFlush's
+      } else {
+        // Taken off the queue while being written: CloseOnStrand counts only what is queued.
+        while (!queue_.empty() && batch.size() < kMaxBatch && !queue_.front().env.empty() && !close) {
+          close = queue_.front().close_after;
+          batch.push_back(std::move(queue_.front()));
+          queue_.pop_front();
+        }
+        writing_ = true;
+      }
+    }
+    if (idle) {
       error_code ec;
       wake_.expires_at(Clock::time_point::max());
       co_await wake_.async_wait(asio::redirect_error(use_awaitable, ec));
       continue;
     }
-    Out out = std::move(queue_.front());
-    queue_.pop_front();
-    if (out.env.empty()) {
+    if (sentinel) {
       CloseOnStrand();
       co_return;
     }
-    std::vector<asio::const_buffer> bufs;
-    bufs.reserve(2 + out.payload.parts.size());
-    bufs.emplace_back(asio::buffer(out.header));
-    bufs.emplace_back(asio::buffer(out.env));
-    for (auto p : out.payload.parts) bufs.emplace_back(p.data(), p.size());
+    bufs.clear();
+    for (const Out& out : batch) AppendBuffers(out, bufs);
     error_code ec;
     co_await WriteAll(bufs, ec);
-    const bool close = ec || out.close_after;
-    const uint64_t bytes = out.bytes;
-    out = Out{};  // the payload's owner may recycle it now
+    {
+      std::lock_guard lock(write_mu_);
+      writing_ = false;
+    }
+    uint64_t bytes = 0;
+    for (const Out& out : batch) bytes += out.bytes;
+    batch.clear();  // the payloads' owners may recycle them now
     Dequeued(bytes);
-    if (close) {
+    if (ec || close) {
       CloseOnStrand();
       co_return;
     }
@@ -297,14 +453,18 @@ awaitable<void> Conn::WriteLoop() {
 void Conn::CloseOnStrand() {
   if (closed_) return;
   closed_ = true;
-  error_code ec;
-  socket_.shutdown(tcp::socket::shutdown_both, ec);
-  socket_.close(ec);
+  uint64_t dropped = 0;
+  std::deque<Out> queue;  // freed after unlocking
+  {
+    std::lock_guard lock(write_mu_);  // no direct write is under way from another thread
+    error_code ec;
+    socket_.shutdown(tcp::socket::shutdown_both, ec);
+    socket_.close(ec);
+    for (const auto& out : queue_) dropped += out.bytes;
+    queue.swap(queue_);
+  }
   wake_.cancel();
   gate_.cancel();
-  uint64_t dropped = 0;
-  for (const auto& out : queue_) dropped += out.bytes;
-  queue_.clear();
   // A frame being written is subtracted when its write fails, which wakes WaitForRoom.
   Dequeued(dropped);
 }
@@ -318,6 +478,7 @@ void Conn::CloseAfterFlush() {
     if (self->closed_) return;
     Out sentinel;
     sentinel.close_after = true;  // an Out without an envelope writes nothing
+    std::lock_guard lock(self->write_mu_);
     self->queue_.push_back(std::move(sentinel));
     self->wake_.cancel();
   });

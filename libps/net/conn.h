@@ -9,6 +9,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -20,6 +21,7 @@
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/ssl/stream.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
 
 #include "libps/net/bounds.h"
 #include "libps/net/frame.h"
@@ -35,10 +37,32 @@ using asio::ip::tcp;
 using boost::system::error_code;
 using Clock = std::chrono::steady_clock;
 
+// One io_context per I/O thread, each run by that thread alone: a completion never wakes
+// another I/O thread to take over the reactor (with one io_context run by two threads,
+// asio does that on every event: ~15 us per small round trip on a 2-core VM, see
+// README Performance). Connections are spread over them round robin.
+// An io_context whose services can be shut down before any io_context is destroyed:
+// shutting one down destroys the handlers queued on it, which may hold the last reference
+// to an object (a Server::Impl, a Conn) whose socket belongs to another io_context.
+class IoContext : public asio::io_context {
+ public:
+  using asio::io_context::io_context;
+  using asio::io_context::shutdown;
+};
+
 struct Runtime::Impl {
-  asio::io_context io;
-  asio::executor_work_guard<asio::io_context::executor_type> guard{io.get_executor()};
+  std::vector<std::unique_ptr<IoContext>> ios;
+  std::vector<asio::executor_work_guard<asio::io_context::executor_type>> guards;
   std::vector<std::thread> threads;
+  std::atomic<size_t> next{0};
+  // The io_context for the next connection (or acceptor, resolver).
+  asio::io_context& Next() { return *ios[next.fetch_add(1, std::memory_order_relaxed) % ios.size()]; }
+  bool RunningInThisThread() const {
+    for (const auto& io : ios) {
+      if (io->get_executor().running_in_this_thread()) return true;
+    }
+    return false;
+  }
 };
 
 struct TlsContext::Impl {
@@ -92,8 +116,17 @@ struct ConnOptions {
   std::shared_ptr<TlsContext> tls;         // null: plain TCP
 };
 
-// A framed TCP connection on a strand. Reading is done by its owner's loop; writes go
-// through a queue drained by one writer coroutine.
+// Bytes read ahead per connection once its handshake passed: a small frame (header,
+// envelope and payload) usually arrives whole in one read system call.
+inline constexpr size_t kReadAheadBytes = 32 * 1024;
+
+// A framed TCP connection on a strand (the socket's executor must be one). Reading is
+// done by its owner's loop, through a read-ahead buffer after the handshake. Writes go
+// through a queue drained by one writer coroutine, except that over plain TCP, once the
+// handshake passed, a frame sent while nothing else is queued or being written is
+// written at once with a non-blocking send (the writer takes over whatever the socket
+// did not accept): on the strand always, from other threads on connections whose reader
+// never waits for the writer (no max_in_flight, no payload budget: a client's).
 class Conn : public std::enable_shared_from_this<Conn> {
  public:
   Conn(tcp::socket socket, ConnOptions options);
@@ -102,15 +135,15 @@ class Conn : public std::enable_shared_from_this<Conn> {
   const std::string& address() const { return address_; }  // "127.0.0.1:53122"
   const std::string& host() const { return host_; }        // "127.0.0.1"
   auto executor() { return socket_.get_executor(); }
+  // True on a thread that is running this connection's strand.
+  bool OnStrand() const { return strand_ && strand_->running_in_this_thread(); }
   // With TLS: the TLS handshake, as the accepting or the dialing side; OK at once
   // without. PermissionDenied when the peer's certificate (or ours) is not accepted,
   // Unavailable when the connection broke.
   awaitable<Status> SecureHandshake(bool as_server);
-  // The handshake passed: frames may now use the full limits. Strand only.
-  void Authenticated() {
-    limits_ = options_.limits;
-    authenticated_ = true;
-  }
+  // The handshake passed: frames may now use the full limits, reads go through the
+  // read-ahead buffer and (plain TCP) the socket turns non-blocking. Strand only.
+  void Authenticated();
 
   // Reads one frame. Returns a non-OK Result when the stream cannot continue (bad
   // header); throws boost::system::system_error on socket errors and when the
@@ -125,7 +158,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
 
   // Writes one frame now; only for the handshake, before the writer runs.
   awaitable<void> WriteNow(const proto::Envelope& env);
-  // Queues a frame. Thread-safe. The envelope is encoded on the calling thread.
+  // Queues a frame. Thread-safe. The envelope is encoded on the calling thread. On the
+  // connection's strand the frame is queued (or written) at once, else posted there.
   void Send(const proto::Envelope& env, OutPayload payload, bool close_after = false, bool ends_request = false);
   // Blocks while the write queue is at its bound and the connection is open. Not on a
   // Runtime thread (only the writer there drains the queue).
@@ -147,9 +181,21 @@ class Conn : public std::enable_shared_from_this<Conn> {
     std::vector<uint8_t> env;
     OutPayload payload;
     uint64_t bytes = 0;  // header + envelope + payload
+    uint64_t sent = 0;   // bytes of it already written (a direct write the socket cut short)
     bool close_after = false;
   };
 
+  // Strand only: queues `out` (ends_request: it answers a request being handled), or
+  // writes it at once when the writer is idle and nothing is queued. `posted`: Send
+  // posted it from another thread (counted in posted_).
+  void Enqueue(Out out, bool ends_request, bool posted);
+  // write_mu_ held, nothing queued or being written: writes what the socket takes of
+  // `out` now. Returns false on a socket error.
+  bool TryWrite(Out& out);
+  // The unsent part of `out` as gather buffers, appended to `bufs`.
+  static void AppendBuffers(const Out& out, std::vector<asio::const_buffer>& bufs);
+  // Fills `dst` from the read-ahead buffer, then from the stream.
+  awaitable<void> ReadSpan(std::span<std::byte> dst);
   // Whole reads and writes through TLS when it is on, else on the socket.
   template <typename Buffers>
   awaitable<void> ReadAll(const Buffers& buffers);
@@ -161,8 +207,10 @@ class Conn : public std::enable_shared_from_this<Conn> {
   awaitable<void> WriteLoop();
   bool ReadBlocked() const;
   void Dequeued(uint64_t bytes);  // strand only
+  void DequeuedBytes(uint64_t bytes);  // the counters only: any thread
 
   tcp::socket socket_;
+  std::optional<asio::strand<asio::io_context::executor_type>> strand_;  // the socket's executor
   const ConnOptions options_;
   std::unique_ptr<asio::ssl::stream<tcp::socket&>> tls_;  // null: plain TCP
   Limits limits_ = kHandshakeLimits;
@@ -171,7 +219,21 @@ class Conn : public std::enable_shared_from_this<Conn> {
   asio::steady_timer gate_;  // the reader waits on it for room, in-flight slots or budget
   std::string address_ = "?";
   std::string host_ = "?";
-  std::deque<Out> queue_;          // strand only
+  // Guards queue_ and writing_, and the socket against being closed during a direct
+  // write from another thread. Held for a non-blocking send at most, never across an
+  // asynchronous operation.
+  std::mutex write_mu_;
+  std::deque<Out> queue_;          // guarded by write_mu_
+  bool writing_ = false;           // guarded by write_mu_: the writer is writing frames
+  // Guarded by write_mu_: frames Send posted to the strand that Enqueue has not taken
+  // yet. While there are any, no frame is written directly from another thread: it would
+  // overtake them (one thread's frames reach the wire in the order it sent them).
+  uint64_t posted_ = 0;
+  bool direct_writes_ = false;     // strand only: plain TCP, authenticated (socket non-blocking)
+  std::atomic<bool> direct_any_thread_{false};  // direct writes off the strand too (set once)
+  // Read-ahead (allocated by Authenticated): bytes [read_pos_, read_end_) are unread.
+  std::unique_ptr<std::byte[]> read_buf_;
+  size_t read_pos_ = 0, read_end_ = 0;  // strand only
   bool reader_waiting_ = false;    // strand only
   int in_flight_ = 0;              // strand only
   std::atomic<bool> closed_{false};  // written on the strand

@@ -51,12 +51,13 @@ void Responder::Fail(const Status& status) {
 
 struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   Impl(Runtime& rt, ServerOptions o, RequestHandler h)
-      : options(std::move(o)), handler(std::move(h)), acceptor(asio::make_strand(rt.impl().io)),
+      : options(std::move(o)), handler(std::move(h)), runtime(rt.impl()), acceptor(asio::make_strand(runtime.Next())),
         pool(static_cast<size_t>(std::max(1, options.handler_threads))),
         budget(std::make_shared<PayloadBudget>(options.payload_budget_bytes)) {}
 
   ServerOptions options;
   RequestHandler handler;
+  Runtime::Impl& runtime;
   tcp::acceptor acceptor;
   asio::thread_pool pool;
   std::shared_ptr<PayloadBudget> budget;
@@ -69,7 +70,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   std::condition_variable all_gone;        // signalled when live drops to 0
   uint16_t port = 0;
   // Server::Stats counters not kept by the connections.
-  std::atomic<uint64_t> requests{0}, queued{0}, max_queued{0}, bytes_received{0}, refused{0};
+  std::atomic<uint64_t> requests{0}, inline_requests{0}, queued{0}, max_queued{0}, bytes_received{0}, refused{0};
   std::atomic<int> goodbyes{0};  // refused connections still being told why
   // steady_clock ticks of the last frame from a chief (Start's time until one arrives).
   std::atomic<int64_t> last_chief_frame{std::chrono::steady_clock::now().time_since_epoch().count()};
@@ -94,8 +95,10 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     asio::steady_timer backoff(acceptor.get_executor());
     for (;;) {
       error_code ec;
-      tcp::socket socket = co_await acceptor.async_accept(
-          asio::make_strand(acceptor.get_executor()), asio::redirect_error(use_awaitable, ec));
+      // A strand of an io_context itself (Conn::OnStrand recognises it), the I/O threads
+      // taking connections in turn.
+      tcp::socket socket =
+          co_await acceptor.async_accept(asio::make_strand(runtime.Next()), asio::redirect_error(use_awaitable, ec));
       if (ec) {
         if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
         LogStranger("", "accept failed: " + ec.message());
@@ -302,6 +305,12 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
         Request req{*peer, std::move(frame->env), std::move(frame->payload)};
         c->BeginRequest();
         requests.fetch_add(1, std::memory_order_relaxed);
+        if (std::shared_ptr<void> token = options.run_inline ? options.run_inline(req) : nullptr) {
+          // On this I/O thread: the reply (if given now) is written before the next read.
+          inline_requests.fetch_add(1, std::memory_order_relaxed);
+          handler(std::move(req), Responder(std::move(state)));
+          continue;  // the token is dropped after the handler returned
+        }
         const uint64_t depth = queued.fetch_add(1) + 1;
         uint64_t max = max_queued.load();
         while (depth > max && !max_queued.compare_exchange_weak(max, depth)) {
@@ -328,7 +337,7 @@ Result<std::unique_ptr<Server>> Server::Start(Runtime& runtime, ServerOptions op
   auto addr = asio::ip::make_address(impl->options.host, ec);
   tcp::endpoint ep;
   if (ec) {
-    tcp::resolver resolver(runtime.impl().io);
+    tcp::resolver resolver(runtime.impl().Next());
     auto results = resolver.resolve(impl->options.host, std::to_string(impl->options.port), ec);
     if (ec || results.empty()) return InvalidArgument("listen address " + where + ": cannot resolve: " + ec.message());
     ep = results.begin()->endpoint();
@@ -357,6 +366,7 @@ std::chrono::steady_clock::time_point Server::last_chief_frame() const {
 Server::Stats Server::stats(bool reset_max) const {
   Stats s;
   s.requests = impl_->requests.load();
+  s.inline_requests = impl_->inline_requests.load();
   s.queue_depth = impl_->queued.load();
   s.max_queue_depth = std::max(reset_max ? impl_->max_queued.exchange(s.queue_depth) : impl_->max_queued.load(),
                                s.queue_depth);

@@ -77,15 +77,25 @@ OutPayload RecycledPayload(Buffer buffer) {
 // ---------------------------------------------------------------- Runtime
 
 Runtime::Runtime(int io_threads) : impl_(std::make_unique<Impl>()) {
-  for (int i = 0; i < std::max(1, io_threads); ++i) {
-    impl_->threads.emplace_back([io = &impl_->io] { io->run(); });
+  const int n = std::max(1, io_threads);
+  for (int i = 0; i < n; ++i) {
+    impl_->ios.push_back(std::make_unique<IoContext>(1));  // 1: run by one thread
+    impl_->guards.emplace_back(impl_->ios.back()->get_executor());
+  }
+  for (int i = 0; i < n; ++i) {
+    impl_->threads.emplace_back([io = impl_->ios[static_cast<size_t>(i)].get()] { io->run(); });
   }
 }
 
 Runtime::~Runtime() {
-  impl_->guard.reset();
-  impl_->io.stop();
+  for (auto& g : impl_->guards) g.reset();
+  for (auto& io : impl_->ios) io->stop();
   for (auto& t : impl_->threads) t.join();
+  // Every io_context's handlers are destroyed (shutdown) before any io_context is: the
+  // last reference to an object can go with a handler of one io_context while its
+  // socket or timer belongs to another, which must still exist then.
+  for (auto& io : impl_->ios) io->shutdown();
+  impl_->ios.clear();
 }
 
 std::string PeerInfo::Name() const {

@@ -1,10 +1,16 @@
 // Asio TCP transport: framed, verified, authenticated request/reply connections.
 // This header is Asio-free (pimpl) so the ps, worker and chief code compile fast.
 //
-// Threading: a Runtime owns one io_context run by a few threads. Each connection lives
-// on its own strand with one reader and one writer coroutine. Server request handlers
-// run on a separate handler pool, never on I/O threads. Client::Call is thread-safe;
-// never block on its future from a Runtime thread or a handler of the same Runtime.
+// Threading: a Runtime owns one io_context per I/O thread, each run by its thread alone
+// (connections are spread over them round robin). Each connection lives on its own strand with one reader and one writer coroutine. Server request handlers
+// run on a separate handler pool, except requests that ServerOptions::run_inline accepts
+// (cheap ones: small pulls and pushes), whose handler runs on the I/O thread that read
+// them and must not block. A reply (or a call) sent while nothing is queued ahead of it
+// is written at once by the thread that sends it, with a non-blocking send over plain
+// TCP (on the connection's strand; for a client call, on the calling thread); only what
+// the socket does not take, and everything over TLS, goes through the writer coroutine.
+// Client::Call is thread-safe; never block on its future from a Runtime thread or a
+// handler of the same Runtime.
 #pragma once
 
 #include <chrono>
@@ -38,7 +44,8 @@ void RecycleBuffer(Buffer buffer);
 // A payload owning `buffer` that is recycled once the frame has been written.
 OutPayload RecycledPayload(Buffer buffer);
 
-// Owns the io_context and its threads. Destroy it after every Server and Client of it.
+// Owns the io_contexts (one per I/O thread) and their threads. Destroy it after every
+// Server and Client of it.
 class Runtime {
  public:
   explicit Runtime(int io_threads = 2);
@@ -98,6 +105,17 @@ struct ServerOptions {
   Identity identity;
   Limits limits;  // per frame, after the handshake
   int handler_threads = 2;
+  // Requests for which this returns a token (non-null) are handled right on the I/O
+  // thread that read them, without a hand-off to the handler pool (small pulls and
+  // pushes: see server::Service::Inline); the server drops the token once the handler
+  // has returned, so a token that holds a lock (shared) keeps whatever takes it
+  // exclusively from starting while an inline handler runs. Called on the I/O thread;
+  // must be quick and must not block. Each I/O thread runs one io_context alone, so a
+  // handler that blocks stalls every connection of that thread, heartbeats included: it
+  // must not wait on a lock that may be held for long, touch the disk or compute much
+  // (it may still keep its Responder and answer later from any thread).
+  // Unset: every request goes to the pool.
+  std::function<std::shared_ptr<void>(const Request&)> run_inline;
   Millis handshake_timeout{10000};
   // Open connections, handshakes in progress included; more are refused (an Error frame
   // saying so, then closed) and logged, rate-limited per address.
@@ -131,7 +149,8 @@ class Server {
   // Counters since Start, over every connection after its handshake. Heartbeat Pings
   // are answered on the I/O thread: their bytes count, they are not requests.
   struct Stats {
-    uint64_t requests = 0;         // requests handed to the handler pool
+    uint64_t requests = 0;         // requests handed to a handler (the pool's or inline)
+    uint64_t inline_requests = 0;  // of them, handled on the I/O thread (run_inline)
     uint64_t queue_depth = 0;      // requests admitted but not yet started by a handler thread
     uint64_t max_queue_depth = 0;  // the highest queue_depth since the previous stats() call
     uint64_t bytes_received = 0;   // whole frames read (header + envelope + payload)
@@ -147,7 +166,8 @@ class Server {
     uint64_t write_queue_bytes = 0;
     uint64_t peak_write_queue_bytes = 0;  // the most any one connection had queued, since Start
     // Bytes of buffers allocated for inbound envelopes and payloads since Start, the
-    // handshake's frames (and strangers') included.
+    // handshake's frames (and strangers') included; not the 32 KiB read-ahead buffer each
+    // authenticated connection holds (README, Bounds).
     uint64_t inbound_buffer_bytes = 0;
   };
   // Thread-safe. Resets max_queue_depth to the current depth: the window of the maximum
@@ -212,15 +232,17 @@ class Client {
   // thread, and must not block.
   void CallAsync(proto::Body body, OutPayload payload, std::vector<std::span<std::byte>> reply_into,
                  Millis timeout, std::function<void(Result<Reply>)> done);
+  // Call and wait for the reply (lighter than Call(...).get(): no std::promise). Not on a
+  // Runtime thread. Aborted if the call is dropped unanswered (its Runtime stopped).
   Result<Reply> CallSync(proto::Body body, OutPayload payload = {},
                          std::vector<std::span<std::byte>> reply_into = {},
-                         Millis timeout = Millis{0}) {
-    return Call(std::move(body), std::move(payload), std::move(reply_into), timeout).get();
-  }
+                         Millis timeout = Millis{0});
 
   const std::string& peer_name() const;
   // The most bytes that waited to be written at once, since Connect.
   uint64_t peak_queued_bytes() const;
+  // Passes of the deadline sweeper since Connect (one per wake-up). Testing.
+  uint64_t sweeps_for_testing() const;
   // The generation stamped on requests sent from now on (a worker stamps its pushes with
   // the generation of the chief that started its job). Thread-safe.
   void SetGeneration(uint64_t generation);

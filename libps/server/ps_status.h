@@ -13,7 +13,10 @@
 
 namespace ps::server {
 
-// Takes each shard's lock briefly (Store::ForEachShard). Any thread.
+// Walks every shard through Store::ForEachShard, which for a lazy shard locks all its
+// stripes and gathers (and sorts) its created rows: time grows with the rows held, and
+// pulls and pushes of that shard wait meanwhile. Any thread except an I/O thread:
+// GetStatus is therefore never handled inline (Service::Inline), always on the pool.
 proto::PsStatus PsStatusOf(const Store& store, const net::Server::Stats& server, uint64_t generation,
                            double uptime_sec);
 // The update-mode figures of `stats` (Service::update_stats()).

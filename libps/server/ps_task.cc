@@ -16,6 +16,7 @@ Status RunPsTask(const daemon::DaemonContext& ctx, const CheckpointerFactory& ma
   Service service(&store, checkpointer.get());
   net::Runtime runtime(2);
   auto options = ctx.ServerFor({proto::Role::kChief, proto::Role::kWorker});
+  options.run_inline = [&service](const net::Request& req) { return service.Inline(req); };
   // Testing hook: PSTRAIN_FAULT_IGNORE_SHUTDOWN=1 leaves the chief's Shutdown unanswered
   // (a ps that does not acknowledge), so the chief's timeout path can be tested.
   const bool ignore_shutdown = std::getenv("PSTRAIN_FAULT_IGNORE_SHUTDOWN") != nullptr;

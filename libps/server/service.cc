@@ -53,8 +53,56 @@ void Service::UnmarkApplied(const ShardKey& key, int64_t step) {
   if (word < bits.size()) bits[word] &= ~(uint64_t{1} << (step % 64));
 }
 
+std::shared_ptr<void> Service::Inline(const net::Request& request) {
+  const auto& body = request.envelope.body;
+  const bool push = std::holds_alternative<proto::Push>(body);
+  if (!push && !std::holds_alternative<proto::Pull>(body)) return nullptr;
+  if (push && (request.payload.size() > kInlineBytes || push_hook_)) return nullptr;
+  // A newer generation: its check may wait for the fence exclusively.
+  if (request.envelope.generation > generation_.load()) return nullptr;
+  if (!inline_gate_.try_lock_shared()) return nullptr;
+  // From here until the token is dropped no CreateShards, Save or Restore runs, so the
+  // mode read below stays true for the handler.
+  std::shared_ptr<void> token(this, [](Service* self) { self->inline_gate_.unlock_shared(); });
+  // A long op waiting for the gate: let it have it (glibc's rwlock prefers readers).
+  if (long_ops_.load() > 0) return nullptr;
+  if (mode_.load() != UpdateMode::kAsync) return nullptr;
+  if (const auto* m = std::get_if<proto::Pull>(&body)) {
+    uint64_t floats = 0;
+    for (const auto& item : m->items) {
+      auto n = SliceFloats(item);
+      if (!n.ok()) break;  // answered with the error at once
+      floats += *n;
+      if (floats * sizeof(float) > kInlineBytes) return nullptr;
+    }
+  }
+  inline_accepted_.fetch_add(1, std::memory_order_relaxed);
+  return token;
+}
+
 void Service::Handle(net::Request request, net::Responder responder) {
   auto& body = request.envelope.body;
+  // A request that may hold store locks for long or change the mode: Inline() says no
+  // from now on, and once the inline handlers under way have returned it runs alone
+  // (with the pool's requests) until it is answered.
+  struct LongOp {
+    std::atomic<int>& n;
+    std::unique_lock<std::shared_mutex> gate;
+    LongOp(std::atomic<int>& count, std::shared_mutex& inline_gate) : n(count) {
+      n.fetch_add(1);
+      gate = std::unique_lock(inline_gate);
+    }
+    ~LongOp() {
+      gate.unlock();
+      n.fetch_sub(1);
+    }
+  };
+  std::optional<LongOp> long_op;
+  if (std::holds_alternative<proto::CreateShards>(body) || std::holds_alternative<proto::Save>(body) ||
+      std::holds_alternative<proto::Restore>(body)) {
+    long_op.emplace(long_ops_, inline_gate_);
+    if (long_op_hook_ && !std::holds_alternative<proto::CreateShards>(body)) long_op_hook_();
+  }
   if (auto* m = std::get_if<proto::Push>(&body)) {
     auto r = [&]() -> Result<proto::PushReply> {
       std::shared_lock fence(fence_);  // from the generation check until applied
@@ -156,6 +204,7 @@ Status Service::CreateShards(const proto::CreateShards& msg) {
     std::lock_guard lock(mode_mu_);
     if (!(update == update_)) {
       update_ = update;
+      mode_.store(update.mode);
       base_version_ = 0;
       sync_.clear();
       clocks_.assign(static_cast<size_t>(update.num_workers), 0);

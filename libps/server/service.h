@@ -19,8 +19,8 @@
 // bounded staleness: for the slowest worker) holds no thread: it is parked with its
 // responder and answered by the push that makes it ready. Restore, CreateShards with a
 // new mode and shutdown fail parked pulls with Aborted.
-// Handle() is called on the server's handler pool, concurrently; the Store does the
-// locking. Payloads are used in place: a pushed gradient is applied straight from the
+// Handle() is called on the server's handler pool, or for the small pulls and pushes
+// Inline() accepts on an I/O thread, concurrently; the Store does the locking. Payloads are used in place: a pushed gradient is applied straight from the
 // received buffer, a pull copies rows once, into the reply buffer.
 #pragma once
 
@@ -57,6 +57,25 @@ class Service {
       : store_(store), checkpointer_(checkpointer) {}
 
   void Handle(net::Request request, net::Responder responder);
+
+  // Tensor bytes up to which a pull or push is handled on the I/O thread (Inline).
+  static constexpr uint64_t kInlineBytes = 64 * 1024;
+  // For net::ServerOptions::run_inline: a token (non-null) for requests cheap enough to
+  // handle on an I/O thread, in async mode only: a pull or a push of at most
+  // kInlineBytes. Null (the pool) in sync and bounded-staleness mode (PushSync holds
+  // mode_mu_ across a whole sum, and pulls there take mode_mu_), for a request stamped
+  // with a generation newer than the ps's (the fence's exclusive wait), with a push hook
+  // set, and while a CreateShards, Save or Restore is pending or being handled: the token
+  // holds the inline gate (shared) until the server drops it after the handler returned,
+  // and those three take the gate exclusively for their whole duration, so none starts
+  // while an inline handler runs and no inline handler starts while one runs.
+  // Thread-safe, never blocks; takes the store's structure lock (shared) for a pull.
+  std::shared_ptr<void> Inline(const net::Request& request);
+  // Inline handlers started (Inline returned a token). Testing and metrics.
+  uint64_t inline_accepted() const { return inline_accepted_.load(); }
+  // Testing hook: runs on the handler thread of a Save or Restore with the inline gate
+  // held exclusively, before the checkpointer is called. Set before requests arrive.
+  void SetLongOpHookForTesting(std::function<void()> hook) { long_op_hook_ = std::move(hook); }
 
   // Blocks until a Shutdown request was answered (or RequestStop was called); returns
   // it (RequestStop: its reason, not retryable).
@@ -147,6 +166,13 @@ class Service {
   std::atomic<uint64_t> generation_{0};
   std::shared_mutex fence_;          // pushes: shared from check to applied; a new generation: exclusive
   std::function<void()> push_hook_;  // testing
+  std::atomic<int> long_ops_{0};     // CreateShards, Save and Restore pending or being handled
+  // Inline handlers: shared (try_lock_shared, never waits) while one runs; CreateShards,
+  // Save and Restore: exclusive for their whole duration. Order: before fence_.
+  std::shared_mutex inline_gate_;
+  std::atomic<UpdateMode> mode_{UpdateMode::kAsync};  // update_.mode, for Inline (written under mode_mu_)
+  std::atomic<uint64_t> inline_accepted_{0};
+  std::function<void()> long_op_hook_;  // testing
   std::atomic<uint64_t> skipped_{0};
   std::mutex applied_mu_;
   std::map<ShardKey, std::vector<uint64_t>> applied_;  // bit per step id; guarded by applied_mu_

@@ -180,7 +180,9 @@ int Serve(const std::string& tls_dir) {
   ps::net::Runtime runtime(2);  // as RunPsTask
   ps::net::ServerOptions options;
   options.identity = {ps::proto::Role::kPs, 0, kClusterId, std::nullopt};
-  // Time inside the ps handler (apply / copy, buffer recycling, queueing the reply) per
+  options.run_inline = [&service](const ps::net::Request& req) { return service.Inline(req); };  // as RunPsTask
+  // Time inside the ps handler (apply / copy, buffer recycling, queueing the reply, or for
+  // a small request handled on the I/O thread writing it: that send wakes the worker) per
   // (op, tensor bytes); the tensor's size is in its variable name "t<bytes>".
   std::mutex stats_mu;
   std::map<std::pair<char, uint64_t>, std::pair<int64_t, double>> stats;  // -> (count, seconds)

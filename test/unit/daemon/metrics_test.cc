@@ -82,6 +82,9 @@ TEST_CASE("ExportServerStats: an RPC server's requests and bytes while exported"
   net::Runtime runtime(1);
   net::ServerOptions so;
   so.identity = Id(proto::Role::kPs, 0);
+  so.run_inline = [](const net::Request& req) -> std::shared_ptr<void> {
+    return std::holds_alternative<proto::Pull>(req.envelope.body) ? std::make_shared<int>(0) : nullptr;
+  };
   auto server = net::Server::Start(runtime, so, [](net::Request, net::Responder resp) { resp.Reply(proto::Ack{}); });
   REQUIRE(server.ok());
   {
@@ -89,8 +92,10 @@ TEST_CASE("ExportServerStats: an RPC server's requests and bytes while exported"
     auto client = net::Client::Connect(runtime, ClientOpts((*server)->port(), Id(proto::Role::kWorker, 0)));
     REQUIRE(client.ok());
     for (int i = 0; i < 3; ++i) REQUIRE((*client)->CallSync(proto::GetStatus{}).ok());
+    REQUIRE((*client)->CallSync(proto::Pull{}).ok());  // handled inline
     const std::string text = registry.Render();
-    CHECK(text.find("pstrain_rpc_requests_total 3\n") != std::string::npos);
+    CHECK(text.find("pstrain_rpc_requests_total 4\n") != std::string::npos);
+    CHECK(text.find("pstrain_rpc_inline_requests_total 1\n") != std::string::npos);
     CHECK(text.find("# TYPE pstrain_rpc_received_bytes_total counter") != std::string::npos);
     CHECK(text.find("pstrain_rpc_connections 1\n") != std::string::npos);
     CHECK(text.find("pstrain_rpc_queue_depth 0\n") != std::string::npos);

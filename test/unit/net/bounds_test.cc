@@ -277,5 +277,109 @@ TEST_CASE("payload budget: frames wait for room; a frame over the budget is an e
   CHECK_THAT(over.status().message(),
              Catch::Contains("exceeds the payload memory budget of 1048576 bytes (--payload-budget-mb)"));
   CheckEcho(**a);  // the connection is still in sync
-  CHECK(bs.server->stats().payload_bytes == 0);
+  // The echo's payload is freed once its reply has been written, which the client may
+  // see first (the write wakes it): a condition, not a check of the moment.
+  bs.WaitFor([](const auto& st) { return st.payload_bytes == 0; });
+}
+
+// ---- requests handled on the I/O thread (ServerOptions::run_inline) -------------------
+
+TEST_CASE("inline requests: max_in_flight holds; a parked responder is answered later from another thread") {
+  // One I/O thread: anything that blocked it would stop the whole test.
+  net::Runtime rt(1);
+  std::mutex mu;
+  std::vector<net::Responder> parked;  // guarded by mu
+  net::ServerOptions o;
+  o.identity = Id(proto::Role::kPs, 0);
+  o.max_in_flight = 2;
+  o.handler_threads = 1;
+  o.run_inline = [](const net::Request& req) -> std::shared_ptr<void> {
+    return std::holds_alternative<proto::Stop>(req.envelope.body) ? std::make_shared<int>(0) : nullptr;
+  };
+  auto s = net::Server::Start(rt, o, [&](net::Request req, net::Responder resp) {
+    if (std::holds_alternative<proto::Stop>(req.envelope.body)) {
+      std::lock_guard lock(mu);
+      parked.push_back(std::move(resp));  // parked, as a sync-mode pull is
+      return;
+    }
+    resp.Reply(proto::Ack{});
+  });
+  REQUIRE(s.ok());
+  auto& server = **s;
+  auto c = net::Client::Connect(rt, Quiet(server.port(), 0));
+  REQUIRE(c.ok());
+  std::vector<std::future<Result<net::Reply>>> calls;
+  for (int i = 0; i < 5; ++i) calls.push_back((*c)->Call(proto::Stop{}));
+  // Two are read and parked; the reader then stops at the cap, as for pool requests.
+  const auto deadline = std::chrono::steady_clock::now() + 20s;  // guards a hung test only
+  net::Server::Stats st;
+  do {
+    st = server.stats();
+    std::this_thread::yield();
+  } while (st.paused_readers != 1 && std::chrono::steady_clock::now() < deadline);
+  CHECK(st.paused_readers == 1);
+  CHECK(st.requests == 2);
+  CHECK(st.inline_requests == 2);
+  // Answered from this (non-I/O) thread: each answer frees a slot, the next is read.
+  int answered = 0;
+  while (answered < 5 && std::chrono::steady_clock::now() < deadline) {
+    std::vector<net::Responder> batch;
+    {
+      std::lock_guard lock(mu);
+      batch.swap(parked);
+    }
+    for (auto& r : batch) r.Reply(proto::Ack{});
+    answered += static_cast<int>(batch.size());
+    std::this_thread::yield();
+  }
+  CHECK(answered == 5);
+  for (auto& f : calls) CHECK(f.get().ok());
+  st = server.stats();
+  CHECK(st.requests == 5);
+  CHECK(st.inline_requests == 5);
+  // A request not accepted by run_inline still goes to the pool.
+  CHECK((*c)->CallSync(proto::Pull{}).ok());
+  CHECK(server.stats().inline_requests == 5);
+  CHECK(server.stats().requests == 6);
+}
+
+TEST_CASE("inline requests: a slow pool request does not stall the I/O thread for the same or other peers") {
+  net::Runtime rt(1);  // one I/O thread: a slow handler on it would stop every reply
+  Latch latch;
+  net::ServerOptions o;
+  o.identity = Id(proto::Role::kPs, 0);
+  o.handler_threads = 1;
+  o.run_inline = [](const net::Request& req) -> std::shared_ptr<void> {
+    return std::holds_alternative<proto::Pull>(req.envelope.body) ? std::make_shared<int>(0) : nullptr;
+  };
+  auto s = net::Server::Start(rt, o, [&](net::Request req, net::Responder resp) {
+    if (std::holds_alternative<proto::Stop>(req.envelope.body)) latch.Wait();  // slow: on the pool
+    resp.Reply(proto::PullReply{}, net::OutPayload::Own(std::move(req.payload)));
+  });
+  REQUIRE(s.ok());
+  struct OpenOnExit {  // before the server closes (it waits for its handlers)
+    Latch& latch;
+    ~OpenOnExit() { latch.Open(); }
+  } open_on_exit{latch};
+  auto a = net::Client::Connect(rt, Quiet((*s)->port(), 0));
+  auto b = net::Client::Connect(rt, Quiet((*s)->port(), 1));
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  auto slow = (*a)->Call(proto::Stop{});
+  // Inline pulls on the same connection and on another one are answered meanwhile
+  // (if they were not, these calls would end only with their deadline, as errors).
+  for (auto* c : {&*a, &*b}) {
+    for (int i = 0; i < 20; ++i) {
+      net::OutPayload p;
+      std::vector<float> data(16 + i, static_cast<float>(i));
+      p.Add(std::span<const float>(data));
+      std::vector<float> back(data.size());
+      auto r = (*c)->CallSync(proto::Pull{}, std::move(p), {std::as_writable_bytes(std::span(back))});
+      REQUIRE(r.ok());
+      CHECK(back == data);
+    }
+  }
+  latch.Open();
+  CHECK(slow.get().ok());
+  CHECK((*s)->stats().inline_requests == 40);
 }

@@ -52,6 +52,14 @@ struct RawClient {
   int fd = -1;
   // `rcvbuf` > 0: a receive buffer that small (set before connecting), for peers that
   // must look like slow readers.
+  // Wraps a connection accepted by a RawListener (a raw server side).
+  struct Accepted {
+    int fd;
+  };
+  explicit RawClient(Accepted a) : fd(a.fd) {
+    timeval tv{5, 0};  // guard against a hung test only; not used to synchronise
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  }
   explicit RawClient(uint16_t port, int rcvbuf = 0) {
     fd = ::socket(AF_INET, SOCK_STREAM, 0);
     if (rcvbuf > 0) ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
@@ -125,6 +133,26 @@ struct RawClient {
     REQUIRE(ack);
     REQUIRE(std::holds_alternative<proto::Ack>(ack->body));
   }
+};
+
+// A blocking listening socket on 127.0.0.1 with a kernel-chosen port, for a raw server
+// side that a net::Client connects to.
+struct RawListener {
+  int fd = -1;
+  uint16_t port = 0;
+  RawListener() {
+    fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    REQUIRE(::listen(fd, 4) == 0);
+    socklen_t len = sizeof a;
+    REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+    port = ntohs(a.sin_port);
+  }
+  ~RawListener() { ::close(fd); }
+  RawClient::Accepted Accept() { return {::accept(fd, nullptr, nullptr)}; }
 };
 
 inline bool IsError(const std::optional<proto::Envelope>& e) {

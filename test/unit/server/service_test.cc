@@ -31,6 +31,7 @@ struct PsFixture {
     net::ServerOptions o;
     o.identity = {proto::Role::kPs, 0, kCluster, std::nullopt};
     o.handler_threads = 4;
+    o.run_inline = [this](const net::Request& r) { return service.Inline(r); };  // as RunPsTask
     auto s = net::Server::Start(runtime, o, [this](net::Request r, net::Responder resp) {
       service.Handle(std::move(r), std::move(resp));
     });
@@ -619,4 +620,93 @@ TEST_CASE("bounded staleness: a worker out of work holds nobody back until it ha
   idle.clock = 3;
   REQUIRE(c->CallSync(idle).ok());
   REQUIRE(waiting.get().ok());
+}
+
+TEST_CASE("ps service: small pulls and async-mode small pushes are handled on the I/O thread, the rest on the pool") {
+  PsFixture fx;
+  auto c = fx.Connect();
+  proto::CreateShards cs;
+  cs.optimizer = Opt(R"({"type":"sgd","learning_rate":0.5})");
+  // "w": 6 floats; "big": [1024, 32] = 128 KiB, over Service::kInlineBytes.
+  cs.shards = {Def("w", 0, 0, 3, 2, 5), Def("big", 0, 0, 1024, 32, 2048)};
+  REQUIRE(c->CallSync(cs).ok());
+  auto req = [](proto::Body body, size_t payload_bytes = 0) {
+    return net::Request{{proto::Role::kWorker, 0, "127.0.0.1:1"}, {1, false, 0, std::move(body)},
+                        net::Buffer(payload_bytes)};
+  };
+  auto& svc = fx.service;
+  CHECK(svc.Inline(req(proto::Pull{{All("w", 0)}})));
+  CHECK_FALSE(svc.Inline(req(proto::Pull{{All("big", 0)}})));
+  CHECK(svc.Inline(req(proto::Pull{{Rows("big", 0, {1, 7})}})));   // 2 rows of 32 floats
+  CHECK_FALSE(svc.Inline(req(proto::Pull{{All("w", 0), All("big", 0)}})));  // the items add up
+  CHECK(svc.Inline(req(proto::Pull{{All("nope", 0)}})));  // answered with its error at once
+  CHECK(svc.Inline(req(proto::Push{{All("w", 0)}, 1, 1}, 24)));
+  CHECK_FALSE(svc.Inline(req(proto::Push{{All("big", 0)}, 1, 1}, 128 << 10)));
+  CHECK_FALSE(svc.Inline(req(cs)));
+  CHECK_FALSE(svc.Inline(req(proto::GetStatus{})));
+  CHECK_FALSE(svc.Inline(req(proto::Save{})));
+  CHECK_FALSE(svc.Inline(req(proto::Shutdown{})));
+
+  // Over the wire: the small pull is counted as inline, the big one is not.
+  const uint64_t before = fx.server->stats().inline_requests;
+  CHECK(PullAll(*c, "w", 0, 6) == std::vector<float>(6, 1.0f));
+  CHECK(fx.server->stats().inline_requests == before + 1);
+  CHECK(PullAll(*c, "big", 0, 1024 * 32) == std::vector<float>(1024 * 32, 1.0f));
+  CHECK(fx.server->stats().inline_requests == before + 1);
+
+  // In sync mode a push may answer parked pulls of any size: it goes to the pool.
+  PsFixture sync;
+  auto sc = sync.Connect();
+  REQUIRE(sc->CallSync(ModeCreate(Mode(::ps::server::UpdateMode::kSync, 0, 0, 2), R"({"type":"sgd","learning_rate":1.0})"))
+              .ok());
+  CHECK_FALSE(sync.service.Inline(req(ModePush({All("w", 0)}, 0, 0), 24)));
+  // Nor a pull: in sync mode it takes mode_mu_, which PushSync holds across a whole sum.
+  CHECK_FALSE(sync.service.Inline(req(proto::Pull{{All("w", 0)}})));
+  // A generation newer than the ps's may wait for the fence exclusively: the pool.
+  CHECK_FALSE(svc.Inline(net::Request{{proto::Role::kChief, 0, "127.0.0.1:1"}, {1, false, 7, proto::Pull{{All("w", 0)}}},
+                                      net::Buffer(0)}));
+}
+
+TEST_CASE("ps service: no request is handled inline while a Save runs, and a Save waits for the inline handlers under way") {
+  PsFixture fx;
+  std::promise<void> entered;
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  fx.service.SetLongOpHookForTesting([&] {
+    entered.set_value();
+    released.wait();
+  });
+  auto c = fx.Connect();
+  proto::CreateShards cs;
+  cs.optimizer = Opt(R"({"type":"sgd","learning_rate":0.5})");
+  cs.shards = {Def("w", 0, 0, 3, 2, 5)};
+  REQUIRE(c->CallSync(cs).ok());
+  auto req = [](proto::Body body) {
+    return net::Request{{proto::Role::kWorker, 0, "127.0.0.1:1"}, {1, false, 0, std::move(body)}, net::Buffer(0)};
+  };
+
+  // A Save (this fixture has no checkpointer: it fails, after the hook) that arrives
+  // while an inline handler holds its token starts only once the token is dropped.
+  auto token = fx.service.Inline(req(proto::Pull{{All("w", 0)}}));
+  REQUIRE(token);
+  auto entered_f = entered.get_future();
+  auto save = c->Call(proto::Save{"/nonexistent", 1});
+  CHECK(entered_f.wait_for(std::chrono::milliseconds(200)) == std::future_status::timeout);
+  token.reset();
+  entered_f.wait();
+
+  // While the Save runs, small pulls go to the pool (not inline) and are answered.
+  const uint64_t accepted = fx.service.inline_accepted();
+  const uint64_t inline_before = fx.server->stats().inline_requests;
+  CHECK_FALSE(fx.service.Inline(req(proto::Pull{{All("w", 0)}})));
+  auto c2 = fx.Connect(1);
+  for (int i = 0; i < 3; ++i) CHECK(PullAll(*c2, "w", 0, 6) == std::vector<float>(6, 1.0f));
+  CHECK(fx.service.inline_accepted() == accepted);
+  CHECK(fx.server->stats().inline_requests == inline_before);
+  release.set_value();
+  CHECK(save.get().status().code() == Code::kFailedPrecondition);
+
+  // Afterwards they are inline again.
+  CHECK(PullAll(*c2, "w", 0, 6) == std::vector<float>(6, 1.0f));
+  CHECK(fx.server->stats().inline_requests == inline_before + 1);
 }
