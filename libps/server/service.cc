@@ -118,6 +118,7 @@ void Service::Handle(net::Request request, net::Responder responder) {
   if (auto* m = std::get_if<proto::Pull>(&body)) return PullOrWait(std::move(*m), std::move(responder));
   if (auto* m = std::get_if<proto::CreateShards>(&body)) {
     Status st = CreateShards(*m);
+    long_op.reset();  // the gate is open again before the reply leaves
     if (!st.ok()) {
       PS_LOG(Error) << "CreateShards from " << request.peer.Name() << " failed: " << st.ToString();
       return responder.Fail(st);
@@ -125,8 +126,12 @@ void Service::Handle(net::Request request, net::Responder responder) {
     return responder.Reply(proto::Ack{});
   }
   if (auto* m = std::get_if<proto::Save>(&body)) {
-    if (checkpointer_ == nullptr) return responder.Fail(FailedPrecondition("this ps cannot save checkpoints"));
+    if (checkpointer_ == nullptr) {
+      long_op.reset();
+      return responder.Fail(FailedPrecondition("this ps cannot save checkpoints"));
+    }
     auto r = checkpointer_->Save(*m);
+    long_op.reset();  // the gate is open again before the reply leaves
     if (!r.ok()) {
       PS_LOG(Error) << "saving checkpoint " << m->global_step << " failed: " << r.status().ToString();
       return responder.Fail(r.status());
@@ -134,8 +139,12 @@ void Service::Handle(net::Request request, net::Responder responder) {
     return responder.Reply(*r);
   }
   if (auto* m = std::get_if<proto::Restore>(&body)) {
-    if (checkpointer_ == nullptr) return responder.Fail(FailedPrecondition("this ps cannot restore checkpoints"));
+    if (checkpointer_ == nullptr) {
+      long_op.reset();
+      return responder.Fail(FailedPrecondition("this ps cannot restore checkpoints"));
+    }
     Status st = checkpointer_->Restore(*m);
+    long_op.reset();  // the gate is open again before the reply leaves
     if (!st.ok()) {
       PS_LOG(Error) << "restoring checkpoint " << m->global_step << " failed: " << st.ToString();
       return responder.Fail(st);
