@@ -46,6 +46,13 @@ struct EmbeddingMlpSpec {
   int64_t classes = 1;  // 1: sigmoid BCE; >= 2: softmax CE
 };
 
+// Adds a table's "admit"/"evict" keys to its layer's JSON (none for the default policy).
+void AddRowPolicy(const RowPolicy& p, Json* layer) {
+  const Json keys = RowPolicyToJson(p);
+  if (keys.contains("admit")) (*layer)["admit"] = keys["admit"];
+  if (keys.contains("evict")) (*layer)["evict"] = keys["evict"];
+}
+
 Json Output(const std::string& layer, int64_t classes) {
   return Json::array({{{"layer", layer}, {"loss", classes == 1 ? "sigmoid_cross_entropy" : "softmax_cross_entropy"}}});
 }
@@ -71,7 +78,7 @@ Json EmbeddingMlpGraph(const EmbeddingMlpSpec& spec) {
       layer["dim"] = t.dim;
       layer["init"] = InitToJson(t.init);
       layer["lazy"] = t.lazy;
-      for (auto& [key, value] : RowPolicyToJson(t.row_policy).items()) layer[key] = value;
+      AddRowPolicy(t.row_policy, &layer);
     }
     pieces.push_back(layer["name"]);
     layers.push_back(std::move(layer));
@@ -107,7 +114,7 @@ Json LogisticRegressionGraph(const char* rows_key, int64_t rows, int64_t num_fie
     fields.push_back("field_" + std::to_string(f));
   }
   Json linear = {{"name", "linear"}, {"type", "linear"}, {"inputs", fields}, {rows_key, rows}, {"lazy", lazy}};
-  for (auto& [key, value] : RowPolicyToJson(row_policy).items()) linear[key] = value;
+  AddRowPolicy(row_policy, &linear);
   return {{"type", "graph"}, {"inputs", inputs}, {"layers", Json::array({linear})}, {"outputs", Output("linear", 1)}};
 }
 

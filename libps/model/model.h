@@ -106,7 +106,7 @@ struct VariableDef {
   // allocated up front, so shape[0] may be a hashed id space up to 2^40.
   bool lazy = false;
   // Lazy only: admission and eviction of its rows (row_policy.h); default: neither.
-  RowPolicy rows;
+  RowPolicy rows = {};
 
   int64_t num_elements() const;
   // Elements of one row along axis 0 (prod(shape[1..])); 1 for rank <= 1.

@@ -50,7 +50,7 @@ class VarSet {
     int64_t dim = 0;
     InitSpec init;
     bool lazy = false;
-    RowPolicy row_policy;
+    RowPolicy row_policy = {};
     bool hashed = false;     // declared with num_buckets: ids are hashed into rows
     std::string first;       // the layer path that declared it first
     size_t var = 0;
@@ -69,7 +69,7 @@ class VarSet {
     bool init_given = false;
     bool lazy = false;
     bool lazy_given = false;
-    RowPolicy row_policy;
+    RowPolicy row_policy = {};
     bool row_policy_given = false;
   };
   Result<Table> DeclareTable(const TableDecl& decl, const std::string& path);

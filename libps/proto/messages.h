@@ -62,7 +62,7 @@ struct ShardDef {
   cluster::ShardLayout layout;
   Initializer init;
   uint64_t seed = 0;
-  RowPolicy row_policy;
+  RowPolicy row_policy = {};
   bool operator==(const ShardDef&) const = default;
 };
 
@@ -216,7 +216,7 @@ struct PsStatus {
   uint64_t queue_depth = 0, max_queue_depth = 0;  // handler queue now / deepest since the last GetStatus
   uint64_t bytes_received = 0, bytes_sent = 0;    // whole frames
   PsUpdateFigures update;
-  PsRowFigures rows;
+  PsRowFigures rows = {};
 };
 struct PsStatusReply { PsStatus status; };
 
@@ -245,7 +245,7 @@ struct PsLoad {
   int64_t shards = 0;
   double window_sec = 0;
   std::optional<PsUpdateFigures> update;
-  std::optional<PsRowFigures> rows;  // present when the ps holds lazy shards
+  std::optional<PsRowFigures> rows = std::nullopt;  // present when the ps holds lazy shards
   bool answered() const { return state == "ok"; }
 };
 struct TaskState {

@@ -111,7 +111,7 @@ struct ShardDef {
   cluster::ShardLayout layout;  // lazy: see "Lazy shards" above
   model::InitSpec init;
   uint64_t seed = 0;            // with var, row and col, determines initial values
-  model::RowPolicy row_policy;  // lazy only: admission and eviction (see below)
+  model::RowPolicy row_policy = {};  // lazy only: admission and eviction (see below)
   ShardKey key() const { return {layout.var, layout.shard}; }
   bool operator==(const ShardDef&) const = default;
 };
