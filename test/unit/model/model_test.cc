@@ -507,8 +507,9 @@ TEST_CASE("\"admit\" and \"evict\" set a lazy table's row policy, on every way t
                  "admit":{"min_count":4}},
                 {"name":"f","type":"embedding","inputs":["b"],"table":"e"},
                 {"name":"w","type":"linear","inputs":["a"],"vocab":100,"lazy":true,"evict":{"ttl_steps":5}},
-                {"name":"c","type":"concat","inputs":["e","f","w"]}],
-      "outputs":[{"layer":"c","loss":"mse"}]})");
+                {"name":"c","type":"concat","inputs":["e","f","w"]},
+                {"name":"o","type":"dense","inputs":["c"],"units":1}],
+      "outputs":[{"layer":"o","loss":"mean_squared_error"}]})");
   REQUIRE(g != nullptr);
   for (const auto& var : g->variables()) {
     CAPTURE(var.name);
@@ -526,11 +527,11 @@ TEST_CASE("\"admit\" and \"evict\": errors name the key") {
         "job.model.evict: applies to lazy tables only (set \"lazy\": true on this table)");
   CHECK(BuildError(R"({"type":"graph","inputs":[{"name":"a","type":"sparse","field":0}],
       "layers":[{"name":"e","type":"embedding","inputs":["a"],"vocab":100,"dim":2,"evict":{"max_rows":3}}],
-      "outputs":[{"layer":"e","loss":"mse"}]})")
+      "outputs":[{"layer":"e","loss":"mean_squared_error"}]})")
             .find(".evict: applies to lazy tables only") != std::string::npos);
   CHECK(BuildError(R"({"type":"graph","inputs":[{"name":"a","type":"sparse","field":0}],
       "layers":[{"name":"w","type":"linear","inputs":["a"],"vocab":100,"lazy":false,"admit":{"min_count":3}}],
-      "outputs":[{"layer":"w","loss":"mse"}]})")
+      "outputs":[{"layer":"w","loss":"mean_squared_error"}]})")
             .find(".admit: applies to lazy tables only") != std::string::npos);
   // Ranges and shapes.
   const std::string f = R"({"type":"embedding_mlp","fields":[{"vocab":5,"dim":2,"lazy":true,)";
@@ -559,7 +560,7 @@ TEST_CASE("\"admit\" and \"evict\": errors name the key") {
                  "admit":{"min_count":4}},
                 {"name":"f","type":"embedding","inputs":["a"],"table":"e","admit":{"min_count":5}},
                 {"name":"c","type":"concat","inputs":["e","f"]}],
-      "outputs":[{"layer":"c","loss":"mse"}]})")
+      "outputs":[{"layer":"c","loss":"mean_squared_error"}]})")
             .find("admit/evict: {\"admit\":{\"min_count\":5}} differs from {\"admit\":{\"min_count\":4}}") !=
         std::string::npos);
 }
