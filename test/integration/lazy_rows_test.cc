@@ -58,9 +58,12 @@ TEST_CASE("lazy tables with admit and evict: counters in the metrics, max_rows b
     max_rows += r["evicted_max_rows"].get<uint64_t>();
     live += r["live_rows"].get<int64_t>();
   }
-  Note("at step " + std::to_string((*last)["step"].get<int64_t>()) + ": admitted " + std::to_string(admitted) +
-       ", gradient rows dropped " + std::to_string(not_admitted) + ", evicted by ttl " + std::to_string(ttl) +
-       ", by max_rows " + std::to_string(max_rows) + ", live " + std::to_string(live));
+  const std::string figures = "at step " + std::to_string((*last)["step"].get<int64_t>()) + ": admitted " +
+                              std::to_string(admitted) + ", gradient rows dropped " + std::to_string(not_admitted) +
+                              ", evicted by ttl " + std::to_string(ttl) + ", by max_rows " +
+                              std::to_string(max_rows) + ", live " + std::to_string(live);
+  Note(figures);
+  WARN(figures);
   CHECK(admitted > static_cast<uint64_t>(kMaxRows));  // more users pushed twice than max_rows
   CHECK(not_admitted > admitted);                      // every admitted row dropped one push first
   CHECK(max_rows > 0);
@@ -77,6 +80,7 @@ TEST_CASE("lazy tables with admit and evict: counters in the metrics, max_rows b
   REQUIRE(std::regex_search(*line, m, std::regex(R"(\(lazy: (\d+) created\))")));
   const int64_t users = std::stoll(m[1].str());
   Note("checkpoint: " + std::to_string(users) + " user rows");
+  WARN("checkpoint: " << users << " user rows");
   CHECK(users <= kMaxRows);
   CHECK(users > kMaxRows / 2);
 }
