@@ -279,7 +279,7 @@ void Store::ApplySparse(Shard& s, std::span<const int64_t> rows, std::span<const
 }
 
 Status Store::ApplyLazy(Shard& s, std::span<const int64_t> rows, std::span<const float> grad_rows,
-                       int64_t global_step) {
+                       int64_t global_step, int64_t stamp) {
   const OptimizerSpec& spec = *spec_;
   const float lr = static_cast<float>(LearningRate(spec, global_step));
   const size_t cols = s.cols;
@@ -316,7 +316,7 @@ Status Store::ApplyLazy(Shard& s, std::span<const int64_t> rows, std::span<const
                       }
                       ApplyRows(spec, lr, global_step, {record, cols}, s.RecordSlots(record),
                                 grad_rows.subspan(i * cols, cols));
-                      if (s.stamped) s.SetStamp(record, global_step);
+                      if (s.stamped) s.SetStamp(record, stamp);
                     });
     if (failed_row >= 0) break;
   }
@@ -442,11 +442,13 @@ Status Store::PushRows(const ShardKey& key, std::span<const int64_t> rows,
     PS_RETURN_IF_ERROR(CheckRows("PushRows", key, rows, s->layout().rows));
     PS_RETURN_IF_ERROR(CheckUnique("PushRows", key, rows));
     if (s->lazy) {
-      if (!s->stamped) return ApplyLazy(*s, rows, grad_rows, global_step);
+      if (!s->stamped) return ApplyLazy(*s, rows, grad_rows, global_step, 0);
       int64_t clock = row_clock_.load(std::memory_order_relaxed);
       while (global_step > clock && !row_clock_.compare_exchange_weak(clock, global_step)) {
       }
-      PS_RETURN_IF_ERROR(ApplyLazy(*s, rows, grad_rows, global_step));
+      // Rows are stamped with the row clock, not the push's own step: a retried or late
+      // push of an old step still marks its rows as pushed now.
+      PS_RETURN_IF_ERROR(ApplyLazy(*s, rows, grad_rows, global_step, std::max(clock, global_step)));
       MaybeSweep(*s);
       return Status::Ok();
     }

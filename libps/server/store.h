@@ -54,8 +54,8 @@
 //    id are shared with other pending ids (then it may be admitted early, probability at
 //    most occupancy^4 <= 6.25%); aging halves a stripe's counters when over half are
 //    non-zero, which may delay an id that is pushed rarely. Pulls do not count.
-//  - Eviction (ttl_steps T, max_rows M): records then carry the row clock of their last
-//    push (4 bytes after the slots). After a lazy push, a shard is swept when its ttl
+//  - Eviction (ttl_steps T, max_rows M): records then carry the row clock at their last
+//    push (4 bytes after the slots; a late push of an old step counts as recent). After a lazy push, a shard is swept when its ttl
 //    sweep is due (every max(1, T / 8) steps of the row clock) or when it holds more
 //    than M' + M' / 16 rows, M' = ceil(M / num_shards); the pushing thread sweeps, one
 //    stripe lock at a time, while other threads keep pulling and pushing (a thread that
@@ -278,10 +278,11 @@ class Store {
   void ApplyDense(Shard& shard, std::span<const float> grad, int64_t global_step);
   void ApplySparse(Shard& shard, std::span<const int64_t> rows, std::span<const float> grad_rows,
                    int64_t global_step);
-  // ApplySparse for a lazy shard: creates missing rows first. Internal on out of memory
-  // (the rows before the failing one are then applied).
+  // ApplySparse for a lazy shard: creates missing rows first (admitted rows only, when the
+  // shard admits) and, when it evicts, stamps every row pushed with `stamp` (the row
+  // clock). Internal on out of memory (the rows before the failing one are then applied).
   Status ApplyLazy(Shard& shard, std::span<const int64_t> rows, std::span<const float> grad_rows,
-                   int64_t global_step);
+                   int64_t global_step, int64_t stamp);
   Status Count(Status st, bool pull, uint64_t bytes, uint64_t rows);
   // After a lazy push: sweeps `shard` if a sweep is due and no other thread sweeps it.
   void MaybeSweep(Shard& shard);

@@ -137,6 +137,12 @@ TEST_CASE("ttl eviction: a row not pushed for more than ttl_steps steps is evict
   Push(store, key, {100}, 1.0f, 8);
   Push(plain, key, {100}, 1.0f, 0);
   CHECK(BitEqual(Pull(store, key, {100}), Pull(plain, key, {100})));
+  // A late push of an old step (a retried step) marks its row as pushed at the row clock.
+  Push(store, key, {300}, 1.0f, 2);  // row clock 8: stamped 8, not 2
+  Push(store, key, {200}, 1.0f, 13);
+  CHECK(Created(store, key) == std::vector<int64_t>{100, 200, 300});
+  Push(store, key, {200}, 1.0f, 14);
+  CHECK(Created(store, key) == std::vector<int64_t>{200});
 }
 
 TEST_CASE("ttl eviction: sweeps run every ttl/8 steps; EvictRows is exact") {
