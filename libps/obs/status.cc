@@ -213,6 +213,13 @@ Status AddLoadScalars(EventWriter& events, const proto::ChiefStatus& s, int64_t 
     PS_RETURN_IF_ERROR(add(base + "bytes_out_per_s", p.bytes_out_per_s));
     PS_RETURN_IF_ERROR(add(base + "rows_per_s", p.rows_per_s));
     PS_RETURN_IF_ERROR(add(base + "max_queue_depth", static_cast<double>(p.max_queue_depth)));
+    if (!p.rows) continue;
+    const std::string rows = "ps_rows/" + p.task + "/";
+    PS_RETURN_IF_ERROR(add(rows + "live", static_cast<double>(p.rows->live_rows)));
+    PS_RETURN_IF_ERROR(add(rows + "admitted", static_cast<double>(p.rows->admitted)));
+    PS_RETURN_IF_ERROR(add(rows + "not_admitted", static_cast<double>(p.rows->not_admitted)));
+    PS_RETURN_IF_ERROR(add(rows + "evicted_ttl", static_cast<double>(p.rows->evicted_ttl)));
+    PS_RETURN_IF_ERROR(add(rows + "evicted_max_rows", static_cast<double>(p.rows->evicted_max_rows)));
   }
   return Status::Ok();
 }
