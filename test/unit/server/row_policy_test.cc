@@ -278,6 +278,11 @@ TEST_CASE("eviction while other threads pull and push: counts add up, pulls see 
   const ShardDef def = Def({.admit_min_count = 2, .ttl_steps = 20, .max_rows = 300});
   Build(&store, def);
   const ShardKey key = def.key();
+  Store plain;
+  Build(&plain, Def({}));
+  std::vector<int64_t> all(2000);
+  for (int64_t r = 0; r < 2000; ++r) all[static_cast<size_t>(r)] = r;
+  const std::vector<float> initial = Pull(plain, key, all);  // [2000 * 3]
   std::atomic<int64_t> step{0};
   std::atomic<bool> bad{false};
   std::vector<std::thread> threads;
@@ -294,9 +299,16 @@ TEST_CASE("eviction while other threads pull and push: counts add up, pulls see 
         } else {
           std::vector<float> out(rows.size() * 3);
           if (!store.PullRows(key, rows, out).ok()) bad = true;
-          // SGD with gradient 1 moves all 3 columns of a row together.
+          // SGD (lr 0.5) with gradient 1 moves the 3 columns of a row by the same -0.5 k:
+          // a row pulled half-updated, or from a record reused by another row, would not.
           for (size_t r = 0; r < rows.size(); ++r) {
-            if (!std::isfinite(out[r * 3]) || std::fabs(out[r * 3]) > 1e6f) bad = true;
+            const float* init = &initial[static_cast<size_t>(rows[r]) * 3];
+            const float d0 = out[r * 3] - init[0];
+            const float k = -d0 / 0.5f;
+            if (!(k > -0.01f) || std::fabs(k - std::round(k)) > 0.01f) bad = true;
+            for (size_t c = 1; c < 3; ++c) {
+              if (std::fabs(out[r * 3 + c] - init[c] - d0) > 1e-3f) bad = true;
+            }
           }
         }
       }
