@@ -34,8 +34,8 @@
 // for that global row, exactly what a dense shard holds) with initial slots, and then
 // updated. PullRows of a row not created yet returns its initial value without creating
 // it, so a lazy and a dense shard of the same def train bit-identically. Created rows are
-// dropped only by a restore or by eviction (below). Whole-shard Pull/Push/Restore of a lazy shard are
-// InvalidArgument; checkpoints go through Read (ShardView::row_ids) and Fill
+// dropped only by a restore or by eviction (below). Whole-shard Pull/Push/Restore of a
+// lazy shard are InvalidArgument; checkpoints go through Read (ShardView::row_ids) and Fill
 // (ShardFill::CreateRows). Storage (lazy_rows.h): 64 stripes chosen by a hash of the
 // row, each an open-addressing table row -> record (linear probing, load <= 0.7), and one
 // record arena per shard (chunks doubling up to 2 MiB); a record is the row's values then
