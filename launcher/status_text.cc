@@ -45,7 +45,16 @@ std::string PsTable(const std::vector<proto::PsLoad>& ps) {
                     rate(p.bytes_out_per_s), Cell(p.rows_per_s, "%.0f"), std::to_string(p.queue_depth),
                     std::to_string(p.max_queue_depth), HumanBytes(p.bytes_held), std::to_string(p.shards)});
   }
-  return TableText(rows) + errors;
+  // Lazy tables' row life cycle (admission and eviction), for the ps that hold any.
+  std::vector<std::vector<std::string>> lazy = {
+      {"ps", "lazy_rows", "admitted", "not_admitted", "evicted_ttl", "evicted_max_rows"}};
+  for (const auto& p : ps) {
+    if (!p.answered() || !p.rows) continue;
+    lazy.push_back({p.task, std::to_string(p.rows->live_rows), std::to_string(p.rows->admitted),
+                    std::to_string(p.rows->not_admitted), std::to_string(p.rows->evicted_ttl),
+                    std::to_string(p.rows->evicted_max_rows)});
+  }
+  return TableText(rows) + errors + (lazy.size() > 1 ? "\n" + TableText(lazy) : std::string());
 }
 
 }  // namespace

@@ -6,7 +6,8 @@
 # 10,000,000 x 16 table (dense and lazy), Zipf-distributed ids, de-duplicated per batch
 # as a worker does, over 127.0.0.1 against the same Store calls in-process (see
 # test/bench/bench_sparse_ps.cc). Extra arguments go to bench_sparse_ps (--rows, --dim,
-# --batch, --ids, --zipf, --clients, --seconds, --variants).
+# --batch, --ids, --zipf, --clients, --seconds, --variants: dense, lazy, lazy-evict = lazy
+# with the 4-byte last-push stamp of a table with "evict").
 #
 # Section "train": training examples per second of configs/job-ctr-emb.json (embedding +
 # MLP, 8 tables of 1,116,134 rows x 8 in all, Adagrad, batch 256) on synthetic click data

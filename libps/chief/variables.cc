@@ -21,7 +21,8 @@ Status Chief::CreateVariables() {
     auto v = std::find_if(plan_.variables.begin(), plan_.variables.end(),
                           [&](const auto& d) { return d.name == s.layout.var; });
     per_ps[static_cast<size_t>(s.ps)].shards.push_back(
-        ps::server::ShardDefToWire({.layout = s.layout, .init = v->init, .seed = job_.seed}));
+        ps::server::ShardDefToWire(
+            {.layout = s.layout, .init = v->init, .seed = job_.seed, .row_policy = v->rows}));
   }
   create_msgs_ = per_ps;
   std::vector<std::future<Result<net::Reply>>> futs;

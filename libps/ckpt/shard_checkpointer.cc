@@ -13,6 +13,7 @@ ShardCheckpointer::ShardCheckpointer(server::Store* store, int ps_index) : store
 
 Result<proto::SaveReply> ShardCheckpointer::Save(const proto::Save& m) {
   auto t0 = std::chrono::steady_clock::now();
+  store_->EvictRows();  // a checkpoint holds only live rows (server/store.h)
   PS_ASSIGN_OR_RETURN(ShardFileInfo info, SaveStore(*store_, m.model_dir, index_, m.global_step));
   store_->SetGlobalStep(m.global_step);
   double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -32,6 +33,7 @@ Status ShardCheckpointer::Restore(const proto::Restore& m) {
     }
   }
   store_->SetGlobalStep(m.global_step);
+  store_->ResetRowClock(m.global_step);  // restored rows count as pushed at the checkpoint's step
   PS_LOG(Info) << "restored " << restored.size() << " shard(s) from " << path;
   return Status::Ok();
 }

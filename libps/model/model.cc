@@ -28,6 +28,7 @@ struct EmbeddingTableSpec {
   int64_t dim = 0;
   InitSpec init{InitKind::kUniform, -0.05, 0.05};  // Keras Embedding
   bool lazy = false;
+  RowPolicy row_policy;
 };
 
 struct EmbeddingFieldSpec {
@@ -44,6 +45,13 @@ struct EmbeddingMlpSpec {
   Activation activation = Activation::kRelu;
   int64_t classes = 1;  // 1: sigmoid BCE; >= 2: softmax CE
 };
+
+// Adds a table's "admit"/"evict" keys to its layer's JSON (none for the default policy).
+void AddRowPolicy(const RowPolicy& p, Json* layer) {
+  const Json keys = RowPolicyToJson(p);
+  if (keys.contains("admit")) (*layer)["admit"] = keys["admit"];
+  if (keys.contains("evict")) (*layer)["evict"] = keys["evict"];
+}
 
 Json Output(const std::string& layer, int64_t classes) {
   return Json::array({{{"layer", layer}, {"loss", classes == 1 ? "sigmoid_cross_entropy" : "softmax_cross_entropy"}}});
@@ -70,6 +78,7 @@ Json EmbeddingMlpGraph(const EmbeddingMlpSpec& spec) {
       layer["dim"] = t.dim;
       layer["init"] = InitToJson(t.init);
       layer["lazy"] = t.lazy;
+      AddRowPolicy(t.row_policy, &layer);
     }
     pieces.push_back(layer["name"]);
     layers.push_back(std::move(layer));
@@ -96,7 +105,8 @@ Json EmbeddingMlpGraph(const EmbeddingMlpSpec& spec) {
 
 // logistic_regression: one linear layer "linear" over every field. `rows_key`: "vocab"
 // (ids index the rows) or "num_buckets" (ids are hashed into them).
-Json LogisticRegressionGraph(const char* rows_key, int64_t rows, int64_t num_fields, bool lazy) {
+Json LogisticRegressionGraph(const char* rows_key, int64_t rows, int64_t num_fields, bool lazy,
+                             const RowPolicy& row_policy) {
   Json inputs = Json::array();
   Json fields = Json::array();
   for (int64_t f = 0; f < num_fields; ++f) {
@@ -104,6 +114,7 @@ Json LogisticRegressionGraph(const char* rows_key, int64_t rows, int64_t num_fie
     fields.push_back("field_" + std::to_string(f));
   }
   Json linear = {{"name", "linear"}, {"type", "linear"}, {"inputs", fields}, {rows_key, rows}, {"lazy", lazy}};
+  AddRowPolicy(row_policy, &linear);
   return {{"type", "graph"}, {"inputs", inputs}, {"layers", Json::array({linear})}, {"outputs", Output("linear", 1)}};
 }
 
@@ -200,6 +211,7 @@ Result<std::unique_ptr<Model>> BuildEmbeddingMlp(JsonReader& r) {
         PS_ASSIGN_OR_RETURN(t.init, ParseInit(*init, f.Path("init")));
       }
       PS_RETURN_IF_ERROR(f.GetOr("lazy", &t.lazy));
+      PS_RETURN_IF_ERROR(ReadRowPolicy(f, t.lazy, &t.row_policy));
       field.table = static_cast<int>(spec.tables.size());
       table_index.emplace(table, spec.tables.size());
       table_first_field.push_back(i);
@@ -222,9 +234,11 @@ Result<std::unique_ptr<Model>> BuildEmbeddingMlp(JsonReader& r) {
       if (f.Has("init")) {
         return InvalidArgument(f.Path("init") + ": table \"" + table + "\" is initialised by " + first);
       }
-      if (f.Has("lazy")) {
-        return InvalidArgument(f.Path("lazy") + ": set on the first field of table \"" + table + "\" (" + first +
-                               ") only");
+      for (const char* key : {"lazy", "admit", "evict"}) {
+        if (f.Has(key)) {
+          return InvalidArgument(f.Path(key) + ": set on the first field of table \"" + table + "\" (" + first +
+                                 ") only");
+        }
       }
       field.table = static_cast<int>(it->second);
     }
@@ -254,9 +268,12 @@ Result<std::unique_ptr<Model>> BuildLogisticRegression(JsonReader& r) {
   PS_RETURN_IF_ERROR(r.GetOr("num_fields", &num_fields));
   PS_RETURN_IF_ERROR(CheckRange(r.Path("num_fields"), num_fields, 1, 1 << 16));
   PS_RETURN_IF_ERROR(r.GetOr("lazy", &lazy));
+  RowPolicy row_policy;
+  PS_RETURN_IF_ERROR(ReadRowPolicy(r, lazy, &row_policy));
   PS_RETURN_IF_ERROR(r.Finish());
   const bool hashed = std::string_view(rows_key) == "num_buckets";
-  return BuildGraph(LogisticRegressionGraph(hashed ? "num_buckets" : "vocab", rows, num_fields, lazy), r.path());
+  return BuildGraph(LogisticRegressionGraph(hashed ? "num_buckets" : "vocab", rows, num_fields, lazy, row_policy),
+                    r.path());
 }
 
 }  // namespace

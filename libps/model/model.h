@@ -54,6 +54,8 @@
 //                     up front (a hashed id space: vocab up to 2^40). A row never pushed
 //                     pulls as its initial value, so training is bit-identical to a
 //                     non-lazy table; checkpoints hold only created rows.
+//     field.admit, field.evict   row admission and eviction of a lazy table
+//                     (row_policy.h); only on the first field of a table
 //   dense_dim   int >= 0, default 0    dense features appended after the pooled
 //                                      embeddings; batch.dense_dim must equal it
 //   hidden, activation, classes        as for mlp
@@ -64,6 +66,7 @@
 //   num_fields    int >= 1, default 1  batch.sparse.size() must equal it
 //   lazy          bool, default false  the weight table's rows are created on first
 //                                      push, as field.lazy above
+//   admit, evict                       of the lazy weight table, as field.admit above
 //   Binary only (sigmoid cross-entropy); labels 0/1.
 //
 // Limits: widths (input_dim, hidden[i], dense_dim, classes) <= 16777216,
@@ -90,6 +93,7 @@
 #include "libps/core/status.h"
 #include "libps/model/batch.h"
 #include "libps/model/initializer.h"
+#include "libps/model/row_policy.h"
 
 namespace ps::model {
 
@@ -101,6 +105,8 @@ struct VariableDef {
   // Sparse only: the ps creates rows on first push (cluster::ShardLayout::lazy); nothing is
   // allocated up front, so shape[0] may be a hashed id space up to 2^40.
   bool lazy = false;
+  // Lazy only: admission and eviction of its rows (row_policy.h); default: neither.
+  RowPolicy rows = {};
 
   int64_t num_elements() const;
   // Elements of one row along axis 0 (prod(shape[1..])); 1 for rank <= 1.

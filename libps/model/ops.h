@@ -50,12 +50,13 @@ class VarSet {
     int64_t dim = 0;
     InitSpec init;
     bool lazy = false;
+    RowPolicy row_policy = {};
     bool hashed = false;     // declared with num_buckets: ids are hashed into rows
     std::string first;       // the layer path that declared it first
     size_t var = 0;
   };
   // Declares (first use) or re-declares a shared embedding table. On a re-declaration the
-  // given rows/dim/init/lazy must match the first ("<path>.<key>: ... differs from ...
+  // given rows/dim/init/lazy/admit/evict must match the first ("<path>.<key>: ... differs from ...
   // of table \"t\" (<first>)"); *_given = false means "not stated here, inherit".
   struct TableDecl {
     std::string name;
@@ -68,6 +69,8 @@ class VarSet {
     bool init_given = false;
     bool lazy = false;
     bool lazy_given = false;
+    RowPolicy row_policy = {};
+    bool row_policy_given = false;
   };
   Result<Table> DeclareTable(const TableDecl& decl, const std::string& path);
 

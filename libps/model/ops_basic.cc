@@ -31,8 +31,14 @@ Result<size_t> VarSet::Add(VariableDef def, const std::string& path) {
 }
 
 Result<VarSet::Table> VarSet::DeclareTable(const TableDecl& d, const std::string& path) {
+  auto not_lazy = [&](bool lazy) -> Status {
+    if (!d.row_policy_given || lazy) return Status::Ok();
+    return InvalidArgument(path + (d.row_policy.evicts() && !d.row_policy.admits() ? ".evict" : ".admit") +
+                           ": applies to lazy tables only (set \"lazy\": true on table \"" + d.name + "\")");
+  };
   for (const Table& t : tables_) {
     if (t.name != d.name) continue;
+    PS_RETURN_IF_ERROR(not_lazy(t.lazy));
     auto differs = [&](const std::string& key, const std::string& given, const std::string& first) {
       return InvalidArgument(path + "." + key + ": " + given + " differs from " + first + " of table \"" +
                              t.name + "\" (" + t.first + ")");
@@ -51,12 +57,17 @@ Result<VarSet::Table> VarSet::DeclareTable(const TableDecl& d, const std::string
     if (d.lazy_given && d.lazy != t.lazy) {
       return differs("lazy", d.lazy ? "true" : "false", t.lazy ? "true" : "false");
     }
+    if (d.row_policy_given && !(d.row_policy == t.row_policy)) {
+      return differs("admit/evict", RowPolicyToJson(d.row_policy).dump(), RowPolicyToJson(t.row_policy).dump());
+    }
     return t;
   }
   if (!d.rows_given) return InvalidArgument(path + ".vocab: required key is missing (or num_buckets)");
   if (!d.dim_given) return InvalidArgument(path + ".dim: required key is missing");
-  Table t{d.name, d.rows, d.dim, d.init, d.lazy, d.rows_key == "num_buckets", path, 0};
-  PS_ASSIGN_OR_RETURN(t.var, Add({d.name + "/embeddings", {d.rows, d.dim}, d.init, true, d.lazy}, path));
+  PS_RETURN_IF_ERROR(not_lazy(d.lazy));
+  Table t{d.name, d.rows, d.dim, d.init, d.lazy, d.row_policy, d.rows_key == "num_buckets", path, 0};
+  PS_ASSIGN_OR_RETURN(t.var,
+                      Add({d.name + "/embeddings", {d.rows, d.dim}, d.init, true, d.lazy, d.row_policy}, path));
   tables_.push_back(t);
   return t;
 }

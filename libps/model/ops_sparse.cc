@@ -237,9 +237,11 @@ Result<std::unique_ptr<Op>> MakeEmbeddingOp(OpBuild& b, bool linear) {
     PS_RETURN_IF_ERROR(ReadInitKey(r, "init", &init));
     bool lazy = false;
     PS_RETURN_IF_ERROR(r.GetOr("lazy", &lazy));
+    RowPolicy row_policy;
+    PS_RETURN_IF_ERROR(ReadRowPolicy(r, lazy, &row_policy));
     PS_RETURN_IF_ERROR(r.Finish());
     const std::string wname = b.name + "/weights";
-    PS_ASSIGN_OR_RETURN(size_t w, b.vars->Add({wname, {d.rows, units}, init, true, lazy}, b.path));
+    PS_ASSIGN_OR_RETURN(size_t w, b.vars->Add({wname, {d.rows, units}, init, true, lazy, row_policy}, b.path));
     PS_ASSIGN_OR_RETURN(size_t bias, b.vars->Add({b.name + "/bias", {units}, InitSpec{InitKind::kZeros}, false}, b.path));
     return std::unique_ptr<Op>(
         std::make_unique<LinearOp>(std::move(inputs), wname, w, bias, d.rows, units, hashed, std::move(first)));
@@ -264,6 +266,9 @@ Result<std::unique_ptr<Op>> MakeEmbeddingOp(OpBuild& b, bool linear) {
   PS_RETURN_IF_ERROR(ReadInitKey(r, "init", &d.init));
   d.lazy_given = r.Has("lazy");
   PS_RETURN_IF_ERROR(r.GetOr("lazy", &d.lazy));
+  // A layer re-using a table without "lazy" inherits it: check admit/evict against the
+  // declared table in DeclareTable, and here only when this layer states lazy itself.
+  PS_RETURN_IF_ERROR(ReadRowPolicy(r, d.lazy || !d.lazy_given, &d.row_policy, &d.row_policy_given));
   PS_RETURN_IF_ERROR(r.Finish());
   PS_ASSIGN_OR_RETURN(VarSet::Table t, b.vars->DeclareTable(d, b.path));
   return std::unique_ptr<Op>(std::make_unique<EmbeddingOp>(std::move(inputs), t, combiner));

@@ -50,7 +50,8 @@ proto::PsLoad PsLoadOf(const std::string& task, const std::string& address, cons
                        .bytes_held = cur.bytes_held,
                        .shards = cur.shards,
                        .window_sec = window,
-                       .update = cur.update};
+                       .update = cur.update,
+                       .rows = cur.rows.lazy_shards > 0 ? std::optional(cur.rows) : std::nullopt};
 }
 
 proto::PsLoad PsNoAnswer(const std::string& task, const std::string& address, const std::string& error) {

@@ -49,6 +49,21 @@ proto::PsUpdateFigures UpdateFromJson(const Json& j) {
                                 .max_version = Get<int64_t>(j, "max_version")};
 }
 
+Json ToJson(const proto::PsRowFigures& r) {
+  return Json{{"lazy_shards", r.lazy_shards},   {"live_rows", r.live_rows},
+              {"admitted", r.admitted},         {"not_admitted", r.not_admitted},
+              {"evicted_ttl", r.evicted_ttl},   {"evicted_max_rows", r.evicted_max_rows}};
+}
+
+proto::PsRowFigures RowsFromJson(const Json& j) {
+  return proto::PsRowFigures{.lazy_shards = Get<int64_t>(j, "lazy_shards"),
+                             .live_rows = Get<int64_t>(j, "live_rows"),
+                             .admitted = Get<uint64_t>(j, "admitted"),
+                             .not_admitted = Get<uint64_t>(j, "not_admitted"),
+                             .evicted_ttl = Get<uint64_t>(j, "evicted_ttl"),
+                             .evicted_max_rows = Get<uint64_t>(j, "evicted_max_rows")};
+}
+
 }  // namespace
 
 Json ToJson(const proto::WorkerLoad& w) {
@@ -85,6 +100,7 @@ Json ToJson(const proto::PsLoad& p) {
             {"shards", p.shards},
             {"window_sec", p.window_sec}};
   if (p.update) j["update"] = ToJson(*p.update);
+  if (p.rows) j["rows"] = ToJson(*p.rows);
   return j;
 }
 
@@ -150,8 +166,10 @@ proto::PsLoad PsLoadFromJson(const Json& j) {
                   .bytes_held = Get<uint64_t>(j, "bytes_held"),
                   .shards = Get<int64_t>(j, "shards"),
                   .window_sec = Get<double>(j, "window_sec"),
-                  .update = std::nullopt};
+                  .update = std::nullopt,
+                  .rows = std::nullopt};
   if (j.is_object() && j.contains("update") && j["update"].is_object()) p.update = UpdateFromJson(j["update"]);
+  if (j.is_object() && j.contains("rows") && j["rows"].is_object()) p.rows = RowsFromJson(j["rows"]);
   return p;
 }
 
@@ -195,6 +213,13 @@ Status AddLoadScalars(EventWriter& events, const proto::ChiefStatus& s, int64_t 
     PS_RETURN_IF_ERROR(add(base + "bytes_out_per_s", p.bytes_out_per_s));
     PS_RETURN_IF_ERROR(add(base + "rows_per_s", p.rows_per_s));
     PS_RETURN_IF_ERROR(add(base + "max_queue_depth", static_cast<double>(p.max_queue_depth)));
+    if (!p.rows) continue;
+    const std::string rows = "ps_rows/" + p.task + "/";
+    PS_RETURN_IF_ERROR(add(rows + "live", static_cast<double>(p.rows->live_rows)));
+    PS_RETURN_IF_ERROR(add(rows + "admitted", static_cast<double>(p.rows->admitted)));
+    PS_RETURN_IF_ERROR(add(rows + "not_admitted", static_cast<double>(p.rows->not_admitted)));
+    PS_RETURN_IF_ERROR(add(rows + "evicted_ttl", static_cast<double>(p.rows->evicted_ttl)));
+    PS_RETURN_IF_ERROR(add(rows + "evicted_max_rows", static_cast<double>(p.rows->evicted_max_rows)));
   }
   return Status::Ok();
 }

@@ -275,7 +275,11 @@ Offset<w::CreateShards> EncodeCreateShards(FlatBufferBuilder& fbb, const CreateS
   for (const ShardDef& d : msg.shards) {
     auto layout = EncodeLayout(fbb, d.layout);
     auto init = EncodeInit(fbb, d.init);
-    defs.push_back(w::CreateShardDef(fbb, layout, init, d.seed));
+    auto policy = d.row_policy == RowPolicy{}
+                      ? Offset<w::RowPolicy>()
+                      : w::CreateRowPolicy(fbb, d.row_policy.admit_min_count, d.row_policy.ttl_steps,
+                                           d.row_policy.max_rows);
+    defs.push_back(w::CreateShardDef(fbb, layout, init, d.seed, policy));
   }
   auto optimizer = EncodeOptimizer(fbb, msg.optimizer);
   auto shards = fbb.CreateVector(defs);
@@ -298,7 +302,11 @@ Result<CreateShards> DecodeCreateShards(const w::CreateShards& msg) {
     const std::string where = "CreateShards.shards[" + std::to_string(i) + "]";
     PS_ASSIGN_OR_RETURN(cluster::ShardLayout layout, DecodeLayout(d->layout(), where));
     PS_ASSIGN_OR_RETURN(Initializer init, DecodeInit(d->init(), where));
-    out.shards.push_back(ShardDef{.layout = std::move(layout), .init = init, .seed = d->seed()});
+    RowPolicy policy;
+    if (const w::RowPolicy* p = d->row_policy()) {
+      policy = RowPolicy{.admit_min_count = p->admit_min_count(), .ttl_steps = p->ttl_steps(), .max_rows = p->max_rows()};
+    }
+    out.shards.push_back(ShardDef{.layout = std::move(layout), .init = init, .seed = d->seed(), .row_policy = policy});
   }
   return out;
 }

@@ -15,7 +15,9 @@ namespace ps::proto {
 
 // 2: typed status replies (PsStatusReply, ChiefStatusReply) and CreateShards as typed
 // tables (ShardLayout, Initializer, Optimizer, Update) instead of JSON strings.
-inline constexpr uint32_t kProtocolVersion = 2;
+// 3: ShardDef.row_policy (admission and eviction of lazy rows) and the ps's row figures
+// (PsStatus.rows): a version-2 ps would ignore the policy and train differently.
+inline constexpr uint32_t kProtocolVersion = 3;
 
 enum class Role : int8_t { kUnknown = 0, kChief = 1, kWorker = 2, kPs = 3, kEvaluator = 4, kClient = 5 };
 const char* RoleName(Role role);
@@ -50,10 +52,17 @@ struct Initializer {
   double mean = 0, stddev = 0;    // normal, truncated_normal
   bool operator==(const Initializer&) const = default;
 };
+struct RowPolicy {
+  int64_t admit_min_count = 1;
+  int64_t ttl_steps = 0;
+  int64_t max_rows = 0;
+  bool operator==(const RowPolicy&) const = default;
+};
 struct ShardDef {
   cluster::ShardLayout layout;
   Initializer init;
   uint64_t seed = 0;
+  RowPolicy row_policy = {};
   bool operator==(const ShardDef&) const = default;
 };
 
@@ -182,6 +191,17 @@ struct PsUpdateFigures {
   int64_t min_version = 0;     // sync: the lowest and highest update its shards applied
   int64_t max_version = 0;
 };
+// A ps task's lazy-table row figures (server::StoreStats; admission and eviction in
+// libps/server/store.h): gauges, then counters since it started.
+struct PsRowFigures {
+  int64_t lazy_shards = 0;     // lazy shards it holds
+  int64_t live_rows = 0;       // their created rows now
+  uint64_t admitted = 0;       // rows created by the admit_min_count-th push of their id
+  uint64_t not_admitted = 0;   // gradient rows dropped because their row was not admitted yet
+  uint64_t evicted_ttl = 0;    // rows evicted as not pushed for ttl_steps
+  uint64_t evicted_max_rows = 0;  // rows evicted beyond max_rows
+  bool operator==(const PsRowFigures&) const = default;
+};
 // A ps task's counters, monotonic since it started (uptime_sec ago).
 struct PsStatus {
   uint64_t generation = 0;     // the newest chief's
@@ -196,6 +216,7 @@ struct PsStatus {
   uint64_t queue_depth = 0, max_queue_depth = 0;  // handler queue now / deepest since the last GetStatus
   uint64_t bytes_received = 0, bytes_sent = 0;    // whole frames
   PsUpdateFigures update;
+  PsRowFigures rows = {};
 };
 struct PsStatusReply { PsStatus status; };
 
@@ -224,6 +245,7 @@ struct PsLoad {
   int64_t shards = 0;
   double window_sec = 0;
   std::optional<PsUpdateFigures> update;
+  std::optional<PsRowFigures> rows = std::nullopt;  // present when the ps holds lazy shards
   bool answered() const { return state == "ok"; }
 };
 struct TaskState {

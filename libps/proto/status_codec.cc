@@ -32,6 +32,21 @@ PsUpdateFigures DecodeUpdate(const w::PsUpdateFigures* t) {
                          .max_version = t->max_version()};
 }
 
+Offset<w::PsRowFigures> EncodeRows(FlatBufferBuilder& fbb, const PsRowFigures& r) {
+  return w::CreatePsRowFigures(fbb, r.lazy_shards, r.live_rows, r.admitted, r.not_admitted, r.evicted_ttl,
+                               r.evicted_max_rows);
+}
+
+PsRowFigures DecodeRows(const w::PsRowFigures* t) {
+  if (t == nullptr) return {};
+  return PsRowFigures{.lazy_shards = t->lazy_shards(),
+                      .live_rows = t->live_rows(),
+                      .admitted = t->admitted(),
+                      .not_admitted = t->not_admitted(),
+                      .evicted_ttl = t->evicted_ttl(),
+                      .evicted_max_rows = t->evicted_max_rows()};
+}
+
 Offset<w::WorkerLoad> EncodeWorker(FlatBufferBuilder& fbb, const WorkerLoad& l) {
   auto task = fbb.CreateString(l.task);
   auto state = fbb.CreateString(l.state);
@@ -70,10 +85,11 @@ WorkerLoad DecodeWorker(const w::WorkerLoad* t) {
 
 Offset<w::PsLoad> EncodePsLoad(FlatBufferBuilder& fbb, const PsLoad& l) {
   auto update = l.update ? EncodeUpdate(fbb, *l.update) : Offset<w::PsUpdateFigures>();
+  auto rows = l.rows ? EncodeRows(fbb, *l.rows) : Offset<w::PsRowFigures>();
   return w::CreatePsLoadDirect(fbb, l.task.c_str(), l.address.c_str(), l.state.c_str(), l.error.c_str(),
                                l.requests, l.bytes_in, l.bytes_out, l.requests_per_s, l.bytes_in_per_s,
                                l.bytes_out_per_s, l.rows_per_s, l.queue_depth, l.max_queue_depth, l.bytes_held,
-                               l.shards, l.window_sec, update);
+                               l.shards, l.window_sec, update, rows);
 }
 
 PsLoad DecodePsLoad(const w::PsLoad* t) {
@@ -93,17 +109,19 @@ PsLoad DecodePsLoad(const w::PsLoad* t) {
                 .bytes_held = t->bytes_held(),
                 .shards = t->shards(),
                 .window_sec = t->window_sec(),
-                .update = t->update() != nullptr ? std::optional(DecodeUpdate(t->update())) : std::nullopt};
+                .update = t->update() != nullptr ? std::optional(DecodeUpdate(t->update())) : std::nullopt,
+                .rows = t->rows() != nullptr ? std::optional(DecodeRows(t->rows())) : std::nullopt};
 }
 
 }  // namespace
 
 Offset<w::PsStatus> EncodePsStatus(FlatBufferBuilder& fbb, const PsStatus& s) {
   auto update = EncodeUpdate(fbb, s.update);
+  auto rows = EncodeRows(fbb, s.rows);
   return w::CreatePsStatus(fbb, s.generation, s.global_step, s.uptime_sec, s.shards, s.bytes_held,
                            s.pull_requests, s.push_requests, s.failed_requests, s.bytes_pulled, s.bytes_pushed,
                            s.rows_pulled, s.rows_pushed, s.requests, s.queue_depth, s.max_queue_depth,
-                           s.bytes_received, s.bytes_sent, update);
+                           s.bytes_received, s.bytes_sent, update, rows);
 }
 
 PsStatus DecodePsStatus(const w::PsStatus* t) {
@@ -125,7 +143,8 @@ PsStatus DecodePsStatus(const w::PsStatus* t) {
                   .max_queue_depth = t->max_queue_depth(),
                   .bytes_received = t->bytes_received(),
                   .bytes_sent = t->bytes_sent(),
-                  .update = DecodeUpdate(t->update())};
+                  .update = DecodeUpdate(t->update()),
+                  .rows = DecodeRows(t->rows())};
 }
 
 Offset<w::ChiefStatus> EncodeChiefStatus(FlatBufferBuilder& fbb, const ChiefStatus& s) {

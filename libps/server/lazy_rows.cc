@@ -1,6 +1,7 @@
 #include "libps/server/lazy_rows.h"
 
 #include <algorithm>
+#include <cstring>
 #include <new>
 
 #include <sys/mman.h>
@@ -33,6 +34,11 @@ Result<AlignedFloats> AlignedFloats::Make(size_t n, const std::string& what) {
 
 float* RecordArena::Allocate() {
   std::lock_guard lock(mu_);
+  if (free_ != nullptr) {
+    float* record = free_;
+    std::memcpy(&free_, record, sizeof(free_));
+    return record;
+  }
   if (chunk_used_ == chunk_rows_) {
     const size_t record_bytes = record_floats_ * sizeof(float);
     const size_t max_rows = std::max<size_t>(kFirstChunkRows, kHugePage / record_bytes);
@@ -47,8 +53,16 @@ float* RecordArena::Allocate() {
   return chunks_.back().data() + chunk_used_++ * record_floats_;
 }
 
+void RecordArena::Free(float* record) {
+  PS_ASSERT(record_floats_ * sizeof(float) >= sizeof(float*));
+  std::lock_guard lock(mu_);
+  std::memcpy(record, &free_, sizeof(free_));
+  free_ = record;
+}
+
 void RecordArena::Clear() {
   std::lock_guard lock(mu_);
+  free_ = nullptr;
   chunks_.clear();
   chunk_used_ = chunk_rows_ = chunk_floats_ = 0;
 }
@@ -63,6 +77,31 @@ float* LazyStripe::Insert(int64_t row, uint64_t hash, RecordArena& arena) {
   table_[i] = {row, record};
   ++count_;
   return record;
+}
+
+bool LazyStripe::Erase(int64_t row, uint64_t hash, RecordArena& arena) {
+  if (table_.empty()) return false;
+  const size_t mask = table_.size() - 1;
+  size_t i = hash & mask;
+  while (table_[i].row != row) {
+    if (table_[i].row < 0) return false;
+    i = (i + 1) & mask;
+  }
+  arena.Free(table_[i].record);
+  // Backward-shift deletion: move later entries of the probe run into the hole unless
+  // their home slot lies cyclically in (hole, their slot].
+  for (size_t j = i;;) {
+    j = (j + 1) & mask;
+    if (table_[j].row < 0) break;
+    const size_t home = HashRow(table_[j].row) & mask;
+    const bool stays = i <= j ? (i < home && home <= j) : (i < home || home <= j);
+    if (stays) continue;
+    table_[i] = table_[j];
+    i = j;
+  }
+  table_[i] = Entry{};
+  --count_;
+  return true;
 }
 
 void LazyStripe::Clear() {
@@ -88,6 +127,50 @@ bool LazyStripe::Grow() {
     table_[i] = e;
   }
   return true;
+}
+
+uint32_t AdmitSketch::Add(uint64_t hash) {
+  uint32_t least = UINT32_MAX;
+  for (int i = 0; i < kSketchHashes; ++i) {
+    uint8_t& c = counters_[Position(hash, i)];
+    if (c == 0) ++nonzero_;
+    if (c < UINT8_MAX) ++c;
+    least = std::min<uint32_t>(least, c);
+  }
+  if (nonzero_ * 2 > kSketchCounters) {
+    Age();
+    return Estimate(hash);
+  }
+  return least;
+}
+
+uint32_t AdmitSketch::Estimate(uint64_t hash) const {
+  uint32_t least = UINT32_MAX;
+  for (int i = 0; i < kSketchHashes; ++i) least = std::min<uint32_t>(least, counters_[Position(hash, i)]);
+  return least;
+}
+
+void AdmitSketch::Remove(uint64_t hash, uint32_t n) {
+  for (int i = 0; i < kSketchHashes; ++i) {
+    uint8_t& c = counters_[Position(hash, i)];
+    if (c == 0 || c == UINT8_MAX) continue;
+    c = static_cast<uint8_t>(c > n ? c - n : 0);
+    if (c == 0) --nonzero_;
+  }
+}
+
+void AdmitSketch::Clear() {
+  counters_.fill(0);
+  nonzero_ = 0;
+}
+
+void AdmitSketch::Age() {
+  nonzero_ = 0;
+  for (uint8_t& c : counters_) {
+    c = static_cast<uint8_t>(c >> 1);
+    if (c != 0) ++nonzero_;
+  }
+  ++agings_;
 }
 
 void StripeGroups::Build(std::span<const int64_t> rows) {

@@ -108,8 +108,11 @@ struct StripeGroups;
 class RecordArena {
  public:
   explicit RecordArena(size_t record_floats) : record_floats_(record_floats) {}
-  // An uninitialised record; null when out of memory.
+  // An uninitialised record (a freed one first); null when out of memory.
   float* Allocate();
+  // Returns a record of this arena for reuse (eviction); needs record_floats >= 2 (the
+  // free list is kept inside the freed records).
+  void Free(float* record);
   void Clear();
   uint64_t bytes() const {
     std::lock_guard lock(mu_);
@@ -123,6 +126,43 @@ class RecordArena {
   size_t chunk_rows_ = 0;    // capacity of chunks_.back(), in records
   size_t chunk_used_ = 0;    // records used in chunks_.back()
   size_t chunk_floats_ = 0;  // all chunks
+  float* free_ = nullptr;    // freed records, each holding the next one's address
+};
+
+// The admission sketch of one stripe of a lazy shard (store.h, "Admission and
+// eviction"): a counting Bloom filter of kSketchCounters 8-bit saturating counters.
+// Counting id h increments its kSketchHashes counters (positions from disjoint 14-bit
+// fields of HashRow, whose top bits picked the stripe); its estimate is the least of
+// them, exact unless every one of them is shared with another id (probability
+// occupancy^4, occupancy = share of counters not 0). Aging: when more than half of the
+// counters are non-zero, every counter is halved, which bounds that probability by
+// (1/2)^4 = 6.25%. Not synchronised: its stripe's lock guards it.
+inline constexpr int kSketchHashes = 4;
+inline constexpr int kSketchBits = 14;
+inline constexpr size_t kSketchCounters = size_t{1} << kSketchBits;  // 16 KiB a stripe, 512 KiB a shard
+
+class AdmitSketch {
+ public:
+  // Counts one push of the id of `hash`; returns its estimate afterwards.
+  uint32_t Add(uint64_t hash);
+  uint32_t Estimate(uint64_t hash) const;
+  // Takes `n` off each of the id's counters (down to 0; a saturated counter stays), when
+  // the id is admitted, so that only pending ids fill the sketch.
+  void Remove(uint64_t hash, uint32_t n);
+  void Clear();
+  size_t nonzero() const { return nonzero_; }
+  uint64_t agings() const { return agings_; }
+  static constexpr uint64_t bytes() { return kSketchCounters; }
+
+ private:
+  static size_t Position(uint64_t hash, int i) {
+    return (hash >> (kSketchBits * i)) & (kSketchCounters - 1);
+  }
+  void Age();
+
+  std::array<uint8_t, kSketchCounters> counters_{};
+  size_t nonzero_ = 0;
+  uint64_t agings_ = 0;
 };
 
 // The rows of one stripe of a lazy shard: an open-addressing table (linear probing,
@@ -155,6 +195,9 @@ class LazyStripe {
   // Adds `row` (not present) with an uninitialised record from `arena`; null when out of
   // memory.
   float* Insert(int64_t row, uint64_t hash, RecordArena& arena);
+  // Removes `row` (hash = HashRow(row)) and returns its record to `arena`; false when it
+  // is not present. Invalidates records found before (of this row) only.
+  bool Erase(int64_t row, uint64_t hash, RecordArena& arena);
   // Forgets every row (the arena's records are cleared apart, RecordArena::Clear).
   void Clear();
 

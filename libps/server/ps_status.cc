@@ -29,7 +29,13 @@ proto::PsStatus PsStatusOf(const Store& store, const net::Server::Stats& server,
                          .max_queue_depth = server.max_queue_depth,
                          .bytes_received = server.bytes_received,
                          .bytes_sent = server.bytes_sent,
-                         .update = {}};
+                         .update = {},
+                         .rows = {.lazy_shards = st.lazy_shards,
+                                  .live_rows = st.live_rows,
+                                  .admitted = st.rows_admitted,
+                                  .not_admitted = st.rows_not_admitted,
+                                  .evicted_ttl = st.rows_evicted_ttl,
+                                  .evicted_max_rows = st.rows_evicted_max_rows}};
 }
 
 proto::PsUpdateFigures UpdateFiguresOf(const Service::UpdateStats& u) {
@@ -54,6 +60,15 @@ void WritePsMetrics(prom::Writer& w, const proto::PsStatus& s) {
   w.Gauge("pstrain_ps_shards", "Variable shards this ps holds.", d(s.shards));
   w.Gauge("pstrain_ps_held_bytes", "Bytes of parameters and optimizer slots this ps holds.", d(s.bytes_held));
   w.Counter("pstrain_ps_stale_gradients_total", "Sync mode: gradients dropped as stale.", d(s.update.stale_dropped));
+  w.Gauge("pstrain_ps_lazy_rows", "Created rows of the lazy tables this ps holds.", d(s.rows.live_rows));
+  w.Counter("pstrain_ps_admitted_rows_total", "Lazy rows created by the admit_min_count-th push of their id.",
+            d(s.rows.admitted));
+  w.Counter("pstrain_ps_not_admitted_rows_total", "Gradient rows dropped because their lazy row was not admitted yet.",
+            d(s.rows.not_admitted));
+  w.Counter("pstrain_ps_evicted_rows_total", "Lazy rows evicted, by reason.", d(s.rows.evicted_ttl),
+            {{"reason", "ttl"}});
+  w.Counter("pstrain_ps_evicted_rows_total", "Lazy rows evicted, by reason.", d(s.rows.evicted_max_rows),
+            {{"reason", "max_rows"}});
   w.Counter("pstrain_ps_waited_pulls_total", "Sync and bounded-staleness modes: pulls that had to wait.",
             d(s.update.waited_pulls));
 }

@@ -71,6 +71,11 @@ Status RunPsTask(const daemon::DaemonContext& ctx, const CheckpointerFactory& ma
   PS_LOG(Info) << "shut down (" << reason << "); served " << stats.pull_requests << " pulls, "
                << stats.push_requests << " pushes, ignored " << service.skipped_pushes()
                << " repeated push item(s)";
+  if (stats.rows_admitted + stats.rows_evicted_ttl + stats.rows_evicted_max_rows > 0) {
+    PS_LOG(Info) << "lazy rows: " << stats.live_rows << " live, " << stats.rows_admitted << " admitted ("
+                 << stats.rows_not_admitted << " gradient row(s) dropped before admission), evicted "
+                 << stats.rows_evicted_ttl << " by ttl_steps and " << stats.rows_evicted_max_rows << " by max_rows";
+  }
   const auto u = service.update_stats();
   if (u.spec.mode == UpdateMode::kSync) {
     PS_LOG(Info) << "sync updates: shards at update " << u.min_version << ".." << u.max_version << ", "

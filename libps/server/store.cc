@@ -16,6 +16,10 @@ std::string ShardKey::ToString() const { return var + "/part_" + std::to_string(
 
 Status ValidateShardDef(const ShardDef& d) {
   PS_RETURN_IF_ERROR(cluster::ValidateShardLayout(d.layout));
+  PS_RETURN_IF_ERROR(model::ValidateRowPolicy(d.row_policy, d.layout.Name()));
+  if (d.row_policy.any() && !d.layout.lazy) {
+    return InvalidArgument(d.layout.Name() + ": admission and eviction apply to lazy shards only");
+  }
   return model::ValidateInit(d.init, d.layout.Name() + ".init");
 }
 
@@ -63,6 +67,13 @@ Status Store::Create(const ShardDef& def) {
     shard->num_stripes = kLazyStripes;
     shard->lazy = std::make_unique<LazyStripe[]>(static_cast<size_t>(kLazyStripes));
     shard->record_floats = (1 + shard->slot_defs.size()) * shard->cols;
+    const model::RowPolicy& p = def.row_policy;
+    if (p.evicts()) {
+      shard->stamped = true;
+      shard->record_floats += 1;
+      if (p.max_rows > 0) shard->max_rows = (p.max_rows + def.layout.num_shards - 1) / def.layout.num_shards;
+    }
+    if (p.admits()) shard->sketch = std::make_unique<AdmitSketch[]>(static_cast<size_t>(kLazyStripes));
     shard->arena = std::make_unique<RecordArena>(shard->record_floats);
   } else {
     const size_t n = static_cast<size_t>(def.layout.rows * def.layout.cols);
@@ -268,13 +279,15 @@ void Store::ApplySparse(Shard& s, std::span<const int64_t> rows, std::span<const
 }
 
 Status Store::ApplyLazy(Shard& s, std::span<const int64_t> rows, std::span<const float> grad_rows,
-                       int64_t global_step) {
+                       int64_t global_step, int64_t stamp) {
   const OptimizerSpec& spec = *spec_;
   const float lr = static_cast<float>(LearningRate(spec, global_step));
   const size_t cols = s.cols;
   thread_local StripeGroups groups;
   groups.Build(rows);
   int64_t failed_row = -1;  // the row whose creation ran out of memory
+  const auto admit = static_cast<uint32_t>(s.def.row_policy.admit_min_count);
+  uint64_t admitted = 0, dropped = 0, created = 0;
   for (size_t k = 0; k < kLazyStripes; ++k) {
     if (groups.begin[k] == groups.begin[k + 1]) continue;
     std::lock_guard g(s.stripes[k]);
@@ -284,21 +297,124 @@ Status Store::ApplyLazy(Shard& s, std::span<const int64_t> rows, std::span<const
                       const uint32_t i = groups.order[j];
                       if (record == nullptr) {
                         if (failed_row >= 0) return;
-                        record = stripe.Insert(rows[i], groups.hashes[i], *s.arena);
+                        const uint64_t hash = groups.hashes[i];
+                        if (s.sketch && s.sketch[k].Add(hash) < admit) {
+                          ++dropped;
+                          return;
+                        }
+                        record = stripe.Insert(rows[i], hash, *s.arena);
                         if (record == nullptr) {
                           failed_row = rows[i];
                           return;
                         }
+                        if (s.sketch) {
+                          s.sketch[k].Remove(hash, admit);
+                          ++admitted;
+                        }
+                        ++created;
                         s.InitRecord(rows[i], record);
                       }
                       ApplyRows(spec, lr, global_step, {record, cols}, s.RecordSlots(record),
                                 grad_rows.subspan(i * cols, cols));
+                      if (s.stamped) s.SetStamp(record, stamp);
                     });
-    if (failed_row >= 0)
-      return Internal("PushRows " + s.def.key().ToString() + ": out of memory creating row " +
-                      std::to_string(failed_row));
+    if (failed_row >= 0) break;
   }
+  s.live.fetch_add(static_cast<int64_t>(created), std::memory_order_relaxed);
+  if (admitted > 0) rows_admitted_.fetch_add(admitted, std::memory_order_relaxed);
+  if (dropped > 0) rows_not_admitted_.fetch_add(dropped, std::memory_order_relaxed);
+  if (failed_row >= 0)
+    return Internal("PushRows " + s.def.key().ToString() + ": out of memory creating row " +
+                    std::to_string(failed_row));
   return Status::Ok();
+}
+
+void Store::MaybeSweep(Shard& s) {
+  const int64_t now = row_clock();
+  const model::RowPolicy& p = s.def.row_policy;
+  const bool ttl_due = p.ttl_steps > 0 && now >= s.next_ttl_sweep.load(std::memory_order_relaxed);
+  const bool rows_due = s.max_rows > 0 && s.live.load(std::memory_order_relaxed) > s.max_rows + s.max_rows / 16;
+  if (!ttl_due && !rows_due) return;
+  std::unique_lock lock(s.sweep_mu, std::try_to_lock);
+  if (!lock.owns_lock()) return;  // another thread sweeps it
+  Sweep(s, now, false);
+}
+
+void Store::Sweep(Shard& s, int64_t now, bool exact) {
+  const model::RowPolicy& p = s.def.row_policy;
+  std::vector<int64_t> victims;
+  if (p.ttl_steps > 0) {
+    s.next_ttl_sweep.store(now + std::max<int64_t>(1, p.ttl_steps / 8), std::memory_order_relaxed);
+    uint64_t evicted = 0;
+    for (int64_t k = 0; k < s.num_stripes; ++k) {
+      std::lock_guard g(s.stripes[k]);
+      victims.clear();
+      s.lazy[k].ForEach([&](int64_t row, const float* record) {
+        if (now - static_cast<int64_t>(s.Stamp(record)) > p.ttl_steps) victims.push_back(row);
+      });
+      for (int64_t row : victims) evicted += s.lazy[k].Erase(row, HashRow(row), *s.arena) ? 1 : 0;
+    }
+    s.live.fetch_sub(static_cast<int64_t>(evicted), std::memory_order_relaxed);
+    evicted_ttl_.fetch_add(evicted, std::memory_order_relaxed);
+  }
+  if (s.max_rows == 0) return;
+  const int64_t limit = exact ? s.max_rows : s.max_rows + s.max_rows / 16;
+  if (s.live.load(std::memory_order_relaxed) <= limit) return;
+  // The cut: the stamp of the excess-th least recently pushed row. Rows pushed meanwhile
+  // get newer stamps, so they are not counted as older than the cut.
+  std::vector<uint32_t> stamps;
+  for (int64_t k = 0; k < s.num_stripes; ++k) {
+    std::lock_guard g(s.stripes[k]);
+    s.lazy[k].ForEach([&](int64_t, const float* record) { stamps.push_back(s.Stamp(record)); });
+  }
+  if (static_cast<int64_t>(stamps.size()) <= s.max_rows) return;
+  const size_t excess = stamps.size() - static_cast<size_t>(s.max_rows);
+  std::nth_element(stamps.begin(), stamps.begin() + static_cast<std::ptrdiff_t>(excess - 1), stamps.end());
+  const uint32_t cut = stamps[excess - 1];
+  size_t at_cut = 0;  // rows stamped `cut` that may go: excess minus those older than it
+  for (size_t i = 0; i < excess; ++i) at_cut += stamps[i] == cut ? 1 : 0;
+  uint64_t evicted = 0;
+  for (int64_t k = 0; k < s.num_stripes; ++k) {
+    std::lock_guard g(s.stripes[k]);
+    victims.clear();
+    s.lazy[k].ForEach([&](int64_t row, const float* record) {
+      const uint32_t stamp = s.Stamp(record);
+      if (stamp < cut) {
+        victims.push_back(row);
+      } else if (stamp == cut && at_cut > 0) {
+        victims.push_back(row);
+        --at_cut;
+      }
+    });
+    for (int64_t row : victims) evicted += s.lazy[k].Erase(row, HashRow(row), *s.arena) ? 1 : 0;
+  }
+  s.live.fetch_sub(static_cast<int64_t>(evicted), std::memory_order_relaxed);
+  evicted_max_rows_.fetch_add(evicted, std::memory_order_relaxed);
+}
+
+void Store::EvictRows() {
+  std::shared_lock lock(mu_);
+  const int64_t now = row_clock();
+  for (auto& [key, shard] : shards_) {
+    if (!shard->lazy || !shard->stamped) continue;
+    std::lock_guard sweeping(shard->sweep_mu);
+    Sweep(*shard, now, true);
+  }
+}
+
+void Store::ResetRowClock(int64_t step) {
+  std::shared_lock lock(mu_);
+  row_clock_.store(step, std::memory_order_release);
+  for (auto& [key, shard] : shards_) {
+    Shard& s = *shard;
+    if (!s.lazy || !s.stamped) continue;
+    std::lock_guard sweeping(s.sweep_mu);
+    s.next_ttl_sweep.store(0, std::memory_order_relaxed);
+    for (int64_t k = 0; k < s.num_stripes; ++k) {
+      std::lock_guard g(s.stripes[k]);
+      s.lazy[k].ForEach([&](int64_t, float* record) { s.SetStamp(record, step); });
+    }
+  }
 }
 
 Status Store::Push(const ShardKey& key, std::span<const float> grad, int64_t global_step) {
@@ -325,7 +441,17 @@ Status Store::PushRows(const ShardKey& key, std::span<const int64_t> rows,
         CheckSize("PushRows", key, "gradient", grad_rows.size(), rows.size() * s->cols));
     PS_RETURN_IF_ERROR(CheckRows("PushRows", key, rows, s->layout().rows));
     PS_RETURN_IF_ERROR(CheckUnique("PushRows", key, rows));
-    if (s->lazy) return ApplyLazy(*s, rows, grad_rows, global_step);
+    if (s->lazy) {
+      if (!s->stamped) return ApplyLazy(*s, rows, grad_rows, global_step, 0);
+      int64_t clock = row_clock_.load(std::memory_order_relaxed);
+      while (global_step > clock && !row_clock_.compare_exchange_weak(clock, global_step)) {
+      }
+      // Rows are stamped with the row clock, not the push's own step: a retried or late
+      // push of an old step still marks its rows as pushed now.
+      PS_RETURN_IF_ERROR(ApplyLazy(*s, rows, grad_rows, global_step, std::max(clock, global_step)));
+      MaybeSweep(*s);
+      return Status::Ok();
+    }
     ApplySparse(*s, rows, grad_rows, global_step);
     return Status::Ok();
   };
@@ -359,6 +485,7 @@ Result<ShardMemory> Store::Memory(const ShardKey& key) const {
     m.bytes += s->lazy[k].bytes();
   }
   m.bytes += s->arena->bytes();
+  if (s->sketch) m.bytes += static_cast<uint64_t>(s->num_stripes) * AdmitSketch::bytes();
   return m;
 }
 
@@ -426,6 +553,16 @@ StoreStats Store::stats() const {
   st.bytes_pushed = bytes_pushed_.load(std::memory_order_relaxed);
   st.rows_pulled = rows_pulled_.load(std::memory_order_relaxed);
   st.rows_pushed = rows_pushed_.load(std::memory_order_relaxed);
+  st.rows_admitted = rows_admitted_.load(std::memory_order_relaxed);
+  st.rows_not_admitted = rows_not_admitted_.load(std::memory_order_relaxed);
+  st.rows_evicted_ttl = evicted_ttl_.load(std::memory_order_relaxed);
+  st.rows_evicted_max_rows = evicted_max_rows_.load(std::memory_order_relaxed);
+  std::shared_lock lock(mu_);
+  for (const auto& [key, shard] : shards_) {
+    if (!shard->lazy) continue;
+    ++st.lazy_shards;
+    st.live_rows += shard->live.load(std::memory_order_relaxed);
+  }
   return st;
 }
 

@@ -34,8 +34,8 @@
 // for that global row, exactly what a dense shard holds) with initial slots, and then
 // updated. PullRows of a row not created yet returns its initial value without creating
 // it, so a lazy and a dense shard of the same def train bit-identically. Created rows are
-// never dropped (except by a restore). Whole-shard Pull/Push/Restore of a lazy shard are
-// InvalidArgument; checkpoints go through Read (ShardView::row_ids) and Fill
+// dropped only by a restore or by eviction (below). Whole-shard Pull/Push/Restore of a
+// lazy shard are InvalidArgument; checkpoints go through Read (ShardView::row_ids) and Fill
 // (ShardFill::CreateRows). Storage (lazy_rows.h): 32 stripes chosen by a hash of the
 // row, each an open-addressing table row -> record (linear probing, load <= 0.7), and one
 // record arena per shard (chunks doubling up to 2 MiB); a record is the row's values then
@@ -43,6 +43,29 @@
 // up stripe by stripe, prefetching probe slots and records a few rows ahead. Arrays of
 // 2 MiB and more (dense values and slots, lazy tables and chunks) are advised as
 // transparent huge pages. Memory() reports the bytes used.
+//
+// Admission and eviction (ShardDef::row_policy, lazy shards only; model/row_policy.h).
+//  - Admission (admit_min_count N > 1): a PushRows of a row not created yet counts the
+//    row's id in the stripe's AdmitSketch (lazy_rows.h: a counting Bloom filter, 16 KiB
+//    per stripe, 512 KiB per shard) and drops its gradient (rows_not_admitted) until the
+//    estimate reaches N: that push creates the row (rows_admitted), applies its
+//    gradient, and takes N off the id's counters. A row not admitted pulls its initial
+//    value, as any row never created. The estimate is exact unless all 4 counters of the
+//    id are shared with other pending ids (then it may be admitted early, probability at
+//    most occupancy^4 <= 6.25%); aging halves a stripe's counters when over half are
+//    non-zero, which may delay an id that is pushed rarely. Pulls do not count.
+//  - Eviction (ttl_steps T, max_rows M): records then carry the row clock at their last
+//    push (4 bytes after the slots; a late push of an old step counts as recent). After a lazy push, a shard is swept when its ttl
+//    sweep is due (every max(1, T / 8) steps of the row clock) or when it holds more
+//    than M' + M' / 16 rows, M' = ceil(M / num_shards); the pushing thread sweeps, one
+//    stripe lock at a time, while other threads keep pulling and pushing (a thread that
+//    finds a sweep running goes on). A sweep evicts the rows whose last push is more than
+//    T steps behind the row clock, then the least recently pushed rows beyond M' (ties in
+//    stripe order). EvictRows sweeps exactly (checkpoints call it). An evicted row's
+//    record is reused; the row pulls its initial value again and, with admission, must
+//    be admitted anew.
+//  - Restore (ShardFill::CreateRows) clears the shard's sketch (pending counts are
+//    lost); ResetRowClock then stamps the restored rows as pushed at the checkpoint step.
 //
 // Design room for later modes (not implemented): "receive a gradient" (validate, look up
 // the shard, compute lr) and "apply a gradient" (ApplyDense/ApplySparse under stripe
@@ -70,6 +93,7 @@
 #include "libps/cluster/shard_layout.h"
 #include "libps/core/status.h"
 #include "libps/model/initializer.h"
+#include "libps/model/row_policy.h"
 #include "libps/server/optimizer.h"
 
 namespace ps::server {
@@ -87,6 +111,7 @@ struct ShardDef {
   cluster::ShardLayout layout;  // lazy: see "Lazy shards" above
   model::InitSpec init;
   uint64_t seed = 0;            // with var, row and col, determines initial values
+  model::RowPolicy row_policy = {};  // lazy only: admission and eviction (see below)
   ShardKey key() const { return {layout.var, layout.shard}; }
   bool operator==(const ShardDef&) const = default;
 };
@@ -103,6 +128,16 @@ struct StoreStats {
   uint64_t bytes_pushed = 0;    // gradient bytes applied
   uint64_t rows_pulled = 0;
   uint64_t rows_pushed = 0;
+  // Lazy shards ("Admission and eviction"): rows created by an admitting push, gradient
+  // rows dropped because their row was not admitted yet, rows evicted by ttl_steps and by
+  // max_rows (sweeps and EvictRows).
+  uint64_t rows_admitted = 0;
+  uint64_t rows_not_admitted = 0;
+  uint64_t rows_evicted_ttl = 0;
+  uint64_t rows_evicted_max_rows = 0;
+  // Gauges: lazy shards held, and their created rows now.
+  int64_t lazy_shards = 0;
+  int64_t live_rows = 0;
 };
 
 // A shard as ForEachShard/Read show it; spans are valid only inside the callback.
@@ -219,6 +254,16 @@ class Store {
   };
   Result<std::unique_ptr<ShardFill>> Fill(const ShardKey& key);
 
+  // Admission and eviction. The row clock is the highest global step any PushRows was
+  // given (the step ttl_steps counts in); ResetRowClock sets it (after a restore) and
+  // stamps every created row of every evicting shard as pushed at `step`.
+  int64_t row_clock() const { return row_clock_.load(std::memory_order_acquire); }
+  void ResetRowClock(int64_t step);
+  // Sweeps every evicting lazy shard now, exactly: rows older than ttl_steps and rows
+  // beyond max_rows (least recently pushed first) are evicted. Checkpoints call it before
+  // writing, so they hold only live rows. Takes one stripe lock at a time.
+  void EvictRows();
+
   // A step counter kept for the service and checkpoints; Push does not advance it.
   int64_t global_step() const { return global_step_.load(std::memory_order_acquire); }
   void SetGlobalStep(int64_t step) { global_step_.store(step, std::memory_order_release); }
@@ -233,17 +278,25 @@ class Store {
   void ApplyDense(Shard& shard, std::span<const float> grad, int64_t global_step);
   void ApplySparse(Shard& shard, std::span<const int64_t> rows, std::span<const float> grad_rows,
                    int64_t global_step);
-  // ApplySparse for a lazy shard: creates missing rows first. Internal on out of memory
-  // (the rows before the failing one are then applied).
+  // ApplySparse for a lazy shard: creates missing rows first (admitted rows only, when the
+  // shard admits) and, when it evicts, stamps every row pushed with `stamp` (the row
+  // clock). Internal on out of memory (the rows before the failing one are then applied).
   Status ApplyLazy(Shard& shard, std::span<const int64_t> rows, std::span<const float> grad_rows,
-                   int64_t global_step);
+                   int64_t global_step, int64_t stamp);
   Status Count(Status st, bool pull, uint64_t bytes, uint64_t rows);
+  // After a lazy push: sweeps `shard` if a sweep is due and no other thread sweeps it.
+  void MaybeSweep(Shard& shard);
+  // One sweep at row clock `now`; sweep_mu held. `exact`: down to max_rows (else to
+  // max_rows only once it is exceeded by more than a sixteenth).
+  void Sweep(Shard& shard, int64_t now, bool exact);
 
   mutable std::shared_mutex mu_;  // guards shards_ (structure) and spec_
   std::optional<OptimizerSpec> spec_;
   std::map<ShardKey, std::unique_ptr<Shard>> shards_;
 
   std::atomic<int64_t> global_step_{0};
+  std::atomic<int64_t> row_clock_{0};
+  std::atomic<uint64_t> rows_admitted_{0}, rows_not_admitted_{0}, evicted_ttl_{0}, evicted_max_rows_{0};
   std::atomic<uint64_t> pull_requests_{0}, push_requests_{0}, failed_requests_{0};
   std::atomic<uint64_t> bytes_pulled_{0}, bytes_pushed_{0}, rows_pulled_{0}, rows_pushed_{0};
 };

@@ -83,8 +83,12 @@ Status Store::ShardFill::CreateRows(std::span<const int64_t> rows) {
   PS_RETURN_IF_ERROR(CheckRows("Restore", key, rows, s.layout().rows));
   PS_RETURN_IF_ERROR(CheckUnique("Restore", key, rows));
   created_.clear();
-  for (int64_t k = 0; k < s.num_stripes; ++k) s.lazy[k].Clear();
+  for (int64_t k = 0; k < s.num_stripes; ++k) {
+    s.lazy[k].Clear();
+    if (s.sketch) s.sketch[k].Clear();
+  }
   s.arena->Clear();
+  shard_->live.store(0, std::memory_order_relaxed);
   created_.reserve(rows.size());
   for (int64_t row : rows) {
     const uint64_t h = HashRow(row);
@@ -93,7 +97,9 @@ Status Store::ShardFill::CreateRows(std::span<const int64_t> rows) {
       return Internal("Restore " + key.ToString() + ": out of memory creating " +
                       std::to_string(rows.size()) + " rows");
     s.InitRecord(row, record);
+    if (s.stamped) s.SetStamp(record, 0);  // ResetRowClock stamps the checkpoint's step
     created_.push_back(record);
+    shard_->live.fetch_add(1, std::memory_order_relaxed);
   }
   return Status::Ok();
 }

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -28,7 +30,27 @@ struct Store::Shard {
   // Lazy shards: one per stripe (stripes[k] guards lazy[k]); values and slots are empty.
   std::unique_ptr<LazyStripe[]> lazy;
   std::unique_ptr<RecordArena> arena;  // lazy: the records of every stripe
-  size_t record_floats = 0;  // lazy: (1 + slots) * cols
+  size_t record_floats = 0;  // lazy: (1 + slots) * cols, + 1 when stamped
+  // Lazy, admission and eviction (store.h): per stripe when def.rows admits (stripes[k]
+  // guards sketch[k]); records carry their last push step after the slots when the
+  // policy evicts (`stamped`).
+  std::unique_ptr<AdmitSketch[]> sketch;
+  bool stamped = false;
+  int64_t max_rows = 0;                 // per shard: ceil(def.rows.max_rows / num_shards); 0 none
+  std::atomic<int64_t> live{0};         // lazy: created rows now
+  std::atomic<int64_t> next_ttl_sweep{0};
+  std::mutex sweep_mu;                  // held by the one thread sweeping this shard
+
+  // The step a stamped record was last pushed at (saturated to [0, 2^32 - 1]).
+  uint32_t Stamp(const float* record) const {
+    uint32_t v;
+    std::memcpy(&v, record + (record_floats - 1), sizeof(v));
+    return v;
+  }
+  void SetStamp(float* record, int64_t step) const {
+    const auto v = static_cast<uint32_t>(std::clamp<int64_t>(step, 0, UINT32_MAX));
+    std::memcpy(record + (record_floats - 1), &v, sizeof(v));
+  }
 
   const cluster::ShardLayout& layout() const { return def.layout; }
   std::mutex& StripeOf(int64_t row) const { return stripes[row / stripe_rows]; }

@@ -198,11 +198,21 @@ Result<UpdateSpec> UpdateFromWire(const proto::Update& wire, const std::string& 
 }
 
 proto::ShardDef ShardDefToWire(const ShardDef& def) {
-  return proto::ShardDef{.layout = def.layout, .init = InitToWire(def.init), .seed = def.seed};
+  const model::RowPolicy& p = def.row_policy;
+  return proto::ShardDef{.layout = def.layout,
+                         .init = InitToWire(def.init),
+                         .seed = def.seed,
+                         .row_policy = {.admit_min_count = p.admit_min_count,
+                                        .ttl_steps = p.ttl_steps,
+                                        .max_rows = p.max_rows}};
 }
 
 Result<ShardDef> ShardDefFromWire(const proto::ShardDef& wire) {
-  ShardDef def{.layout = wire.layout, .init = {}, .seed = wire.seed};
+  const proto::RowPolicy& p = wire.row_policy;
+  ShardDef def{.layout = wire.layout,
+               .init = {},
+               .seed = wire.seed,
+               .row_policy = {.admit_min_count = p.admit_min_count, .ttl_steps = p.ttl_steps, .max_rows = p.max_rows}};
   PS_ASSIGN_OR_RETURN(def.init, InitFromWire(wire.init, def.layout.Name() + ".init"));
   PS_RETURN_IF_ERROR(ValidateShardDef(def));
   return def;

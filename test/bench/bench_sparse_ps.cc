@@ -3,6 +3,7 @@
 //
 //   bench_sparse_ps [--rows 10000000] [--dim 16] [--batch 512] [--ids 26] [--zipf 1.05]
 //                   [--clients 2] [--seconds 2] [--variants dense,lazy] [--prefill 1]
+//                   (variants: dense, lazy, lazy-evict: lazy with the 4-byte last-push stamp)
 //
 // Workload: --batch examples x --ids ids each, drawn Zipf(--zipf) over the table's rows
 // (continuous inverse-CDF approximation, rank k -> row (k * 1000003) mod rows so hot rows
@@ -94,7 +95,7 @@ Options Parse(int argc, char** argv) {
   if (o.rows < 1 || o.rows > (int64_t{1} << 40) || o.dim < 1 || o.batch < 1 || o.ids < 1 || o.zipf <= 0 || o.clients < 1 || o.seconds <= 0)
     Die("bad flag value");
   for (const auto& v : o.variants)
-    if (v != "dense" && v != "lazy") Die("--variants: dense and/or lazy, got " + v);
+    if (v != "dense" && v != "lazy" && v != "lazy-evict") Die("--variants: dense, lazy, lazy-evict, got " + v);
   return o;
 }
 
@@ -147,7 +148,10 @@ void Row(const char* what, const Rate& r, const Rate& base) {
   std::printf("  %-22s %12.0f %10.1f %8.2f\n", what, r.rows_per_s, r.mb_per_s, r.rows_per_s / base.rows_per_s);
 }
 
-void RunVariant(const Options& o, bool lazy, const std::vector<std::vector<int64_t>>& batches) {
+// variant: "dense", "lazy", or "lazy-evict" (lazy with a ttl too long to evict anything:
+// what the last-push stamp of an evicting table costs).
+void RunVariant(const Options& o, const std::string& variant, const std::vector<std::vector<int64_t>>& batches) {
+  const bool lazy = variant != "dense";
   ps::server::Store store;
   ps::server::OptimizerSpec spec = ps::server::DefaultOptimizer(ps::server::OptimizerKind::kAdagrad);
   spec.learning_rate = 0.01;
@@ -161,7 +165,9 @@ void RunVariant(const Options& o, bool lazy, const std::vector<std::vector<int64
                                       .full_shape = {o.rows, o.dim},
                                       .lazy = lazy},
                            .init = {ps::model::InitKind::kUniform, -0.05, 0.05},
-                           .seed = 1};
+                           .seed = 1,
+                           .row_policy = {}};
+  if (variant == "lazy-evict") def.row_policy.ttl_steps = int64_t{1} << 31;
   auto t0 = Clock::now();
   Check(store.Create(def), "Create");
   if (lazy && o.prefill) {
@@ -181,7 +187,7 @@ void RunVariant(const Options& o, bool lazy, const std::vector<std::vector<int64
   for (const auto& b : batches) max_rows = std::max(max_rows, b.size());
   const std::vector<float> grad(max_rows * dim, 0.001f);
 
-  std::printf("\n%s shard: %lld x %lld float32, adagrad (created%s in %.2f s)\n", lazy ? "lazy" : "dense",
+  std::printf("\n%s shard: %lld x %lld float32, adagrad (created%s in %.2f s)\n", variant.c_str(),
               static_cast<long long>(o.rows), static_cast<long long>(o.dim),
               lazy && o.prefill ? " and every row pushed once" : "", create_s);
   std::printf("  %-22s %12s %10s %8s\n", "", "rows/s", "MB/s", "vs base");
@@ -295,6 +301,6 @@ int main(int argc, char** argv) {
               "(mean of %d); %d client threads; %.1f s per measurement\n",
               static_cast<long long>(o.batch), static_cast<long long>(o.ids), o.zipf,
               static_cast<long long>(o.rows), mean_unique, kBatches, o.clients, o.seconds);
-  for (const auto& v : o.variants) RunVariant(o, v == "lazy", batches);
+  for (const auto& v : o.variants) RunVariant(o, v, batches);
   return 0;
 }

@@ -71,6 +71,7 @@ void Wire() {
   cs.shards.back().layout.lazy = true;
   cs.shards.back().layout.shard = 0;
   cs.shards.back().layout.row_begin = 0;
+  cs.shards.back().row_policy = {.admit_min_count = 3, .ttl_steps = 1000, .max_rows = 500};
   cs.update = {.mode = proto::UpdateMode::kSync, .replicas_to_aggregate = 2, .num_workers = 2};
   proto::CreateShards ftrl = cs;
   ftrl.optimizer.rule = proto::Ftrl{.learning_rate_power = -0.5, .initial_accumulator_value = 0.1, .l1 = 0.01};

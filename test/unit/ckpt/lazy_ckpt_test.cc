@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "libps/ckpt/checkpoint_dir.h"
+#include "libps/ckpt/shard_checkpointer.h"
 #include "libps/ckpt/store_io.h"
 #include "test/support/temp_dir.h"
 
@@ -196,4 +197,50 @@ TEST_CASE("a lazy shard of 200,000 rows (tables grown many times) round-trips bi
   Train(&a, 8, 5);
   Train(&b, 8, 5);
   CHECK(Snapshot(a) == Snapshot(b));
+}
+
+TEST_CASE("a lazy shard with evict: the saved checkpoint holds only live rows; a restore restamps them") {
+  TempDir dir;
+  auto policy_defs = [] {
+    auto defs = Defs();
+    defs[0].row_policy.ttl_steps = 1000;
+    defs[0].row_policy.max_rows = 2 * 40;  // 40 per shard: the table has 2 shards
+    return defs;
+  };
+  Store a;
+  OptimizerSpec spec = DefaultOptimizer(OptimizerKind::kAdagrad);
+  spec.learning_rate = 0.05;
+  REQUIRE(a.Configure(spec).ok());
+  for (const auto& d : policy_defs()) REQUIRE(a.Create(d).ok());
+  const ShardKey key = policy_defs()[0].key();
+  std::vector<float> grad(4, 0.5f);
+  // 41 rows, one a step: over 40 but within the sixteenth a sweep waits for.
+  for (int64_t r = 0; r < 41; ++r) REQUIRE(a.PushRows(key, std::vector<int64_t>{r * 7919}, grad, r).ok());
+  REQUIRE(a.Memory(key)->rows == 41);
+  ps::ckpt::ShardCheckpointer saver(&a, 0);
+  auto saved = saver.Save({.model_dir = dir.path(), .global_step = 41});
+  REQUIRE(saved.ok());
+  CHECK(a.Memory(key)->rows == 40);  // Save swept first: row 0 (the least recently pushed) went
+  auto summary = ps::ckpt::Inspect(ps::ckpt::CheckpointPath(dir.path(), 41) + "/ps-0.shard", true);
+  REQUIRE(summary.ok());
+  for (const auto& rec : summary->records) {
+    if (rec.meta.layout.var == "emb/embeddings") CHECK(rec.meta.stored_rows == 40);
+  }
+
+  Store b;
+  REQUIRE(b.Configure(spec).ok());
+  for (const auto& d : policy_defs()) REQUIRE(b.Create(d).ok());
+  ps::ckpt::ShardCheckpointer loader(&b, 0);
+  REQUIRE(loader.Restore({.model_dir = dir.path(), .global_step = 41}).ok());
+  CHECK(b.row_clock() == 41);
+  CHECK(Snapshot(a) == Snapshot(b));
+  CHECK(b.stats().live_rows == 40);
+  // Restored rows count as pushed at 41: at 1041 they are still within ttl_steps, at 1042 not.
+  REQUIRE(b.PushRows(key, std::vector<int64_t>{1}, grad, 1041).ok());
+  CHECK(b.Memory(key)->rows == 41);
+  b.EvictRows();
+  CHECK(b.Memory(key)->rows == 40);  // max_rows: one restored row goes, not the new one
+  REQUIRE(b.PushRows(key, std::vector<int64_t>{1}, grad, 1042).ok());
+  b.EvictRows();
+  CHECK(b.Memory(key)->rows == 1);
 }

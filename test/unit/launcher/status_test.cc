@@ -109,6 +109,16 @@ TEST_CASE("status text: per-worker and per-ps tables and the hints") {
         "12:00:01 hint: network-bound: workers spend 63% of their step time pulling and pushing while the ps queues "
         "stay near empty (max depth <= 1): the network, not the ps, limits training\n");
 
+  // A ps with lazy tables: their row figures in a table of their own.
+  Json lazy = Json::parse(json);
+  lazy["ps"][0]["rows"] = {{"lazy_shards", 2}, {"live_rows", 12535}, {"admitted", 2262}, {"not_admitted", 3425},
+                           {"evicted_ttl", 9342}, {"evicted_max_rows", 1262}};
+  const std::string with_rows = FormatStatus(obs::ChiefStatusFromJson(lazy));
+  CHECK(with_rows.find("ps:1: timed out\n"
+                       "\n"
+                       "ps    lazy_rows  admitted  not_admitted  evicted_ttl  evicted_max_rows\n"
+                       "ps:0  12535      2262      3425          9342         1262\n") != std::string::npos);
+
   // No load arrays (no sample yet): no tables.
   CHECK(FormatStatus(obs::ChiefStatusFromJson(Json::parse(R"({"state":"starting","workers":[],"ps":[]})"))) ==
         "state: starting\nglobal_step: 0\ntotal_steps: 0\nexamples_per_sec: 0\nelapsed: 0.0 s\n");

@@ -482,3 +482,85 @@ TEST_CASE("\"lazy\" marks a table's variable lazy: first field of a table, and l
   CHECK(BuildError(R"({"type":"logistic_regression","num_features":10,"lazy":1})").find("job.model.lazy") == 0);
   CHECK(BuildError(R"({"type":"mlp","input_dim":4,"classes":2,"lazy":true})") == "job.model.lazy: unknown key");
 }
+
+TEST_CASE("\"admit\" and \"evict\" set a lazy table's row policy, on every way to declare a table") {
+  auto m = Build(R"({"type":"embedding_mlp","fields":[
+      {"table":"ids","vocab":1099511627776,"dim":4,"lazy":true,"admit":{"min_count":3},
+       "evict":{"ttl_steps":1000,"max_rows":50000}},{"table":"ids"},
+      {"table":"small","vocab":10,"dim":2,"lazy":true,"evict":{"max_rows":7}},
+      {"table":"plain","vocab":10,"dim":2,"lazy":true}],"classes":1})");
+  REQUIRE(m != nullptr);
+  const auto& v = m->variables();
+  REQUIRE(v.size() >= 3);
+  CHECK(v[0].rows == RowPolicy{.admit_min_count = 3, .ttl_steps = 1000, .max_rows = 50000});
+  CHECK(v[1].rows == RowPolicy{.admit_min_count = 1, .ttl_steps = 0, .max_rows = 7});
+  CHECK(v[2].rows == RowPolicy{});
+  for (size_t i = 3; i < v.size(); ++i) CHECK(v[i].rows == RowPolicy{});
+
+  auto lr = Build(R"({"type":"logistic_regression","num_buckets":1000000,"lazy":true,
+                      "admit":{"min_count":2},"evict":{"ttl_steps":10}})");
+  CHECK(lr->variables()[0].rows == RowPolicy{.admit_min_count = 2, .ttl_steps = 10, .max_rows = 0});
+
+  auto g = Build(R"({"type":"graph","inputs":[{"name":"a","type":"sparse","field":0},
+      {"name":"b","type":"sparse","field":1}],
+      "layers":[{"name":"e","type":"embedding","inputs":["a"],"vocab":100,"dim":2,"lazy":true,
+                 "admit":{"min_count":4}},
+                {"name":"f","type":"embedding","inputs":["b"],"table":"e"},
+                {"name":"w","type":"linear","inputs":["a"],"vocab":100,"lazy":true,"evict":{"ttl_steps":5}},
+                {"name":"c","type":"concat","inputs":["e","f","w"]},
+                {"name":"o","type":"dense","inputs":["c"],"units":1}],
+      "outputs":[{"layer":"o","loss":"mean_squared_error"}]})");
+  REQUIRE(g != nullptr);
+  for (const auto& var : g->variables()) {
+    CAPTURE(var.name);
+    if (var.name == "e/embeddings") CHECK(var.rows == RowPolicy{.admit_min_count = 4});
+    if (var.name == "w/weights") CHECK(var.rows == RowPolicy{.ttl_steps = 5});
+  }
+}
+
+TEST_CASE("\"admit\" and \"evict\": errors name the key") {
+  // Not lazy.
+  CHECK(BuildError(R"({"type":"embedding_mlp","fields":[{"vocab":5,"dim":2,"admit":{"min_count":2}}],
+      "classes":1})") ==
+        "job.model.fields[0].admit: applies to lazy tables only (set \"lazy\": true on this table)");
+  CHECK(BuildError(R"({"type":"logistic_regression","num_features":10,"evict":{"ttl_steps":2}})") ==
+        "job.model.evict: applies to lazy tables only (set \"lazy\": true on this table)");
+  CHECK(BuildError(R"({"type":"graph","inputs":[{"name":"a","type":"sparse","field":0}],
+      "layers":[{"name":"e","type":"embedding","inputs":["a"],"vocab":100,"dim":2,"evict":{"max_rows":3}}],
+      "outputs":[{"layer":"e","loss":"mean_squared_error"}]})")
+            .find(".evict: applies to lazy tables only") != std::string::npos);
+  CHECK(BuildError(R"({"type":"graph","inputs":[{"name":"a","type":"sparse","field":0}],
+      "layers":[{"name":"w","type":"linear","inputs":["a"],"vocab":100,"lazy":false,"admit":{"min_count":3}}],
+      "outputs":[{"layer":"w","loss":"mean_squared_error"}]})")
+            .find(".admit: applies to lazy tables only") != std::string::npos);
+  // Ranges and shapes.
+  const std::string f = R"({"type":"embedding_mlp","fields":[{"vocab":5,"dim":2,"lazy":true,)";
+  CHECK(BuildError(f + R"("admit":{"min_count":256}}],"classes":1})") ==
+        "job.model.fields[0].admit.min_count: must be in [1, 255], got 256");
+  CHECK(BuildError(f + R"("admit":{"min_count":0}}],"classes":1})") ==
+        "job.model.fields[0].admit.min_count: must be in [1, 255], got 0");
+  CHECK(BuildError(f + R"("admit":{}}],"classes":1})") == "job.model.fields[0].admit.min_count: required key is missing");
+  CHECK(BuildError(f + R"("admit":3}],"classes":1})").find("job.model.fields[0].admit") == 0);
+  CHECK(BuildError(f + R"("admit":{"min_count":2,"decay":1}}],"classes":1})") ==
+        "job.model.fields[0].admit.decay: unknown key");
+  CHECK(BuildError(f + R"("evict":{}}],"classes":1})") ==
+        "job.model.fields[0].evict: give ttl_steps, max_rows or both");
+  CHECK(BuildError(f + R"("evict":{"ttl_steps":0}}],"classes":1})") ==
+        "job.model.fields[0].evict.ttl_steps: must be in [1, 2147483648], got 0");
+  CHECK(BuildError(f + R"("evict":{"max_rows":-4}}],"classes":1})") ==
+        "job.model.fields[0].evict.max_rows: must be in [1, 1099511627776], got -4");
+  CHECK(BuildError(f + R"("evict":{"max_rows":4,"lfu":true}}],"classes":1})") ==
+        "job.model.fields[0].evict.lfu: unknown key");
+  // Only on a table's first field; a shared graph table must agree.
+  CHECK(BuildError(R"({"type":"embedding_mlp","fields":[{"table":"t","vocab":5,"dim":2,"lazy":true},
+      {"table":"t","evict":{"ttl_steps":3}}],"classes":1})") ==
+        "job.model.fields[1].evict: set on the first field of table \"t\" (fields[0]) only");
+  CHECK(BuildError(R"({"type":"graph","inputs":[{"name":"a","type":"sparse","field":0}],
+      "layers":[{"name":"e","type":"embedding","inputs":["a"],"vocab":100,"dim":2,"lazy":true,
+                 "admit":{"min_count":4}},
+                {"name":"f","type":"embedding","inputs":["a"],"table":"e","admit":{"min_count":5}},
+                {"name":"c","type":"concat","inputs":["e","f"]}],
+      "outputs":[{"layer":"c","loss":"mean_squared_error"}]})")
+            .find("admit/evict: {\"admit\":{\"min_count\":5}} differs from {\"admit\":{\"min_count\":4}}") !=
+        std::string::npos);
+}

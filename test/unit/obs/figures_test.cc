@@ -72,6 +72,24 @@ TEST_CASE("ps status: the store's shards, bytes held (values + slots) and counte
   CHECK(j.bytes_sent == 2000);
 }
 
+TEST_CASE("ps status: a lazy shard's row figures (admitted, not admitted, evicted, live)") {
+  ::ps::server::Store store;
+  REQUIRE(store.Configure(::ps::server::DefaultOptimizer(::ps::server::OptimizerKind::kSgd)).ok());
+  ::ps::server::ShardDef lazy{.layout = {.var = "ids", .shard = 0, .num_shards = 1, .row_begin = 0, .rows = 1000,
+                                         .cols = 2, .full_shape = {1000, 2}, .lazy = true},
+                              .init = {},
+                              .seed = 1,
+                              .row_policy = {.admit_min_count = 2, .ttl_steps = 0, .max_rows = 2}};
+  REQUIRE(store.Create(lazy).ok());
+  std::vector<float> grad(6, 1.0f);
+  for (int64_t step = 0; step < 2; ++step) {
+    REQUIRE(store.PushRows({"ids", 0}, std::vector<int64_t>{1, 2, 3}, grad, step).ok());
+  }
+  proto::PsStatus j = ::ps::server::PsStatusOf(store, {}, 1, 1.0);
+  CHECK(j.rows == proto::PsRowFigures{.lazy_shards = 1, .live_rows = 2, .admitted = 3, .not_admitted = 3,
+                                      .evicted_ttl = 0, .evicted_max_rows = 1});
+}
+
 TEST_CASE("ps load: rates between two samples, since start without one or after a restart") {
   proto::PsStatus prev = PsStatus(10, 1000, 50000, 80000, 300, 200);
   proto::PsStatus cur = PsStatus(12, 1400, 60000, 100000, 700, 600);
@@ -84,6 +102,16 @@ TEST_CASE("ps load: rates between two samples, since start without one or after 
         R"("update":{"mode":"async","stale_dropped":0,"waited_pulls":0,"max_lead":0,"min_version":0,"max_version":0}})");
   // The JSON reads back as the same figures (what inspect and the report do with metrics lines).
   CHECK(obs::ToJson(obs::PsLoadFromJson(e)) == e);
+  CHECK_FALSE(e.contains("rows"));  // no lazy shard: no row figures
+
+  // A ps with lazy shards: its row figures travel along, and read back.
+  cur.rows = {.lazy_shards = 2, .live_rows = 30, .admitted = 40, .not_admitted = 50, .evicted_ttl = 6,
+              .evicted_max_rows = 4};
+  Json lazy = obs::ToJson(obs::PsLoadOf("ps:0", "10.0.0.5:2222", cur, prev));
+  CHECK(lazy["rows"].dump() ==
+        R"({"lazy_shards":2,"live_rows":30,"admitted":40,"not_admitted":50,"evicted_ttl":6,"evicted_max_rows":4})");
+  CHECK(obs::ToJson(obs::PsLoadFromJson(lazy)) == lazy);
+  cur.rows = {};
 
   proto::PsLoad first = obs::PsLoadOf("ps:0", "a", cur, std::nullopt);  // over the 12 s since the ps started
   CHECK(first.requests_per_s == Approx(1400.0 / 12));

@@ -136,6 +136,8 @@ TEST_CASE("status replies travel as tables: every field, optional figures absent
   ps.bytes_sent = 12;
   ps.update = {.mode = "sync", .stale_dropped = 13, .waited_pulls = 14, .max_lead = 15, .min_version = 16,
                .max_version = 17};
+  ps.rows = {.lazy_shards = 18, .live_rows = 19, .admitted = 20, .not_admitted = 21, .evicted_ttl = 22,
+             .evicted_max_rows = 23};
   auto e1 = proto::Decode(proto::Encode({5, true, 0, proto::PsStatusReply{ps}}));
   REQUIRE(e1.ok());
   const proto::PsStatus& p = std::get<proto::PsStatusReply>(e1->body).status;
@@ -160,6 +162,7 @@ TEST_CASE("status replies travel as tables: every field, optional figures absent
   CHECK(p.update.max_lead == 15);
   CHECK(p.update.min_version == 16);
   CHECK(p.update.max_version == 17);
+  CHECK(p.rows == ps.rows);
 
   proto::ChiefStatus s;
   s.state = "training";
@@ -207,6 +210,8 @@ TEST_CASE("status replies travel as tables: every field, optional figures absent
   ok.window_sec = 1.25;
   ok.update = proto::PsUpdateFigures{.mode = "async", .stale_dropped = 0, .waited_pulls = 0, .max_lead = 0,
                                      .min_version = 0, .max_version = 0};
+  ok.rows = proto::PsRowFigures{.lazy_shards = 2, .live_rows = 3, .admitted = 4, .not_admitted = 5,
+                                .evicted_ttl = 6, .evicted_max_rows = 7};
   proto::PsLoad gone;
   gone.task = "ps:1";
   gone.address = "127.0.0.1:2226";
@@ -246,9 +251,12 @@ TEST_CASE("status replies travel as tables: every field, optional figures absent
   CHECK(c.ps[0].window_sec == 1.25);
   REQUIRE(c.ps[0].update.has_value());
   CHECK(c.ps[0].update->mode == "async");
+  REQUIRE(c.ps[0].rows.has_value());
+  CHECK(*c.ps[0].rows == *ok.rows);
   CHECK_FALSE(c.ps[1].answered());
   CHECK(c.ps[1].error == "timed out");
   CHECK_FALSE(c.ps[1].update.has_value());
+  CHECK_FALSE(c.ps[1].rows.has_value());
 }
 
 // ---- CreateShards: typed tables instead of JSON strings --------------------------------
