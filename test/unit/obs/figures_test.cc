@@ -56,7 +56,8 @@ TEST_CASE("ps status: the store's shards, bytes held (values + slots) and counte
   std::vector<float> two(8);
   REQUIRE(store.PullRows({"emb", 0}, rows, two).ok());
 
-  ps::net::Server::Stats server{7, 1, 4, 1000, 2000};
+  ps::net::Server::Stats server{
+      .requests = 7, .queue_depth = 1, .max_queue_depth = 4, .bytes_received = 1000, .bytes_sent = 2000};
   proto::PsStatus j = ::ps::server::PsStatusOf(store, server, 99, 12.5);
   CHECK(j.generation == 99);
   CHECK(j.uptime_sec == 12.5);
