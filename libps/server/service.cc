@@ -80,28 +80,70 @@ std::shared_ptr<void> Service::Inline(const net::Request& request) {
   return token;
 }
 
+Result<proto::Body> Service::HandleLongOp(const proto::Body& body, const net::PeerInfo& peer) {
+  if (const auto* m = std::get_if<proto::CreateShards>(&body)) {
+    Status st = CreateShards(*m);
+    if (!st.ok()) {
+      PS_LOG(Error) << "CreateShards from " << peer.Name() << " failed: " << st.ToString();
+      return st;
+    }
+    return proto::Body(proto::Ack{});
+  }
+  if (const auto* m = std::get_if<proto::Save>(&body)) {
+    if (checkpointer_ == nullptr) return FailedPrecondition("this ps cannot save checkpoints");
+    auto r = checkpointer_->Save(*m);
+    if (!r.ok()) {
+      PS_LOG(Error) << "saving checkpoint " << m->global_step << " failed: " << r.status().ToString();
+      return r.status();
+    }
+    return proto::Body(*r);
+  }
+  const auto& m = std::get<proto::Restore>(body);
+  if (checkpointer_ == nullptr) return FailedPrecondition("this ps cannot restore checkpoints");
+  Status st = checkpointer_->Restore(m);
+  if (!st.ok()) {
+    PS_LOG(Error) << "restoring checkpoint " << m.global_step << " failed: " << st.ToString();
+    return st;
+  }
+  {
+    std::lock_guard lock(applied_mu_);
+    applied_.clear();  // the steps after the checkpoint will be run again
+  }
+  {
+    std::lock_guard lock(mode_mu_);
+    base_version_ = m.global_step;
+    sync_.clear();
+    // Workers keep counting their steps across a restore (a restarted ps knows none):
+    // until a worker is heard from again it holds nobody back.
+    clocks_.assign(clocks_.size(), -1);
+    offsets_.assign(offsets_.size(), 0);
+    seen_.assign(seen_.size(), -1);
+    idle_at_.assign(idle_at_.size(), -1);
+  }
+  FailParked(Aborted("the ps was restored to checkpoint " + std::to_string(m.global_step)));
+  return proto::Body(proto::Ack{});
+}
+
 void Service::Handle(net::Request request, net::Responder responder) {
   auto& body = request.envelope.body;
-  // A request that may hold store locks for long or change the mode: Inline() says no
-  // from now on, and once the inline handlers under way have returned it runs alone
-  // (with the pool's requests) until it is answered.
-  struct LongOp {
-    std::atomic<int>& n;
-    std::unique_lock<std::shared_mutex> gate;
-    LongOp(std::atomic<int>& count, std::shared_mutex& inline_gate) : n(count) {
-      n.fetch_add(1);
-      gate = std::unique_lock(inline_gate);
-    }
-    ~LongOp() {
-      gate.unlock();
-      n.fetch_sub(1);
-    }
-  };
-  std::optional<LongOp> long_op;
   if (std::holds_alternative<proto::CreateShards>(body) || std::holds_alternative<proto::Save>(body) ||
       std::holds_alternative<proto::Restore>(body)) {
-    long_op.emplace(long_ops_, inline_gate_);
-    if (long_op_hook_ && !std::holds_alternative<proto::CreateShards>(body)) long_op_hook_();
+    // They may hold store locks for long or change the mode: from here Inline() says no,
+    // and once the inline handlers under way have returned they run alone (with the
+    // pool's requests). The gate opens again before the reply leaves.
+    Result<proto::Body> r = [&]() -> Result<proto::Body> {
+      long_ops_.fetch_add(1);
+      std::unique_lock gate(inline_gate_);
+      struct Done {
+        std::atomic<int>& n;
+        ~Done() { n.fetch_sub(1); }
+      } done{long_ops_};
+      if (long_op_hook_ && !std::holds_alternative<proto::CreateShards>(body)) long_op_hook_();
+      PS_RETURN_IF_ERROR(CheckGeneration(request));
+      return HandleLongOp(body, request.peer);
+    }();
+    if (!r.ok()) return responder.Fail(r.status());
+    return responder.Reply(std::move(*r));
   }
   if (auto* m = std::get_if<proto::Push>(&body)) {
     auto r = [&]() -> Result<proto::PushReply> {
@@ -116,57 +158,6 @@ void Service::Handle(net::Request request, net::Responder responder) {
   }
   if (Status st = CheckGeneration(request); !st.ok()) return responder.Fail(st);
   if (auto* m = std::get_if<proto::Pull>(&body)) return PullOrWait(std::move(*m), std::move(responder));
-  if (auto* m = std::get_if<proto::CreateShards>(&body)) {
-    Status st = CreateShards(*m);
-    long_op.reset();  // the gate is open again before the reply leaves
-    if (!st.ok()) {
-      PS_LOG(Error) << "CreateShards from " << request.peer.Name() << " failed: " << st.ToString();
-      return responder.Fail(st);
-    }
-    return responder.Reply(proto::Ack{});
-  }
-  if (auto* m = std::get_if<proto::Save>(&body)) {
-    if (checkpointer_ == nullptr) {
-      long_op.reset();
-      return responder.Fail(FailedPrecondition("this ps cannot save checkpoints"));
-    }
-    auto r = checkpointer_->Save(*m);
-    long_op.reset();  // the gate is open again before the reply leaves
-    if (!r.ok()) {
-      PS_LOG(Error) << "saving checkpoint " << m->global_step << " failed: " << r.status().ToString();
-      return responder.Fail(r.status());
-    }
-    return responder.Reply(*r);
-  }
-  if (auto* m = std::get_if<proto::Restore>(&body)) {
-    if (checkpointer_ == nullptr) {
-      long_op.reset();
-      return responder.Fail(FailedPrecondition("this ps cannot restore checkpoints"));
-    }
-    Status st = checkpointer_->Restore(*m);
-    long_op.reset();  // the gate is open again before the reply leaves
-    if (!st.ok()) {
-      PS_LOG(Error) << "restoring checkpoint " << m->global_step << " failed: " << st.ToString();
-      return responder.Fail(st);
-    }
-    {
-      std::lock_guard lock(applied_mu_);
-      applied_.clear();  // the steps after the checkpoint will be run again
-    }
-    {
-      std::lock_guard lock(mode_mu_);
-      base_version_ = m->global_step;
-      sync_.clear();
-      // Workers keep counting their steps across a restore (a restarted ps knows none):
-      // until a worker is heard from again it holds nobody back.
-      clocks_.assign(clocks_.size(), -1);
-      offsets_.assign(offsets_.size(), 0);
-      seen_.assign(seen_.size(), -1);
-      idle_at_.assign(idle_at_.size(), -1);
-    }
-    FailParked(Aborted("the ps was restored to checkpoint " + std::to_string(m->global_step)));
-    return responder.Reply(proto::Ack{});
-  }
   if (std::holds_alternative<proto::GetStatus>(body)) {
     std::function<proto::PsStatus()> source;
     {

@@ -104,6 +104,8 @@ class Service {
   UpdateStats update_stats() const;
 
  private:
+  // CreateShards, Save or Restore (body holds one), with the inline gate held.
+  Result<proto::Body> HandleLongOp(const proto::Body& body, const net::PeerInfo& peer);
   Status CreateShards(const proto::CreateShards& msg);
   // Pulls now, or parks the pull until the update mode lets it through.
   void PullOrWait(proto::Pull msg, net::Responder responder);
