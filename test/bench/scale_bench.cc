@@ -3,16 +3,17 @@
 // many workers fit on 2 cores. Not a test: run by scripts/bench-scale.sh.
 //
 //   bench_scale chief  --pstrain PATH [--workers 64] [--fake-compute-ms 10,0]
-//                      [--steps-per-dispatch 1] [--log-every 1000] [--warmup 3] [--seconds 10]
-//   bench_scale ps     --ps PATH [--clients 16] [--bytes 4096] [--warmup 1] [--seconds 5]
+//                      [--steps-per-dispatch 1,10] [--log-every 1000] [--warmup 3] [--seconds 10]
+//   bench_scale ps     --ps PATH [--clients 16] [--depth 1] [--bytes 4096] [--warmup 1] [--seconds 5]
 //                      [--ps-cpu 0] [--client-cpu 1]
 //   bench_scale fanout --pstrain PATH --job FILE [--ps-tasks 1,2,4,8] [--fake-compute-ms 0]
 //                      [--steps 3000] [--log-every 100] [--skip-steps 500]
 //
 // chief: the chief's CPU time per dispatched pack. `pstrain local` runs 1 ps and --workers
 //   workers of a tiny job (logistic regression over 8 features, batch 1, so a step's pull and
-//   push are a few bytes) with fake compute: every step sleeps --fake-compute-ms, and a pack
-//   is --steps-per-dispatch steps. Each time the chief appends a progress line the CPU time
+//   push are a few bytes) with fake compute: every step sleeps --fake-compute-ms (10: each
+//   worker wants 100 steps/s; 0: as fast as the machine goes), and a pack is
+//   --steps-per-dispatch steps; one run per pair of the two lists. Each time the chief appends a progress line the CPU time
 //   of every process is read from /proc/<pid>/stat (test/bench/cluster_run.h); over the
 //   window from --warmup s after the first line to --seconds later (the run is then stopped
 //   as by `pstrain stop`): packs dispatched = steps / steps per pack, the chief's CPU per
@@ -20,8 +21,8 @@
 // ps: one ps core's capacity for small pulls. A real pstrain-ps pinned to CPU --ps-cpu
 //   (sched_setaffinity) serves one dense variable of --bytes; this process, pinned to
 //   --client-cpu, plays the chief (creates the variable, sends Shutdown at the end) and
-//   --clients workers, each its own connection with one pull in flight at a time (the next
-//   pull is sent from the previous one's completion). Over --seconds after --warmup:
+//   --clients workers, each its own connection with --depth pulls in flight (each sent
+//   again from its completion; a worker keeps one pull per ps in flight, so 1 is realistic). Over --seconds after --warmup:
 //   pulls per second and the ps's CPU per pull (/proc/<pid>/stat), and its share of the
 //   core; if it is below 1, the ps was not saturated and 1e6 / (µs per pull) is the
 //   capacity of a whole core.
@@ -94,11 +95,12 @@ struct Options {
   // chief
   int workers = 64;
   std::vector<double> chief_fake_ms = {10, 0};
-  int steps_per_dispatch = 1;
+  std::vector<int> steps_per_dispatch = {1, 10};
   int64_t chief_log_every = 1000;
   double warmup = 3, seconds = 10;
   // ps
   int clients = 16;
+  int depth = 1;  // pulls in flight per client
   int64_t bytes = 4096;
   int ps_cpu = 0, client_cpu = 1;
   // fanout
@@ -123,11 +125,15 @@ Options Parse(int argc, char** argv) {
       auto v = NumberList(next(), "--fake-compute-ms");
       o.chief_fake_ms = v;
       o.fanout_fake_ms = v.front();
-    } else if (a == "--steps-per-dispatch") o.steps_per_dispatch = std::atoi(next().c_str());
+    } else if (a == "--steps-per-dispatch") {
+      o.steps_per_dispatch.clear();
+      for (double v : NumberList(next(), "--steps-per-dispatch")) o.steps_per_dispatch.push_back(static_cast<int>(v));
+    }
     else if (a == "--log-every") o.chief_log_every = o.log_every = std::atoll(next().c_str());
     else if (a == "--warmup") o.warmup = std::atof(next().c_str()), warmup_set = true;
     else if (a == "--seconds") o.seconds = std::atof(next().c_str()), seconds_set = true;
     else if (a == "--clients") o.clients = std::atoi(next().c_str());
+    else if (a == "--depth") o.depth = std::atoi(next().c_str());
     else if (a == "--bytes") o.bytes = std::atoll(next().c_str());
     else if (a == "--ps-cpu") o.ps_cpu = std::atoi(next().c_str());
     else if (a == "--client-cpu") o.client_cpu = std::atoi(next().c_str());
@@ -140,9 +146,12 @@ Options Parse(int argc, char** argv) {
     if (!warmup_set) o.warmup = 1;
     if (!seconds_set) o.seconds = 5;
   }
-  if (o.workers < 1 || o.steps_per_dispatch < 1 || o.chief_log_every < 1 || o.log_every < 1 || o.warmup < 0 ||
-      o.seconds <= 0 || o.clients < 1 || o.bytes < 4 || o.bytes % 4 != 0 || o.steps < 1 || o.skip_steps < 0) {
+  if (o.workers < 1 || o.chief_log_every < 1 || o.log_every < 1 || o.warmup < 0 ||
+      o.seconds <= 0 || o.clients < 1 || o.depth < 1 || o.bytes < 4 || o.bytes % 4 != 0 || o.steps < 1 || o.skip_steps < 0) {
     Die("bad flag value");
+  }
+  for (int spd : o.steps_per_dispatch) {
+    if (spd < 1 || spd > 100000) Die("bad --steps-per-dispatch");
   }
   for (double p : o.ps_tasks) {
     if (p < 1 || p != static_cast<int>(p)) Die("bad --ps-tasks");
@@ -171,69 +180,84 @@ double SumCpu(const std::vector<std::pair<std::string, double>>& cpu, const std:
 
 // ---------------------------------------------------------------- chief
 
+struct ChiefResult {
+  double fake_ms = 0;
+  int steps_per_pack = 1;
+  double packs_per_sec = 0;
+  double chief_us = 0;  // chief CPU µs per pack
+};
+
+ChiefResult RunChiefOnce(const Options& o, double fake_ms, int steps_per_pack) {
+  Json job = {{"model", {{"type", "logistic_regression"}, {"num_features", 8}}},
+              {"train_data", {{"format", "string_features"}, {"examples", 1000}, {"seed", 1}}},
+              {"optimizer", {{"type", "sgd"}, {"learning_rate", 0.01}}},
+              {"batch_size", 1},
+              {"steps", int64_t{1} << 40},  // stopped after the window
+              {"steps_per_dispatch", steps_per_pack},
+              {"log_every_steps", o.chief_log_every},
+              {"checkpoint", {{"every_seconds", 0}}},
+              {"fake_compute_ms", fake_ms},
+              {"seed", 1}};
+  auto run = ps::bench::RunLocalCluster(o.pstrain, ps::bench::LocalClusterJson(1, o.workers), job,
+                                        o.warmup + o.seconds);
+  // The window: the first line at least --warmup s after the first one, to the stop.
+  const double t0 = run.lines.empty() ? 0 : run.lines.front().metrics.value("elapsed_sec", 0.0);
+  size_t from = run.lines.size();
+  for (size_t i = 0; i < run.lines.size() && i <= run.stop_line; ++i) {
+    if (run.lines[i].metrics.value("elapsed_sec", 0.0) >= t0 + o.warmup && run.lines[i].all_cpu()) {
+      from = i;
+      break;
+    }
+  }
+  size_t to = from;
+  for (size_t i = from; i < run.lines.size() && i <= run.stop_line; ++i) {
+    if (run.lines[i].all_cpu()) to = i;
+  }
+  auto cpu = ps::bench::CpuMsPerStep(run, from, to);
+  if (cpu.empty()) Die("chief: no measuring window in " + run.dir.string() + " (longer --seconds?)");
+  const auto& a = run.lines[from].metrics;
+  const auto& b = run.lines[to].metrics;
+  const double steps = static_cast<double>(b["step"].get<int64_t>() - a["step"].get<int64_t>());
+  const double sec = b["elapsed_sec"].get<double>() - a["elapsed_sec"].get<double>();
+  ChiefResult r{fake_ms, steps_per_pack, steps / steps_per_pack / sec, 0};
+  const double per_pack = 1000.0 * steps_per_pack;  // CPU ms per step -> µs per pack
+  r.chief_us = SumCpu(cpu, "chief") * per_pack;
+  std::vector<std::pair<std::string, double>> others = {{"ps", SumCpu(cpu, "ps:")},
+                                                        {"workers", SumCpu(cpu, "worker:")},
+                                                        {"launcher", SumCpu(cpu, "launcher")}};
+  std::printf("%7.1f %6d %9.0f %9.0f %9.0f %10.1f %8.3f %11.0f   %s (%s)\n", fake_ms, steps_per_pack,
+              o.workers * (fake_ms > 0 ? 1000.0 / fake_ms : 0.0), steps / sec, r.packs_per_sec, r.chief_us,
+              r.chief_us * r.packs_per_sec / 1e6, 1e6 / r.chief_us, CpuText(others, per_pack, "").c_str(),
+              ps::bench::LoadAverage().c_str());
+  std::fflush(stdout);
+  fs::remove_all(run.dir);
+  return r;
+}
+
 int RunChief(const Options& o) {
   if (o.pstrain.empty()) Die("chief: --pstrain is required");
-  std::printf("chief: 1 ps + %d workers with fake compute, a tiny job (logistic regression over 8 features, batch 1),\n"
-              "%d step(s) per pack; window: %.0f s after %.0f s of warm-up\n",
-              o.workers, o.steps_per_dispatch, o.seconds, o.warmup);
-  std::printf("%-9s %10s %10s %12s %12s %14s   %s\n", "fake ms", "packs/s", "steps/s", "chief µs/pack",
-              "chief cores", "1 core packs/s", "CPU µs per pack of the others (load average)");
-  double worst_us = 0;
+  std::printf("chief: 1 ps + %d workers with fake compute, a tiny job (logistic regression over 8 features, batch 1);\n"
+              "window: %.0f s after %.0f s of warm-up. \"1 core\": the packs/s one core of chief CPU would dispatch\n",
+              o.workers, o.seconds, o.warmup);
+  std::printf("%7s %6s %9s %9s %9s %10s %8s %11s   %s\n", "fake ms", "steps", "steps/s", "steps/s", "packs/s",
+              "chief µs", "chief", "1 core", "CPU µs per pack of the others (load average)");
+  std::printf("%7s %6s %9s %9s %9s %10s %8s %11s\n", "", "/pack", "wanted", "measured", "", "per pack", "cores",
+              "packs/s");
+  std::vector<ChiefResult> results;
   for (double fake_ms : o.chief_fake_ms) {
-    Json job = {{"model", {{"type", "logistic_regression"}, {"num_features", 8}}},
-                {"train_data", {{"format", "string_features"}, {"examples", 1000}, {"seed", 1}}},
-                {"optimizer", {{"type", "sgd"}, {"learning_rate", 0.01}}},
-                {"batch_size", 1},
-                {"steps", int64_t{1} << 40},  // stopped after the window
-                {"steps_per_dispatch", o.steps_per_dispatch},
-                {"log_every_steps", o.chief_log_every},
-                {"checkpoint", {{"every_seconds", 0}}},
-                {"fake_compute_ms", fake_ms},
-                {"seed", 1}};
-    auto run = ps::bench::RunLocalCluster(o.pstrain, ps::bench::LocalClusterJson(1, o.workers), job,
-                                          o.warmup + o.seconds);
-    // The window: the first line at least --warmup s after the first one, to the stop.
-    const double t0 = run.lines.empty() ? 0 : run.lines.front().metrics.value("elapsed_sec", 0.0);
-    size_t from = run.lines.size();
-    for (size_t i = 0; i < run.lines.size() && i <= run.stop_line; ++i) {
-      if (run.lines[i].metrics.value("elapsed_sec", 0.0) >= t0 + o.warmup && run.lines[i].all_cpu()) {
-        from = i;
-        break;
-      }
-    }
-    size_t to = from;
-    for (size_t i = from; i < run.lines.size() && i <= run.stop_line; ++i) {
-      if (run.lines[i].all_cpu()) to = i;
-    }
-    auto cpu = ps::bench::CpuMsPerStep(run, from, to);
-    if (cpu.empty()) Die("chief: no measuring window in " + run.dir.string() + " (longer --seconds?)");
-    const auto& a = run.lines[from].metrics;
-    const auto& b = run.lines[to].metrics;
-    const double steps = static_cast<double>(b["step"].get<int64_t>() - a["step"].get<int64_t>());
-    const double sec = b["elapsed_sec"].get<double>() - a["elapsed_sec"].get<double>();
-    const double packs = steps / o.steps_per_dispatch;
-    // CPU ms per step -> µs per pack.
-    const double per_pack = 1000.0 * o.steps_per_dispatch;
-    const double chief_us = SumCpu(cpu, "chief") * per_pack;
-    std::vector<std::pair<std::string, double>> others = {{"ps", SumCpu(cpu, "ps:")},
-                                                          {"workers", SumCpu(cpu, "worker:")},
-                                                          {"launcher", SumCpu(cpu, "launcher")}};
-    char fake[16];
-    std::snprintf(fake, sizeof fake, "%.1f", fake_ms);
-    std::printf("%-9s %10.0f %10.0f %12.1f %12.3f %14.0f   %s (%s)\n", fake, packs / sec, steps / sec, chief_us,
-                chief_us * packs / sec / 1e6, 1e6 / chief_us, CpuText(others, per_pack, "").c_str(),
-                ps::bench::LoadAverage().c_str());
-    std::fflush(stdout);
-    worst_us = std::max(worst_us, chief_us);
-    fs::remove_all(run.dir);
+    for (int spd : o.steps_per_dispatch) results.push_back(RunChiefOnce(o, fake_ms, spd));
   }
-  // The target: 1,000 workers at 100 steps/s each.
+  // The target, 1,000 workers at 100 steps/s each, with each steps-per-pack setting's
+  // largest measured CPU per pack.
   const double steps_needed = 1000.0 * 100.0;
-  std::printf("summary: chief %.1f µs of CPU per pack (the larger figure above); 1,000 workers x 100 steps/s = "
-              "%.0f steps/s:", worst_us, steps_needed);
-  for (int spd : {1, 10, 100}) {
-    std::printf(" %d step(s)/pack: %.0f packs/s = %.2f chief cores;", spd, steps_needed / spd,
-                steps_needed / spd * worst_us / 1e6);
+  std::printf("summary: 1,000 workers x 100 steps/s = %.0f steps/s;", steps_needed);
+  for (int spd : o.steps_per_dispatch) {
+    double us = 0;
+    for (const auto& r : results) {
+      if (r.steps_per_pack == spd) us = std::max(us, r.chief_us);
+    }
+    std::printf(" %d step(s)/pack: %.0f packs/s x %.1f µs = %.2f chief cores;", spd, steps_needed / spd, us,
+                steps_needed / spd * us / 1e6);
   }
   std::printf("\n");
   return 0;
@@ -310,20 +334,23 @@ int RunPs(const Options& o) {
                                                       .seed = 0}));
   Check(chief->CallSync(create).status(), "CreateShards");
 
-  // Each client: one pull in flight, the next one sent from the previous one's completion.
+  // Each client: --depth pulls in flight, each sent again from its completion, each into
+  // its own buffer.
   struct Loop {
     std::shared_ptr<ps::net::Client> client;
     std::vector<float> into;
   };
+  std::vector<std::shared_ptr<ps::net::Client>> clients;
+  for (int w = 0; w < o.clients; ++w) clients.push_back(connect(ps::proto::Role::kWorker, w));
   std::vector<Loop> loops;
-  for (int w = 0; w < o.clients; ++w) {
-    loops.push_back({connect(ps::proto::Role::kWorker, w), std::vector<float>(static_cast<size_t>(floats))});
+  for (int k = 0; k < o.clients * o.depth; ++k) {
+    loops.push_back({clients[static_cast<size_t>(k % o.clients)], std::vector<float>(static_cast<size_t>(floats))});
   }
   std::atomic<int64_t> done{0};
   std::atomic<bool> stop{false};
   std::mutex mu;
   std::condition_variable cv;
-  int running = o.clients;
+  size_t running = loops.size();
   ps::Status first_error;
   ps::proto::Pull pull;
   pull.items.push_back({.var = "v", .shard = 0, .all_rows = true, .rows = {}});
@@ -360,15 +387,16 @@ int RunPs(const Options& o) {
   ::waitpid(ps_pid, &status, 0);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) Die("pstrain-ps did not exit 0; log " + log.string());
   loops.clear();
+  clients.clear();
   chief.reset();
   fs::remove_all(dir);
 
   const double pulls = static_cast<double>(n1 - n0);
   const double ps_us = 1e6 * (ps1 - ps0) / pulls, client_us = 1e6 * (self1 - self0) / pulls;
   const double ps_share = (ps1 - ps0) / sec;
-  std::printf("ps: pstrain-ps pinned to CPU %d, %d clients (one connection each, one pull in flight) pinned to CPU %d; "
+  std::printf("ps: pstrain-ps pinned to CPU %d, %d clients (one connection each, %d pull(s) in flight) pinned to CPU %d; "
               "pulls of %lld bytes; %.1f s window after %.1f s\n",
-              o.ps_cpu, o.clients, o.client_cpu, static_cast<long long>(o.bytes), o.seconds, o.warmup);
+              o.ps_cpu, o.clients, o.depth, o.client_cpu, static_cast<long long>(o.bytes), o.seconds, o.warmup);
   std::printf("pulls/s %.0f; ps CPU %.1f µs per pull (ps core busy %.2f); clients' CPU %.1f µs per pull; "
               "load average %s\n",
               pulls / sec, ps_us, ps_share, client_us, ps::bench::LoadAverage().c_str());
@@ -384,6 +412,7 @@ struct FanoutResult {
   double step_ms = 0;  // median over windows
   ps::bench::Phases phases;
   std::vector<std::pair<std::string, double>> cpu;
+  std::string load;  // the load average when the run ended
 };
 
 FanoutResult RunFanout(const Options& o, const Json& base, int num_ps) {
@@ -411,6 +440,7 @@ FanoutResult RunFanout(const Options& o, const Json& base, int num_ps) {
   if (!phases.empty()) r.phases = phases.front();
   auto [from, to] = ps::bench::CpuWindow(run, o.skip_steps);
   r.cpu = ps::bench::CpuMsPerStep(run, from, to);
+  r.load = ps::bench::LoadAverage();
   fs::remove_all(run.dir);
   return r;
 }
@@ -445,7 +475,7 @@ int RunFanouts(const Options& o) {
     std::snprintf(ph, sizeof ph, "%.2f/%.2f/%.2f/%.2f", r.phases.data_ms, r.phases.pull_ms, r.phases.compute_ms,
                   r.phases.push_ms);
     std::printf("%-9d %9.3f %8s   %-32s %.3f, %.3f, %.3f, %.3f (%s)\n", p, r.step_ms, ratio, ph, SumCpu(r.cpu, "worker:"),
-                SumCpu(r.cpu, "ps:"), SumCpu(r.cpu, "chief"), SumCpu(r.cpu, "launcher"), ps::bench::LoadAverage().c_str());
+                SumCpu(r.cpu, "ps:"), SumCpu(r.cpu, "chief"), SumCpu(r.cpu, "launcher"), r.load.c_str());
     std::fflush(stdout);
     if (one > 0 && p != 1) {
       char buf[64];
@@ -453,6 +483,7 @@ int RunFanouts(const Options& o) {
       summary += buf;
     }
   }
+  summary.pop_back();
   std::printf("%s (step time against the mean of the 1-ps runs)\n", summary.c_str());
   return 0;
 }
