@@ -247,17 +247,26 @@ int RunChief(const Options& o) {
   for (double fake_ms : o.chief_fake_ms) {
     for (int spd : o.steps_per_dispatch) results.push_back(RunChiefOnce(o, fake_ms, spd));
   }
-  // The target, 1,000 workers at 100 steps/s each, with each steps-per-pack setting's
-  // largest measured CPU per pack.
+  // The target, 1,000 workers at 100 steps/s each. The chief's CPU per pack falls as the
+  // pack rate rises (one wake-up handles more replies), so the run with the most packs/s
+  // gives the per-pack cost nearest the target's rate; the largest per pack measured is
+  // the pessimistic bound.
+  const ChiefResult* fastest = &results.front();
+  double most_us = 0;
+  for (const auto& r : results) {
+    if (r.packs_per_sec > fastest->packs_per_sec) fastest = &r;
+    most_us = std::max(most_us, r.chief_us);
+  }
   const double steps_needed = 1000.0 * 100.0;
-  std::printf("summary: 1,000 workers x 100 steps/s = %.0f steps/s;", steps_needed);
-  for (int spd : o.steps_per_dispatch) {
-    double us = 0;
-    for (const auto& r : results) {
-      if (r.steps_per_pack == spd) us = std::max(us, r.chief_us);
-    }
-    std::printf(" %d step(s)/pack: %.0f packs/s x %.1f µs = %.2f chief cores;", spd, steps_needed / spd, us,
-                steps_needed / spd * us / 1e6);
+  std::printf("summary: most packs/s here %.0f (%d workers, %d step(s)/pack, fake %.1f ms): chief %.1f µs CPU per pack; "
+              "target 1,000 workers x 100 steps/s = %.0f steps/s:",
+              fastest->packs_per_sec, o.workers, fastest->steps_per_pack, fastest->fake_ms, fastest->chief_us,
+              steps_needed);
+  for (int spd : {10, 1}) {
+    const double packs = steps_needed / spd;
+    std::printf(" %d step(s)/pack: %.0f packs/s x %.1f µs = %.2f chief cores (x %.1f µs, the most per pack "
+                "measured: %.2f);",
+                spd, packs, fastest->chief_us, packs * fastest->chief_us / 1e6, most_us, packs * most_us / 1e6);
   }
   std::printf("\n");
   return 0;
