@@ -492,8 +492,10 @@ int RunFanouts(const Options& o) {
       summary += buf;
     }
   }
-  summary.pop_back();
-  std::printf("%s (step time against the mean of the 1-ps runs)\n", summary.c_str());
+  if (one > 0) {
+    summary.pop_back();
+    std::printf("%s (step time against the mean of the 1-ps runs)\n", summary.c_str());
+  }
   return 0;
 }
 
