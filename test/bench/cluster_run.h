@@ -208,9 +208,9 @@ inline LocalClusterRun RunLocalCluster(const std::string& pstrain, const Json& c
   };
 
   int status = 0;
-  for (;;) {
+  for (int polls = 0;; ++polls) {
     pid_t r = ::waitpid(launcher, &status, WNOHANG);
-    if (pids.empty()) discover();
+    if (pids.empty() && polls % 10 == 0) discover();  // a scan of /proc every 20 ms
     read_lines(r != launcher);
     if (r == launcher) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
