@@ -60,6 +60,19 @@
 
 namespace {
 
+constexpr const char* kUsage =
+    "usage: bench_scale chief|ps|fanout [flags]   (scripts/bench-scale.sh runs it)\n"
+    "  chief   the chief's CPU per dispatched pack with many fake-compute workers:\n"
+    "          --pstrain PATH [--workers 64] [--fake-compute-ms 10,0] [--steps-per-dispatch 1,10]\n"
+    "          [--log-every 1000] [--warmup 3] [--seconds 10]\n"
+    "  ps      one pinned ps core's capacity for small pulls:\n"
+    "          --ps PATH [--clients 16] [--depth 1] [--bytes 4096] [--warmup 1] [--seconds 5]\n"
+    "          [--ps-cpu 0] [--client-cpu 1]\n"
+    "  fanout  a job's step time with fake compute over 1, 2, 4, 8 ps tasks:\n"
+    "          --pstrain PATH --job FILE [--ps-tasks 1,2,4,8] [--fake-compute-ms 0] [--steps 3000]\n"
+    "          [--log-every 100] [--skip-steps 500]\n"
+    "See test/bench/scale_bench.cc for what each figure measures.\n";
+
 using ps::Json;
 using ps::bench::Check;
 using ps::bench::Clock;
@@ -111,8 +124,12 @@ struct Options {
 
 Options Parse(int argc, char** argv) {
   Options o;
-  if (argc < 2) Die("usage: bench_scale chief|ps|fanout [flags] (see test/bench/scale_bench.cc)");
+  if (argc < 2) Die("usage: bench_scale chief|ps|fanout [flags] (bench_scale --help)");
   o.command = argv[1];
+  if (o.command == "--help" || o.command == "-h") {
+    std::printf("%s", kUsage);
+    std::exit(0);
+  }
   bool seconds_set = false, warmup_set = false;
   for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];
@@ -159,14 +176,15 @@ Options Parse(int argc, char** argv) {
   return o;
 }
 
-std::string CpuText(const std::vector<std::pair<std::string, double>>& cpu, double scale, const char* unit) {
+// "ps 41.8, workers 181.6": each entry's value times `scale`.
+std::string CpuText(const std::vector<std::pair<std::string, double>>& cpu, double scale) {
   std::string out;
   char buf[96];
   for (const auto& [task, v] : cpu) {
     std::snprintf(buf, sizeof buf, "%s%s %.1f", out.empty() ? "" : ", ", task.c_str(), v * scale);
     out += buf;
   }
-  return out + " " + unit;
+  return out;
 }
 
 // The summed CPU ms per step of the tasks whose names start with `prefix`.
@@ -227,7 +245,7 @@ ChiefResult RunChiefOnce(const Options& o, double fake_ms, int steps_per_pack) {
                                                         {"launcher", SumCpu(cpu, "launcher")}};
   std::printf("%7.1f %6d %9.0f %9.0f %9.0f %10.1f %8.3f %11.0f   %s (%s)\n", fake_ms, steps_per_pack,
               o.workers * (fake_ms > 0 ? 1000.0 / fake_ms : 0.0), steps / sec, r.packs_per_sec, r.chief_us,
-              r.chief_us * r.packs_per_sec / 1e6, 1e6 / r.chief_us, CpuText(others, per_pack, "").c_str(),
+              r.chief_us * r.packs_per_sec / 1e6, 1e6 / r.chief_us, CpuText(others, per_pack).c_str(),
               ps::bench::LoadAverage().c_str());
   std::fflush(stdout);
   fs::remove_all(run.dir);
