@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Training throughput of the Fashion-MNIST MLP (784-256-128-10, batch 128): (a) one
 # process with an in-process store and no network, (b) 1 ps + 1 worker and (c) 1 ps + 2
-# workers as real daemons under `pstrain local` (see test/bench/train_bench.cc).
+# workers as real daemons under `pstrain local` (see test/bench/train_bench.cc), with each
+# process's CPU ms per step (what 2 cores allow). PSTRAIN_BENCH_JOB picks another job, e.g.
+# configs/job-fmnist-mlp-small.json (784-128-10, SGD, batch 64).
 # Extra arguments go to bench_train (--steps, --local-steps, --workers 1,2,
 # --steps-per-dispatch N, --dispatches-per-worker N, --keep, ...).
 set -euo pipefail

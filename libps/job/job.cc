@@ -112,6 +112,14 @@ Result<JobSpec> ParseJob(const Json& json, const std::string& default_base_dir) 
     return InvalidArgument("job.eval_every_steps: needs job.eval_data (what to evaluate on)");
   }
   if (r.Has("early_stopping")) PS_RETURN_IF_ERROR(ParseEarlyStopping(r, job));
+  if (r.Has("fake_compute_ms")) {
+    double ms = 0;
+    PS_RETURN_IF_ERROR(r.Get("fake_compute_ms", &ms));
+    if (!(ms >= 0 && ms <= 60000)) {
+      return InvalidArgument(r.Path("fake_compute_ms") + ": must be in 0..60000 (milliseconds)");
+    }
+    job.fake_compute_ms = ms;
+  }
   PS_RETURN_IF_ERROR(r.Finish());
 
   // The model must build; data is checked by the workers that load it.

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,10 @@ struct JobSpec {
   // workers evaluate eval_data, each its shard; needs eval_data.
   int64_t eval_every_steps = 0;
   EarlyStoppingSpec early_stopping;  // needs eval_every_steps
+  // Benchmarking aid ("fake_compute_ms"): workers skip forward/backward, sleep this many
+  // ms per step instead and push zero gradients of the right shapes, so that scaling
+  // benchmarks run many workers on few cores. nullopt: real compute.
+  std::optional<double> fake_compute_ms;
   Json raw;                    // the whole job, as sent to workers (base_dir made explicit)
 };
 

@@ -8,6 +8,8 @@
 #include <mutex>
 #include <thread>
 
+#include "libps/core/log.h"
+
 namespace ps::worker {
 
 namespace {
@@ -334,6 +336,16 @@ int64_t Trainer::SlowStepHook() {
   return v == nullptr ? 0 : std::max<int64_t>(0, std::atoll(v));
 }
 
+model::StepOutput Trainer::FakeCompute(const model::Batch& batch, const model::Params& params,
+                                       model::Grads* grads) const {
+  // Only this function writes the gradients of a fake-compute trainer, so resizing keeps
+  // them zero (a sparse variable's rows change size from batch to batch).
+  grads->values.resize(params.values.size());
+  for (size_t v = 0; v < params.values.size(); ++v) grads->values[v].resize(params.values[v].size());
+  if (*fake_compute_ms_ > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(*fake_compute_ms_));
+  return {.loss_sum = 0, .examples = batch.size, .correct = 0};
+}
+
 int64_t Trainer::Tag(int64_t step, int64_t clock) const {
   switch (mode_) {
     case ps::server::UpdateMode::kSync: return step;
@@ -390,8 +402,12 @@ Status Trainer::Pipeline(int64_t first_step, int count, StepStats* stats) {
       continue;
     }
     model::Grads& grads = grads_[current_];
-    PS_ASSIGN_OR_RETURN(model::StepOutput out,
-                        model_->ForwardBackward(batches_[stage], fetcher_->params(stage), &grads));
+    model::StepOutput out;
+    if (fake_compute_ms_) {
+      out = FakeCompute(batches_[stage], fetcher_->params(stage), &grads);
+    } else {
+      PS_ASSIGN_OR_RETURN(out, model_->ForwardBackward(batches_[stage], fetcher_->params(stage), &grads));
+    }
     if (slow_step_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow_step_ms_));
     auto t3 = Clock::now();
     PS_RETURN_IF_ERROR(fetcher_->WaitPush());  // the previous step's push overlapped this step
@@ -468,8 +484,13 @@ Result<std::unique_ptr<Trainer>> MakeTrainer(const job::JobSpec& job, int worker
   PS_ASSIGN_OR_RETURN(auto dataset, data::OpenDataset(job.train_data, "job.train_data", opts));
   PS_ASSIGN_OR_RETURN(auto fetcher, ParamFetcher::Create(plan, std::move(links)));
   fetcher->SetUpdateMode(job.update.mode, worker_index);
+  if (job.fake_compute_ms) {
+    PS_LOG(Warning) << "job.fake_compute_ms = " << *job.fake_compute_ms
+                    << ": a benchmarking aid; every step sleeps instead of computing and pushes zero gradients "
+                       "(the model does not train)";
+  }
   return std::make_unique<Trainer>(job.batch_size, job.prefetch, std::move(model), std::move(dataset),
-                                   std::move(fetcher), job.update.mode);
+                                   std::move(fetcher), job.update.mode, job.fake_compute_ms);
 }
 
 }  // namespace ps::worker

@@ -9,6 +9,7 @@
 #include <climits>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -129,9 +130,11 @@ class Trainer {
  public:
   Trainer(int64_t batch_size, bool prefetch, std::unique_ptr<model::Model> model,
           std::unique_ptr<data::Dataset> dataset, std::unique_ptr<ParamFetcher> fetcher,
-          ps::server::UpdateMode mode = ps::server::UpdateMode::kAsync)
+          ps::server::UpdateMode mode = ps::server::UpdateMode::kAsync,
+          std::optional<double> fake_compute_ms = std::nullopt)
       : batch_size_(batch_size), prefetch_(prefetch), mode_(mode), model_(std::move(model)),
-        dataset_(std::move(dataset)), fetcher_(std::move(fetcher)), slow_step_ms_(SlowStepHook()) {}
+        dataset_(std::move(dataset)), fetcher_(std::move(fetcher)), fake_compute_ms_(fake_compute_ms),
+        slow_step_ms_(SlowStepHook()) {}
   // Runs steps [first_step, first_step + count) and adds to `stats`. A step's push
   // overlaps the next step. With prefetch, within a pack the next step's data and pull also
   // overlap this step's compute: in async mode parameters may then be up to two steps stale.
@@ -146,6 +149,9 @@ class Trainer {
 
  private:
   Status Pipeline(int64_t first_step, int count, StepStats* stats);
+  // The job's fake_compute_ms instead of ForwardBackward: sleeps, and leaves `grads` zero
+  // in the shapes of `params` (loss 0, no correct answers).
+  model::StepOutput FakeCompute(const model::Batch& batch, const model::Params& params, model::Grads* grads) const;
   static int64_t SlowStepHook();
   int64_t Tag(int64_t step, int64_t clock) const;
 
@@ -161,6 +167,9 @@ class Trainer {
   std::array<model::Grads, 2> grads_;
   int current_ = 0;
   int64_t clock_ = 0;  // steps run so far (bounded staleness)
+  // Benchmarking aid (job.fake_compute_ms): every step sleeps this long instead of
+  // computing and pushes zero gradients. nullopt: real compute.
+  const std::optional<double> fake_compute_ms_;
   // Testing hook: PSTRAIN_FAULT_SLOW_STEP_MS=N makes every step's compute N ms longer (a
   // straggler).
   const int64_t slow_step_ms_;

@@ -25,7 +25,9 @@
 // model written as a graph) alternately, --pairs times each, both (a) and 1 ps + 1 worker
 // with the job's eval_data kept; prints FILE/job ratios of ex/s and final eval accuracy.
 // Every run's per-step phase times (data/pull/compute/push ms, averaged per worker) are
-// printed so a gap can be attributed.
+// printed so a gap can be attributed, and so is each process's CPU time per global step
+// (its CPU seconds between two of the chief's progress lines, read from /proc as the
+// lines appear; (a): this process's): the arithmetic of what 2 cores allow.
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -36,6 +38,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -44,6 +47,7 @@
 #include <vector>
 
 #include "test/bench/bench_util.h"
+#include "test/bench/cluster_run.h"
 #include "libps/core/json.h"
 #include "libps/model/blas.h"
 #include "libps/server/store.h"
@@ -55,18 +59,10 @@ namespace {
 using ps::bench::Check;
 using ps::bench::Clock;
 using ps::bench::Die;
-using ps::bench::FreePorts;
-using ps::bench::RunProcess;
-using ps::bench::Tail;
-using ps::bench::WriteFile;
 using ps::bench::FlagValue;
 using ps::bench::Must;
 using ps::bench::Seconds;
 namespace fs = std::filesystem;
-
-struct Phases {
-  double data_ms = 0, pull_ms = 0, compute_ms = 0, push_ms = 0;
-};
 
 double Median(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -78,11 +74,21 @@ double Median(std::vector<double> v) {
 struct RunResult {
   double examples_per_sec = 0;  // median window
   double overall = 0;           // all timed windows together
-  std::vector<Phases> workers;  // per worker
+  std::vector<ps::bench::Phases> workers;  // per worker
   double eval_accuracy = -1;    // the chief's final evaluation (clusters with eval_data kept)
+  // CPU ms per global step of each process ("chief", "ps:0", "worker:0", ..., "launcher";
+  // (a): "local"), over the timed windows.
+  std::vector<std::pair<std::string, double>> cpu_ms_per_step;
 };
 
 // ---------------------------------------------------------------- (a) no network
+
+// This process's CPU seconds (every thread), at nanosecond resolution.
+double ProcessCpuSeconds() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
 
 RunResult RunLocal(const ps::job::JobSpec& job, int64_t warmup, int64_t steps, int64_t window) {
   auto model = Must(ps::model::BuildModel(job.model, "job.model"), "model");
@@ -100,17 +106,20 @@ RunResult RunLocal(const ps::job::JobSpec& job, int64_t warmup, int64_t steps, i
   ps::worker::StepStats warm, stats;
   Check(trainer->RunSteps(0, static_cast<int>(warmup), &warm), "warm-up steps");
   std::vector<double> rates;
-  double total_sec = 0;
+  double total_sec = 0, cpu_sec = 0;
   for (int64_t done = 0; done < steps; done += window) {
     int n = static_cast<int>(std::min(window, steps - done));
     int64_t before = stats.examples;
     auto t0 = Clock::now();
+    double cpu0 = ProcessCpuSeconds();
     Check(trainer->RunSteps(warmup + done, n, &stats), "steps");
+    cpu_sec += ProcessCpuSeconds() - cpu0;
     double sec = std::chrono::duration<double>(Clock::now() - t0).count();
     rates.push_back(static_cast<double>(stats.examples - before) / sec);
     total_sec += sec;
   }
   RunResult r;
+  r.cpu_ms_per_step.emplace_back("local", 1000 * cpu_sec / static_cast<double>(steps));
   r.examples_per_sec = Median(rates);
   r.overall = static_cast<double>(stats.examples) / total_sec;
   double n = static_cast<double>(std::max<int64_t>(1, stats.steps));
@@ -133,38 +142,17 @@ struct ClusterRunOptions {
 };
 
 RunResult RunCluster(const ps::job::JobSpec& job, int workers, const ClusterRunOptions& o) {
-  std::string tmpl = (fs::temp_directory_path() / "bench-train-XXXXXX").string();
-  if (::mkdtemp(tmpl.data()) == nullptr) Die("mkdtemp failed");
-  fs::path dir = tmpl;
-  auto ports = FreePorts(2 + workers);
-  auto addr = [&](int i) { return "127.0.0.1:" + std::to_string(ports[static_cast<size_t>(i)]); };
-  ps::Json cluster = {{"cluster", {{"chief", {addr(0)}}, {"worker", ps::Json::array()}, {"ps", {addr(1)}}}}};
-  for (int w = 0; w < workers; ++w) cluster["cluster"]["worker"].push_back(addr(2 + w));
   ps::Json j = job.raw;
   if (!o.keep_eval) j.erase("eval_data");
   j["steps"] = o.steps;
   j["log_every_steps"] = o.log_every;
-  j["model_dir"] = (dir / "model").string();
   if (o.steps_per_dispatch > 0) j["steps_per_dispatch"] = o.steps_per_dispatch;
   if (o.dispatches_per_worker > 0) j["dispatches_per_worker"] = o.dispatches_per_worker;
-  WriteFile(dir / "cluster.json", cluster.dump(2));
-  WriteFile(dir / "job.json", j.dump(2));
-  int rc = RunProcess({o.pstrain, "local", "--cluster", (dir / "cluster.json").string(), "--job",
-                       (dir / "job.json").string()},
-                      dir / "pstrain.log");
-  if (rc != 0) Die("pstrain local exited " + std::to_string(rc) + "; log " + (dir / "pstrain.log").string() + ":\n" +
-                   Tail(dir / "pstrain.log", 20));
-
-  std::ifstream f(dir / "model" / "train_metrics.jsonl");
-  if (!f) Die("no train_metrics.jsonl in " + (dir / "model").string());
+  ps::bench::LocalClusterRun run = ps::bench::RunLocalCluster(o.pstrain, ps::bench::LocalClusterJson(1, workers), j);
+  const fs::path dir = run.dir;
   std::vector<ps::Json> lines;
-  double eval_accuracy = -1;
-  for (std::string l; std::getline(f, l);) {
-    auto parsed = ps::ParseJson(l, "train_metrics.jsonl");
-    if (!parsed.ok()) continue;
-    if (parsed->contains("step")) lines.push_back(*parsed);
-    if (parsed->contains("final_eval")) eval_accuracy = (*parsed)["final_eval"].value("accuracy", -1.0);
-  }
+  for (const auto& l : run.lines) lines.push_back(l.metrics);
+  double eval_accuracy = run.eval_accuracy;
   // Windows between consecutive lines, the first starting at the first line past skip.
   std::vector<double> rates;
   const ps::Json* first = nullptr;
@@ -192,39 +180,16 @@ RunResult RunCluster(const ps::job::JobSpec& job, int workers, const ClusterRunO
   r.examples_per_sec = Median(rates);
   r.overall = examples / sec;
   r.eval_accuracy = eval_accuracy;
-  // Per-step phase times: each line's "workers" entries hold step_ms (ms per step) and
-  // the phases' shares of it (*_frac), over a window of at least 1 s that may overlap
-  // the previous line's (libps/obs/figures.h); null when the worker finished no step in
-  // it. Averaged over the lines past skip.
-  struct Sums {
-    double data = 0, pull = 0, compute = 0, push = 0;
-    int n = 0;
-  };
-  std::vector<std::pair<std::string, Sums>> sums;  // in the order the workers are listed
-  auto num = [](const ps::Json& w, const char* key) {
-    return w.contains(key) && w[key].is_number() ? w[key].get<double>() : 0.0;
-  };
-  for (const auto& l : lines) {
-    if (&l < first || !l.contains("workers")) continue;
-    for (const auto& w : l["workers"]) {
-      std::string task = w.value("task", "");
-      auto it = std::find_if(sums.begin(), sums.end(), [&](const auto& e) { return e.first == task; });
-      if (it == sums.end()) it = sums.insert(sums.end(), {task, Sums{}});
-      if (!w.contains("step_ms") || !w["step_ms"].is_number()) continue;
-      double ms = w["step_ms"].get<double>();
-      Sums& su = it->second;
-      su.data += ms * num(w, "data_frac");
-      su.pull += ms * num(w, "pull_frac");
-      su.compute += ms * num(w, "compute_frac");
-      su.push += ms * num(w, "push_frac");
-      ++su.n;
-    }
+  r.workers = ps::bench::WorkerPhases(run, o.skip_steps);
+  // CPU per step of each process: from the first line past skip to the last one at which
+  // every process was still running.
+  auto [cpu_from, cpu_to] = ps::bench::CpuWindow(run, o.skip_steps);
+  r.cpu_ms_per_step = ps::bench::CpuMsPerStep(run, cpu_from, cpu_to);
+  if (o.keep) {
+    std::printf("kept %s\n", dir.c_str());
+  } else {
+    fs::remove_all(dir);
   }
-  for (const auto& [task, su] : sums) {
-    double n = std::max(1, su.n);
-    r.workers.push_back({su.data / n, su.pull / n, su.compute / n, su.push / n});
-  }
-  if (!o.keep) fs::remove_all(dir);
   return r;
 }
 
@@ -400,6 +365,28 @@ int main(int argc, char** argv) {
                   clusters[i].second.examples_per_sec / clusters[0].second.examples_per_sec, clusters[i].first,
                   clusters[0].first);
     summary += buf;
+  }
+  // Where the CPU goes: what a target needs against what 2 cores can give.
+  std::printf("CPU ms per global step, each process over the timed windows (2 cores give at most 2 CPU ms per ms):\n");
+  auto cpu_row = [&](const std::string& name, const RunResult& r) {
+    double total = 0;
+    std::string parts;
+    char buf[96];
+    for (const auto& [task, ms] : r.cpu_ms_per_step) {
+      std::snprintf(buf, sizeof buf, "%s%s %.3f", parts.empty() ? "" : ", ", task.c_str(), ms);
+      parts += buf;
+      total += ms;
+    }
+    double wall_ms = 1000.0 * static_cast<double>(job.batch_size) / r.examples_per_sec;
+    std::printf("  %-24s %s; total %.3f ms CPU in %.3f ms wall per step (%.2f cores busy)\n", name.c_str(),
+                parts.c_str(), total, wall_ms, total / wall_ms);
+  };
+  cpu_row("(a) local, run 1", locals[0]);
+  for (size_t i = 0; i < clusters.size(); ++i) {
+    const auto& [w, r] = clusters[i];
+    cpu_row(std::string("(") + static_cast<char>('b' + i) + ") 1 ps + " + std::to_string(w) + " worker" +
+                (w > 1 ? "s" : ""),
+            r);
   }
   std::printf("load average at end: %s\n", ps::bench::LoadAverage().c_str());
   std::printf("%s\n", summary.c_str());
