@@ -182,11 +182,11 @@ class Evaluator {
   }
 
   Status Append(const ckpt::CheckpointInfo& c, const worker::EvalMetrics& m) {
-    Json line = {{"step", c.global_step}, {"accuracy", m.accuracy}, {"loss", m.loss}, {"examples", m.examples},
-                 {"final", c.manifest.final}, {"checkpoint", ckpt::CheckpointDirName(c.global_step)},
-                 {"unix_time", std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()}};
-    if (m.auc >= 0) line["auc"] = m.auc;
-    if (!m.heads.is_null()) line["heads"] = m.heads;
+    Json line = {{"step", c.global_step}};
+    line.update(worker::EvalMetricsToJson(m));
+    line["final"] = c.manifest.final;
+    line["checkpoint"] = ckpt::CheckpointDirName(c.global_step);
+    line["unix_time"] = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     return eval_log_.Append(line);
   }
 

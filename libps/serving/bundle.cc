@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -112,21 +113,6 @@ class TmpDirGuard {
   std::string dir_;
 };
 
-Result<ckpt::CheckpointInfo> ChooseCheckpoint(const ExportOptions& o, std::vector<std::string>* warnings) {
-  if (o.step) {
-    PS_ASSIGN_OR_RETURN(auto all, ckpt::ListCheckpoints(o.model_dir));
-    for (const auto& c : all) {
-      if (c.global_step == *o.step) return c;
-    }
-    return NotFound(o.model_dir + ": no committed checkpoint at step " + std::to_string(*o.step));
-  }
-  // Every record read: a damaged newest checkpoint is skipped (named in `warnings`) for the
-  // previous one, as a restore does.
-  PS_ASSIGN_OR_RETURN(auto found, ckpt::FindRestorable(o.model_dir, warnings, ckpt::Verify::kFull));
-  if (!found) return NotFound(o.model_dir + ": no committed checkpoint");
-  return *found;
-}
-
 }  // namespace
 
 Result<ExportResult> ExportBundle(const ExportOptions& o) {
@@ -137,10 +123,9 @@ Result<ExportResult> ExportBundle(const ExportOptions& o) {
     return Status(Code::kAlreadyExists, out.string() + ": already exists (remove it, or export to a new directory)");
   }
   ExportResult result;
-  PS_ASSIGN_OR_RETURN(job::JobSpec job, ReadModelDirJob(o.model_dir));
-  PS_ASSIGN_OR_RETURN(ckpt::CheckpointInfo c, ChooseCheckpoint(o, &result.warnings));
-  PS_ASSIGN_OR_RETURN(auto model, model::BuildModel(job.model, "job.model"));
-  PS_ASSIGN_OR_RETURN(LoadedModel loaded, LoadCheckpoint(job, *model, c));
+  PS_ASSIGN_OR_RETURN(LoadedBundle source, LoadModelDir(o.model_dir, o.step, &result.warnings));
+  const job::JobSpec& job = source.loaded.job;
+  const LoadedModel& loaded = source.loaded;
 
   fs::create_directories(out.parent_path(), ec);
   if (ec) return IoError(out.parent_path().string() + ": cannot create: " + ec.message());
@@ -157,7 +142,8 @@ Result<ExportResult> ExportBundle(const ExportOptions& o) {
     result.bytes += sum.bytes;
     return Status::Ok();
   };
-  PS_RETURN_IF_ERROR(ckpt::WriteStoreFile(*loaded.store, tmp + "/" + kBundleWeights, 0, c.global_step).status());
+  const int64_t step = source.info.source_step;
+  PS_RETURN_IF_ERROR(ckpt::WriteStoreFile(*loaded.store, tmp + "/" + kBundleWeights, 0, step).status());
   PS_RETURN_IF_ERROR(list(kBundleWeights));
 
   Json job_json = job.raw;
@@ -178,19 +164,18 @@ Result<ExportResult> ExportBundle(const ExportOptions& o) {
     job_json["plugins"] = copies;
   }
 
-  result.info = MakeInfo(loaded, *model);
+  result.info = std::move(source.info);
   result.info.dir = out.string();
-  result.info.source_model_dir = fs::absolute(fs::path(o.model_dir), ec).lexically_normal().string();
-  result.info.source_step = c.global_step;
+  result.info.format_version = kBundleVersion;
   Json manifest = {
       {"format", kBundleFormat},
       {"version", kBundleVersion},
       {"source", {{"model_dir", result.info.source_model_dir},
-                  {"checkpoint", ckpt::CheckpointDirName(c.global_step)},
-                  {"global_step", c.global_step},
-                  {"final", c.manifest.final}}},
+                  {"checkpoint", ckpt::CheckpointDirName(step)},
+                  {"global_step", step},
+                  {"final", result.info.source_final}}},
       {"unix_time", std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()},
-      {"num_ps", c.manifest.num_ps},
+      {"num_ps", loaded.num_ps},
       {"job", job_json},
       {"variables", VariablesJson(result.info.variables)},
       {"files", files},
@@ -246,11 +231,10 @@ Result<LoadedBundle> LoadBundle(const std::string& dir) {
   JsonReader src = r.Child("source");
   PS_RETURN_IF_ERROR(src.status());
   std::string checkpoint;
-  bool final = false;
   PS_RETURN_IF_ERROR(src.Get("model_dir", &b.info.source_model_dir));
   PS_RETURN_IF_ERROR(src.Get("checkpoint", &checkpoint));
   PS_RETURN_IF_ERROR(src.Get("global_step", &b.info.source_step));
-  PS_RETURN_IF_ERROR(src.Get("final", &final));
+  PS_RETURN_IF_ERROR(src.Get("final", &b.info.source_final));
   PS_RETURN_IF_ERROR(src.Finish());
   double unix_time = 0;
   int num_ps = 0;
@@ -308,6 +292,38 @@ Result<LoadedBundle> LoadBundle(const std::string& dir) {
   b.info.variables = std::move(loaded_info.variables);
   b.info.heads = std::move(loaded_info.heads);
   b.info.eval_batch_size = loaded_info.eval_batch_size;
+  return b;
+}
+
+}  // namespace ps::serving
+
+namespace ps::serving {
+
+Result<LoadedBundle> LoadModelDir(const std::string& model_dir, std::optional<int64_t> step,
+                                  std::vector<std::string>* warnings) {
+  LoadedBundle b;
+  PS_ASSIGN_OR_RETURN(job::JobSpec job, ReadModelDirJob(model_dir));
+  ckpt::CheckpointInfo c;
+  if (step) {
+    PS_ASSIGN_OR_RETURN(auto all, ckpt::ListCheckpoints(model_dir));
+    auto it = std::find_if(all.begin(), all.end(), [&](const auto& x) { return x.global_step == *step; });
+    if (it == all.end()) return NotFound(model_dir + ": no committed checkpoint at step " + std::to_string(*step));
+    c = *it;
+  } else {
+    // Every record read: a damaged newest checkpoint is skipped for the previous one, as
+    // a restore does.
+    PS_ASSIGN_OR_RETURN(auto found, ckpt::FindRestorable(model_dir, warnings, ckpt::Verify::kFull));
+    if (!found) return NotFound(model_dir + ": no committed checkpoint");
+    c = *found;
+  }
+  PS_ASSIGN_OR_RETURN(b.model, model::BuildModel(job.model, "job.model"));
+  PS_ASSIGN_OR_RETURN(b.loaded, LoadCheckpoint(job, *b.model, c));
+  b.info = MakeInfo(b.loaded, *b.model);
+  b.info.format_version = 0;
+  std::error_code ec;
+  b.info.source_model_dir = fs::absolute(fs::path(model_dir), ec).lexically_normal().string();
+  b.info.source_step = c.global_step;
+  b.info.source_final = c.manifest.final;
   return b;
 }
 

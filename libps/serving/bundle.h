@@ -67,12 +67,18 @@ struct ExportResult {
 // IoError.
 Result<ExportResult> ExportBundle(const ExportOptions& options);
 
-// Reads and verifies `dir`'s manifest and files and loads its values (LoadValues).
+// Parameters ready to score, with what they are (from a bundle or a checkpoint).
 struct LoadedBundle {
-  BundleInfo info;
+  BundleInfo info;  // from a checkpoint: format_version 0, dir empty
   LoadedModel loaded;
-  std::unique_ptr<model::Model> model;  // one instance built from the bundle's graph
+  std::unique_ptr<model::Model> model;  // one instance built from the job's graph
 };
+// Reads and verifies `dir`'s manifest and files and loads its values (LoadValues).
 Result<LoadedBundle> LoadBundle(const std::string& dir);
+// The checkpoint at `step` of model_dir, or without a step the newest one that passes a
+// full verification (damaged newer ones are skipped and named in `warnings`), loaded
+// as the evaluator loads it (LoadCheckpoint).
+Result<LoadedBundle> LoadModelDir(const std::string& model_dir, std::optional<int64_t> step,
+                                  std::vector<std::string>* warnings);
 
 }  // namespace ps::serving

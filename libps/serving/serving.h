@@ -70,6 +70,7 @@ struct BundleInfo {
   int format_version = 0;
   std::string source_model_dir;  // where it was exported from
   int64_t source_step = 0;       // the checkpoint's global step
+  bool source_final = false;     // it was the final checkpoint of its run
   std::vector<VariableInfo> variables;  // in the model's order
   std::vector<HeadInfo> heads;          // heads[0] is the model's main output
   int64_t eval_batch_size = 256;        // the evaluator's batch size for this job

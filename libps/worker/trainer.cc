@@ -450,6 +450,13 @@ Result<EvalMetrics> Evaluate(const job::JobSpec& job, const Json& config, model:
   return EvalFigures(model, sums);
 }
 
+Json EvalMetricsToJson(const EvalMetrics& m) {
+  Json j = {{"accuracy", m.accuracy}, {"loss", m.loss}, {"examples", m.examples}};
+  if (m.auc >= 0) j["auc"] = m.auc;
+  if (!m.heads.is_null()) j["heads"] = m.heads;
+  return j;
+}
+
 Result<EvalMetrics> EvalFigures(const model::Model& model, const std::vector<model::HeadMetrics::Sums>& sums) {
   model::HeadMetrics heads(model.heads());
   PS_RETURN_IF_ERROR(heads.Merge(sums));

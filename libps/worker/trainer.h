@@ -203,6 +203,9 @@ Result<std::vector<model::HeadMetrics::Sums>> EvaluateShard(const job::JobSpec& 
 Result<model::EvalOutput> ScoreBatch(model::Model& model, ParamFetcher& fetcher, const model::Batch& batch);
 // The batch size of evaluation passes: max(job.batch_size, 256).
 int64_t EvalBatchSize(const job::JobSpec& job);
+// {"accuracy", "loss", "examples", and "auc" / "heads" when set}: the figures as
+// eval/metrics.jsonl and `pstrain predict --metrics` write them.
+Json EvalMetricsToJson(const EvalMetrics& m);
 // The figures of (merged) sums; InvalidArgument when they hold no example.
 Result<EvalMetrics> EvalFigures(const model::Model& model, const std::vector<model::HeadMetrics::Sums>& sums);
 
