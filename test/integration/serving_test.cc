@@ -166,6 +166,34 @@ TEST_CASE("a dense MLP: export, predict from bundle and checkpoint, the C++ API;
   CHECK(help->HasLine("usage: pstrain export MODEL_DIR --out DIR [--step N]"));
 }
 
+TEST_CASE("a model with a plug-in layer: the bundle carries a copy of the plug-in and scores like the evaluator") {
+  TempDir tmp;
+  const std::string plugin = BuildDir() + "/examples/libexample_layers.so";
+  Json model_config = Json::parse(R"({"type": "graph",
+    "inputs": [{"name": "pixels", "type": "dense", "dim": 784}],
+    "layers": [{"name": "hidden", "type": "dense", "inputs": ["pixels"], "units": 32},
+               {"name": "act", "type": "prelu", "inputs": ["hidden"], "alpha_init": 0.1},
+               {"name": "logits", "type": "dense", "inputs": ["act"], "units": 10}],
+    "outputs": [{"layer": "logits", "loss": "softmax_cross_entropy"}]})");
+  const auto model = tmp / "model";
+  auto job = DeriveJob("job-fmnist-mlp.json", tmp / "job.json", 100, 50, model,
+                       Json{{"model", model_config},
+                            {"plugins", Json::array({plugin})},
+                            {"checkpoint", {{"every_steps", 0}, {"every_seconds", 0}, {"max_to_keep", 5}}}});
+  {
+    auto spec = LocalCluster();
+    Tasks tasks;
+    for (auto id : {kPs0, kPs1, kWorker0, kWorker1}) tasks.Add(StartDaemon(spec, id));
+    tasks.Add(StartDaemon(spec, kChief, {"--job", job.string()}));
+    tasks.ExpectAllExit(0, 180s);
+  }
+  const auto bundle = ExportAndCompare(tmp, model, 100, ReadConfig("job-fmnist-mlp.json")["eval_data"], 10000);
+  auto manifest = ReadJsonFile((bundle / "bundle.json").string());
+  REQUIRE(manifest.ok());
+  CHECK((*manifest)["job"]["plugins"] == Json::array({"plugins/0-libexample_layers.so"}));
+  CHECK(ReadFile(bundle / "plugins" / "0-libexample_layers.so") == ReadFile(plugin));
+}
+
 TEST_CASE("a CTR model with lazy, partitioned embedding tables: live rows only, scores equal the evaluator's") {
   TempDir tmp;
   const auto data = tmp / "ctr-data";
