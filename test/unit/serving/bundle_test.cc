@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <map>
 #include <random>
+#include <thread>
 
 #include "libps/ckpt/checkpoint_dir.h"
 #include "libps/ckpt/store_io.h"
@@ -239,6 +240,41 @@ TEST_CASE("a loaded bundle scores bit-identically to the checkpoint it came from
   model::Batch bad = MakeBatch(4, 8);
   bad.dense_dim = 3;
   CHECK(keep->Score(bad).status().code() == Code::kInvalidArgument);
+}
+
+TEST_CASE("scorers of one bundle score concurrently, each as it would alone") {
+  ModelDir md;
+  auto bundle = Bundle::Load(Exported(md));
+  REQUIRE(bundle.ok());
+  auto alone = (*bundle)->NewScorer();
+  REQUIRE(alone.ok());
+  std::vector<model::Batch> batches;
+  std::vector<std::vector<float>> want;
+  for (uint64_t i = 0; i < 8; ++i) {
+    batches.push_back(MakeBatch(32, 50 + i));
+    auto s = (*alone)->Score(batches.back());
+    REQUIRE(s.ok());
+    want.push_back(s->heads[0]);
+  }
+  constexpr int kThreads = 4;
+  std::vector<int> mismatches(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      auto scorer = (*bundle)->NewScorer();
+      if (!scorer.ok()) {
+        ++mismatches[t];
+        return;
+      }
+      for (int round = 0; round < 20; ++round) {
+        const size_t b = static_cast<size_t>(round + t) % batches.size();
+        auto s = (*scorer)->Score(batches[b]);
+        if (!s.ok() || s->heads[0] != want[b]) ++mismatches[t];
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  CHECK(mismatches == std::vector<int>(kThreads, 0));
 }
 
 TEST_CASE("damage to a bundle is DataLoss naming the file") {
