@@ -109,8 +109,8 @@ class Scorer {
  public:
   ~Scorer();
   // The batch's features must fit the model (dense_dim, sparse fields, ids within the
-  // tables): InvalidArgument otherwise. Labels are optional (scores do not depend on
-  // them); when present there must be one per example.
+  // tables): InvalidArgument otherwise. Labels are optional; the scores do not depend
+  // on them.
   Result<Scores> Score(const model::Batch& batch);
 
   struct Impl;  // private
