@@ -27,7 +27,9 @@
 // or evicted) score with their initial values, as they would in training and
 // evaluation. "The same" means the same batches: the evaluator scores its data in
 // order, in batches of BundleInfo::eval_batch_size (BLAS kernels may round differently
-// for another batch size, so only then is equality guaranteed).
+// for another batch size, so only then is equality guaranteed), with OpenBLAS on one
+// thread per call as the evaluator and `pstrain predict` run it (OPENBLAS_NUM_THREADS=1;
+// scale out with one Scorer per thread instead).
 //
 // Thread safety: a Bundle is immutable and shared (shared_ptr<const Bundle>); a Scorer
 // keeps scratch buffers and is used by one thread at a time: make one per thread. Any
