@@ -9,6 +9,7 @@
 #include "launcher/chief_client.h"
 #include "launcher/gen_ctr.h"
 #include "launcher/report.h"
+#include "launcher/serving.h"
 #include "launcher/supervisor.h"
 #include "launcher/tf_config.h"
 #include "libps/core/log.h"
@@ -37,6 +38,8 @@ constexpr const char* kTopHelp =
     "  report     write an HTML page with plots of a model dir's training and eval metrics\n"
     "  inspect    list a model dir's checkpoints and one checkpoint's variables\n"
     "  gen-ctr    write a synthetic click data set (LibSVM) with a known ground-truth model\n"
+    "  export     write an inference bundle (model graph, weights, live embedding rows) from a checkpoint\n"
+    "  predict    score a data set with a bundle (or a checkpoint) and print the evaluator's metrics\n"
     "\n"
     "`pstrain COMMAND --help` describes a command's options.\n"
     "exit codes: 0 success, 1 failure, 2 usage or configuration error\n"
@@ -455,12 +458,83 @@ Result<Command> ParseGenCtr(const std::vector<std::string>& args) {
   return Command(std::move(c));
 }
 
+Result<Command> ParseExport(const std::vector<std::string>& args) {
+  ExportCommand c;
+  int64_t step = 0;
+  po::options_description d("options");
+  d.add_options()
+      ("help,h", "print this help")
+      ("out", po::value(&c.out_dir)->value_name("DIR"), "the bundle directory to create; required")
+      ("step", po::value(&step)->value_name("N"), "the checkpoint to export (default: the newest that verifies)");
+  if (WantsHelp(args)) {
+    return Command(HelpCommand{Usage(
+        "pstrain export MODEL_DIR --out DIR [--step N]",
+        "Writes a self-contained inference bundle from a checkpoint of MODEL_DIR: bundle.json\n"
+        "(format version, source step, the job and its model graph, the variables and their\n"
+        "shapes, a checksum of every file), weights.shard (dense weights, and the live rows of\n"
+        "lazy embedding tables; no optimizer slots) and copies of the job's plug-ins.\n"
+        "`pstrain predict --model DIR` and the C++ serving API (libps/serving/serving.h) load\n"
+        "it; their scores are bit-identical to the evaluator's on that checkpoint. DIR must not\n"
+        "exist (or be empty); it appears complete or not at all. Without --step the newest\n"
+        "checkpoint whose every record verifies is used (damaged newer ones are named).\n"
+        "Exit 0 on success, 1 when there is no usable checkpoint or DIR cannot be written.", d)});
+  }
+  po::variables_map vm;
+  PS_RETURN_IF_ERROR(ParseWithModelDir("export", args, d, &vm, &c.model_dir));
+  if (!vm.count("out") || c.out_dir.empty()) return InvalidArgument("pstrain export: --out DIR is required");
+  if (vm.count("step")) {
+    if (step < 0) return InvalidArgument("pstrain export: --step: " + std::to_string(step) + " is negative");
+    c.step = step;
+  }
+  return Command(std::move(c));
+}
+
+Result<Command> ParsePredict(const std::vector<std::string>& args) {
+  PredictCommand c;
+  int64_t step = 0;
+  po::options_description d("options");
+  d.add_options()
+      ("help,h", "print this help")
+      ("model", po::value(&c.model)->value_name("DIR"),
+       "a bundle (from pstrain export), or a model dir: then its checkpoint; required")
+      ("data", po::value(&c.data)->value_name("DATA"),
+       "what to score: a data object as in a job file (\"format\", \"path\", ...), as JSON text\n"
+       "'{...}' (relative paths: from the current directory) or a file holding it (relative\n"
+       "paths: from the file's directory); required")
+      ("step", po::value(&step)->value_name("N"), "a model dir's checkpoint (default: the newest that verifies)")
+      ("out", po::value(&c.out)->value_name("FILE"), "write the scores to FILE (default: stdout)")
+      ("metrics", po::value(&c.metrics_out)->value_name("FILE"),
+       "write the metrics as JSON to FILE (the keys of the evaluator's eval/metrics.jsonl)");
+  if (WantsHelp(args)) {
+    return Command(HelpCommand{Usage(
+        "pstrain predict --model DIR --data DATA [--step N] [--out FILE] [--metrics FILE]",
+        "Scores every example of DATA, in order, with the bundle (or checkpoint) in DIR, as the\n"
+        "evaluator does: the same batches, the same forward pass, bit-identical scores.\n"
+        "Scores: one line per example; the model's first head's outputs separated by spaces\n"
+        "(binary: P(label = 1); softmax: one probability per class; regression: the value),\n"
+        "then each further head's after a tab; each printed with 9 significant digits, which\n"
+        "round-trips a float32 exactly. When the data has labels, the evaluator's metrics\n"
+        "(examples, loss, accuracy, AUC for sigmoid heads, per-head figures) go to stderr\n"
+        "and to --metrics. Exit 0 on success, 1 when the bundle or checkpoint cannot be\n"
+        "loaded (a damaged file is named) or the data cannot be read or does not fit the model.", d)});
+  }
+  po::variables_map vm;
+  PS_RETURN_IF_ERROR(ParseOptions("predict", args, d, &vm));
+  if (!vm.count("model") || c.model.empty()) return InvalidArgument("pstrain predict: --model DIR is required");
+  if (!vm.count("data") || c.data.empty()) return InvalidArgument("pstrain predict: --data DATA is required");
+  if (vm.count("step")) {
+    if (step < 0) return InvalidArgument("pstrain predict: --step: " + std::to_string(step) + " is negative");
+    c.step = step;
+  }
+  return Command(std::move(c));
+}
+
 }  // namespace
 
 Result<Command> ParseLauncherArgs(const std::vector<std::string>& args) {
   if (args.empty()) {
     return InvalidArgument(
-        "pstrain: missing command (tf-config, slurm-task, local, stop, status, report, inspect); see pstrain --help");
+        "pstrain: missing command (tf-config, slurm-task, local, stop, status, report, inspect, gen-ctr, export, predict); see pstrain --help");
   }
   const std::string& sub = args[0];
   std::vector<std::string> rest(args.begin() + 1, args.end());
@@ -477,8 +551,10 @@ Result<Command> ParseLauncherArgs(const std::vector<std::string>& args) {
   if (sub == "report") return ParseReport(rest);
   if (sub == "inspect") return ParseInspect(rest);
   if (sub == "gen-ctr") return ParseGenCtr(rest);
+  if (sub == "export") return ParseExport(rest);
+  if (sub == "predict") return ParsePredict(rest);
   return InvalidArgument("pstrain: unknown command \"" + sub +
-                         "\" (tf-config, slurm-task, local, stop, status, report, inspect); see pstrain --help");
+                         "\" (tf-config, slurm-task, local, stop, status, report, inspect, gen-ctr, export, predict); see pstrain --help");
 }
 
 int RunLauncher(const std::vector<std::string>& args) {
@@ -498,6 +574,8 @@ int RunLauncher(const std::vector<std::string>& args) {
   if (const auto* c = std::get_if<InspectCommand>(&*command)) return RunInspect(*c);
   if (const auto* c = std::get_if<GenCtrCommand>(&*command)) return RunGenCtr(*c);
   if (const auto* c = std::get_if<SlurmTaskCommand>(&*command)) return RunSlurmTask(*c);
+  if (const auto* c = std::get_if<ExportCommand>(&*command)) return RunExport(*c);
+  if (const auto* c = std::get_if<PredictCommand>(&*command)) return RunPredict(*c);
   return RunLocal(std::get<LocalCommand>(*command));
 }
 

@@ -15,12 +15,15 @@
 //   pstrain inspect   MODEL_DIR [--step N] [--verify]
 //   pstrain gen-ctr   --out DIR [--spec FILE] [--seed N] [--train-examples N]
 //                     [--eval-examples N] [--gzip] [--format LIST] [--files N]
+//   pstrain export    MODEL_DIR --out DIR [--step N]
+//   pstrain predict   --model DIR --data DATA [--step N] [--out FILE] [--metrics FILE]
 //
 // Exit codes (daemon::kExit*): 0 success, 1 runtime failure (chief unreachable, a task
 // failed), 2 usage or configuration error; slurm-task becomes the daemon (its codes).
 //
 // One file per command family: tf_config.h (tf-config, slurm-task), chief_client.h (stop, status),
-// local_plan.h + supervisor.h (local), report.h (report, inspect), gen_ctr.h; the status
+// local_plan.h + supervisor.h (local), report.h (report, inspect), gen_ctr.h, serving.h
+// (export, predict); the status
 // text is status_text.h. Their pure parts are separate functions so they can be tested
 // without processes or sockets; their Run* functions print to stdout/stderr, return the
 // exit code and are meant to be called once, from RunLauncher.
@@ -122,9 +125,25 @@ struct GenCtrCommand {
   data::CtrOutput output;  // --format LIST, --files N
 };
 
+// An inference bundle from a checkpoint (libps/serving/bundle.h).
+struct ExportCommand {
+  std::string model_dir;
+  std::string out_dir;
+  std::optional<int64_t> step;  // default: the newest checkpoint that verifies
+};
+
+// Scores a data set with a bundle, or with a model dir's checkpoint.
+struct PredictCommand {
+  std::string model;            // a bundle directory, or a model dir (its checkpoint)
+  std::optional<int64_t> step;  // model dirs only; default: the newest that verifies
+  std::string data;             // a data object as JSON text ("{...}"), or a file holding one
+  std::string out;              // scores; empty: stdout
+  std::string metrics_out;      // the metrics as JSON; empty: not written
+};
+
 using Command = std::variant<HelpCommand, TfConfigCommand, StopCommand, StatusCommand,
                              LocalCommand, ReportCommand, InspectCommand, GenCtrCommand,
-                             SlurmTaskCommand>;
+                             SlurmTaskCommand, ExportCommand, PredictCommand>;
 
 // `args` is argv without the program name. Every error is a one-line usage error
 // ("pstrain stop: --chief: \"x\" has no port") meant for exit code 2.

@@ -420,6 +420,15 @@ bool IsExecutable(const std::string& path) {
   return std::filesystem::is_regular_file(path, ec) && ::access(path.c_str(), X_OK) == 0;
 }
 
+// The thread that reads the signalfd. Threads started before main (the OpenBLAS pool,
+// now that `pstrain predict` links the scoring code) do not block the signals, and a
+// process-directed signal landing on one of them would take the default action: the
+// launcher would die and orphan its tasks. On those threads this handler hands the signal
+// on to the supervising thread, where it stays pending (blocked) for the signalfd.
+pthread_t g_signal_reader;
+
+extern "C" void ForwardSignalToReader(int sig) { ::pthread_kill(g_signal_reader, sig); }
+
 }  // namespace
 
 int RunLocal(const LocalCommand& command) {
@@ -470,12 +479,23 @@ int RunLocal(const LocalCommand& command) {
     ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
     return kExitFailure;
   }
+  g_signal_reader = ::pthread_self();
+  const std::array<int, 3> forwarded{SIGINT, SIGTERM, SIGHUP};
+  std::array<struct sigaction, 3> old_actions{};
+  for (size_t i = 0; i < forwarded.size(); ++i) {
+    struct sigaction sa {};
+    sa.sa_handler = ForwardSignalToReader;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(forwarded[i], &sa, &old_actions[i]);
+  }
   int rc;
   {
     Supervisor supervisor(command, *spec, std::move(*plan), std::move(*secret), sigfd);
     rc = supervisor.Run();
   }
   ::close(sigfd);
+  for (size_t i = 0; i < forwarded.size(); ++i) ::sigaction(forwarded[i], &old_actions[i], nullptr);
   ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
   return rc;
 }

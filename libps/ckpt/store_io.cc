@@ -7,8 +7,12 @@ namespace ps::ckpt {
 Result<ShardFileInfo> SaveStore(const ps::server::Store& store, const std::string& model_dir, int ps_index,
                                 int64_t global_step) {
   PS_ASSIGN_OR_RETURN(std::string dir, CreateCheckpointDir(model_dir, global_step));
-  PS_ASSIGN_OR_RETURN(ShardWriter writer, ShardWriter::Create(dir + "/" + ShardFileName(ps_index), ps_index,
-                                                              global_step));
+  return WriteStoreFile(store, dir + "/" + ShardFileName(ps_index), ps_index, global_step);
+}
+
+Result<ShardFileInfo> WriteStoreFile(const ps::server::Store& store, const std::string& path, int ps_index,
+                                     int64_t global_step) {
+  PS_ASSIGN_OR_RETURN(ShardWriter writer, ShardWriter::Create(path, ps_index, global_step));
   Status st;
   store.ForEachShard([&](const ps::server::ShardView& shard) {
     if (!st.ok()) return;
@@ -30,7 +34,9 @@ Result<ShardFileInfo> SaveStore(const ps::server::Store& store, const std::strin
   return writer.Commit();
 }
 
-Status RestoreStore(ps::server::Store* store, const std::string& shard_path, std::set<ps::server::ShardKey>* restored) {
+Status RestoreStore(ps::server::Store* store, const std::string& shard_path, std::set<ps::server::ShardKey>* restored,
+                    RestoreSlots slots) {
+  const bool skip_slots = slots == RestoreSlots::kSkip;
   PS_ASSIGN_OR_RETURN(ShardReader reader, ShardReader::Open(shard_path));
   // Blocks of one record arrive in order ("values", then each slot) and are read straight
   // into the shard, which stays locked from its first block until the next record starts.
@@ -65,11 +71,13 @@ Status RestoreStore(ps::server::Store* store, const std::string& shard_path, std
   };
   sparse.data = [&](const RecordMeta& meta, std::string_view block, int64_t first,
                     std::span<const float> data) -> Status {
+    if (skip_slots && block != "values") return Status::Ok();
     return fill->WriteRows(block, first, data).WithContext(meta.Describe(shard_path));
   };
   Status st = reader.ReadAll([&](const RecordMeta& meta, std::string_view block) -> Result<std::span<float>> {
     if (meta.index != record) PS_RETURN_IF_ERROR(open(meta));
     if (block == "values") return fill->values();
+    if (skip_slots) return std::span<float>();  // read and verified, not stored
     auto slot = fill->Slot(block);
     if (!slot.ok()) return slot.status().WithContext(meta.Describe(shard_path));
     return *slot;

@@ -16,6 +16,18 @@ namespace ps::ckpt {
 // paused: each shard is read under its locks, but shards are read one after another.
 Result<ShardFileInfo> SaveStore(const ps::server::Store& store, const std::string& model_dir, int ps_index,
                                 int64_t global_step);
+// The same into the shard file `path` (tmp + fsync + rename), wherever it is: SaveStore
+// and the serving bundle (libps/serving) write stores through this one function. A store
+// configured without optimizer slots (plain SGD) writes records without slot blocks.
+Result<ShardFileInfo> WriteStoreFile(const ps::server::Store& store, const std::string& path, int ps_index,
+                                     int64_t global_step);
+
+// What RestoreStore reads of each record.
+enum class RestoreSlots {
+  kAll,   // every block; a slot the store's optimizer lacks is an error
+  kSkip,  // values only: slot blocks are read and verified but not stored (for a store
+          // configured without slots: inference needs no optimizer state)
+};
 
 // Reads `shard_path` straight into `store`'s memory; its shards must already exist with
 // the same rows and columns, and lazy exactly when the record is sparse (a lazy shard
@@ -23,6 +35,8 @@ Result<ShardFileInfo> SaveStore(const ps::server::Store& store, const std::strin
 // the store lacks, or of another shape, is FailedPrecondition; corruption is DataLoss
 // naming the file (the shards read so far then hold partial data: restore another
 // checkpoint). Training must be paused.
-Status RestoreStore(ps::server::Store* store, const std::string& shard_path, std::set<ps::server::ShardKey>* restored);
+// With RestoreSlots::kSkip the slots of the checkpoint are verified and dropped.
+Status RestoreStore(ps::server::Store* store, const std::string& shard_path, std::set<ps::server::ShardKey>* restored,
+                    RestoreSlots slots = RestoreSlots::kAll);
 
 }  // namespace ps::ckpt

@@ -14,12 +14,12 @@
 
 #include "libps/ckpt/checkpoint_dir.h"
 #include "libps/core/files.h"
-#include "libps/ckpt/store_io.h"
 #include "libps/core/json.h"
 #include "libps/core/log.h"
 #include "libps/core/text.h"
 #include "libps/model/blas.h"
 #include "libps/obs/eval_log.h"
+#include "libps/serving/loaded_model.h"
 #include "libps/worker/trainer.h"
 
 namespace ps::evaluator {
@@ -107,12 +107,7 @@ class Evaluator {
       told = true;
       if (Wait()) return Aborted("stopped by a signal before the job started");
     }
-    PS_ASSIGN_OR_RETURN(Json json, ReadJsonFile(path));
-    std::string base_dir = json.contains("base_dir") && json["base_dir"].is_string()
-                               ? json["base_dir"].get<std::string>() : options_.model_dir;
-    auto job = job::ParseJob(json, base_dir);
-    if (!job.ok()) return job.status().WithContext(path);
-    job_ = std::move(*job);
+    PS_ASSIGN_OR_RETURN(job_, serving::ReadModelDirJob(options_.model_dir));
     if (job_.eval_data.is_null()) return InvalidArgument(path + ": job.eval_data: the job has no eval data");
     PS_ASSIGN_OR_RETURN(model_, model::BuildModel(job_.model, "job.model"));
     return Status::Ok();
@@ -166,31 +161,15 @@ class Evaluator {
     r.Gauge("pstrain_evaluator_duration_seconds", "How long the newest evaluation took.").Set(sec);
   }
 
-  // Loads checkpoint `c` into an in-process store laid out like the cluster was.
+  // Loads checkpoint `c` into an in-process store laid out like the cluster was, and
+  // scores the eval data: the loading and scoring path `pstrain predict` and the serving
+  // API share (libps/serving/loaded_model.h).
   Result<worker::EvalMetrics> EvaluateCheckpoint(const ckpt::CheckpointInfo& c) {
     auto t0 = std::chrono::steady_clock::now();
-    PS_ASSIGN_OR_RETURN(job::VariablePlan plan, job::PlanVariables(job_, *model_, c.manifest.num_ps));
-    ps::server::Store store;
-    PS_RETURN_IF_ERROR(store.Configure(job_.optimizer));
-    for (const auto& s : plan.shards) {
-      const auto& v = *std::find_if(plan.variables.begin(), plan.variables.end(),
-                                    [&](const auto& d) { return d.name == s.layout.var; });
-      // A lazy shard pulls rows the checkpoint lacks at their initial values: it needs v.init.
-      PS_RETURN_IF_ERROR(store.Create(ps::server::ShardDef{
-          .layout = s.layout, .init = v.lazy ? v.init : model::InitSpec{}, .seed = job_.seed}));
-    }
-    std::set<ps::server::ShardKey> restored;
-    for (int p = 0; p < c.manifest.num_ps; ++p) {
-      PS_RETURN_IF_ERROR(ckpt::RestoreStore(&store, c.dir + "/" + ckpt::ShardFileName(p), &restored));
-    }
-    if (restored.size() != plan.shards.size()) {
-      return FailedPrecondition(c.dir + ": holds " + std::to_string(restored.size()) + " of the model's " +
-                                std::to_string(plan.shards.size()) + " shards");
-    }
-    std::vector<std::unique_ptr<worker::PsLink>> links;
-    for (int p = 0; p < c.manifest.num_ps; ++p) links.push_back(worker::LocalPsLink(&store));
-    PS_ASSIGN_OR_RETURN(auto fetcher, worker::ParamFetcher::Create(plan, std::move(links)));
-    PS_ASSIGN_OR_RETURN(worker::EvalMetrics m, worker::Evaluate(job_, job_.eval_data, *model_, *fetcher));
+    PS_ASSIGN_OR_RETURN(serving::LoadedModel loaded, serving::LoadCheckpoint(job_, *model_, c));
+    PS_ASSIGN_OR_RETURN(serving::PassResult pass,
+                        serving::ScoreData(loaded, *model_, job_.eval_data, job_.base_dir, "job.eval_data"));
+    const worker::EvalMetrics& m = *pass.metrics;
     double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (options_.metrics) RecordMetrics(*options_.metrics, c.global_step, m, sec);
     char buf[256];
@@ -203,11 +182,11 @@ class Evaluator {
   }
 
   Status Append(const ckpt::CheckpointInfo& c, const worker::EvalMetrics& m) {
-    Json line = {{"step", c.global_step}, {"accuracy", m.accuracy}, {"loss", m.loss}, {"examples", m.examples},
-                 {"final", c.manifest.final}, {"checkpoint", ckpt::CheckpointDirName(c.global_step)},
-                 {"unix_time", std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()}};
-    if (m.auc >= 0) line["auc"] = m.auc;
-    if (!m.heads.is_null()) line["heads"] = m.heads;
+    Json line = {{"step", c.global_step}};
+    line.update(worker::EvalMetricsToJson(m));
+    line["final"] = c.manifest.final;
+    line["checkpoint"] = ckpt::CheckpointDirName(c.global_step);
+    line["unix_time"] = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     return eval_log_.Append(line);
   }
 

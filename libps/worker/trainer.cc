@@ -428,24 +428,35 @@ Status Trainer::Pipeline(int64_t first_step, int count, StepStats* stats) {
   return Status::Ok();
 }
 
+Result<model::EvalOutput> ScoreBatch(model::Model& model, ParamFetcher& fetcher, const model::Batch& batch) {
+  PS_RETURN_IF_ERROR(fetcher.Fetch(model, batch));
+  return model.Forward(batch, fetcher.params());
+}
+
+int64_t EvalBatchSize(const job::JobSpec& job) { return std::max<int64_t>(job.batch_size, 256); }
+
 Result<std::vector<model::HeadMetrics::Sums>> EvaluateShard(const job::JobSpec& job, const Json& config,
                                                             model::Model& model, ParamFetcher& fetcher, int shard,
-                                                            int num_shards) {
+                                                            int num_shards, const BatchObserver& observe,
+                                                            const std::string& where) {
   data::DatasetOptions opts;
   opts.base_dir = job.base_dir;
   opts.shuffle = false;
   opts.repeat = false;
   opts.shard_index = shard;
   opts.num_shards = num_shards;
-  PS_ASSIGN_OR_RETURN(auto dataset, data::OpenDataset(config, "job.eval_data", opts));
+  PS_ASSIGN_OR_RETURN(auto dataset, data::OpenDataset(config, where, opts));
   model::HeadMetrics heads(model.heads());
   for (;;) {
-    PS_ASSIGN_OR_RETURN(model::Batch batch, dataset->Next(std::max<int64_t>(job.batch_size, 256)));
+    PS_ASSIGN_OR_RETURN(model::Batch batch, dataset->Next(EvalBatchSize(job)));
     if (batch.size == 0) break;
-    PS_RETURN_IF_ERROR(fetcher.Fetch(model, batch));
-    PS_ASSIGN_OR_RETURN(model::EvalOutput out, model.Forward(batch, fetcher.params()));
-    if (!out.has_labels) return InvalidArgument("job.eval_data: the data has no labels");
-    heads.Add(out);
+    PS_ASSIGN_OR_RETURN(model::EvalOutput out, ScoreBatch(model, fetcher, batch));
+    if (observe) PS_RETURN_IF_ERROR(observe(batch, out));
+    if (out.has_labels) {
+      heads.Add(out);
+    } else if (!observe) {
+      return InvalidArgument(where + ": the data has no labels");
+    }
   }
   return heads.sums();
 }
@@ -453,6 +464,13 @@ Result<std::vector<model::HeadMetrics::Sums>> EvaluateShard(const job::JobSpec& 
 Result<EvalMetrics> Evaluate(const job::JobSpec& job, const Json& config, model::Model& model, ParamFetcher& fetcher) {
   PS_ASSIGN_OR_RETURN(auto sums, EvaluateShard(job, config, model, fetcher, 0, 1));
   return EvalFigures(model, sums);
+}
+
+Json EvalMetricsToJson(const EvalMetrics& m) {
+  Json j = {{"accuracy", m.accuracy}, {"loss", m.loss}, {"examples", m.examples}};
+  if (m.auc >= 0) j["auc"] = m.auc;
+  if (!m.heads.is_null()) j["heads"] = m.heads;
+  return j;
 }
 
 Result<EvalMetrics> EvalFigures(const model::Model& model, const std::vector<model::HeadMetrics::Sums>& sums) {

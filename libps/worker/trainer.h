@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "libps/data/dataset.h"
@@ -194,9 +195,26 @@ Result<EvalMetrics> Evaluate(const job::JobSpec& job, const Json& config, model:
 // files than shards). A shard may be empty. Inline distributed evaluation: every worker
 // evaluates its shard and the chief merges the sums (EvalFigures) into exactly the
 // figures of one pass over everything.
+//
+// This is the one scoring pass of pstrain: the evaluator, the chief's final evaluation,
+// inline evaluation and `pstrain predict` (libps/serving) all score through it, so their
+// scores for the same parameters are bit-identical. `observe`, when set, sees every batch
+// with its EvalOutput in data order (`pstrain predict` writes the scores); with an
+// observer, unlabelled data is scored too (its batches add nothing to the sums), without
+// one it is InvalidArgument. `where` names `config` in errors.
+using BatchObserver = std::function<Status(const model::Batch& batch, const model::EvalOutput& out)>;
 Result<std::vector<model::HeadMetrics::Sums>> EvaluateShard(const job::JobSpec& job, const Json& config,
                                                             model::Model& model, ParamFetcher& fetcher, int shard,
-                                                            int num_shards);
+                                                            int num_shards, const BatchObserver& observe = {},
+                                                            const std::string& where = "job.eval_data");
+// The scores of one batch: pulls what it needs through `fetcher` and runs the model's
+// forward pass. EvaluateShard's step, and the serving API's (libps/serving/serving.h).
+Result<model::EvalOutput> ScoreBatch(model::Model& model, ParamFetcher& fetcher, const model::Batch& batch);
+// The batch size of evaluation passes: max(job.batch_size, 256).
+int64_t EvalBatchSize(const job::JobSpec& job);
+// {"accuracy", "loss", "examples", and "auc" / "heads" when set}: the figures as
+// eval/metrics.jsonl and `pstrain predict --metrics` write them.
+Json EvalMetricsToJson(const EvalMetrics& m);
 // The figures of (merged) sums; InvalidArgument when they hold no example.
 Result<EvalMetrics> EvalFigures(const model::Model& model, const std::vector<model::HeadMetrics::Sums>& sums);
 

@@ -1,0 +1,172 @@
+#include "launcher/serving.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "libps/core/files.h"
+#include "libps/daemon/daemon.h"
+#include "libps/model/blas.h"
+#include "libps/serving/bundle.h"
+
+namespace ps::launcher {
+
+namespace fs = std::filesystem;
+using daemon::kExitFailure;
+using daemon::kExitOk;
+
+namespace {
+
+std::string Figures(const worker::EvalMetrics& m) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "accuracy %.4f  loss %.4f", m.accuracy, m.loss);
+  std::string s = buf;
+  if (m.auc >= 0) {
+    std::snprintf(buf, sizeof buf, "  auc %.4f", m.auc);
+    s += buf;
+  }
+  return s;
+}
+
+// Scores go to `path` + ".tmp", renamed to `path` when complete (a failed run leaves no
+// partial score file behind under the final name); or to stdout.
+class ScoreSink {
+ public:
+  static Result<std::unique_ptr<ScoreSink>> Open(const std::string& path) {
+    auto s = std::unique_ptr<ScoreSink>(new ScoreSink());
+    s->path_ = path;
+    if (path.empty()) {
+      s->f_ = stdout;
+      return s;
+    }
+    s->tmp_ = path + ".tmp";
+    s->f_ = std::fopen(s->tmp_.c_str(), "w");
+    if (s->f_ == nullptr) return ErrnoStatus(s->tmp_, "open", errno);
+    return s;
+  }
+  ~ScoreSink() {
+    if (f_ != nullptr && f_ != stdout) {
+      std::fclose(f_);
+      std::remove(tmp_.c_str());
+    }
+  }
+  Status Write(const std::string& line) {
+    if (std::fputs(line.c_str(), f_) < 0 || std::fputc('\n', f_) < 0) {
+      return IoError((path_.empty() ? std::string("stdout") : tmp_) + ": write failed");
+    }
+    return Status::Ok();
+  }
+  Status Commit() {
+    if (f_ == stdout) {
+      if (std::fflush(stdout) != 0) return IoError("stdout: write failed");
+      return Status::Ok();
+    }
+    const bool ok = std::fflush(f_) == 0 && ::fsync(fileno(f_)) == 0;
+    const bool closed = std::fclose(f_) == 0;
+    f_ = nullptr;
+    if (!ok || !closed) {
+      std::remove(tmp_.c_str());
+      return IoError(tmp_ + ": write failed");
+    }
+    if (std::rename(tmp_.c_str(), path_.c_str()) != 0) return ErrnoStatus(path_, "rename", errno);
+    return Status::Ok();
+  }
+
+ private:
+  ScoreSink() = default;
+  std::string path_, tmp_;
+  std::FILE* f_ = nullptr;
+};
+
+}  // namespace
+
+std::string FormatScoreLine(const model::EvalOutput& out, int64_t i) {
+  std::string line;
+  char buf[32];
+  for (size_t h = 0; h < out.heads.size(); ++h) {
+    const auto& p = out.heads[h].predictions;
+    const size_t k = out.examples > 0 ? p.size() / static_cast<size_t>(out.examples) : 0;
+    for (size_t j = 0; j < k; ++j) {
+      std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(p[static_cast<size_t>(i) * k + j]));
+      if (!line.empty()) line += (j == 0 ? '\t' : ' ');
+      line += buf;
+    }
+  }
+  return line;
+}
+
+Result<std::pair<Json, std::string>> ReadDataArg(const std::string& arg) {
+  std::error_code ec;
+  if (!arg.empty() && arg.front() == '{') {
+    PS_ASSIGN_OR_RETURN(Json data, ParseJson(arg, "--data"));
+    return std::make_pair(std::move(data), fs::current_path(ec).string());
+  }
+  PS_ASSIGN_OR_RETURN(Json data, ReadJsonFile(arg));
+  return std::make_pair(std::move(data), fs::absolute(fs::path(arg), ec).parent_path().string());
+}
+
+int RunExport(const ExportCommand& command) {
+  serving::ExportOptions options{.model_dir = command.model_dir, .step = command.step, .out_dir = command.out_dir};
+  auto r = serving::ExportBundle(options);
+  if (!r.ok()) {
+    PrintErr("pstrain export: " + r.status().message());
+    return kExitFailure;
+  }
+  for (const auto& w : r->warnings) PrintErr("pstrain export: warning: " + w);
+  int64_t rows = 0;
+  for (const auto& v : r->info.variables) rows += v.lazy ? v.stored_rows : 0;
+  std::printf("exported step %lld%s of %s to %s: %zu variables (%lld live rows of lazy tables), %.1f MiB\n",
+              static_cast<long long>(r->info.source_step), r->info.source_final ? " (final)" : "",
+              r->info.source_model_dir.c_str(), r->info.dir.c_str(), r->info.variables.size(),
+              static_cast<long long>(rows), static_cast<double>(r->bytes) / (1 << 20));
+  return kExitOk;
+}
+
+int RunPredict(const PredictCommand& command) {
+  auto fail = [](const Status& st) {
+    PrintErr("pstrain predict: " + st.message());
+    return kExitFailure;
+  };
+  // The evaluator's setting: scores must not depend on a thread count.
+  model::SetBlasThreads(1);
+  auto data = ReadDataArg(command.data);
+  if (!data.ok()) return fail(data.status());
+  std::error_code ec;
+  const bool is_bundle = fs::exists(fs::path(command.model) / serving::kBundleManifest, ec);
+  if (is_bundle && command.step) {
+    return fail(InvalidArgument("--step: " + command.model + " is a bundle (of step one checkpoint)"));
+  }
+  std::vector<std::string> warnings;
+  auto loaded = is_bundle ? serving::LoadBundle(command.model)
+                          : serving::LoadModelDir(command.model, command.step, &warnings);
+  if (!loaded.ok()) return fail(loaded.status());
+  for (const auto& w : warnings) PrintErr("pstrain predict: warning: " + w);
+  auto sink = ScoreSink::Open(command.out);
+  if (!sink.ok()) return fail(sink.status());
+  auto pass = serving::ScoreData(loaded->loaded, *loaded->model, data->first, data->second, "--data",
+                                 [&](const model::Batch&, const model::EvalOutput& out) -> Status {
+                                   for (int64_t i = 0; i < out.examples; ++i) {
+                                     PS_RETURN_IF_ERROR((*sink)->Write(FormatScoreLine(out, i)));
+                                   }
+                                   return Status::Ok();
+                                 });
+  if (!pass.ok()) return fail(pass.status());
+  if (Status st = (*sink)->Commit(); !st.ok()) return fail(st);
+  const std::string what = (is_bundle ? "bundle " : "checkpoint ") + std::string(is_bundle ? command.model
+                           : ckpt::CheckpointPath(command.model, loaded->info.source_step));
+  if (!pass->metrics) {
+    PrintErr("pstrain predict: " + std::to_string(pass->examples) + " examples scored with " + what +
+             " (the data has no labels: no metrics)");
+    return kExitOk;
+  }
+  PrintErr("pstrain predict: " + std::to_string(pass->examples) + " examples scored with " + what + " (step " +
+           std::to_string(loaded->info.source_step) + "): " + Figures(*pass->metrics));
+  if (!command.metrics_out.empty()) {
+    Json j = {{"step", loaded->info.source_step}};
+    j.update(worker::EvalMetricsToJson(*pass->metrics));
+    if (Status st = WriteFileAtomic(command.metrics_out, j.dump() + "\n"); !st.ok()) return fail(st);
+  }
+  return kExitOk;
+}
+
+}  // namespace ps::launcher

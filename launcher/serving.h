@@ -1,0 +1,28 @@
+// `pstrain export` and `pstrain predict`: inference bundles from checkpoints, and scoring
+// a data set with one (libps/serving does the work; bundle.h documents the format).
+#pragma once
+
+#include <string>
+#include <utility>
+
+#include "launcher/cli.h"
+#include "libps/core/json.h"
+#include "libps/model/model.h"
+
+namespace ps::launcher {
+
+// Writes the bundle and prints what it holds. 1 when it cannot (no checkpoint, a damaged
+// one at --step, --out exists, I/O).
+int RunExport(const ExportCommand& command);
+// Writes one score line per example to --out or stdout and, for labelled data, the
+// metrics to stderr and --metrics. 1 when the model or the data cannot be loaded.
+int RunPredict(const PredictCommand& command);
+
+// Example `i`'s line of `out` (no newline): each head's outputs separated by spaces,
+// heads separated by a tab, every value "%.9g" (round-trips a float32).
+std::string FormatScoreLine(const model::EvalOutput& out, int64_t i);
+// --data: JSON text starting with '{' (base dir: the current directory), else a JSON
+// file (base dir: its directory). Returns the data object and its base dir.
+Result<std::pair<Json, std::string>> ReadDataArg(const std::string& arg);
+
+}  // namespace ps::launcher

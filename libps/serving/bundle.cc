@@ -1,0 +1,330 @@
+#include "libps/serving/bundle.h"
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <limits>
+
+#include "libps/ckpt/store_io.h"
+#include "libps/core/crc32c.h"
+#include "libps/core/files.h"
+
+namespace ps::serving {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr size_t kMaxManifestBytes = size_t{256} << 20;  // the job and the variable list
+constexpr size_t kReadChunk = size_t{4} << 20;
+
+uint32_t TextChecksum(const std::string& text) { return MaskedCrc32c(Crc32c(0, text.data(), text.size())); }
+
+// Size and masked CRC-32C of a whole file.
+struct FileSum {
+  uint64_t bytes = 0;
+  uint32_t crc = 0;
+};
+Result<FileSum> SumFile(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return ErrnoStatus(path, "open", errno);
+  std::vector<unsigned char> buf(kReadChunk);
+  FileSum sum;
+  uint32_t crc = 0;
+  for (;;) {
+    ssize_t n = ::read(fd.get(), buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoStatus(path, "read", errno);
+    if (n == 0) break;
+    crc = Crc32c(crc, buf.data(), static_cast<size_t>(n));
+    sum.bytes += static_cast<uint64_t>(n);
+  }
+  sum.crc = MaskedCrc32c(crc);
+  return sum;
+}
+
+// Copies `from` to `to` (a new file) and fsyncs it.
+Status CopyFileSynced(const std::string& from, const std::string& to) {
+  UniqueFd in(::open(from.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!in.valid()) return ErrnoStatus(from, "open", errno);
+  UniqueFd out(::open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+  if (!out.valid()) return ErrnoStatus(to, "create", errno);
+  std::vector<unsigned char> buf(kReadChunk);
+  for (;;) {
+    ssize_t n = ::read(in.get(), buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoStatus(from, "read", errno);
+    if (n == 0) break;
+    PS_RETURN_IF_ERROR(WriteAll(out.get(), buf.data(), static_cast<size_t>(n), to));
+  }
+  PS_RETURN_IF_ERROR(FsyncFd(out.get(), to));
+  return out.Close(to);
+}
+
+BundleInfo MakeInfo(const LoadedModel& loaded, const model::Model& model) {
+  BundleInfo info;
+  info.format_version = kBundleVersion;
+  for (const auto& v : loaded.plan.variables) {
+    VariableInfo vi{.name = v.name, .shape = v.shape, .lazy = v.lazy, .shards = 0, .stored_rows = 0};
+    for (const auto& s : loaded.plan.shards) {
+      if (s.layout.var != v.name) continue;
+      ++vi.shards;
+      auto mem = loaded.store->Memory({s.layout.var, s.layout.shard});
+      if (mem.ok()) vi.stored_rows += mem->rows;
+    }
+    info.variables.push_back(std::move(vi));
+  }
+  for (const auto& h : model.heads()) {
+    info.heads.push_back({.name = h.name, .loss = model::LossKindName(h.loss), .outputs = h.outputs});
+  }
+  info.eval_batch_size = worker::EvalBatchSize(loaded.job);
+  return info;
+}
+
+Json VariablesJson(const std::vector<VariableInfo>& vars) {
+  Json out = Json::array();
+  for (const auto& v : vars) {
+    out.push_back({{"name", v.name}, {"shape", v.shape}, {"lazy", v.lazy}, {"shards", v.shards},
+                   {"stored_rows", v.stored_rows}});
+  }
+  return out;
+}
+
+// Removes a temporary directory unless released.
+class TmpDirGuard {
+ public:
+  explicit TmpDirGuard(std::string dir) : dir_(std::move(dir)) {}
+  ~TmpDirGuard() {
+    if (dir_.empty()) return;
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  TmpDirGuard(const TmpDirGuard&) = delete;
+  TmpDirGuard& operator=(const TmpDirGuard&) = delete;
+  void Release() { dir_.clear(); }
+
+ private:
+  std::string dir_;
+};
+
+}  // namespace
+
+Result<ExportResult> ExportBundle(const ExportOptions& o) {
+  std::error_code ec;
+  const fs::path out = fs::absolute(fs::path(o.out_dir), ec).lexically_normal();
+  if (ec || out.filename().empty()) return InvalidArgument(o.out_dir + ": not a usable bundle directory name");
+  if (fs::exists(out, ec) && !(fs::is_directory(out, ec) && fs::is_empty(out, ec))) {
+    return Status(Code::kAlreadyExists, out.string() + ": already exists (remove it, or export to a new directory)");
+  }
+  ExportResult result;
+  PS_ASSIGN_OR_RETURN(LoadedBundle source, LoadModelDir(o.model_dir, o.step, &result.warnings));
+  const job::JobSpec& job = source.loaded.job;
+  const LoadedModel& loaded = source.loaded;
+
+  fs::create_directories(out.parent_path(), ec);
+  if (ec) return IoError(out.parent_path().string() + ": cannot create: " + ec.message());
+  std::string tmpl = out.string() + ".tmp-XXXXXX";
+  if (::mkdtemp(tmpl.data()) == nullptr) return ErrnoStatus(tmpl, "mkdtemp", errno);
+  const std::string tmp = tmpl;
+  TmpDirGuard guard(tmp);
+
+  // The files, each fsynced; the manifest lists them.
+  Json files = Json::array();
+  auto list = [&](const std::string& name) -> Status {
+    PS_ASSIGN_OR_RETURN(FileSum sum, SumFile(tmp + "/" + name));
+    files.push_back({{"name", name}, {"bytes", sum.bytes}, {"crc32c", sum.crc}});
+    result.bytes += sum.bytes;
+    return Status::Ok();
+  };
+  const int64_t step = source.info.source_step;
+  PS_RETURN_IF_ERROR(ckpt::WriteStoreFile(*loaded.store, tmp + "/" + kBundleWeights, 0, step).status());
+  PS_RETURN_IF_ERROR(list(kBundleWeights));
+
+  Json job_json = job.raw;
+  job_json.erase("base_dir");  // the bundle is its own base: plug-ins are copied into it
+  if (job_json.contains("plugins")) {
+    Json copies = Json::array();
+    if (!fs::create_directory(tmp + "/plugins", ec)) return IoError(tmp + "/plugins: cannot create: " + ec.message());
+    const auto& plugins = job_json["plugins"];
+    for (size_t i = 0; i < plugins.size(); ++i) {
+      fs::path p(plugins[i].get<std::string>());
+      if (p.is_relative()) p = fs::path(job.base_dir) / p;
+      const std::string name = "plugins/" + std::to_string(i) + "-" + p.filename().string();
+      PS_RETURN_IF_ERROR(CopyFileSynced(p.string(), tmp + "/" + name));
+      PS_RETURN_IF_ERROR(list(name));
+      copies.push_back(name);
+    }
+    PS_RETURN_IF_ERROR(FsyncDir(tmp + "/plugins"));
+    job_json["plugins"] = copies;
+  }
+
+  result.info = std::move(source.info);
+  result.info.dir = out.string();
+  result.info.format_version = kBundleVersion;
+  Json manifest = {
+      {"format", kBundleFormat},
+      {"version", kBundleVersion},
+      {"source", {{"model_dir", result.info.source_model_dir},
+                  {"checkpoint", ckpt::CheckpointDirName(step)},
+                  {"global_step", step},
+                  {"final", result.info.source_final}}},
+      {"unix_time", std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()},
+      {"num_ps", loaded.num_ps},
+      {"job", job_json},
+      {"variables", VariablesJson(result.info.variables)},
+      {"files", files},
+  };
+  manifest["checksum"] = TextChecksum(manifest.dump());
+  const std::string text = manifest.dump(2) + "\n";
+  result.bytes += text.size();
+  PS_RETURN_IF_ERROR(WriteFileAtomic(tmp + "/" + kBundleManifest, text));
+  PS_RETURN_IF_ERROR(FsyncDir(tmp));
+  // The commit: rename(2) replaces an empty directory, and refuses a non-empty one.
+  if (::rename(tmp.c_str(), out.c_str()) != 0) {
+    const int err = errno;
+    if (err == ENOTEMPTY || err == EEXIST) {
+      return Status(Code::kAlreadyExists, out.string() + ": already exists (remove it, or export to a new directory)");
+    }
+    return ErrnoStatus(out.string(), "rename", err);
+  }
+  guard.Release();
+  PS_RETURN_IF_ERROR(FsyncDir(out.parent_path().string()));
+  return result;
+}
+
+Result<LoadedBundle> LoadBundle(const std::string& dir) {
+  const std::string path = dir + "/" + kBundleManifest;
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return NotFound(dir + ": not a pstrain bundle (no " + kBundleManifest + ")");
+  PS_ASSIGN_OR_RETURN(std::string text, ReadSmallFile(path, kMaxManifestBytes));
+  auto parsed = ParseJson(text, path);
+  if (!parsed.ok()) return DataLoss(parsed.status().message());
+  Json manifest = std::move(*parsed);
+  if (!manifest.is_object() || !manifest.contains("checksum") || !manifest["checksum"].is_number_unsigned()) {
+    return DataLoss(path + ": no checksum (not a bundle manifest, or damaged)");
+  }
+  const uint64_t want = manifest["checksum"].get<uint64_t>();
+  manifest.erase("checksum");
+  if (TextChecksum(manifest.dump()) != want) return DataLoss(path + ": checksum mismatch (the manifest is damaged)");
+
+  JsonReader r(manifest, path);
+  std::string format;
+  int version = 0;
+  PS_RETURN_IF_ERROR(r.Get("format", &format));
+  if (format != kBundleFormat) {
+    return InvalidArgument(r.Path("format") + ": expected \"" + kBundleFormat + "\", got \"" + format + "\"");
+  }
+  PS_RETURN_IF_ERROR(r.Get("version", &version));
+  if (version != kBundleVersion) {
+    return InvalidArgument(r.Path("version") + ": this build reads bundle version " + std::to_string(kBundleVersion) +
+                           ", got " + std::to_string(version));
+  }
+  LoadedBundle b;
+  b.info.dir = dir;
+  b.info.format_version = version;
+  JsonReader src = r.Child("source");
+  PS_RETURN_IF_ERROR(src.status());
+  std::string checkpoint;
+  PS_RETURN_IF_ERROR(src.Get("model_dir", &b.info.source_model_dir));
+  PS_RETURN_IF_ERROR(src.Get("checkpoint", &checkpoint));
+  PS_RETURN_IF_ERROR(src.Get("global_step", &b.info.source_step));
+  PS_RETURN_IF_ERROR(src.Get("final", &b.info.source_final));
+  PS_RETURN_IF_ERROR(src.Finish());
+  double unix_time = 0;
+  int num_ps = 0;
+  PS_RETURN_IF_ERROR(r.Get("unix_time", &unix_time));
+  PS_RETURN_IF_ERROR(r.Get("num_ps", &num_ps));
+  if (num_ps < 1 || num_ps > 1 << 16) return InvalidArgument(r.Path("num_ps") + ": must be in 1..65536");
+  const Json* job_json = r.Find("job");
+  const Json* vars = r.Find("variables");
+  const Json* files = r.Find("files");
+  if (job_json == nullptr || vars == nullptr || files == nullptr || !files->is_array()) {
+    return InvalidArgument(path + ": job, variables and files (an array) are required");
+  }
+  PS_RETURN_IF_ERROR(r.Finish());
+
+  // Every file against its size and checksum before anything is loaded from it (the
+  // plug-ins are loaded by ParseJob below).
+  bool has_weights = false;
+  for (size_t i = 0; i < files->size(); ++i) {
+    JsonReader f((*files)[i], r.Path("files") + "[" + std::to_string(i) + "]");
+    PS_RETURN_IF_ERROR(f.status());
+    std::string name;
+    uint64_t bytes = 0, crc = 0;
+    PS_RETURN_IF_ERROR(f.Get("name", &name));
+    PS_RETURN_IF_ERROR(f.Get("bytes", &bytes));
+    PS_RETURN_IF_ERROR(f.Get("crc32c", &crc));
+    PS_RETURN_IF_ERROR(f.Finish());
+    const fs::path rel(name);
+    if (name.empty() || rel.is_absolute() || name.find("..") != std::string::npos) {
+      return InvalidArgument(f.Path("name") + ": \"" + name + "\" is not a file inside the bundle");
+    }
+    const std::string file = dir + "/" + name;
+    auto sum = SumFile(file);
+    if (!sum.ok()) {
+      if (sum.status().code() == Code::kNotFound) return DataLoss(file + ": missing (listed in " + path + ")");
+      return sum.status();
+    }
+    if (sum->bytes != bytes) {
+      return DataLoss(file + ": " + std::to_string(sum->bytes) + " bytes, the manifest says " + std::to_string(bytes));
+    }
+    if (sum->crc != crc) return DataLoss(file + ": checksum mismatch (the file is damaged)");
+    has_weights = has_weights || name == kBundleWeights;
+  }
+  if (!has_weights) return DataLoss(path + ": files does not list " + kBundleWeights);
+
+  auto job = job::ParseJob(*job_json, dir);
+  if (!job.ok()) return job.status().WithContext(path);
+  PS_ASSIGN_OR_RETURN(b.model, model::BuildModel(job->model, "job.model"));
+  PS_ASSIGN_OR_RETURN(b.loaded, LoadValues(*job, *b.model, num_ps, {dir + "/" + kBundleWeights}, dir));
+  BundleInfo loaded_info = MakeInfo(b.loaded, *b.model);
+  // The manifest's variable list is what the weights must hold: a mismatch means the
+  // bundle's files do not belong together.
+  if (VariablesJson(loaded_info.variables) != *vars) {
+    return DataLoss(path + ": variables disagree with " + kBundleWeights + " and the job's model");
+  }
+  b.info.variables = std::move(loaded_info.variables);
+  b.info.heads = std::move(loaded_info.heads);
+  b.info.eval_batch_size = loaded_info.eval_batch_size;
+  return b;
+}
+
+}  // namespace ps::serving
+
+namespace ps::serving {
+
+Result<LoadedBundle> LoadModelDir(const std::string& model_dir, std::optional<int64_t> step,
+                                  std::vector<std::string>* warnings) {
+  LoadedBundle b;
+  PS_ASSIGN_OR_RETURN(job::JobSpec job, ReadModelDirJob(model_dir));
+  ckpt::CheckpointInfo c;
+  if (step) {
+    PS_ASSIGN_OR_RETURN(auto all, ckpt::ListCheckpoints(model_dir));
+    auto it = std::find_if(all.begin(), all.end(), [&](const auto& x) { return x.global_step == *step; });
+    if (it == all.end()) return NotFound(model_dir + ": no committed checkpoint at step " + std::to_string(*step));
+    c = *it;
+  } else {
+    // Every record read: a damaged newest checkpoint is skipped for the previous one, as
+    // a restore does.
+    PS_ASSIGN_OR_RETURN(auto found, ckpt::FindRestorable(model_dir, warnings, ckpt::Verify::kFull));
+    if (!found) return NotFound(model_dir + ": no committed checkpoint");
+    c = *found;
+  }
+  PS_ASSIGN_OR_RETURN(b.model, model::BuildModel(job.model, "job.model"));
+  PS_ASSIGN_OR_RETURN(b.loaded, LoadCheckpoint(job, *b.model, c));
+  b.info = MakeInfo(b.loaded, *b.model);
+  b.info.format_version = 0;
+  std::error_code ec;
+  b.info.source_model_dir = fs::absolute(fs::path(model_dir), ec).lexically_normal().string();
+  b.info.source_step = c.global_step;
+  b.info.source_final = c.manifest.final;
+  return b;
+}
+
+}  // namespace ps::serving

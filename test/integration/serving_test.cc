@@ -1,0 +1,251 @@
+// Issue #15 item 6, serving export: a real cluster trains (a dense MLP on Fashion-MNIST,
+// and a CTR model with lazy embedding tables on `pstrain gen-ctr` data), `pstrain export`
+// writes a bundle, `pstrain predict` scores the eval data from the bundle and from the
+// checkpoint, and examples/serving (the public C++ API) scores a batch. Every score is
+// bit-identical across the three, and the metrics are exactly the evaluator's.
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <catch2/catch.hpp>
+
+#include "libps/ckpt/shard_file.h"
+#include "test/integration/harness.h"
+
+namespace ps::integ {
+namespace {
+
+std::vector<std::string> Lines(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::vector<std::string> out;
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+std::string ServingExample() { return BuildDir() + "/examples/serving_example"; }
+
+// The evaluator's line for `step` (pstrain-evaluator --once --step).
+Json EvaluatorLine(const std::filesystem::path& model, int64_t step) {
+  auto evaluator = std::make_unique<Task>(
+      "evaluator", std::vector<std::string>{DaemonPath(cluster::TaskType::kEvaluator), "--model-dir", model.string(),
+                                            "--once", "--step", std::to_string(step)},
+      EnvVars{}, std::vector<std::string>{"TF_CONFIG"});
+  REQUIRE(evaluator->WaitExit(300s) == std::optional<int>(0));
+  for (const auto& l : ReadJsonLines(model / "eval" / "metrics.jsonl")) {
+    if (l["step"] == step) return l;
+  }
+  FAIL("no eval line for step " << step);
+  return {};
+}
+
+// `pstrain predict`; returns its exit code. Scores to `scores`, metrics to `metrics`.
+int Predict(const std::vector<std::string>& model_args, const std::filesystem::path& data,
+            const std::filesystem::path& scores, const std::filesystem::path& metrics) {
+  std::vector<std::string> args{"predict"};
+  args.insert(args.end(), model_args.begin(), model_args.end());
+  for (const std::string& a : {std::string("--data"), data.string(), std::string("--out"), scores.string(),
+                               std::string("--metrics"), metrics.string()}) {
+    args.push_back(a);
+  }
+  auto p = StartLauncher(args, "pstrain predict");
+  auto rc = p->WaitExit(300s);
+  REQUIRE(rc.has_value());
+  return *rc;
+}
+
+// Export step `step` of `model`, predict from the bundle and from the checkpoint, run the
+// example program on the bundle; check everything against the evaluator on that step.
+// Returns the bundle's directory.
+std::filesystem::path ExportAndCompare(const TempDir& tmp, const std::filesystem::path& model, int64_t step,
+                                       const Json& eval_data, int64_t examples) {
+  const Json eval = EvaluatorLine(model, step);
+  const auto bundle = tmp / ("bundle-" + std::to_string(step));
+  auto exp = StartLauncher({"export", model.string(), "--out", bundle.string(), "--step", std::to_string(step)},
+                           "pstrain export");
+  REQUIRE(exp->WaitExit(300s) == std::optional<int>(0));
+  CHECK(exp->HasLine("exported step " + std::to_string(step)));
+  REQUIRE(std::filesystem::exists(bundle / "bundle.json"));
+  // Nothing but the bundle was left next to it (the temporary directory was renamed).
+  for (const auto& e : std::filesystem::directory_iterator(tmp.path())) {
+    CHECK(e.path().filename().string().find(".tmp-") == std::string::npos);
+  }
+
+  const auto data = tmp / ("data-" + std::to_string(step) + ".json");
+  WriteFile(data, eval_data.dump());
+  const auto s_bundle = tmp / "scores-bundle.txt", m_bundle = tmp / "metrics-bundle.json";
+  const auto s_ckpt = tmp / "scores-ckpt.txt", m_ckpt = tmp / "metrics-ckpt.json";
+  REQUIRE(Predict({"--model", bundle.string()}, data, s_bundle, m_bundle) == 0);
+  REQUIRE(Predict({"--model", model.string(), "--step", std::to_string(step)}, data, s_ckpt, m_ckpt) == 0);
+
+  const auto bundle_lines = Lines(s_bundle);
+  CHECK(static_cast<int64_t>(bundle_lines.size()) == examples);
+  CHECK(bundle_lines == Lines(s_ckpt));  // per example, bit-identical (9 significant digits)
+  // The metrics are exactly the evaluator's (doubles compared exactly).
+  for (const auto& path : {m_bundle, m_ckpt}) {
+    auto m = ReadJsonFile(path.string());
+    REQUIRE(m.ok());
+    INFO(path.string() << ": " << m->dump() << " vs the evaluator's " << eval.dump());
+    CHECK((*m)["step"] == step);
+    CHECK((*m)["examples"] == eval["examples"]);
+    CHECK((*m)["loss"].get<double>() == eval["loss"].get<double>());
+    CHECK((*m)["accuracy"].get<double>() == eval["accuracy"].get<double>());
+    CHECK(m->contains("auc") == eval.contains("auc"));
+    if (eval.contains("auc")) CHECK((*m)["auc"].get<double>() == eval["auc"].get<double>());
+  }
+
+  // The public API in a program of its own: the first batch, scored alone, as predict did.
+  auto example = std::make_unique<Task>("serving_example",
+                                        std::vector<std::string>{ServingExample(), bundle.string(), data.string(), "256"});
+  REQUIRE(example->WaitExit(120s) == std::optional<int>(0));
+  std::vector<std::string> scored;
+  for (const auto& l : example->Lines()) {
+    if (l.rfind("serving_example:", 0) != 0) scored.push_back(l);
+  }
+  REQUIRE(scored.size() == 256);
+  CHECK(std::equal(scored.begin(), scored.end(), bundle_lines.begin()));
+  return bundle;
+}
+
+// Every record of the bundle's weights: values only.
+void CheckNoSlots(const std::filesystem::path& bundle, const std::filesystem::path& checkpoint_shard) {
+  auto weights = ckpt::Inspect((bundle / "weights.shard").string(), true);
+  REQUIRE(weights.ok());
+  for (const auto& r : weights->records) {
+    INFO(r.meta.layout.var);
+    CHECK(r.meta.slot_names.empty());
+    CHECK(r.data_error.empty());
+  }
+  auto ckpt = ckpt::Inspect(checkpoint_shard.string(), false);
+  REQUIRE(ckpt.ok());
+  REQUIRE(!ckpt->records.empty());
+  CHECK(!ckpt->records[0].meta.slot_names.empty());  // the optimizer's slots were there to drop
+}
+
+TEST_CASE("a dense MLP: export, predict from bundle and checkpoint, the C++ API; scores equal the evaluator's") {
+  TempDir tmp;
+  const auto model = tmp / "model";
+  auto job = DeriveCheckpointJob("job-fmnist-mlp.json", tmp / "job.json", 200, 100, model, 100, 10);
+  {
+    auto spec = LocalCluster();
+    Tasks tasks;
+    for (auto id : {kPs0, kPs1, kWorker0, kWorker1}) tasks.Add(StartDaemon(spec, id));
+    tasks.Add(StartDaemon(spec, kChief, {"--job", job.string()}));
+    tasks.ExpectAllExit(0, 180s);
+  }
+  const Json eval_data = ReadConfig("job-fmnist-mlp.json")["eval_data"];
+  const auto b200 = ExportAndCompare(tmp, model, 200, eval_data, 10000);
+  CheckNoSlots(b200, model / "ckpt-200" / "ps-0.shard");
+  const auto scores200 = Lines(tmp / "scores-bundle.txt");
+  // Another checkpoint scores differently: the comparisons can tell checkpoints apart.
+  const auto b100 = ExportAndCompare(tmp, model, 100, eval_data, 10000);
+  CHECK(Lines(tmp / "scores-bundle.txt") != scores200);
+
+  // Adam's two slots are gone: the bundle is about a third of the checkpoint.
+  uint64_t ckpt_bytes = 0;
+  for (const auto& e : std::filesystem::directory_iterator(model / "ckpt-200")) ckpt_bytes += e.file_size();
+  const uint64_t bundle_bytes = std::filesystem::file_size(b200 / "weights.shard");
+  Note("checkpoint " + std::to_string(ckpt_bytes) + " bytes, bundle weights " + std::to_string(bundle_bytes));
+  CHECK(bundle_bytes * 5 < ckpt_bytes * 2);
+
+  // Errors: an existing --out, a damaged bundle (named), a bundle with --step, usage.
+  auto again = StartLauncher({"export", model.string(), "--out", b200.string()}, "pstrain export");
+  CHECK(again->WaitExit(120s) == std::optional<int>(1));
+  CHECK(again->HasLine("already exists"));
+  FlipByte(b100 / "weights.shard");
+  const auto data = tmp / "data-100.json";
+  CHECK(Predict({"--model", b100.string()}, data, tmp / "s.txt", tmp / "m.json") == 1);
+  CHECK(!std::filesystem::exists(tmp / "s.txt"));
+  auto damaged = StartLauncher({"predict", "--model", b100.string(), "--data", data.string()}, "pstrain predict");
+  CHECK(damaged->WaitExit(120s) == std::optional<int>(1));
+  CHECK(damaged->HasLine((b100 / "weights.shard").string() + ": checksum mismatch"));
+  auto usage = StartLauncher({"predict", "--model", b200.string()}, "pstrain predict");
+  CHECK(usage->WaitExit(30s) == std::optional<int>(2));
+  CHECK(usage->HasLine("pstrain predict: --data DATA is required"));
+  auto help = StartLauncher({"export", "--help"}, "pstrain export");
+  CHECK(help->WaitExit(30s) == std::optional<int>(0));
+  CHECK(help->HasLine("usage: pstrain export MODEL_DIR --out DIR [--step N]"));
+}
+
+TEST_CASE("a model with a plug-in layer: the bundle carries a copy of the plug-in and scores like the evaluator") {
+  TempDir tmp;
+  const std::string plugin = BuildDir() + "/examples/libexample_layers.so";
+  Json model_config = Json::parse(R"({"type": "graph",
+    "inputs": [{"name": "pixels", "type": "dense", "dim": 784}],
+    "layers": [{"name": "hidden", "type": "dense", "inputs": ["pixels"], "units": 32},
+               {"name": "act", "type": "prelu", "inputs": ["hidden"], "alpha_init": 0.1},
+               {"name": "logits", "type": "dense", "inputs": ["act"], "units": 10}],
+    "outputs": [{"layer": "logits", "loss": "softmax_cross_entropy"}]})");
+  const auto model = tmp / "model";
+  auto job = DeriveJob("job-fmnist-mlp.json", tmp / "job.json", 100, 50, model,
+                       Json{{"model", model_config},
+                            {"plugins", Json::array({plugin})},
+                            {"checkpoint", {{"every_steps", 0}, {"every_seconds", 0}, {"max_to_keep", 5}}}});
+  {
+    auto spec = LocalCluster();
+    Tasks tasks;
+    for (auto id : {kPs0, kPs1, kWorker0, kWorker1}) tasks.Add(StartDaemon(spec, id));
+    tasks.Add(StartDaemon(spec, kChief, {"--job", job.string()}));
+    tasks.ExpectAllExit(0, 180s);
+  }
+  const auto bundle = ExportAndCompare(tmp, model, 100, ReadConfig("job-fmnist-mlp.json")["eval_data"], 10000);
+  auto manifest = ReadJsonFile((bundle / "bundle.json").string());
+  REQUIRE(manifest.ok());
+  CHECK((*manifest)["job"]["plugins"] == Json::array({"plugins/0-libexample_layers.so"}));
+  CHECK(ReadFile(bundle / "plugins" / "0-libexample_layers.so") == ReadFile(plugin));
+}
+
+TEST_CASE("a CTR model with lazy, partitioned embedding tables: live rows only, scores equal the evaluator's") {
+  TempDir tmp;
+  const auto data = tmp / "ctr-data";
+  auto gen = StartLauncher({"gen-ctr", "--out", data.string(), "--train-examples", "20000", "--eval-examples",
+                            "3000"});
+  REQUIRE(gen->WaitExit(120s) == std::optional<int>(0));
+  Json model_config = ReadConfig("job-ctr-emb.json")["model"];
+  for (auto& field : model_config["fields"]) {
+    if (field["table"] == "user" || field["table"] == "ad" || field["table"] == "site") field["lazy"] = true;
+  }
+  const auto model = tmp / "model";
+  auto job = DeriveJob("job-ctr-emb.json", tmp / "job.json", 150, 50, model,
+                       Json{{"model", model_config},
+                            {"base_dir", data.string()},
+                            {"partitioner", {{"type", "fixed"}, {"num_shards", 3}}},
+                            {"checkpoint", {{"every_steps", 0}, {"every_seconds", 0}, {"max_to_keep", 5}}}});
+  {
+    auto spec = LocalCluster();
+    Tasks tasks;
+    for (auto id : {kPs0, kPs1, kWorker0, kWorker1}) tasks.Add(StartDaemon(spec, id));
+    tasks.Add(StartDaemon(spec, kChief, {"--job", job.string()}));
+    tasks.ExpectAllExit(0, 300s);
+  }
+  Json eval_data = ReadConfig("job-ctr-emb.json")["eval_data"];
+  eval_data["path"] = (data / "eval.libsvm").string();
+  const auto bundle = ExportAndCompare(tmp, model, 150, eval_data, 3000);
+  CheckNoSlots(bundle, model / "ckpt-150" / "ps-0.shard");
+
+  // The lazy tables hold their live rows only: fewer than their id spaces, and exactly
+  // the rows the checkpoint holds.
+  auto manifest = ReadJsonFile((bundle / "bundle.json").string());
+  REQUIRE(manifest.ok());
+  int64_t ckpt_rows = 0;
+  for (int p = 0; p < 2; ++p) {
+    auto s = ckpt::Inspect((model / "ckpt-150" / ckpt::ShardFileName(p)).string(), false);
+    REQUIRE(s.ok());
+    for (const auto& r : s->records) {
+      if (r.meta.layout.var == "user/embeddings") ckpt_rows += r.meta.stored_rows;
+    }
+  }
+  bool seen = false;
+  for (const auto& v : (*manifest)["variables"]) {
+    if (v["name"] != "user/embeddings") continue;
+    seen = true;
+    CHECK(v["lazy"] == true);
+    CHECK(v["shards"] == 3);
+    CHECK(v["stored_rows"].get<int64_t>() == ckpt_rows);
+    CHECK(ckpt_rows > 0);
+    CHECK(ckpt_rows < 1000000);
+  }
+  CHECK(seen);
+}
+
+}  // namespace
+}  // namespace ps::integ

@@ -1,0 +1,363 @@
+// Inference bundles (libps/serving/bundle.h) without a cluster: a model dir with one
+// checkpoint written from a Store trained in-process (Adam slots, a lazy table), exported,
+// read back and scored; and every way a bundle can be damaged.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "libps/ckpt/checkpoint_dir.h"
+#include "libps/ckpt/store_io.h"
+#include "libps/core/crc32c.h"
+#include "libps/core/json.h"
+#include "libps/serving/bundle.h"
+#include "libps/serving/serving.h"
+#include "test/support/temp_dir.h"
+
+namespace ps::serving {
+namespace {
+
+using ps::testing::ReadBytes;
+using ps::testing::TempDir;
+using ps::testing::WriteBytes;
+
+constexpr int64_t kStep = 40;
+constexpr int64_t kLazyVocab = int64_t{1} << 30;
+
+Json JobJson() {
+  return Json::parse(R"({
+    "model": {"type": "embedding_mlp",
+              "fields": [{"table": "user", "vocab": )" + std::to_string(kLazyVocab) + R"(, "dim": 4, "lazy": true},
+                         {"table": "site", "vocab": 50, "dim": 4}],
+              "dense_dim": 2, "hidden": [8], "classes": 1},
+    "train_data": {"format": "libsvm", "path": "unused.libsvm", "num_features": 10},
+    "optimizer": {"type": "adam", "learning_rate": 0.05},
+    "partitioner": {"type": "fixed", "num_shards": 2},
+    "batch_size": 16, "steps": 100, "seed": 9
+  })");
+}
+
+// A batch of `n` examples: a user id (mostly never trained) and a site id per example.
+model::Batch MakeBatch(int64_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  model::Batch b;
+  b.size = n;
+  b.dense_dim = 2;
+  b.sparse.resize(2);
+  for (int64_t i = 0; i < n; ++i) {
+    b.dense.push_back(static_cast<float>(rng() % 100) / 100.0f);
+    b.dense.push_back(static_cast<float>(rng() % 100) / 50.0f);
+    for (int f = 0; f < 2; ++f) {
+      b.sparse[f].offsets.push_back(i);
+      const int64_t user = static_cast<int64_t>(rng() % 400) * (kLazyVocab / 400);  // both partitions
+      b.sparse[f].ids.push_back(f == 0 ? user : static_cast<int64_t>(rng() % 50));
+    }
+    b.labels.push_back(static_cast<float>(rng() % 2));
+  }
+  for (auto& f : b.sparse) f.offsets.push_back(n);
+  return b;
+}
+
+// model_dir with job.json and a committed ckpt-<kStep> of 2 ps tasks, trained in-process
+// through the same plan and fetcher a worker uses.
+struct ModelDir {
+  TempDir tmp;
+  std::string dir = tmp / "model";
+
+  ModelDir() {
+    Json json = JobJson();
+    json["base_dir"] = tmp.path();
+    WriteBytes(dir + "/job.json", json.dump(2));
+    auto job = job::ParseJob(json, tmp.path());
+    REQUIRE(job.ok());
+    auto model = model::BuildModel(job->model, "job.model");
+    REQUIRE(model.ok());
+    auto plan = job::PlanVariables(*job, **model, 2);
+    REQUIRE(plan.ok());
+    // One store per ps task, as the cluster has them.
+    std::vector<std::unique_ptr<ps::server::Store>> stores;
+    std::vector<std::unique_ptr<worker::PsLink>> links;
+    for (int p = 0; p < 2; ++p) {
+      stores.push_back(std::make_unique<ps::server::Store>());
+      REQUIRE(stores[p]->Configure(job->optimizer).ok());
+      links.push_back(worker::LocalPsLink(stores[p].get()));
+    }
+    for (const auto& s : plan->shards) {
+      const auto& v = *std::find_if(plan->variables.begin(), plan->variables.end(),
+                                    [&](const auto& d) { return d.name == s.layout.var; });
+      REQUIRE(stores[s.ps]->Create({.layout = s.layout, .init = v.init, .seed = job->seed}).ok());
+    }
+    auto fetcher = worker::ParamFetcher::Create(*plan, std::move(links));
+    REQUIRE(fetcher.ok());
+    model::Grads grads;
+    for (int64_t step = 0; step < kStep; ++step) {
+      model::Batch batch = MakeBatch(16, 100 + static_cast<uint64_t>(step));
+      REQUIRE((*fetcher)->Fetch(**model, batch).ok());
+      REQUIRE((**model).ForwardBackward(batch, (*fetcher)->params(), &grads).ok());
+      REQUIRE((*fetcher)->Push(grads, step).ok());
+    }
+    ckpt::Manifest m{.global_step = kStep, .unix_time = 1, .final = true, .num_ps = 2, .shards = {}, .extra = Json::object()};
+    for (int p = 0; p < 2; ++p) {
+      auto info = ckpt::SaveStore(*stores[p], dir, p, kStep);
+      REQUIRE(info.ok());
+      m.shards.push_back(*info);
+    }
+    REQUIRE(ckpt::CommitCheckpoint(dir, m).ok());
+  }
+};
+
+// Rewrites bundle.json after `edit`, with a valid checksum (a consistent, wrong manifest).
+void EditManifest(const std::string& bundle, const std::function<void(Json&)>& edit) {
+  const std::string path = bundle + "/bundle.json";
+  Json m = Json::parse(ReadBytes(path));
+  m.erase("checksum");
+  edit(m);
+  const std::string compact = m.dump();
+  m["checksum"] = MaskedCrc32c(Crc32c(0, compact.data(), compact.size()));
+  WriteBytes(path, m.dump(2));
+}
+
+void FlipByteAt(const std::string& path, size_t at) {
+  std::string bytes = ReadBytes(path);
+  REQUIRE(at < bytes.size());
+  bytes[at] = static_cast<char>(~static_cast<unsigned char>(bytes[at]));
+  WriteBytes(path, bytes);
+}
+
+std::string Exported(const ModelDir& md, const std::string& name = "bundle") {
+  const std::string out = md.tmp / name;
+  auto r = ExportBundle({.model_dir = md.dir, .step = std::nullopt, .out_dir = out});
+  INFO(r.status().ToString());
+  REQUIRE(r.ok());
+  return out;
+}
+
+TEST_CASE("export: values only (no optimizer slots), lazy tables as their live rows, the checkpoint's values") {
+  ModelDir md;
+  const std::string out = Exported(md);
+  // Only the bundle's files; the temporary directory is gone.
+  std::set<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(md.tmp.path())) names.insert(e.path().filename().string());
+  CHECK(names == std::set<std::string>{"bundle", "model"});
+  std::set<std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator(out)) files.insert(e.path().filename().string());
+  CHECK(files == std::set<std::string>{"bundle.json", "weights.shard"});
+
+  // The checkpoint's records (values and Adam's m, v) by shard.
+  std::map<std::pair<std::string, int>, ckpt::ShardRecord> ckpt_records;
+  for (int p = 0; p < 2; ++p) {
+    auto reader = ckpt::ShardReader::Open(md.dir + "/ckpt-40/" + ckpt::ShardFileName(p));
+    REQUIRE(reader.ok());
+    auto records = reader->ReadRecords();
+    REQUIRE(records.ok());
+    for (auto& r : *records) ckpt_records[{r.meta.layout.var, r.meta.layout.shard}] = std::move(r);
+  }
+  auto reader = ckpt::ShardReader::Open(out + "/weights.shard");
+  REQUIRE(reader.ok());
+  auto records = reader->ReadRecords();
+  REQUIRE(records.ok());
+  REQUIRE(records->size() == ckpt_records.size());
+  int lazy_records = 0;
+  for (const auto& r : *records) {
+    INFO(r.meta.layout.var << " shard " << r.meta.layout.shard);
+    CHECK(r.meta.slot_names.empty());
+    CHECK(r.slots.empty());
+    const auto& c = ckpt_records.at({r.meta.layout.var, r.meta.layout.shard});
+    CHECK(c.slots.size() == 2);  // Adam's m and v were in the checkpoint
+    CHECK(r.meta.layout == c.meta.layout);
+    CHECK(r.row_ids == c.row_ids);
+    CHECK(r.values == c.values);  // bit-exact
+    if (r.meta.layout.lazy) {
+      ++lazy_records;
+      CHECK(!r.row_ids.empty());
+      CHECK(r.meta.stored_rows < r.meta.layout.rows);
+    }
+  }
+  CHECK(lazy_records == 2);  // the user table, in two partitions
+
+  auto manifest = ReadJsonFile(out + "/bundle.json");
+  REQUIRE(manifest.ok());
+  CHECK((*manifest)["format"] == "pstrain-bundle");
+  CHECK((*manifest)["version"] == 1);
+  CHECK((*manifest)["source"]["global_step"] == kStep);
+  CHECK((*manifest)["source"]["final"] == true);
+  CHECK((*manifest)["num_ps"] == 2);
+  CHECK(!(*manifest)["job"].contains("base_dir"));
+  CHECK((*manifest)["job"]["model"] == JobJson()["model"]);
+  const Json& user = (*manifest)["variables"][0];
+  CHECK(user["name"] == "user/embeddings");
+  CHECK(user["shape"] == Json::array({kLazyVocab, 4}));
+  CHECK(user["lazy"] == true);
+  CHECK(user["shards"] == 2);
+}
+
+TEST_CASE("a loaded bundle scores bit-identically to the checkpoint it came from, through the public API") {
+  ModelDir md;
+  const std::string out = Exported(md);
+  auto bundle = Bundle::Load(out);
+  INFO(bundle.status().ToString());
+  REQUIRE(bundle.ok());
+  const BundleInfo& info = (*bundle)->info();
+  CHECK(info.source_step == kStep);
+  CHECK(info.format_version == 1);
+  REQUIRE(info.heads.size() == 1);
+  CHECK(info.heads[0].outputs == 1);
+  CHECK(info.heads[0].loss == "sigmoid_cross_entropy");
+  CHECK(info.eval_batch_size == 256);
+
+  // The evaluator's path: the checkpoint's shard files into a store, scored by ScoreBatch.
+  std::vector<std::string> warnings;
+  auto from_ckpt = LoadModelDir(md.dir, std::nullopt, &warnings);
+  REQUIRE(from_ckpt.ok());
+  auto fetcher = from_ckpt->loaded.NewFetcher();
+  REQUIRE(fetcher.ok());
+
+  auto scorer = (*bundle)->NewScorer();
+  REQUIRE(scorer.ok());
+  auto other = (*bundle)->NewScorer();  // a second thread's
+  REQUIRE(other.ok());
+  for (uint64_t seed : {1u, 2u, 3u}) {
+    model::Batch batch = MakeBatch(64, seed);
+    auto want = worker::ScoreBatch(*from_ckpt->model, **fetcher, batch);
+    REQUIRE(want.ok());
+    auto got = (*scorer)->Score(batch);
+    REQUIRE(got.ok());
+    REQUIRE(got->heads.size() == 1);
+    CHECK(got->examples == 64);
+    CHECK(got->heads[0] == want->probabilities);  // bit-identical floats
+    batch.labels.clear();  // labels are optional
+    auto again = (*other)->Score(batch);
+    REQUIRE(again.ok());
+    CHECK(again->heads[0] == want->probabilities);
+  }
+  // The bundle stays usable while a scorer holds it.
+  auto keep = std::move(*scorer);
+  bundle = Result<std::shared_ptr<const Bundle>>(NotFound("dropped"));
+  CHECK(keep->Score(MakeBatch(4, 7)).ok());
+  // A batch that does not fit the model.
+  model::Batch bad = MakeBatch(4, 8);
+  bad.dense_dim = 3;
+  CHECK(keep->Score(bad).status().code() == Code::kInvalidArgument);
+}
+
+TEST_CASE("scorers of one bundle score concurrently, each as it would alone") {
+  ModelDir md;
+  auto bundle = Bundle::Load(Exported(md));
+  REQUIRE(bundle.ok());
+  auto alone = (*bundle)->NewScorer();
+  REQUIRE(alone.ok());
+  std::vector<model::Batch> batches;
+  std::vector<std::vector<float>> want;
+  for (uint64_t i = 0; i < 8; ++i) {
+    batches.push_back(MakeBatch(32, 50 + i));
+    auto s = (*alone)->Score(batches.back());
+    REQUIRE(s.ok());
+    want.push_back(s->heads[0]);
+  }
+  constexpr int kThreads = 4;
+  std::vector<int> mismatches(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      auto scorer = (*bundle)->NewScorer();
+      if (!scorer.ok()) {
+        ++mismatches[t];
+        return;
+      }
+      for (int round = 0; round < 20; ++round) {
+        const size_t b = static_cast<size_t>(round + t) % batches.size();
+        auto s = (*scorer)->Score(batches[b]);
+        if (!s.ok() || s->heads[0] != want[b]) ++mismatches[t];
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  CHECK(mismatches == std::vector<int>(kThreads, 0));
+}
+
+TEST_CASE("damage to a bundle is DataLoss naming the file") {
+  ModelDir md;
+  const std::string out = Exported(md);
+  REQUIRE(LoadBundle(out).ok());
+  const std::string weights = out + "/weights.shard";
+  const std::string manifest = out + "/bundle.json";
+  const std::string good_weights = ReadBytes(weights);
+  const std::string good_manifest = ReadBytes(manifest);
+  auto restore = [&] {
+    WriteBytes(weights, good_weights);
+    WriteBytes(manifest, good_manifest);
+  };
+  auto expect = [&](const std::string& what, Code code, const std::string& text) {
+    auto r = LoadBundle(out);
+    INFO(what << ": " << r.status().ToString());
+    CHECK(r.status().code() == code);
+    CHECK(r.status().message().find(text) != std::string::npos);
+    restore();
+  };
+
+  FlipByteAt(weights, good_weights.size() / 2);
+  expect("a flipped weight byte", Code::kDataLoss, weights + ": checksum mismatch");
+  FlipByteAt(weights, 3);
+  expect("a flipped header byte", Code::kDataLoss, weights + ": checksum mismatch");
+  WriteBytes(weights, good_weights.substr(0, good_weights.size() - 10));
+  expect("truncated weights", Code::kDataLoss, weights + ": " + std::to_string(good_weights.size() - 10) + " bytes");
+  std::filesystem::remove(weights);
+  expect("missing weights", Code::kDataLoss, weights + ": missing");
+  // A digit of a number in the manifest (the first digit of the step).
+  const size_t at = good_manifest.find("\"global_step\": ") + 15;
+  FlipByteAt(manifest, at);
+  expect("a flipped manifest byte", Code::kDataLoss, manifest + ":");
+  WriteBytes(manifest, good_manifest.substr(0, good_manifest.size() / 2));
+  expect("a truncated manifest", Code::kDataLoss, manifest + ":");
+  std::filesystem::remove(manifest);
+  expect("no manifest", Code::kNotFound, "not a pstrain bundle");
+
+  // Consistent manifests that do not match the files.
+  EditManifest(out, [](Json& m) { m["version"] = 2; });
+  expect("a newer version", Code::kInvalidArgument, "bundle version 1, got 2");
+  EditManifest(out, [](Json& m) { m["variables"][0]["stored_rows"] = 1; });
+  expect("another variable list", Code::kDataLoss, "variables disagree with weights.shard");
+  EditManifest(out, [](Json& m) { m["files"] = Json::array(); });
+  expect("weights not listed", Code::kDataLoss, "does not list weights.shard");
+  EditManifest(out, [](Json& m) { m["files"][0]["name"] = "../model/job.json"; });
+  expect("a path outside", Code::kInvalidArgument, "is not a file inside the bundle");
+  EditManifest(out, [](Json& m) { m["job"]["partitioner"]["num_shards"] = 3; });
+  expect("another layout", Code::kFailedPrecondition, "no shard of that shape");
+  EditManifest(out, [](Json& m) { m["surprise"] = 1; });
+  expect("an unknown key", Code::kInvalidArgument, "surprise: unknown key");
+  // The checksum is over the whole manifest.
+  Json m = Json::parse(good_manifest);
+  m["source"]["global_step"] = 41;
+  WriteBytes(manifest, m.dump(2));
+  expect("an edited value", Code::kDataLoss, "checksum mismatch (the manifest is damaged)");
+  REQUIRE(LoadBundle(out).ok());
+}
+
+TEST_CASE("export refuses an existing bundle, names a missing step, and writes into an empty directory") {
+  ModelDir md;
+  const std::string out = Exported(md);
+  auto again = ExportBundle({.model_dir = md.dir, .step = std::nullopt, .out_dir = out});
+  CHECK(again.status().code() == Code::kAlreadyExists);
+  auto step = ExportBundle({.model_dir = md.dir, .step = 7, .out_dir = md.tmp / "b7"});
+  CHECK(step.status().code() == Code::kNotFound);
+  CHECK(step.status().message().find("no committed checkpoint at step 7") != std::string::npos);
+  CHECK(!std::filesystem::exists(md.tmp / "b7"));
+  std::filesystem::create_directories(md.tmp / "empty");
+  auto into_empty = ExportBundle({.model_dir = md.dir, .step = kStep, .out_dir = md.tmp / "empty"});
+  REQUIRE(into_empty.ok());
+  CHECK(LoadBundle(md.tmp / "empty").ok());
+  // A damaged newest checkpoint with nothing older: a DataLoss naming it, no bundle.
+  const std::string shard = md.dir + "/ckpt-40/ps-1.shard";
+  std::string bytes = ReadBytes(shard);
+  bytes[bytes.size() / 2] = static_cast<char>(~static_cast<unsigned char>(bytes[bytes.size() / 2]));
+  WriteBytes(shard, bytes);
+  auto damaged = ExportBundle({.model_dir = md.dir, .step = std::nullopt, .out_dir = md.tmp / "b2"});
+  CHECK(damaged.status().code() == Code::kDataLoss);
+  CHECK(damaged.status().message().find("ps-1.shard") != std::string::npos);
+  CHECK(!std::filesystem::exists(md.tmp / "b2"));
+}
+
+}  // namespace
+}  // namespace ps::serving
