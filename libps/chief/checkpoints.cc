@@ -48,23 +48,38 @@ Json Chief::PlanJson() const {
   return vars;
 }
 
-Status Chief::CheckPlanMatches(const ckpt::CheckpointInfo& c) const {
+Status Chief::CheckVariablesMatch(const ckpt::CheckpointInfo& c) const {
   auto written = c.manifest.extra.find("variables");
-  if (written == c.manifest.extra.end()) return Status::Ok();  // written before the plan was recorded
+  // Written before the plan was recorded: the ps tasks still check every record they read.
+  if (written == c.manifest.extra.end() || !written->is_array()) return Status::Ok();
+  auto find = [](const Json& list, const Json& name) -> const Json* {
+    for (const auto& v : list) {
+      if (v.is_object() && v.contains("name") && v["name"] == name) return &v;
+    }
+    return nullptr;
+  };
+  auto text = [](const Json& v) {
+    return v.value("shape", Json::array()).dump() + (v.value("sparse", false) ? " sparse" : " dense");
+  };
   const Json mine = PlanJson();
-  if (*written == mine) return Status::Ok();
-  std::string first;  // the first variable placed differently, for the message
   for (const auto& v : mine) {
-    auto it = std::find_if(written->begin(), written->end(), [&](const Json& w) { return w.value("name", "") == v["name"]; });
-    if (it == written->end() || *it != v) {
-      first = v["name"].get<std::string>();
-      break;
+    const Json* w = find(*written, v["name"]);
+    if (w == nullptr) {
+      return FailedPrecondition(c.dir + " has no variable " + v["name"].dump() +
+                                " (was it added to the job's model since?)");
+    }
+    if (w->value("shape", Json()) != v["shape"] || w->value("sparse", false) != v["sparse"].get<bool>()) {
+      return FailedPrecondition(c.dir + ": variable " + v["name"].dump() + " is " + text(*w) +
+                                " in the checkpoint and " + text(v) + " in this job (was the model changed?)");
     }
   }
-  return FailedPrecondition(c.dir + " was written with a different variable layout" +
-                            (first.empty() ? std::string() : " (first: " + first + ")") +
-                            ": the job's model, partitioner or placement changed since (a model dir trained with "
-                            "the earlier default placement needs \"placement\": \"round_robin\" in its job)");
+  for (const auto& w : *written) {
+    if (w.is_object() && w.contains("name") && find(mine, w["name"]) == nullptr) {
+      return FailedPrecondition(c.dir + " holds variable " + w["name"].dump() +
+                                ", which the job's model lacks (was it removed from the model?)");
+    }
+  }
+  return Status::Ok();
 }
 
 Status Chief::RestoreNewest() {
@@ -80,12 +95,9 @@ Status Chief::RestoreNewest() {
   std::reverse(all.begin(), all.end());  // newest first
   for (const auto& c : all) {
     if (c.global_step > (**found).global_step) continue;  // newer ones failed verification
-    if (c.manifest.num_ps != static_cast<int>(ps_.size())) {
-      return FailedPrecondition(c.dir + " was written by " + std::to_string(c.manifest.num_ps) +
-                                " ps task(s); this cluster has " + std::to_string(ps_.size()) +
-                                " (resharding a checkpoint is not supported)");
-    }
-    PS_RETURN_IF_ERROR(CheckPlanMatches(c));
+    // Any ps count and partitioning: each ps reads the rows of its shards from whichever
+    // shard files hold them (ckpt::RestoreStore).
+    PS_RETURN_IF_ERROR(CheckVariablesMatch(c));
     SetState("restoring");
     std::vector<std::string> failed;
     Status st = CallAll(ps_, proto::Restore{job_.model_dir, c.global_step}, net::Millis(std::chrono::minutes(30)),
@@ -93,8 +105,12 @@ Status Chief::RestoreNewest() {
     if (st.ok()) {
       global_step_ = c.global_step;
       last_saved_ = c.manifest;
-      PS_LOG(Info) << "restored " << c.dir << (c.manifest.final ? " (final)" : "") << ": resuming at step "
-                   << c.global_step;
+      PS_LOG(Info) << "restored " << c.dir << (c.manifest.final ? " (final)" : "")
+                   << (c.manifest.num_ps != static_cast<int>(ps_.size())
+                           ? " (written by " + std::to_string(c.manifest.num_ps) + " ps task(s), resharded onto " +
+                                 std::to_string(ps_.size()) + ")"
+                           : std::string())
+                   << ": resuming at step " << c.global_step;
       return Status::Ok();
     }
     if (st.code() != Code::kDataLoss && st.code() != Code::kNotFound) return st;

@@ -124,10 +124,11 @@ class Chief {
   Status RestoreNewest();
   // The variables and their shards as the MANIFEST records them (plan_).
   Json PlanJson() const;
-  // FailedPrecondition naming the first variable when checkpoint `c` was written with
-  // another layout than plan_ (a changed model, partitioner or placement): restoring it
-  // would fail shard by shard, or worse.
-  Status CheckPlanMatches(const ckpt::CheckpointInfo& c) const;
+  // FailedPrecondition naming the first variable of plan_ that checkpoint `c` lacks or
+  // holds with another shape or sparse-ness, or a variable of `c` that plan_ lacks (a
+  // changed model). Its ps count, partitioner and placement may differ: the ps tasks
+  // reshard on restore.
+  Status CheckVariablesMatch(const ckpt::CheckpointInfo& c) const;
   // Every ps writes its shard file, then the chief commits the MANIFEST and the pointer.
   Status SaveCheckpoint(bool final);
   // After a failed save: removes its uncommitted files when every ps is connected.

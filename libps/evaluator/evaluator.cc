@@ -179,14 +179,8 @@ class Evaluator {
       PS_RETURN_IF_ERROR(store.Create(ps::server::ShardDef{
           .layout = s.layout, .init = v.lazy ? v.init : model::InitSpec{}, .seed = job_.seed}));
     }
-    std::set<ps::server::ShardKey> restored;
-    for (int p = 0; p < c.manifest.num_ps; ++p) {
-      PS_RETURN_IF_ERROR(ckpt::RestoreStore(&store, c.dir + "/" + ckpt::ShardFileName(p), &restored));
-    }
-    if (restored.size() != plan.shards.size()) {
-      return FailedPrecondition(c.dir + ": holds " + std::to_string(restored.size()) + " of the model's " +
-                                std::to_string(plan.shards.size()) + " shards");
-    }
+    // Whatever layout wrote the checkpoint (the job may have changed its partitioner since).
+    PS_RETURN_IF_ERROR(ckpt::RestoreStore(&store, c));
     std::vector<std::unique_ptr<worker::PsLink>> links;
     for (int p = 0; p < c.manifest.num_ps; ++p) links.push_back(worker::LocalPsLink(&store));
     PS_ASSIGN_OR_RETURN(auto fetcher, worker::ParamFetcher::Create(plan, std::move(links)));

@@ -300,15 +300,17 @@ int main(int argc, char** argv) {
     };
     auto restore = [&] {
       dropped = DropCaches() && dropped;
-      std::vector<std::set<ps::server::ShardKey>> restored(static_cast<size_t>(opt.num_ps));
+      std::vector<ps::ckpt::RestoreStats> restored(static_cast<size_t>(opt.num_ps));
       const std::string ckpt = ps::ckpt::CheckpointPath(model_dir, step);
-      double s = Parallel(opt.num_ps, [&](int p) {
-        return ps::ckpt::RestoreStore(dst[static_cast<size_t>(p)].get(), ckpt + "/" + ps::ckpt::ShardFileName(p),
+      double s = Parallel(opt.num_ps, [&](int p) -> ps::Status {
+        // Each ps reads the MANIFEST, as ShardCheckpointer::Restore does.
+        PS_ASSIGN_OR_RETURN(ps::ckpt::Manifest m, ps::ckpt::ReadManifest(ckpt));
+        return ps::ckpt::RestoreStore(dst[static_cast<size_t>(p)].get(), {step, ckpt, std::move(m)},
                                       &restored[static_cast<size_t>(p)]);
       });
       run.restore = static_cast<double>(total_bytes) / s / 1e6;
       for (int p = 0; p < opt.num_ps; ++p) {
-        if (restored[static_cast<size_t>(p)].size() != src[static_cast<size_t>(p)]->Keys().size()) {
+        if (static_cast<size_t>(restored[static_cast<size_t>(p)].shards) != src[static_cast<size_t>(p)]->Keys().size()) {
           Die("ps " + std::to_string(p) + ": not every shard was restored");
         }
       }
