@@ -18,6 +18,10 @@ Status Chief::PrepareModelDir() {
   // absolute path.
   job_.model_dir = std::filesystem::absolute(job_.model_dir, ec).lexically_normal().string();
   if (ec) return IoError("model_dir " + job_.model_dir + ": " + ec.message());
+  if (!job_.checkpoint.init_from.empty()) {
+    job_.checkpoint.init_from = std::filesystem::absolute(job_.checkpoint.init_from, ec).lexically_normal().string();
+    if (ec) return IoError("checkpoint.init_from " + job_.checkpoint.init_from + ": " + ec.message());
+  }
   std::filesystem::create_directories(job_.model_dir, ec);
   if (ec) return IoError("model_dir " + job_.model_dir + ": " + ec.message());
   PS_RETURN_IF_ERROR(WriteFileAtomic(job_.model_dir + "/job.json", job_.raw.dump(2) + "\n"));
@@ -83,15 +87,28 @@ Status Chief::CheckVariablesMatch(const ckpt::CheckpointInfo& c) const {
 }
 
 Status Chief::RestoreNewest() {
+  warm_started_ = false;
+  std::string dir = job_.model_dir;
   std::vector<std::string> warnings;
-  auto found = ckpt::FindRestorable(job_.model_dir, &warnings);
+  auto found = ckpt::FindRestorable(dir, &warnings);
   for (const auto& w : warnings) PS_LOG(Warning) << w;
   if (!found.ok()) return found.status();
+  const bool warm = !found->has_value() && !job_.checkpoint.init_from.empty();
+  if (warm) {
+    dir = job_.checkpoint.init_from;
+    warnings.clear();
+    found = ckpt::FindRestorable(dir, &warnings);
+    for (const auto& w : warnings) PS_LOG(Warning) << w;
+    if (!found.ok()) return found.status().WithContext("job.checkpoint.init_from");
+    if (!found->has_value()) {
+      return FailedPrecondition("job.checkpoint.init_from: " + dir + " holds no checkpoint to start from");
+    }
+  }
   if (!found->has_value()) {
     PS_LOG(Info) << "no checkpoint in " << job_.model_dir << ": starting at step 0";
     return Status::Ok();
   }
-  PS_ASSIGN_OR_RETURN(auto all, ckpt::ListCheckpoints(job_.model_dir));
+  PS_ASSIGN_OR_RETURN(auto all, ckpt::ListCheckpoints(dir));
   std::reverse(all.begin(), all.end());  // newest first
   for (const auto& c : all) {
     if (c.global_step > (**found).global_step) continue;  // newer ones failed verification
@@ -100,12 +117,13 @@ Status Chief::RestoreNewest() {
     PS_RETURN_IF_ERROR(CheckVariablesMatch(c));
     SetState("restoring");
     std::vector<std::string> failed;
-    Status st = CallAll(ps_, proto::Restore{job_.model_dir, c.global_step}, net::Millis(std::chrono::minutes(30)),
-                        &failed);
+    Status st = CallAll(ps_, proto::Restore{dir, c.global_step}, net::Millis(std::chrono::minutes(30)), &failed);
     if (st.ok()) {
       global_step_ = c.global_step;
-      last_saved_ = c.manifest;
-      PS_LOG(Info) << "restored " << c.dir << (c.manifest.final ? " (final)" : "")
+      // A warm start has no checkpoint in model_dir yet: the state machine saves one.
+      if (warm) warm_started_ = true;
+      else last_saved_ = c.manifest;
+      PS_LOG(Info) << (warm ? "warm-started from " : "restored ") << c.dir << (c.manifest.final ? " (final)" : "")
                    << (c.manifest.num_ps != static_cast<int>(ps_.size())
                            ? " (written by " + std::to_string(c.manifest.num_ps) + " ps task(s), resharded onto " +
                                  std::to_string(ps_.size()) + ")"
@@ -117,7 +135,7 @@ Status Chief::RestoreNewest() {
     for (const auto& f : failed) PS_LOG(Error) << "cannot restore " << c.dir << ": " << f;
     PS_LOG(Warning) << "falling back to the checkpoint before " << c.dir;
   }
-  return DataLoss("no checkpoint in " + job_.model_dir +
+  return DataLoss("no checkpoint in " + dir +
                   " could be restored; refusing to start from scratch (move the directory away to do that)");
 }
 
