@@ -1,6 +1,7 @@
 // Issue #15, item 5: resharding on restore. A CTR job with lazy and dense tables (and
 // dense layers) trains on 2 ps with 2 shards a variable; its final checkpoint is then
-// restored by real clusters of 3 ps (5 shards a variable) and 1 ps (no partitioner), each
+// restored by real clusters of 3 ps (5 shards a variable), 1 ps (no partitioner) and 2 ps
+// (7 shards a variable), each
 // warm-started from the previous hop's model dir (checkpoint.init_from) with no step to
 // train, so each writes what it restored as its own checkpoint at the same step. Read
 // back with a small reader here, every hop's variables are bit-identical to the first's:
@@ -167,6 +168,16 @@ TEST_CASE("a checkpoint restores onto 3 ps, then 1 ps, with other shard counts: 
     CHECK(hop1.at(name) == v);
     CHECK(hop2.at(name) == v);
   }
+
+  // Hop 3: back to 2 ps, 7 shards a variable, from hop 2: each ps fills several of its
+  // shards from one record.
+  const auto dir2b = tmp / "ps2b";
+  lines = Run(2, job("job2b.json", dir2b, kSteps, 7, dir1.string()));
+  CHECK(Has(lines, "(written by 1 ps task(s), resharded onto 2)"));
+  auto hop3 = ReadCheckpoint(dir2b, kSteps, &num_ps);
+  CHECK(num_ps == 2);
+  CHECK(hop3.at("user/embeddings").shards.size() == 7);
+  CHECK(hop3 == trained);
 
   // In place: the 1-ps model dir restored by 2 ps (3 shards a variable), which train on.
   lines = Run(2, job("job1-more.json", dir1, kSteps + 60, 3, ""));

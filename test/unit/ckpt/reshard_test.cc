@@ -173,7 +173,7 @@ int Sum(const std::vector<ps::ckpt::RestoreStats>& stats, int ps::ckpt::RestoreS
 
 }  // namespace
 
-TEST_CASE("restore reshards: 2 -> 3 -> 1 -> 2 ps with other shard counts, bit-identical values, slots and lazy rows") {
+TEST_CASE("restore reshards: 2 -> 3 -> 1 -> 2 -> 2 ps with other shard counts, bit-identical values, slots and lazy rows") {
   TempDir dir;
   Cluster a = Build(2, 2);
   Train(a, 1, 6);
@@ -197,8 +197,15 @@ TEST_CASE("restore reshards: 2 -> 3 -> 1 -> 2 ps with other shard counts, bit-id
   CHECK(stats_c[0].shards == 4);
   const auto ckpt_c = Save(c, dir / "c", 6);
 
+  // 2 ps, 5 shards: a ps holds several shards of one old record (a record in parts).
+  Cluster d = Build(2, 5);
+  auto stats_d = Restore(d, ckpt_c);
+  CHECK(Assemble(d) == trained);
+  CHECK(stats_d[0].records_read < stats_d[0].shards);
+  const auto ckpt_d = Save(d, dir / "d", 6);
+
   Cluster a2 = Build(2, 2);
-  Restore(a2, ckpt_c);
+  Restore(a2, ckpt_d);
   CHECK(Assemble(a2) == trained);
 
   // And they train on identically: restored optimizer slots, not just values.
