@@ -287,6 +287,14 @@ int main(int argc, char** argv) {
       m.unix_time = static_cast<double>(std::time(nullptr));
       m.num_ps = opt.num_ps;
       m.shards = infos;
+      // The placement as the chief records it: each ps then opens only its own file.
+      ps::Json shards = ps::Json::array();
+      for (const auto& d : defs) {
+        shards.push_back({{"shard", d.layout.shard}, {"ps", d.layout.shard % opt.num_ps},
+                          {"row_begin", d.layout.row_begin}, {"rows", d.layout.rows}});
+      }
+      m.extra = {{"variables", ps::Json::array({{{"name", "embedding"}, {"shape", defs[0].layout.full_shape},
+                                                 {"sparse", false}, {"shards", shards}}})}};
       Check(ps::ckpt::CommitCheckpoint(model_dir, m), "CommitCheckpoint");
       double s = std::chrono::duration<double>(Clock::now() - t0).count();
       run.save = static_cast<double>(total_bytes) / s / 1e6;
