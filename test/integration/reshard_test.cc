@@ -6,7 +6,8 @@
 // train, so each writes what it restored as its own checkpoint at the same step. Read
 // back with a small reader here, every hop's variables are bit-identical to the first's:
 // values, optimizer slots, and the set of created rows of each lazy table. Finally the
-// 1-ps checkpoint is restored in place by 2 ps, which train on to the end.
+// 1-ps checkpoint is restored in place by 2 ps, which train on to the end; and a corrupt
+// block in the newest checkpoint makes the chief fall back to the one before it.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -187,6 +188,20 @@ TEST_CASE("a checkpoint restores onto 3 ps, then 1 ps, with other shard counts: 
   auto more = ReadCheckpoint(dir1, kSteps + 60, &num_ps);
   CHECK(num_ps == 2);
   CHECK(more.at("user/embeddings").rows.size() >= user.rows.size());
+
+  // A corrupt data block in the newest checkpoint (which the footers cannot show): the ps
+  // that reads it while resharding reports DataLoss naming the file, and the chief falls
+  // back to the checkpoint before, resharded just the same.
+  const auto bad = ckpt::CheckpointPath(dir2.string(), kSteps) + "/ps-1.shard";
+  FlipByte(bad);
+  const auto dir3b = tmp / "ps3b";
+  lines = Run(3, job("job3b.json", dir3b, kSteps, 5, dir2.string()));
+  CHECK(Has(lines, "cannot restore " + ckpt::CheckpointPath(dir2.string(), kSteps)));
+  CHECK(Has(lines, bad));
+  CHECK(Has(lines, "warm-started from " + ckpt::CheckpointPath(dir2.string(), 100) +
+                       " (written by 2 ps task(s), resharded onto 3): resuming at step 100"));
+  CHECK(ReadCheckpoint(dir3b, 100, &num_ps) == ReadCheckpoint(dir2, 100, &num_ps));
+  CHECK(VerifiedCheckpoints(dir3b).back() == kSteps);
 }
 
 }  // namespace
