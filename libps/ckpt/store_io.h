@@ -39,7 +39,8 @@ struct RestoreStats {
 // takes them from every record (of every shard file) that overlaps them. Files that hold
 // no such row (by the placement the MANIFEST's extra.variables records; every file when it
 // records none) are not opened, records that hold none are skipped unread, and a record's
-// rows are read straight into the shards' memory (a record that is exactly one shard of
+// rows are read straight into the shards' memory (the rows of a record this store needs
+// only part of are read too, into scratch: one checksum covers a whole block) (a record that is exactly one shard of
 // the store, the same-layout case, is read as one block per slot, as before).
 //
 // Every file read must match the MANIFEST (size, digest, ps index, step) and every block

@@ -10,7 +10,6 @@
 #include <map>
 #include <mutex>
 #include <optional>
-#include <set>
 
 #include "libps/ckpt/checkpoint_dir.h"
 #include "libps/core/files.h"
