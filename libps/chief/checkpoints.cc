@@ -62,8 +62,12 @@ Status Chief::CheckVariablesMatch(const ckpt::CheckpointInfo& c) const {
     }
     return nullptr;
   };
-  auto text = [](const Json& v) {
-    return v.value("shape", Json::array()).dump() + (v.value("sparse", false) ? " sparse" : " dense");
+  auto sparse = [](const Json& v) {  // a MANIFEST is read, not trusted: no type assumed
+    auto it = v.find("sparse");
+    return it != v.end() && it->is_boolean() && it->get<bool>();
+  };
+  auto text = [&sparse](const Json& v) {
+    return v.value("shape", Json::array()).dump() + (sparse(v) ? " sparse" : " dense");
   };
   const Json mine = PlanJson();
   for (const auto& v : mine) {
@@ -72,7 +76,7 @@ Status Chief::CheckVariablesMatch(const ckpt::CheckpointInfo& c) const {
       return FailedPrecondition(c.dir + " has no variable " + v["name"].dump() +
                                 " (was it added to the job's model since?)");
     }
-    if (w->value("shape", Json()) != v["shape"] || w->value("sparse", false) != v["sparse"].get<bool>()) {
+    if (w->value("shape", Json()) != v["shape"] || sparse(*w) != sparse(v)) {
       return FailedPrecondition(c.dir + ": variable " + v["name"].dump() + " is " + text(*w) +
                                 " in the checkpoint and " + text(v) + " in this job (was the model changed?)");
     }
