@@ -18,6 +18,10 @@ Status Chief::PrepareModelDir() {
   // absolute path.
   job_.model_dir = std::filesystem::absolute(job_.model_dir, ec).lexically_normal().string();
   if (ec) return IoError("model_dir " + job_.model_dir + ": " + ec.message());
+  if (!job_.checkpoint.init_from.empty()) {
+    job_.checkpoint.init_from = std::filesystem::absolute(job_.checkpoint.init_from, ec).lexically_normal().string();
+    if (ec) return IoError("checkpoint.init_from " + job_.checkpoint.init_from + ": " + ec.message());
+  }
   std::filesystem::create_directories(job_.model_dir, ec);
   if (ec) return IoError("model_dir " + job_.model_dir + ": " + ec.message());
   PS_RETURN_IF_ERROR(WriteFileAtomic(job_.model_dir + "/job.json", job_.raw.dump(2) + "\n"));
@@ -48,60 +52,94 @@ Json Chief::PlanJson() const {
   return vars;
 }
 
-Status Chief::CheckPlanMatches(const ckpt::CheckpointInfo& c) const {
+Status Chief::CheckVariablesMatch(const ckpt::CheckpointInfo& c) const {
   auto written = c.manifest.extra.find("variables");
-  if (written == c.manifest.extra.end()) return Status::Ok();  // written before the plan was recorded
+  // Written before the plan was recorded: the ps tasks still check every record they read.
+  if (written == c.manifest.extra.end() || !written->is_array()) return Status::Ok();
+  auto find = [](const Json& list, const Json& name) -> const Json* {
+    for (const auto& v : list) {
+      if (v.is_object() && v.contains("name") && v["name"] == name) return &v;
+    }
+    return nullptr;
+  };
+  auto sparse = [](const Json& v) {  // a MANIFEST is read, not trusted: no type assumed
+    auto it = v.find("sparse");
+    return it != v.end() && it->is_boolean() && it->get<bool>();
+  };
+  auto text = [&sparse](const Json& v) {
+    return v.value("shape", Json::array()).dump() + (sparse(v) ? " sparse" : " dense");
+  };
   const Json mine = PlanJson();
-  if (*written == mine) return Status::Ok();
-  std::string first;  // the first variable placed differently, for the message
   for (const auto& v : mine) {
-    auto it = std::find_if(written->begin(), written->end(), [&](const Json& w) { return w.value("name", "") == v["name"]; });
-    if (it == written->end() || *it != v) {
-      first = v["name"].get<std::string>();
-      break;
+    const Json* w = find(*written, v["name"]);
+    if (w == nullptr) {
+      return FailedPrecondition(c.dir + " has no variable " + v["name"].dump() +
+                                " (was it added to the job's model since?)");
+    }
+    if (w->value("shape", Json()) != v["shape"] || sparse(*w) != sparse(v)) {
+      return FailedPrecondition(c.dir + ": variable " + v["name"].dump() + " is " + text(*w) +
+                                " in the checkpoint and " + text(v) + " in this job (was the model changed?)");
     }
   }
-  return FailedPrecondition(c.dir + " was written with a different variable layout" +
-                            (first.empty() ? std::string() : " (first: " + first + ")") +
-                            ": the job's model, partitioner or placement changed since (a model dir trained with "
-                            "the earlier default placement needs \"placement\": \"round_robin\" in its job)");
+  for (const auto& w : *written) {
+    if (w.is_object() && w.contains("name") && find(mine, w["name"]) == nullptr) {
+      return FailedPrecondition(c.dir + " holds variable " + w["name"].dump() +
+                                ", which the job's model lacks (was it removed from the model?)");
+    }
+  }
+  return Status::Ok();
 }
 
 Status Chief::RestoreNewest() {
+  warm_started_ = false;
+  std::string dir = job_.model_dir;
   std::vector<std::string> warnings;
-  auto found = ckpt::FindRestorable(job_.model_dir, &warnings);
+  auto found = ckpt::FindRestorable(dir, &warnings);
   for (const auto& w : warnings) PS_LOG(Warning) << w;
   if (!found.ok()) return found.status();
+  const bool warm = !found->has_value() && !job_.checkpoint.init_from.empty();
+  if (warm) {
+    dir = job_.checkpoint.init_from;
+    warnings.clear();
+    found = ckpt::FindRestorable(dir, &warnings);
+    for (const auto& w : warnings) PS_LOG(Warning) << w;
+    if (!found.ok()) return found.status().WithContext("job.checkpoint.init_from");
+    if (!found->has_value()) {
+      return FailedPrecondition("job.checkpoint.init_from: " + dir + " holds no checkpoint to start from");
+    }
+  }
   if (!found->has_value()) {
     PS_LOG(Info) << "no checkpoint in " << job_.model_dir << ": starting at step 0";
     return Status::Ok();
   }
-  PS_ASSIGN_OR_RETURN(auto all, ckpt::ListCheckpoints(job_.model_dir));
+  PS_ASSIGN_OR_RETURN(auto all, ckpt::ListCheckpoints(dir));
   std::reverse(all.begin(), all.end());  // newest first
   for (const auto& c : all) {
     if (c.global_step > (**found).global_step) continue;  // newer ones failed verification
-    if (c.manifest.num_ps != static_cast<int>(ps_.size())) {
-      return FailedPrecondition(c.dir + " was written by " + std::to_string(c.manifest.num_ps) +
-                                " ps task(s); this cluster has " + std::to_string(ps_.size()) +
-                                " (resharding a checkpoint is not supported)");
-    }
-    PS_RETURN_IF_ERROR(CheckPlanMatches(c));
+    // Any ps count and partitioning: each ps reads the rows of its shards from whichever
+    // shard files hold them (ckpt::RestoreStore).
+    PS_RETURN_IF_ERROR(CheckVariablesMatch(c));
     SetState("restoring");
     std::vector<std::string> failed;
-    Status st = CallAll(ps_, proto::Restore{job_.model_dir, c.global_step}, net::Millis(std::chrono::minutes(30)),
-                        &failed);
+    Status st = CallAll(ps_, proto::Restore{dir, c.global_step}, net::Millis(std::chrono::minutes(30)), &failed);
     if (st.ok()) {
       global_step_ = c.global_step;
-      last_saved_ = c.manifest;
-      PS_LOG(Info) << "restored " << c.dir << (c.manifest.final ? " (final)" : "") << ": resuming at step "
-                   << c.global_step;
+      // A warm start has no checkpoint in model_dir yet: the state machine saves one.
+      if (warm) warm_started_ = true;
+      else last_saved_ = c.manifest;
+      PS_LOG(Info) << (warm ? "warm-started from " : "restored ") << c.dir << (c.manifest.final ? " (final)" : "")
+                   << (c.manifest.num_ps != static_cast<int>(ps_.size())
+                           ? " (written by " + std::to_string(c.manifest.num_ps) + " ps task(s), resharded onto " +
+                                 std::to_string(ps_.size()) + ")"
+                           : std::string())
+                   << ": resuming at step " << c.global_step;
       return Status::Ok();
     }
     if (st.code() != Code::kDataLoss && st.code() != Code::kNotFound) return st;
     for (const auto& f : failed) PS_LOG(Error) << "cannot restore " << c.dir << ": " << f;
     PS_LOG(Warning) << "falling back to the checkpoint before " << c.dir;
   }
-  return DataLoss("no checkpoint in " + job_.model_dir +
+  return DataLoss("no checkpoint in " + dir +
                   " could be restored; refusing to start from scratch (move the directory away to do that)");
 }
 

@@ -165,8 +165,12 @@ void Chief::Execute(const Action& action) {
             Status st = RestoreNewest();
             if (!st.ok()) return ev::RestoreFailed{st};
             RecordEvent(started_ ? "restored" : "chief_start", "",
-                        last_saved_ ? "restored ckpt-" + std::to_string(last_saved_->global_step) : "fresh");
+                        last_saved_   ? "restored ckpt-" + std::to_string(last_saved_->global_step)
+                        : warm_started_ ? "warm-started from " + job_.checkpoint.init_from + "/ckpt-" +
+                                              std::to_string(global_step_.load())
+                                        : "fresh");
             started_ = true;
+            if (warm_started_) return ev::Restored{true, global_step_, false, true};
             if (!last_saved_) return ev::Restored{false, 0, false};
             return ev::Restored{true, last_saved_->global_step, last_saved_->final};
           });

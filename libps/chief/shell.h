@@ -120,14 +120,16 @@ class Chief {
   Status PrepareModelDir();
   // Restores every ps from the newest checkpoint that restores cleanly; a corrupt one is
   // reported and the one before it is used. Never starts from scratch when checkpoints
-  // exist but none can be read.
+  // exist but none can be read. With none in model_dir, from job.checkpoint.init_from's
+  // (warm_started_), the same way.
   Status RestoreNewest();
   // The variables and their shards as the MANIFEST records them (plan_).
   Json PlanJson() const;
-  // FailedPrecondition naming the first variable when checkpoint `c` was written with
-  // another layout than plan_ (a changed model, partitioner or placement): restoring it
-  // would fail shard by shard, or worse.
-  Status CheckPlanMatches(const ckpt::CheckpointInfo& c) const;
+  // FailedPrecondition naming the first variable of plan_ that checkpoint `c` lacks or
+  // holds with another shape or sparse-ness, or a variable of `c` that plan_ lacks (a
+  // changed model). Its ps count, partitioner and placement may differ: the ps tasks
+  // reshard on restore.
+  Status CheckVariablesMatch(const ckpt::CheckpointInfo& c) const;
   // Every ps writes its shard file, then the chief commits the MANIFEST and the pointer.
   Status SaveCheckpoint(bool final);
   // After a failed save: removes its uncommitted files when every ps is connected.
@@ -189,6 +191,7 @@ class Chief {
   job::VariablePlan plan_;
   std::vector<proto::CreateShards> create_msgs_;  // [ps]: recreates a restarted ps's shards
   std::optional<ckpt::Manifest> last_saved_;  // the newest committed checkpoint
+  bool warm_started_ = false;  // the last RestoreNewest restored from job.checkpoint.init_from
   std::unique_ptr<Coordinator> coordinator_;  // written by the run's thread, read under mu_
   std::optional<ChiefMachine> machine_;       // the run's thread only
   std::optional<Status> exit_;                // the machine's outcome (act::Exit)

@@ -66,7 +66,8 @@ void ChiefMachine::On(const ev::Restored& e) {
   if (!Answer(Io::kRestore)) return;
   if (e.found) {
     step_ = e.step;
-    committed_ = Committed{e.step, e.final};
+    if (e.warm) committed_.reset();  // saved into model_dir first, as ckpt-0 is
+    else committed_ = Committed{e.step, e.final};
   } else {
     committed_.reset();  // the step stays: nothing was restored
   }

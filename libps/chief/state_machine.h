@@ -123,7 +123,9 @@ namespace ev {
 struct Start {};                                  // the control server is up
 struct Connected {};                              // every task connected, variables created
 struct StartFailed { Status why; };               // connecting, creating variables or StartJob failed
-struct Restored { bool found = false; int64_t step = 0; bool final = false; };  // found: a checkpoint was restored
+// found: a checkpoint was restored. warm: from checkpoint.init_from, not model_dir (which
+// then holds none yet: one is saved at `step` before the workers start).
+struct Restored { bool found = false; int64_t step = 0; bool final = false; bool warm = false; };
 struct RestoreFailed { Status why; };
 struct CheckpointCommitted { int64_t step = 0; bool final = false; };
 struct CheckpointFailed { Status why; };

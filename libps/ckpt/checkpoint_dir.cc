@@ -296,6 +296,23 @@ Result<std::vector<CheckpointInfo>> ListCheckpoints(const std::string& model_dir
   return std::move(scan.committed);
 }
 
+Status CheckAgainstManifest(const ShardReader& reader, const ShardFileInfo& info, int ps, int64_t step) {
+  const std::string& path = reader.path();
+  if (reader.file_bytes() != info.bytes) {
+    return DataLoss(path + ": " + std::to_string(reader.file_bytes()) + " bytes, the MANIFEST says " +
+                    std::to_string(info.bytes));
+  }
+  if (reader.digest() != info.digest) {
+    return DataLoss(path + ": digest differs from the MANIFEST's (a different file)");
+  }
+  if (reader.ps_index() != ps || reader.global_step() != step) {
+    return DataLoss(path + ": written by ps " + std::to_string(reader.ps_index()) + " at step " +
+                    std::to_string(reader.global_step()) + ", expected ps " + std::to_string(ps) + " at step " +
+                    std::to_string(step));
+  }
+  return Status::Ok();
+}
+
 Status VerifyCheckpoint(const CheckpointInfo& c, Verify level) {
   for (int i = 0; i < static_cast<int>(c.manifest.shards.size()); ++i) {
     const ShardFileInfo& info = c.manifest.shards[i];
@@ -317,14 +334,7 @@ Status VerifyCheckpoint(const CheckpointInfo& c, Verify level) {
       }
       return reader.status();
     }
-    if (reader->digest() != info.digest) {
-      return DataLoss(path + ": digest differs from the MANIFEST's (a different file)");
-    }
-    if (reader->ps_index() != i || reader->global_step() != c.global_step) {
-      return DataLoss(path + ": written by ps " + std::to_string(reader->ps_index()) +
-                      " at step " + std::to_string(reader->global_step()) + ", expected ps " +
-                      std::to_string(i) + " at step " + std::to_string(c.global_step));
-    }
+    PS_RETURN_IF_ERROR(CheckAgainstManifest(*reader, info, i, c.global_step));
     if (level == Verify::kFull) {
       PS_RETURN_IF_ERROR(reader->ReadAll(
           [](const RecordMeta&, std::string_view) -> Result<std::span<float>> {

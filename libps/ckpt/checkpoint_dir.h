@@ -18,6 +18,10 @@
 //    "unix_time": 1732268000.5, "final": false, "num_ps": 2,
 //    "shards": [{"name": "ps-0.shard", "bytes": 123456, "digest": 3735928559}, ...],
 //    "extra": {...}}
+// extra is the chief's: "variables" lists each variable's name, shape, sparse-ness and
+// shards ({"shard", "ps", "row_begin", "rows"}). The chief checks a job's variables against
+// it before a restore, and each ps uses the shards to open only the files that hold rows
+// of its own (store_io.h: RestoreStore).
 //
 // Functions here take no locks: one process (the chief) manages a model_dir; readers
 // such as the evaluator only read. All are safe to call from any one thread.
@@ -95,6 +99,9 @@ enum class Verify {
 // DataLoss naming the bad file, e.g. "<dir>/ps-1.shard: record 3 (var ...): values
 // checksum mismatch" or "<dir>/ps-0.shard: missing (listed in the MANIFEST)".
 Status VerifyCheckpoint(const CheckpointInfo& checkpoint, Verify level);
+// DataLoss naming the file unless the file `reader` opened is the one a MANIFEST lists as
+// `info`, shard file `ps` of the checkpoint of `step`: its size, digest, ps index and step.
+Status CheckAgainstManifest(const ShardReader& reader, const ShardFileInfo& info, int ps, int64_t step);
 // Reads ckpt_dir/MANIFEST and verifies against it.
 Status VerifyCheckpoint(const std::string& ckpt_dir, Verify level = Verify::kFull);
 

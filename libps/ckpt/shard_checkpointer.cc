@@ -1,7 +1,6 @@
 #include "libps/ckpt/shard_checkpointer.h"
 
 #include <chrono>
-#include <set>
 
 #include "libps/ckpt/checkpoint_dir.h"
 #include "libps/ckpt/store_io.h"
@@ -23,18 +22,17 @@ Result<proto::SaveReply> ShardCheckpointer::Save(const proto::Save& m) {
 }
 
 Status ShardCheckpointer::Restore(const proto::Restore& m) {
-  std::string path = CheckpointPath(m.model_dir, m.global_step) + "/" + ShardFileName(index_);
-  std::set<ps::server::ShardKey> restored;
-  PS_RETURN_IF_ERROR(RestoreStore(store_, path, &restored));
-  for (const auto& key : store_->Keys()) {
-    if (!restored.contains(key)) {
-      return FailedPrecondition(path + ": has no record for " + key.ToString() +
-                                " (was it written by another cluster layout?)");
-    }
-  }
+  const std::string dir = CheckpointPath(m.model_dir, m.global_step);
+  // The ps reads the MANIFEST itself: it lists the files to read (all of them when
+  // another ps count wrote the checkpoint), and what each must be.
+  PS_ASSIGN_OR_RETURN(Manifest manifest, ReadManifest(dir));
+  RestoreStats stats;
+  PS_RETURN_IF_ERROR(RestoreStore(store_, CheckpointInfo{m.global_step, dir, std::move(manifest)}, &stats));
   store_->SetGlobalStep(m.global_step);
   store_->ResetRowClock(m.global_step);  // restored rows count as pushed at the checkpoint's step
-  PS_LOG(Info) << "restored " << restored.size() << " shard(s) from " << path;
+  PS_LOG(Info) << "restored " << stats.shards << " shard(s) from " << dir << ": " << stats.records_read
+               << " record(s) of " << stats.files_read << " of " << stats.files_listed << " shard file(s)"
+               << (stats.resharded ? ", resharded (another ps count or partitioning wrote it)" : "");
   return Status::Ok();
 }
 

@@ -1,5 +1,6 @@
-// The ps task's side of a checkpoint: saves and restores its shard file
-// (ckpt-<step>/ps-<index>.shard) in the checkpoint directory the chief names.
+// The ps task's side of a checkpoint: saves its shard file (ckpt-<step>/ps-<index>.shard)
+// in the checkpoint directory the chief names, and restores its shards from that
+// checkpoint's shard files.
 #pragma once
 
 #include "libps/server/service.h"
@@ -13,8 +14,9 @@ class ShardCheckpointer : public server::Checkpointer {
   ShardCheckpointer(server::Store* store, int ps_index);
 
   Result<proto::SaveReply> Save(const proto::Save& m) override;
-  // Every shard the store holds must have a record in the file: FailedPrecondition names
-  // the first one missing.
+  // Reads ckpt-<step>/MANIFEST and restores every shard of the store from the files it
+  // lists (RestoreStore: any ps count and partitioning), then sets the store's global step
+  // and stamps the restored lazy rows as pushed at it.
   Status Restore(const proto::Restore& m) override;
 
  private:

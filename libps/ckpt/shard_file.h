@@ -63,6 +63,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -213,6 +214,29 @@ class ShardReader {
         data;
   };
 
+  // Rows [first, first + count) of a record (indices into its stored rows).
+  struct RowRange {
+    int64_t first = 0;
+    int64_t count = 0;
+  };
+  // What Read hands a record to. Every member may be unset.
+  struct Visitor {
+    // Called with each record's metadata before its data. nullopt skips the data unread:
+    // its stored checksums only enter the footer's digest (so the data is not verified).
+    // Otherwise, for a dense record, the row ranges (ascending, disjoint, within the
+    // record) whose rows go to `dense`; rows outside them are read and verified only.
+    // Sparse records ignore the ranges: all their rows go to sparse.rows / sparse.data.
+    // Unset: every record is read whole.
+    std::function<Result<std::optional<std::vector<RowRange>>>(const RecordMeta& meta)> select;
+    // Dense records: called for each block ("values", then each slot) and each selected
+    // range, in file order, just before those rows are read; returns where to put them
+    // ([range.count * cols] floats, valid until the next call), or an empty span to
+    // read and verify them only. Unset: verify only. As with Sink, memory handed out holds
+    // unspecified data after an error.
+    std::function<Result<std::span<float>>(const RecordMeta& meta, std::string_view block, RowRange range)> dense;
+    SparseSink sparse;  // an unset `rows` verifies and skips sparse records
+  };
+
   static Result<ShardReader> Open(std::string path);
 
   const std::string& path() const { return path_; }
@@ -224,6 +248,9 @@ class ShardReader {
 
   // Reads every block into the memory `sink` provides, verifying as it goes.
   Status ReadAll(const Sink& sink, const SparseSink* sparse = nullptr);
+  // Walks every record, handing what `visitor` selects to it; verifies every checksum of
+  // the data it reads, and the footer's digest.
+  Status Read(const Visitor& visitor);
   Result<std::vector<ShardRecord>> ReadRecords();
   // Structure only (verify_data false: the data is not read) or everything, collecting
   // data checksum failures per record instead of stopping at the first.
@@ -234,7 +261,7 @@ class ShardReader {
   using RecordDone = std::function<void(const RecordMeta&, uint64_t offset, uint64_t data_bytes,
                                         std::string data_error)>;
   ShardReader() = default;
-  Status Walk(DataMode mode, const Sink* sink, const SparseSink* sparse, const RecordDone& done);
+  Status Walk(DataMode mode, const Visitor* visitor, const RecordDone& done);
 
   std::string path_;
   UniqueFd fd_;

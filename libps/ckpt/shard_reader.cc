@@ -75,8 +75,7 @@ Result<ShardReader> ShardReader::Open(std::string path) {
   return r;
 }
 
-Status ShardReader::Walk(DataMode mode, const Sink* sink, const SparseSink* sparse,
-                         const RecordDone& done) {
+Status ShardReader::Walk(DataMode mode, const Visitor* visitor, const RecordDone& done) {
   const std::string& p = path_;
   const int fd = fd_.get();
   const uint64_t end = file_bytes_ - kFooterBytes;
@@ -84,6 +83,19 @@ Status ShardReader::Walk(DataMode mode, const Sink* sink, const SparseSink* spar
   uint32_t digest = ExtendDigest(0, header_crc_);
   std::vector<unsigned char> scratch;
   std::string meta_blob;
+  // Reads `bytes` at `off` into `out` (or into scratch when null), extending `crc`.
+  auto read_block_part = [&](unsigned char* out, uint64_t bytes, uint32_t* crc) -> Status {
+    if (out == nullptr && scratch.empty() && bytes > 0) scratch.resize(kChunkBytes);
+    for (uint64_t done_bytes = 0; done_bytes < bytes;) {
+      size_t n = static_cast<size_t>(std::min<uint64_t>(kChunkBytes, bytes - done_bytes));
+      unsigned char* dst = out != nullptr ? out + done_bytes : scratch.data();
+      PS_RETURN_IF_ERROR(PreadAll(fd, dst, n, off, p));
+      *crc = Crc32c(*crc, dst, n);
+      done_bytes += n;
+      off += n;
+    }
+    return Status::Ok();
+  };
 
   for (uint64_t i = 0; i < record_count_; ++i) {
     const uint64_t record_offset = off;
@@ -135,9 +147,29 @@ Status ShardReader::Walk(DataMode mode, const Sink* sink, const SparseSink* spar
     }
     digest = ExtendDigest(ExtendDigest(digest, GetU32(h + 28)), meta_crc);
 
+    // What the visitor wants of this record: nothing (skip_data), or these rows.
+    std::vector<RowRange> ranges{{0, meta.stored_rows}};
+    bool skip_data = mode == DataMode::kSkip;
+    if (mode == DataMode::kSink && visitor->select) {
+      PS_ASSIGN_OR_RETURN(auto selected, visitor->select(meta));
+      if (!selected) {
+        skip_data = true;
+      } else {
+        ranges = std::move(*selected);
+        int64_t next = 0;
+        for (const RowRange& r : ranges) {
+          if (is_sparse) break;  // its rows all go to the SparseSink
+          if (r.first < next || r.count < 0 || r.first > meta.stored_rows - r.count) {
+            return InvalidArgument(meta.Describe(p) + ": selected rows are not ascending and disjoint within the record");
+          }
+          next = r.first + r.count;
+        }
+      }
+    }
     std::string data_error;
     uint64_t id_bytes = 0;
-    const bool to_sparse_sink = is_sparse && mode == DataMode::kSink && sparse != nullptr;
+    const SparseSink* sparse = mode == DataMode::kSink && visitor->sparse.rows ? &visitor->sparse : nullptr;
+    const bool to_sparse_sink = is_sparse && !skip_data && sparse != nullptr;
     if (is_sparse) {
       const uint64_t n = static_cast<uint64_t>(meta.stored_rows);
       const uint64_t room = end - off;
@@ -147,7 +179,7 @@ Status ShardReader::Walk(DataMode mode, const Sink* sink, const SparseSink* spar
                         " stored rows do not fit in the file (truncated?)");
       }
       id_bytes = n * 8 + 4;
-      if (mode == DataMode::kSkip) {
+      if (skip_data) {
         off += n * 8;
       } else {
         std::vector<int64_t> ids(n);
@@ -178,19 +210,8 @@ Status ShardReader::Walk(DataMode mode, const Sink* sink, const SparseSink* spar
     for (uint32_t b = 0; b < num_blocks; ++b) {
       const std::string& name = b == 0 ? std::string("values") : meta.slot_names[b - 1];
       const std::string label = b == 0 ? "values" : "slot " + Quote(name);
-      std::span<float> dst;
-      if (mode == DataMode::kSink && elements > 0 && !is_sparse) {
-        auto got = (*sink)(meta, name);
-        if (!got.ok()) return got.status();
-        dst = *got;
-        if (!dst.empty() && dst.size() != elements) {
-          return InvalidArgument(meta.Describe(p) + ": sink gave " + std::to_string(dst.size()) +
-                                 " floats for " + label + ", the block has " +
-                                 std::to_string(elements));
-        }
-      }
       uint32_t crc = 0;
-      if (mode == DataMode::kSkip) {
+      if (skip_data) {
         off += block_bytes;
       } else if (to_sparse_sink && elements > 0) {
         const uint64_t cols = static_cast<uint64_t>(meta.layout.cols);
@@ -203,33 +224,42 @@ Status ShardReader::Walk(DataMode mode, const Sink* sink, const SparseSink* spar
           PS_RETURN_IF_ERROR(PreadAll(fd, piece.data(), bytes, off, p));
           crc = Crc32c(crc, piece.data(), bytes);
           off += bytes;
-          PS_RETURN_IF_ERROR(sparse->data(meta, name, static_cast<int64_t>(first), piece));
+          if (sparse->data) PS_RETURN_IF_ERROR(sparse->data(meta, name, static_cast<int64_t>(first), piece));
         }
-      } else if (!dst.empty()) {
-        auto* out = reinterpret_cast<unsigned char*>(dst.data());
-        for (uint64_t done_bytes = 0; done_bytes < block_bytes;) {
-          size_t n = static_cast<size_t>(std::min<uint64_t>(kChunkBytes, block_bytes - done_bytes));
-          PS_RETURN_IF_ERROR(PreadAll(fd, out + done_bytes, n, off, p));
-          crc = Crc32c(crc, out + done_bytes, n);
-          done_bytes += n;
-          off += n;
+      } else if (mode == DataMode::kSink && !is_sparse && visitor->dense) {
+        // The selected ranges straight into the visitor's memory, the rows between them
+        // through scratch: one pass over the block, in file order, for its checksum.
+        const uint64_t row_bytes = static_cast<uint64_t>(meta.layout.cols) * sizeof(float);
+        int64_t pos = 0;
+        for (const RowRange& r : ranges) {
+          if (r.count == 0) continue;
+          PS_RETURN_IF_ERROR(read_block_part(nullptr, static_cast<uint64_t>(r.first - pos) * row_bytes, &crc));
+          PS_ASSIGN_OR_RETURN(std::span<float> dst, visitor->dense(meta, name, r));
+          const uint64_t want = static_cast<uint64_t>(r.count) * static_cast<uint64_t>(meta.layout.cols);
+          if (!dst.empty() && dst.size() != want) {
+            const bool whole = r.first == 0 && r.count == meta.stored_rows;
+            return InvalidArgument(meta.Describe(p) + ": sink gave " + std::to_string(dst.size()) + " floats for " +
+                                   label +
+                                   (whole ? ", the block has "
+                                          : " rows [" + std::to_string(r.first) + ", " +
+                                                std::to_string(r.first + r.count) + "), they have ") +
+                                   std::to_string(want));
+          }
+          PS_RETURN_IF_ERROR(read_block_part(dst.empty() ? nullptr : reinterpret_cast<unsigned char*>(dst.data()),
+                                             want * sizeof(float), &crc));
+          pos = r.first + r.count;
         }
+        PS_RETURN_IF_ERROR(
+            read_block_part(nullptr, static_cast<uint64_t>(meta.stored_rows - pos) * row_bytes, &crc));
       } else {
-        if (scratch.empty() && block_bytes > 0) scratch.resize(kChunkBytes);
-        for (uint64_t done_bytes = 0; done_bytes < block_bytes;) {
-          size_t n = static_cast<size_t>(std::min<uint64_t>(kChunkBytes, block_bytes - done_bytes));
-          PS_RETURN_IF_ERROR(PreadAll(fd, scratch.data(), n, off, p));
-          crc = Crc32c(crc, scratch.data(), n);
-          done_bytes += n;
-          off += n;
-        }
+        PS_RETURN_IF_ERROR(read_block_part(nullptr, block_bytes, &crc));
       }
       unsigned char c[4];
       PS_RETURN_IF_ERROR(PreadAll(fd, c, 4, off, p));
       off += 4;
       const uint32_t stored = GetU32(c);
       digest = ExtendDigest(digest, stored);
-      if (mode != DataMode::kSkip && stored != MaskedCrc32c(crc)) {
+      if (!skip_data && stored != MaskedCrc32c(crc)) {
         std::string msg = label + " checksum mismatch";
         if (mode == DataMode::kSink) return DataLoss(meta.Describe(p) + ": " + msg);
         if (data_error.empty()) data_error = msg;
@@ -247,8 +277,13 @@ Status ShardReader::Walk(DataMode mode, const Sink* sink, const SparseSink* spar
 }
 
 Status ShardReader::ReadAll(const Sink& sink, const SparseSink* sparse) {
-  return Walk(DataMode::kSink, &sink, sparse, nullptr);
+  Visitor v;
+  v.dense = [&sink](const RecordMeta& meta, std::string_view block, RowRange) { return sink(meta, block); };
+  if (sparse != nullptr) v.sparse = *sparse;
+  return Walk(DataMode::kSink, &v, nullptr);
 }
+
+Status ShardReader::Read(const Visitor& visitor) { return Walk(DataMode::kSink, &visitor, nullptr); }
 
 Result<std::vector<ShardRecord>> ShardReader::ReadRecords() {
   std::vector<ShardRecord> out;
@@ -293,7 +328,10 @@ Result<std::vector<ShardRecord>> ShardReader::ReadRecords() {
       out.push_back(std::move(r));
     }
   };
-  PS_RETURN_IF_ERROR(Walk(DataMode::kSink, &sink, &sparse, done));
+  Visitor v;
+  v.dense = [&sink](const RecordMeta& meta, std::string_view block, RowRange) { return sink(meta, block); };
+  v.sparse = std::move(sparse);
+  PS_RETURN_IF_ERROR(Walk(DataMode::kSink, &v, done));
   return out;
 }
 
@@ -309,7 +347,7 @@ Result<ShardSummary> ShardReader::Summarize(bool verify_data) {
     s.records.push_back(RecordSummary{meta, offset, bytes, verify_data, std::move(error)});
   };
   PS_RETURN_IF_ERROR(
-      Walk(verify_data ? DataMode::kVerifyCollect : DataMode::kSkip, nullptr, nullptr, done));
+      Walk(verify_data ? DataMode::kVerifyCollect : DataMode::kSkip, nullptr, done));
   return s;
 }
 

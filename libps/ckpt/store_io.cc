@@ -1,20 +1,30 @@
 #include "libps/ckpt/store_io.h"
 
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <vector>
+
 #include "libps/ckpt/checkpoint_dir.h"
 
 namespace ps::ckpt {
 
-Result<ShardFileInfo> SaveStore(const ps::server::Store& store, const std::string& model_dir, int ps_index,
+using server::ShardDef;
+using server::Store;
+using RowRange = ShardReader::RowRange;
+
+Result<ShardFileInfo> SaveStore(const Store& store, const std::string& model_dir, int ps_index,
                                 int64_t global_step) {
   PS_ASSIGN_OR_RETURN(std::string dir, CreateCheckpointDir(model_dir, global_step));
   return WriteStoreFile(store, dir + "/" + ShardFileName(ps_index), ps_index, global_step);
 }
 
-Result<ShardFileInfo> WriteStoreFile(const ps::server::Store& store, const std::string& path, int ps_index,
-                                     int64_t global_step) {
+Result<ShardFileInfo> WriteStoreFile(const Store& store, const std::string& path, int ps_index, int64_t global_step) {
   PS_ASSIGN_OR_RETURN(ShardWriter writer, ShardWriter::Create(path, ps_index, global_step));
   Status st;
-  store.ForEachShard([&](const ps::server::ShardView& shard) {
+  store.ForEachShard([&](const server::ShardView& shard) {
     if (!st.ok()) return;
     ShardRecordView rec{
         .layout = shard.def.layout, .values = shard.values, .slots = shard.slots, .row_ids = {}, .gather = {}};
@@ -34,56 +44,288 @@ Result<ShardFileInfo> WriteStoreFile(const ps::server::Store& store, const std::
   return writer.Commit();
 }
 
-Status RestoreStore(ps::server::Store* store, const std::string& shard_path, std::set<ps::server::ShardKey>* restored,
-                    RestoreSlots slots) {
-  const bool skip_slots = slots == RestoreSlots::kSkip;
-  PS_ASSIGN_OR_RETURN(ShardReader reader, ShardReader::Open(shard_path));
-  // Blocks of one record arrive in order ("values", then each slot) and are read straight
-  // into the shard, which stays locked from its first block until the next record starts.
-  // A sparse record (lazy shard) first recreates its rows, then its blocks arrive in pieces.
-  std::unique_ptr<ps::server::Store::ShardFill> fill;
-  int record = -1;
-  auto open = [&](const RecordMeta& meta) -> Status {
-    fill.reset();
-    record = meta.index;
-    const cluster::ShardLayout& want = meta.layout;
-    auto f = store->Fill({want.var, want.shard});
-    if (!f.ok() || (*f)->def().layout.rows != want.rows || (*f)->def().layout.cols != want.cols ||
-        (*f)->def().layout.row_begin != want.row_begin) {
-      return FailedPrecondition(meta.Describe(shard_path) +
-                                ": this ps holds no shard of that shape (was the checkpoint written by "
-                                "another cluster layout or partitioner?)");
+namespace {
+
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i > 0 ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+std::string NamesText(const std::vector<std::string>& names) {
+  std::string s = "[";
+  for (size_t i = 0; i < names.size(); ++i) s += (i > 0 ? ", " : "") + names[i];
+  return s + "]";
+}
+
+// One shard of the store being restored.
+struct Target {
+  ShardDef def;
+  // Global rows [begin, end) taken from records so far; a row twice is DataLoss.
+  std::vector<std::pair<int64_t, int64_t>> covered;
+  int64_t begin() const { return def.layout.row_begin; }
+  int64_t end() const { return def.layout.row_begin + def.layout.rows; }
+};
+
+// The part of the record being read that goes to one target.
+struct Part {
+  Target* target = nullptr;
+  RowRange rows;  // of the record (relative to its row_begin)
+  // Sparse records: the record's stored rows [stored_first, + created.size()) are in
+  // `rows`, created in the target in that order.
+  int64_t stored_first = 0;
+  Store::CreatedRows created;
+};
+
+// Which shard files can hold rows of `targets`, by the placement the chief records in
+// the MANIFEST's extra.variables ([{"name", "shards": [{"ps", "row_begin", "rows"}...]}...]).
+// nullopt when it records none, or in a form this build does not know: read every file.
+std::optional<std::set<int>> FilesWithRows(const Manifest& m, const std::map<std::string, std::vector<Target>>& targets) {
+  auto vars = m.extra.find("variables");
+  if (vars == m.extra.end() || !vars->is_array()) return std::nullopt;
+  std::set<int> files;
+  for (const Json& v : *vars) {
+    if (!v.is_object() || !v.contains("name") || !v["name"].is_string() || !v.contains("shards") ||
+        !v["shards"].is_array()) {
+      return std::nullopt;
     }
-    if ((*f)->def().layout.lazy != want.lazy) {
-      return FailedPrecondition(meta.Describe(shard_path) + (want.lazy ? ": the checkpoint holds a lazy shard"
-                                                                       : ": the checkpoint holds a dense shard") +
-                                " and this ps's shard is " + ((*f)->def().layout.lazy ? "lazy" : "dense") +
-                                " (was the model's \"lazy\" setting changed?)");
+    auto t = targets.find(v["name"].get<std::string>());
+    for (const Json& s : v["shards"]) {
+      if (!s.is_object() || !s.contains("ps") || !s.contains("row_begin") || !s.contains("rows") ||
+          !s["ps"].is_number_integer() || !s["row_begin"].is_number_integer() || !s["rows"].is_number_integer()) {
+        return std::nullopt;
+      }
+      const int64_t ps = s["ps"].get<int64_t>();
+      if (ps < 0 || ps >= m.num_ps) return std::nullopt;
+      if (t == targets.end()) continue;
+      const int64_t b = s["row_begin"].get<int64_t>();
+      const int64_t e = b + s["rows"].get<int64_t>();
+      for (const Target& target : t->second) {
+        if (b < target.end() && target.begin() < e) files.insert(static_cast<int>(ps));
+      }
     }
-    fill = std::move(*f);
-    restored->insert({want.var, want.shard});
+  }
+  return files;
+}
+
+// Reads records into the store's shards, resharding as needed; see RestoreStore.
+class Restorer {
+ public:
+  Restorer(Store* store, RestoreStats* stats, RestoreSlots slots)
+      : store_(store), stats_(stats), skip_slots_(slots == RestoreSlots::kSkip) {}
+
+  // The store's shards and slots; drops every created row of its lazy shards.
+  Status Init() {
+    PS_ASSIGN_OR_RETURN(server::OptimizerSpec spec, store_->optimizer());
+    for (const auto& slot : server::SlotDefs(spec)) slots_.push_back(slot.name);
+    std::sort(slots_.begin(), slots_.end());
+    for (const auto& key : store_->Keys()) {
+      PS_ASSIGN_OR_RETURN(ShardDef def, store_->GetDef(key));
+      if (def.layout.lazy) {
+        PS_ASSIGN_OR_RETURN(auto fill, store_->Fill(key));
+        PS_RETURN_IF_ERROR(fill->DropRows());
+      }
+      targets_[def.layout.var].push_back(Target{std::move(def), {}});
+    }
+    for (auto& [var, list] : targets_) {
+      std::sort(list.begin(), list.end(), [](const Target& a, const Target& b) { return a.begin() < b.begin(); });
+    }
     return Status::Ok();
-  };
-  ShardReader::SparseSink sparse;
-  sparse.rows = [&](const RecordMeta& meta, std::span<const int64_t> ids) -> Status {
-    PS_RETURN_IF_ERROR(open(meta));
-    return fill->CreateRows(ids).WithContext(meta.Describe(shard_path));
-  };
-  sparse.data = [&](const RecordMeta& meta, std::string_view block, int64_t first,
-                    std::span<const float> data) -> Status {
-    if (skip_slots && block != "values") return Status::Ok();
-    return fill->WriteRows(block, first, data).WithContext(meta.Describe(shard_path));
-  };
-  Status st = reader.ReadAll([&](const RecordMeta& meta, std::string_view block) -> Result<std::span<float>> {
-    if (meta.index != record) PS_RETURN_IF_ERROR(open(meta));
-    if (block == "values") return fill->values();
-    if (skip_slots) return std::span<float>();  // read and verified, not stored
+  }
+
+  const std::map<std::string, std::vector<Target>>& targets() const { return targets_; }
+
+  Status ReadFile(const CheckpointInfo& c, int ps) {
+    const ShardFileInfo& info = c.manifest.shards[static_cast<size_t>(ps)];
+    path_ = c.dir + "/" + info.name;
+    PS_ASSIGN_OR_RETURN(ShardReader reader, ShardReader::Open(path_));
+    PS_RETURN_IF_ERROR(CheckAgainstManifest(reader, info, ps, c.global_step));
+    ShardReader::Visitor v;
+    v.select = [this](const RecordMeta& meta) { return Select(meta); };
+    v.dense = [this](const RecordMeta& meta, std::string_view block, RowRange range) {
+      return Dense(meta, block, range);
+    };
+    v.sparse.rows = [this](const RecordMeta& meta, std::span<const int64_t> ids) { return SparseRows(meta, ids); };
+    v.sparse.data = [this](const RecordMeta& meta, std::string_view block, int64_t first,
+                           std::span<const float> data) { return SparseData(meta, block, first, data); };
+    Status st = reader.Read(v);
+    Close();
+    ++stats_->files_read;
+    return st;
+  }
+
+  // FailedPrecondition naming the first row of a shard that no record held.
+  Status CheckCovered(const std::string& dir) {
+    for (auto& [var, list] : targets_) {
+      for (Target& t : list) {
+        std::sort(t.covered.begin(), t.covered.end());
+        int64_t next = t.begin();
+        for (const auto& [b, e] : t.covered) {
+          if (b > next) break;
+          next = std::max(next, e);
+        }
+        if (next < t.end()) {
+          int64_t gap_end = t.end();
+          for (const auto& [b, e] : t.covered) {
+            if (b > next) {
+              gap_end = b;
+              break;
+            }
+          }
+          return FailedPrecondition(dir + ": no record holds rows [" + std::to_string(next) + ", " +
+                                    std::to_string(gap_end) + ") of " + t.def.layout.Name() +
+                                    " (was the variable added to the model since?)");
+        }
+        ++stats_->shards;
+      }
+    }
+    return Status::Ok();
+  }
+
+ private:
+  Result<std::optional<std::vector<RowRange>>> Select(const RecordMeta& meta) {
+    parts_.clear();
+    const cluster::ShardLayout& rec = meta.layout;
+    auto it = targets_.find(rec.var);
+    if (it == targets_.end()) {
+      ++stats_->records_skipped;
+      return std::optional<std::vector<RowRange>>();
+    }
+    const cluster::ShardLayout& mine = it->second.front().def.layout;
+    const std::string where = meta.Describe(path_) + ": variable \"" + rec.var + "\"";
+    if (rec.full_shape != mine.full_shape) {
+      return FailedPrecondition(where + " has shape " + ShapeText(rec.full_shape) + " in the checkpoint and " +
+                                ShapeText(mine.full_shape) + " in this job (was the model changed?)");
+    }
+    if (rec.lazy != mine.lazy) {
+      return FailedPrecondition(where + (rec.lazy ? " is lazy in the checkpoint and dense" : " is dense in the checkpoint and lazy") +
+                                " in this job (was the model's \"lazy\" setting changed?)");
+    }
+    std::vector<std::string> slots = meta.slot_names;
+    std::sort(slots.begin(), slots.end());
+    if (!skip_slots_ && slots != slots_) {
+      return FailedPrecondition(where + " has optimizer slots " + NamesText(slots) + " in the checkpoint and " +
+                                NamesText(slots_) + " in this job (was the optimizer changed?)");
+    }
+    const int64_t rb = rec.row_begin;
+    const int64_t re = rec.row_begin + rec.rows;
+    std::vector<RowRange> ranges;
+    for (Target& t : it->second) {
+      const int64_t b = std::max(rb, t.begin());
+      const int64_t e = std::min(re, t.end());
+      if (b >= e) continue;
+      for (const auto& [cb, ce] : t.covered) {
+        if (cb < e && b < ce) {
+          return DataLoss(meta.Describe(path_) + ": rows [" + std::to_string(std::max(b, cb)) + ", " +
+                          std::to_string(std::min(e, ce)) + ") of " + t.def.layout.Name() +
+                          " are in two records of the checkpoint");
+        }
+      }
+      t.covered.emplace_back(b, e);
+      parts_.push_back(Part{&t, RowRange{b - rb, e - b}, 0, {}});
+      ranges.push_back(parts_.back().rows);
+    }
+    if (parts_.empty()) {
+      ++stats_->records_skipped;
+      return std::optional<std::vector<RowRange>>();
+    }
+    ++stats_->records_read;
+    if (parts_.size() != 1 || parts_[0].target->begin() != rb || parts_[0].target->end() != re) {
+      stats_->resharded = true;
+    }
+    return std::optional<std::vector<RowRange>>(std::move(ranges));
+  }
+
+  // The fill of `t`, closing the one open for another target.
+  Result<Store::ShardFill*> Open(Target* t) {
+    if (open_ != t) {
+      fill_.reset();
+      open_ = nullptr;
+      PS_ASSIGN_OR_RETURN(fill_, store_->Fill(t->def.key()));
+      open_ = t;
+    }
+    return fill_.get();
+  }
+  void Close() {
+    fill_.reset();
+    open_ = nullptr;
+  }
+
+  Result<std::span<float>> Dense(const RecordMeta& meta, std::string_view block, RowRange range) {
+    auto part = std::find_if(parts_.begin(), parts_.end(), [&](const Part& p) { return p.rows.first == range.first; });
+    if (part == parts_.end()) return Internal(meta.Describe(path_) + ": rows not selected");
+    Target* t = part->target;
+    PS_ASSIGN_OR_RETURN(Store::ShardFill * fill, Open(t));
+    const auto cols = static_cast<size_t>(t->def.layout.cols);
+    const auto offset = static_cast<size_t>(meta.layout.row_begin + range.first - t->begin()) * cols;
+    const auto n = static_cast<size_t>(range.count) * cols;
+    if (block == "values") return fill->values().subspan(offset, n);
+    if (skip_slots_) return std::span<float>();  // read and verified, not stored
     auto slot = fill->Slot(block);
-    if (!slot.ok()) return slot.status().WithContext(meta.Describe(shard_path));
-    return *slot;
-  }, &sparse);
-  fill.reset();
-  return st;
+    if (!slot.ok()) return slot.status().WithContext(meta.Describe(path_));
+    return slot->subspan(offset, n);
+  }
+
+  Status SparseRows(const RecordMeta& meta, std::span<const int64_t> ids) {
+    const int64_t rb = meta.layout.row_begin;
+    std::vector<int64_t> local;
+    for (Part& part : parts_) {
+      auto first = std::lower_bound(ids.begin(), ids.end(), part.rows.first);
+      auto last = std::lower_bound(first, ids.end(), part.rows.first + part.rows.count);
+      part.stored_first = first - ids.begin();
+      local.clear();
+      const int64_t shift = rb - part.target->begin();  // record-local id -> target-local
+      for (auto id = first; id != last; ++id) local.push_back(*id + shift);
+      PS_ASSIGN_OR_RETURN(Store::ShardFill * fill, Open(part.target));
+      PS_RETURN_IF_ERROR(fill->CreateRows(local, &part.created).WithContext(meta.Describe(path_)));
+    }
+    return Status::Ok();
+  }
+
+  Status SparseData(const RecordMeta& meta, std::string_view block, int64_t first, std::span<const float> data) {
+    if (skip_slots_ && block != "values") return Status::Ok();  // verified by the reader, not stored
+    const auto cols = static_cast<size_t>(meta.layout.cols);
+    const int64_t n = static_cast<int64_t>(data.size() / cols);
+    for (Part& part : parts_) {
+      const int64_t b = std::max(first, part.stored_first);
+      const int64_t e = std::min(first + n, part.stored_first + static_cast<int64_t>(part.created.size()));
+      if (b >= e) continue;
+      PS_ASSIGN_OR_RETURN(Store::ShardFill * fill, Open(part.target));
+      PS_RETURN_IF_ERROR(fill->WriteRows(part.created, block, b - part.stored_first,
+                                         data.subspan(static_cast<size_t>(b - first) * cols,
+                                                      static_cast<size_t>(e - b) * cols))
+                             .WithContext(meta.Describe(path_)));
+    }
+    return Status::Ok();
+  }
+
+  Store* store_;
+  RestoreStats* stats_;
+  const bool skip_slots_;
+  std::map<std::string, std::vector<Target>> targets_;  // by variable, each sorted by row_begin
+  std::vector<std::string> slots_;                      // the optimizer's slot names, sorted
+  std::string path_;                                    // of the file being read
+  std::vector<Part> parts_;                             // of the record being read
+  Target* open_ = nullptr;                              // whose fill_ is open
+  std::unique_ptr<Store::ShardFill> fill_;
+};
+
+}  // namespace
+
+Status RestoreStore(Store* store, const CheckpointInfo& c, RestoreStats* stats, RestoreSlots slots) {
+  RestoreStats local;
+  RestoreStats& s = stats != nullptr ? *stats : local;
+  s = RestoreStats{};
+  s.files_listed = static_cast<int>(c.manifest.shards.size());
+  Restorer restorer(store, &s, slots);
+  PS_RETURN_IF_ERROR(restorer.Init());
+  if (restorer.targets().empty()) return Status::Ok();
+  const std::optional<std::set<int>> files = FilesWithRows(c.manifest, restorer.targets());
+  for (int ps = 0; ps < s.files_listed; ++ps) {
+    if (files && !files->contains(ps)) continue;
+    PS_RETURN_IF_ERROR(restorer.ReadFile(c, ps));
+  }
+  return restorer.CheckCovered(c.dir);
 }
 
 }  // namespace ps::ckpt

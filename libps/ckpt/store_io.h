@@ -1,9 +1,11 @@
-// Saving a ps::server::Store to a shard file and restoring it from one.
+// Saving a ps::server::Store to a shard file and restoring it from a checkpoint, whatever
+// cluster layout wrote it.
 #pragma once
 
-#include <set>
+#include <cstdint>
 #include <string>
 
+#include "libps/ckpt/checkpoint_dir.h"
 #include "libps/ckpt/shard_file.h"
 #include "libps/core/status.h"
 #include "libps/server/store.h"
@@ -29,14 +31,41 @@ enum class RestoreSlots {
           // configured without slots: inference needs no optimizer state)
 };
 
-// Reads `shard_path` straight into `store`'s memory; its shards must already exist with
-// the same rows and columns, and lazy exactly when the record is sparse (a lazy shard
-// then holds exactly the rows of the record; rows it had before are dropped). Adds every key restored to `restored`. A record for a shard
-// the store lacks, or of another shape, is FailedPrecondition; corruption is DataLoss
-// naming the file (the shards read so far then hold partial data: restore another
-// checkpoint). Training must be paused.
-// With RestoreSlots::kSkip the slots of the checkpoint are verified and dropped.
-Status RestoreStore(ps::server::Store* store, const std::string& shard_path, std::set<ps::server::ShardKey>* restored,
+// What RestoreStore read, for its log line and tests.
+struct RestoreStats {
+  int files_listed = 0;     // shard files in the MANIFEST
+  int files_read = 0;       // of them, opened and walked
+  int records_read = 0;     // records with rows this store holds: their data was read
+  int records_skipped = 0;  // records of the files read that hold none: skipped unread
+  int shards = 0;           // shards of the store restored
+  // Some record did not land 1:1 on one shard of the store (another ps count or
+  // partitioning wrote the checkpoint).
+  bool resharded = false;
+};
+
+// Restores every shard of `store` from `checkpoint`: its values, its optimizer slots and,
+// for a lazy shard, exactly the created rows the checkpoint holds in its row range (rows
+// it had before are dropped). The checkpoint may have been written by any number of ps
+// tasks and any partitioning of the same variables, as TensorFlow's sharded variables
+// allow: a shard holds global rows [row_begin, row_begin + rows) of its variable, and
+// takes them from every record (of every shard file) that overlaps them. Files that hold
+// no such row (by the placement the MANIFEST's extra.variables records; every file when it
+// records none) are not opened, records that hold none are skipped unread, and a record's
+// rows are read straight into the shards' memory (the rows of a record this store needs
+// only part of are read too, into scratch: one checksum covers a whole block) (a record that is exactly one shard of
+// the store, the same-layout case, is read as one block per slot, as before).
+//
+// Every file read must match the MANIFEST (size, digest, ps index, step) and every block
+// read must pass its checksum, else DataLoss naming the file. A variable whose full shape,
+// lazy-ness or optimizer slots differ from the store's is FailedPrecondition naming the
+// record and the variable; so is a row of the store that no record holds (a variable the
+// checkpoint lacks). Records of variables the store does not hold are ignored (the chief
+// checks the variables against the MANIFEST before it restores). On any error the
+// shards hold partial data: restore another checkpoint. Training must be paused.
+//
+// With RestoreSlots::kSkip (a store configured without slots) the records' slots are not
+// compared with the store's, and their blocks are read and verified but not stored.
+Status RestoreStore(ps::server::Store* store, const CheckpointInfo& checkpoint, RestoreStats* stats = nullptr,
                     RestoreSlots slots = RestoreSlots::kAll);
 
 }  // namespace ps::ckpt

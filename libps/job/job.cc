@@ -104,6 +104,7 @@ Result<JobSpec> ParseJob(const Json& json, const std::string& default_base_dir) 
     PS_RETURN_IF_ERROR(Range(c, "max_to_keep", job.checkpoint.max_to_keep, 1, 1000000));
     PS_RETURN_IF_ERROR(c.GetOr("max_consecutive_failures", &job.checkpoint.max_consecutive_failures));
     PS_RETURN_IF_ERROR(Range(c, "max_consecutive_failures", job.checkpoint.max_consecutive_failures, 1, 1000000));
+    PS_RETURN_IF_ERROR(c.GetOr("init_from", &job.checkpoint.init_from));
     PS_RETURN_IF_ERROR(c.Finish());
   }
   PS_RETURN_IF_ERROR(r.GetOr("eval_every_steps", &job.eval_every_steps));

@@ -24,6 +24,10 @@ struct CheckpointSpec {
   // Periodic saves that may fail in a row (every ps up: a full disk, a lost mount) while
   // training goes on; the next one stops the run (exit 138).
   int max_consecutive_failures = 3;
+  // Warm start: when model_dir holds no checkpoint, restore the newest one of this model
+  // dir instead (any ps count and partitioning), and save it into model_dir at its step
+  // before the first step. Empty: start fresh.
+  std::string init_from;
 };
 
 // Ends training early (like a `stop`: drain, final checkpoint) when the inline

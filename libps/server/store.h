@@ -64,8 +64,8 @@
 //    stripe order). EvictRows sweeps exactly (checkpoints call it). An evicted row's
 //    record is reused; the row pulls its initial value again and, with admission, must
 //    be admitted anew.
-//  - Restore (ShardFill::CreateRows) clears the shard's sketch (pending counts are
-//    lost); ResetRowClock then stamps the restored rows as pushed at the checkpoint step.
+//  - Restore (ShardFill::DropRows) clears the shard's sketch (pending counts are lost);
+//    ResetRowClock then stamps the restored rows as pushed at the checkpoint step.
 //
 // Design room for later modes (not implemented): "receive a gradient" (validate, look up
 // the shard, compute lr) and "apply a gradient" (ApplyDense/ApplySparse under stripe
@@ -219,10 +219,25 @@ class Store {
                  std::span<const NamedSlot> slots);
 
   struct Shard;  // private: defined in store_shard.h
+  class ShardFill;
+  // Rows a ShardFill::CreateRows made, in its order: their records, for WriteRows. Valid
+  // until that shard is next pushed, swept or has its rows dropped (a restore holds the
+  // ps's long-operation gate, so none of that happens while it fills). Movable.
+  class CreatedRows {
+   public:
+    size_t size() const { return records_.size(); }
+
+   private:
+    friend class ShardFill;
+    const Shard* shard_ = nullptr;
+    std::vector<float*> records_;
+  };
   // Exclusive, in-place access to one shard's memory, so a checkpoint is read straight
   // into the store (no temporary buffer, no copy). Holds every stripe lock of the shard
-  // (and the store's structure lock, shared) until destroyed; slots not handed out by
-  // Slot() are then reset to their initial values. Not movable; one per thread at a time.
+  // (and the store's structure lock, shared) until destroyed. What it does not write keeps
+  // its contents: a restore that reshards fills a shard piece by piece, over several
+  // ShardFills (ckpt/store_io.h checks that every row of values and slots was written).
+  // Not movable; one per thread at a time.
   class ShardFill {
    public:
     ~ShardFill();
@@ -235,22 +250,25 @@ class Store {
     // a lazy shard.
     Result<std::span<float>> Slot(std::string_view name);
 
-    // Lazy shards only (InvalidArgument otherwise). Drops every created row and creates
-    // `rows` (shard-local, unique (InvalidArgument), in range (OutOfRange)) at their
-    // initial values and slots; the i-th of them is "stored row" i for WriteRows.
-    Status CreateRows(std::span<const int64_t> rows);
-    // Copies data [n * cols] into `block` ("values" or a slot name) of stored rows
-    // [first, first + n) of the last CreateRows. A slot the optimizer lacks is
-    // InvalidArgument; rows outside that range OutOfRange.
-    Status WriteRows(std::string_view block, int64_t first, std::span<const float> data);
+    // Lazy shards only (InvalidArgument otherwise), as all three below. Drops every
+    // created row and clears the admission sketch (pending counts are lost).
+    Status DropRows();
+    // Creates `rows` (shard-local, unique (InvalidArgument), in range (OutOfRange), none
+    // created already (AlreadyExists)) at their initial values and slots, stamped as
+    // pushed at step 0 (Store::ResetRowClock stamps them after a restore), and appends
+    // their records to `created` in the order given.
+    Status CreateRows(std::span<const int64_t> rows, CreatedRows* created);
+    // Copies data [n * cols] into `block` ("values" or a slot name) of rows
+    // [first, first + n) of `created` (made by CreateRows on this shard). A slot the
+    // optimizer lacks is InvalidArgument; rows outside `created` OutOfRange.
+    Status WriteRows(const CreatedRows& created, std::string_view block, int64_t first,
+                     std::span<const float> data);
 
    private:
     friend class Store;
     ShardFill(std::shared_lock<std::shared_mutex> lock, Shard* shard);
     std::shared_lock<std::shared_mutex> lock_;
     Shard* shard_;
-    std::array<bool, kMaxSlots> written_{};
-    std::vector<float*> created_;  // lazy: the records of the last CreateRows, in its order
   };
   Result<std::unique_ptr<ShardFill>> Fill(const ShardKey& key);
 

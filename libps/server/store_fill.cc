@@ -47,17 +47,7 @@ Store::ShardFill::ShardFill(std::shared_lock<std::shared_mutex> lock, Shard* sha
   shard_->LockAll();
 }
 
-Store::ShardFill::~ShardFill() {
-  if (shard_->lazy) {  // CreateRows initialised every slot
-    shard_->UnlockAll();
-    return;
-  }
-  const size_t n = shard_->values.size();
-  for (size_t i = 0; i < shard_->slot_defs.size(); ++i) {
-    if (!written_[i]) std::fill_n(shard_->slots[i].data(), n, shard_->slot_defs[i].initial);
-  }
-  shard_->UnlockAll();
-}
+Store::ShardFill::~ShardFill() { shard_->UnlockAll(); }
 
 const ShardDef& Store::ShardFill::def() const { return shard_->def; }
 
@@ -67,29 +57,39 @@ Result<std::span<float>> Store::ShardFill::Slot(std::string_view name) {
   if (shard_->lazy)
     return InvalidArgument("Restore " + shard_->def.key().ToString() + ": a lazy shard has no slot arrays");
   for (size_t i = 0; i < shard_->slot_defs.size(); ++i) {
-    if (shard_->slot_defs[i].name == name) {
-      written_[i] = true;
-      return std::span<float>(shard_->slots[i].data(), shard_->values.size());
-    }
+    if (shard_->slot_defs[i].name == name) return std::span<float>(shard_->slots[i].data(), shard_->values.size());
   }
   return InvalidArgument("Restore " + shard_->def.key().ToString() + ": slot \"" + std::string(name) +
                          "\" does not belong to this ps's optimizer");
 }
 
-Status Store::ShardFill::CreateRows(std::span<const int64_t> rows) {
+Status Store::ShardFill::DropRows() {
   const Shard& s = *shard_;
-  const ShardKey key = s.def.key();
-  if (!s.lazy) return InvalidArgument("Restore " + key.ToString() + ": not a lazy shard");
-  PS_RETURN_IF_ERROR(CheckRows("Restore", key, rows, s.layout().rows));
-  PS_RETURN_IF_ERROR(CheckUnique("Restore", key, rows));
-  created_.clear();
+  if (!s.lazy) return InvalidArgument("Restore " + s.def.key().ToString() + ": not a lazy shard");
   for (int64_t k = 0; k < s.num_stripes; ++k) {
     s.lazy[k].Clear();
     if (s.sketch) s.sketch[k].Clear();
   }
   s.arena->Clear();
   shard_->live.store(0, std::memory_order_relaxed);
-  created_.reserve(rows.size());
+  return Status::Ok();
+}
+
+Status Store::ShardFill::CreateRows(std::span<const int64_t> rows, CreatedRows* created) {
+  const Shard& s = *shard_;
+  const ShardKey key = s.def.key();
+  if (!s.lazy) return InvalidArgument("Restore " + key.ToString() + ": not a lazy shard");
+  if (created->shard_ != nullptr && created->shard_ != shard_)
+    return InvalidArgument("Restore " + key.ToString() + ": rows created on another shard");
+  PS_RETURN_IF_ERROR(CheckRows("Restore", key, rows, s.layout().rows));
+  PS_RETURN_IF_ERROR(CheckUnique("Restore", key, rows));
+  for (int64_t row : rows) {
+    const uint64_t h = HashRow(row);
+    if (s.lazy[LazyStripeOf(h)].Find(row, h) != nullptr)
+      return Status(Code::kAlreadyExists, "Restore " + key.ToString() + ": row " + std::to_string(row) + " is created already");
+  }
+  created->shard_ = shard_;
+  created->records_.reserve(created->records_.size() + rows.size());
   for (int64_t row : rows) {
     const uint64_t h = HashRow(row);
     float* record = s.lazy[LazyStripeOf(h)].Insert(row, h, *s.arena);
@@ -98,16 +98,19 @@ Status Store::ShardFill::CreateRows(std::span<const int64_t> rows) {
                       std::to_string(rows.size()) + " rows");
     s.InitRecord(row, record);
     if (s.stamped) s.SetStamp(record, 0);  // ResetRowClock stamps the checkpoint's step
-    created_.push_back(record);
+    created->records_.push_back(record);
     shard_->live.fetch_add(1, std::memory_order_relaxed);
   }
   return Status::Ok();
 }
 
-Status Store::ShardFill::WriteRows(std::string_view block, int64_t first, std::span<const float> data) {
+Status Store::ShardFill::WriteRows(const CreatedRows& created, std::string_view block, int64_t first,
+                                   std::span<const float> data) {
   const Shard& s = *shard_;
   const std::string name = s.def.key().ToString();
   if (!s.lazy) return InvalidArgument("Restore " + name + ": not a lazy shard");
+  if (created.shard_ != shard_ && !created.records_.empty())
+    return InvalidArgument("Restore " + name + ": rows created on another shard");
   size_t b = 0;
   if (block != "values") {
     while (b < s.slot_defs.size() && s.slot_defs[b].name != block) ++b;
@@ -118,11 +121,11 @@ Status Store::ShardFill::WriteRows(std::string_view block, int64_t first, std::s
   }
   const size_t cols = s.cols;
   const auto n = static_cast<int64_t>(data.size() / cols);
-  if (data.size() % cols != 0 || first < 0 || first > static_cast<int64_t>(created_.size()) - n)
+  if (data.size() % cols != 0 || first < 0 || first > static_cast<int64_t>(created.records_.size()) - n)
     return OutOfRange("Restore " + name + ": rows [" + std::to_string(first) + ", +" + std::to_string(n) +
-                      ") outside the " + std::to_string(created_.size()) + " created rows");
+                      ") outside the " + std::to_string(created.records_.size()) + " created rows");
   for (int64_t i = 0; i < n; ++i) {
-    std::memcpy(created_[static_cast<size_t>(first + i)] + b * cols, data.data() + i * cols,
+    std::memcpy(created.records_[static_cast<size_t>(first + i)] + b * cols, data.data() + i * cols,
                 cols * sizeof(float));
   }
   return Status::Ok();

@@ -282,7 +282,14 @@ Result<LoadedBundle> LoadBundle(const std::string& dir) {
   auto job = job::ParseJob(*job_json, dir);
   if (!job.ok()) return job.status().WithContext(path);
   PS_ASSIGN_OR_RETURN(b.model, model::BuildModel(job->model, "job.model"));
-  PS_ASSIGN_OR_RETURN(b.loaded, LoadValues(*job, *b.model, num_ps, {dir + "/" + kBundleWeights}, dir));
+  // The weights file as a one-file checkpoint: ps 0 of its step, its digest as read
+  // (the manifest's CRC above has already vouched for the whole file).
+  PS_ASSIGN_OR_RETURN(ckpt::ShardReader weights, ckpt::ShardReader::Open(dir + "/" + kBundleWeights));
+  ckpt::CheckpointInfo weights_file{.global_step = weights.global_step(), .dir = dir, .manifest = {}};
+  weights_file.manifest.global_step = weights.global_step();
+  weights_file.manifest.num_ps = 1;
+  weights_file.manifest.shards.push_back({kBundleWeights, weights.file_bytes(), weights.digest()});
+  PS_ASSIGN_OR_RETURN(b.loaded, LoadValues(*job, *b.model, num_ps, weights_file));
   BundleInfo loaded_info = MakeInfo(b.loaded, *b.model);
   // The manifest's variable list is what the weights must hold: a mismatch means the
   // bundle's files do not belong together.

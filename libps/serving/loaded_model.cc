@@ -1,7 +1,6 @@
 #include "libps/serving/loaded_model.h"
 
 #include <algorithm>
-#include <set>
 
 #include "libps/ckpt/store_io.h"
 
@@ -14,7 +13,7 @@ Result<std::unique_ptr<worker::ParamFetcher>> LoadedModel::NewFetcher() const {
 }
 
 Result<LoadedModel> LoadValues(const job::JobSpec& job, const model::Model& model, int num_ps,
-                               const std::vector<std::string>& shard_files, const std::string& what) {
+                               const ckpt::CheckpointInfo& files) {
   LoadedModel loaded;
   loaded.job = job;
   loaded.num_ps = num_ps;
@@ -29,22 +28,15 @@ Result<LoadedModel> LoadValues(const job::JobSpec& job, const model::Model& mode
     PS_RETURN_IF_ERROR(loaded.store->Create(ps::server::ShardDef{
         .layout = s.layout, .init = v.lazy ? v.init : model::InitSpec{}, .seed = job.seed}));
   }
-  std::set<ps::server::ShardKey> restored;
-  for (const auto& f : shard_files) {
-    PS_RETURN_IF_ERROR(ckpt::RestoreStore(loaded.store.get(), f, &restored, ckpt::RestoreSlots::kSkip));
-  }
-  if (restored.size() != loaded.plan.shards.size()) {
-    return FailedPrecondition(what + ": holds " + std::to_string(restored.size()) + " of the model's " +
-                              std::to_string(loaded.plan.shards.size()) + " shards");
-  }
+  // Whatever layout wrote the files (RestoreStore reshards); a row of the model that no
+  // record holds is an error naming it.
+  PS_RETURN_IF_ERROR(ckpt::RestoreStore(loaded.store.get(), files, nullptr, ckpt::RestoreSlots::kSkip));
   return loaded;
 }
 
 Result<LoadedModel> LoadCheckpoint(const job::JobSpec& job, const model::Model& model,
                                    const ckpt::CheckpointInfo& c) {
-  std::vector<std::string> files;
-  for (int p = 0; p < c.manifest.num_ps; ++p) files.push_back(c.dir + "/" + ckpt::ShardFileName(p));
-  return LoadValues(job, model, c.manifest.num_ps, files, c.dir);
+  return LoadValues(job, model, c.manifest.num_ps, c);
 }
 
 Result<job::JobSpec> ReadModelDirJob(const std::string& model_dir) {

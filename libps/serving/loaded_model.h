@@ -38,11 +38,13 @@ struct LoadedModel {
   Result<std::unique_ptr<worker::ParamFetcher>> NewFetcher() const;
 };
 
-// Loads `shard_files` (paths) into a fresh store laid out as `job`'s plan for `num_ps`
-// ps tasks. Every shard of the plan must be in the files: FailedPrecondition naming
-// `what` otherwise. Damage is DataLoss naming the file.
+// Loads the values (not the optimizer slots) of the shard files `files` lists (a
+// checkpoint, or a bundle's weights.shard described as a one-file checkpoint) into a fresh
+// store laid out as `job`'s plan for `num_ps` ps tasks, whatever layout wrote them
+// (ckpt::RestoreStore). A row of the plan that no record holds is FailedPrecondition
+// naming it; damage is DataLoss naming the file.
 Result<LoadedModel> LoadValues(const job::JobSpec& job, const model::Model& model, int num_ps,
-                               const std::vector<std::string>& shard_files, const std::string& what);
+                               const ckpt::CheckpointInfo& files);
 
 // The committed checkpoint `c` of the job (what pstrain-evaluator evaluates).
 Result<LoadedModel> LoadCheckpoint(const job::JobSpec& job, const model::Model& model,

@@ -3,6 +3,7 @@
 // run. Not a test: run by hand or by scripts/bench-ckpt.sh.
 //
 //   bench_ckpt [--gib 1.0] [--dir DIR] [--repeat 3] [--optimizer sgd] [--shards 16] [--ps 2]
+//              [--restore-shards K] [--restore-ps P]
 //
 // Model: one float32 variable "embedding" [shards * rows, 1024] split into --shards
 // equal shards holding --gib GiB of values in all, placed round-robin on --ps stores as
@@ -13,7 +14,9 @@
 //   save     every store's ps::ckpt::SaveStore on its own thread (as ps tasks save in
 //            parallel), then CommitCheckpoint with the MANIFEST: a checkpoint end to end.
 //   restore  ps::ckpt::RestoreStore into fresh stores with the same shards (zero-filled,
-//            so the check afterwards proves the data came from disk), one thread each.
+//            so the check afterwards proves the data came from disk), one thread each;
+//            with --restore-shards K [--restore-ps P], into K shards over P stores: a
+//            resharding restore (each store reads the rows of its shards from every file).
 //   plain    write()+fsync of each store's bytes (taken from the store's memory) to one
 //            file per store, one thread each; read() of those files back into a buffer.
 // MB/s are payload bytes (floats * 4) / seconds / 1e6. Before each restore and each plain
@@ -41,6 +44,7 @@
 
 #include "test/bench/bench_util.h"
 #include "libps/ckpt/checkpoint_dir.h"
+#include "libps/cluster/placement.h"
 #include "libps/core/files.h"
 #include "libps/ckpt/shard_file.h"
 #include "libps/ckpt/store_io.h"
@@ -75,6 +79,10 @@ struct Options {
   ps::server::OptimizerKind optimizer = ps::server::OptimizerKind::kSgd;
   int shards = 16;
   int num_ps = 2;
+  // Restore into this many shards (over --restore-ps stores): a resharding restore.
+  // 0: as saved.
+  int restore_shards = 0;
+  int restore_ps = 0;
 };
 
 Options Parse(int argc, char** argv) {
@@ -92,6 +100,10 @@ Options Parse(int argc, char** argv) {
       o.shards = std::atoi(next().c_str());
     } else if (a == "--ps") {
       o.num_ps = std::atoi(next().c_str());
+    } else if (a == "--restore-shards") {
+      o.restore_shards = std::atoi(next().c_str());
+    } else if (a == "--restore-ps") {
+      o.restore_ps = std::atoi(next().c_str());
     } else if (a == "--optimizer") {
       std::string name = next();
       bool found = false;
@@ -104,10 +116,14 @@ Options Parse(int argc, char** argv) {
       }
       if (!found) Die("--optimizer: one of sgd, adagrad, rmsprop, adam, ftrl");
     } else {
-      Die("unknown flag " + a + " (flags: --gib --dir --repeat --optimizer --shards --ps)");
+      Die("unknown flag " + a +
+          " (flags: --gib --dir --repeat --optimizer --shards --ps --restore-shards --restore-ps)");
     }
   }
-  if (o.gib <= 0 || o.repeat < 1 || o.shards < 1 || o.num_ps < 1 || o.num_ps > o.shards) {
+  if (o.restore_shards == 0) o.restore_shards = o.shards;
+  if (o.restore_ps == 0) o.restore_ps = o.num_ps;
+  if (o.gib <= 0 || o.repeat < 1 || o.shards < 1 || o.num_ps < 1 || o.num_ps > o.shards ||
+      o.restore_ps < 1 || o.restore_ps > o.restore_shards) {
     Die("bad flag value");
   }
   return o;
@@ -128,14 +144,14 @@ double Parallel(int n, const std::function<ps::Status(int)>& fn) {
 }
 
 // The stores of num_ps ps tasks holding `defs` (def i on store i % num_ps).
-std::vector<StorePtr> BuildStores(const Options& opt, const std::vector<ps::server::ShardDef>& defs) {
+std::vector<StorePtr> BuildStores(const Options& opt, int num_ps, const std::vector<ps::server::ShardDef>& defs) {
   std::vector<StorePtr> stores;
-  for (int p = 0; p < opt.num_ps; ++p) {
+  for (int p = 0; p < num_ps; ++p) {
     stores.push_back(std::make_unique<ps::server::Store>());
     Check(stores.back()->Configure(ps::server::DefaultOptimizer(opt.optimizer)), "Configure");
   }
-  Parallel(opt.num_ps, [&](int p) -> ps::Status {
-    for (size_t i = static_cast<size_t>(p); i < defs.size(); i += static_cast<size_t>(opt.num_ps)) {
+  Parallel(num_ps, [&](int p) -> ps::Status {
+    for (size_t i = static_cast<size_t>(p); i < defs.size(); i += static_cast<size_t>(num_ps)) {
       PS_RETURN_IF_ERROR(stores[static_cast<size_t>(p)]->Create(defs[i]));
     }
     return ps::Status::Ok();
@@ -177,22 +193,31 @@ ps::Status PlainRead(const std::string& path, uint64_t bytes) {
 }
 
 // Every shard of `got` holds exactly the values and slots of the same shard in `want`.
-bool SameContents(const ps::server::Store& want, const ps::server::Store& got) {
-  bool same = want.Keys() == got.Keys();
-  want.ForEachShard([&](const ps::server::ShardView& w) {
-    Check(got.Read(w.def.key(), [&](const ps::server::ShardView& g) {
-      auto eq = [](std::span<const float> a, std::span<const float> b) {
-        return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
-      };
-      if (!eq(w.values, g.values) || w.slots.size() != g.slots.size()) {
-        same = false;
-        return;
+// Whether the restored stores `got` hold exactly the rows (values and slots) of the saved
+// ones, whose shard i of `src_rows` rows each is on store i % src.size(), whatever
+// shards `got` splits the variable into.
+bool SameVariable(const std::vector<StorePtr>& src, int64_t src_rows, const std::vector<StorePtr>& got) {
+  bool same = true;
+  for (const auto& store : got) {
+    store->ForEachShard([&](const ps::server::ShardView& g) {
+      const ps::cluster::ShardLayout& l = g.def.layout;
+      for (int64_t i = l.row_begin / src_rows; i * src_rows < l.row_begin + l.rows; ++i) {
+        const ps::server::Store& from = *src[static_cast<size_t>(i % static_cast<int64_t>(src.size()))];
+        Check(from.Read({l.var, static_cast<int>(i)}, [&](const ps::server::ShardView& w) {
+          const int64_t b = std::max(l.row_begin, i * src_rows);
+          const int64_t e = std::min(l.row_begin + l.rows, (i + 1) * src_rows);
+          auto eq = [&](std::span<const float> want, std::span<const float> have) {
+            return std::memcmp(want.data() + (b - i * src_rows) * kCols, have.data() + (b - l.row_begin) * kCols,
+                               static_cast<size_t>((e - b) * kCols) * sizeof(float)) == 0;
+          };
+          same = same && eq(w.values, g.values) && w.slots.size() == g.slots.size();
+          for (size_t k = 0; same && k < w.slots.size(); ++k) {
+            same = w.slots[k].first == g.slots[k].first && eq(w.slots[k].second, g.slots[k].second);
+          }
+        }), "Read");
       }
-      for (size_t s = 0; s < w.slots.size(); ++s) {
-        if (w.slots[s].first != g.slots[s].first || !eq(w.slots[s].second, g.slots[s].second)) same = false;
-      }
-    }), "Read " + w.def.key().ToString());
-  });
+    });
+  }
   return same;
 }
 
@@ -240,10 +265,21 @@ int main(int argc, char** argv) {
                            .init = {ps::model::InitKind::kUniform, -0.05, 0.05},
                            .seed = 7};
     defs.push_back(d);
-    d.init = {ps::model::InitKind::kZeros, 0, 0};
-    zero_defs.push_back(d);
     ps_bytes[static_cast<size_t>(i % opt.num_ps)] += static_cast<uint64_t>(rows * kCols * 4 * (1 + nslots));
   }
+  // Where the restore goes: zero-filled, so the check afterwards proves the data came
+  // from disk; --restore-shards splits the variable anew (TF's row split).
+  const std::vector<int64_t> split = ps::cluster::SplitRows(opt.shards * rows, opt.restore_shards);
+  for (int i = 0; i < opt.restore_shards; ++i) {
+    ps::server::ShardDef d = defs[0];
+    d.layout.shard = i;
+    d.layout.num_shards = opt.restore_shards;
+    d.layout.row_begin = ps::cluster::ShardRowBegin(opt.shards * rows, opt.restore_shards, i);
+    d.layout.rows = split[static_cast<size_t>(i)];
+    d.init = {ps::model::InitKind::kZeros, 0, 0};
+    zero_defs.push_back(d);
+  }
+  const bool resharding = opt.restore_shards != opt.shards || opt.restore_ps != opt.num_ps;
   uint64_t total_bytes = 0;
   for (uint64_t b : ps_bytes) total_bytes += b;
 
@@ -252,10 +288,12 @@ int main(int argc, char** argv) {
               dir.c_str(), opt.shards, static_cast<long long>(rows), static_cast<long long>(kCols), opt.num_ps,
               ps::server::OptimizerKindName(opt.optimizer), nslots, nslots == 1 ? "" : "s",
               static_cast<double>(total_bytes) / 1048576.0);
+  std::printf("restore into %d shards over %d stores%s\n", opt.restore_shards, opt.restore_ps,
+              resharding ? " (resharding)" : " (as saved)");
   std::fflush(stdout);
 
   // The stores to save; one dense push makes values and slots non-trivial.
-  std::vector<StorePtr> src = BuildStores(opt, defs);
+  std::vector<StorePtr> src = BuildStores(opt, opt.num_ps, defs);
   {
     std::vector<float> grad(static_cast<size_t>(rows * kCols));
     for (size_t k = 0; k < grad.size(); ++k) grad[k] = static_cast<float>(k % 97) * 1e-3f - 0.05f;
@@ -269,7 +307,7 @@ int main(int argc, char** argv) {
   uint64_t file_bytes = 0;
   for (int rep = 0; rep < opt.repeat; ++rep) {
     const int64_t step = rep + 1;
-    std::vector<StorePtr> dst = BuildStores(opt, zero_defs);
+    std::vector<StorePtr> dst = BuildStores(opt, opt.restore_ps, zero_defs);
     auto plain_path = [&](int p) { return dir + "/plain-" + std::to_string(p) + ".bin"; };
     Run run;
 
@@ -287,6 +325,14 @@ int main(int argc, char** argv) {
       m.unix_time = static_cast<double>(std::time(nullptr));
       m.num_ps = opt.num_ps;
       m.shards = infos;
+      // The placement as the chief records it: each ps then opens only its own file.
+      ps::Json shards = ps::Json::array();
+      for (const auto& d : defs) {
+        shards.push_back({{"shard", d.layout.shard}, {"ps", d.layout.shard % opt.num_ps},
+                          {"row_begin", d.layout.row_begin}, {"rows", d.layout.rows}});
+      }
+      m.extra = {{"variables", ps::Json::array({{{"name", "embedding"}, {"shape", defs[0].layout.full_shape},
+                                                 {"sparse", false}, {"shards", shards}}})}};
       Check(ps::ckpt::CommitCheckpoint(model_dir, m), "CommitCheckpoint");
       double s = std::chrono::duration<double>(Clock::now() - t0).count();
       run.save = static_cast<double>(total_bytes) / s / 1e6;
@@ -300,15 +346,17 @@ int main(int argc, char** argv) {
     };
     auto restore = [&] {
       dropped = DropCaches() && dropped;
-      std::vector<std::set<ps::server::ShardKey>> restored(static_cast<size_t>(opt.num_ps));
+      std::vector<ps::ckpt::RestoreStats> restored(static_cast<size_t>(opt.restore_ps));
       const std::string ckpt = ps::ckpt::CheckpointPath(model_dir, step);
-      double s = Parallel(opt.num_ps, [&](int p) {
-        return ps::ckpt::RestoreStore(dst[static_cast<size_t>(p)].get(), ckpt + "/" + ps::ckpt::ShardFileName(p),
+      double s = Parallel(opt.restore_ps, [&](int p) -> ps::Status {
+        // Each ps reads the MANIFEST, as ShardCheckpointer::Restore does.
+        PS_ASSIGN_OR_RETURN(ps::ckpt::Manifest m, ps::ckpt::ReadManifest(ckpt));
+        return ps::ckpt::RestoreStore(dst[static_cast<size_t>(p)].get(), {step, ckpt, std::move(m)},
                                       &restored[static_cast<size_t>(p)]);
       });
       run.restore = static_cast<double>(total_bytes) / s / 1e6;
-      for (int p = 0; p < opt.num_ps; ++p) {
-        if (restored[static_cast<size_t>(p)].size() != src[static_cast<size_t>(p)]->Keys().size()) {
+      for (int p = 0; p < opt.restore_ps; ++p) {
+        if (static_cast<size_t>(restored[static_cast<size_t>(p)].shards) != dst[static_cast<size_t>(p)]->Keys().size()) {
           Die("ps " + std::to_string(p) + ": not every shard was restored");
         }
       }
@@ -331,11 +379,7 @@ int main(int argc, char** argv) {
       plain_read();
       restore();
     }
-    for (int p = 0; p < opt.num_ps; ++p) {
-      if (!SameContents(*src[static_cast<size_t>(p)], *dst[static_cast<size_t>(p)])) {
-        Die("ps " + std::to_string(p) + ": restored store differs from the saved one");
-      }
-    }
+    if (!SameVariable(src, rows, dst)) Die("the restored variable differs from the saved one");
     std::printf("run %d (%s first): save %5.0f MB/s, plain write %5.0f MB/s, ratio %.2f | "
                 "restore %5.0f MB/s, plain read %5.0f MB/s, ratio %.2f\n",
                 rep + 1, ours_first ? "ours" : "plain", run.save, run.plain_write, run.save / run.plain_write,

@@ -198,7 +198,7 @@ TEST_CASE("a final checkpoint at a multiple of every_steps is committed once, as
   CHECK(lines == std::vector<std::pair<int64_t, bool>>{{0, false}, {100, false}, {200, true}});
 }
 
-TEST_CASE("a model dir written with another placement is refused with one clear error, then resumes with that placement") {
+TEST_CASE("a model dir written with another placement and partitioner resumes resharded; a changed model is refused with one clear error") {
   TempDir tmp;
   const auto model = tmp / "model";
   auto job = DeriveCheckpointJob("job-fmnist-mlp.json", tmp / "job.json", 100, 50, model, 100, 5);
@@ -206,21 +206,28 @@ TEST_CASE("a model dir written with another placement is refused with one clear 
   rr["placement"] = "round_robin";  // the default before "balanced"
   WriteFile(job, rr.dump());
   RunToCompletion(job);
-  // The same job with the default placement: another layout on the ps tasks.
-  auto changed = DeriveCheckpointJob("job-fmnist-mlp.json", tmp / "job200.json", 200, 50, model, 100, 5);
   auto spec = LocalCluster();
+  // Another hidden size: dense_0/kernel has another shape. Refused before any ps restores.
+  Json changed = rr;
+  changed["model"]["hidden"] = Json::array({200, 128});
+  changed["steps"] = 200;
+  WriteFile(tmp / "changed.json", changed.dump());
   {
     Tasks tasks;
     for (auto id : {kPs0, kPs1, kWorker0, kWorker1}) tasks.Add(StartDaemon(spec, id));
-    Task& chief = tasks.Add(StartDaemon(spec, kChief, {"--job", changed.string()}));
+    Task& chief = tasks.Add(StartDaemon(spec, kChief, {"--job", (tmp / "changed.json").string()}));
     tasks.ExpectExit({kChief}, 1, 120s);
     tasks.ExpectExit({kPs0, kPs1, kWorker0, kWorker1}, 0, 60s);
-    CHECK(chief.HasLine("ckpt-100 was written with a different variable layout (first: "));
-    CHECK(chief.HasLine("needs \"placement\": \"round_robin\" in its job"));
+    CHECK(chief.HasLine("ckpt-100: variable \"dense_0/kernel\" is [784,256] dense in the checkpoint and [784,200] dense "
+                        "in this job (was the model changed?)"));
   }
   CHECK(std::filesystem::exists(model / "ckpt-100" / "MANIFEST"));  // nothing was lost
-  rr["steps"] = 200;
-  WriteFile(job, rr.dump());
+  // The same model with the default placement and 3 shards a variable: restored resharded.
+  Json other = rr;
+  other.erase("placement");
+  other["partitioner"] = {{"type", "fixed"}, {"num_shards", 3}};
+  other["steps"] = 200;
+  WriteFile(job, other.dump());
   const auto lines = RunToCompletion(job);
   CHECK(Has(lines, "restored " + ckpt::CheckpointPath(model.string(), 100)));
   CheckFinishedAt(model, 200);

@@ -36,6 +36,19 @@ TEST_CASE("state machine: a fresh job connects, restores, saves step 0, starts t
   CHECK(c.machine.step() == 10);
 }
 
+TEST_CASE("state machine: a warm start (restored from checkpoint.init_from) saves into model_dir at its step before the workers start") {
+  FakeCluster c(Config());
+  CHECK(Names(c.Feed(ev::Start{})) == "Connect");
+  CHECK(Names(c.Answer()) == "RestoreNewest");
+  CHECK(Names(c.AnswerWith<act::RestoreNewest>(ev::Restored{true, 70, true, true})) == "SaveCheckpoint");
+  CHECK(Saves(c.last, false) == std::vector<int64_t>{70});
+  CHECK(c.machine.step() == 70);
+  CHECK(Names(c.Answer()) == "StartWorkers");
+  c.Answer();
+  CHECK(c.machine.phase() == Phase::kTraining);
+  CHECK(All<act::ScheduleRange>(c.last).front().first == 70);
+}
+
 TEST_CASE("state machine: a run to the end reports progress, saves the final checkpoint, evaluates, shuts workers then ps down") {
   auto config = Config();
   config.total_steps = 95;

@@ -85,6 +85,18 @@ std::string Snapshot(Store& store) {
   return out;
 }
 
+// Saves `store` as ps 0 of a one-ps checkpoint at `step` and commits it.
+ps::ckpt::CheckpointInfo SaveOnePs(const Store& store, const std::string& model_dir, int64_t step) {
+  auto info = ps::ckpt::SaveStore(store, model_dir, 0, step);
+  REQUIRE(info.ok());
+  ps::ckpt::Manifest m;
+  m.global_step = step;
+  m.num_ps = 1;
+  m.shards = {*info};
+  REQUIRE(ps::ckpt::CommitCheckpoint(model_dir, m).ok());
+  return {step, ps::ckpt::CheckpointPath(model_dir, step), m};
+}
+
 }  // namespace
 
 TEST_CASE("lazy shard checkpoint round trip is bit-exact with slots (adagrad, ftrl)") {
@@ -114,9 +126,10 @@ TEST_CASE("lazy shard checkpoint round trip is bit-exact with slots (adagrad, ft
   Store b;
   Build(&b, kind);
   Train(&b, 99, 3);  // rows the checkpoint lacks: the restore drops them
-  std::set<ShardKey> restored;
-  REQUIRE(ps::ckpt::RestoreStore(&b, path, &restored).ok());
-  CHECK(restored.size() == 2);
+  ps::ckpt::RestoreStats stats;
+  REQUIRE(ps::ckpt::RestoreStore(&b, SaveOnePs(a, dir.path() + "/again", 20), &stats).ok());
+  CHECK(stats.shards == 2);
+  CHECK_FALSE(stats.resharded);
   CHECK(Snapshot(a) == Snapshot(b));
   CHECK(b.Memory(Defs()[0].key())->rows == created);
 
@@ -131,8 +144,8 @@ TEST_CASE("a lazy checkpoint does not restore into a dense shard, and damaged ro
   Store a;
   Build(&a, OptimizerKind::kAdagrad);
   Train(&a, 1, 2);
-  REQUIRE(ps::ckpt::SaveStore(a, dir.path(), 0, 2).ok());
-  const std::string path = ps::ckpt::CheckpointPath(dir.path(), 2) + "/ps-0.shard";
+  const auto ckpt = SaveOnePs(a, dir.path(), 2);
+  const std::string path = ckpt.dir + "/ps-0.shard";
 
   Store dense;
   REQUIRE(dense.Configure(*a.optimizer()).ok());
@@ -140,11 +153,10 @@ TEST_CASE("a lazy checkpoint does not restore into a dense shard, and damaged ro
   d.layout.lazy = false;
   d.layout.rows = 1000;
   d.layout.row_begin = 0;
-  d.layout.full_shape = {1000, 4};
   REQUIRE(dense.Create(d).ok());
-  std::set<ShardKey> restored;
-  auto st = ps::ckpt::RestoreStore(&dense, path, &restored);
+  auto st = ps::ckpt::RestoreStore(&dense, ckpt);
   CHECK(st.code() == ps::Code::kFailedPrecondition);
+  CHECK_THAT(st.message(), Catch::Contains("variable \"emb/embeddings\" is lazy in the checkpoint and dense in this job"));
 
   // Flip a byte of the first stored row id (the ids block follows the sparse record's
   // metadata, whose last 8 bytes are the stored row count).
@@ -157,7 +169,7 @@ TEST_CASE("a lazy checkpoint does not restore into a dense shard, and damaged ro
   WriteBytes(path, bytes);
   Store b;
   Build(&b, OptimizerKind::kAdagrad);
-  st = ps::ckpt::RestoreStore(&b, path, &restored);
+  st = ps::ckpt::RestoreStore(&b, ckpt);
   CHECK(st.code() == ps::Code::kDataLoss);
   CHECK_THAT(st.message(), Catch::Contains("row ids checksum mismatch"));
   auto summary = ps::ckpt::Inspect(path, true);
@@ -185,13 +197,11 @@ TEST_CASE("a lazy shard of 200,000 rows (tables grown many times) round-trips bi
     REQUIRE(a.PushRows(lazy.key(), rows, grad, step++).ok());
   }
   const int64_t created = a.Memory(lazy.key())->rows;
-  REQUIRE(ps::ckpt::SaveStore(a, dir.path(), 0, step).ok());
-  const std::string path = ps::ckpt::CheckpointPath(dir.path(), step) + "/ps-0.shard";
+  const auto ckpt = SaveOnePs(a, dir.path(), step);
   Store b;
   Build(&b, OptimizerKind::kAdagrad);
   Train(&b, 3, 4);  // rows the checkpoint lacks: the restore drops them
-  std::set<ShardKey> restored;
-  REQUIRE(ps::ckpt::RestoreStore(&b, path, &restored).ok());
+  REQUIRE(ps::ckpt::RestoreStore(&b, ckpt).ok());
   CHECK(b.Memory(lazy.key())->rows == created);
   CHECK(Snapshot(a) == Snapshot(b));
   Train(&a, 8, 5);
@@ -220,6 +230,11 @@ TEST_CASE("a lazy shard with evict: the saved checkpoint holds only live rows; a
   ps::ckpt::ShardCheckpointer saver(&a, 0);
   auto saved = saver.Save({.model_dir = dir.path(), .global_step = 41});
   REQUIRE(saved.ok());
+  ps::ckpt::Manifest manifest;
+  manifest.global_step = 41;
+  manifest.num_ps = 1;
+  manifest.shards = {{saved->file, saved->bytes, saved->digest}};
+  REQUIRE(ps::ckpt::CommitCheckpoint(dir.path(), manifest).ok());
   CHECK(a.Memory(key)->rows == 40);  // Save swept first: row 0 (the least recently pushed) went
   auto summary = ps::ckpt::Inspect(ps::ckpt::CheckpointPath(dir.path(), 41) + "/ps-0.shard", true);
   REQUIRE(summary.ok());

@@ -578,3 +578,70 @@ TEST_CASE("shard file: a sparse record round-trips its row ids, values and slots
           return std::span<float>();
         }).ok());
 }
+
+// ShardReader::Read: selected row ranges of a dense block go to the visitor, the rows
+// between them are still read for the block's checksum; an unselected record is skipped
+// unread (its damage then goes unseen, but the footer's digest still holds).
+TEST_CASE("shard reader: Read hands out selected rows, verifies whole blocks, skips unselected records") {
+  TempDir dir;
+  const std::string path = dir / "ps-3.shard";
+  Fixture f;
+  WriteFixture(path, f);
+  using RowRange = ShardReader::RowRange;
+  struct Got {
+    std::string block;
+    RowRange range;
+    std::vector<float> data;
+  };
+  std::vector<Got> got;
+  std::vector<float> buffer;
+  ShardReader::Visitor v;
+  v.select = [](const ps::ckpt::RecordMeta& m) -> ps::Result<std::optional<std::vector<RowRange>>> {
+    if (m.layout.var != "dense_0/kernel") return std::optional<std::vector<RowRange>>();
+    return std::optional<std::vector<RowRange>>(std::vector<RowRange>{{1, 2}, {4, 1}});
+  };
+  v.dense = [&](const ps::ckpt::RecordMeta& m, std::string_view block, RowRange r) -> ps::Result<std::span<float>> {
+    got.push_back({std::string(block), r, std::vector<float>(static_cast<size_t>(r.count * m.layout.cols))});
+    return std::span<float>(got.back().data);
+  };
+  auto r = ShardReader::Open(path);
+  REQUIRE(r.ok());
+  REQUIRE(r->Read(v).ok());
+  REQUIRE(got.size() == 6);  // 2 ranges x (values, m, v)
+  const std::vector<const std::vector<float>*> blocks = {&f.kernel, &f.kernel_m, &f.kernel_v};
+  for (size_t i = 0; i < got.size(); ++i) {
+    CHECK(got[i].block == std::vector<std::string>{"values", "m", "v"}[i / 2]);
+    const auto& want = *blocks[i / 2];
+    const RowRange range = got[i].range;
+    CHECK(range.first == (i % 2 == 0 ? 1 : 4));
+    CHECK(BitEqual(got[i].data, std::vector<float>(want.begin() + range.first * 3,
+                                                   want.begin() + (range.first + range.count) * 3)));
+  }
+
+  // Damage row 0 of the kernel's values (not selected): still a checksum mismatch.
+  std::string bytes = ReadBytes(path);
+  const float first = f.kernel[0];
+  size_t at = bytes.find(std::string(reinterpret_cast<const char*>(&first), 4));
+  REQUIRE(at != std::string::npos);
+  bytes[at] ^= 0x01;
+  WriteBytes(path, bytes);
+  got.clear();
+  auto damaged = ShardReader::Open(path);
+  REQUIRE(damaged.ok());
+  auto st = damaged->Read(v);
+  CHECK(st.code() == ps::Code::kDataLoss);
+  CHECK_THAT(st.message(), Catch::Contains("values checksum mismatch"));
+  // Nobody selects the kernel: it is skipped unread and the file reads clean.
+  v.select = [](const ps::ckpt::RecordMeta& m) -> ps::Result<std::optional<std::vector<RowRange>>> {
+    if (m.layout.var == "dense_0/kernel") return std::optional<std::vector<RowRange>>();
+    return std::optional<std::vector<RowRange>>(std::vector<RowRange>{{0, m.stored_rows}});
+  };
+  got.clear();
+  CHECK(damaged->Read(v).ok());
+  CHECK(got.size() == 2);  // bias and scale values
+  // Ranges out of order are the caller's bug: InvalidArgument.
+  v.select = [](const ps::ckpt::RecordMeta&) -> ps::Result<std::optional<std::vector<RowRange>>> {
+    return std::optional<std::vector<RowRange>>(std::vector<RowRange>{{0, 1}, {0, 1}});
+  };
+  CHECK(damaged->Read(v).code() == ps::Code::kInvalidArgument);
+}

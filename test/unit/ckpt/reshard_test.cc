@@ -1,0 +1,378 @@
+// Restoring a checkpoint onto another number of ps tasks and other partitioner shard
+// counts (ckpt::RestoreStore): 2 -> 3 -> 1 -> 2 ps round trips are bit-identical in values
+// and optimizer slots, and lazy tables keep exactly their created rows; what must stay an
+// error still is one.
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "libps/ckpt/checkpoint_dir.h"
+#include "libps/ckpt/shard_checkpointer.h"
+#include "libps/ckpt/store_io.h"
+#include "libps/cluster/placement.h"
+#include "test/support/temp_dir.h"
+
+using namespace ps::server;
+using ps::ckpt::CheckpointInfo;
+using ps::cluster::PartitionerSpec;
+using ps::testing::ReadBytes;
+using ps::testing::TempDir;
+using ps::testing::WriteBytes;
+
+namespace {
+
+constexpr int64_t kIds = int64_t{1} << 30;  // a lazy table's hashed id space
+
+std::vector<ps::cluster::VarShape> Vars() {
+  return {
+      {.name = "emb/embeddings", .shape = {kIds, 4}, .elem_bytes = 4, .lazy = true, .sparse = true, .rows_per_step = 64},
+      {.name = "dense/kernel", .shape = {13, 3}, .elem_bytes = 4, .lazy = false, .sparse = false, .rows_per_step = 0},
+      {.name = "dense/bias", .shape = {7}, .elem_bytes = 4, .lazy = false, .sparse = false, .rows_per_step = 0},
+      {.name = "step_scale", .shape = {}, .elem_bytes = 4, .lazy = false, .sparse = false, .rows_per_step = 0},
+  };
+}
+
+PartitionerSpec Fixed(int shards) {
+  PartitionerSpec p;
+  p.kind = shards > 1 ? PartitionerSpec::kFixed : PartitionerSpec::kNone;
+  p.num_shards = shards;
+  return p;
+}
+
+// One cluster: num_ps stores holding the shards Place gives them.
+struct Cluster {
+  std::vector<ps::cluster::ShardPlacement> placement;
+  std::vector<std::unique_ptr<Store>> ps;
+};
+
+Cluster Build(int num_ps, int shards, OptimizerKind kind = OptimizerKind::kAdam, int64_t ttl_steps = 0) {
+  auto placed = ps::cluster::Place(Vars(), Fixed(shards), num_ps, ps::cluster::PlacementStrategy::kRoundRobin);
+  REQUIRE(placed.ok());
+  Cluster c;
+  c.placement = *placed;
+  OptimizerSpec spec = DefaultOptimizer(kind);
+  spec.learning_rate = 0.05;
+  for (int p = 0; p < num_ps; ++p) {
+    c.ps.push_back(std::make_unique<Store>());
+    REQUIRE(c.ps.back()->Configure(spec).ok());
+  }
+  for (const auto& s : c.placement) {
+    ShardDef def{.layout = s.layout, .init = {ps::model::InitKind::kUniform, -0.1, 0.1}, .seed = 11, .row_policy = {}};
+    if (s.layout.lazy) def.row_policy.ttl_steps = ttl_steps;
+    REQUIRE(c.ps[static_cast<size_t>(s.ps)]->Create(def).ok());
+  }
+  return c;
+}
+
+// Random pushes to every shard: whole dense shards, and 40 random rows of each lazy shard
+// per step (so its created rows are scattered over its whole range).
+void Train(Cluster& c, uint64_t seed, int steps) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> g(0, 1);
+  for (int step = 0; step < steps; ++step) {
+    for (const auto& s : c.placement) {
+      Store& store = *c.ps[static_cast<size_t>(s.ps)];
+      const ShardKey key{s.layout.var, s.layout.shard};
+      if (s.layout.lazy) {
+        std::vector<int64_t> rows;
+        for (int i = 0; i < 40; ++i) rows.push_back(static_cast<int64_t>(rng() % static_cast<uint64_t>(s.layout.rows)));
+        std::sort(rows.begin(), rows.end());
+        rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+        std::vector<float> grad(rows.size() * static_cast<size_t>(s.layout.cols));
+        for (float& x : grad) x = g(rng);
+        REQUIRE(store.PushRows(key, rows, grad, step).ok());
+      } else {
+        std::vector<float> grad(static_cast<size_t>(s.layout.rows * s.layout.cols));
+        for (float& x : grad) x = g(rng);
+        REQUIRE(store.Push(key, grad, step).ok());
+      }
+    }
+  }
+}
+
+// The plan as the chief records it in the MANIFEST (chief/checkpoints.cc, PlanJson).
+ps::Json PlanJson(const Cluster& c) {
+  ps::Json vars = ps::Json::array();
+  for (const auto& v : Vars()) {
+    ps::Json shards = ps::Json::array();
+    for (const auto& s : c.placement) {
+      if (s.layout.var == v.name) {
+        shards.push_back({{"shard", s.layout.shard}, {"ps", s.ps}, {"row_begin", s.layout.row_begin}, {"rows", s.layout.rows}});
+      }
+    }
+    vars.push_back({{"name", v.name}, {"shape", v.shape}, {"sparse", v.sparse}, {"shards", shards}});
+  }
+  return vars;
+}
+
+// Every ps saves, then the MANIFEST is committed (with the plan unless `with_plan` is false).
+CheckpointInfo Save(const Cluster& c, const std::string& model_dir, int64_t step, bool with_plan = true) {
+  ps::ckpt::Manifest m;
+  m.global_step = step;
+  m.num_ps = static_cast<int>(c.ps.size());
+  for (size_t p = 0; p < c.ps.size(); ++p) {
+    auto info = ps::ckpt::SaveStore(*c.ps[p], model_dir, static_cast<int>(p), step);
+    REQUIRE(info.ok());
+    m.shards.push_back(*info);
+  }
+  if (with_plan) m.extra = {{"variables", PlanJson(c)}};
+  REQUIRE(ps::ckpt::CommitCheckpoint(model_dir, m).ok());
+  return {step, ps::ckpt::CheckpointPath(model_dir, step), m};
+}
+
+std::vector<ps::ckpt::RestoreStats> Restore(Cluster& c, const CheckpointInfo& ckpt) {
+  std::vector<ps::ckpt::RestoreStats> stats(c.ps.size());
+  for (size_t p = 0; p < c.ps.size(); ++p) {
+    ps::Status st = ps::ckpt::RestoreStore(c.ps[p].get(), ckpt, &stats[p]);
+    INFO(st.message());
+    REQUIRE(st.ok());
+  }
+  return stats;
+}
+
+// Each variable as one whole: global row -> its values then every slot (by slot name), as
+// raw bytes; a lazy variable lists only its created rows.
+using Whole = std::map<std::string, std::map<int64_t, std::string>>;
+Whole Assemble(const Cluster& c) {
+  Whole out;
+  for (const auto& store : c.ps) {
+    store->ForEachShard([&](const ShardView& v) {
+      const auto& l = v.def.layout;
+      const auto cols = static_cast<size_t>(l.cols);
+      std::vector<size_t> order(v.slots.size());  // slot blocks in name order
+      for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+      std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return v.slots[a].first < v.slots[b].first; });
+      auto bytes = [](std::span<const float> s) { return std::string(reinterpret_cast<const char*>(s.data()), s.size_bytes()); };
+      if (l.lazy) {
+        for (size_t i = 0; i < v.row_ids.size(); ++i) {
+          std::string row = bytes(v.row(i, 0));
+          for (size_t k : order) row += bytes(v.row(i, 1 + k));
+          REQUIRE(out[l.var].emplace(l.row_begin + v.row_ids[i], row).second);
+        }
+      } else {
+        for (int64_t r = 0; r < l.rows; ++r) {
+          std::string row = bytes(v.values.subspan(static_cast<size_t>(r) * cols, cols));
+          for (size_t k : order) row += bytes(v.slots[k].second.subspan(static_cast<size_t>(r) * cols, cols));
+          REQUIRE(out[l.var].emplace(l.row_begin + r, row).second);
+        }
+      }
+    });
+  }
+  return out;
+}
+
+int Sum(const std::vector<ps::ckpt::RestoreStats>& stats, int ps::ckpt::RestoreStats::*field) {
+  int n = 0;
+  for (const auto& s : stats) n += s.*field;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("restore reshards: 2 -> 3 -> 1 -> 2 -> 2 ps with other shard counts, bit-identical values, slots and lazy rows") {
+  TempDir dir;
+  Cluster a = Build(2, 2);
+  Train(a, 1, 6);
+  const Whole trained = Assemble(a);
+  REQUIRE(trained.size() == 4);
+  REQUIRE(trained.at("emb/embeddings").size() > 400);
+  const auto ckpt_a = Save(a, dir / "a", 6);
+
+  // 3 ps, 5 shards a variable: old shards spread over new ones and the other way round.
+  Cluster b = Build(3, 5);
+  Train(b, 2, 2);  // rows and values the checkpoint lacks: the restore replaces them all
+  auto stats_b = Restore(b, ckpt_a);
+  CHECK(Assemble(b) == trained);
+  for (const auto& s : stats_b) CHECK(s.resharded);
+  const auto ckpt_b = Save(b, dir / "b", 6);
+
+  Cluster c = Build(1, 1);
+  auto stats_c = Restore(c, ckpt_b);
+  CHECK(Assemble(c) == trained);
+  CHECK(stats_c[0].files_read == 3);
+  CHECK(stats_c[0].shards == 4);
+  const auto ckpt_c = Save(c, dir / "c", 6);
+
+  // 2 ps, 5 shards: a ps holds several shards of one old record (a record in parts).
+  Cluster d = Build(2, 5);
+  auto stats_d = Restore(d, ckpt_c);
+  CHECK(Assemble(d) == trained);
+  CHECK(stats_d[0].records_read < stats_d[0].shards);
+  const auto ckpt_d = Save(d, dir / "d", 6);
+
+  Cluster a2 = Build(2, 2);
+  Restore(a2, ckpt_d);
+  CHECK(Assemble(a2) == trained);
+
+  // And they train on identically: restored optimizer slots, not just values.
+  Train(a, 7, 3);
+  Train(a2, 7, 3);
+  CHECK(Assemble(a2) == Assemble(a));
+}
+
+TEST_CASE("the same layout reads only each ps's own file, one record per shard, unresharded") {
+  TempDir dir;
+  Cluster a = Build(3, 3);
+  Train(a, 1, 3);
+  const auto ckpt = Save(a, dir.path(), 3);
+  Cluster b = Build(3, 3);
+  auto stats = Restore(b, ckpt);
+  CHECK(Assemble(b) == Assemble(a));
+  for (size_t p = 0; p < stats.size(); ++p) {
+    CHECK(stats[p].files_read == 1);
+    CHECK(stats[p].records_skipped == 0);
+    CHECK(stats[p].records_read == static_cast<int>(b.ps[p]->Keys().size()));
+    CHECK_FALSE(stats[p].resharded);
+  }
+
+  SECTION("without the plan in the MANIFEST every file is walked, other ps's records skipped unread") {
+    const auto bare = Save(a, dir / "bare", 3, false);
+    Cluster d = Build(3, 3);
+    auto s = Restore(d, bare);
+    CHECK(Assemble(d) == Assemble(a));
+    CHECK(s[0].files_read == 3);
+    CHECK(Sum(s, &ps::ckpt::RestoreStats::records_read) == static_cast<int>(a.placement.size()));
+    CHECK(Sum(s, &ps::ckpt::RestoreStats::records_skipped) == 2 * static_cast<int>(a.placement.size()));
+  }
+}
+
+TEST_CASE("a reshard reads only the files and records that overlap a ps's shards") {
+  TempDir dir;
+  Cluster a = Build(2, 2);
+  Train(a, 1, 2);
+  const auto ckpt = Save(a, dir.path(), 2);
+  // 4 ps, 4 shards: each new shard lies inside one old one.
+  Cluster b = Build(4, 4);
+  auto stats = Restore(b, ckpt);
+  CHECK(Assemble(b) == Assemble(a));
+  int files = 0;
+  for (const auto& s : stats) files += s.files_read;
+  CHECK(files < 4 * 2);  // not every ps opened both files
+
+  SECTION("corruption in a record a ps skips does not stop it; the ps that reads it gets DataLoss naming the file") {
+    // Flip a byte in the middle of the last record's last block of ps-1.shard (its footer
+    // is the last 32 bytes, the block's checksum the 4 before).
+    const std::string path = ckpt.dir + "/ps-1.shard";
+    std::string bytes = ReadBytes(path);
+    bytes[bytes.size() - 32 - 4 - 2] ^= 0x20;
+    WriteBytes(path, bytes);
+    auto ok = ps::ckpt::VerifyCheckpoint(ckpt, ps::ckpt::Verify::kFooters);
+    CHECK(ok.ok());  // the footers cannot tell: only reading the block can
+    Cluster c = Build(4, 4);
+    int failed = 0;
+    for (auto& store : c.ps) {
+      ps::Status st = ps::ckpt::RestoreStore(store.get(), ckpt);
+      if (!st.ok()) {
+        ++failed;
+        CHECK(st.code() == ps::Code::kDataLoss);
+        CHECK_THAT(st.message(), Catch::Contains(path) && Catch::Contains("checksum mismatch"));
+      }
+    }
+    CHECK(failed >= 1);
+    CHECK(failed < 4);
+  }
+}
+
+TEST_CASE("a file that is not the one the MANIFEST lists is DataLoss naming it") {
+  TempDir dir;
+  Cluster a = Build(2, 2);
+  Train(a, 1, 1);
+  const auto ckpt = Save(a, dir.path(), 1);
+  auto other = ckpt;
+  other.manifest.shards[0].digest ^= 1;
+  Cluster b = Build(1, 1);
+  ps::Status st = ps::ckpt::RestoreStore(b.ps[0].get(), other);
+  CHECK(st.code() == ps::Code::kDataLoss);
+  CHECK_THAT(st.message(), Catch::Contains("ps-0.shard: digest differs from the MANIFEST's"));
+}
+
+TEST_CASE("what differs beyond the layout stays an error naming the variable") {
+  TempDir dir;
+  Cluster a = Build(2, 2);
+  Train(a, 1, 1);
+  const auto ckpt = Save(a, dir.path(), 1);
+
+  SECTION("another optimizer's slots") {
+    Cluster b = Build(1, 1, OptimizerKind::kAdagrad);
+    ps::Status st = ps::ckpt::RestoreStore(b.ps[0].get(), ckpt);
+    CHECK(st.code() == ps::Code::kFailedPrecondition);
+    CHECK_THAT(st.message(), Catch::Contains("has optimizer slots [m, v] in the checkpoint and [accumulator] in this job"));
+  }
+  SECTION("another full shape") {
+    Store s;
+    REQUIRE(s.Configure(DefaultOptimizer(OptimizerKind::kAdam)).ok());
+    ShardDef def;
+    def.layout = {.var = "dense/kernel", .shard = 0, .num_shards = 1, .row_begin = 0, .rows = 13, .cols = 4,
+                  .full_shape = {13, 4}, .lazy = false};
+    REQUIRE(s.Create(def).ok());
+    ps::Status st = ps::ckpt::RestoreStore(&s, ckpt);
+    CHECK(st.code() == ps::Code::kFailedPrecondition);
+    CHECK_THAT(st.message(), Catch::Contains("variable \"dense/kernel\" has shape [13, 3] in the checkpoint and [13, 4] in this job"));
+  }
+  SECTION("a dense table where the checkpoint has a lazy one") {
+    Store s;
+    REQUIRE(s.Configure(DefaultOptimizer(OptimizerKind::kAdam)).ok());
+    ShardDef def;
+    def.layout = {.var = "emb/embeddings", .shard = 0, .num_shards = 1, .row_begin = 0, .rows = kIds, .cols = 4,
+                  .full_shape = {kIds, 4}, .lazy = false};
+    def.layout.rows = 1000;  // a dense shard of the same variable's first rows
+    def.layout.num_shards = kIds / 1000 + 1;
+    REQUIRE(s.Create(def).ok());
+    ps::Status st = ps::ckpt::RestoreStore(&s, ckpt);
+    CHECK(st.code() == ps::Code::kFailedPrecondition);
+    CHECK_THAT(st.message(), Catch::Contains("variable \"emb/embeddings\" is lazy in the checkpoint and dense in this job"));
+  }
+  SECTION("a variable the checkpoint lacks") {
+    Store s;
+    REQUIRE(s.Configure(DefaultOptimizer(OptimizerKind::kAdam)).ok());
+    ShardDef def;
+    def.layout = {.var = "new/kernel", .shard = 0, .num_shards = 1, .row_begin = 0, .rows = 2, .cols = 2,
+                  .full_shape = {2, 2}, .lazy = false};
+    REQUIRE(s.Create(def).ok());
+    ps::Status st = ps::ckpt::RestoreStore(&s, ckpt);
+    CHECK(st.code() == ps::Code::kFailedPrecondition);
+    CHECK_THAT(st.message(), Catch::Contains("no record holds rows [0, 2) of new/kernel/part_0"));
+  }
+}
+
+TEST_CASE("a resharded lazy table with ttl_steps: restored rows are stamped at the checkpoint's step") {
+  TempDir dir;
+  Cluster a = Build(2, 2, OptimizerKind::kAdagrad, 100);
+  Train(a, 1, 3);
+  const auto ckpt = Save(a, dir.path(), 3);
+  Cluster b = Build(3, 3, OptimizerKind::kAdagrad, 100);
+  for (size_t p = 0; p < b.ps.size(); ++p) {
+    ps::ckpt::ShardCheckpointer loader(b.ps[p].get(), static_cast<int>(p));
+    REQUIRE(loader.Restore({.model_dir = dir.path(), .global_step = 3}).ok());
+    CHECK(b.ps[p]->row_clock() == 3);
+  }
+  CHECK(Assemble(b) == Assemble(a));
+  int64_t live = 0;
+  for (auto& s : b.ps) live += s->stats().live_rows;
+  CHECK(live == static_cast<int64_t>(Assemble(a).at("emb/embeddings").size()));
+  // Pushed as at step 103: nothing is evicted (3 + 100); at 104 every restored row is.
+  for (auto& s : b.ps) {
+    for (const auto& key : s->Keys()) {
+      if (!s->GetDef(key)->layout.lazy) continue;
+      REQUIRE(s->PushRows(key, std::vector<int64_t>{0}, std::vector<float>(4, 0.1f), 103).ok());
+    }
+    s->EvictRows();
+  }
+  int64_t after = 0;
+  for (auto& s : b.ps) after += s->stats().live_rows;
+  CHECK(after >= live);
+  for (auto& s : b.ps) {
+    for (const auto& key : s->Keys()) {
+      if (!s->GetDef(key)->layout.lazy) continue;
+      REQUIRE(s->PushRows(key, std::vector<int64_t>{1}, std::vector<float>(4, 0.1f), 104).ok());
+    }
+    s->EvictRows();
+  }
+  int64_t last = 0;
+  for (auto& s : b.ps) last += s->stats().live_rows;
+  CHECK(last <= 2 * 3);  // only rows 0 and 1 of each lazy shard are left
+}
