@@ -39,7 +39,7 @@ proto::PsStatus PsStatusOf(const Store& store, const net::Server::Stats& server,
 }
 
 proto::PsUpdateFigures UpdateFiguresOf(const Service::UpdateStats& u) {
-  return proto::PsUpdateFigures{.mode = UpdateModeName(u.spec.mode),
+  return proto::PsUpdateFigures{.mode = u.spec.Describe(),
                                 .stale_dropped = static_cast<int64_t>(u.stale_dropped),
                                 .waited_pulls = static_cast<int64_t>(u.waited_pulls),
                                 .max_lead = u.max_lead,

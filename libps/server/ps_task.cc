@@ -77,8 +77,9 @@ Status RunPsTask(const daemon::DaemonContext& ctx, const CheckpointerFactory& ma
                  << stats.rows_evicted_ttl << " by ttl_steps and " << stats.rows_evicted_max_rows << " by max_rows";
   }
   const auto u = service.update_stats();
-  if (u.spec.mode == UpdateMode::kSync) {
-    PS_LOG(Info) << "sync updates: shards at update " << u.min_version << ".." << u.max_version << ", "
+  if (u.spec.StepMode() == UpdateMode::kSync) {
+    PS_LOG(Info) << (u.spec.hybrid() ? u.spec.Describe() + " updates: sync shards" : std::string("sync updates: shards"))
+                 << " at update " << u.min_version << ".." << u.max_version << ", "
                  << u.stale_dropped << " stale gradient(s) dropped, " << u.waited_pulls << " pull(s) waited";
   } else if (u.spec.mode == UpdateMode::kBoundedStaleness) {
     PS_LOG(Info) << "bounded staleness: largest lead " << u.max_lead << " step(s) (bound " << u.spec.staleness
