@@ -73,4 +73,11 @@ void WritePsMetrics(prom::Writer& w, const proto::PsStatus& s) {
             d(s.update.waited_pulls));
 }
 
+void WriteUpdateModeMetric(prom::Writer& w, const UpdateSpec& spec) {
+  for (const bool sparse : {false, true}) {
+    w.Gauge("pstrain_ps_update_mode", "The update mode of each variable class (1 per class).", 1,
+            {{"class", sparse ? "sparse" : "dense"}, {"mode", UpdateModeName(spec.ModeOf(sparse))}});
+  }
+}
+
 }  // namespace ps::server

@@ -54,7 +54,10 @@ Status RunPsTask(const daemon::DaemonContext& ctx, const CheckpointerFactory& ma
   };
   service.SetStatusSource([status_of] { return status_of(true); });
   auto rpc_metrics = daemon::ExportServerStats(metrics, *server);
-  auto ps_metrics = metrics.AddCollector([status_of](prom::Writer& w) { WritePsMetrics(w, status_of(false)); });
+  auto ps_metrics = metrics.AddCollector([status_of, &service](prom::Writer& w) {
+    WritePsMetrics(w, status_of(false));
+    WriteUpdateModeMetric(w, service.update_stats().spec);
+  });
   bool by_signal = false;
   auto watching_signals = signals.Start([&](int sig) {
     by_signal = true;

@@ -2,6 +2,7 @@
 // and the errors, each naming its key; then ValidateUpdate's cluster-dependent rules.
 #include <catch2/catch.hpp>
 
+#include "libps/server/ps_status.h"
 #include "libps/server/update.h"
 
 using namespace ps;
@@ -154,4 +155,20 @@ TEST_CASE("update: a hybrid job aggregates every worker (no backups) and needs w
   CHECK(ValidateUpdate(bad, "CreateShards.update").message() ==
         "CreateShards.update: a hybrid update is one class \"sync\" and the other \"async\", got dense sync, sparse "
         "bounded_staleness");
+}
+
+TEST_CASE("update: pstrain_ps_update_mode shows each class's mode") {
+  auto text = [](const UpdateSpec& spec) {
+    prom::Writer w;
+    WriteUpdateModeMetric(w, spec);
+    return w.Text();
+  };
+  auto h = Parse(R"({"dense": {"mode": "sync"}, "sparse": {"mode": "async"}})");
+  REQUIRE(h.ok());
+  const std::string hybrid = text(*h);
+  CHECK_THAT(hybrid, Catch::Contains("pstrain_ps_update_mode{class=\"dense\",mode=\"sync\"} 1\n"));
+  CHECK_THAT(hybrid, Catch::Contains("pstrain_ps_update_mode{class=\"sparse\",mode=\"async\"} 1\n"));
+  const std::string single = text(UpdateSpec{.mode = UpdateMode::kBoundedStaleness});
+  CHECK_THAT(single, Catch::Contains("pstrain_ps_update_mode{class=\"dense\",mode=\"bounded_staleness\"} 1\n"));
+  CHECK_THAT(single, Catch::Contains("pstrain_ps_update_mode{class=\"sparse\",mode=\"bounded_staleness\"} 1\n"));
 }
