@@ -11,6 +11,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <map>
 
 #include "test/integration/harness.h"
@@ -264,6 +265,13 @@ TEST_CASE("hybrid: worker:1 and then ps:1 killed and restarted mid-run; exact st
     CHECK(u["max_version"] == kHybridSteps);
   }
   CHECK(tasks[kPs1].HasLine("restored"));
+  // After the restore the steps after the checkpoint ran again and every push of them was
+  // applied: the restored ps:0 forgot which (step, worker) gradients it had applied.
+  const auto lines = tasks[kPs0].Lines();
+  auto restored = std::find_if(lines.begin(), lines.end(),
+                               [](const std::string& l) { return l.find("restored") != std::string::npos; });
+  REQUIRE(restored != lines.end());
+  CHECK(CountLines(std::vector<std::string>(restored, lines.end()), "was already applied") == 0);
 }
 
 }  // namespace
