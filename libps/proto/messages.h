@@ -192,7 +192,8 @@ struct PsUpdateFigures {
   int64_t stale_dropped = 0;   // sync: gradients dropped because their update was applied
   int64_t waited_pulls = 0;    // pulls that waited (sync, bounded staleness)
   int64_t max_lead = 0;        // bounded staleness: the largest lead seen, in steps
-  int64_t min_version = 0;     // sync: the lowest and highest update its shards applied
+  int64_t min_version = 0;     // sync: the lowest and highest update its shards applied (hybrid: its
+                               // sync class's; none: the step it was restored to, else 0)
   int64_t max_version = 0;
 };
 // A ps task's lazy-table row figures (server::StoreStats; admission and eviction in
