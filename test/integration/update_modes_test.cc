@@ -166,6 +166,16 @@ std::map<std::string, Json> LastPsUpdate(const std::filesystem::path& model_dir)
   return update;
 }
 
+// After the ps's last restore, no push was ignored as already applied: the steps after
+// the checkpoint ran again and the ps had forgotten which (step, worker) it had applied.
+bool NothingIgnoredAfterRestore(const Task& ps) {
+  const auto lines = ps.Lines();
+  auto restored = std::find_if(lines.rbegin(), lines.rend(),
+                               [](const std::string& l) { return l.find("] restored ") != std::string::npos; });
+  REQUIRE(restored != lines.rend());
+  return CountLines(std::vector<std::string>(restored.base(), lines.end()), "was already applied") == 0;
+}
+
 TEST_CASE("hybrid, dense sync + sparse async (every 7th push sent twice): exact steps and updates, repeats ignored per class") {
   constexpr int64_t kHybridSteps = 300;
   constexpr int64_t kEvery = 7;
@@ -265,13 +275,39 @@ TEST_CASE("hybrid: worker:1 and then ps:1 killed and restarted mid-run; exact st
     CHECK(u["max_version"] == kHybridSteps);
   }
   CHECK(tasks[kPs1].HasLine("restored"));
-  // After the restore the steps after the checkpoint ran again and every push of them was
-  // applied: the restored ps:0 forgot which (step, worker) gradients it had applied.
-  const auto lines = tasks[kPs0].Lines();
-  auto restored = std::find_if(lines.begin(), lines.end(),
-                               [](const std::string& l) { return l.find("restored") != std::string::npos; });
-  REQUIRE(restored != lines.end());
-  CHECK(CountLines(std::vector<std::string>(restored, lines.end()), "was already applied") == 0);
+  CHECK(NothingIgnoredAfterRestore(tasks[kPs0]));
+}
+
+TEST_CASE("hybrid: SIGKILL to the chief between checkpoints: a new chief resumes; exact steps and updates, all exit 0") {
+  constexpr int64_t kHybridSteps = 600;
+  TempDir tmp;
+  const auto data = CtrData(tmp);
+  auto spec = LocalCluster();
+  auto job = DeriveJob("job-ctr-emb.json", tmp / "job.json", kHybridSteps, 20, tmp / "model", HybridJob(data, 100));
+  const std::vector<std::string> chief_args{"--job", job.string()};
+  Tasks tasks;
+  for (auto id : {kPs0, kPs1, kWorker0, kWorker1}) tasks.Add(StartDaemon(spec, id));
+  {
+    auto first = StartDaemon(spec, kChief, chief_args);
+    REQUIRE(first->WaitForLine("checkpoint ckpt-200 committed", 120s));
+    first->Signal(SIGKILL);
+    REQUIRE(first->WaitExit(30s) == std::optional<int>(128 + SIGKILL));
+  }
+  Task& chief = tasks.Add(StartDaemon(spec, kChief, chief_args));
+  REQUIRE(chief.WaitForLine("resuming at step ", 120s));
+  tasks.ExpectAllExit(0, 120s);
+  CHECK(chief.HasLine("step " + std::to_string(kHybridSteps) + "/" + std::to_string(kHybridSteps)));
+  const auto update = LastPsUpdate(tmp / "model");
+  REQUIRE(update.size() == 2);
+  for (const auto& [task, u] : update) {
+    INFO(task << ": " << u.dump());
+    CHECK(u["mode"] == "dense sync, sparse async");
+    CHECK(u["min_version"] == kHybridSteps);
+    CHECK(u["max_version"] == kHybridSteps);
+  }
+  // The dead chief's workers were fenced off: nothing of theirs landed after the new
+  // chief's restore, and the steps after the checkpoint were applied anew.
+  for (auto id : {kPs0, kPs1}) CHECK(NothingIgnoredAfterRestore(tasks[id]));
 }
 
 }  // namespace
