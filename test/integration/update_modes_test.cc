@@ -251,9 +251,12 @@ TEST_CASE("hybrid: worker:1 and then ps:1 killed and restarted mid-run; exact st
   const size_t before_restart = chief.LineCount();
   tasks.Replace(StartDaemon(spec, kWorker1));
   REQUIRE(chief.WaitForLineFrom("worker:1 rejoined", before_restart, 60s));
-  REQUIRE(chief.WaitForLineFrom("committed", chief.LineCount(), 120s));
+  REQUIRE(chief.WaitForLineFrom("committed", before_restart, 120s));
+  // Some steps past that checkpoint are applied (a progress line after it) when ...
+  REQUIRE(chief.WaitForLineFrom("] step ", chief.LineCount(), 60s));
 
-  // A ps: every ps is restored from the newest checkpoint and the steps after it run again.
+  // ... a ps dies: every ps is restored from the newest checkpoint and the steps after it
+  // run again.
   tasks[kPs1].Signal(SIGKILL);
   CHECK(tasks[kPs1].WaitExit(15s) == std::optional<int>(128 + SIGKILL));
   REQUIRE(chief.WaitForLine("ps:1 failed", 15s));
@@ -290,6 +293,8 @@ TEST_CASE("hybrid: SIGKILL to the chief between checkpoints: a new chief resumes
   {
     auto first = StartDaemon(spec, kChief, chief_args);
     REQUIRE(first->WaitForLine("checkpoint ckpt-200 committed", 120s));
+    // Mid-interval: steps after ckpt-200 are applied, and packs are in flight.
+    REQUIRE(first->WaitForLine("step 240/600", 60s));
     first->Signal(SIGKILL);
     REQUIRE(first->WaitExit(30s) == std::optional<int>(128 + SIGKILL));
   }
