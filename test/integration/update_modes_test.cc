@@ -166,6 +166,17 @@ std::map<std::string, Json> LastPsUpdate(const std::filesystem::path& model_dir)
   return update;
 }
 
+TEST_CASE("hybrid with a backup worker: the chief refuses the job at start, naming the key (exit 2)") {
+  TempDir tmp;
+  Json job = HybridJob(tmp / "ctr", 100);
+  job["update"]["dense"]["replicas_to_aggregate"] = 1;  // 1 of the cluster's 2 workers
+  auto path = DeriveJob("job-ctr-emb.json", tmp / "job.json", 100, 100, tmp / "model", job);
+  auto chief = StartDaemon(LocalCluster(), kChief, {"--job", path.string()});
+  CHECK(chief->WaitExit(60s) == std::optional<int>(2));
+  CHECK(chief->HasLine("job.update.dense.replicas_to_aggregate: 1 of 2 workers: a hybrid update cannot have backup "
+                       "workers"));
+}
+
 // After the ps's last restore, no push was ignored as already applied: the steps after
 // the checkpoint ran again and the ps had forgotten which (step, worker) it had applied.
 bool NothingIgnoredAfterRestore(const Task& ps) {
