@@ -22,8 +22,8 @@
 //   or the chief restarted) a worker holds nobody back until it is heard from again.
 //
 // Classes (the per-class form): "sparse" is every variable the model pulls and pushes by
-// rows (model::VariableDef::sparse: embedding tables, lazy or not, and the weights of
-// logistic_regression); "dense" is every other variable (pulled and pushed whole). Each
+// rows (model::VariableDef::sparse: embedding tables, lazy or not, and weights over sparse
+// ids); "dense" is every other variable (pulled and pushed whole). Each
 // class object takes the keys of the single form, "mode" required. Both classes in the
 // same mode (and settings) is that single mode. Otherwise one class must be "sync" and
 // the other "async" (PERSIA's hybrid, either way round): steps are then sync steps (the
