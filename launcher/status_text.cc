@@ -66,6 +66,13 @@ std::string FormatStatus(const proto::ChiefStatus& s) {
       {"total_steps:", std::to_string(s.total_steps)},
       {"examples_per_sec:", Fixed(s.examples_per_sec, 0)},
       {"elapsed:", FormatDuration(s.elapsed_sec)}};
+  // The update mode(s) as the ps tasks apply them (every ps has the job's): e.g. "sync",
+  // or a hybrid's "dense sync, sparse async".
+  for (const auto& p : s.ps) {
+    if (!p.answered() || !p.update) continue;
+    head.push_back({"update:", p.update->mode});
+    break;
+  }
   if (!s.stop_reason.empty()) head.push_back({"stop_reason:", s.stop_reason});
   std::string out;
   for (const auto& [key, value] : head) {

@@ -71,7 +71,7 @@ MachineConfig Chief::MachineConfigFor() const {
   c.steps_per_dispatch = job_.steps_per_dispatch;
   c.dispatches_per_worker = job_.dispatches_per_worker;
   c.num_workers = ctx_.tf.cluster.count(cluster::TaskType::kWorker);
-  c.sync = job_.update.mode == ps::server::UpdateMode::kSync;
+  c.sync = job_.update.StepMode() == ps::server::UpdateMode::kSync;
   c.replicas = job_.update.replicas();
   c.checkpoint_every_steps = job_.checkpoint.every_steps;
   c.max_checkpoint_failures = job_.checkpoint.max_consecutive_failures;

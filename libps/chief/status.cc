@@ -23,12 +23,12 @@ void Chief::Report(const Window& w, int64_t total) {
   }
   PS_LOG(Info) << "step " << global_step_ << "/" << total << "  loss " << Fixed(loss, 4) << "  acc "
                << Fixed(acc, 4) << "  " << Fixed(eps, 0) << " ex/s  "
-               << (job_.update.mode == ps::server::UpdateMode::kSync ? "stale " + std::to_string(w.stale) + "  " : "")
+               << (job_.update.StepMode() == ps::server::UpdateMode::kSync ? "stale " + std::to_string(w.stale) + "  " : "")
                << "elapsed " << FormatDuration(now) << "  eta "
                << FormatDuration(eta);
   Json line = {{"step", global_step_.load()}, {"total_steps", total}, {"loss", loss}, {"accuracy", acc},
                {"examples_per_sec", eps}, {"elapsed_sec", now}, {"unix_time", UnixTime()}};
-  if (job_.update.mode == ps::server::UpdateMode::kSync) line["stale_steps"] = w.stale;
+  if (job_.update.StepMode() == ps::server::UpdateMode::kSync) line["stale_steps"] = w.stale;
   // Bad records the workers skipped (data "on_error": "skip"): in this window and so far.
   skipped_records_ += w.skipped_records;
   if (skipped_records_ > 0) {

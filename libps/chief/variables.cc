@@ -22,7 +22,7 @@ Status Chief::CreateVariables() {
                           [&](const auto& d) { return d.name == s.layout.var; });
     per_ps[static_cast<size_t>(s.ps)].shards.push_back(
         ps::server::ShardDefToWire(
-            {.layout = s.layout, .init = v->init, .seed = job_.seed, .row_policy = v->rows}));
+            {.layout = s.layout, .init = v->init, .seed = job_.seed, .row_policy = v->rows, .sparse = v->sparse}));
   }
   create_msgs_ = per_ps;
   std::vector<std::future<Result<net::Reply>>> futs;

@@ -138,6 +138,7 @@ Offset<w::Update> EncodeUpdate(FlatBufferBuilder& fbb, const Update& u) {
   b.add_replicas_to_aggregate(u.replicas_to_aggregate);
   b.add_staleness(u.staleness);
   b.add_num_workers(u.num_workers);
+  if (u.sparse_mode) b.add_sparse_mode(static_cast<w::UpdateMode>(*u.sparse_mode));
   return b.Finish();
 }
 
@@ -261,10 +262,18 @@ Result<Update> DecodeUpdate(const w::Update* u) {
   if (u->mode() < w::UpdateMode::MIN || u->mode() > w::UpdateMode::MAX) {
     return ProtocolError("CreateShards.update.mode: unknown update mode " + EnumValue(u->mode()));
   }
+  std::optional<UpdateMode> sparse_mode;
+  if (const auto m = u->sparse_mode(); m.has_value()) {
+    if (*m < w::UpdateMode::MIN || *m > w::UpdateMode::MAX) {
+      return ProtocolError("CreateShards.update.sparse_mode: unknown update mode " + EnumValue(*m));
+    }
+    sparse_mode = static_cast<UpdateMode>(*m);
+  }
   return Update{.mode = static_cast<UpdateMode>(u->mode()),
                 .replicas_to_aggregate = u->replicas_to_aggregate(),
                 .staleness = u->staleness(),
-                .num_workers = u->num_workers()};
+                .num_workers = u->num_workers(),
+                .sparse_mode = sparse_mode};
 }
 
 }  // namespace
@@ -279,7 +288,7 @@ Offset<w::CreateShards> EncodeCreateShards(FlatBufferBuilder& fbb, const CreateS
                       ? Offset<w::RowPolicy>()
                       : w::CreateRowPolicy(fbb, d.row_policy.admit_min_count, d.row_policy.ttl_steps,
                                            d.row_policy.max_rows);
-    defs.push_back(w::CreateShardDef(fbb, layout, init, d.seed, policy));
+    defs.push_back(w::CreateShardDef(fbb, layout, init, d.seed, policy, d.sparse));
   }
   auto optimizer = EncodeOptimizer(fbb, msg.optimizer);
   auto shards = fbb.CreateVector(defs);
@@ -306,7 +315,8 @@ Result<CreateShards> DecodeCreateShards(const w::CreateShards& msg) {
     if (const w::RowPolicy* p = d->row_policy()) {
       policy = RowPolicy{.admit_min_count = p->admit_min_count(), .ttl_steps = p->ttl_steps(), .max_rows = p->max_rows()};
     }
-    out.shards.push_back(ShardDef{.layout = std::move(layout), .init = init, .seed = d->seed(), .row_policy = policy});
+    out.shards.push_back(ShardDef{
+        .layout = std::move(layout), .init = init, .seed = d->seed(), .row_policy = policy, .sparse = d->sparse()});
   }
   return out;
 }

@@ -17,7 +17,9 @@ namespace ps::proto {
 // tables (ShardLayout, Initializer, Optimizer, Update) instead of JSON strings.
 // 3: ShardDef.row_policy (admission and eviction of lazy rows) and the ps's row figures
 // (PsStatus.rows): a version-2 ps would ignore the policy and train differently.
-inline constexpr uint32_t kProtocolVersion = 3;
+// 4: Update.sparse_mode and ShardDef.sparse (hybrid update modes): a version-3 ps would
+// train the sparse variables in the dense variables' mode.
+inline constexpr uint32_t kProtocolVersion = 4;
 
 enum class Role : int8_t { kUnknown = 0, kChief = 1, kWorker = 2, kPs = 3, kEvaluator = 4, kClient = 5 };
 const char* RoleName(Role role);
@@ -63,6 +65,7 @@ struct ShardDef {
   Initializer init;
   uint64_t seed = 0;
   RowPolicy row_policy = {};
+  bool sparse = false;
   bool operator==(const ShardDef&) const = default;
 };
 
@@ -119,6 +122,7 @@ struct Update {
   int32_t replicas_to_aggregate = 0;
   int32_t staleness = 0;
   int32_t num_workers = 0;
+  std::optional<UpdateMode> sparse_mode = std::nullopt;  // hybrid only
   bool operator==(const Update&) const = default;
 };
 struct CreateShards {
@@ -184,11 +188,12 @@ struct GetStatus {};
 
 // A ps task's update-mode figures (server::Service::UpdateStats).
 struct PsUpdateFigures {
-  std::string mode;            // "async" | "sync" | "bounded_staleness"
+  std::string mode;            // "async" | "sync" | "bounded_staleness" | "dense sync, sparse async" | ...
   int64_t stale_dropped = 0;   // sync: gradients dropped because their update was applied
   int64_t waited_pulls = 0;    // pulls that waited (sync, bounded staleness)
   int64_t max_lead = 0;        // bounded staleness: the largest lead seen, in steps
-  int64_t min_version = 0;     // sync: the lowest and highest update its shards applied
+  int64_t min_version = 0;     // sync: the lowest and highest update its shards applied (hybrid: its
+                               // sync class's; none: the step it was restored to, else 0)
   int64_t max_version = 0;
 };
 // A ps task's lazy-table row figures (server::StoreStats; admission and eviction in

@@ -39,7 +39,7 @@ proto::PsStatus PsStatusOf(const Store& store, const net::Server::Stats& server,
 }
 
 proto::PsUpdateFigures UpdateFiguresOf(const Service::UpdateStats& u) {
-  return proto::PsUpdateFigures{.mode = UpdateModeName(u.spec.mode),
+  return proto::PsUpdateFigures{.mode = u.spec.Describe(),
                                 .stale_dropped = static_cast<int64_t>(u.stale_dropped),
                                 .waited_pulls = static_cast<int64_t>(u.waited_pulls),
                                 .max_lead = u.max_lead,
@@ -71,6 +71,13 @@ void WritePsMetrics(prom::Writer& w, const proto::PsStatus& s) {
             {{"reason", "max_rows"}});
   w.Counter("pstrain_ps_waited_pulls_total", "Sync and bounded-staleness modes: pulls that had to wait.",
             d(s.update.waited_pulls));
+}
+
+void WriteUpdateModeMetric(prom::Writer& w, const UpdateSpec& spec) {
+  for (const bool sparse : {false, true}) {
+    w.Gauge("pstrain_ps_update_mode", "The update mode of each variable class (1 per class).", 1,
+            {{"class", sparse ? "sparse" : "dense"}, {"mode", UpdateModeName(spec.ModeOf(sparse))}});
+  }
 }
 
 }  // namespace ps::server

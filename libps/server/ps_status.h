@@ -24,5 +24,8 @@ proto::PsUpdateFigures UpdateFiguresOf(const Service::UpdateStats& stats);
 // The store's part of `status` as pstrain_ps_* Prometheus metrics (the server's part is
 // daemon::ExportServerStats's pstrain_rpc_*).
 void WritePsMetrics(prom::Writer& w, const proto::PsStatus& status);
+// pstrain_ps_update_mode{class="dense"|"sparse", mode="async"|"sync"|"bounded_staleness"}
+// = 1: each variable class's update mode (both alike unless the job is hybrid).
+void WriteUpdateModeMetric(prom::Writer& w, const UpdateSpec& spec);
 
 }  // namespace ps::server

@@ -33,10 +33,10 @@ Status Service::CheckGeneration(const net::Request& request) {
   return Status::Ok();
 }
 
-bool Service::MarkApplied(const ShardKey& key, int64_t step) {
+bool Service::MarkApplied(const ShardKey& key, int32_t worker, int64_t step) {
   if (step < 0 || step >= kMaxTrackedStep) return true;
   std::lock_guard lock(applied_mu_);
-  auto& bits = applied_[key];
+  auto& bits = applied_[{key, worker}];
   size_t word = static_cast<size_t>(step / 64);
   uint64_t bit = uint64_t{1} << (step % 64);
   if (bits.size() <= word) bits.resize(std::max(word + 1, bits.size() * 2), 0);
@@ -45,10 +45,10 @@ bool Service::MarkApplied(const ShardKey& key, int64_t step) {
   return true;
 }
 
-void Service::UnmarkApplied(const ShardKey& key, int64_t step) {
+void Service::UnmarkApplied(const ShardKey& key, int32_t worker, int64_t step) {
   if (step < 0 || step >= kMaxTrackedStep) return;
   std::lock_guard lock(applied_mu_);
-  auto& bits = applied_[key];
+  auto& bits = applied_[{key, worker}];
   size_t word = static_cast<size_t>(step / 64);
   if (word < bits.size()) bits[word] &= ~(uint64_t{1} << (step % 64));
 }
@@ -70,9 +70,9 @@ std::shared_ptr<void> Service::Inline(const net::Request& request) {
   if (const auto* m = std::get_if<proto::Pull>(&body)) {
     uint64_t floats = 0;
     for (const auto& item : m->items) {
-      auto n = SliceFloats(item);
+      auto n = SliceOf(item);
       if (!n.ok()) break;  // answered with the error at once
-      floats += *n;
+      floats += n->floats;
       if (floats * sizeof(float) > kInlineBytes) return nullptr;
     }
   }
@@ -204,7 +204,7 @@ Status Service::CreateShards(const proto::CreateShards& msg) {
     std::lock_guard lock(mode_mu_);
     if (!(update == update_)) {
       update_ = update;
-      mode_.store(update.mode);
+      mode_.store(update.StepMode());
       base_version_ = 0;
       sync_.clear();
       clocks_.assign(static_cast<size_t>(update.num_workers), 0);
@@ -212,11 +212,12 @@ Status Service::CreateShards(const proto::CreateShards& msg) {
       seen_.assign(static_cast<size_t>(update.num_workers), -1);
       idle_at_.assign(static_cast<size_t>(update.num_workers), -1);
       changed = true;
-      PS_LOG(Info) << "update mode " << UpdateModeName(update.mode)
-                   << (update.mode == UpdateMode::kSync ? ", " + std::to_string(update.replicas()) + " of " +
-                                                              std::to_string(update.num_workers) + " workers per update"
-                       : update.mode == UpdateMode::kBoundedStaleness ? ", staleness " + std::to_string(update.staleness)
-                                                                      : std::string());
+      const UpdateMode steps = update.StepMode();
+      PS_LOG(Info) << "update mode " << update.Describe()
+                   << (steps == UpdateMode::kSync ? ", " + std::to_string(update.replicas()) + " of " +
+                                                        std::to_string(update.num_workers) + " workers per update"
+                       : steps == UpdateMode::kBoundedStaleness ? ", staleness " + std::to_string(update.staleness)
+                                                                : std::string());
     }
   }
   if (changed) FailParked(Aborted("the update mode changed"));
@@ -228,26 +229,42 @@ Status Service::CreateShards(const proto::CreateShards& msg) {
   return Status::Ok();
 }
 
-Result<uint64_t> Service::SliceFloats(const proto::Slice& slice) {
+Result<Service::SliceInfo> Service::SliceOf(const proto::Slice& slice) {
   PS_ASSIGN_OR_RETURN(ShardDef def, store_->GetDef({slice.var, slice.shard}));
   uint64_t rows = slice.all_rows ? static_cast<uint64_t>(def.layout.rows) : slice.rows.size();
-  return rows * static_cast<uint64_t>(def.layout.cols);
+  return SliceInfo{.floats = rows * static_cast<uint64_t>(def.layout.cols),
+                   .rows = def.layout.rows,
+                   .cols = def.layout.cols,
+                   .sparse = def.sparse_class()};
 }
 
-Result<std::pair<proto::PullReply, net::Buffer>> Service::Pull(const proto::Pull& msg) {
+Result<Service::SliceInfos> Service::SlicesOf(const std::vector<proto::Slice>& items) {
+  SliceInfos info;
+  info.reserve(items.size());
+  for (const auto& item : items) {
+    PS_ASSIGN_OR_RETURN(SliceInfo i, SliceOf(item));
+    info.push_back(i);
+  }
+  return info;
+}
+
+Result<std::pair<proto::PullReply, net::Buffer>> Service::Pull(const proto::Pull& msg, const SliceInfos& info) {
   proto::PullReply reply;
   uint64_t total = 0;
-  for (const auto& item : msg.items) {
-    PS_ASSIGN_OR_RETURN(uint64_t n, SliceFloats(item));
-    reply.item_floats.push_back(n);
-    total += n;
+  for (const SliceInfo& i : info) {
+    reply.item_floats.push_back(i.floats);
+    total += i.floats;
   }
   {
     // Before the data: the data is at least as new as the versions reported.
     std::lock_guard lock(mode_mu_);
-    if (update_.mode == UpdateMode::kSync) {
-      for (const auto& item : msg.items) {
-        auto it = sync_.find({item.var, item.shard});
+    if (update_.StepMode() == UpdateMode::kSync) {
+      for (size_t i = 0; i < msg.items.size(); ++i) {
+        if (!SyncClass(info[i].sparse)) {  // hybrid: no step waits for this shard
+          reply.versions.push_back(INT64_MAX);
+          continue;
+        }
+        auto it = sync_.find({msg.items[i].var, msg.items[i].shard});
         reply.versions.push_back(it == sync_.end() ? base_version_ : it->second.version);
       }
     }
@@ -266,22 +283,18 @@ Result<std::pair<proto::PullReply, net::Buffer>> Service::Pull(const proto::Pull
 }
 
 Status Service::CheckTag(const char* op, int32_t worker, int64_t clock) const {
-  if (update_.mode == UpdateMode::kAsync || (worker >= 0 && worker < update_.num_workers && clock >= 0)) {
+  if (update_.StepMode() == UpdateMode::kAsync || (worker >= 0 && worker < update_.num_workers && clock >= 0)) {
     return Status::Ok();
   }
-  return InvalidArgument(std::string(op) + ": " + UpdateModeName(update_.mode) + " mode needs the worker (0.." +
+  return InvalidArgument(std::string(op) + ": " + update_.Describe() + " mode needs the worker (0.." +
                          std::to_string(update_.num_workers - 1) + ") and its clock, got worker " +
                          std::to_string(worker) + " clock " + std::to_string(clock));
 }
 
 Result<proto::PushReply> Service::Push(const proto::Push& msg, const net::Buffer& payload) {
-  std::vector<uint64_t> sizes;
+  PS_ASSIGN_OR_RETURN(SliceInfos info, SlicesOf(msg.items));
   uint64_t total = 0;
-  for (const auto& item : msg.items) {
-    PS_ASSIGN_OR_RETURN(uint64_t n, SliceFloats(item));
-    sizes.push_back(n);
-    total += n;
-  }
+  for (const SliceInfo& i : info) total += i.floats;
   if (payload.size() != total * sizeof(float)) {
     return InvalidArgument("Push: payload has " + std::to_string(payload.size()) +
                            " bytes but its items need " + std::to_string(total * sizeof(float)));
@@ -289,38 +302,18 @@ Result<proto::PushReply> Service::Push(const proto::Push& msg, const net::Buffer
   // The payload cut into the items' gradients.
   std::vector<std::span<const float>> grads;
   std::span<const float> rest = payload.floats();
-  for (uint64_t n : sizes) {
-    grads.push_back(rest.first(n));
-    rest = rest.subspan(n);
+  for (const SliceInfo& i : info) {
+    grads.push_back(rest.first(i.floats));
+    rest = rest.subspan(i.floats);
   }
   UpdateMode mode;
   {
     std::lock_guard lock(mode_mu_);
-    mode = update_.mode;
+    mode = update_.StepMode();
     PS_RETURN_IF_ERROR(CheckTag("Push", msg.worker, msg.clock));
   }
-  if (mode == UpdateMode::kSync) return PushSync(msg, grads);
-  int32_t skipped = 0;
-  for (size_t i = 0; i < msg.items.size(); ++i) {
-    const auto& item = msg.items[i];
-    const auto g = grads[i];
-    ShardKey key{item.var, item.shard};
-    if (!MarkApplied(key, msg.step_id)) {
-      ++skipped;
-      continue;
-    }
-    Status st = item.all_rows ? store_->Push(key, g, msg.global_step)
-                              : store_->PushRows(key, item.rows, g, msg.global_step);
-    if (!st.ok()) {
-      UnmarkApplied(key, msg.step_id);
-      return st;
-    }
-  }
-  if (skipped > 0) {
-    skipped_ += static_cast<uint64_t>(skipped);
-    PS_LOG(Info) << "step " << msg.step_id << " was already applied to " << skipped
-                 << " shard(s): the repeated push is ignored";
-  }
+  if (mode == UpdateMode::kSync) return PushSync(msg, grads, info);
+  PS_ASSIGN_OR_RETURN(const int32_t skipped, ApplyOnArrival(msg, grads, -1, msg.step_id, {}));
   if (mode == UpdateMode::kBoundedStaleness) {
     {
       std::lock_guard lock(mode_mu_);
@@ -342,45 +335,93 @@ Result<proto::PushReply> Service::Push(const proto::Push& msg, const net::Buffer
   return proto::PushReply{store_->global_step(), skipped, 0};
 }
 
+Result<int32_t> Service::ApplyOnArrival(const proto::Push& msg, const std::vector<std::span<const float>>& grads,
+                                        int32_t worker, int64_t step, const std::vector<bool>& only) {
+  int32_t skipped = 0;
+  for (size_t i = 0; i < msg.items.size(); ++i) {
+    if (!only.empty() && !only[i]) continue;
+    const auto& item = msg.items[i];
+    const auto g = grads[i];
+    ShardKey key{item.var, item.shard};
+    if (!MarkApplied(key, worker, step)) {
+      ++skipped;
+      continue;
+    }
+    Status st = item.all_rows ? store_->Push(key, g, msg.global_step)
+                              : store_->PushRows(key, item.rows, g, msg.global_step);
+    if (!st.ok()) {
+      UnmarkApplied(key, worker, step);
+      return st;
+    }
+  }
+  if (skipped > 0) {
+    skipped_ += static_cast<uint64_t>(skipped);
+    PS_LOG(Info) << "step " << step << (worker >= 0 ? " of worker " + std::to_string(worker) : std::string())
+                 << " was already applied to " << skipped << " shard(s): the repeated push is ignored";
+  }
+  return skipped;
+}
+
 Service::SyncShard& Service::SyncState(const ShardKey& key) {
   auto [it, inserted] = sync_.try_emplace(key);
   if (inserted) it->second.version = base_version_;
   return it->second;
 }
 
-Result<proto::PushReply> Service::PushSync(const proto::Push& msg,
-                                           const std::vector<std::span<const float>>& grads) {
+Status Service::CheckNotAhead(const proto::Push& msg, const SliceInfos& info) {
+  for (size_t i = 0; i < msg.items.size(); ++i) {
+    if (!SyncClass(info[i].sparse)) continue;
+    const auto& item = msg.items[i];
+    const SyncShard& ss = SyncState({item.var, item.shard});
+    if (msg.clock > ss.version) {
+      return FailedPrecondition("Push: update " + std::to_string(msg.clock) + " for " + item.var + "/part_" +
+                                std::to_string(item.shard) + ", which is still at update " +
+                                std::to_string(ss.version));
+    }
+  }
+  return Status::Ok();
+}
+
+Result<proto::PushReply> Service::PushSync(const proto::Push& msg, const std::vector<std::span<const float>>& grads,
+                                           const SliceInfos& info) {
   // Everything is checked before anything is added, so a bad push changes nothing.
-  std::vector<ShardDef> defs;
-  for (const auto& item : msg.items) {
-    ShardKey key{item.var, item.shard};
-    PS_ASSIGN_OR_RETURN(ShardDef def, store_->GetDef(key));
+  for (size_t i = 0; i < msg.items.size(); ++i) {
+    const auto& item = msg.items[i];
     for (int64_t r : item.rows) {
-      if (r < 0 || r >= def.layout.rows) {
-        return OutOfRange("Push: row " + std::to_string(r) + " is outside " + key.ToString() + " (" +
-                          std::to_string(def.layout.rows) + " rows)");
+      if (r < 0 || r >= info[i].rows) {
+        return OutOfRange("Push: row " + std::to_string(r) + " is outside " + item.var + "/part_" +
+                          std::to_string(item.shard) + " (" + std::to_string(info[i].rows) + " rows)");
       }
     }
-    defs.push_back(std::move(def));
   }
   proto::PushReply reply;
+  // Hybrid: the async class's items, applied on arrival (outside mode_mu_: they are the
+  // big embedding pushes), once per (shard, step, worker): every worker runs every step.
+  std::vector<bool> on_arrival(msg.items.size(), false);
+  bool any_on_arrival = false;
+  {
+    std::lock_guard lock(mode_mu_);
+    PS_RETURN_IF_ERROR(CheckNotAhead(msg, info));
+    for (size_t i = 0; i < msg.items.size(); ++i) {
+      on_arrival[i] = !SyncClass(info[i].sparse);
+      any_on_arrival = any_on_arrival || on_arrival[i];
+    }
+  }
+  if (any_on_arrival) {
+    PS_ASSIGN_OR_RETURN(reply.skipped, ApplyOnArrival(msg, grads, msg.worker, msg.clock, on_arrival));
+  }
   Status failed;
   bool advanced = false;
   {
     std::lock_guard lock(mode_mu_);
-    for (const auto& item : msg.items) {
-      const SyncShard& ss = SyncState({item.var, item.shard});
-      if (msg.clock > ss.version) {
-        return FailedPrecondition("Push: update " + std::to_string(msg.clock) + " for " + item.var + "/part_" +
-                                  std::to_string(item.shard) + ", which is still at update " +
-                                  std::to_string(ss.version));
-      }
-    }
+    // Again: a Restore may have moved a shard back meanwhile.
+    PS_RETURN_IF_ERROR(CheckNotAhead(msg, info));
     for (size_t i = 0; i < msg.items.size(); ++i) {
+      if (on_arrival[i]) continue;
       const auto& item = msg.items[i];
       const auto g = grads[i];
       ShardKey key{item.var, item.shard};
-      const auto cols = static_cast<size_t>(defs[i].layout.cols);
+      const auto cols = static_cast<size_t>(info[i].cols);
       SyncShard& ss = SyncState(key);
       if (msg.clock < ss.version) {  // computed for an update this shard has applied: too late
         ++reply.stale;
@@ -450,15 +491,17 @@ void Service::Seen(int32_t w, int64_t step) {
   if (idle_at_[i] >= 0 && step >= idle_at_[i]) idle_at_[i] = -1;  // busy again
 }
 
-bool Service::Ready(const proto::Pull& msg, int64_t step) {
-  if (update_.mode == UpdateMode::kSync) {
-    for (const auto& item : msg.items) {
-      auto it = sync_.find({item.var, item.shard});
+bool Service::Ready(const proto::Pull& msg, const SliceInfos& info, int64_t step) {
+  const UpdateMode steps = update_.StepMode();
+  if (steps == UpdateMode::kSync) {
+    for (size_t i = 0; i < msg.items.size(); ++i) {
+      if (!SyncClass(info[i].sparse)) continue;  // hybrid: the async class never waits
+      auto it = sync_.find({msg.items[i].var, msg.items[i].shard});
       if ((it == sync_.end() ? base_version_ : it->second.version) < msg.clock) return false;
     }
     return true;
   }
-  if (update_.mode == UpdateMode::kBoundedStaleness) {
+  if (steps == UpdateMode::kBoundedStaleness) {
     int64_t slowest = INT64_MAX;
     for (size_t w = 0; w < clocks_.size(); ++w) {
       if (static_cast<int32_t>(w) == msg.worker || clocks_[w] < 0 || idle_at_[w] >= 0) continue;
@@ -487,24 +530,26 @@ int64_t Service::WorkerClock(int32_t w, int64_t clock) {
 }
 
 void Service::PullOrWait(proto::Pull msg, net::Responder responder) {
+  auto info = SlicesOf(msg.items);
+  if (!info.ok()) return responder.Fail(info.status());
   {
     std::lock_guard lock(mode_mu_);
     // A pull without a clock (evaluation, the chief's final eval) reads what is there.
-    if (update_.mode != UpdateMode::kAsync && msg.clock >= 0) {
+    if (update_.StepMode() != UpdateMode::kAsync && msg.clock >= 0) {
       if (Status st = CheckTag("Pull", msg.worker, msg.clock); !st.ok()) return responder.Fail(st);
       int64_t step = msg.clock;
-      if (update_.mode == UpdateMode::kBoundedStaleness) {
+      if (update_.StepMode() == UpdateMode::kBoundedStaleness) {
         step = WorkerClock(msg.worker, msg.clock);
         Seen(msg.worker, step);
       }
-      if (!Ready(msg, step)) {
+      if (!Ready(msg, *info, step)) {
         ++waited_pulls_;
-        parked_.push_back({std::move(msg), step, std::move(responder)});
+        parked_.push_back({std::move(msg), std::move(*info), step, std::move(responder)});
         return;
       }
     }
   }
-  auto r = Pull(msg);
+  auto r = Pull(msg, *info);
   if (!r.ok()) return responder.Fail(r.status());
   responder.Reply(std::move(r->first), net::RecycledPayload(std::move(r->second)));
 }
@@ -514,7 +559,7 @@ void Service::ServeReady() {
   {
     std::lock_guard lock(mode_mu_);
     for (size_t i = 0; i < parked_.size();) {
-      if (Ready(parked_[i].msg, parked_[i].step)) {
+      if (Ready(parked_[i].msg, parked_[i].info, parked_[i].step)) {
         ready.push_back(std::move(parked_[i]));
         parked_[i] = std::move(parked_.back());
         parked_.pop_back();
@@ -524,7 +569,7 @@ void Service::ServeReady() {
     }
   }
   for (auto& p : ready) {
-    auto r = Pull(p.msg);
+    auto r = Pull(p.msg, p.info);
     if (!r.ok()) {
       p.responder.Fail(r.status());
       continue;

@@ -13,9 +13,14 @@
 // At most once: the gradient of a step id is applied at most once per shard; a repeated
 // push (a retried step, or a push resent after a lost reply) is acknowledged and counted
 // in PushReply.skipped. Step ids from 0 to 2^28 are tracked; Restore forgets them all.
+// (Sync shards count their update's workers instead; the async class of a hybrid job,
+// where every worker runs every step, tracks (step, worker).)
 // Update modes (update.h, set by CreateShards): in sync mode each shard aggregates the
 // gradients of an update and applies their average once; in bounded-staleness mode the
-// ps keeps every worker's clock. A pull that must wait (sync: for its shards' version;
+// ps keeps every worker's clock. In a hybrid job each shard follows its class's mode
+// (ShardDef::sparse_class): steps are sync steps, the sync class's shards aggregate them
+// and the async class's apply each worker's gradient on arrival; a pull waits only for
+// the sync class's shards. A pull that must wait (sync: for its shards' version;
 // bounded staleness: for the slowest worker) holds no thread: it is parked with its
 // responder and answered by the push that makes it ready. Restore, CreateShards with a
 // new mode and shutdown fail parked pulls with Aborted.
@@ -61,7 +66,7 @@ class Service {
   // Tensor bytes up to which a pull or push is handled on the I/O thread (Inline).
   static constexpr uint64_t kInlineBytes = 64 * 1024;
   // For net::ServerOptions::run_inline: a token (non-null) for requests cheap enough to
-  // handle on an I/O thread, in async mode only: a pull or a push of at most
+  // handle on an I/O thread, in async mode only (not hybrid): a pull or a push of at most
   // kInlineBytes. Null (the pool) in sync and bounded-staleness mode (PushSync holds
   // mode_mu_ across a whole sum, and pulls there take mode_mu_), for a request stamped
   // with a generation newer than the ps's (the fence's exclusive wait), with a push hook
@@ -91,7 +96,7 @@ class Service {
   void SetStatusSource(std::function<proto::PsStatus()> source);
   uint64_t skipped_pushes() const { return skipped_.load(); }
 
-  // Update-mode figures since start: the mode, gradients dropped as stale (sync), pulls
+  // Update-mode figures since start: the mode(s), gradients dropped as stale (sync), pulls
   // that had to wait, and in bounded-staleness mode the largest lead a pull was granted
   // with (its worker's step minus the slowest other worker's pushed steps; <= staleness).
   struct UpdateStats {
@@ -99,7 +104,7 @@ class Service {
     uint64_t stale_dropped = 0;
     uint64_t waited_pulls = 0;
     int64_t max_lead = 0;
-    int64_t min_version = 0, max_version = 0;  // sync: over the shards
+    int64_t min_version = 0, max_version = 0;  // sync: over the (sync class's) shards
   };
   UpdateStats update_stats() const;
 
@@ -107,17 +112,37 @@ class Service {
   // CreateShards, Save or Restore (body holds one), with the inline gate held.
   Result<proto::Body> HandleLongOp(const proto::Body& body, const net::PeerInfo& peer);
   Status CreateShards(const proto::CreateShards& msg);
+  // What one item of a pull or push names: its shard's size and class.
+  struct SliceInfo {
+    uint64_t floats = 0;  // rows named (all rows when all_rows) * cols
+    int64_t rows = 0;     // the shard's rows
+    int64_t cols = 0;     // floats per row
+    bool sparse = false;  // ShardDef::sparse_class
+  };
+  using SliceInfos = std::vector<SliceInfo>;  // [item]
   // Pulls now, or parks the pull until the update mode lets it through.
   void PullOrWait(proto::Pull msg, net::Responder responder);
-  Result<std::pair<proto::PullReply, net::Buffer>> Pull(const proto::Pull& msg);
+  Result<std::pair<proto::PullReply, net::Buffer>> Pull(const proto::Pull& msg, const SliceInfos& info);
   Result<proto::PushReply> Push(const proto::Push& msg, const net::Buffer& payload);
-  // grads[i]: item i's gradient.
-  Result<proto::PushReply> PushSync(const proto::Push& msg, const std::vector<std::span<const float>>& grads);
+  // Sync steps (sync mode, or hybrid). grads[i]: item i's gradient.
+  Result<proto::PushReply> PushSync(const proto::Push& msg, const std::vector<std::span<const float>>& grads,
+                                    const SliceInfos& info);
+  // mode_mu_ held: OK unless a sync-class item of `msg` is for an update its shard has
+  // not reached (the worker is ahead of it).
+  Status CheckNotAhead(const proto::Push& msg, const SliceInfos& info);
+  // mode_mu_ held: do the shards of class `sparse` aggregate sync steps?
+  bool SyncClass(bool sparse) const { return update_.ModeOf(sparse) == UpdateMode::kSync; }
+  // Applies the gradients of msg's items (those `only` marks; empty: all) as they come,
+  // each at most once per (shard, `worker`, `step`); returns how many were skipped as
+  // already applied. An item the store refuses is unmarked and fails the push (the items
+  // before it stay applied).
+  Result<int32_t> ApplyOnArrival(const proto::Push& msg, const std::vector<std::span<const float>>& grads,
+                                 int32_t worker, int64_t step, const std::vector<bool>& only);
   // mode_mu_ held: sync and bounded-staleness requests must name their worker and clock.
   Status CheckTag(const char* op, int32_t worker, int64_t clock) const;
   // Under mode_mu_: may `msg` be served now? `step`: its clock on this ps's scale
   // (WorkerClock at arrival). Updates max_lead_ when it may, nothing else.
-  bool Ready(const proto::Pull& msg, int64_t step);
+  bool Ready(const proto::Pull& msg, const SliceInfos& info, int64_t step);
   // Bounded staleness, mode_mu_ held: a message of worker `w` for `step` was seen.
   void Seen(int32_t w, int64_t step);
   // Bounded staleness, mode_mu_ held: worker `w`'s step `clock` on this ps's scale. A
@@ -127,12 +152,14 @@ class Service {
   // Serves the parked pulls that became ready.
   void ServeReady();
   void FailParked(const Status& why);
-  // Floats a slice covers; errors name the slice.
-  Result<uint64_t> SliceFloats(const proto::Slice& slice);
+  // Errors name the slice.
+  Result<SliceInfo> SliceOf(const proto::Slice& slice);
+  Result<SliceInfos> SlicesOf(const std::vector<proto::Slice>& items);
 
-  // Marks step `step` applied to shard `key`; false if it already was.
-  bool MarkApplied(const ShardKey& key, int64_t step);
-  void UnmarkApplied(const ShardKey& key, int64_t step);
+  // Marks step `step` of `worker` (-1: any worker; a hybrid job's async class: the
+  // pushing worker) applied to shard `key`; false if it already was.
+  bool MarkApplied(const ShardKey& key, int32_t worker, int64_t step);
+  void UnmarkApplied(const ShardKey& key, int32_t worker, int64_t step);
   Status CheckGeneration(const net::Request& request);
 
   // Sync mode: the update a shard is collecting gradients for, and their sum.
@@ -146,6 +173,7 @@ class Service {
   };
   struct Parked {
     proto::Pull msg;
+    SliceInfos info;
     int64_t step;
     net::Responder responder;
   };
@@ -172,12 +200,13 @@ class Service {
   // Inline handlers: shared (try_lock_shared, never waits) while one runs; CreateShards,
   // Save and Restore: exclusive for their whole duration. Order: before fence_.
   std::shared_mutex inline_gate_;
-  std::atomic<UpdateMode> mode_{UpdateMode::kAsync};  // update_.mode, for Inline (written under mode_mu_)
+  std::atomic<UpdateMode> mode_{UpdateMode::kAsync};  // update_.StepMode(), for Inline (written under mode_mu_)
   std::atomic<uint64_t> inline_accepted_{0};
   std::function<void()> long_op_hook_;  // testing
   std::atomic<uint64_t> skipped_{0};
   std::mutex applied_mu_;
-  std::map<ShardKey, std::vector<uint64_t>> applied_;  // bit per step id; guarded by applied_mu_
+  // (shard, worker or -1) -> a bit per step id; guarded by applied_mu_
+  std::map<std::pair<ShardKey, int32_t>, std::vector<uint64_t>> applied_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::optional<proto::Shutdown> shutdown_;  // guarded by mu_

@@ -112,7 +112,12 @@ struct ShardDef {
   model::InitSpec init;
   uint64_t seed = 0;            // with var, row and col, determines initial values
   model::RowPolicy row_policy = {};  // lazy only: admission and eviction (see below)
+  // The variable is pulled and pushed by rows (model::VariableDef::sparse): the "sparse"
+  // class of a hybrid update (update.h). The store itself does not look at it.
+  bool sparse = false;
   ShardKey key() const { return {layout.var, layout.shard}; }
+  // Sparse class: `sparse`, or any lazy shard (always pushed by rows).
+  bool sparse_class() const { return sparse || layout.lazy; }
   bool operator==(const ShardDef&) const = default;
 };
 

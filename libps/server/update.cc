@@ -11,12 +11,20 @@ const char* UpdateModeName(UpdateMode mode) {
   return "?";
 }
 
-Result<UpdateSpec> ParseUpdate(const Json& json, const std::string& path) {
-  JsonReader r(json, path);
+std::string UpdateSpec::Describe() const {
+  if (!sparse_mode) return UpdateModeName(mode);
+  return std::string("dense ") + UpdateModeName(mode) + ", sparse " + UpdateModeName(*sparse_mode);
+}
+
+namespace {
+
+// One mode object: the whole "update" of the single form (`mode` optional, default
+// async) or one class's (`mode` required). Finishes `r`.
+Result<UpdateSpec> ParseMode(JsonReader& r, bool mode_required) {
   PS_RETURN_IF_ERROR(r.status());
   UpdateSpec spec;
   std::string mode = "async";
-  PS_RETURN_IF_ERROR(r.GetOr("mode", &mode));
+  PS_RETURN_IF_ERROR(mode_required ? r.Get("mode", &mode) : r.GetOr("mode", &mode));
   if (mode == "async") {
     spec.mode = UpdateMode::kAsync;
   } else if (mode == "sync") {
@@ -41,19 +49,86 @@ Result<UpdateSpec> ParseUpdate(const Json& json, const std::string& path) {
   return spec;
 }
 
+}  // namespace
+
+Result<UpdateSpec> ParseUpdate(const Json& json, const std::string& path) {
+  JsonReader r(json, path);
+  PS_RETURN_IF_ERROR(r.status());
+  if (!r.Has("dense") && !r.Has("sparse")) return ParseMode(r, false);
+  // The per-class form: exactly "dense" and "sparse".
+  for (const char* key : {"mode", "replicas_to_aggregate", "staleness"}) {
+    if (r.Has(key)) {
+      return InvalidArgument(r.Path(key) + ": not allowed beside \"dense\" and \"sparse\" (give each class its own)");
+    }
+  }
+  JsonReader d = r.Child("dense");
+  PS_ASSIGN_OR_RETURN(UpdateSpec dense, ParseMode(d, true));
+  JsonReader s = r.Child("sparse");
+  PS_ASSIGN_OR_RETURN(UpdateSpec sparse, ParseMode(s, true));
+  PS_RETURN_IF_ERROR(r.Finish());
+  if (dense.mode == sparse.mode) {
+    // One mode for both classes: the single form, so its settings must agree.
+    if (dense.replicas_to_aggregate != sparse.replicas_to_aggregate) {
+      return InvalidArgument(s.Path("replicas_to_aggregate") + ": " + std::to_string(sparse.replicas_to_aggregate) +
+                             " differs from " + d.Path("replicas_to_aggregate") + " " +
+                             std::to_string(dense.replicas_to_aggregate) +
+                             " (0: every worker); both classes sync are one sync update");
+    }
+    if (dense.staleness != sparse.staleness) {
+      return InvalidArgument(s.Path("staleness") + ": " + std::to_string(sparse.staleness) + " differs from " +
+                             d.Path("staleness") + " " + std::to_string(dense.staleness) +
+                             "; both classes bounded_staleness share one bound");
+    }
+    return dense;
+  }
+  const bool sync_async = (dense.mode == UpdateMode::kSync && sparse.mode == UpdateMode::kAsync) ||
+                          (dense.mode == UpdateMode::kAsync && sparse.mode == UpdateMode::kSync);
+  if (!sync_async) {
+    const bool sparse_odd = sparse.mode == UpdateMode::kBoundedStaleness;
+    return InvalidArgument((sparse_odd ? s : d).Path("mode") + ": \"bounded_staleness\" cannot be mixed with \"" +
+                           UpdateModeName(sparse_odd ? dense.mode : sparse.mode) +
+                           "\" in the other class; a hybrid update is one class \"sync\" and the other \"async\"");
+  }
+  UpdateSpec spec;
+  spec.mode = dense.mode;
+  spec.sparse_mode = sparse.mode;
+  spec.replicas_to_aggregate = dense.mode == UpdateMode::kSync ? dense.replicas_to_aggregate
+                                                                : sparse.replicas_to_aggregate;
+  return spec;
+}
+
 Status ValidateUpdate(const UpdateSpec& spec, const std::string& path) {
+  // Where a hybrid spec's settings live: the sync class's object.
+  const std::string sync_path =
+      !spec.hybrid() ? path : path + (spec.mode == UpdateMode::kSync ? ".dense" : ".sparse");
   if (spec.replicas_to_aggregate < 0) {
-    return InvalidArgument(path + ".replicas_to_aggregate: must be >= 0 (0: every worker), got " +
+    return InvalidArgument(sync_path + ".replicas_to_aggregate: must be >= 0 (0: every worker), got " +
                            std::to_string(spec.replicas_to_aggregate));
   }
   if (spec.staleness < 0) {
     return InvalidArgument(path + ".staleness: must be >= 0, got " + std::to_string(spec.staleness));
   }
-  if (spec.mode == UpdateMode::kAsync) return Status::Ok();
-  if (spec.num_workers < 1) return InvalidArgument(path + ": " + UpdateModeName(spec.mode) + " mode needs workers");
+  if (spec.hybrid()) {
+    const UpdateMode sparse = *spec.sparse_mode;
+    const bool sync_async = (spec.mode == UpdateMode::kSync && sparse == UpdateMode::kAsync) ||
+                            (spec.mode == UpdateMode::kAsync && sparse == UpdateMode::kSync);
+    if (!sync_async) {
+      return InvalidArgument(path + ": a hybrid update is one class \"sync\" and the other \"async\", got " +
+                             spec.Describe());
+    }
+  }
+  if (spec.StepMode() == UpdateMode::kAsync) return Status::Ok();
+  if (spec.num_workers < 1) return InvalidArgument(path + ": " + spec.Describe() + " mode needs workers");
   if (spec.replicas_to_aggregate > spec.num_workers) {
-    return InvalidArgument(path + ".replicas_to_aggregate: " + std::to_string(spec.replicas_to_aggregate) +
+    return InvalidArgument(sync_path + ".replicas_to_aggregate: " + std::to_string(spec.replicas_to_aggregate) +
                            " is more than the cluster's " + std::to_string(spec.num_workers) + " worker(s)");
+  }
+  if (spec.hybrid() && spec.replicas() < spec.num_workers) {
+    return InvalidArgument(sync_path + ".replicas_to_aggregate: " + std::to_string(spec.replicas()) + " of " +
+                           std::to_string(spec.num_workers) +
+                           " workers: a hybrid update cannot have backup workers (a backup's gradient for the "
+                           "async class could be applied after its update was decided, outside the checkpoint "
+                           "that holds it)");
   }
   return Status::Ok();
 }

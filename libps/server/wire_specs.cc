@@ -169,29 +169,44 @@ Result<OptimizerSpec> OptimizerFromWire(const proto::Optimizer& wire, const std:
   return spec;
 }
 
-proto::Update UpdateToWire(const UpdateSpec& spec) {
-  proto::UpdateMode mode = proto::UpdateMode::kAsync;
-  switch (spec.mode) {
-    case UpdateMode::kAsync: mode = proto::UpdateMode::kAsync; break;
-    case UpdateMode::kSync: mode = proto::UpdateMode::kSync; break;
-    case UpdateMode::kBoundedStaleness: mode = proto::UpdateMode::kBoundedStaleness; break;
+namespace {
+
+proto::UpdateMode ModeToWire(UpdateMode m) {
+  switch (m) {
+    case UpdateMode::kAsync: return proto::UpdateMode::kAsync;
+    case UpdateMode::kSync: return proto::UpdateMode::kSync;
+    case UpdateMode::kBoundedStaleness: return proto::UpdateMode::kBoundedStaleness;
   }
-  return proto::Update{.mode = mode,
+  return proto::UpdateMode::kAsync;
+}
+
+Result<UpdateMode> ModeFromWire(proto::UpdateMode m, const std::string& path) {
+  switch (m) {
+    case proto::UpdateMode::kAsync: return UpdateMode::kAsync;
+    case proto::UpdateMode::kSync: return UpdateMode::kSync;
+    case proto::UpdateMode::kBoundedStaleness: return UpdateMode::kBoundedStaleness;
+  }
+  return InvalidArgument(path + ": unknown update mode " + std::to_string(static_cast<int>(m)));
+}
+
+}  // namespace
+
+proto::Update UpdateToWire(const UpdateSpec& spec) {
+  return proto::Update{.mode = ModeToWire(spec.mode),
                        .replicas_to_aggregate = spec.replicas_to_aggregate,
                        .staleness = spec.staleness,
-                       .num_workers = spec.num_workers};
+                       .num_workers = spec.num_workers,
+                       .sparse_mode = spec.sparse_mode ? std::optional(ModeToWire(*spec.sparse_mode)) : std::nullopt};
 }
 
 Result<UpdateSpec> UpdateFromWire(const proto::Update& wire, const std::string& path) {
   UpdateSpec spec{.replicas_to_aggregate = wire.replicas_to_aggregate,
                   .staleness = wire.staleness,
                   .num_workers = wire.num_workers};
-  switch (wire.mode) {
-    case proto::UpdateMode::kAsync: spec.mode = UpdateMode::kAsync; break;
-    case proto::UpdateMode::kSync: spec.mode = UpdateMode::kSync; break;
-    case proto::UpdateMode::kBoundedStaleness: spec.mode = UpdateMode::kBoundedStaleness; break;
-    default:
-      return InvalidArgument(path + ".mode: unknown update mode " + std::to_string(static_cast<int>(wire.mode)));
+  PS_ASSIGN_OR_RETURN(spec.mode, ModeFromWire(wire.mode, path + ".mode"));
+  if (wire.sparse_mode) {
+    PS_ASSIGN_OR_RETURN(UpdateMode sparse, ModeFromWire(*wire.sparse_mode, path + ".sparse_mode"));
+    spec.sparse_mode = sparse;
   }
   PS_RETURN_IF_ERROR(ValidateUpdate(spec, path));
   return spec;
@@ -204,7 +219,8 @@ proto::ShardDef ShardDefToWire(const ShardDef& def) {
                          .seed = def.seed,
                          .row_policy = {.admit_min_count = p.admit_min_count,
                                         .ttl_steps = p.ttl_steps,
-                                        .max_rows = p.max_rows}};
+                                        .max_rows = p.max_rows},
+                         .sparse = def.sparse};
 }
 
 Result<ShardDef> ShardDefFromWire(const proto::ShardDef& wire) {
@@ -212,7 +228,8 @@ Result<ShardDef> ShardDefFromWire(const proto::ShardDef& wire) {
   ShardDef def{.layout = wire.layout,
                .init = {},
                .seed = wire.seed,
-               .row_policy = {.admit_min_count = p.admit_min_count, .ttl_steps = p.ttl_steps, .max_rows = p.max_rows}};
+               .row_policy = {.admit_min_count = p.admit_min_count, .ttl_steps = p.ttl_steps, .max_rows = p.max_rows},
+               .sparse = wire.sparse};
   PS_ASSIGN_OR_RETURN(def.init, InitFromWire(wire.init, def.layout.Name() + ".init"));
   PS_RETURN_IF_ERROR(ValidateShardDef(def));
   return def;

@@ -501,14 +501,14 @@ Result<std::unique_ptr<Trainer>> MakeTrainer(const job::JobSpec& job, int worker
   opts.seed = job.seed;
   PS_ASSIGN_OR_RETURN(auto dataset, data::OpenDataset(job.train_data, "job.train_data", opts));
   PS_ASSIGN_OR_RETURN(auto fetcher, ParamFetcher::Create(plan, std::move(links)));
-  fetcher->SetUpdateMode(job.update.mode, worker_index);
+  fetcher->SetUpdateMode(job.update.StepMode(), worker_index);
   if (job.fake_compute_ms) {
     PS_LOG(Warning) << "job.fake_compute_ms = " << *job.fake_compute_ms
                     << ": a benchmarking aid; every step sleeps instead of computing and pushes zero gradients "
                        "(the model does not train)";
   }
   return std::make_unique<Trainer>(job.batch_size, job.prefetch, std::move(model), std::move(dataset),
-                                   std::move(fetcher), job.update.mode, job.fake_compute_ms);
+                                   std::move(fetcher), job.update.StepMode(), job.fake_compute_ms);
 }
 
 }  // namespace ps::worker

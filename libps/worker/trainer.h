@@ -67,6 +67,7 @@ class ParamFetcher {
   // `links[p]` reaches ps task p of the plan.
   static Result<std::unique_ptr<ParamFetcher>> Create(const job::VariablePlan& plan,
                                                       std::vector<std::unique_ptr<PsLink>> links);
+  // `mode`: the job's UpdateSpec::StepMode() (sync for a hybrid job).
   // Sync and bounded-staleness modes: every step pulls from and pushes to every shard
   // (empty slices where the batch touches none of a shard's rows), tagged with `worker`
   // and the step's clock, so each ps can count the step. Before the first StartFetch.

@@ -13,9 +13,10 @@
 //   bench_data write-job --job FILE --data DIR --format F --out FILE
 //     The job file with base_dir = DIR and train_data / eval_data = ctr.json's data
 //     objects for format F (the same examples in every format).
-//   bench_data auc --job FILE --pstrain PATH [--workers 2]
+//   bench_data auc --job FILE --pstrain PATH [--workers 2] [--update JSON]
 //     Runs the job under `pstrain local` (2 ps, --workers workers, free ports, a fresh
 //     model_dir) and prints the chief's final evaluation (AUC, examples) and wall time.
+//     --update replaces the job's "update" object (scripts/bench-hybrid.sh).
 #include <sys/resource.h>
 #include <time.h>
 
@@ -45,7 +46,7 @@ using ps::bench::Seconds;
 namespace fs = std::filesystem;
 
 struct Options {
-  std::string command, data, format = "tfrecord", job, out, pstrain;
+  std::string command, data, format = "tfrecord", job, out, pstrain, update;
   int workers = 2;
   int64_t records = 500000;
   int repeat = 3;
@@ -64,6 +65,7 @@ Options Parse(int argc, char** argv) {
     else if (a == "--job") o.job = next();
     else if (a == "--out") o.out = next();
     else if (a == "--pstrain") o.pstrain = next();
+    else if (a == "--update") o.update = next();
     else if (a == "--workers") o.workers = std::atoi(next().c_str());
     else if (a == "--records") o.records = std::atoll(next().c_str());
     else if (a == "--repeat") o.repeat = std::atoi(next().c_str());
@@ -212,6 +214,7 @@ int AucCommand(const Options& o) {
   for (int w = 0; w < o.workers; ++w) cluster["cluster"]["worker"].push_back(addr(3 + static_cast<size_t>(w)));
   Json job = Must(ps::ReadJsonFile(o.job), o.job);
   job["model_dir"] = (dir / "model").string();
+  if (!o.update.empty()) job["update"] = Must(ps::ParseJson(o.update, "--update"), "--update");
   ps::bench::WriteFile(dir / "cluster.json", cluster.dump(2));
   ps::bench::WriteFile(dir / "job.json", job.dump(2));
   auto t0 = Clock::now();

@@ -56,6 +56,23 @@ TEST_CASE("status: a stop reason, a task's last error, and nothing more when lis
         "state: starting\nglobal_step: 0\ntotal_steps: 0\nexamples_per_sec: 0\nelapsed: 0.0 s\n");
 }
 
+TEST_CASE("status: the update mode(s) the ps tasks apply, a hybrid's both") {
+  proto::ChiefStatus s;
+  s.state = "training";
+  proto::PsLoad silent, ps1;
+  silent.task = "ps:0";
+  silent.state = "no answer";
+  ps1.task = "ps:1";
+  ps1.state = "ok";
+  ps1.update = proto::PsUpdateFigures{.mode = "dense sync, sparse async"};
+  s.ps = {silent, ps1};
+  const std::string text = FormatStatus(s);
+  CHECK(text.starts_with("state: training\nglobal_step: 0\ntotal_steps: 0\nexamples_per_sec: 0\nelapsed: 0.0 s\n"
+                         "update: dense sync, sparse async\n\n"));
+  s.ps = {silent};  // no ps answered: no mode to show
+  CHECK(FormatStatus(s).find("update:") == std::string::npos);
+}
+
 TEST_CASE("status text: per-worker and per-ps tables and the hints") {
   const std::string json =
       R"({"state":"training","global_step":1200,"load_window_sec":2.5,)"

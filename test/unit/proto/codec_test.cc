@@ -346,6 +346,8 @@ TEST_CASE("CreateShards: layouts, initializers, every optimizer and schedule, an
                  .num_workers = static_cast<int32_t>(4 + i)};
     cs.shards[0].init = inits[i];
     cs.shards[1].layout.lazy = i % 2 == 1;
+    cs.shards[0].sparse = i % 2 == 0;  // the variable's class (hybrid update modes)
+    if (i % 2 == 1) cs.update.sparse_mode = static_cast<proto::UpdateMode>((i + 1) % 3);
     auto back = RoundTrip(cs);
     INFO("optimizer #" << i);
     REQUIRE(back.ok());
@@ -387,6 +389,9 @@ TEST_CASE("CreateShards: Decode rejects bad layouts and unknown kinds, naming th
   cs = Create();
   cs.update.mode = static_cast<proto::UpdateMode>(9);
   CHECK(rejected(cs) == "CreateShards.update.mode: unknown update mode 9");
+  cs = Create();
+  cs.update.sparse_mode = static_cast<proto::UpdateMode>(7);
+  CHECK(rejected(cs) == "CreateShards.update.sparse_mode: unknown update mode 7");
 }
 
 TEST_CASE("CreateShards: missing tables and unknown union types are protocol errors") {

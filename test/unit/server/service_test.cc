@@ -487,6 +487,132 @@ TEST_CASE("sync mode: a pull for the next update waits, holding no thread, until
   CHECK(failed.status().code() == Code::kAborted);
 }
 
+// ---- hybrid update modes: a mode per variable class ------------------------------
+
+namespace {
+
+// d/part_0: a dense variable (pulled whole), 3 x 2; e/part_0: an embedding table pulled
+// and pushed by rows (ShardDef.sparse), 4 x 2; l/part_0: a lazy table, 4 x 2 (a lazy
+// shard is sparse whatever its flag says). Every value starts at 1.
+proto::CreateShards HybridCreate(const ::ps::server::UpdateSpec& update, const std::string& optimizer_json) {
+  proto::CreateShards cs;
+  cs.optimizer = Opt(optimizer_json);
+  cs.update = ::ps::server::UpdateToWire(update);
+  proto::ShardDef d = Def("d", 0, 0, 3, 2, 3), e = Def("e", 0, 0, 4, 2, 4), l = Def("l", 0, 0, 4, 2, 4);
+  d.layout.num_shards = e.layout.num_shards = l.layout.num_shards = 1;
+  e.sparse = true;
+  l.layout.lazy = true;
+  cs.shards = {d, e, l};
+  return cs;
+}
+
+::ps::server::UpdateSpec Hybrid(::ps::server::UpdateMode dense, ::ps::server::UpdateMode sparse, int workers) {
+  ::ps::server::UpdateSpec u = Mode(dense, 0, 0, workers);
+  u.sparse_mode = sparse;
+  return u;
+}
+
+// Rows of `var`/part_0 (2 floats each), read without a clock (what is there now).
+std::vector<float> PullRowsNow(net::Client& c, const std::string& var, std::vector<int64_t> rows) {
+  std::vector<float> out(rows.size() * 2);
+  auto r = c.CallSync(proto::Pull{{Rows(var, 0, std::move(rows))}}, {}, {std::as_writable_bytes(std::span(out))});
+  REQUIRE(r.ok());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("hybrid, dense sync + sparse async: the dense shard averages each update, the sparse one applies every push on arrival") {
+  using ::ps::server::UpdateMode;
+  PsFixture fx;
+  auto c = fx.Connect();
+  REQUIRE(c->CallSync(HybridCreate(Hybrid(UpdateMode::kSync, UpdateMode::kAsync, 2), R"({"type":"sgd","learning_rate":0.5})"))
+              .ok());
+  // Worker 0, update 0: the dense shard and row 1 of the embedding.
+  auto r0 = PushReplyOf(c->CallSync(ModePush({All("d", 0), Rows("e", 0, {1})}, 0, 0), Floats({2, 2, 2, 2, 2, 2, 4, 4})));
+  CHECK(r0.skipped == 0);
+  CHECK(r0.stale == 0);
+  CHECK(PullAll(*c, "d", 0, 6) == std::vector<float>(6, 1.0f));  // 1 of 2 gradients: waits for worker 1
+  CHECK(PullRowsNow(*c, "e", {0, 1}) == std::vector<float>{1, 1, -1, -1});  // applied at once: 1 - 0.5 * 4
+  // The same push again (a lost reply): ignored by both classes.
+  CHECK(PushReplyOf(c->CallSync(ModePush({All("d", 0), Rows("e", 0, {1})}, 0, 0), Floats({2, 2, 2, 2, 2, 2, 4, 4})))
+            .skipped == 2);
+  CHECK(PullRowsNow(*c, "e", {1}) == std::vector<float>{-1, -1});
+
+  // Worker 0's pull for update 1 of both classes waits for the dense shard only ...
+  std::vector<float> both(8);
+  auto waiting = c->Call(proto::Pull{{All("d", 0), Rows("e", 0, {1})}, 0, 1}, {},
+                         {std::as_writable_bytes(std::span(both))});
+  REQUIRE(Eventually([&] { return fx.service.update_stats().waited_pulls == 1; }));
+  CHECK(waiting.wait_for(std::chrono::seconds(0)) == std::future_status::timeout);
+  // ... and a pull of the embedding alone, for the same update, does not wait at all.
+  std::vector<float> emb(2);
+  auto now = c->CallSync(proto::Pull{{Rows("e", 0, {1})}, 1, 1}, {}, {std::as_writable_bytes(std::span(emb))});
+  REQUIRE(now.ok());
+  CHECK(emb == std::vector<float>{-1, -1});
+  CHECK(std::get<proto::PullReply>(now->envelope.body).versions == std::vector<int64_t>{INT64_MAX});
+
+  // Worker 1, update 0: its embedding gradient is applied as well, unaveraged; the dense
+  // update is complete and applied once with the average.
+  auto r1 = PushReplyOf(c->CallSync(ModePush({All("d", 0), Rows("e", 0, {1})}, 1, 0), Floats({0, 0, 0, 0, 0, 0, 2, 2})));
+  CHECK(r1.skipped == 0);
+  auto r = waiting.get();
+  REQUIRE(r.ok());
+  CHECK(both == std::vector<float>{0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f, -2, -2});  // 1 - 0.5 * (2 + 0) / 2; -1 - 0.5 * 2
+  CHECK(std::get<proto::PullReply>(r->envelope.body).versions == std::vector<int64_t>{1, INT64_MAX});
+
+  // An embedding push of a worker that is ahead of the dense shard is refused whole (its
+  // dense item would be ahead); one of a worker's own update arrives in any order.
+  auto ahead = c->CallSync(ModePush({All("d", 0), Rows("e", 0, {0})}, 0, 3), Floats({1, 1, 1, 1, 1, 1, 1, 1}));
+  REQUIRE_FALSE(ahead.ok());
+  CHECK(ahead.status().code() == Code::kFailedPrecondition);
+  CHECK(PullRowsNow(*c, "e", {0}) == std::vector<float>{1, 1});  // nothing of it applied
+  CHECK(PushReplyOf(c->CallSync(ModePush({Rows("e", 0, {0})}, 1, 1), Floats({2, 2}))).skipped == 0);
+  CHECK(PullRowsNow(*c, "e", {0}) == std::vector<float>{0, 0});
+
+  auto stats = fx.service.update_stats();
+  CHECK(stats.spec.Describe() == "dense sync, sparse async");
+  CHECK(stats.min_version == 1);  // over the sync class's shards only
+  CHECK(stats.max_version == 1);
+  CHECK(stats.stale_dropped == 0);
+  // Training pushes and pulls must say who sent them, as in sync mode.
+  auto anonymous = c->CallSync(proto::Push{{Rows("e", 0, {2})}, 1, 1}, Floats({1, 1}));
+  REQUIRE_FALSE(anonymous.ok());
+  CHECK(anonymous.status().code() == Code::kInvalidArgument);
+}
+
+TEST_CASE("hybrid, dense async + sparse sync: the other way round; a lazy table is sparse") {
+  using ::ps::server::UpdateMode;
+  PsFixture fx;
+  auto c = fx.Connect();
+  REQUIRE(c->CallSync(HybridCreate(Hybrid(UpdateMode::kAsync, UpdateMode::kSync, 2), R"({"type":"sgd","learning_rate":0.5})"))
+              .ok());
+  // Worker 0, update 0: the dense shard is updated at once, the lazy table waits.
+  CHECK(PushReplyOf(c->CallSync(ModePush({All("d", 0), Rows("l", 0, {0})}, 0, 0), Floats({2, 2, 2, 2, 2, 2, 4, 4})))
+            .skipped == 0);
+  CHECK(PullAll(*c, "d", 0, 6) == std::vector<float>(6, 0.0f));
+  CHECK(PullRowsNow(*c, "l", {0}) == std::vector<float>{1, 1});
+  CHECK(PushReplyOf(c->CallSync(ModePush({All("d", 0), Rows("l", 0, {0})}, 0, 0), Floats({2, 2, 2, 2, 2, 2, 4, 4})))
+            .skipped == 2);
+  // A pull of the dense shard for update 1 does not wait; one of the lazy table does.
+  std::vector<float> dense(6), lazy(2);
+  auto d = c->CallSync(proto::Pull{{All("d", 0)}, 0, 1}, {}, {std::as_writable_bytes(std::span(dense))});
+  REQUIRE(d.ok());
+  CHECK(dense == std::vector<float>(6, 0.0f));
+  auto waiting = c->Call(proto::Pull{{Rows("l", 0, {0})}, 0, 1}, {}, {std::as_writable_bytes(std::span(lazy))});
+  REQUIRE(Eventually([&] { return fx.service.update_stats().waited_pulls == 1; }));
+  // Worker 1, update 0: it touches no lazy row (a zero gradient for row 0), its dense
+  // gradient lands at once.
+  CHECK(PushReplyOf(c->CallSync(ModePush({All("d", 0), Rows("l", 0, {})}, 1, 0), Floats({2, 2, 2, 2, 2, 2})))
+            .skipped == 0);
+  auto r = waiting.get();
+  REQUIRE(r.ok());
+  CHECK(lazy == std::vector<float>{0, 0});  // 1 - 0.5 * (4 + 0) / 2
+  CHECK(std::get<proto::PullReply>(r->envelope.body).versions == std::vector<int64_t>{1});
+  CHECK(PullAll(*c, "d", 0, 6) == std::vector<float>(6, -1.0f));  // both workers' gradients, unaveraged
+  CHECK(fx.service.update_stats().spec.Describe() == "dense async, sparse sync");
+}
+
 TEST_CASE("bounded staleness: a pull waits while another worker is more than S steps behind") {
   PsFixture fx;
   auto c = fx.Connect();

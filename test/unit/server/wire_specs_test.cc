@@ -40,11 +40,13 @@ TEST_CASE("wire specs: every initializer round-trips") {
                                                    .full_shape = {2, 3},
                                                    .lazy = false},
                                         .init = init,
-                                        .seed = 11}));
+                                        .seed = 11,
+                                        .sparse = init.kind == InitKind::kUniform}));
     auto back = ShardDefFromWire(ThroughCodec(cs).shards.at(0));
     REQUIRE(back.ok());
     CHECK(back->init == init);
     CHECK(back->seed == 11);
+    CHECK(back->sparse == (init.kind == InitKind::kUniform));  // the variable's class
     CHECK(back->layout.full_shape == std::vector<int64_t>{2, 3});
   }
   // The named wire fields carry the kind's parameters.
@@ -109,9 +111,13 @@ TEST_CASE("wire specs: every update mode round-trips, num_workers included") {
       {.mode = UpdateMode::kAsync, .replicas_to_aggregate = 0, .staleness = 4, .num_workers = 3},
       {.mode = UpdateMode::kSync, .replicas_to_aggregate = 2, .staleness = 4, .num_workers = 3},
       {.mode = UpdateMode::kBoundedStaleness, .replicas_to_aggregate = 0, .staleness = 0, .num_workers = 5},
+      {.mode = UpdateMode::kSync, .replicas_to_aggregate = 0, .staleness = 4, .num_workers = 2,
+       .sparse_mode = UpdateMode::kAsync},
+      {.mode = UpdateMode::kAsync, .replicas_to_aggregate = 3, .staleness = 4, .num_workers = 3,
+       .sparse_mode = UpdateMode::kSync},
   };
   for (const UpdateSpec& u : updates) {
-    INFO(UpdateModeName(u.mode));
+    INFO(u.Describe());
     auto back = UpdateFromWire(ThroughCodec({.optimizer = {}, .shards = {}, .update = UpdateToWire(u)}).update, "update");
     REQUIRE(back.ok());
     CHECK(*back == u);
@@ -146,6 +152,20 @@ TEST_CASE("wire specs: FromWire applies the specs' validators, naming the field"
                        "CreateShards.update")
             .status()
             .message() == "CreateShards.update.staleness: must be >= 0, got -1");
+  // A hybrid spec from the wire is validated as the chief's is.
+  CHECK(UpdateFromWire({.mode = proto::UpdateMode::kSync, .replicas_to_aggregate = 1, .staleness = 4,
+                        .num_workers = 2, .sparse_mode = proto::UpdateMode::kAsync},
+                       "CreateShards.update")
+            .status()
+            .message()
+            .starts_with("CreateShards.update.dense.replicas_to_aggregate: 1 of 2 workers: a hybrid update cannot "
+                         "have backup workers"));
+  CHECK(UpdateFromWire({.mode = proto::UpdateMode::kBoundedStaleness, .replicas_to_aggregate = 0, .staleness = 4,
+                        .num_workers = 2, .sparse_mode = proto::UpdateMode::kAsync},
+                       "CreateShards.update")
+            .status()
+            .message() == "CreateShards.update: a hybrid update is one class \"sync\" and the other \"async\", got "
+                          "dense bounded_staleness, sparse async");
 
   proto::ShardDef bad{.layout = {.var = "w", .shard = 0, .num_shards = 1, .row_begin = 0, .rows = 2, .cols = 3,
                                  .full_shape = {2, 4}, .lazy = false},
