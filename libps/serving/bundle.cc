@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,7 +10,9 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <limits>
+#include <mutex>
 
 #include "libps/ckpt/store_io.h"
 #include "libps/core/crc32c.h"
@@ -94,6 +97,23 @@ Json VariablesJson(const std::vector<VariableInfo>& vars) {
                    {"stored_rows", v.stored_rows}});
   }
   return out;
+}
+
+// The process's umask. umask(2) can only be read by setting it, which races with other
+// threads creating files; /proc/self/status shows it without changing it (Linux 4.7+).
+// Without /proc, it is read once by setting and restoring it (the first export, before
+// this thread creates anything).
+mode_t ProcessUmask() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("Umask:", 0) == 0) return static_cast<mode_t>(std::strtoul(line.c_str() + 6, nullptr, 8) & 0777);
+  }
+  static const mode_t once = [] {
+    const mode_t m = ::umask(022);
+    ::umask(m);
+    return m;
+  }();
+  return once;
 }
 
 // Removes a temporary directory unless released.
@@ -184,6 +204,9 @@ Result<ExportResult> ExportBundle(const ExportOptions& o) {
   const std::string text = manifest.dump(2) + "\n";
   result.bytes += text.size();
   PS_RETURN_IF_ERROR(WriteFileAtomic(tmp + "/" + kBundleManifest, text));
+  // mkdtemp made it 0700; a bundle is read by other accounts (a serving process) as any
+  // directory this process creates would be.
+  if (::chmod(tmp.c_str(), 0777 & ~ProcessUmask()) != 0) return ErrnoStatus(tmp, "chmod", errno);
   PS_RETURN_IF_ERROR(FsyncDir(tmp));
   // The commit: rename(2) replaces an empty directory, and refuses a non-empty one.
   if (::rename(tmp.c_str(), out.c_str()) != 0) {

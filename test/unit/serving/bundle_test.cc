@@ -2,6 +2,7 @@
 // checkpoint written from a Store trained in-process (Adam slots, a lazy table), exported,
 // read back and scored; and every way a bundle can be damaged.
 #include <catch2/catch.hpp>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <map>
@@ -357,6 +358,23 @@ TEST_CASE("export refuses an existing bundle, names a missing step, and writes i
   CHECK(damaged.status().code() == Code::kDataLoss);
   CHECK(damaged.status().message().find("ps-1.shard") != std::string::npos);
   CHECK(!std::filesystem::exists(md.tmp / "b2"));
+}
+
+TEST_CASE("the bundle directory has the mode of a directory this process creates, not mkdtemp's 0700") {
+  ModelDir md;
+  for (mode_t mask : {mode_t{022}, mode_t{027}}) {
+    const mode_t old = ::umask(mask);
+    const std::string out = md.tmp / ("bundle-" + std::to_string(mask));
+    auto r = ExportBundle({.model_dir = md.dir, .step = std::nullopt, .out_dir = out});
+    ::umask(old);
+    REQUIRE(r.ok());
+    struct stat st {};
+    REQUIRE(::stat(out.c_str(), &st) == 0);
+    INFO("umask " << std::oct << mask << ": mode " << (st.st_mode & 07777));
+    CHECK((st.st_mode & 07777) == (0777 & ~mask));
+    REQUIRE(::stat((out + "/weights.shard").c_str(), &st) == 0);
+    CHECK((st.st_mode & 0444) == (0444 & ~mask));  // readable by whom the umask allows
+  }
 }
 
 }  // namespace
