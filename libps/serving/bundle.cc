@@ -25,47 +25,16 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr size_t kMaxManifestBytes = size_t{256} << 20;  // the job and the variable list
-constexpr size_t kReadChunk = size_t{4} << 20;
 
 uint32_t TextChecksum(const std::string& text) { return MaskedCrc32c(Crc32c(0, text.data(), text.size())); }
 
-// Size and masked CRC-32C of a whole file.
-struct FileSum {
-  uint64_t bytes = 0;
-  uint32_t crc = 0;
-};
-Result<FileSum> SumFile(const std::string& path) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) return ErrnoStatus(path, "open", errno);
-  std::vector<unsigned char> buf(kReadChunk);
-  FileSum sum;
-  uint32_t crc = 0;
-  for (;;) {
-    ssize_t n = ::read(fd.get(), buf.data(), buf.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return ErrnoStatus(path, "read", errno);
-    if (n == 0) break;
-    crc = Crc32c(crc, buf.data(), static_cast<size_t>(n));
-    sum.bytes += static_cast<uint64_t>(n);
-  }
-  sum.crc = MaskedCrc32c(crc);
-  return sum;
-}
-
 // Copies `from` to `to` (a new file) and fsyncs it.
 Status CopyFileSynced(const std::string& from, const std::string& to) {
-  UniqueFd in(::open(from.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!in.valid()) return ErrnoStatus(from, "open", errno);
   UniqueFd out(::open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
   if (!out.valid()) return ErrnoStatus(to, "create", errno);
-  std::vector<unsigned char> buf(kReadChunk);
-  for (;;) {
-    ssize_t n = ::read(in.get(), buf.data(), buf.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return ErrnoStatus(from, "read", errno);
-    if (n == 0) break;
-    PS_RETURN_IF_ERROR(WriteAll(out.get(), buf.data(), static_cast<size_t>(n), to));
-  }
+  PS_RETURN_IF_ERROR(ReadChunks(from, [&](std::span<const unsigned char> b) {
+    return WriteAll(out.get(), b.data(), b.size(), to);
+  }));
   PS_RETURN_IF_ERROR(FsyncFd(out.get(), to));
   return out.Close(to);
 }

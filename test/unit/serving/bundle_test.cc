@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <sys/stat.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <random>
@@ -61,14 +62,38 @@ model::Batch MakeBatch(int64_t n, uint64_t seed) {
   return b;
 }
 
+// A graph with examples/plugin's layer "prelu" (the library at `plugin`) on 2 dense inputs.
+Json PluginJobJson(const std::string& plugin) {
+  Json job = Json::parse(R"({
+    "model": {"type": "graph", "inputs": [{"name": "x", "type": "dense", "dim": 2}],
+              "layers": [{"name": "h", "type": "dense", "inputs": ["x"], "units": 4},
+                         {"name": "act", "type": "prelu", "inputs": ["h"], "alpha_init": 0.1},
+                         {"name": "out", "type": "dense", "inputs": ["act"], "units": 1}],
+              "outputs": [{"layer": "out", "loss": "sigmoid_cross_entropy"}]},
+    "train_data": {"format": "libsvm", "path": "unused.libsvm", "num_features": 2},
+    "optimizer": {"type": "adam", "learning_rate": 0.05},
+    "batch_size": 16, "steps": 100, "seed": 9
+  })");
+  job["plugins"] = Json::array({plugin});
+  return job;
+}
+
+model::Batch DenseBatch(int64_t n) {
+  model::Batch b;
+  b.size = n;
+  b.dense_dim = 2;
+  for (int64_t i = 0; i < 2 * n; ++i) b.dense.push_back(static_cast<float>(i % 7) / 3.0f - 1.0f);
+  return b;
+}
+
 // model_dir with job.json and a committed ckpt-<kStep> of 2 ps tasks, trained in-process
-// through the same plan and fetcher a worker uses.
+// (`train`: through the same plan and fetcher a worker uses; else the initial values).
 struct ModelDir {
   TempDir tmp;
   std::string dir = tmp / "model";
 
-  ModelDir() {
-    Json json = JobJson();
+  explicit ModelDir(const Json& job_json = JobJson(), bool train = true) {
+    Json json = job_json;
     json["base_dir"] = tmp.path();
     WriteBytes(dir + "/job.json", json.dump(2));
     auto job = job::ParseJob(json, tmp.path());
@@ -93,7 +118,7 @@ struct ModelDir {
     auto fetcher = worker::ParamFetcher::Create(*plan, std::move(links));
     REQUIRE(fetcher.ok());
     model::Grads grads;
-    for (int64_t step = 0; step < kStep; ++step) {
+    for (int64_t step = 0; train && step < kStep; ++step) {
       model::Batch batch = MakeBatch(16, 100 + static_cast<uint64_t>(step));
       REQUIRE((*fetcher)->Fetch(**model, batch).ok());
       REQUIRE((**model).ForwardBackward(batch, (*fetcher)->params(), &grads).ok());
@@ -374,6 +399,28 @@ TEST_CASE("the bundle directory has the mode of a directory this process creates
     CHECK((st.st_mode & 07777) == (0777 & ~mask));
     REQUIRE(::stat((out + "/weights.shard").c_str(), &st) == 0);
     CHECK((st.st_mode & 0444) == (0444 & ~mask));  // readable by whom the umask allows
+  }
+}
+
+TEST_CASE("one process loads several bundles of a plug-in model, and one bundle by two paths") {
+  const char* plugin = std::getenv("PSTRAIN_EXAMPLE_PLUGIN");
+  REQUIRE(plugin != nullptr);
+  ModelDir md(PluginJobJson(plugin), false);  // the job loads the plug-in from where it was built
+  const std::string b1 = Exported(md, "b1"), b2 = Exported(md, "b2");
+  CHECK(ReadBytes(b1 + "/plugins/0-libexample_layers.so") == ReadBytes(plugin));
+  const model::Batch batch = DenseBatch(8);
+  std::vector<float> first;
+  // Each bundle has its own copy of the library; "./" names the same copy another way.
+  for (const std::string& dir : {b1, b2, md.tmp.path() + "/./b1"}) {
+    auto bundle = Bundle::Load(dir);
+    INFO(dir << ": " << bundle.status().ToString());
+    REQUIRE(bundle.ok());
+    auto scorer = (*bundle)->NewScorer();
+    REQUIRE(scorer.ok());
+    auto scores = (*scorer)->Score(batch);
+    REQUIRE(scores.ok());
+    if (first.empty()) first = scores->heads[0];
+    CHECK(scores->heads[0] == first);
   }
 }
 
