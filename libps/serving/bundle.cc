@@ -13,6 +13,7 @@
 #include <fstream>
 #include <limits>
 #include <mutex>
+#include <set>
 
 #include "libps/ckpt/store_io.h"
 #include "libps/core/crc32c.h"
@@ -66,6 +67,14 @@ Json VariablesJson(const std::vector<VariableInfo>& vars) {
                    {"stored_rows", v.stored_rows}});
   }
   return out;
+}
+
+// A relative path with no ".." component: it names a file inside the bundle (a name
+// such as "libfoo..so" is fine).
+bool InsideBundle(const std::string& name) {
+  const fs::path p(name);
+  if (name.empty() || p.is_absolute()) return false;
+  return std::none_of(p.begin(), p.end(), [](const fs::path& c) { return c == ".."; });
 }
 
 // The process's umask. umask(2) can only be read by setting it, which races with other
@@ -243,7 +252,7 @@ Result<LoadedBundle> LoadBundle(const std::string& dir) {
 
   // Every file against its size and checksum before anything is loaded from it (the
   // plug-ins are loaded by ParseJob below).
-  bool has_weights = false;
+  std::set<std::string> verified;
   for (size_t i = 0; i < files->size(); ++i) {
     JsonReader f((*files)[i], r.Path("files") + "[" + std::to_string(i) + "]");
     PS_RETURN_IF_ERROR(f.status());
@@ -253,8 +262,7 @@ Result<LoadedBundle> LoadBundle(const std::string& dir) {
     PS_RETURN_IF_ERROR(f.Get("bytes", &bytes));
     PS_RETURN_IF_ERROR(f.Get("crc32c", &crc));
     PS_RETURN_IF_ERROR(f.Finish());
-    const fs::path rel(name);
-    if (name.empty() || rel.is_absolute() || name.find("..") != std::string::npos) {
+    if (!InsideBundle(name)) {
       return InvalidArgument(f.Path("name") + ": \"" + name + "\" is not a file inside the bundle");
     }
     const std::string file = dir + "/" + name;
@@ -267,9 +275,23 @@ Result<LoadedBundle> LoadBundle(const std::string& dir) {
       return DataLoss(file + ": " + std::to_string(sum->bytes) + " bytes, the manifest says " + std::to_string(bytes));
     }
     if (sum->crc != crc) return DataLoss(file + ": checksum mismatch (the file is damaged)");
-    has_weights = has_weights || name == kBundleWeights;
+    verified.insert(name);
   }
-  if (!has_weights) return DataLoss(path + ": files does not list " + kBundleWeights);
+  if (!verified.contains(kBundleWeights)) return DataLoss(path + ": files does not list " + kBundleWeights);
+  // ParseJob dlopens the job's plug-ins: only the verified copies under plugins/.
+  if (job_json->is_object() && job_json->contains("plugins")) {
+    const Json& plugins = (*job_json)["plugins"];
+    const std::string at = path + ".job.plugins";
+    if (!plugins.is_array()) return InvalidArgument(at + ": must be an array of file names");
+    for (size_t i = 0; i < plugins.size(); ++i) {
+      const std::string where = at + "[" + std::to_string(i) + "]";
+      const std::string name = plugins[i].is_string() ? plugins[i].get<std::string>() : "";
+      if (!InsideBundle(name) || *fs::path(name).begin() != "plugins") {
+        return InvalidArgument(where + ": " + plugins[i].dump() + " is not a file under the bundle's plugins/");
+      }
+      if (!verified.contains(name)) return DataLoss(where + ": \"" + name + "\" is not listed in files");
+    }
+  }
 
   auto job = job::ParseJob(*job_json, dir);
   if (!job.ok()) return job.status().WithContext(path);

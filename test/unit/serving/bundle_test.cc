@@ -349,6 +349,13 @@ TEST_CASE("damage to a bundle is DataLoss naming the file") {
   expect("weights not listed", Code::kDataLoss, "does not list weights.shard");
   EditManifest(out, [](Json& m) { m["files"][0]["name"] = "../model/job.json"; });
   expect("a path outside", Code::kInvalidArgument, "is not a file inside the bundle");
+  // Plug-ins: only verified files under plugins/ are loaded.
+  EditManifest(out, [](Json& m) { m["job"]["plugins"] = Json::array({"plugins/0-libx.so"}); });
+  expect("an unlisted plug-in", Code::kDataLoss, "job.plugins[0]: \"plugins/0-libx.so\" is not listed in files");
+  for (const std::string name : {"/usr/lib/libx.so", "plugins/../../model/libx.so", "weights.shard", ""}) {
+    EditManifest(out, [&](Json& m) { m["job"]["plugins"] = Json::array({name}); });
+    expect("plug-in " + name, Code::kInvalidArgument, "job.plugins[0]: \"" + name + "\" is not a file under");
+  }
   EditManifest(out, [](Json& m) { m["job"]["partitioner"]["num_shards"] = 3; });
   expect("another layout", Code::kFailedPrecondition, "no shard of that shape");
   EditManifest(out, [](Json& m) { m["surprise"] = 1; });
@@ -422,6 +429,15 @@ TEST_CASE("one process loads several bundles of a plug-in model, and one bundle 
     if (first.empty()) first = scores->heads[0];
     CHECK(scores->heads[0] == first);
   }
+  // A plug-in whose name has ".." in it (not as a path component).
+  TempDir lib;
+  WriteBytes(lib / "libprelu..so", ReadBytes(plugin));
+  ModelDir dots(PluginJobJson(lib / "libprelu..so"), false);
+  const std::string b3 = Exported(dots);
+  CHECK(std::filesystem::exists(b3 + "/plugins/0-libprelu..so"));
+  auto bundle = Bundle::Load(b3);
+  INFO(bundle.status().ToString());
+  CHECK(bundle.ok());
 }
 
 }  // namespace
