@@ -115,7 +115,8 @@ class TmpDirGuard {
 
 Result<ExportResult> ExportBundle(const ExportOptions& o) {
   std::error_code ec;
-  const fs::path out = fs::absolute(fs::path(o.out_dir), ec).lexically_normal();
+  fs::path out = fs::absolute(fs::path(o.out_dir), ec).lexically_normal();
+  if (!out.has_filename() && out.has_relative_path()) out = out.parent_path();  // "dir/" is dir
   if (ec || out.filename().empty()) return InvalidArgument(o.out_dir + ": not a usable bundle directory name");
   if (fs::exists(out, ec) && !(fs::is_directory(out, ec) && fs::is_empty(out, ec))) {
     return Status(Code::kAlreadyExists, out.string() + ": already exists (remove it, or export to a new directory)");

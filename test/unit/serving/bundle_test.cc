@@ -381,6 +381,15 @@ TEST_CASE("export refuses an existing bundle, names a missing step, and writes i
   auto into_empty = ExportBundle({.model_dir = md.dir, .step = kStep, .out_dir = md.tmp / "empty"});
   REQUIRE(into_empty.ok());
   CHECK(LoadBundle(md.tmp / "empty").ok());
+  // A trailing separator names the same directory.
+  auto slash = ExportBundle({.model_dir = md.dir, .step = kStep, .out_dir = md.tmp / "slash/"});
+  INFO(slash.status().ToString());
+  REQUIRE(slash.ok());
+  CHECK(slash->info.dir == md.tmp / "slash");
+  CHECK(LoadBundle(md.tmp / "slash").ok());
+  std::set<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(md.tmp.path())) names.insert(e.path().filename().string());
+  CHECK(names == std::set<std::string>{"bundle", "empty", "model", "slash"});
   // A damaged newest checkpoint with nothing older: a DataLoss naming it, no bundle.
   const std::string shard = md.dir + "/ckpt-40/ps-1.shard";
   std::string bytes = ReadBytes(shard);
