@@ -161,6 +161,26 @@ TEST_CASE("a dense MLP: export, predict from bundle and checkpoint, the C++ API;
   auto usage = StartLauncher({"predict", "--model", b200.string()}, "pstrain predict");
   CHECK(usage->WaitExit(30s) == std::optional<int>(2));
   CHECK(usage->HasLine("pstrain predict: --data DATA is required"));
+  // Usage errors exit 2: --step with a bundle, --data that is not JSON.
+  auto step_on_bundle = StartLauncher(
+      {"predict", "--model", b200.string(), "--step", "200", "--data", data.string()}, "pstrain predict");
+  CHECK(step_on_bundle->WaitExit(30s) == std::optional<int>(2));
+  CHECK(step_on_bundle->HasLine("--step: " + b200.string() + " is a bundle"));
+  auto not_json = StartLauncher({"predict", "--model", b200.string(), "--data", "{not json"}, "pstrain predict");
+  CHECK(not_json->WaitExit(30s) == std::optional<int>(2));
+  CHECK(not_json->HasLine("--data: malformed JSON"));
+  // Data without examples is an error, as in the evaluator; no score file is left.
+  WriteFile(tmp / "empty.libsvm", "");
+  WriteFile(tmp / "empty.json", Json{{"format", "libsvm"}, {"path", "empty.libsvm"}, {"num_features", 784}}.dump());
+  auto empty = StartLauncher({"predict", "--model", b200.string(), "--data", (tmp / "empty.json").string(), "--out",
+                              (tmp / "s-empty.txt").string()}, "pstrain predict");
+  CHECK(empty->WaitExit(60s) == std::optional<int>(1));
+  CHECK(empty->HasLine("pstrain predict: --data: no examples"));
+  CHECK(!std::filesystem::exists(tmp / "s-empty.txt"));
+  // A directory that is neither a bundle nor a model dir says so.
+  auto neither = StartLauncher({"predict", "--model", tmp.path().string(), "--data", data.string()}, "pstrain predict");
+  CHECK(neither->WaitExit(30s) == std::optional<int>(1));
+  CHECK(neither->HasLine("neither a bundle (no bundle.json) nor a model dir (no job.json)"));
   auto help = StartLauncher({"export", "--help"}, "pstrain export");
   CHECK(help->WaitExit(30s) == std::optional<int>(0));
   CHECK(help->HasLine("usage: pstrain export MODEL_DIR --out DIR [--step N]"));

@@ -268,6 +268,27 @@ TEST_CASE("a loaded bundle scores bit-identically to the checkpoint it came from
   CHECK(keep->Score(bad).status().code() == Code::kInvalidArgument);
 }
 
+TEST_CASE("scoring data without examples is an error, as in the evaluator, with or without an observer") {
+  ModelDir md;
+  auto b = LoadBundle(Exported(md));
+  REQUIRE(b.ok());
+  WriteBytes(md.tmp / "empty.libsvm", "");
+  const Json data = {{"format", "libsvm"}, {"path", "empty.libsvm"}, {"num_features", 10}};
+  int batches = 0;
+  for (bool observe : {false, true}) {
+    auto pass = ScoreData(b->loaded, *b->model, data, md.tmp.path(), "--data",
+                          observe ? worker::BatchObserver([&](const model::Batch&, const model::EvalOutput&) {
+                            ++batches;
+                            return Status::Ok();
+                          })
+                                  : worker::BatchObserver());
+    INFO("observe " << observe << ": " << pass.status().ToString());
+    CHECK(pass.status().code() == Code::kInvalidArgument);
+    CHECK(pass.status().message() == "--data: no examples");
+  }
+  CHECK(batches == 0);
+}
+
 TEST_CASE("scorers of one bundle score concurrently, each as it would alone") {
   ModelDir md;
   auto bundle = Bundle::Load(Exported(md));
