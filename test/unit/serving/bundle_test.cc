@@ -470,5 +470,23 @@ TEST_CASE("one process loads several bundles of a plug-in model, and one bundle 
   CHECK(bundle.ok());
 }
 
+TEST_CASE("an export that fails after making its temporary directory removes it") {
+  const char* plugin = std::getenv("PSTRAIN_EXAMPLE_PLUGIN");
+  REQUIRE(plugin != nullptr);
+  TempDir lib;
+  WriteBytes(lib / "libgone.so", ReadBytes(plugin));
+  ModelDir md(PluginJobJson(lib / "libgone.so"), false);
+  // The job still loads (the library is loaded already), but its copy into the bundle,
+  // after the weights were written, fails.
+  std::filesystem::remove(lib / "libgone.so");
+  auto r = ExportBundle({.model_dir = md.dir, .step = std::nullopt, .out_dir = md.tmp / "bundle"});
+  INFO(r.status().ToString());
+  CHECK(r.status().code() == Code::kNotFound);
+  CHECK(r.status().message().find(lib / "libgone.so") != std::string::npos);
+  std::set<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(md.tmp.path())) names.insert(e.path().filename().string());
+  CHECK(names == std::set<std::string>{"model"});
+}
+
 }  // namespace
 }  // namespace ps::serving
