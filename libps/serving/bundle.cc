@@ -94,6 +94,10 @@ mode_t ProcessUmask() {
   return once;
 }
 
+Status OutExists(const fs::path& out) {
+  return Status(Code::kAlreadyExists, out.string() + ": already exists (remove it, or export to a new directory)");
+}
+
 // Removes a temporary directory unless released.
 class TmpDirGuard {
  public:
@@ -119,7 +123,7 @@ Result<ExportResult> ExportBundle(const ExportOptions& o) {
   if (!out.has_filename() && out.has_relative_path()) out = out.parent_path();  // "dir/" is dir
   if (ec || out.filename().empty()) return InvalidArgument(o.out_dir + ": not a usable bundle directory name");
   if (fs::exists(out, ec) && !(fs::is_directory(out, ec) && fs::is_empty(out, ec))) {
-    return Status(Code::kAlreadyExists, out.string() + ": already exists (remove it, or export to a new directory)");
+    return OutExists(out);
   }
   ExportResult result;
   PS_ASSIGN_OR_RETURN(LoadedBundle source, LoadModelDir(o.model_dir, o.step, &result.warnings));
@@ -191,7 +195,7 @@ Result<ExportResult> ExportBundle(const ExportOptions& o) {
   if (::rename(tmp.c_str(), out.c_str()) != 0) {
     const int err = errno;
     if (err == ENOTEMPTY || err == EEXIST) {
-      return Status(Code::kAlreadyExists, out.string() + ": already exists (remove it, or export to a new directory)");
+      return OutExists(out);
     }
     return ErrnoStatus(out.string(), "rename", err);
   }
