@@ -322,21 +322,44 @@ Result<LoadedBundle> LoadModelDir(const std::string& model_dir, std::optional<in
                                   std::vector<std::string>* warnings) {
   LoadedBundle b;
   PS_ASSIGN_OR_RETURN(job::JobSpec job, ReadModelDirJob(model_dir));
+  PS_ASSIGN_OR_RETURN(b.model, model::BuildModel(job.model, "job.model"));
+  PS_ASSIGN_OR_RETURN(auto all, ckpt::ListCheckpoints(model_dir));  // oldest first
   ckpt::CheckpointInfo c;
   if (step) {
-    PS_ASSIGN_OR_RETURN(auto all, ckpt::ListCheckpoints(model_dir));
     auto it = std::find_if(all.begin(), all.end(), [&](const auto& x) { return x.global_step == *step; });
     if (it == all.end()) return NotFound(model_dir + ": no committed checkpoint at step " + std::to_string(*step));
     c = *it;
+    PS_ASSIGN_OR_RETURN(b.loaded, LoadCheckpoint(job, *b.model, c));
   } else {
-    // Every record read: a damaged newest checkpoint is skipped for the previous one, as
-    // a restore does.
-    PS_ASSIGN_OR_RETURN(auto found, ckpt::FindRestorable(model_dir, warnings, ckpt::Verify::kFull));
+    // The newest checkpoint that loads; a damaged one is skipped for the previous one,
+    // as a restore does. The data is read once: FindRestorable checks headers and
+    // footers only, and loading verifies every record's checksums (DataLoss naming the
+    // file), then falls back.
+    PS_ASSIGN_OR_RETURN(auto found, ckpt::FindRestorable(model_dir, warnings, ckpt::Verify::kFooters));
     if (!found) return NotFound(model_dir + ": no committed checkpoint");
-    c = *found;
+    std::vector<ckpt::CheckpointInfo> candidates{*found};
+    for (auto it = all.rbegin(); it != all.rend(); ++it) {
+      if (it->global_step < found->global_step) candidates.push_back(*it);
+    }
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      c = candidates[i];
+      Status st = i == 0 ? Status::Ok() : ckpt::VerifyCheckpoint(c, ckpt::Verify::kFooters);
+      if (st.ok()) {
+        auto loaded = LoadCheckpoint(job, *b.model, c);
+        if (loaded.ok()) {
+          b.loaded = std::move(*loaded);
+          break;
+        }
+        st = loaded.status();
+      }
+      if (st.code() != Code::kDataLoss) return st;  // an I/O error is not corruption
+      if (i + 1 == candidates.size()) return st;
+      if (warnings != nullptr) {
+        warnings->push_back(st.message() + "; checkpoint " + ckpt::CheckpointDirName(c.global_step) +
+                            " is corrupt, falling back to an older one");
+      }
+    }
   }
-  PS_ASSIGN_OR_RETURN(b.model, model::BuildModel(job.model, "job.model"));
-  PS_ASSIGN_OR_RETURN(b.loaded, LoadCheckpoint(job, *b.model, c));
   b.info = MakeInfo(b.loaded, *b.model);
   b.info.format_version = 0;
   std::error_code ec;
