@@ -12,7 +12,6 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
-#include <mutex>
 #include <set>
 
 #include "libps/ckpt/store_io.h"
@@ -78,9 +77,10 @@ bool InsideBundle(const std::string& name) {
 }
 
 // The process's umask. umask(2) can only be read by setting it, which races with other
-// threads creating files; /proc/self/status shows it without changing it (Linux 4.7+).
-// Without /proc, it is read once by setting and restoring it (the first export, before
-// this thread creates anything).
+// threads creating files (a serving process may export while others run);
+// /proc/self/status shows it without changing it (Linux 4.7+), read at each export so a
+// umask changed since is followed. Without /proc it falls back to setting and restoring
+// it, once per process: a file another thread creates in that instant gets umask 022.
 mode_t ProcessUmask() {
   std::ifstream status("/proc/self/status");
   for (std::string line; std::getline(status, line);) {
