@@ -515,8 +515,10 @@ Result<Command> ParsePredict(const std::vector<std::string>& args) {
         "then each further head's after a tab; each printed with 9 significant digits, which\n"
         "round-trips a float32 exactly. When the data has labels, the evaluator's metrics\n"
         "(examples, loss, accuracy, AUC for sigmoid heads, per-head figures) go to stderr\n"
-        "and to --metrics. Exit 0 on success, 1 when the bundle or checkpoint cannot be\n"
-        "loaded (a damaged file is named) or the data cannot be read or does not fit the model.", d)});
+        "and to --metrics (unlabelled data: an old FILE is removed). Exit 0 on success, 1 when\n"
+        "the bundle or checkpoint cannot be loaded (a damaged file is named) or the data cannot\n"
+        "be read, has no examples or does not fit the model, 2 on a usage error (a missing\n"
+        "option, --step with a bundle, --data that is not JSON).", d)});
   }
   po::variables_map vm;
   PS_RETURN_IF_ERROR(ParseOptions("predict", args, d, &vm));

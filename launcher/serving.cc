@@ -14,6 +14,7 @@ namespace ps::launcher {
 namespace fs = std::filesystem;
 using daemon::kExitFailure;
 using daemon::kExitOk;
+using daemon::kExitUsage;
 
 namespace {
 
@@ -122,19 +123,47 @@ int RunExport(const ExportCommand& command) {
   return kExitOk;
 }
 
+Result<std::string> WriteMetricsFile(const std::string& path, int64_t step,
+                                     const std::optional<worker::EvalMetrics>& metrics) {
+  if (metrics) {
+    Json j = {{"step", step}};
+    j.update(worker::EvalMetricsToJson(*metrics));
+    PS_RETURN_IF_ERROR(WriteFileAtomic(path, j.dump() + "\n"));
+    return std::string();
+  }
+  // An old FILE left in place would pass for this run's metrics.
+  std::error_code ec;
+  const bool removed = fs::remove(path, ec);
+  if (ec) return IoError(path + ": cannot remove the old metrics: " + ec.message());
+  return "--metrics " + path + ": not written: the data has no labels" +
+         (removed ? " (the old file was removed)" : "");
+}
+
 int RunPredict(const PredictCommand& command) {
   auto fail = [](const Status& st) {
     PrintErr("pstrain predict: " + st.message());
     return kExitFailure;
   };
+  auto usage = [](const std::string& message) {
+    PrintErr("pstrain predict: " + message);
+    return kExitUsage;
+  };
   // The evaluator's setting: scores must not depend on a thread count.
   model::SetBlasThreads(1);
   auto data = ReadDataArg(command.data);
-  if (!data.ok()) return fail(data.status());
+  if (!data.ok()) {
+    // Text that is not JSON is a usage error; a file that cannot be read is not.
+    if (data.status().code() == Code::kInvalidArgument) return usage(data.status().message());
+    return fail(data.status());
+  }
   std::error_code ec;
   const bool is_bundle = fs::exists(fs::path(command.model) / serving::kBundleManifest, ec);
   if (is_bundle && command.step) {
-    return fail(InvalidArgument("--step: " + command.model + " is a bundle (of step one checkpoint)"));
+    return usage("--step: " + command.model + " is a bundle (of one checkpoint); --step is for a model dir");
+  }
+  if (!is_bundle && !fs::exists(fs::path(command.model) / "job.json", ec)) {
+    return fail(NotFound(command.model + ": neither a bundle (no " + serving::kBundleManifest +
+                         ") nor a model dir (no job.json)"));
   }
   std::vector<std::string> warnings;
   auto loaded = is_bundle ? serving::LoadBundle(command.model)
@@ -154,17 +183,17 @@ int RunPredict(const PredictCommand& command) {
   if (Status st = (*sink)->Commit(); !st.ok()) return fail(st);
   const std::string what = (is_bundle ? "bundle " : "checkpoint ") + std::string(is_bundle ? command.model
                            : ckpt::CheckpointPath(command.model, loaded->info.source_step));
-  if (!pass->metrics) {
+  if (pass->metrics) {
+    PrintErr("pstrain predict: " + std::to_string(pass->examples) + " examples scored with " + what + " (step " +
+             std::to_string(loaded->info.source_step) + "): " + Figures(*pass->metrics));
+  } else {
     PrintErr("pstrain predict: " + std::to_string(pass->examples) + " examples scored with " + what +
              " (the data has no labels: no metrics)");
-    return kExitOk;
   }
-  PrintErr("pstrain predict: " + std::to_string(pass->examples) + " examples scored with " + what + " (step " +
-           std::to_string(loaded->info.source_step) + "): " + Figures(*pass->metrics));
   if (!command.metrics_out.empty()) {
-    Json j = {{"step", loaded->info.source_step}};
-    j.update(worker::EvalMetricsToJson(*pass->metrics));
-    if (Status st = WriteFileAtomic(command.metrics_out, j.dump() + "\n"); !st.ok()) return fail(st);
+    auto note = WriteMetricsFile(command.metrics_out, loaded->info.source_step, pass->metrics);
+    if (!note.ok()) return fail(note.status());
+    if (!note->empty()) PrintErr("pstrain predict: " + *note);
   }
   return kExitOk;
 }

@@ -425,9 +425,16 @@ bool IsExecutable(const std::string& path) {
 // process-directed signal landing on one of them would take the default action: the
 // launcher would die and orphan its tasks. On those threads this handler hands the signal
 // on to the supervising thread, where it stays pending (blocked) for the signalfd.
+// Not atomic: RunLocal writes it once, before sigaction installs the handler, and not
+// again until the handler is uninstalled, so a handler never reads it during a write
+// (sigaction is a system call: the store is visible to any handler it lets run).
 pthread_t g_signal_reader;
 
-extern "C" void ForwardSignalToReader(int sig) { ::pthread_kill(g_signal_reader, sig); }
+extern "C" void ForwardSignalToReader(int sig) {
+  const int saved = errno;  // pthread_kill may set it under the interrupted code
+  ::pthread_kill(g_signal_reader, sig);
+  errno = saved;
+}
 
 }  // namespace
 

@@ -225,11 +225,9 @@ Status Chief::FinalEvaluation() {
   PS_LOG(Info) << "final evaluation at step " << global_step_ << " on " << m.examples
                << " examples: accuracy " << Fixed(m.accuracy, 4) << "  loss " << Fixed(m.loss, 4)
                << (m.auc >= 0 ? "  auc " + Fixed(m.auc, 4) : std::string());
-  Json line = {{"final_eval", {{"step", global_step_.load()}, {"examples", m.examples},
-                               {"accuracy", m.accuracy}, {"loss", m.loss}}}};
-  if (m.auc >= 0) line["final_eval"]["auc"] = m.auc;
-  if (!m.heads.is_null()) line["final_eval"]["heads"] = m.heads;
-  WriteMetricsLine(line);
+  Json final_eval = {{"step", global_step_.load()}};
+  final_eval.update(worker::EvalMetricsToJson(m));  // the keys of eval/metrics.jsonl
+  WriteMetricsLine({{"final_eval", final_eval}});
   // TensorBoard's "eval" run, as the evaluator would have written it (it does, when there is one).
   if (ctx_.tf.cluster.count(cluster::TaskType::kEvaluator) == 0) {
     if (!eval_log_) eval_log_.emplace(job_.model_dir);

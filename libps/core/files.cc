@@ -7,6 +7,9 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <vector>
+
+#include "libps/core/crc32c.h"
 
 namespace ps {
 
@@ -139,6 +142,32 @@ Status AppendOnlyFile::Append(std::string_view bytes) {
     st = Status(st.code(), st.message() + " (and a partial record may remain: truncate: " + std::strerror(errno) + ")");
   }
   return st;
+}
+
+Status ReadChunks(const std::string& path, const std::function<Status(std::span<const unsigned char>)>& chunk) {
+  constexpr size_t kChunk = size_t{4} << 20;
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return ErrnoStatus(path, "open", errno);
+  std::vector<unsigned char> buf(kChunk);
+  for (;;) {
+    ssize_t n = ::read(fd.get(), buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoStatus(path, "read", errno);
+    if (n == 0) return Status::Ok();
+    PS_RETURN_IF_ERROR(chunk(std::span<const unsigned char>(buf.data(), static_cast<size_t>(n))));
+  }
+}
+
+Result<FileSum> SumFile(const std::string& path) {
+  FileSum sum;
+  uint32_t crc = 0;
+  PS_RETURN_IF_ERROR(ReadChunks(path, [&](std::span<const unsigned char> b) {
+    crc = Crc32c(crc, b.data(), b.size());
+    sum.bytes += b.size();
+    return Status::Ok();
+  }));
+  sum.crc = MaskedCrc32c(crc);
+  return sum;
 }
 
 }  // namespace ps

@@ -6,6 +6,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -67,6 +69,16 @@ class AppendOnlyFile {
   UniqueFd fd_;
   std::string path_;
 };
+
+// Reads `path` to its end in chunks of a few MiB, passing each to `chunk` (which may
+// fail the read).
+Status ReadChunks(const std::string& path, const std::function<Status(std::span<const unsigned char>)>& chunk);
+// Size and masked CRC-32C (libps/core/crc32c.h) of a whole file.
+struct FileSum {
+  uint64_t bytes = 0;
+  uint32_t crc = 0;
+};
+Result<FileSum> SumFile(const std::string& path);
 
 // Whole file; a file larger than max_bytes is DataLoss (never a huge allocation).
 Result<std::string> ReadSmallFile(const std::string& path, size_t max_bytes);

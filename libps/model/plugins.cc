@@ -4,18 +4,28 @@
 
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <utility>
 #include <vector>
 
+#include "libps/core/files.h"
 #include "libps/model/initializer.h"
 
 namespace ps::model {
 namespace {
 
+// A library is known by its content: every bundle carries its own copy of a job's
+// plug-ins, so one process loading two bundles of a model (or one bundle by two paths)
+// meets the same library under several paths. A copy is not dlopened again (its types
+// would clash with the first copy's); its types are the first copy's. (A CRC does not
+// guard against a forged library, but whoever can place one can run code anyway.)
+using Content = std::pair<uint64_t, uint32_t>;  // size, masked CRC-32C
+
 struct Registry {
   std::mutex mu;
   std::set<std::string> loaded;                               // paths
+  std::map<Content, std::string> libraries;                   // content -> first path
   std::map<std::string, pstrain::plugin::LayerType> types;    // type -> entry
   std::map<std::string, std::string> owner;                   // type -> path
 };
@@ -69,6 +79,13 @@ Status LoadPlugin(const std::string& path, const std::string& where) {
   std::lock_guard<std::mutex> lock(reg.mu);
   if (reg.loaded.contains(path)) return Status::Ok();
   const std::string at = where + ": " + path;
+  // An unreadable file is left to dlopen to report.
+  std::optional<Content> content;
+  if (auto sum = SumFile(path); sum.ok()) content = Content{sum->bytes, sum->crc};
+  if (content && reg.libraries.contains(*content)) {
+    reg.loaded.insert(path);
+    return Status::Ok();
+  }
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
     const char* e = dlerror();
@@ -105,6 +122,7 @@ Status LoadPlugin(const std::string& path, const std::string& where) {
     reg.owner[types[i].type] = path;
   }
   reg.loaded.insert(path);
+  if (content) reg.libraries.emplace(*content, path);
   return Status::Ok();
 }
 

@@ -12,8 +12,10 @@
 
 namespace ps::model {
 
-// dlopens `path` (once per path; thread-safe), checks its API version against
-// PSTRAIN_PLUGIN_API_VERSION and registers its layer types. Errors are InvalidArgument
+// dlopens `path`, checks its API version against PSTRAIN_PLUGIN_API_VERSION and registers
+// its layer types; thread-safe. Once per library: a path loaded before, or a file with
+// the same size and CRC-32C as a library loaded before (a bundle's copy of it), adds
+// nothing and is not dlopened. Errors are InvalidArgument
 // "<where>: <path>: ..." — not a shared library, no pstrain_plugin_* symbols, another API
 // version, a type that is built in or registered by another plug-in.
 Status LoadPlugin(const std::string& path, const std::string& where);

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,7 +10,9 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <limits>
+#include <set>
 
 #include "libps/ckpt/store_io.h"
 #include "libps/core/crc32c.h"
@@ -22,47 +25,16 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr size_t kMaxManifestBytes = size_t{256} << 20;  // the job and the variable list
-constexpr size_t kReadChunk = size_t{4} << 20;
 
 uint32_t TextChecksum(const std::string& text) { return MaskedCrc32c(Crc32c(0, text.data(), text.size())); }
 
-// Size and masked CRC-32C of a whole file.
-struct FileSum {
-  uint64_t bytes = 0;
-  uint32_t crc = 0;
-};
-Result<FileSum> SumFile(const std::string& path) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) return ErrnoStatus(path, "open", errno);
-  std::vector<unsigned char> buf(kReadChunk);
-  FileSum sum;
-  uint32_t crc = 0;
-  for (;;) {
-    ssize_t n = ::read(fd.get(), buf.data(), buf.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return ErrnoStatus(path, "read", errno);
-    if (n == 0) break;
-    crc = Crc32c(crc, buf.data(), static_cast<size_t>(n));
-    sum.bytes += static_cast<uint64_t>(n);
-  }
-  sum.crc = MaskedCrc32c(crc);
-  return sum;
-}
-
 // Copies `from` to `to` (a new file) and fsyncs it.
 Status CopyFileSynced(const std::string& from, const std::string& to) {
-  UniqueFd in(::open(from.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!in.valid()) return ErrnoStatus(from, "open", errno);
   UniqueFd out(::open(to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
   if (!out.valid()) return ErrnoStatus(to, "create", errno);
-  std::vector<unsigned char> buf(kReadChunk);
-  for (;;) {
-    ssize_t n = ::read(in.get(), buf.data(), buf.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return ErrnoStatus(from, "read", errno);
-    if (n == 0) break;
-    PS_RETURN_IF_ERROR(WriteAll(out.get(), buf.data(), static_cast<size_t>(n), to));
-  }
+  PS_RETURN_IF_ERROR(ReadChunks(from, [&](std::span<const unsigned char> b) {
+    return WriteAll(out.get(), b.data(), b.size(), to);
+  }));
   PS_RETURN_IF_ERROR(FsyncFd(out.get(), to));
   return out.Close(to);
 }
@@ -96,6 +68,36 @@ Json VariablesJson(const std::vector<VariableInfo>& vars) {
   return out;
 }
 
+// A relative path with no ".." component: it names a file inside the bundle (a name
+// such as "libfoo..so" is fine).
+bool InsideBundle(const std::string& name) {
+  const fs::path p(name);
+  if (name.empty() || p.is_absolute()) return false;
+  return std::none_of(p.begin(), p.end(), [](const fs::path& c) { return c == ".."; });
+}
+
+// The process's umask. umask(2) can only be read by setting it, which races with other
+// threads creating files (a serving process may export while others run);
+// /proc/self/status shows it without changing it (Linux 4.7+), read at each export so a
+// umask changed since is followed. Without /proc it falls back to setting and restoring
+// it, once per process: a file another thread creates in that instant gets umask 022.
+mode_t ProcessUmask() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("Umask:", 0) == 0) return static_cast<mode_t>(std::strtoul(line.c_str() + 6, nullptr, 8) & 0777);
+  }
+  static const mode_t once = [] {
+    const mode_t m = ::umask(022);
+    ::umask(m);
+    return m;
+  }();
+  return once;
+}
+
+Status OutExists(const fs::path& out) {
+  return Status(Code::kAlreadyExists, out.string() + ": already exists (remove it, or export to a new directory)");
+}
+
 // Removes a temporary directory unless released.
 class TmpDirGuard {
  public:
@@ -117,10 +119,11 @@ class TmpDirGuard {
 
 Result<ExportResult> ExportBundle(const ExportOptions& o) {
   std::error_code ec;
-  const fs::path out = fs::absolute(fs::path(o.out_dir), ec).lexically_normal();
+  fs::path out = fs::absolute(fs::path(o.out_dir), ec).lexically_normal();
+  if (!out.has_filename() && out.has_relative_path()) out = out.parent_path();  // "dir/" is dir
   if (ec || out.filename().empty()) return InvalidArgument(o.out_dir + ": not a usable bundle directory name");
   if (fs::exists(out, ec) && !(fs::is_directory(out, ec) && fs::is_empty(out, ec))) {
-    return Status(Code::kAlreadyExists, out.string() + ": already exists (remove it, or export to a new directory)");
+    return OutExists(out);
   }
   ExportResult result;
   PS_ASSIGN_OR_RETURN(LoadedBundle source, LoadModelDir(o.model_dir, o.step, &result.warnings));
@@ -184,12 +187,15 @@ Result<ExportResult> ExportBundle(const ExportOptions& o) {
   const std::string text = manifest.dump(2) + "\n";
   result.bytes += text.size();
   PS_RETURN_IF_ERROR(WriteFileAtomic(tmp + "/" + kBundleManifest, text));
+  // mkdtemp made it 0700; a bundle is read by other accounts (a serving process) as any
+  // directory this process creates would be.
+  if (::chmod(tmp.c_str(), 0777 & ~ProcessUmask()) != 0) return ErrnoStatus(tmp, "chmod", errno);
   PS_RETURN_IF_ERROR(FsyncDir(tmp));
   // The commit: rename(2) replaces an empty directory, and refuses a non-empty one.
   if (::rename(tmp.c_str(), out.c_str()) != 0) {
     const int err = errno;
     if (err == ENOTEMPTY || err == EEXIST) {
-      return Status(Code::kAlreadyExists, out.string() + ": already exists (remove it, or export to a new directory)");
+      return OutExists(out);
     }
     return ErrnoStatus(out.string(), "rename", err);
   }
@@ -251,7 +257,7 @@ Result<LoadedBundle> LoadBundle(const std::string& dir) {
 
   // Every file against its size and checksum before anything is loaded from it (the
   // plug-ins are loaded by ParseJob below).
-  bool has_weights = false;
+  std::set<std::string> verified;
   for (size_t i = 0; i < files->size(); ++i) {
     JsonReader f((*files)[i], r.Path("files") + "[" + std::to_string(i) + "]");
     PS_RETURN_IF_ERROR(f.status());
@@ -261,8 +267,7 @@ Result<LoadedBundle> LoadBundle(const std::string& dir) {
     PS_RETURN_IF_ERROR(f.Get("bytes", &bytes));
     PS_RETURN_IF_ERROR(f.Get("crc32c", &crc));
     PS_RETURN_IF_ERROR(f.Finish());
-    const fs::path rel(name);
-    if (name.empty() || rel.is_absolute() || name.find("..") != std::string::npos) {
+    if (!InsideBundle(name)) {
       return InvalidArgument(f.Path("name") + ": \"" + name + "\" is not a file inside the bundle");
     }
     const std::string file = dir + "/" + name;
@@ -275,9 +280,23 @@ Result<LoadedBundle> LoadBundle(const std::string& dir) {
       return DataLoss(file + ": " + std::to_string(sum->bytes) + " bytes, the manifest says " + std::to_string(bytes));
     }
     if (sum->crc != crc) return DataLoss(file + ": checksum mismatch (the file is damaged)");
-    has_weights = has_weights || name == kBundleWeights;
+    verified.insert(name);
   }
-  if (!has_weights) return DataLoss(path + ": files does not list " + kBundleWeights);
+  if (!verified.contains(kBundleWeights)) return DataLoss(path + ": files does not list " + kBundleWeights);
+  // ParseJob dlopens the job's plug-ins: only the verified copies under plugins/.
+  if (job_json->is_object() && job_json->contains("plugins")) {
+    const Json& plugins = (*job_json)["plugins"];
+    const std::string at = path + ".job.plugins";
+    if (!plugins.is_array()) return InvalidArgument(at + ": must be an array of file names");
+    for (size_t i = 0; i < plugins.size(); ++i) {
+      const std::string where = at + "[" + std::to_string(i) + "]";
+      const std::string name = plugins[i].is_string() ? plugins[i].get<std::string>() : "";
+      if (!InsideBundle(name) || *fs::path(name).begin() != "plugins") {
+        return InvalidArgument(where + ": " + plugins[i].dump() + " is not a file under the bundle's plugins/");
+      }
+      if (!verified.contains(name)) return DataLoss(where + ": \"" + name + "\" is not listed in files");
+    }
+  }
 
   auto job = job::ParseJob(*job_json, dir);
   if (!job.ok()) return job.status().WithContext(path);
@@ -310,21 +329,44 @@ Result<LoadedBundle> LoadModelDir(const std::string& model_dir, std::optional<in
                                   std::vector<std::string>* warnings) {
   LoadedBundle b;
   PS_ASSIGN_OR_RETURN(job::JobSpec job, ReadModelDirJob(model_dir));
+  PS_ASSIGN_OR_RETURN(b.model, model::BuildModel(job.model, "job.model"));
+  PS_ASSIGN_OR_RETURN(auto all, ckpt::ListCheckpoints(model_dir));  // oldest first
   ckpt::CheckpointInfo c;
   if (step) {
-    PS_ASSIGN_OR_RETURN(auto all, ckpt::ListCheckpoints(model_dir));
     auto it = std::find_if(all.begin(), all.end(), [&](const auto& x) { return x.global_step == *step; });
     if (it == all.end()) return NotFound(model_dir + ": no committed checkpoint at step " + std::to_string(*step));
     c = *it;
+    PS_ASSIGN_OR_RETURN(b.loaded, LoadCheckpoint(job, *b.model, c));
   } else {
-    // Every record read: a damaged newest checkpoint is skipped for the previous one, as
-    // a restore does.
-    PS_ASSIGN_OR_RETURN(auto found, ckpt::FindRestorable(model_dir, warnings, ckpt::Verify::kFull));
+    // The newest checkpoint that loads; a damaged one is skipped for the previous one,
+    // as a restore does. The data is read once: FindRestorable checks headers and
+    // footers only, and loading verifies every record's checksums (DataLoss naming the
+    // file), then falls back.
+    PS_ASSIGN_OR_RETURN(auto found, ckpt::FindRestorable(model_dir, warnings, ckpt::Verify::kFooters));
     if (!found) return NotFound(model_dir + ": no committed checkpoint");
-    c = *found;
+    std::vector<ckpt::CheckpointInfo> candidates{*found};
+    for (auto it = all.rbegin(); it != all.rend(); ++it) {
+      if (it->global_step < found->global_step) candidates.push_back(*it);
+    }
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      c = candidates[i];
+      Status st = i == 0 ? Status::Ok() : ckpt::VerifyCheckpoint(c, ckpt::Verify::kFooters);
+      if (st.ok()) {
+        auto loaded = LoadCheckpoint(job, *b.model, c);
+        if (loaded.ok()) {
+          b.loaded = std::move(*loaded);
+          break;
+        }
+        st = loaded.status();
+      }
+      if (st.code() != Code::kDataLoss) return st;  // an I/O error is not corruption
+      if (i + 1 == candidates.size()) return st;
+      if (warnings != nullptr) {
+        warnings->push_back(st.message() + "; checkpoint " + ckpt::CheckpointDirName(c.global_step) +
+                            " is corrupt, falling back to an older one");
+      }
+    }
   }
-  PS_ASSIGN_OR_RETURN(b.model, model::BuildModel(job.model, "job.model"));
-  PS_ASSIGN_OR_RETURN(b.loaded, LoadCheckpoint(job, *b.model, c));
   b.info = MakeInfo(b.loaded, *b.model);
   b.info.format_version = 0;
   std::error_code ec;

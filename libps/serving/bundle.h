@@ -75,9 +75,9 @@ struct LoadedBundle {
 };
 // Reads and verifies `dir`'s manifest and files and loads its values (LoadValues).
 Result<LoadedBundle> LoadBundle(const std::string& dir);
-// The checkpoint at `step` of model_dir, or without a step the newest one that passes a
-// full verification (damaged newer ones are skipped and named in `warnings`), loaded
-// as the evaluator loads it (LoadCheckpoint).
+// The checkpoint at `step` of model_dir, or without a step the newest one that loads
+// with every checksum passing (damaged newer ones are skipped and named in `warnings`;
+// each is read once), loaded as the evaluator loads it (LoadCheckpoint).
 Result<LoadedBundle> LoadModelDir(const std::string& model_dir, std::optional<int64_t> step,
                                   std::vector<std::string>* warnings);
 

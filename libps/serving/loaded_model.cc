@@ -63,10 +63,9 @@ Result<PassResult> ScoreData(const LoadedModel& loaded, model::Model& model, con
   PS_ASSIGN_OR_RETURN(auto sums, worker::EvaluateShard(job, data, model, *fetcher, 0, 1,
                                                        observe ? worker::BatchObserver(count) : nullptr, where));
   if (!observe) result.examples = sums.empty() ? 0 : sums[0].examples;
+  if (result.examples == 0) return InvalidArgument(where + ": no examples");  // as the evaluator
   if (!sums.empty() && sums[0].examples > 0) {
     PS_ASSIGN_OR_RETURN(result.metrics, worker::EvalFigures(model, sums));
-  } else if (!observe) {
-    return InvalidArgument(where + ": no examples");
   }
   return result;
 }

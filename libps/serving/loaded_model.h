@@ -63,7 +63,8 @@ struct PassResult {
 // One pass of `model` with `loaded`'s parameters over the data set `data` (relative paths
 // against `base_dir`; `where` names it in errors), through worker::EvaluateShard: the
 // evaluator's pass. `observe`, when set, sees every batch and its output in data order;
-// then unlabelled data is scored too (metrics nullopt).
+// then unlabelled data is scored too (metrics nullopt). Data without examples is
+// InvalidArgument "<where>: no examples", as in the evaluator.
 Result<PassResult> ScoreData(const LoadedModel& loaded, model::Model& model, const Json& data,
                              const std::string& base_dir, const std::string& where,
                              const worker::BatchObserver& observe = {});

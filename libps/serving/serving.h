@@ -91,8 +91,10 @@ class Scorer;
 class Bundle : public std::enable_shared_from_this<Bundle> {
  public:
   // Reads and verifies the bundle in `dir` and loads its parameters. Errors: NotFound
-  // (no bundle.json), DataLoss naming the damaged file, InvalidArgument for a bundle of
-  // an unknown format version or a model this build cannot construct (a missing plug-in).
+  // (no bundle.json); DataLoss naming a damaged or missing file of the bundle (a plug-in's
+  // copy included); InvalidArgument for a bundle of an unknown format version, a manifest
+  // naming files outside the bundle, or a model this build cannot construct (a plug-in
+  // built against another plug-in API, a layer type no plug-in provides).
   static Result<std::shared_ptr<const Bundle>> Load(const std::string& dir);
   ~Bundle();
 

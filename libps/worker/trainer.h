@@ -198,8 +198,12 @@ Result<EvalMetrics> Evaluate(const job::JobSpec& job, const Json& config, model:
 // figures of one pass over everything.
 //
 // This is the one scoring pass of pstrain: the evaluator, the chief's final evaluation,
-// inline evaluation and `pstrain predict` (libps/serving) all score through it, so their
-// scores for the same parameters are bit-identical. `observe`, when set, sees every batch
+// inline evaluation and `pstrain predict` (libps/serving) all score through it. The
+// evaluator, the final evaluation and `predict` score the whole data set (shard 0 of 1)
+// in batches of EvalBatchSize, so for the same parameters their scores and figures are
+// bit-identical; inline evaluation's shards cut the batches elsewhere and its sums are
+// merged in another order, so its figures agree with theirs to rounding only (a BLAS
+// kernel may round differently for another batch size). `observe`, when set, sees every batch
 // with its EvalOutput in data order (`pstrain predict` writes the scores); with an
 // observer, unlabelled data is scored too (its batches add nothing to the sums), without
 // one it is InvalidArgument. `where` names `config` in errors.

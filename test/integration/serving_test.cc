@@ -53,9 +53,28 @@ int Predict(const std::vector<std::string>& model_args, const std::filesystem::p
   return *rc;
 }
 
+// The chief's final evaluation line (model_dir/train_metrics.jsonl), or null.
+Json FinalEvalLine(const std::filesystem::path& model) {
+  for (const auto& l : ReadJsonLines(model / "train_metrics.jsonl")) {
+    if (l.contains("final_eval")) return l["final_eval"];
+  }
+  return nullptr;
+}
+
+// `m` (predict's --metrics) has exactly `want`'s figures (doubles compared exactly).
+void CheckSameMetrics(const Json& m, const Json& want) {
+  INFO(m.dump() << " vs " << want.dump());
+  CHECK(m["examples"] == want["examples"]);
+  CHECK(m["loss"].get<double>() == want["loss"].get<double>());
+  CHECK(m["accuracy"].get<double>() == want["accuracy"].get<double>());
+  CHECK(m.contains("auc") == want.contains("auc"));
+  if (want.contains("auc")) CHECK(m["auc"].get<double>() == want["auc"].get<double>());
+}
+
 // Export step `step` of `model`, predict from the bundle and from the checkpoint, run the
-// example program on the bundle; check everything against the evaluator on that step.
-// Returns the bundle's directory.
+// example program on the bundle; check everything against the evaluator on that step
+// and, for the final checkpoint, against the chief's final evaluation. Returns the
+// bundle's directory.
 std::filesystem::path ExportAndCompare(const TempDir& tmp, const std::filesystem::path& model, int64_t step,
                                        const Json& eval_data, int64_t examples) {
   const Json eval = EvaluatorLine(model, step);
@@ -80,17 +99,24 @@ std::filesystem::path ExportAndCompare(const TempDir& tmp, const std::filesystem
   const auto bundle_lines = Lines(s_bundle);
   CHECK(static_cast<int64_t>(bundle_lines.size()) == examples);
   CHECK(bundle_lines == Lines(s_ckpt));  // per example, bit-identical (9 significant digits)
-  // The metrics are exactly the evaluator's (doubles compared exactly).
+  // The metrics are exactly the evaluator's. The evaluator loads the checkpoint as
+  // predict does (LoadValues), so on the final checkpoint they are also compared with the
+  // chief's final evaluation, which pulls the values from the ps tasks' live stores over
+  // the network (no checkpoint file): the same floats (the final checkpoint is saved
+  // after the last update and before that evaluation), the same batches, OpenBLAS on one
+  // thread in every process: exactly equal.
+  const Json final_eval = FinalEvalLine(model);
+  REQUIRE(final_eval.is_object());
   for (const auto& path : {m_bundle, m_ckpt}) {
     auto m = ReadJsonFile(path.string());
     REQUIRE(m.ok());
-    INFO(path.string() << ": " << m->dump() << " vs the evaluator's " << eval.dump());
+    INFO(path.string() << " against the evaluator's line");
     CHECK((*m)["step"] == step);
-    CHECK((*m)["examples"] == eval["examples"]);
-    CHECK((*m)["loss"].get<double>() == eval["loss"].get<double>());
-    CHECK((*m)["accuracy"].get<double>() == eval["accuracy"].get<double>());
-    CHECK(m->contains("auc") == eval.contains("auc"));
-    if (eval.contains("auc")) CHECK((*m)["auc"].get<double>() == eval["auc"].get<double>());
+    CheckSameMetrics(*m, eval);
+    if (final_eval["step"] == step) {
+      INFO("against the chief's final evaluation");
+      CheckSameMetrics(*m, final_eval);
+    }
   }
 
   // The public API in a program of its own: the first batch, scored alone, as predict did.
@@ -138,7 +164,8 @@ TEST_CASE("a dense MLP: export, predict from bundle and checkpoint, the C++ API;
   const auto scores200 = Lines(tmp / "scores-bundle.txt");
   // Another checkpoint scores differently: the comparisons can tell checkpoints apart.
   const auto b100 = ExportAndCompare(tmp, model, 100, eval_data, 10000);
-  CHECK(Lines(tmp / "scores-bundle.txt") != scores200);
+  const auto scores100 = Lines(tmp / "scores-bundle.txt");
+  CHECK(scores100 != scores200);
 
   // Adam's two slots are gone: the bundle is about a third of the checkpoint.
   uint64_t ckpt_bytes = 0;
@@ -161,6 +188,46 @@ TEST_CASE("a dense MLP: export, predict from bundle and checkpoint, the C++ API;
   auto usage = StartLauncher({"predict", "--model", b200.string()}, "pstrain predict");
   CHECK(usage->WaitExit(30s) == std::optional<int>(2));
   CHECK(usage->HasLine("pstrain predict: --data DATA is required"));
+  // Predict and export without --step take the newest checkpoint that verifies: a damaged
+  // ckpt-200 is named in a warning and ckpt-100 used.
+  FlipByte(model / "ckpt-200" / "ps-1.shard");
+  const auto s_fallback = tmp / "s-fallback.txt", m_fallback = tmp / "m-fallback.json";
+  auto fallback = StartLauncher({"predict", "--model", model.string(), "--data", data.string(), "--out",
+                                 s_fallback.string(), "--metrics", m_fallback.string()}, "pstrain predict");
+  CHECK(fallback->WaitExit(120s) == std::optional<int>(0));
+  CHECK(fallback->HasLine("pstrain predict: warning: "));
+  CHECK(fallback->HasLine("ckpt-200"));
+  CHECK(Lines(s_fallback) == scores100);
+  auto m_fb = ReadJsonFile(m_fallback.string());
+  REQUIRE(m_fb.ok());
+  CHECK((*m_fb)["step"] == 100);
+  auto exp_fb = StartLauncher({"export", model.string(), "--out", (tmp / "b-fallback").string()}, "pstrain export");
+  CHECK(exp_fb->WaitExit(120s) == std::optional<int>(0));
+  CHECK(exp_fb->HasLine("pstrain export: warning: "));
+  CHECK(exp_fb->HasLine("exported step 100 of"));
+
+  // Usage errors exit 2: --step with a bundle, --data that is not JSON.
+  auto step_on_bundle = StartLauncher(
+      {"predict", "--model", b200.string(), "--step", "200", "--data", data.string()}, "pstrain predict");
+  CHECK(step_on_bundle->WaitExit(30s) == std::optional<int>(2));
+  CHECK(step_on_bundle->HasLine("--step: " + b200.string() + " is a bundle"));
+  auto not_json = StartLauncher({"predict", "--model", b200.string(), "--data", "{not json"}, "pstrain predict");
+  CHECK(not_json->WaitExit(30s) == std::optional<int>(2));
+  CHECK(not_json->HasLine("--data: malformed JSON"));
+  // Data without examples is an error, as in the evaluator; no score file is left.
+  WriteFile(tmp / "empty.libsvm", "");
+  WriteFile(tmp / "empty.json", Json{{"format", "libsvm"}, {"path", "empty.libsvm"}, {"num_features", 784}}.dump());
+  auto empty = StartLauncher({"predict", "--model", b200.string(), "--data", (tmp / "empty.json").string(), "--out",
+                              (tmp / "s-empty.txt").string()}, "pstrain predict");
+  CHECK(empty->WaitExit(60s) == std::optional<int>(1));
+  CHECK(empty->HasLine("pstrain predict: --data: no examples"));
+  CHECK(!std::filesystem::exists(tmp / "s-empty.txt"));
+  // A directory that is neither a bundle nor a model dir says so.
+  std::filesystem::create_directories(tmp / "neither");
+  auto neither = StartLauncher({"predict", "--model", (tmp / "neither").string(), "--data", data.string()},
+                               "pstrain predict");
+  CHECK(neither->WaitExit(30s) == std::optional<int>(1));
+  CHECK(neither->HasLine("neither a bundle (no bundle.json) nor a model dir (no job.json)"));
   auto help = StartLauncher({"export", "--help"}, "pstrain export");
   CHECK(help->WaitExit(30s) == std::optional<int>(0));
   CHECK(help->HasLine("usage: pstrain export MODEL_DIR --out DIR [--step N]"));

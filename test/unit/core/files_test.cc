@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "libps/core/crc32c.h"
 #include "libps/core/files.h"
 
 namespace ps {
@@ -57,6 +58,30 @@ TEST_CASE("AppendOnlyFile: a directory that does not exist is an error naming th
   auto a = AppendOnlyFile::Open("/nonexistent-pstrain-dir/log.jsonl");
   REQUIRE_FALSE(a.ok());
   CHECK_THAT(a.status().message(), Catch::Contains("/nonexistent-pstrain-dir/log.jsonl: open"));
+}
+
+TEST_CASE("SumFile and ReadChunks: size and CRC over chunks, errors name the path, a chunk can fail the read") {
+  auto dir = std::filesystem::temp_directory_path() / ("pstrain-sum-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "f").string();
+  // Larger than one chunk (4 MiB), so that the CRC is extended across chunks.
+  std::string bytes(size_t{9} << 20, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i * 131 % 251);
+  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  auto sum = SumFile(path);
+  REQUIRE(sum.ok());
+  CHECK(sum->bytes == bytes.size());
+  CHECK(sum->crc == MaskedCrc32c(Crc32c(0, bytes.data(), bytes.size())));
+  int chunks = 0;
+  Status st = ReadChunks(path, [&](std::span<const unsigned char>) {
+    return ++chunks == 2 ? DataLoss("stop") : Status::Ok();
+  });
+  CHECK(st.message() == "stop");
+  CHECK(chunks == 2);
+  auto missing = SumFile((dir / "missing").string());
+  CHECK(missing.status().code() == Code::kNotFound);
+  CHECK_THAT(missing.status().message(), Catch::Contains((dir / "missing").string()));
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -89,3 +89,28 @@ TEST_CASE("--data: JSON text from the current directory, or a file from its own"
   CHECK(!ReadDataArg(tmp / "missing.json").ok());
   CHECK(ReadDataArg("{not json").status().code() == Code::kInvalidArgument);
 }
+
+TEST_CASE("--metrics FILE: the metrics as JSON; without labels an old FILE is removed and the note says so") {
+  ps::testing::TempDir tmp;
+  const std::string path = tmp / "m.json";
+  worker::EvalMetrics m;
+  m.examples = 10;
+  m.accuracy = 0.5;
+  m.loss = 0.25;
+  auto written = WriteMetricsFile(path, 7, m);
+  REQUIRE(written.ok());
+  CHECK(written->empty());
+  auto json = ReadJsonFile(path);
+  REQUIRE(json.ok());
+  CHECK((*json)["step"] == 7);
+  CHECK((*json)["examples"] == 10);
+  CHECK((*json)["loss"] == 0.25);
+
+  auto none = WriteMetricsFile(path, 8, std::nullopt);
+  REQUIRE(none.ok());
+  CHECK(*none == "--metrics " + path + ": not written: the data has no labels (the old file was removed)");
+  CHECK(!std::filesystem::exists(path));
+  none = WriteMetricsFile(path, 8, std::nullopt);
+  REQUIRE(none.ok());
+  CHECK(*none == "--metrics " + path + ": not written: the data has no labels");
+}

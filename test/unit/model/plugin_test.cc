@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "libps/model/plugins.h"
+#include "test/support/temp_dir.h"
 #include "test/unit/model/grad_check.h"
 #include "test/unit/model/op_check.h"
 
@@ -45,6 +46,27 @@ TEST_CASE("plug-ins load once; bad libraries and other API versions are refused 
   CHECK(st.message().starts_with("job.plugins[2]: /nonexistent/libnothing.so: cannot load: "));
   st = LoadPlugin(Env("PSTRAIN_NOT_A_PLUGIN"), "job.plugins[3]");
   CHECK(st.message().ends_with(": not a pstrain plug-in (no PSTRAIN_PLUGIN_LAYERS(...) in it)"));
+}
+
+TEST_CASE("a copy of a loaded plug-in (a bundle's) is that plug-in; another library with its type is refused") {
+  LoadExample();
+  const pstrain::plugin::LayerType* prelu = FindPluginLayer("prelu");
+  REQUIRE(prelu != nullptr);
+  ps::testing::TempDir tmp;
+  const std::string bytes = ps::testing::ReadBytes(Env("PSTRAIN_EXAMPLE_PLUGIN"));
+  for (const std::string name : {"a/libexample_layers.so", "b/libexample_layers.so", "libprelu..so"}) {
+    ps::testing::WriteBytes(tmp / name, bytes);
+    ps::Status st = LoadPlugin(tmp / name, "job.plugins[0]");
+    INFO(name << ": " << st.ToString());
+    CHECK(st.ok());
+    CHECK(FindPluginLayer("prelu") == prelu);  // the first copy's, not reregistered
+  }
+  // Another library (one more byte at the end: it still loads) registering "prelu".
+  ps::testing::WriteBytes(tmp / "other.so", bytes + '\0');
+  ps::Status st = LoadPlugin(tmp / "other.so", "job.plugins[1]");
+  CHECK(st.code() == ps::Code::kInvalidArgument);
+  CHECK(st.message() == "job.plugins[1]: " + (tmp / "other.so") + ": layer type \"prelu\" is already registered by " +
+                            Env("PSTRAIN_EXAMPLE_PLUGIN"));
 }
 
 TEST_CASE("plug-in layer prelu: forward against its definition, gradients against finite differences") {

@@ -2,7 +2,9 @@
 // checkpoint written from a Store trained in-process (Adam slots, a lazy table), exported,
 // read back and scored; and every way a bundle can be damaged.
 #include <catch2/catch.hpp>
+#include <sys/stat.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <random>
@@ -60,14 +62,38 @@ model::Batch MakeBatch(int64_t n, uint64_t seed) {
   return b;
 }
 
+// A graph with examples/plugin's layer "prelu" (the library at `plugin`) on 2 dense inputs.
+Json PluginJobJson(const std::string& plugin) {
+  Json job = Json::parse(R"({
+    "model": {"type": "graph", "inputs": [{"name": "x", "type": "dense", "dim": 2}],
+              "layers": [{"name": "h", "type": "dense", "inputs": ["x"], "units": 4},
+                         {"name": "act", "type": "prelu", "inputs": ["h"], "alpha_init": 0.1},
+                         {"name": "out", "type": "dense", "inputs": ["act"], "units": 1}],
+              "outputs": [{"layer": "out", "loss": "sigmoid_cross_entropy"}]},
+    "train_data": {"format": "libsvm", "path": "unused.libsvm", "num_features": 2},
+    "optimizer": {"type": "adam", "learning_rate": 0.05},
+    "batch_size": 16, "steps": 100, "seed": 9
+  })");
+  job["plugins"] = Json::array({plugin});
+  return job;
+}
+
+model::Batch DenseBatch(int64_t n) {
+  model::Batch b;
+  b.size = n;
+  b.dense_dim = 2;
+  for (int64_t i = 0; i < 2 * n; ++i) b.dense.push_back(static_cast<float>(i % 7) / 3.0f - 1.0f);
+  return b;
+}
+
 // model_dir with job.json and a committed ckpt-<kStep> of 2 ps tasks, trained in-process
-// through the same plan and fetcher a worker uses.
+// (`train`: through the same plan and fetcher a worker uses; else the initial values).
 struct ModelDir {
   TempDir tmp;
   std::string dir = tmp / "model";
 
-  ModelDir() {
-    Json json = JobJson();
+  explicit ModelDir(const Json& job_json = JobJson(), bool train = true) {
+    Json json = job_json;
     json["base_dir"] = tmp.path();
     WriteBytes(dir + "/job.json", json.dump(2));
     auto job = job::ParseJob(json, tmp.path());
@@ -92,7 +118,7 @@ struct ModelDir {
     auto fetcher = worker::ParamFetcher::Create(*plan, std::move(links));
     REQUIRE(fetcher.ok());
     model::Grads grads;
-    for (int64_t step = 0; step < kStep; ++step) {
+    for (int64_t step = 0; train && step < kStep; ++step) {
       model::Batch batch = MakeBatch(16, 100 + static_cast<uint64_t>(step));
       REQUIRE((*fetcher)->Fetch(**model, batch).ok());
       REQUIRE((**model).ForwardBackward(batch, (*fetcher)->params(), &grads).ok());
@@ -242,6 +268,27 @@ TEST_CASE("a loaded bundle scores bit-identically to the checkpoint it came from
   CHECK(keep->Score(bad).status().code() == Code::kInvalidArgument);
 }
 
+TEST_CASE("scoring data without examples is an error, as in the evaluator, with or without an observer") {
+  ModelDir md;
+  auto b = LoadBundle(Exported(md));
+  REQUIRE(b.ok());
+  WriteBytes(md.tmp / "empty.libsvm", "");
+  const Json data = {{"format", "libsvm"}, {"path", "empty.libsvm"}, {"num_features", 10}};
+  int batches = 0;
+  for (bool observe : {false, true}) {
+    auto pass = ScoreData(b->loaded, *b->model, data, md.tmp.path(), "--data",
+                          observe ? worker::BatchObserver([&](const model::Batch&, const model::EvalOutput&) {
+                            ++batches;
+                            return Status::Ok();
+                          })
+                                  : worker::BatchObserver());
+    INFO("observe " << observe << ": " << pass.status().ToString());
+    CHECK(pass.status().code() == Code::kInvalidArgument);
+    CHECK(pass.status().message() == "--data: no examples");
+  }
+  CHECK(batches == 0);
+}
+
 TEST_CASE("scorers of one bundle score concurrently, each as it would alone") {
   ModelDir md;
   auto bundle = Bundle::Load(Exported(md));
@@ -323,6 +370,13 @@ TEST_CASE("damage to a bundle is DataLoss naming the file") {
   expect("weights not listed", Code::kDataLoss, "does not list weights.shard");
   EditManifest(out, [](Json& m) { m["files"][0]["name"] = "../model/job.json"; });
   expect("a path outside", Code::kInvalidArgument, "is not a file inside the bundle");
+  // Plug-ins: only verified files under plugins/ are loaded.
+  EditManifest(out, [](Json& m) { m["job"]["plugins"] = Json::array({"plugins/0-libx.so"}); });
+  expect("an unlisted plug-in", Code::kDataLoss, "job.plugins[0]: \"plugins/0-libx.so\" is not listed in files");
+  for (const std::string name : {"/usr/lib/libx.so", "plugins/../../model/libx.so", "weights.shard", ""}) {
+    EditManifest(out, [&](Json& m) { m["job"]["plugins"] = Json::array({name}); });
+    expect("plug-in " + name, Code::kInvalidArgument, "job.plugins[0]: \"" + name + "\" is not a file under");
+  }
   EditManifest(out, [](Json& m) { m["job"]["partitioner"]["num_shards"] = 3; });
   // The weights load into any partitioning (the restore reshards), but the manifest's
   // variable list then disagrees with what was loaded.
@@ -350,6 +404,15 @@ TEST_CASE("export refuses an existing bundle, names a missing step, and writes i
   auto into_empty = ExportBundle({.model_dir = md.dir, .step = kStep, .out_dir = md.tmp / "empty"});
   REQUIRE(into_empty.ok());
   CHECK(LoadBundle(md.tmp / "empty").ok());
+  // A trailing separator names the same directory.
+  auto slash = ExportBundle({.model_dir = md.dir, .step = kStep, .out_dir = md.tmp / "slash/"});
+  INFO(slash.status().ToString());
+  REQUIRE(slash.ok());
+  CHECK(slash->info.dir == md.tmp / "slash");
+  CHECK(LoadBundle(md.tmp / "slash").ok());
+  std::set<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(md.tmp.path())) names.insert(e.path().filename().string());
+  CHECK(names == std::set<std::string>{"bundle", "empty", "model", "slash"});
   // A damaged newest checkpoint with nothing older: a DataLoss naming it, no bundle.
   const std::string shard = md.dir + "/ckpt-40/ps-1.shard";
   std::string bytes = ReadBytes(shard);
@@ -359,6 +422,72 @@ TEST_CASE("export refuses an existing bundle, names a missing step, and writes i
   CHECK(damaged.status().code() == Code::kDataLoss);
   CHECK(damaged.status().message().find("ps-1.shard") != std::string::npos);
   CHECK(!std::filesystem::exists(md.tmp / "b2"));
+}
+
+TEST_CASE("the bundle directory has the mode of a directory this process creates, not mkdtemp's 0700") {
+  ModelDir md;
+  for (mode_t mask : {mode_t{022}, mode_t{027}}) {
+    const mode_t old = ::umask(mask);
+    const std::string out = md.tmp / ("bundle-" + std::to_string(mask));
+    auto r = ExportBundle({.model_dir = md.dir, .step = std::nullopt, .out_dir = out});
+    ::umask(old);
+    REQUIRE(r.ok());
+    struct stat st {};
+    REQUIRE(::stat(out.c_str(), &st) == 0);
+    INFO("umask " << std::oct << mask << ": mode " << (st.st_mode & 07777));
+    CHECK((st.st_mode & 07777) == (0777 & ~mask));
+    REQUIRE(::stat((out + "/weights.shard").c_str(), &st) == 0);
+    CHECK((st.st_mode & 0444) == (0444 & ~mask));  // readable by whom the umask allows
+  }
+}
+
+TEST_CASE("one process loads several bundles of a plug-in model, and one bundle by two paths") {
+  const char* plugin = std::getenv("PSTRAIN_EXAMPLE_PLUGIN");
+  REQUIRE(plugin != nullptr);
+  ModelDir md(PluginJobJson(plugin), false);  // the job loads the plug-in from where it was built
+  const std::string b1 = Exported(md, "b1"), b2 = Exported(md, "b2");
+  CHECK(ReadBytes(b1 + "/plugins/0-libexample_layers.so") == ReadBytes(plugin));
+  const model::Batch batch = DenseBatch(8);
+  std::vector<float> first;
+  // Each bundle has its own copy of the library; "./" names the same copy another way.
+  for (const std::string& dir : {b1, b2, md.tmp.path() + "/./b1"}) {
+    auto bundle = Bundle::Load(dir);
+    INFO(dir << ": " << bundle.status().ToString());
+    REQUIRE(bundle.ok());
+    auto scorer = (*bundle)->NewScorer();
+    REQUIRE(scorer.ok());
+    auto scores = (*scorer)->Score(batch);
+    REQUIRE(scores.ok());
+    if (first.empty()) first = scores->heads[0];
+    CHECK(scores->heads[0] == first);
+  }
+  // A plug-in whose name has ".." in it (not as a path component).
+  TempDir lib;
+  WriteBytes(lib / "libprelu..so", ReadBytes(plugin));
+  ModelDir dots(PluginJobJson(lib / "libprelu..so"), false);
+  const std::string b3 = Exported(dots);
+  CHECK(std::filesystem::exists(b3 + "/plugins/0-libprelu..so"));
+  auto bundle = Bundle::Load(b3);
+  INFO(bundle.status().ToString());
+  CHECK(bundle.ok());
+}
+
+TEST_CASE("an export that fails after making its temporary directory removes it") {
+  const char* plugin = std::getenv("PSTRAIN_EXAMPLE_PLUGIN");
+  REQUIRE(plugin != nullptr);
+  TempDir lib;
+  WriteBytes(lib / "libgone.so", ReadBytes(plugin));
+  ModelDir md(PluginJobJson(lib / "libgone.so"), false);
+  // The job still loads (the library is loaded already), but its copy into the bundle,
+  // after the weights were written, fails.
+  std::filesystem::remove(lib / "libgone.so");
+  auto r = ExportBundle({.model_dir = md.dir, .step = std::nullopt, .out_dir = md.tmp / "bundle"});
+  INFO(r.status().ToString());
+  CHECK(r.status().code() == Code::kNotFound);
+  CHECK(r.status().message().find(lib / "libgone.so") != std::string::npos);
+  std::set<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(md.tmp.path())) names.insert(e.path().filename().string());
+  CHECK(names == std::set<std::string>{"model"});
 }
 
 }  // namespace
