@@ -206,6 +206,7 @@ void Chief::Execute(const Action& action) {
           coordinator_->CancelQueued(a.why);
         } else if constexpr (std::is_same_v<A, act::PauseDispatch>) {
           coordinator_->Pause(a.why);
+          ReleasePulls(a.why);
         } else if constexpr (std::is_same_v<A, act::ResumeDispatch>) {
           coordinator_->Resume();
         } else if constexpr (std::is_same_v<A, act::Report>) {

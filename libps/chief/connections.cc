@@ -85,6 +85,22 @@ std::set<size_t> Chief::LostPs() {
   return lost;
 }
 
+void Chief::ReleasePulls(const Status& why) {
+  std::vector<std::shared_ptr<net::Client>> live;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& c : ps_) {
+      if (c != nullptr && c->health().ok()) live.push_back(c);
+    }
+  }
+  for (const auto& c : live) {
+    c->CallAsync(proto::ReleasePulls{why.message()}, {}, {}, net::Millis{0},
+                 [name = c->peer_name()](Result<net::Reply> r) {
+                   if (!r.ok()) PS_LOG(Warning) << "releasing the waiting pulls of " << name << ": " << r.status().message();
+                 });
+  }
+}
+
 Event Chief::ReconnectPs(int i, Time deadline) {
   SetState("recovering");
   const auto index = static_cast<size_t>(i);

@@ -99,6 +99,11 @@ class Chief {
   // The ps tasks whose connection broke. A broken client's health() fails before its
   // OnBroken callback has run: both count.
   std::set<size_t> LostPs();
+  // Tells every live ps to fail the pulls waiting for an update, and those that would
+  // wait, until the restore (proto::ReleasePulls): with a ps down, a worker's pull for the
+  // next sync update can wait for a gradient that a worker whose step failed never
+  // pushes, and the packs in flight must end before the chief restores. No reply awaited.
+  void ReleasePulls(const Status& why);
   // Waits until `deadline` for lost ps `i` to come back and recreates its shards.
   // I/O thread. PsBack or RecoveryFailed.
   Event ReconnectPs(int i, Time deadline);

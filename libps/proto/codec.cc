@@ -111,6 +111,8 @@ Offset<void> EncodeBody(FlatBufferBuilder& fbb, const Body& body) {
             offsets.push_back(w::CreateHeadSums(fbb, h.examples, h.loss_sum, h.correct, h.scores));
           }
           return w::CreateEvaluateShardReplyDirect(fbb, &offsets).Union();
+        } else if constexpr (std::is_same_v<M, ReleasePulls>) {
+          return w::CreateReleasePullsDirect(fbb, m.reason.c_str()).Union();
         } else {
           static_assert(!sizeof(M*), "message without an encoder");
         }
@@ -262,6 +264,7 @@ Result<Body> DecodeBody(const w::Envelope* env) {
       }
       return Body(std::move(r));
     }
+    case w::Body::ReleasePulls: return Body(ReleasePulls{Str(env->body_as_ReleasePulls()->reason())});
   }
   return ProtocolError("unknown message type " +
                        std::to_string(static_cast<int>(env->body_type())));

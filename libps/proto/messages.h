@@ -180,6 +180,7 @@ struct RunStepsReply {
 };
 
 struct Stop { std::string reason; };
+struct ReleasePulls { std::string reason; };  // chief -> ps (pstrain.fbs)
 struct GetStatus {};
 
 // --- status: what a ps answers to GetStatus, and the chief's whole-cluster status, which
@@ -276,7 +277,8 @@ using Body = std::variant<Hello, HelloReply, HelloProof, Error, Ack, Ping, Shutd
                           CreateShards, Pull, PullReply, Push, PushReply,
                           StartJob, RunSteps, RunStepsReply,
                           Stop, GetStatus, PsStatusReply, ChiefStatusReply,
-                          Save, SaveReply, Restore, EvaluateShard, EvaluateShardReply>;
+                          Save, SaveReply, Restore, EvaluateShard, EvaluateShardReply,
+                          ReleasePulls>;
 
 // Name of the body's message type, for logs and errors ("Pull").
 const char* BodyName(const Body& body);

@@ -113,6 +113,7 @@ Result<proto::Body> Service::HandleLongOp(const proto::Body& body, const net::Pe
     std::lock_guard lock(mode_mu_);
     base_version_ = m.global_step;
     sync_.clear();
+    pulls_released_.reset();
     // Workers keep counting their steps across a restore (a restarted ps knows none):
     // until a worker is heard from again it holds nobody back.
     clocks_.assign(clocks_.size(), -1);
@@ -158,6 +159,15 @@ void Service::Handle(net::Request request, net::Responder responder) {
   }
   if (Status st = CheckGeneration(request); !st.ok()) return responder.Fail(st);
   if (auto* m = std::get_if<proto::Pull>(&body)) return PullOrWait(std::move(*m), std::move(responder));
+  if (auto* m = std::get_if<proto::ReleasePulls>(&body)) {
+    const Status why = Aborted("pull released: " + (m->reason.empty() ? "the chief is recovering" : m->reason));
+    {
+      std::lock_guard lock(mode_mu_);
+      pulls_released_ = why;
+    }
+    FailParked(why);
+    return responder.Reply(proto::Ack{});
+  }
   if (std::holds_alternative<proto::GetStatus>(body)) {
     std::function<proto::PsStatus()> source;
     {
@@ -202,6 +212,7 @@ Status Service::CreateShards(const proto::CreateShards& msg) {
   bool changed = false;
   {
     std::lock_guard lock(mode_mu_);
+    pulls_released_.reset();  // a new chief's job, or a ps being recreated
     if (!(update == update_)) {
       update_ = update;
       mode_.store(update.StepMode());
@@ -543,6 +554,7 @@ void Service::PullOrWait(proto::Pull msg, net::Responder responder) {
         Seen(msg.worker, step);
       }
       if (!Ready(msg, *info, step)) {
+        if (pulls_released_) return responder.Fail(*pulls_released_);
         ++waited_pulls_;
         parked_.push_back({std::move(msg), std::move(*info), step, std::move(responder)});
         return;

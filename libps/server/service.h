@@ -192,6 +192,9 @@ class Service {
   int64_t max_lead_ = 0;
   uint64_t waited_pulls_ = 0;
   std::vector<Parked> parked_;
+  // Set by ReleasePulls (a ps is down): a pull that would wait fails with this instead,
+  // until the next Restore or CreateShards.
+  std::optional<Status> pulls_released_;
   std::atomic<uint64_t> stale_{0};
   std::atomic<uint64_t> generation_{0};
   std::shared_mutex fence_;          // pushes: shared from check to applied; a new generation: exclusive

@@ -487,6 +487,37 @@ TEST_CASE("sync mode: a pull for the next update waits, holding no thread, until
   CHECK(failed.status().code() == Code::kAborted);
 }
 
+TEST_CASE("sync mode: ReleasePulls (a ps is down) fails the waiting pulls and those that would wait, until a CreateShards") {
+  PsFixture fx;
+  auto c = fx.Connect();
+  const auto create = ModeCreate(Mode(::ps::server::UpdateMode::kSync, 0, 0, 2), R"({"type":"sgd","learning_rate":1.0})");
+  REQUIRE(c->CallSync(create).ok());
+  std::vector<float> out(6);
+  // Worker 0 waits for update 0, which worker 1 (its step failed on the dead ps) never pushes.
+  REQUIRE(c->CallSync(ModePush({All("w", 0)}, 0, 0), Floats({1, 1, 1, 1, 1, 1})).ok());
+  auto waiting = ModePull(*c, 0, 1, out);
+  REQUIRE(Eventually([&] { return fx.service.update_stats().waited_pulls == 1; }));
+  REQUIRE(c->CallSync(proto::ReleasePulls{"ps:1 is down"}).ok());
+  auto released = waiting.get();
+  REQUIRE_FALSE(released.ok());
+  CHECK(released.status().code() == Code::kAborted);
+  CHECK_THAT(released.status().message(), Catch::Contains("ps:1 is down"));
+  // A pull arriving after the release (it was in flight) fails at once instead of parking.
+  auto late = ModePull(*c, 0, 1, out).get();
+  REQUIRE_FALSE(late.ok());
+  CHECK(late.status().code() == Code::kAborted);
+  CHECK(fx.service.update_stats().waited_pulls == 1);
+  // A pull that needs no wait is served as usual.
+  CHECK(ModePull(*c, 1, 0, out).get().ok());
+  // The recovery's CreateShards (or Restore) ends the release: pulls wait again.
+  REQUIRE(c->CallSync(create).ok());
+  auto again = ModePull(*c, 0, 1, out);
+  REQUIRE(Eventually([&] { return fx.service.update_stats().waited_pulls == 2; }));
+  CHECK(again.wait_for(std::chrono::seconds(0)) == std::future_status::timeout);
+  fx.service.RequestStop({"test"});
+  CHECK_FALSE(again.get().ok());
+}
+
 // ---- hybrid update modes: a mode per variable class ------------------------------
 
 namespace {
