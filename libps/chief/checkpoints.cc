@@ -135,7 +135,9 @@ Status Chief::RestoreNewest() {
   }
   for (const auto& c : candidates) {
     const int64_t step = c.restored_step();
-    const std::string name = c.dir + (c.deltas.empty() ? std::string() : " + " + std::to_string(c.deltas.size()) + " delta(s) to step " + std::to_string(step));
+    const std::string name =
+        c.dir + (c.deltas.empty() ? std::string()
+                                  : " + " + std::to_string(c.deltas.size()) + " delta(s) to step " + std::to_string(step));
     // Any ps count and partitioning: each ps reads the rows of its shards from whichever
     // shard files hold them (ckpt::RestoreStore).
     PS_RETURN_IF_ERROR(CheckVariablesMatch(c));
@@ -152,7 +154,8 @@ Status Chief::RestoreNewest() {
         chain_ = Chain{ManifestBytes(c.manifest), static_cast<int>(c.deltas.size()), 0};
         for (const auto& d : c.deltas) chain_.delta_bytes += ManifestBytes(d.manifest);
       }
-      PS_LOG(Info) << (warm ? "warm-started from " : "restored ") << name << (last_saved_ && last_saved_->final ? " (final)" : "")
+      PS_LOG(Info) << (warm ? "warm-started from " : "restored ") << name
+                   << ((c.deltas.empty() ? c.manifest : c.deltas.back().manifest).final ? " (final)" : "")
                    << (c.manifest.num_ps != static_cast<int>(ps_.size())
                            ? " (written by " + std::to_string(c.manifest.num_ps) + " ps task(s), resharded onto " +
                                  std::to_string(ps_.size()) + ")"

@@ -195,11 +195,16 @@ std::string ManifestDir(const std::string& model_dir, const Manifest& m) {
 }
 
 Result<std::string> CreateDeltaDir(const std::string& model_dir, int64_t base, int64_t step) {
-  if (step <= base || base < 0) return InvalidArgument(model_dir + ": delta step " + std::to_string(step) + " not after its base " + std::to_string(base));
+  if (step <= base || base < 0) {
+    return InvalidArgument(model_dir + ": delta step " + std::to_string(step) + " not after its base " +
+                           std::to_string(base));
+  }
   const std::string parent = CheckpointPath(model_dir, base);
   const std::string dir = DeltaPath(model_dir, base, step);
   std::error_code ec;
-  if (!fs::is_directory(parent, ec)) return FailedPrecondition(parent + ": the delta's base checkpoint does not exist");
+  if (!fs::is_directory(parent, ec)) {
+    return FailedPrecondition(parent + ": the delta's base checkpoint does not exist");
+  }
   fs::create_directory(dir, ec);
   if (ec) return IoError(dir + ": cannot create directory: " + ec.message());
   if (!fs::is_directory(dir, ec)) return IoError(dir + ": exists and is not a directory");

@@ -66,7 +66,7 @@ struct Manifest {
   // Deltas only ("base", "parent" in the JSON; absent for a full checkpoint): the full
   // checkpoint's step, and the step of the checkpoint this is a delta of
   // (base <= parent < global_step).
-  std::optional<int64_t> base;
+  std::optional<int64_t> base = std::nullopt;
   int64_t parent = 0;
 };
 

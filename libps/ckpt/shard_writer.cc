@@ -132,7 +132,9 @@ Status ShardWriter::Append(const ShardRecordView& r) {
     }
     return true;
   };
-  if (sparse && !ascending(r.row_ids)) return InvalidArgument(what + ": row_ids must be strictly ascending in [0, rows)");
+  if (sparse && !ascending(r.row_ids)) {
+    return InvalidArgument(what + ": row_ids must be strictly ascending in [0, rows)");
+  }
   if (!r.deleted_ids.empty() && (!r.delta || !l.lazy)) {
     return InvalidArgument(what + ": deleted_ids need a delta record of a lazy shard");
   }
