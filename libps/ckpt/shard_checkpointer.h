@@ -29,8 +29,12 @@ class ShardCheckpointer : public server::Checkpointer {
   // stamps the restored lazy rows as pushed at it. Later deltas may build on it.
   Status Restore(const proto::Restore& m) override;
 
-  // The parents a delta may name: steps saved or restored, newest kept.
-  static constexpr size_t kKeptEpochs = 16;
+  // The parents a delta may name: the newest steps saved or restored. The chief names the
+  // newest committed one, which is one of these unless two saves in a row were not
+  // committed (then this ps refuses and the chief saves in full). It bounds the eviction
+  // log (Store::ForgetEvictions) to what these checkpoints' deltas need: 16 bytes per row
+  // evicted over about two checkpoint intervals, whether or not deltas are used.
+  static constexpr size_t kKeptEpochs = 2;
 
  private:
   server::Store* store_;
