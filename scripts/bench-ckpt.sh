@@ -5,6 +5,7 @@
 # will live on), removes it afterwards and prints the table.
 #
 #   scripts/bench-ckpt.sh [--gib 1.0] [--repeat 3] [--optimizer sgd|adam|...] [--shards 16] [--ps 2]
+#                         [--delta-fraction 0.01]   (a delta checkpoint after that share of rows changed; 0: none)
 #
 # Run as root to drop the page cache before reads; otherwise reads come from memory and
 # the output says so.

@@ -11,6 +11,14 @@
 
 namespace ps::chief {
 
+namespace {
+uint64_t ManifestBytes(const ckpt::Manifest& m) {
+  uint64_t n = 0;
+  for (const auto& s : m.shards) n += s.bytes;
+  return n;
+}
+}  // namespace
+
 Status Chief::PrepareModelDir() {
   if (job_.model_dir.empty()) return InvalidArgument("job.model_dir: not set (or pass --model-dir DIR)");
   std::error_code ec;
@@ -112,38 +120,58 @@ Status Chief::RestoreNewest() {
     PS_LOG(Info) << "no checkpoint in " << job_.model_dir << ": starting at step 0";
     return Status::Ok();
   }
+  // Newest first: the chain found (base + deltas), then shorter ones (a delta whose data
+  // turns out corrupt while the ps tasks read it), then the older full checkpoints.
+  std::vector<ckpt::CheckpointInfo> candidates;
+  for (ckpt::CheckpointInfo c = **found;;) {
+    candidates.push_back(c);
+    if (c.deltas.empty()) break;
+    c.deltas.pop_back();
+  }
   PS_ASSIGN_OR_RETURN(auto all, ckpt::ListCheckpoints(dir));
   std::reverse(all.begin(), all.end());  // newest first
-  for (const auto& c : all) {
-    if (c.global_step > (**found).global_step) continue;  // newer ones failed verification
+  for (auto& c : all) {
+    if (c.global_step < (**found).global_step) candidates.push_back(std::move(c));  // newer ones failed verification
+  }
+  for (const auto& c : candidates) {
+    const int64_t step = c.restored_step();
+    const std::string name =
+        c.dir + (c.deltas.empty() ? std::string()
+                                  : " + " + std::to_string(c.deltas.size()) + " delta(s) to step " + std::to_string(step));
     // Any ps count and partitioning: each ps reads the rows of its shards from whichever
     // shard files hold them (ckpt::RestoreStore).
     PS_RETURN_IF_ERROR(CheckVariablesMatch(c));
     SetState("restoring");
     std::vector<std::string> failed;
-    Status st = CallAll(ps_, proto::Restore{dir, c.global_step}, net::Millis(std::chrono::minutes(30)), &failed);
+    Status st = CallAll(ps_, proto::Restore{dir, step}, net::Millis(std::chrono::minutes(30)), &failed);
     if (st.ok()) {
-      global_step_ = c.global_step;
+      global_step_ = step;
       // A warm start has no checkpoint in model_dir yet: the state machine saves one.
-      if (warm) warm_started_ = true;
-      else last_saved_ = c.manifest;
-      PS_LOG(Info) << (warm ? "warm-started from " : "restored ") << c.dir << (c.manifest.final ? " (final)" : "")
+      if (warm) {
+        warm_started_ = true;
+      } else {
+        last_saved_ = c.deltas.empty() ? c.manifest : c.deltas.back().manifest;
+        chain_ = Chain{ManifestBytes(c.manifest), static_cast<int>(c.deltas.size()), 0};
+        for (const auto& d : c.deltas) chain_.delta_bytes += ManifestBytes(d.manifest);
+      }
+      PS_LOG(Info) << (warm ? "warm-started from " : "restored ") << name
+                   << ((c.deltas.empty() ? c.manifest : c.deltas.back().manifest).final ? " (final)" : "")
                    << (c.manifest.num_ps != static_cast<int>(ps_.size())
                            ? " (written by " + std::to_string(c.manifest.num_ps) + " ps task(s), resharded onto " +
                                  std::to_string(ps_.size()) + ")"
                            : std::string())
-                   << ": resuming at step " << c.global_step;
+                   << ": resuming at step " << step;
       return Status::Ok();
     }
     if (st.code() != Code::kDataLoss && st.code() != Code::kNotFound) return st;
-    for (const auto& f : failed) PS_LOG(Error) << "cannot restore " << c.dir << ": " << f;
-    PS_LOG(Warning) << "falling back to the checkpoint before " << c.dir;
+    for (const auto& f : failed) PS_LOG(Error) << "cannot restore " << name << ": " << f;
+    PS_LOG(Warning) << "falling back to the checkpoint before " << name;
   }
   return DataLoss("no checkpoint in " + dir +
                   " could be restored; refusing to start from scratch (move the directory away to do that)");
 }
 
-Status Chief::SaveCheckpoint(bool final) {
+Status Chief::SaveCheckpoint(bool final, bool delta) {
   const int64_t step = global_step_;
   if (last_saved_ && last_saved_->global_step == step) {
     if (!final || last_saved_->final) return Status::Ok();
@@ -153,15 +181,26 @@ Status Chief::SaveCheckpoint(bool final) {
     PS_LOG(Info) << "checkpoint " << ckpt::CheckpointDirName(step) << " marked final";
     return Status::Ok();
   }
+  // A delta extends the chain last_saved_ ends, within its bounds; else a full checkpoint.
+  const job::CheckpointSpec& spec = job_.checkpoint;
+  delta = delta && !final && last_saved_ && last_saved_->global_step < step && chain_.deltas < spec.max_deltas &&
+          static_cast<double>(chain_.delta_bytes) <= spec.delta_max_fraction * static_cast<double>(chain_.base_bytes);
+  const std::optional<int64_t> base =
+      delta ? std::optional<int64_t>(last_saved_->base.value_or(last_saved_->global_step)) : std::nullopt;
+  const std::string name = delta ? ckpt::CheckpointDirName(*base) + "/" + ckpt::DeltaDirName(step)
+                                 : ckpt::CheckpointDirName(step);
   SetState("checkpointing");
   auto t0 = Clock::now();
   std::vector<std::future<Result<net::Reply>>> futs;
   for (const auto& p : ps_) {
-    futs.push_back(p->Call(proto::Save{job_.model_dir, step}, {}, {}, net::Millis(std::chrono::minutes(30))));
+    futs.push_back(p->Call(proto::Save{job_.model_dir, step, base.value_or(-1), delta ? last_saved_->global_step : -1},
+                           {}, {}, net::Millis(std::chrono::minutes(30))));
   }
   ckpt::Manifest m;
   m.global_step = step;
   m.final = final;
+  m.base = base;
+  if (delta) m.parent = last_saved_->global_step;
   m.num_ps = static_cast<int>(ps_.size());
   uint64_t bytes = 0;
   Status failed;  // the first ps that failed; every reply is awaited
@@ -183,19 +222,31 @@ Status Chief::SaveCheckpoint(bool final) {
   if (failed.ok()) failed = ckpt::CommitCheckpoint(job_.model_dir, m);
   if (!failed.ok()) {
     RemoveFailedCheckpoint();
+    if (delta && failed.code() == Code::kFailedPrecondition) {
+      // A ps cannot write this delta (it holds no record of the parent): a full one instead.
+      PS_LOG(Warning) << "delta checkpoint " << name << " not written (" << failed.message() << "): saving in full";
+      return SaveCheckpoint(final, false);
+    }
     return failed;
   }
   last_saved_ = m;
+  if (delta) {
+    ++chain_.deltas;
+    chain_.delta_bytes += bytes;
+  } else {
+    chain_ = Chain{bytes, 0, 0};
+  }
   std::vector<std::string> removed;
   // The checkpoint is committed whatever happens to the older ones.
   Status kept = ckpt::ApplyMaxToKeep(job_.model_dir, job_.checkpoint.max_to_keep, &removed);
   if (!kept.ok()) PS_LOG(Warning) << "max_to_keep: " << kept.message();
   double sec = std::chrono::duration<double>(Clock::now() - t0).count();
-  PS_LOG(Info) << "checkpoint " << ckpt::CheckpointDirName(step) << (final ? " (final)" : "") << " committed: "
+  PS_LOG(Info) << (delta ? "delta checkpoint " : "checkpoint ") << name << (final ? " (final)" : "") << " committed: "
                << Fixed(bytes / 1048576.0, 1) << " MiB in " << Fixed(sec, 2) << " s"
                << (removed.empty() ? "" : ", deleted the oldest (max_to_keep " +
                                              std::to_string(job_.checkpoint.max_to_keep) + ")");
-  WriteMetricsLine({{"checkpoint", {{"step", step}, {"final", final}, {"bytes", bytes}, {"seconds", sec}}}});
+  WriteMetricsLine(
+      {{"checkpoint", {{"step", step}, {"final", final}, {"delta", delta}, {"bytes", bytes}, {"seconds", sec}}}});
   std::lock_guard lock(events_mu_);
   if (events_) {
     Status st = obs::AddCheckpointScalars(*events_, step, sec, static_cast<int64_t>(bytes), UnixTime());

@@ -76,6 +76,7 @@ MachineConfig Chief::MachineConfigFor() const {
   c.checkpoint_every_steps = job_.checkpoint.every_steps;
   c.max_checkpoint_failures = job_.checkpoint.max_consecutive_failures;
   c.checkpoint_every_seconds = job_.checkpoint.every_seconds;
+  c.checkpoint_delta_every_seconds = job_.checkpoint.delta_every_seconds;
   c.log_every_steps = job_.log_every_steps;
   c.watchdog = options_.watchdog;
   c.ps_recovery_timeout = options_.ps_recovery_timeout;
@@ -176,9 +177,9 @@ void Chief::Execute(const Action& action) {
           });
         } else if constexpr (std::is_same_v<A, act::SaveCheckpoint>) {
           RunIo([this, a]() -> Event {
-            Status st = SaveCheckpoint(a.final);
+            Status st = SaveCheckpoint(a.final, a.delta);
             if (!st.ok()) return ev::CheckpointFailed{st};
-            return ev::CheckpointCommitted{a.step, a.final};
+            return ev::CheckpointCommitted{a.step, a.final, last_saved_ && last_saved_->base.has_value()};
           });
         } else if constexpr (std::is_same_v<A, act::StartWorkers>) {
           RunIo([this] { return Outcome<ev::WorkersStarted, ev::StartFailed>(StartWorkers()); });

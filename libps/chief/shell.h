@@ -136,7 +136,10 @@ class Chief {
   // reshard on restore.
   Status CheckVariablesMatch(const ckpt::CheckpointInfo& c) const;
   // Every ps writes its shard file, then the chief commits the MANIFEST and the pointer.
-  Status SaveCheckpoint(bool final);
+  // `delta`: a delta checkpoint of what changed since last_saved_, when the chain's
+  // bounds allow (job.checkpoint.max_deltas, delta_max_fraction) and every ps can write
+  // one; else a full one. last_saved_->base tells which was committed.
+  Status SaveCheckpoint(bool final, bool delta = false);
   // After a failed save: removes its uncommitted files when every ps is connected.
   void RemoveFailedCheckpoint();
   // Runs after the last step or on stop, after the final checkpoint, before the cluster
@@ -195,7 +198,13 @@ class Chief {
   std::vector<std::shared_ptr<net::Client>> ps_, workers_;
   job::VariablePlan plan_;
   std::vector<proto::CreateShards> create_msgs_;  // [ps]: recreates a restarted ps's shards
-  std::optional<ckpt::Manifest> last_saved_;  // the newest committed checkpoint
+  std::optional<ckpt::Manifest> last_saved_;  // the newest committed checkpoint (or delta)
+  // The delta chain last_saved_ ends: its base's bytes, the deltas after it and their bytes.
+  struct Chain {
+    uint64_t base_bytes = 0;
+    int deltas = 0;
+    uint64_t delta_bytes = 0;
+  } chain_;
   bool warm_started_ = false;  // the last RestoreNewest restored from job.checkpoint.init_from
   std::unique_ptr<Coordinator> coordinator_;  // written by the run's thread, read under mu_
   std::optional<ChiefMachine> machine_;       // the run's thread only

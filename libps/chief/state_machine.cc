@@ -75,7 +75,7 @@ void ChiefMachine::On(const ev::Restored& e) {
     if (!committed_) {
       // Step 0: recovery always has a checkpoint to go back to.
       io_ = Io::kSave;
-      Emit(act::SaveCheckpoint{step_, false});
+      Emit(act::SaveCheckpoint{step_, false, false});
     } else {
       io_ = Io::kStartWorkers;
       Emit(act::StartWorkers{});
@@ -124,6 +124,7 @@ void ChiefMachine::On(const ev::CheckpointCommitted& e) {
       return;
     case Phase::kCheckpointing:
       last_ckpt_time_ = now_;
+      if (!e.delta) last_full_time_ = now_;
       if (config_.checkpoint_every_steps > 0) {
         while (next_ckpt_ <= step_) next_ckpt_ += config_.checkpoint_every_steps;
       }
@@ -152,6 +153,7 @@ void ChiefMachine::On(const ev::CheckpointFailed& e) {
     // Every ps is up: the model dir failed (full, read-only, gone). Training goes on; the
     // checkpoints committed before are untouched, and the next one is tried at its time.
     last_ckpt_time_ = now_;
+    if (!delta_due_) last_full_time_ = now_;
     if (config_.checkpoint_every_steps > 0) {
       while (next_ckpt_ <= step_) next_ckpt_ += config_.checkpoint_every_steps;
     }
@@ -198,7 +200,7 @@ void ChiefMachine::ResetTimers() {
   next_log_ = (step_ / config_.log_every_steps + 1) * config_.log_every_steps;
   window_ = Window{};
   window_.start = now_;
-  last_progress_ = last_ckpt_time_ = now_;
+  last_progress_ = last_ckpt_time_ = last_full_time_ = now_;
 }
 
 void ChiefMachine::ScheduleOne() {
@@ -232,17 +234,28 @@ void ChiefMachine::Advance() {
   const int64_t total = config_.total_steps;
   if (phase_ == Phase::kTraining && next_ < total) {
     const bool by_time = config_.checkpoint_every_seconds > 0 &&
-                         std::chrono::duration<double>(now_ - last_ckpt_time_).count() >= config_.checkpoint_every_seconds;
-    if (next_ >= next_ckpt_ || by_time) phase_ = Phase::kCheckpointing;
-    else if (next_ >= next_eval_) phase_ = Phase::kEvaluating;
+                         std::chrono::duration<double>(now_ - last_full_time_).count() >= config_.checkpoint_every_seconds;
+    const bool by_delta =
+        config_.checkpoint_delta_every_seconds > 0 &&
+        std::chrono::duration<double>(now_ - last_ckpt_time_).count() >= config_.checkpoint_delta_every_seconds;
+    if (next_ >= next_ckpt_ || by_time || by_delta) {
+      phase_ = Phase::kCheckpointing;
+      delta_due_ = !(next_ >= next_ckpt_ || by_time);
+    } else if (next_ >= next_eval_) {
+      phase_ = Phase::kEvaluating;
+    }
   }
   const size_t max_outstanding =
       static_cast<size_t>(config_.num_workers) * static_cast<size_t>(config_.dispatches_per_worker + 1);
   while (phase_ == Phase::kTraining && next_ < total && ranges_.size() < max_outstanding) {
     ScheduleOne();
     // The last step's checkpoint (evaluation) is the final one (Finishing).
-    if (next_ >= next_ckpt_ && next_ < total) phase_ = Phase::kCheckpointing;
-    else if (next_ >= next_eval_ && next_ < total) phase_ = Phase::kEvaluating;
+    if (next_ >= next_ckpt_ && next_ < total) {
+      phase_ = Phase::kCheckpointing;
+      delta_due_ = false;
+    } else if (next_ >= next_eval_ && next_ < total) {
+      phase_ = Phase::kEvaluating;
+    }
   }
   if (!ranges_.empty() || busy()) return;
   switch (phase_) {
@@ -252,7 +265,7 @@ void ChiefMachine::Advance() {
     case Phase::kCheckpointing:
       // Everything scheduled so far is applied: the checkpoint holds exactly steps < next_.
       io_ = Io::kSave;
-      Emit(act::SaveCheckpoint{step_, false});
+      Emit(act::SaveCheckpoint{step_, false, delta_due_});
       return;
     case Phase::kEvaluating:
       // Everything scheduled so far is applied: the evaluation sees exactly steps < next_.
@@ -437,7 +450,7 @@ void ChiefMachine::FinalCheckpoint() {
     return;
   }
   io_ = Io::kSave;
-  Emit(act::SaveCheckpoint{step_, true});
+  Emit(act::SaveCheckpoint{step_, true, false});
 }
 
 void ChiefMachine::AfterFinalCheckpoint() {

@@ -81,6 +81,9 @@ struct MachineConfig {
   int replicas = 1;
   int64_t checkpoint_every_steps = 0;    // 0: never by steps
   double checkpoint_every_seconds = 0;   // 0: never by time
+  // Delta checkpoints: due this long after the previous checkpoint of any kind (0: none),
+  // unless a full one is due. The shell may write a full one instead (CheckpointCommitted.delta).
+  double checkpoint_delta_every_seconds = 0;
   // Periodic saves that may fail in a row with every ps up (a full disk, a lost mount):
   // training goes on and the next checkpoint is tried at its usual time; one more stops
   // the run with that error.
@@ -127,7 +130,7 @@ struct StartFailed { Status why; };               // connecting, creating variab
 // then holds none yet: one is saved at `step` before the workers start).
 struct Restored { bool found = false; int64_t step = 0; bool final = false; bool warm = false; };
 struct RestoreFailed { Status why; };
-struct CheckpointCommitted { int64_t step = 0; bool final = false; };
+struct CheckpointCommitted { int64_t step = 0; bool final = false; bool delta = false; };
 struct CheckpointFailed { Status why; };
 struct WorkersStarted {};
 struct PackDone { uint64_t range = 0; Status status; PackStats stats; };  // one pack of a range
@@ -158,7 +161,8 @@ namespace act {
 // I/O: each is answered by the events named.
 struct Connect {};                                  // → Connected | StartFailed
 struct RestoreNewest {};                            // → Restored | RestoreFailed
-struct SaveCheckpoint { int64_t step = 0; bool final = false; };  // → CheckpointCommitted | CheckpointFailed
+// delta: a delta checkpoint may be written (the shell decides: the chain's bounds).
+struct SaveCheckpoint { int64_t step = 0; bool final = false; bool delta = false; };  // → CheckpointCommitted | CheckpointFailed
 struct StartWorkers {};                             // → WorkersStarted | StartFailed
 struct ReconnectPs { int ps = 0; Time deadline{0}; };  // → PsBack | RecoveryFailed
 struct CloseDispatch {};                            // cancel what is queued, wait for every pack → DispatchClosed
@@ -279,6 +283,8 @@ class ChiefMachine {
   int64_t next_ = 0;   // the first step not yet scheduled
   int64_t next_ckpt_ = 0, next_log_ = 0, next_eval_ = 0;
   Time last_ckpt_time_{0}, last_progress_{0}, last_watchdog_{0};
+  Time last_full_time_{0};  // of the last full checkpoint (every_seconds counts from it)
+  bool delta_due_ = false;  // the checkpoint due (kCheckpointing) is a delta
   Window window_;
   std::deque<Range> ranges_;  // outstanding, oldest first
   uint64_t next_range_id_ = 1;

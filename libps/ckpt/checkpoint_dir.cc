@@ -92,7 +92,7 @@ Result<Scan> ScanModelDir(const std::string& model_dir) {
   for (auto& [step, dir] : dirs) {
     auto manifest = ReadManifest(dir);
     if (manifest.ok()) {
-      scan.committed.push_back(CheckpointInfo{step, dir, std::move(*manifest)});
+      scan.committed.push_back(CheckpointInfo{step, dir, std::move(*manifest), {}});
     } else if (manifest.status().code() == Code::kNotFound) {
       scan.uncommitted.emplace_back(step, dir);
     } else {
@@ -112,6 +112,7 @@ Status RemoveCheckpointDir(const std::string& dir, std::vector<std::string>* rem
   std::error_code ec;
   std::vector<std::string> foreign;
   std::vector<std::string> ours;
+  std::vector<std::string> deltas;  // a base's delta directories go with it
   fs::directory_iterator it(dir, ec);
   if (ec) return IoError(dir + ": cannot list directory: " + ec.message());
   for (; it != fs::directory_iterator(); it.increment(ec)) {
@@ -121,15 +122,22 @@ Status RemoveCheckpointDir(const std::string& dir, std::vector<std::string>* rem
     if (regular && (IsShardFileName(name) || IsShardTmpName(name) || name == ManifestTmpName() ||
                     name == kManifestFile)) {
       ours.push_back(dir + "/" + name);
+    } else if (ParseDeltaDirName(name) && fs::is_directory(it->symlink_status(sec))) {
+      deltas.push_back(dir + "/" + name);
     } else {
       foreign.push_back(name);
     }
   }
   if (ec) return IoError(dir + ": cannot list directory: " + ec.message());
   for (const auto& path : ours) PS_RETURN_IF_ERROR(RemoveFile(path, removed));
-  if (!foreign.empty()) {
+  for (const auto& delta : deltas) PS_RETURN_IF_ERROR(RemoveCheckpointDir(delta, removed));
+  const bool delta_left = std::any_of(deltas.begin(), deltas.end(), [](const std::string& d) {
+    std::error_code e;
+    return fs::exists(d, e);
+  });
+  if (!foreign.empty() || delta_left) {
     PS_LOG(Warning) << "left " << dir << " in place: it holds files pstrain did not write (e.g. "
-                    << foreign.front() << ")";
+                    << (foreign.empty() ? "in a delta directory" : foreign.front()) << ")";
     return Status::Ok();
   }
   if (::rmdir(dir.c_str()) != 0) return ErrnoStatus(dir, "remove directory", errno);
@@ -152,6 +160,9 @@ Status ValidateManifest(const Manifest& m, const std::string& what) {
     }
   }
   if (!m.extra.is_object()) return InvalidArgument(what + ".extra: must be a JSON object");
+  if (m.base && (*m.base < 0 || m.parent < *m.base || m.parent >= m.global_step)) {
+    return InvalidArgument(what + ".parent: a delta needs base <= parent < global_step");
+  }
   return Status::Ok();
 }
 
@@ -166,6 +177,39 @@ std::optional<int64_t> ParseCheckpointDirName(std::string_view name) {
 
 std::string CheckpointPath(const std::string& model_dir, int64_t step) {
   return model_dir + "/" + CheckpointDirName(step);
+}
+
+std::string DeltaDirName(int64_t step) { return "delta-" + std::to_string(step); }
+
+std::optional<int64_t> ParseDeltaDirName(std::string_view name) {
+  if (!name.starts_with("delta-")) return std::nullopt;
+  return ParseDigits(name.substr(6));
+}
+
+std::string DeltaPath(const std::string& model_dir, int64_t base, int64_t step) {
+  return CheckpointPath(model_dir, base) + "/" + DeltaDirName(step);
+}
+
+std::string ManifestDir(const std::string& model_dir, const Manifest& m) {
+  return m.base ? DeltaPath(model_dir, *m.base, m.global_step) : CheckpointPath(model_dir, m.global_step);
+}
+
+Result<std::string> CreateDeltaDir(const std::string& model_dir, int64_t base, int64_t step) {
+  if (step <= base || base < 0) {
+    return InvalidArgument(model_dir + ": delta step " + std::to_string(step) + " not after its base " +
+                           std::to_string(base));
+  }
+  const std::string parent = CheckpointPath(model_dir, base);
+  const std::string dir = DeltaPath(model_dir, base, step);
+  std::error_code ec;
+  if (!fs::is_directory(parent, ec)) {
+    return FailedPrecondition(parent + ": the delta's base checkpoint does not exist");
+  }
+  fs::create_directory(dir, ec);
+  if (ec) return IoError(dir + ": cannot create directory: " + ec.message());
+  if (!fs::is_directory(dir, ec)) return IoError(dir + ": exists and is not a directory");
+  PS_RETURN_IF_ERROR(FsyncDir(parent));
+  return dir;
 }
 
 Result<std::string> CreateCheckpointDir(const std::string& model_dir, int64_t step) {
@@ -184,10 +228,15 @@ Json ManifestToJson(const Manifest& m) {
   for (const auto& s : m.shards) {
     shards.push_back(Json{{"name", s.name}, {"bytes", s.bytes}, {"digest", s.digest}});
   }
-  return Json{{"format", kManifestFormat}, {"version", kManifestVersion},
-              {"global_step", m.global_step}, {"unix_time", m.unix_time},
-              {"final", m.final}, {"num_ps", m.num_ps}, {"shards", std::move(shards)},
-              {"extra", m.extra}};
+  Json j{{"format", kManifestFormat}, {"version", kManifestVersion},
+         {"global_step", m.global_step}, {"unix_time", m.unix_time},
+         {"final", m.final}, {"num_ps", m.num_ps}, {"shards", std::move(shards)},
+         {"extra", m.extra}};
+  if (m.base) {
+    j["base"] = *m.base;
+    j["parent"] = m.parent;
+  }
+  return j;
 }
 
 Result<Manifest> ManifestFromJson(const Json& json, const std::string& what) {
@@ -228,6 +277,14 @@ Result<Manifest> ManifestFromJson(const Json& json, const std::string& what) {
     m.shards.push_back(std::move(info));
   }
   if (const Json* extra = r.Find("extra")) m.extra = *extra;
+  if (r.Find("base") != nullptr) {
+    int64_t base = 0;
+    PS_RETURN_IF_ERROR(r.Get("base", &base));
+    PS_RETURN_IF_ERROR(r.Get("parent", &m.parent));
+    m.base = base;
+  } else if (r.Find("parent") != nullptr) {
+    return InvalidArgument(r.Path("parent") + ": needs \"base\" (only a delta has a parent)");
+  }
   PS_RETURN_IF_ERROR(r.Finish());
   PS_RETURN_IF_ERROR(ValidateManifest(m, what));
   return m;
@@ -241,7 +298,12 @@ Result<Manifest> ReadManifest(const std::string& ckpt_dir) {
   if (!json.ok()) return DataLoss(json.status().message());
   auto m = ManifestFromJson(*json, path);
   if (!m.ok()) return DataLoss(m.status().message());
-  auto step = ParseCheckpointDirName(fs::path(ckpt_dir).filename().string());
+  const std::string name = fs::path(ckpt_dir).filename().string();
+  auto step = ParseCheckpointDirName(name);
+  const auto delta_step = ParseDeltaDirName(name);
+  if (step && m->base) return DataLoss(path + ": a delta's MANIFEST in a full checkpoint's directory");
+  if (delta_step && !m->base) return DataLoss(path + ": a full checkpoint's MANIFEST in a delta's directory");
+  if (delta_step) step = delta_step;
   if (step && *step != m->global_step) {
     return DataLoss(path + ": global_step " + std::to_string(m->global_step) +
                     " disagrees with the directory name");
@@ -263,7 +325,7 @@ Result<int64_t> ReadCheckpointPointer(const std::string& model_dir) {
 }
 
 Status CommitCheckpoint(const std::string& model_dir, const Manifest& manifest) {
-  const std::string dir = CheckpointPath(model_dir, manifest.global_step);
+  const std::string dir = ManifestDir(model_dir, manifest);
   PS_RETURN_IF_ERROR(ValidateManifest(manifest, dir + "/" + kManifestFile));
   struct stat st {};
   if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
@@ -284,7 +346,7 @@ Status CommitCheckpoint(const std::string& model_dir, const Manifest& manifest) 
   }
   std::string text = ManifestToJson(manifest).dump(2) + "\n";
   PS_RETURN_IF_ERROR(WriteFileAtomic(dir + "/" + kManifestFile, text));
-
+  if (manifest.base) return Status::Ok();  // the pointer names full checkpoints
   int64_t newest = manifest.global_step;
   auto list = ListCheckpoints(model_dir);
   if (list.ok() && !list->empty()) newest = std::max(newest, list->back().global_step);
@@ -347,7 +409,7 @@ Status VerifyCheckpoint(const CheckpointInfo& c, Verify level) {
 
 Status VerifyCheckpoint(const std::string& ckpt_dir, Verify level) {
   PS_ASSIGN_OR_RETURN(Manifest m, ReadManifest(ckpt_dir));
-  return VerifyCheckpoint(CheckpointInfo{m.global_step, ckpt_dir, std::move(m)}, level);
+  return VerifyCheckpoint(CheckpointInfo{m.global_step, ckpt_dir, std::move(m), {}}, level);
 }
 
 Result<std::optional<CheckpointInfo>> FindRestorable(const std::string& model_dir,
@@ -386,6 +448,7 @@ Result<std::optional<CheckpointInfo>> FindRestorable(const std::string& model_di
     Status st = VerifyCheckpoint(*it, level);
     if (st.ok()) {
       result = std::move(*it);
+      PS_RETURN_IF_ERROR(LoadDeltaChain(&*result, level, &warn));
       break;
     }
     if (st.code() != Code::kDataLoss) return st;  // an I/O error is not corruption
@@ -403,28 +466,128 @@ Result<std::optional<CheckpointInfo>> FindRestorable(const std::string& model_di
   return result;
 }
 
+namespace {
+
+// The delta-<step> directories in a checkpoint directory, ascending.
+Result<std::vector<std::pair<int64_t, std::string>>> DeltaDirs(const std::string& dir) {
+  std::vector<std::pair<int64_t, std::string>> out;
+  std::error_code ec;
+  fs::directory_iterator it(dir, ec);
+  if (ec) return IoError(dir + ": cannot list directory: " + ec.message());
+  for (; it != fs::directory_iterator(); it.increment(ec)) {
+    std::string name = it->path().filename().string();
+    auto step = ParseDeltaDirName(name);
+    std::error_code sec;
+    if (step && fs::is_directory(it->symlink_status(sec))) out.emplace_back(*step, dir + "/" + name);
+  }
+  if (ec) return IoError(dir + ": cannot list directory: " + ec.message());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+Status LoadDeltaChain(CheckpointInfo* base, Verify level, std::vector<std::string>* warnings,
+                      std::optional<int64_t> upto) {
+  base->deltas.clear();
+  PS_ASSIGN_OR_RETURN(auto dirs, DeltaDirs(base->dir));
+  auto warn = [&](const std::string& w) {
+    if (warnings != nullptr) {
+      warnings->push_back(w);
+    } else {
+      PS_LOG(Warning) << w;
+    }
+  };
+  int64_t at = base->global_step;  // the chain's newest step so far
+  for (auto& [step, dir] : dirs) {
+    if (upto && step > *upto) break;
+    auto manifest = ReadManifest(dir);
+    if (!manifest.ok() && manifest.status().code() == Code::kNotFound) continue;  // not committed
+    const std::string stop = "; the delta chain of " + CheckpointDirName(base->global_step) + " stops at step " +
+                             std::to_string(at);
+    if (!manifest.ok()) {
+      warn(manifest.status().message() + stop);
+      break;
+    }
+    if (*manifest->base != base->global_step) {
+      warn(dir + "/" + kManifestFile + ": base " + std::to_string(*manifest->base) + " is not its directory's" + stop);
+      break;
+    }
+    if (manifest->parent != at) continue;  // a delta of a branch the chain left (its parent failed)
+    CheckpointInfo delta{step, dir, std::move(*manifest), {}};
+    Status st = VerifyCheckpoint(delta, level);
+    if (!st.ok()) {
+      if (st.code() != Code::kDataLoss) return st;
+      warn(st.message() + "; delta " + DeltaDirName(step) + " is corrupt" + stop);
+      break;
+    }
+    at = step;
+    base->deltas.push_back(std::move(delta));
+  }
+  return Status::Ok();
+}
+
+Result<CheckpointInfo> LoadCheckpointAt(const std::string& model_dir, int64_t step) {
+  const std::string full = CheckpointPath(model_dir, step);
+  auto manifest = ReadManifest(full);
+  if (manifest.ok()) return CheckpointInfo{step, full, std::move(*manifest), {}};
+  if (manifest.status().code() != Code::kNotFound) return manifest.status();
+  PS_ASSIGN_OR_RETURN(Scan scan, ScanModelDir(model_dir));
+  for (auto it = scan.committed.rbegin(); it != scan.committed.rend(); ++it) {
+    if (it->global_step >= step) continue;
+    auto delta = ReadManifest(it->dir + "/" + DeltaDirName(step));
+    if (!delta.ok() && delta.status().code() == Code::kNotFound) continue;  // none, or not committed
+    CheckpointInfo base = std::move(*it);
+    PS_RETURN_IF_ERROR(LoadDeltaChain(&base, Verify::kFooters, nullptr, step));
+    if (base.restored_step() != step) {
+      return DataLoss(DeltaPath(model_dir, base.global_step, step) + ": not restorable (its delta chain from " +
+                      CheckpointDirName(base.global_step) + " stops at step " + std::to_string(base.restored_step()) +
+                      ")");
+    }
+    return base;
+  }
+  return NotFound(full + ": no committed checkpoint or delta of step " + std::to_string(step));
+}
+
+namespace {
+
+// Removes a committed checkpoint's (or delta's) stray ps-<i>.shard.tmp and MANIFEST.tmp.
+Status RemoveStray(const std::string& dir, std::vector<std::string>* removed) {
+  std::error_code ec;
+  fs::directory_iterator it(dir, ec);
+  if (ec) return IoError(dir + ": cannot list directory: " + ec.message());
+  std::vector<std::string> stray;
+  for (; it != fs::directory_iterator(); it.increment(ec)) {
+    std::string name = it->path().filename().string();
+    std::error_code sec;
+    if (fs::is_regular_file(it->symlink_status(sec)) && (IsShardTmpName(name) || name == ManifestTmpName())) {
+      stray.push_back(dir + "/" + name);
+    }
+  }
+  if (ec) return IoError(dir + ": cannot list directory: " + ec.message());
+  for (const auto& path : stray) PS_RETURN_IF_ERROR(RemoveFile(path, removed));
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status CleanUncommitted(const std::string& model_dir, std::vector<std::string>* removed) {
   PS_ASSIGN_OR_RETURN(auto dirs, CheckpointDirs(model_dir));
   const std::string pointer_tmp = model_dir + "/" + kPointerFile + ".tmp";
   if (IsRegularFile(pointer_tmp)) PS_RETURN_IF_ERROR(RemoveFile(pointer_tmp, removed));
   for (const auto& [step, dir] : dirs) {
-    if (IsRegularFile(dir + "/" + kManifestFile)) {
-      std::error_code ec;
-      fs::directory_iterator it(dir, ec);
-      if (ec) return IoError(dir + ": cannot list directory: " + ec.message());
-      std::vector<std::string> stray;
-      for (; it != fs::directory_iterator(); it.increment(ec)) {
-        std::string name = it->path().filename().string();
-        std::error_code sec;
-        if (fs::is_regular_file(it->symlink_status(sec)) &&
-            (IsShardTmpName(name) || name == ManifestTmpName())) {
-          stray.push_back(dir + "/" + name);
-        }
+    if (!IsRegularFile(dir + "/" + kManifestFile)) {
+      PS_RETURN_IF_ERROR(RemoveCheckpointDir(dir, removed));  // with its deltas
+      continue;
+    }
+    PS_RETURN_IF_ERROR(RemoveStray(dir, removed));
+    PS_ASSIGN_OR_RETURN(auto deltas, DeltaDirs(dir));
+    for (const auto& [delta_step, delta] : deltas) {
+      if (IsRegularFile(delta + "/" + kManifestFile)) {
+        PS_RETURN_IF_ERROR(RemoveStray(delta, removed));
+      } else {
+        PS_RETURN_IF_ERROR(RemoveCheckpointDir(delta, removed));
       }
-      if (ec) return IoError(dir + ": cannot list directory: " + ec.message());
-      for (const auto& path : stray) PS_RETURN_IF_ERROR(RemoveFile(path, removed));
-    } else {
-      PS_RETURN_IF_ERROR(RemoveCheckpointDir(dir, removed));
     }
   }
   return Status::Ok();

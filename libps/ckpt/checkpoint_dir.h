@@ -5,7 +5,9 @@
 //     ckpt-<global_step>/       no zero padding ("ckpt-1200"); listings sort numerically
 //        ps-<i>.shard           written by ps i (shard_file.h)
 //        MANIFEST               JSON, written last by the chief (tmp + fsync + rename)
-//     checkpoint                pointer to the newest committed checkpoint, TF's text form:
+//        delta-<step>/          a delta checkpoint on top of this one (below)
+//           ps-<i>.shard, MANIFEST
+//     checkpoint                pointer to the newest committed full checkpoint, TF's text form:
 //                                 model_checkpoint_path: "ckpt-1200"
 //
 // A ckpt-* directory without a MANIFEST does not exist as a checkpoint. The directory
@@ -13,7 +15,7 @@
 // for tools and cheap polling (ReadCheckpointPointer), and a missing or garbled pointer
 // only costs a warning — never a restart from scratch (TensorFlow #35148).
 //
-// MANIFEST:
+// MANIFEST (a delta's also has "base": <step>, "parent": <step>):
 //   {"format": "pstrain-checkpoint", "version": 1, "global_step": 1200,
 //    "unix_time": 1732268000.5, "final": false, "num_ps": 2,
 //    "shards": [{"name": "ps-0.shard", "bytes": 123456, "digest": 3735928559}, ...],
@@ -22,6 +24,18 @@
 // shards ({"shard", "ps", "row_begin", "rows"}). The chief checks a job's variables against
 // it before a restore, and each ps uses the shards to open only the files that hold rows
 // of its own (store_io.h: RestoreStore).
+//
+// Delta checkpoints. Between full checkpoints the chief may commit deltas: each ps writes
+// only what changed since the previous checkpoint of the chain (shard_file.h, kind-3
+// records) into ckpt-<base>/delta-<step>/, and the chief commits it with a MANIFEST that
+// also names "base" (the full checkpoint) and "parent" (the checkpoint it is a delta
+// of: the base or the previous delta). A delta-* directory without a MANIFEST does not
+// exist. The state at a delta's step is its base plus every delta of the chain from the
+// base to it, applied in order (CheckpointInfo::deltas); the chain is followed by parent
+// links from the base, and stops, with a warning naming the file, at the first delta
+// that fails verification (or whose MANIFEST is damaged): the state restored is then the
+// last good one. Deltas live and die with their base: ApplyMaxToKeep counts full
+// checkpoints only and deletes a base with its deltas.
 //
 // Functions here take no locks: one process (the chief) manages a model_dir; readers
 // such as the evaluator only read. All are safe to call from any one thread.
@@ -49,6 +63,11 @@ struct Manifest {
   int num_ps = 0;
   std::vector<ShardFileInfo> shards;  // [num_ps]; shards[i].name == ShardFileName(i)
   Json extra = Json::object();        // the chief's job/placement info; must be an object
+  // Deltas only ("base", "parent" in the JSON; absent for a full checkpoint): the full
+  // checkpoint's step, and the step of the checkpoint this is a delta of
+  // (base <= parent < global_step).
+  std::optional<int64_t> base = std::nullopt;
+  int64_t parent = 0;
 };
 
 Json ManifestToJson(const Manifest& manifest);
@@ -60,8 +79,13 @@ Result<Manifest> ReadManifest(const std::string& ckpt_dir);
 
 struct CheckpointInfo {
   int64_t global_step = 0;
-  std::string dir;  // model_dir + "/ckpt-<step>"
+  std::string dir;  // model_dir + "/ckpt-<step>" (a delta: ckpt-<base>/delta-<step>)
   Manifest manifest;
+  // A full checkpoint's committed, verified deltas to apply on top of it, oldest first
+  // (filled by FindRestorable, LoadDeltaChain and LoadCheckpointAt; empty otherwise).
+  std::vector<CheckpointInfo> deltas = {};
+  // The step of the state base + deltas restore.
+  int64_t restored_step() const { return deltas.empty() ? global_step : deltas.back().global_step; }
 };
 
 // "ckpt-<step>", no padding.
@@ -70,6 +94,16 @@ std::string CheckpointDirName(int64_t step);
 std::optional<int64_t> ParseCheckpointDirName(std::string_view name);
 // model_dir + "/" + CheckpointDirName(step)
 std::string CheckpointPath(const std::string& model_dir, int64_t step);
+// "delta-<step>"; the step of a canonical one, else nullopt.
+std::string DeltaDirName(int64_t step);
+std::optional<int64_t> ParseDeltaDirName(std::string_view name);
+// model_dir/ckpt-<base>/delta-<step>
+std::string DeltaPath(const std::string& model_dir, int64_t base, int64_t step);
+// Where a manifest's files go: CheckpointPath, or DeltaPath for a delta.
+std::string ManifestDir(const std::string& model_dir, const Manifest& manifest);
+// Creates DeltaPath(model_dir, base, step) (the base directory must exist) and fsyncs
+// its parent; returns its path. Harmless to call again.
+Result<std::string> CreateDeltaDir(const std::string& model_dir, int64_t base, int64_t step);
 
 // Creates model_dir (with parents) and model_dir/ckpt-<step> if missing, fsyncs model_dir,
 // and returns the checkpoint directory's path. Each ps task may call it before writing
@@ -81,6 +115,7 @@ Result<std::string> CreateCheckpointDir(const std::string& model_dir, int64_t st
 // and digest — 64 bytes read per file), writes MANIFEST atomically, then atomically
 // replaces model_dir/checkpoint to name the newest committed checkpoint.
 // InvalidArgument for a malformed manifest, FailedPrecondition when the files disagree.
+// A delta's manifest (base set) is committed in its DeltaPath and leaves the pointer alone.
 Status CommitCheckpoint(const std::string& model_dir, const Manifest& manifest);
 
 // Committed checkpoints (MANIFEST present and valid), oldest first. A model_dir that does
@@ -115,7 +150,19 @@ Result<std::optional<CheckpointInfo>> FindRestorable(const std::string& model_di
                                                      std::vector<std::string>* warnings,
                                                      Verify level = Verify::kFooters);
 
-// Removes what an interrupted save leaves: ckpt-<step> directories without a MANIFEST
+// Sets base->deltas to the chain of base's committed deltas that pass
+// VerifyCheckpoint(level) (see "Delta checkpoints"), stopping after the one of step
+// `upto` when set. A delta that breaks the chain is reported in `warnings` (logged when
+// null), naming its file. Only I/O errors fail.
+Status LoadDeltaChain(CheckpointInfo* base, Verify level, std::vector<std::string>* warnings,
+                      std::optional<int64_t> upto = std::nullopt);
+
+// The committed state of step `step`: the full checkpoint ckpt-<step>, or the chain to
+// the delta of that step (verified at level kFooters). NotFound when there is none;
+// DataLoss when its chain is broken before it.
+Result<CheckpointInfo> LoadCheckpointAt(const std::string& model_dir, int64_t step);
+
+// Removes what an interrupted save leaves: ckpt-<step> and delta-<step> directories without a MANIFEST
 // (only the files we write there: ps-<i>.shard, ps-<i>.shard.tmp, MANIFEST.tmp; a
 // directory holding anything else is left in place with a warning), stray ps-<i>.shard.tmp
 // and MANIFEST.tmp in committed directories, and model_dir/checkpoint.tmp. Only call when

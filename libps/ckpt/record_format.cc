@@ -56,7 +56,7 @@ class MetaCursor {
 std::string CheckRecord(const cluster::ShardLayout& layout, const std::vector<std::string>& slot_names,
                         int64_t stored_rows) {
   if (Status valid = cluster::ValidateShardLayout(layout); !valid.ok()) return valid.message();
-  if (layout.lazy && (stored_rows < 0 || stored_rows > layout.rows)) {
+  if (stored_rows < 0 || stored_rows > layout.rows) {
     return "stored rows " + std::to_string(stored_rows) + " outside [0, rows]";
   }
   if (layout.lazy && stored_rows > cluster::kMaxShardElements / layout.cols) {
@@ -75,7 +75,7 @@ std::string CheckRecord(const cluster::ShardLayout& layout, const std::vector<st
 }
 
 std::string EncodeMeta(const cluster::ShardLayout& l, const std::vector<std::string>& slot_names,
-                       int64_t stored_rows) {
+                       int64_t stored_rows, bool delta, int64_t deleted_rows) {
   std::string meta;
   AppendName(&meta, l.var);
   AppendU32(&meta, static_cast<uint32_t>(l.shard));
@@ -87,7 +87,11 @@ std::string EncodeMeta(const cluster::ShardLayout& l, const std::vector<std::str
   for (int64_t d : l.full_shape) AppendU64(&meta, static_cast<uint64_t>(d));
   AppendU32(&meta, static_cast<uint32_t>(slot_names.size()));
   for (const auto& s : slot_names) AppendName(&meta, s);
-  if (l.lazy) AppendU64(&meta, static_cast<uint64_t>(stored_rows));
+  if (l.lazy || delta) AppendU64(&meta, static_cast<uint64_t>(stored_rows));
+  if (delta) {
+    AppendU32(&meta, l.lazy ? kDeltaFlagLazy : 0);
+    AppendU64(&meta, static_cast<uint64_t>(deleted_rows));
+  }
   return meta;
 }
 
@@ -116,8 +120,19 @@ std::string ParseMeta(std::string_view blob, uint32_t kind, RecordMeta* m) {
   l.shard = shard;
   l.num_shards = num_shards;
   l.lazy = kind == kKindSparseRows;
+  m->delta = kind == kKindDeltaRows;
   m->stored_rows = l.rows;
-  if (l.lazy && !c.I64(&m->stored_rows)) return "metadata truncated";
+  if ((l.lazy || m->delta) && !c.I64(&m->stored_rows)) return "metadata truncated";
+  if (m->delta) {
+    uint32_t flags = 0;
+    if (!c.U32(&flags) || !c.I64(&m->deleted_rows)) return "metadata truncated";
+    if ((flags & ~kDeltaFlagLazy) != 0) return "unknown delta flags " + std::to_string(flags);
+    l.lazy = (flags & kDeltaFlagLazy) != 0;
+    if (m->deleted_rows < 0 || m->deleted_rows > l.rows) {
+      return "deleted rows " + std::to_string(m->deleted_rows) + " outside [0, rows]";
+    }
+    if (!l.lazy && m->deleted_rows != 0) return "deleted rows in a dense shard's delta";
+  }
   if (!c.AtEnd()) return "unexpected bytes at the end of the metadata";
   return CheckRecord(l, m->slot_names, m->stored_rows);
 }

@@ -24,6 +24,8 @@ inline constexpr char kFooterMagic[8] = {'P', 'S', 'C', 'K', 'E', 'N', 'D', '1'}
 inline constexpr char kRecordMagic[4] = {'P', 'S', 'R', 'C'};
 inline constexpr uint32_t kKindRowBlock = 1;
 inline constexpr uint32_t kKindSparseRows = 2;  // a lazy shard's created rows (version 2)
+inline constexpr uint32_t kKindDeltaRows = 3;   // changed and deleted rows (version 3)
+inline constexpr uint32_t kDeltaFlagLazy = 1;
 inline constexpr size_t kHeaderBytes = 32;
 inline constexpr size_t kRecordHeaderBytes = 32;
 inline constexpr size_t kFooterBytes = 32;
@@ -57,7 +59,7 @@ inline std::string Quote(const std::string& s) { return "\"" + s + "\""; }
 // The metadata of a record: layout, slot names and, for a sparse (lazy) record, the
 // number of stored rows. Precondition: CheckRecord(layout, slot_names, stored_rows) is OK.
 std::string EncodeMeta(const cluster::ShardLayout& layout, const std::vector<std::string>& slot_names,
-                       int64_t stored_rows);
+                       int64_t stored_rows, bool delta = false, int64_t deleted_rows = 0);
 // Parses a metadata blob of a record of kind `kind` into `meta` (index untouched) and
 // checks it with CheckRecord. Empty string on success, else what is wrong.
 std::string ParseMeta(std::string_view blob, uint32_t kind, RecordMeta* meta);

@@ -12,27 +12,51 @@ ShardCheckpointer::ShardCheckpointer(server::Store* store, int ps_index) : store
 
 Result<proto::SaveReply> ShardCheckpointer::Save(const proto::Save& m) {
   auto t0 = std::chrono::steady_clock::now();
-  store_->EvictRows();  // a checkpoint holds only live rows (server/store.h)
-  PS_ASSIGN_OR_RETURN(ShardFileInfo info, SaveStore(*store_, m.model_dir, index_, m.global_step));
+  const bool delta = m.delta_base >= 0;
+  std::optional<uint32_t> since;
+  if (delta) {
+    auto it = epochs_.find(m.delta_parent);
+    if (it == epochs_.end()) {
+      return FailedPrecondition("delta checkpoint " + std::to_string(m.global_step) + " against step " +
+                                std::to_string(m.delta_parent) +
+                                ": this ps neither wrote nor restored that checkpoint (restarted since?); a full "
+                                "checkpoint is needed");
+    }
+    since = it->second;
+  }
+  store_->EvictRows();  // a checkpoint holds only live rows (server/store.h); a delta logs the evicted ones
+  PS_ASSIGN_OR_RETURN(std::string dir, delta ? CreateDeltaDir(m.model_dir, m.delta_base, m.global_step)
+                                             : CreateCheckpointDir(m.model_dir, m.global_step));
+  // Training is paused: the rows written are exactly those stamped <= epoch.
+  const uint32_t epoch = store_->BeginEpoch();
+  PS_ASSIGN_OR_RETURN(ShardFileInfo info,
+                      WriteStoreFile(*store_, dir + "/" + ShardFileName(index_), index_, m.global_step, since));
+  epochs_[m.global_step] = epoch;
+  while (epochs_.size() > kKeptEpochs) epochs_.erase(epochs_.begin());
+  store_->ForgetEvictions(epochs_.begin()->second);  // no delta can be based on anything older
   store_->SetGlobalStep(m.global_step);
   double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  PS_LOG(Info) << "saved " << CheckpointDirName(m.global_step) << "/" << info.name << " ("
-               << info.bytes / 1048576.0 << " MiB in " << sec << " s)";
+  PS_LOG(Info) << "saved " << (delta ? CheckpointDirName(m.delta_base) + "/" + DeltaDirName(m.global_step)
+                                     : CheckpointDirName(m.global_step))
+               << "/" << info.name << " (" << info.bytes / 1048576.0 << " MiB in " << sec << " s)";
   return proto::SaveReply{info.name, info.bytes, info.digest};
 }
 
 Status ShardCheckpointer::Restore(const proto::Restore& m) {
-  const std::string dir = CheckpointPath(m.model_dir, m.global_step);
-  // The ps reads the MANIFEST itself: it lists the files to read (all of them when
+  // The ps reads the MANIFESTs itself: they list the files to read (all of them when
   // another ps count wrote the checkpoint), and what each must be.
-  PS_ASSIGN_OR_RETURN(Manifest manifest, ReadManifest(dir));
+  PS_ASSIGN_OR_RETURN(CheckpointInfo c, LoadCheckpointAt(m.model_dir, m.global_step));
   RestoreStats stats;
-  PS_RETURN_IF_ERROR(RestoreStore(store_, CheckpointInfo{m.global_step, dir, std::move(manifest)}, &stats));
+  epochs_.clear();  // the store's rows are replaced: no delta may build on what it saved before
+  PS_RETURN_IF_ERROR(RestoreStore(store_, c, &stats));
   store_->SetGlobalStep(m.global_step);
   store_->ResetRowClock(m.global_step);  // restored rows count as pushed at the checkpoint's step
-  PS_LOG(Info) << "restored " << stats.shards << " shard(s) from " << dir << ": " << stats.records_read
-               << " record(s) of " << stats.files_read << " of " << stats.files_listed << " shard file(s)"
-               << (stats.resharded ? ", resharded (another ps count or partitioning wrote it)" : "");
+  epochs_[m.global_step] = store_->BeginEpoch();
+  store_->ForgetEvictions(epochs_.begin()->second);
+  PS_LOG(Info) << "restored " << stats.shards << " shard(s) from " << c.dir
+               << (c.deltas.empty() ? std::string() : " + " + std::to_string(c.deltas.size()) + " delta(s)") << ": "
+               << stats.records_read << " record(s) of " << stats.files_read << " of " << stats.files_listed
+               << " shard file(s)" << (stats.resharded ? ", resharded (another ps count or partitioning wrote it)" : "");
   return Status::Ok();
 }
 

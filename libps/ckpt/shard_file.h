@@ -6,8 +6,8 @@
 // File header (32 bytes)
 //   | off | size | field                                                  |
 //   |   0 |    8 | magic "PSCKPT01"                                       |
-//   |   8 |    4 | u32 format version (2; version 1 files, which have no kind-2
-//   |     |      |   records, are read too)                               |
+//   |   8 |    4 | u32 format version (3; versions 1 (no kind-2 records) and 2 (no
+//   |     |      |   kind-3 records) are read too)                        |
 //   |  12 |    4 | u32 ps index                                           |
 //   |  16 |    8 | i64 global step                                        |
 //   |  24 |    4 | u32 reserved, 0                                        |
@@ -16,7 +16,8 @@
 //   Record header (32 bytes)
 //   |   0 |    4 | record magic "PSRC"                                    |
 //   |   4 |    4 | u32 kind: 1 = float32 row block of a (possibly sharded) variable, |
-//   |     |      |   2 = sparse rows of a lazy shard (only the created rows)  |
+//   |     |      |   2 = sparse rows of a lazy shard (only the created rows),  |
+//   |     |      |   3 = changed rows of a shard, dense or lazy (delta checkpoints) |
 //   |   8 |    4 | u32 meta_len (<= 1 MiB)                                |
 //   |  12 |    4 | u32 num_blocks = 1 + number of slots                  |
 //   |  16 |    8 | u64 block_bytes = stored rows * cols * 4 (every float block has this size;
@@ -32,13 +33,17 @@
 //   |     |    8 | i64 cols        (product of full_shape[1:], 1 for rank <= 1) |
 //   |     |    4 | u32 rank, then rank x i64: full_shape                  |
 //   |     |    4 | u32 num_slots, then per slot: u32 n, n bytes of name   |
-//   |     |    8 | kind 2 only: u64 n, the number of stored rows (<= rows) |
-//   Kind 2 only, the row ids block:
+//   |     |    8 | kinds 2, 3: u64 n, the number of stored rows (<= rows)  |
+//   |     |    4 | kind 3 only: u32 flags, bit 0 = the shard is lazy       |
+//   |     |    8 | kind 3 only: u64 d, the number of deleted rows (lazy: rows
+//   |     |      |   evicted since the parent checkpoint; 0 for a dense shard) |
+//   Kinds 2 and 3, the row ids block:
 //   |     |  n * 8 | i64 [n] shard-local row ids, strictly ascending, < rows |
-//   |     |    4 | u32 crc of the ids' bytes                              |
+//   |     |  d * 8 | kind 3 only: i64 [d] deleted row ids, the same rules     |
+//   |     |    4 | u32 crc of the ids' bytes (both lists)                 |
 //   Data blocks, num_blocks of them: "values", then each slot in metadata order
-//   |     | block_bytes | float32 [stored rows * cols], row-major; kind 2: row i of
-//   |     |      |   the block belongs to row id i                         |
+//   |     | block_bytes | float32 [stored rows * cols], row-major; kinds 2, 3: row i
+//   |     |      |   of the block belongs to row id i                      |
 //   |     |    4 | u32 crc of the block's bytes                           |
 // Footer (32 bytes, the last bytes of the file)
 //   |   0 |    8 | magic "PSCKEND1"                                       |
@@ -47,7 +52,13 @@
 //   |  24 |    4 | u32 digest: CRC-32C of all the checksum fields above, in file order |
 //   |  28 |    4 | u32 crc of bytes [0, 28) of the footer                |
 //
-// A record's metadata is a cluster::ShardLayout (its `lazy` is the record kind: 2 = lazy);
+// A kind-3 record (delta checkpoints, checkpoint_dir.h) is applied on top of the state its
+// parent checkpoint restored: first its deleted rows are dropped (a row not created is
+// ignored), then its stored rows overwrite (lazy: create if needed) values and every
+// slot. A shard a delta has no record for did not change.
+//
+// A record's metadata is a cluster::ShardLayout (its `lazy` is the record kind: 2 = lazy;
+// kind 3: flags bit 0);
 // the writer refuses, and the reader reports as DataLoss, one that fails
 // cluster::ValidateShardLayout (the layout rules placement, the wire and the ps store use).
 //
@@ -76,7 +87,7 @@
 
 namespace ps::ckpt {
 
-inline constexpr uint32_t kShardFormatVersion = 2;
+inline constexpr uint32_t kShardFormatVersion = 3;
 inline constexpr size_t kMaxNameBytes = 4096;  // variable and slot names
 inline constexpr size_t kMaxSlots = 64;
 
@@ -97,6 +108,12 @@ struct ShardRecordView {
   // into out. Slot names still come from `slots`.
   std::span<const int64_t> row_ids;
   std::function<void(size_t block, size_t first, std::span<float> out)> gather;
+
+  // A delta record (kind 3, for a dense or lazy layout): only `row_ids` are stored (as
+  // for a sparse record, values/slots or gather), and `deleted_ids` (lazy only,
+  // shard-local, strictly ascending, < rows) are listed as deleted.
+  bool delta = false;
+  std::span<const int64_t> deleted_ids;
 };
 
 // A record's metadata as read back.
@@ -107,6 +124,8 @@ struct RecordMeta {
   cluster::ShardLayout layout;
   std::vector<std::string> slot_names;
   int64_t stored_rows = 0;  // rows in each block: layout.rows, or n for a sparse record
+  bool delta = false;        // kind 3: stored rows are the changed ones (ids in the record)
+  int64_t deleted_rows = 0;  // kind 3: d, the deleted row ids in the record
 
   int64_t elements() const { return stored_rows * layout.cols; }  // floats per block
   // `<file>: record 3 (var "dense_0/kernel" shard 1)` — the prefix of every message.
@@ -117,6 +136,7 @@ struct RecordMeta {
 struct ShardRecord {
   RecordMeta meta;
   std::vector<int64_t> row_ids;                                     // sparse records: [stored_rows]
+  std::vector<int64_t> deleted_ids;                                 // delta records: [deleted_rows]
   std::vector<float> values;                                        // [stored_rows * cols]
   std::vector<std::pair<std::string, std::vector<float>>> slots;    // each [stored_rows * cols]
 };
@@ -207,8 +227,11 @@ class ShardReader {
   // block in pieces, in order: stored rows [first, first + data.size() / cols). A piece
   // is handed out before its block's checksum is verified (as with Sink). An error status
   // aborts the read. Without a SparseSink, sparse records are verified and skipped.
+  // Delta records (kind 3) go to the SparseSink too: `deleted` (if set) gets the deleted
+  // row ids first, then `rows` and `data` the changed rows as for a sparse record.
   struct SparseSink {
     std::function<Status(const RecordMeta& meta, std::span<const int64_t> row_ids)> rows;
+    std::function<Status(const RecordMeta& meta, std::span<const int64_t> deleted_ids)> deleted;
     std::function<Status(const RecordMeta& meta, std::string_view block, int64_t first,
                          std::span<const float> data)>
         data;

@@ -39,9 +39,9 @@ Result<ShardReader> ShardReader::Open(std::string path) {
     return DataLoss(p + ": bad magic (not a pstrain shard file)");
   }
   if (GetU32(h + 28) != Checksum(h, 28)) return DataLoss(p + ": file header checksum mismatch");
-  if (GetU32(h + 8) != 1 && GetU32(h + 8) != kShardFormatVersion) {
+  if (GetU32(h + 8) < 1 || GetU32(h + 8) > kShardFormatVersion) {
     return DataLoss(p + ": unsupported format version " + std::to_string(GetU32(h + 8)) +
-                    " (this build reads versions 1 and 2)");
+                    " (this build reads versions 1 to 3)");
   }
   r.version_ = GetU32(h + 8);
   if (GetU32(h + 24) != 0) return DataLoss(p + ": reserved header field is not 0");
@@ -110,10 +110,11 @@ Status ShardReader::Walk(DataMode mode, const Visitor* visitor, const RecordDone
       return DataLoss(AtRecord(p, i, off) + ": record header checksum mismatch");
     }
     const uint32_t kind = GetU32(h + 4);
-    if (kind != kKindRowBlock && (kind != kKindSparseRows || version_ < 2)) {
+    if (kind != kKindRowBlock && (kind != kKindSparseRows || version_ < 2) &&
+        (kind != kKindDeltaRows || version_ < 3)) {
       return DataLoss(AtRecord(p, i, off) + ": unknown record kind " + std::to_string(kind));
     }
-    const bool is_sparse = kind == kKindSparseRows;
+    const bool is_sparse = kind == kKindSparseRows || kind == kKindDeltaRows;
     const uint32_t meta_len = GetU32(h + 8);
     const uint32_t num_blocks = GetU32(h + 12);
     const uint64_t block_bytes = GetU64(h + 16);
@@ -171,7 +172,8 @@ Status ShardReader::Walk(DataMode mode, const Visitor* visitor, const RecordDone
     const SparseSink* sparse = mode == DataMode::kSink && visitor->sparse.rows ? &visitor->sparse : nullptr;
     const bool to_sparse_sink = is_sparse && !skip_data && sparse != nullptr;
     if (is_sparse) {
-      const uint64_t n = static_cast<uint64_t>(meta.stored_rows);
+      const uint64_t stored = static_cast<uint64_t>(meta.stored_rows);
+      const uint64_t n = stored + static_cast<uint64_t>(meta.deleted_rows);  // ids in the record
       const uint64_t room = end - off;
       if (n > room / 8 || n * 8 + 4 > room ||
           num_blocks > (room - n * 8 - 4) / (block_bytes + 4)) {
@@ -190,12 +192,17 @@ Status ShardReader::Walk(DataMode mode, const Visitor* visitor, const RecordDone
         const bool crc_ok = GetU32(c) == Checksum(ids.data(), n * 8);
         bool order_ok = true;
         for (uint64_t k = 0; k < n && order_ok; ++k) {
-          order_ok = ids[k] >= 0 && ids[k] < meta.layout.rows && (k == 0 || ids[k] > ids[k - 1]);
+          // Stored and deleted ids are each ascending.
+          order_ok = ids[k] >= 0 && ids[k] < meta.layout.rows && (k == 0 || k == stored || ids[k] > ids[k - 1]);
         }
         if (mode == DataMode::kSink) {
           if (!crc_ok) return DataLoss(meta.Describe(p) + ": row ids checksum mismatch");
           if (!order_ok) return DataLoss(meta.Describe(p) + ": row ids not ascending in [0, rows)");
-          if (to_sparse_sink) PS_RETURN_IF_ERROR(sparse->rows(meta, ids));
+          const std::span<const int64_t> all(ids);
+          if (to_sparse_sink && sparse->deleted && meta.deleted_rows > 0) {
+            PS_RETURN_IF_ERROR(sparse->deleted(meta, all.subspan(stored)));
+          }
+          if (to_sparse_sink) PS_RETURN_IF_ERROR(sparse->rows(meta, all.first(stored)));
         } else if (!crc_ok) {
           data_error = "row ids checksum mismatch";
         } else if (!order_ok) {
@@ -289,7 +296,7 @@ Result<std::vector<ShardRecord>> ShardReader::ReadRecords() {
   std::vector<ShardRecord> out;
   Sink sink = [&out](const RecordMeta& meta, std::string_view block) -> Result<std::span<float>> {
     if (out.empty() || out.back().meta.index != meta.index) {
-      out.push_back(ShardRecord{.meta = meta, .row_ids = {}, .values = {}, .slots = {}});
+      out.push_back(ShardRecord{.meta = meta, .row_ids = {}, .deleted_ids = {}, .values = {}, .slots = {}});
     }
     ShardRecord& r = out.back();
     const auto n = static_cast<size_t>(meta.elements());
@@ -302,7 +309,20 @@ Result<std::vector<ShardRecord>> ShardReader::ReadRecords() {
   };
   SparseSink sparse;
   sparse.rows = [&out](const RecordMeta& meta, std::span<const int64_t> ids) -> Status {
-    ShardRecord r{.meta = meta, .row_ids = {ids.begin(), ids.end()}, .values = {}, .slots = {}};
+    if (!out.empty() && out.back().meta.index == meta.index) {  // a delta's deleted ids came first
+      out.back().row_ids.assign(ids.begin(), ids.end());
+      return Status::Ok();
+    }
+    ShardRecord r{.meta = meta, .row_ids = {ids.begin(), ids.end()}, .deleted_ids = {}, .values = {}, .slots = {}};
+    r.values.resize(static_cast<size_t>(meta.elements()));
+    for (const auto& s : meta.slot_names) {
+      r.slots.emplace_back(s, std::vector<float>(static_cast<size_t>(meta.elements())));
+    }
+    out.push_back(std::move(r));
+    return Status::Ok();
+  };
+  sparse.deleted = [&out](const RecordMeta& meta, std::span<const int64_t> ids) -> Status {
+    ShardRecord r{.meta = meta, .row_ids = {}, .deleted_ids = {ids.begin(), ids.end()}, .values = {}, .slots = {}};
     r.values.resize(static_cast<size_t>(meta.elements()));
     for (const auto& s : meta.slot_names) {
       r.slots.emplace_back(s, std::vector<float>(static_cast<size_t>(meta.elements())));
@@ -323,7 +343,7 @@ Result<std::vector<ShardRecord>> ShardReader::ReadRecords() {
   // A sparse record without stored rows never reaches a sink; pick it up here.
   RecordDone done = [&out](const RecordMeta& meta, uint64_t, uint64_t, std::string) {
     if (out.empty() || out.back().meta.index != meta.index) {
-      ShardRecord r{.meta = meta, .row_ids = {}, .values = {}, .slots = {}};
+      ShardRecord r{.meta = meta, .row_ids = {}, .deleted_ids = {}, .values = {}, .slots = {}};
       for (const auto& s : meta.slot_names) r.slots.emplace_back(s, std::vector<float>());
       out.push_back(std::move(r));
     }

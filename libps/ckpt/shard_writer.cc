@@ -119,20 +119,26 @@ Status ShardWriter::Append(const ShardRecordView& r) {
   slot_names.reserve(r.slots.size());
   for (const auto& s : r.slots) slot_names.push_back(s.first);
   const cluster::ShardLayout& l = r.layout;
-  const bool sparse = l.lazy;
+  const bool sparse = l.lazy || r.delta;
   const int64_t stored_rows = sparse ? static_cast<int64_t>(r.row_ids.size()) : l.rows;
   const std::string what = path_ + ": record " + std::to_string(records_) + " (var " + Quote(l.var) +
                            " shard " + std::to_string(l.shard) + ")";
   if (std::string problem = CheckRecord(l, slot_names, stored_rows); !problem.empty()) {
     return InvalidArgument(what + ": " + problem);
   }
-  if (sparse) {
-    for (size_t i = 0; i < r.row_ids.size(); ++i) {
-      if (r.row_ids[i] < 0 || r.row_ids[i] >= l.rows || (i > 0 && r.row_ids[i] <= r.row_ids[i - 1])) {
-        return InvalidArgument(what + ": row_ids must be strictly ascending in [0, rows)");
-      }
+  auto ascending = [&l](std::span<const int64_t> ids) {
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (ids[i] < 0 || ids[i] >= l.rows || (i > 0 && ids[i] <= ids[i - 1])) return false;
     }
+    return true;
+  };
+  if (sparse && !ascending(r.row_ids)) {
+    return InvalidArgument(what + ": row_ids must be strictly ascending in [0, rows)");
   }
+  if (!r.deleted_ids.empty() && (!r.delta || !l.lazy)) {
+    return InvalidArgument(what + ": deleted_ids need a delta record of a lazy shard");
+  }
+  if (!ascending(r.deleted_ids)) return InvalidArgument(what + ": deleted_ids must be strictly ascending in [0, rows)");
   const bool gathered = sparse && r.gather != nullptr;
   const auto elements = static_cast<uint64_t>(stored_rows * l.cols);
   if (!gathered && r.values.size() != elements) {
@@ -147,13 +153,14 @@ Status ShardWriter::Append(const ShardRecordView& r) {
     }
   }
 
-  const std::string meta = EncodeMeta(l, slot_names, stored_rows);
+  const std::string meta =
+      EncodeMeta(l, slot_names, stored_rows, r.delta, static_cast<int64_t>(r.deleted_ids.size()));
   PS_ASSERT(meta.size() <= kMaxMetaBytes);  // bounded by the name, rank and slot limits
 
   const uint64_t block_bytes = elements * sizeof(float);
   unsigned char h[kRecordHeaderBytes] = {};
   std::memcpy(h, kRecordMagic, 4);
-  PutU32(h + 4, sparse ? kKindSparseRows : kKindRowBlock);
+  PutU32(h + 4, r.delta ? kKindDeltaRows : sparse ? kKindSparseRows : kKindRowBlock);
   PutU32(h + 8, static_cast<uint32_t>(meta.size()));
   PutU32(h + 12, static_cast<uint32_t>(1 + r.slots.size()));
   PutU64(h + 16, block_bytes);
@@ -194,9 +201,11 @@ Status ShardWriter::Append(const ShardRecordView& r) {
   };
   if (st.ok() && sparse) {
     const size_t id_bytes = r.row_ids.size() * sizeof(int64_t);
-    uint32_t crc = Checksum(r.row_ids.data(), id_bytes);
+    const size_t deleted_bytes = r.deleted_ids.size() * sizeof(int64_t);
+    uint32_t crc = MaskedCrc32c(Crc32c(Crc32c(0, r.row_ids.data(), id_bytes), r.deleted_ids.data(), deleted_bytes));
     digest = ExtendDigest(digest, crc);
     st = Put(r.row_ids.data(), id_bytes);
+    if (st.ok() && deleted_bytes > 0) st = Put(r.deleted_ids.data(), deleted_bytes);
     unsigned char c[4];
     PutU32(c, crc);
     if (st.ok()) st = Put(c, 4);

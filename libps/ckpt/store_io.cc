@@ -21,13 +21,64 @@ Result<ShardFileInfo> SaveStore(const Store& store, const std::string& model_dir
   return WriteStoreFile(store, dir + "/" + ShardFileName(ps_index), ps_index, global_step);
 }
 
-Result<ShardFileInfo> WriteStoreFile(const Store& store, const std::string& path, int ps_index, int64_t global_step) {
+namespace {
+
+// The kind-3 record of what changed in `shard` after epoch `since`; false when nothing did.
+Status AppendDelta(ShardWriter* writer, const server::ShardView& shard, uint32_t since) {
+  const auto cols = static_cast<size_t>(shard.def.layout.cols);
+  std::vector<int64_t> ids;
+  std::vector<size_t> index;  // lazy: of each id in shard.row_ids
+  std::vector<int64_t> deleted;
+  if (shard.def.layout.lazy) {
+    for (size_t i = 0; i < shard.row_ids.size(); ++i) {
+      if (shard.row_epoch(i) > since) {
+        ids.push_back(shard.row_ids[i]);
+        index.push_back(i);
+      }
+    }
+    for (const auto& [row, epoch] : shard.evicted) {
+      if (epoch > since) deleted.push_back(row);
+    }
+    std::sort(deleted.begin(), deleted.end());
+    deleted.erase(std::unique(deleted.begin(), deleted.end()), deleted.end());
+  } else {
+    for (size_t r = 0; r < shard.row_epochs.size(); ++r) {
+      if (shard.row_epochs[r] > since) ids.push_back(static_cast<int64_t>(r));
+    }
+  }
+  if (ids.empty() && deleted.empty()) return Status::Ok();
+  ShardRecordView rec{.layout = shard.def.layout, .values = {}, .slots = {}, .row_ids = ids, .gather = {},
+                      .delta = true, .deleted_ids = deleted};
+  for (const auto& [name, span] : shard.slots) rec.slots.emplace_back(name, std::span<const float>());
+  rec.gather = [&](size_t block, size_t first, std::span<float> out) {
+    for (size_t i = 0; i < out.size() / cols; ++i) {
+      std::span<const float> row;
+      if (shard.def.layout.lazy) {
+        row = shard.row(index[first + i], block);
+      } else {
+        const std::span<const float> all = block == 0 ? shard.values : shard.slots[block - 1].second;
+        row = all.subspan(static_cast<size_t>(ids[first + i]) * cols, cols);
+      }
+      std::copy(row.begin(), row.end(), out.begin() + static_cast<std::ptrdiff_t>(i * cols));
+    }
+  };
+  return writer->Append(rec);
+}
+
+}  // namespace
+
+Result<ShardFileInfo> WriteStoreFile(const Store& store, const std::string& path, int ps_index, int64_t global_step,
+                                     std::optional<uint32_t> changed_since) {
   PS_ASSIGN_OR_RETURN(ShardWriter writer, ShardWriter::Create(path, ps_index, global_step));
   Status st;
   store.ForEachShard([&](const server::ShardView& shard) {
     if (!st.ok()) return;
+    if (changed_since) {
+      st = AppendDelta(&writer, shard, *changed_since);
+      return;
+    }
     ShardRecordView rec{
-        .layout = shard.def.layout, .values = shard.values, .slots = shard.slots, .row_ids = {}, .gather = {}};
+        .layout = shard.def.layout, .values = shard.values, .slots = shard.slots, .row_ids = {}, .gather = {}, .delta = false, .deleted_ids = {}};
     if (shard.def.layout.lazy) {
       rec.row_ids = shard.row_ids;
       const auto cols = static_cast<size_t>(shard.def.layout.cols);
@@ -75,6 +126,9 @@ struct Part {
   // `rows`, created in the target in that order.
   int64_t stored_first = 0;
   Store::CreatedRows created;
+  // Delta records of a dense variable: the target-local rows of stored rows
+  // [stored_first, + dense_rows.size()).
+  std::vector<int64_t> dense_rows;
 };
 
 // Which shard files can hold rows of `targets`, by the placement the chief records in
@@ -146,6 +200,7 @@ class Restorer {
       return Dense(meta, block, range);
     };
     v.sparse.rows = [this](const RecordMeta& meta, std::span<const int64_t> ids) { return SparseRows(meta, ids); };
+    v.sparse.deleted = [this](const RecordMeta& meta, std::span<const int64_t> ids) { return Deleted(meta, ids); };
     v.sparse.data = [this](const RecordMeta& meta, std::string_view block, int64_t first,
                            std::span<const float> data) { return SparseData(meta, block, first, data); };
     Status st = reader.Read(v);
@@ -215,14 +270,14 @@ class Restorer {
       const int64_t e = std::min(re, t.end());
       if (b >= e) continue;
       for (const auto& [cb, ce] : t.covered) {
-        if (cb < e && b < ce) {
+        if (!meta.delta && cb < e && b < ce) {  // a delta's rows overwrite the base's
           return DataLoss(meta.Describe(path_) + ": rows [" + std::to_string(std::max(b, cb)) + ", " +
                           std::to_string(std::min(e, ce)) + ") of " + t.def.layout.Name() +
                           " are in two records of the checkpoint");
         }
       }
-      t.covered.emplace_back(b, e);
-      parts_.push_back(Part{&t, RowRange{b - rb, e - b}, 0, {}});
+      if (!meta.delta) t.covered.emplace_back(b, e);
+      parts_.push_back(Part{&t, RowRange{b - rb, e - b}, 0, {}, {}});
       ranges.push_back(parts_.back().rows);
     }
     if (parts_.empty()) {
@@ -266,18 +321,38 @@ class Restorer {
     return slot->subspan(offset, n);
   }
 
-  Status SparseRows(const RecordMeta& meta, std::span<const int64_t> ids) {
-    const int64_t rb = meta.layout.row_begin;
+  // The target-local ids of `ids` (record-local, ascending) that fall in `part`; sets
+  // part.stored_first to the index of the first.
+  std::vector<int64_t> Local(const RecordMeta& meta, Part& part, std::span<const int64_t> ids) {
+    auto first = std::lower_bound(ids.begin(), ids.end(), part.rows.first);
+    auto last = std::lower_bound(first, ids.end(), part.rows.first + part.rows.count);
+    part.stored_first = first - ids.begin();
+    const int64_t shift = meta.layout.row_begin - part.target->begin();  // record-local id -> target-local
     std::vector<int64_t> local;
+    for (auto id = first; id != last; ++id) local.push_back(*id + shift);
+    return local;
+  }
+
+  Status SparseRows(const RecordMeta& meta, std::span<const int64_t> ids) {
     for (Part& part : parts_) {
-      auto first = std::lower_bound(ids.begin(), ids.end(), part.rows.first);
-      auto last = std::lower_bound(first, ids.end(), part.rows.first + part.rows.count);
-      part.stored_first = first - ids.begin();
-      local.clear();
-      const int64_t shift = rb - part.target->begin();  // record-local id -> target-local
-      for (auto id = first; id != last; ++id) local.push_back(*id + shift);
+      std::vector<int64_t> local = Local(meta, part, ids);
+      if (meta.delta && !meta.layout.lazy) {
+        part.dense_rows = std::move(local);
+        continue;
+      }
       PS_ASSIGN_OR_RETURN(Store::ShardFill * fill, Open(part.target));
-      PS_RETURN_IF_ERROR(fill->CreateRows(local, &part.created).WithContext(meta.Describe(path_)));
+      Status st = meta.delta ? fill->UpsertRows(local, &part.created) : fill->CreateRows(local, &part.created);
+      PS_RETURN_IF_ERROR(st.WithContext(meta.Describe(path_)));
+    }
+    return Status::Ok();
+  }
+
+  // A delta's deleted rows: dropped from the lazy shards that hold them.
+  Status Deleted(const RecordMeta& meta, std::span<const int64_t> ids) {
+    for (Part& part : parts_) {
+      std::vector<int64_t> local = Local(meta, part, ids);
+      PS_ASSIGN_OR_RETURN(Store::ShardFill * fill, Open(part.target));
+      PS_RETURN_IF_ERROR(fill->EraseRows(local).WithContext(meta.Describe(path_)));
     }
     return Status::Ok();
   }
@@ -286,11 +361,27 @@ class Restorer {
     if (skip_slots_ && block != "values") return Status::Ok();  // verified by the reader, not stored
     const auto cols = static_cast<size_t>(meta.layout.cols);
     const int64_t n = static_cast<int64_t>(data.size() / cols);
+    const bool dense = meta.delta && !meta.layout.lazy;
     for (Part& part : parts_) {
+      const auto stored = static_cast<int64_t>(dense ? part.dense_rows.size() : part.created.size());
       const int64_t b = std::max(first, part.stored_first);
-      const int64_t e = std::min(first + n, part.stored_first + static_cast<int64_t>(part.created.size()));
+      const int64_t e = std::min(first + n, part.stored_first + stored);
       if (b >= e) continue;
       PS_ASSIGN_OR_RETURN(Store::ShardFill * fill, Open(part.target));
+      if (dense) {  // changed rows of a dense shard, one by one into its memory
+        std::span<float> dst = fill->values();
+        if (block != "values") {
+          auto slot = fill->Slot(block);
+          if (!slot.ok()) return slot.status().WithContext(meta.Describe(path_));
+          dst = *slot;
+        }
+        for (int64_t i = b; i < e; ++i) {
+          const auto row = static_cast<size_t>(part.dense_rows[static_cast<size_t>(i - part.stored_first)]);
+          std::copy_n(data.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(i - first) * cols), cols,
+                      dst.begin() + static_cast<std::ptrdiff_t>(row * cols));
+        }
+        continue;
+      }
       PS_RETURN_IF_ERROR(fill->WriteRows(part.created, block, b - part.stored_first,
                                          data.subspan(static_cast<size_t>(b - first) * cols,
                                                       static_cast<size_t>(e - b) * cols))
@@ -320,12 +411,22 @@ Status RestoreStore(Store* store, const CheckpointInfo& c, RestoreStats* stats, 
   Restorer restorer(store, &s, slots);
   PS_RETURN_IF_ERROR(restorer.Init());
   if (restorer.targets().empty()) return Status::Ok();
-  const std::optional<std::set<int>> files = FilesWithRows(c.manifest, restorer.targets());
-  for (int ps = 0; ps < s.files_listed; ++ps) {
-    if (files && !files->contains(ps)) continue;
-    PS_RETURN_IF_ERROR(restorer.ReadFile(c, ps));
+  auto read_files = [&](const CheckpointInfo& info) -> Status {
+    const std::optional<std::set<int>> files = FilesWithRows(info.manifest, restorer.targets());
+    for (int ps = 0; ps < static_cast<int>(info.manifest.shards.size()); ++ps) {
+      if (files && !files->contains(ps)) continue;
+      PS_RETURN_IF_ERROR(restorer.ReadFile(info, ps));
+    }
+    return Status::Ok();
+  };
+  PS_RETURN_IF_ERROR(read_files(c));
+  PS_RETURN_IF_ERROR(restorer.CheckCovered(c.dir));
+  for (const CheckpointInfo& delta : c.deltas) {
+    s.files_listed += static_cast<int>(delta.manifest.shards.size());
+    PS_RETURN_IF_ERROR(read_files(delta));
+    ++s.deltas;
   }
-  return restorer.CheckCovered(c.dir);
+  return Status::Ok();
 }
 
 }  // namespace ps::ckpt

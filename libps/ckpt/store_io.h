@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "libps/ckpt/checkpoint_dir.h"
@@ -21,8 +22,13 @@ Result<ShardFileInfo> SaveStore(const ps::server::Store& store, const std::strin
 // The same into the shard file `path` (tmp + fsync + rename), wherever it is: SaveStore
 // and the serving bundle (libps/serving) write stores through this one function. A store
 // configured without optimizer slots (plain SGD) writes records without slot blocks.
+//
+// With `changed_since` set (a delta, checkpoint_dir.h), only what changed after the
+// checkpoint whose change epoch ended at *changed_since (Store::BeginEpoch) is written:
+// per shard one kind-3 record of its rows stamped later and (lazy) the rows evicted
+// later, as deleted; a shard with neither gets no record.
 Result<ShardFileInfo> WriteStoreFile(const ps::server::Store& store, const std::string& path, int ps_index,
-                                     int64_t global_step);
+                                     int64_t global_step, std::optional<uint32_t> changed_since = std::nullopt);
 
 // What RestoreStore reads of each record.
 enum class RestoreSlots {
@@ -38,6 +44,7 @@ struct RestoreStats {
   int records_read = 0;     // records with rows this store holds: their data was read
   int records_skipped = 0;  // records of the files read that hold none: skipped unread
   int shards = 0;           // shards of the store restored
+  int deltas = 0;           // delta checkpoints applied on top of the base
   // Some record did not land 1:1 on one shard of the store (another ps count or
   // partitioning wrote the checkpoint).
   bool resharded = false;
@@ -65,6 +72,10 @@ struct RestoreStats {
 //
 // With RestoreSlots::kSkip (a store configured without slots) the records' slots are not
 // compared with the store's, and their blocks are read and verified but not stored.
+//
+// Then each of checkpoint.deltas, in order, is applied on top (shard_file.h: kind-3
+// records), with the same checks of the files against their MANIFEST; stats count the
+// files and records of the base and every delta.
 Status RestoreStore(ps::server::Store* store, const CheckpointInfo& checkpoint, RestoreStats* stats = nullptr,
                     RestoreSlots slots = RestoreSlots::kAll);
 

@@ -100,6 +100,16 @@ Result<JobSpec> ParseJob(const Json& json, const std::string& default_base_dir) 
     if (job.checkpoint.every_seconds < 0) {
       return InvalidArgument(c.Path("every_seconds") + ": must be >= 0");
     }
+    PS_RETURN_IF_ERROR(c.GetOr("delta_every_seconds", &job.checkpoint.delta_every_seconds));
+    if (job.checkpoint.delta_every_seconds < 0) {
+      return InvalidArgument(c.Path("delta_every_seconds") + ": must be >= 0");
+    }
+    PS_RETURN_IF_ERROR(c.GetOr("max_deltas", &job.checkpoint.max_deltas));
+    PS_RETURN_IF_ERROR(Range(c, "max_deltas", job.checkpoint.max_deltas, 1, 1000000));
+    PS_RETURN_IF_ERROR(c.GetOr("delta_max_fraction", &job.checkpoint.delta_max_fraction));
+    if (!(job.checkpoint.delta_max_fraction > 0)) {
+      return InvalidArgument(c.Path("delta_max_fraction") + ": must be > 0");
+    }
     PS_RETURN_IF_ERROR(c.GetOr("max_to_keep", &job.checkpoint.max_to_keep));
     PS_RETURN_IF_ERROR(Range(c, "max_to_keep", job.checkpoint.max_to_keep, 1, 1000000));
     PS_RETURN_IF_ERROR(c.GetOr("max_consecutive_failures", &job.checkpoint.max_consecutive_failures));

@@ -20,6 +20,13 @@ namespace ps::job {
 struct CheckpointSpec {
   int64_t every_steps = 0;     // 0: not by steps
   double every_seconds = 600;  // TF's MonitoredTrainingSession default; 0: not by time
+  // Delta checkpoints (ckpt/checkpoint_dir.h) between full ones: every this many seconds
+  // (0: none), only what changed since the previous checkpoint. The chain is bounded: the
+  // next checkpoint is full once max_deltas deltas follow the base, or once the deltas'
+  // bytes exceed delta_max_fraction of the base's.
+  double delta_every_seconds = 0;
+  int max_deltas = 10;
+  double delta_max_fraction = 0.5;
   int max_to_keep = 5;
   // Periodic saves that may fail in a row (every ps up: a full disk, a lost mount) while
   // training goes on; the next one stops the run (exit 138).

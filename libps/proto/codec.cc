@@ -98,7 +98,7 @@ Offset<void> EncodeBody(FlatBufferBuilder& fbb, const Body& body) {
         } else if constexpr (std::is_same_v<M, ChiefStatusReply>) {
           return w::CreateChiefStatusReply(fbb, internal::EncodeChiefStatus(fbb, m.status)).Union();
         } else if constexpr (std::is_same_v<M, Save>) {
-          return w::CreateSaveDirect(fbb, m.model_dir.c_str(), m.global_step).Union();
+          return w::CreateSaveDirect(fbb, m.model_dir.c_str(), m.global_step, m.delta_base, m.delta_parent).Union();
         } else if constexpr (std::is_same_v<M, SaveReply>) {
           return w::CreateSaveReplyDirect(fbb, m.file.c_str(), m.bytes, m.digest).Union();
         } else if constexpr (std::is_same_v<M, Restore>) {
@@ -235,7 +235,7 @@ Result<Body> DecodeBody(const w::Envelope* env) {
       return Body(ChiefStatusReply{internal::DecodeChiefStatus(env->body_as_ChiefStatusReply()->status())});
     case w::Body::Save: {
       auto* m = env->body_as_Save();
-      return Body(Save{Str(m->model_dir()), m->global_step()});
+      return Body(Save{Str(m->model_dir()), m->global_step(), m->delta_base(), m->delta_parent()});
     }
     case w::Body::SaveReply: {
       auto* m = env->body_as_SaveReply();

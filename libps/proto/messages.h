@@ -149,7 +149,14 @@ struct Push {
 };
 struct PushReply { int64_t global_step = 0; int32_t skipped = 0; int32_t stale = 0; };
 
-struct Save { std::string model_dir; int64_t global_step = 0; };
+// delta_base >= 0: a delta checkpoint against the checkpoint of step delta_parent
+// (ckpt/checkpoint_dir.h, "Delta checkpoints").
+struct Save {
+  std::string model_dir;
+  int64_t global_step = 0;
+  int64_t delta_base = -1;
+  int64_t delta_parent = -1;
+};
 struct SaveReply { std::string file; uint64_t bytes = 0; uint32_t digest = 0; };
 struct Restore { std::string model_dir; int64_t global_step = 0; };
 // Inline distributed evaluation (pstrain.fbs): the payload of the reply holds the scores

@@ -67,6 +67,8 @@ Status Store::Create(const ShardDef& def) {
     shard->num_stripes = kLazyStripes;
     shard->lazy = std::make_unique<LazyStripe[]>(static_cast<size_t>(kLazyStripes));
     shard->record_floats = (1 + shard->slot_defs.size()) * shard->cols;
+    shard->epoch_at = shard->record_floats;
+    shard->record_floats += 1;  // the change epoch
     const model::RowPolicy& p = def.row_policy;
     if (p.evicts()) {
       shard->stamped = true;
@@ -85,6 +87,7 @@ Status Store::Create(const ShardDef& def) {
                           AlignedFloats::Make(n, name + "/" + shard->slot_defs[i].name));
       std::fill_n(shard->slots[i].data(), n, shard->slot_defs[i].initial);
     }
+    shard->row_epochs = std::make_unique<uint32_t[]>(static_cast<size_t>(def.layout.rows));  // zeroed: unchanged
     shard->num_stripes = std::min(def.layout.rows, kMaxStripes);
     shard->stripe_rows = (def.layout.rows + shard->num_stripes - 1) / shard->num_stripes;
     shard->num_stripes = (def.layout.rows + shard->stripe_rows - 1) / shard->stripe_rows;
@@ -247,9 +250,12 @@ void Store::ApplyDense(Shard& s, std::span<const float> grad, int64_t global_ste
   for (int64_t k = 0; k < s.num_stripes; ++k) {
     size_t begin = static_cast<size_t>(k * s.stripe_rows) * s.cols;
     size_t end = static_cast<size_t>(std::min(rows, (k + 1) * s.stripe_rows)) * s.cols;
+    const uint32_t epoch = this->epoch();
     std::lock_guard g(s.stripes[k]);
     ApplyRows(spec, lr, global_step, s.Values(begin, end), s.Slots(begin),
               grad.subspan(begin, end - begin));
+    std::fill(s.row_epochs.get() + k * s.stripe_rows, s.row_epochs.get() + std::min(rows, (k + 1) * s.stripe_rows),
+              epoch);
   }
 }
 
@@ -258,6 +264,7 @@ void Store::ApplySparse(Shard& s, std::span<const int64_t> rows, std::span<const
   const OptimizerSpec& spec = *spec_;
   const float lr = static_cast<float>(LearningRate(spec, global_step));
   const size_t cols = s.cols;
+  const uint32_t epoch = this->epoch();
   std::mutex* held = nullptr;
   for (size_t i = 0; i < rows.size(); ++i) {
     std::mutex* m = &s.StripeOf(rows[i]);
@@ -274,6 +281,7 @@ void Store::ApplySparse(Shard& s, std::span<const int64_t> rows, std::span<const
     size_t begin = static_cast<size_t>(rows[i]) * cols;
     ApplyRows(spec, lr, global_step, s.Values(begin, begin + cols), s.Slots(begin),
               grad_rows.subspan(i * cols, cols));
+    s.row_epochs[static_cast<size_t>(rows[i])] = epoch;
   }
   if (held) held->unlock();
 }
@@ -287,6 +295,7 @@ Status Store::ApplyLazy(Shard& s, std::span<const int64_t> rows, std::span<const
   groups.Build(rows);
   int64_t failed_row = -1;  // the row whose creation ran out of memory
   const auto admit = static_cast<uint32_t>(s.def.row_policy.admit_min_count);
+  const uint32_t epoch = this->epoch();
   uint64_t admitted = 0, dropped = 0, created = 0;
   for (size_t k = 0; k < kLazyStripes; ++k) {
     if (groups.begin[k] == groups.begin[k + 1]) continue;
@@ -317,6 +326,7 @@ Status Store::ApplyLazy(Shard& s, std::span<const int64_t> rows, std::span<const
                       ApplyRows(spec, lr, global_step, {record, cols}, s.RecordSlots(record),
                                 grad_rows.subspan(i * cols, cols));
                       if (s.stamped) s.SetStamp(record, stamp);
+                      s.SetEpoch(record, epoch);
                     });
     if (failed_row >= 0) break;
   }
@@ -352,7 +362,7 @@ void Store::Sweep(Shard& s, int64_t now, bool exact) {
       s.lazy[k].ForEach([&](int64_t row, const float* record) {
         if (now - static_cast<int64_t>(s.Stamp(record)) > p.ttl_steps) victims.push_back(row);
       });
-      for (int64_t row : victims) evicted += s.lazy[k].Erase(row, HashRow(row), *s.arena) ? 1 : 0;
+      evicted += Evict(s, k, victims);
     }
     s.live.fetch_sub(static_cast<int64_t>(evicted), std::memory_order_relaxed);
     evicted_ttl_.fetch_add(evicted, std::memory_order_relaxed);
@@ -386,10 +396,35 @@ void Store::Sweep(Shard& s, int64_t now, bool exact) {
         --at_cut;
       }
     });
-    for (int64_t row : victims) evicted += s.lazy[k].Erase(row, HashRow(row), *s.arena) ? 1 : 0;
+    evicted += Evict(s, k, victims);
   }
   s.live.fetch_sub(static_cast<int64_t>(evicted), std::memory_order_relaxed);
   evicted_max_rows_.fetch_add(evicted, std::memory_order_relaxed);
+}
+
+uint64_t Store::Evict(Shard& s, int64_t k, std::span<const int64_t> victims) {
+  const uint32_t epoch = this->epoch();
+  uint64_t evicted = 0;
+  for (int64_t row : victims) {
+    if (!s.lazy[k].Erase(row, HashRow(row), *s.arena)) continue;
+    ++evicted;
+    s.evicted.emplace_back(row, epoch);  // a delta checkpoint records it as deleted
+  }
+  return evicted;
+}
+
+uint32_t Store::BeginEpoch() { return epoch_.fetch_add(1, std::memory_order_acq_rel); }
+
+void Store::ForgetEvictions(uint32_t upto) {
+  std::shared_lock lock(mu_);
+  for (auto& [key, shard] : shards_) {
+    Shard& s = *shard;
+    if (!s.lazy) continue;
+    std::lock_guard sweeping(s.sweep_mu);
+    s.LockAll();
+    std::erase_if(s.evicted, [upto](const auto& e) { return e.second <= upto; });
+    s.UnlockAll();
+  }
 }
 
 void Store::EvictRows() {
@@ -476,7 +511,8 @@ Result<ShardMemory> Store::Memory(const ShardKey& key) const {
   ShardMemory m;
   if (!s->lazy) {
     m.rows = s->layout().rows;
-    m.bytes = (1 + s->slot_defs.size()) * s->values.size() * sizeof(float);
+    m.bytes = (1 + s->slot_defs.size()) * s->values.size() * sizeof(float) +
+              static_cast<uint64_t>(s->layout().rows) * sizeof(uint32_t);  // + the change epochs
     return m;
   }
   for (int64_t k = 0; k < s->num_stripes; ++k) {
@@ -500,11 +536,12 @@ std::vector<ShardKey> Store::Keys() const {
 namespace {
 
 void CallWithView(const auto& s, const std::function<void(const ShardView&)>& fn) {
-  ShardView view{s.def, s.values.span(), {}, {}, {}};
+  ShardView view{s.def, s.values.span(), {}, {}, {}, {}, {}, {}};
   for (size_t i = 0; i < s.slot_defs.size(); ++i)
     view.slots.emplace_back(s.slot_defs[i].name, s.slots[i].span());
   s.LockAll();
   if (!s.lazy) {
+    view.row_epochs = {s.row_epochs.get(), static_cast<size_t>(s.def.layout.rows)};
     fn(view);
     s.UnlockAll();
     return;
@@ -523,6 +560,8 @@ void CallWithView(const auto& s, const std::function<void(const ShardView&)>& fn
   view.row = [&created, cols](size_t i, size_t block) {
     return std::span<const float>(created[i].second + block * cols, cols);
   };
+  view.row_epoch = [&created, &s](size_t i) { return s.Epoch(created[i].second); };
+  view.evicted = s.evicted;
   fn(view);
   s.UnlockAll();
 }

@@ -156,12 +156,18 @@ struct ShardView {
   // Lazy shards only: block b of created row row_ids[i], [cols] floats; block 0 is the
   // values, block 1 + k is slot k (the order of `slots`).
   std::function<std::span<const float>(size_t i, size_t block)> row;
+  // Change epochs (Store, "Change epochs"): dense shards, each row's [rows]; lazy shards,
+  // created row row_ids[i]'s, and the (row, epoch) of rows evicted since they were last
+  // forgotten (Store::ForgetEvictions), in eviction order.
+  std::span<const uint32_t> row_epochs;
+  std::function<uint32_t(size_t i)> row_epoch;
+  std::span<const std::pair<int64_t, uint32_t>> evicted;
 };
 
 // Memory held by one shard (Store::Memory).
 struct ShardMemory {
   int64_t rows = 0;    // rows allocated: def.rows for a dense shard, created rows if lazy
-  uint64_t bytes = 0;  // values, slots, and for a lazy shard its row tables and chunk slack
+  uint64_t bytes = 0;  // values, slots, change epochs (dense), and for a lazy shard its row tables and chunk slack
 };
 
 // A slot's contents for Restore.
@@ -268,6 +274,11 @@ class Store {
     // optimizer lacks is InvalidArgument; rows outside `created` OutOfRange.
     Status WriteRows(const CreatedRows& created, std::string_view block, int64_t first,
                      std::span<const float> data);
+    // Delta checkpoints: drops `rows` that are created (others are ignored), and makes
+    // `created` hold the records of `rows` (created as by CreateRows when missing, else
+    // the existing ones, epoch reset to 0), in the order given.
+    Status EraseRows(std::span<const int64_t> rows);
+    Status UpsertRows(std::span<const int64_t> rows, CreatedRows* created);
 
    private:
     friend class Store;
@@ -286,6 +297,19 @@ class Store {
   // beyond max_rows (least recently pushed first) are evicted. Checkpoints call it before
   // writing, so they hold only live rows. Takes one stripe lock at a time.
   void EvictRows();
+
+  // Change epochs, for delta checkpoints. Every push stamps the rows it changes with the
+  // current epoch (dense: a u32 per row; lazy: a u32 in the row's record); an eviction is
+  // logged with it. A checkpoint, with training paused, calls BeginEpoch: the epoch it
+  // returns, E, ends (rows changed from now on are stamped > E), so a later delta against
+  // that checkpoint writes the rows stamped > E and the evictions logged > E. Nothing is
+  // cleared when a checkpoint is written: a delta that is never committed costs nothing,
+  // the next one (against the same parent) simply includes its rows again. Rows restored
+  // by ShardFill are stamped 0. ForgetEvictions drops logged evictions <= upto (no
+  // checkpoint a delta may still be based on is older).
+  uint32_t epoch() const { return epoch_.load(std::memory_order_acquire); }
+  uint32_t BeginEpoch();
+  void ForgetEvictions(uint32_t upto);
 
   // A step counter kept for the service and checkpoints; Push does not advance it.
   int64_t global_step() const { return global_step_.load(std::memory_order_acquire); }
@@ -312,6 +336,8 @@ class Store {
   // One sweep at row clock `now`; sweep_mu held. `exact`: down to max_rows (else to
   // max_rows only once it is exceeded by more than a sixteenth).
   void Sweep(Shard& shard, int64_t now, bool exact);
+  // Erases `victims` from stripe k (its lock held), logging each for delta checkpoints.
+  uint64_t Evict(Shard& shard, int64_t k, std::span<const int64_t> victims);
 
   mutable std::shared_mutex mu_;  // guards shards_ (structure) and spec_
   std::optional<OptimizerSpec> spec_;
@@ -319,6 +345,7 @@ class Store {
 
   std::atomic<int64_t> global_step_{0};
   std::atomic<int64_t> row_clock_{0};
+  std::atomic<uint32_t> epoch_{1};
   std::atomic<uint64_t> rows_admitted_{0}, rows_not_admitted_{0}, evicted_ttl_{0}, evicted_max_rows_{0};
   std::atomic<uint64_t> pull_requests_{0}, push_requests_{0}, failed_requests_{0};
   std::atomic<uint64_t> bytes_pulled_{0}, bytes_pushed_{0}, rows_pulled_{0}, rows_pushed_{0};

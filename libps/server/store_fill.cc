@@ -72,6 +72,50 @@ Status Store::ShardFill::DropRows() {
   }
   s.arena->Clear();
   shard_->live.store(0, std::memory_order_relaxed);
+  shard_->evicted.clear();
+  return Status::Ok();
+}
+
+Status Store::ShardFill::EraseRows(std::span<const int64_t> rows) {
+  const Shard& s = *shard_;
+  const ShardKey key = s.def.key();
+  if (!s.lazy) return InvalidArgument("Restore " + key.ToString() + ": not a lazy shard");
+  PS_RETURN_IF_ERROR(CheckRows("Restore", key, rows, s.layout().rows));
+  int64_t erased = 0;
+  for (int64_t row : rows) {
+    const uint64_t h = HashRow(row);
+    erased += s.lazy[LazyStripeOf(h)].Erase(row, h, *s.arena) ? 1 : 0;
+  }
+  shard_->live.fetch_sub(erased, std::memory_order_relaxed);
+  return Status::Ok();
+}
+
+Status Store::ShardFill::UpsertRows(std::span<const int64_t> rows, CreatedRows* created) {
+  const Shard& s = *shard_;
+  const ShardKey key = s.def.key();
+  if (!s.lazy) return InvalidArgument("Restore " + key.ToString() + ": not a lazy shard");
+  if (created->shard_ != nullptr && created->shard_ != shard_)
+    return InvalidArgument("Restore " + key.ToString() + ": rows created on another shard");
+  PS_RETURN_IF_ERROR(CheckRows("Restore", key, rows, s.layout().rows));
+  PS_RETURN_IF_ERROR(CheckUnique("Restore", key, rows));
+  created->shard_ = shard_;
+  created->records_.reserve(created->records_.size() + rows.size());
+  for (int64_t row : rows) {
+    const uint64_t h = HashRow(row);
+    LazyStripe& stripe = s.lazy[LazyStripeOf(h)];
+    float* record = stripe.Find(row, h);
+    if (record == nullptr) {
+      record = stripe.Insert(row, h, *s.arena);
+      if (record == nullptr)
+        return Internal("Restore " + key.ToString() + ": out of memory creating " + std::to_string(rows.size()) +
+                        " rows");
+      s.InitRecord(row, record);
+      shard_->live.fetch_add(1, std::memory_order_relaxed);
+    }
+    if (s.stamped) s.SetStamp(record, 0);  // ResetRowClock stamps the checkpoint's step
+    s.SetEpoch(record, 0);
+    created->records_.push_back(record);
+  }
   return Status::Ok();
 }
 
@@ -98,6 +142,7 @@ Status Store::ShardFill::CreateRows(std::span<const int64_t> rows, CreatedRows* 
                       std::to_string(rows.size()) + " rows");
     s.InitRecord(row, record);
     if (s.stamped) s.SetStamp(record, 0);  // ResetRowClock stamps the checkpoint's step
+    s.SetEpoch(record, 0);
     created->records_.push_back(record);
     shard_->live.fetch_add(1, std::memory_order_relaxed);
   }

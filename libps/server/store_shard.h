@@ -41,6 +41,20 @@ struct Store::Shard {
   std::atomic<int64_t> next_ttl_sweep{0};
   std::mutex sweep_mu;                  // held by the one thread sweeping this shard
 
+  // Change tracking for delta checkpoints (store.h, "Change epochs"). Dense: the epoch
+  // of each row's last push ([rows], under its stripe lock). Lazy: the epoch is a u32 in
+  // the record at `epoch_at`, and `evicted` lists (row, epoch) of evictions (appended
+  // under sweep_mu and the row's stripe lock; read under every stripe lock).
+  std::unique_ptr<uint32_t[]> row_epochs;
+  size_t epoch_at = 0;
+  std::vector<std::pair<int64_t, uint32_t>> evicted;
+  uint32_t Epoch(const float* record) const {
+    uint32_t v;
+    std::memcpy(&v, record + epoch_at, sizeof(v));
+    return v;
+  }
+  void SetEpoch(float* record, uint32_t epoch) const { std::memcpy(record + epoch_at, &epoch, sizeof(epoch)); }
+
   // The step a stamped record was last pushed at (saturated to [0, 2^32 - 1]).
   uint32_t Stamp(const float* record) const {
     uint32_t v;

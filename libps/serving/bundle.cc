@@ -333,9 +333,13 @@ Result<LoadedBundle> LoadModelDir(const std::string& model_dir, std::optional<in
   PS_ASSIGN_OR_RETURN(auto all, ckpt::ListCheckpoints(model_dir));  // oldest first
   ckpt::CheckpointInfo c;
   if (step) {
-    auto it = std::find_if(all.begin(), all.end(), [&](const auto& x) { return x.global_step == *step; });
-    if (it == all.end()) return NotFound(model_dir + ": no committed checkpoint at step " + std::to_string(*step));
-    c = *it;
+    // A full checkpoint, or a delta's whole chain.
+    auto at = ckpt::LoadCheckpointAt(model_dir, *step);
+    if (!at.ok() && at.status().code() == Code::kNotFound) {
+      return NotFound(model_dir + ": no committed checkpoint at step " + std::to_string(*step));
+    }
+    PS_RETURN_IF_ERROR(at.status());
+    c = std::move(*at);
     PS_ASSIGN_OR_RETURN(b.loaded, LoadCheckpoint(job, *b.model, c));
   } else {
     // The newest checkpoint that loads; a damaged one is skipped for the previous one,
@@ -371,8 +375,9 @@ Result<LoadedBundle> LoadModelDir(const std::string& model_dir, std::optional<in
   b.info.format_version = 0;
   std::error_code ec;
   b.info.source_model_dir = fs::absolute(fs::path(model_dir), ec).lexically_normal().string();
-  b.info.source_step = c.global_step;
-  b.info.source_final = c.manifest.final;
+  // With deltas (checkpoint_dir.h), the state of the newest one was loaded.
+  b.info.source_step = c.restored_step();
+  b.info.source_final = (c.deltas.empty() ? c.manifest : c.deltas.back().manifest).final;
   return b;
 }
 

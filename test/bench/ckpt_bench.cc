@@ -3,7 +3,7 @@
 // run. Not a test: run by hand or by scripts/bench-ckpt.sh.
 //
 //   bench_ckpt [--gib 1.0] [--dir DIR] [--repeat 3] [--optimizer sgd] [--shards 16] [--ps 2]
-//              [--restore-shards K] [--restore-ps P]
+//              [--restore-shards K] [--restore-ps P] [--delta-fraction 0.01]
 //
 // Model: one float32 variable "embedding" [shards * rows, 1024] split into --shards
 // equal shards holding --gib GiB of values in all, placed round-robin on --ps stores as
@@ -17,6 +17,11 @@
 //            so the check afterwards proves the data came from disk), one thread each;
 //            with --restore-shards K [--restore-ps P], into K shards over P stores: a
 //            resharding restore (each store reads the rows of its shards from every file).
+//   delta    (--delta-fraction F, default 0.01; 0: skipped) a full checkpoint through the
+//            ps's ShardCheckpointer, then a push of F of each shard's rows (random rows),
+//            then a delta checkpoint (ckpt-<base>/delta-<step>) of them: its save+commit
+//            time and bytes against the full one's; base + delta is then restored and
+//            checked against the stores.
 //   plain    write()+fsync of each store's bytes (taken from the store's memory) to one
 //            file per store, one thread each; read() of those files back into a buffer.
 // MB/s are payload bytes (floats * 4) / seconds / 1e6. Before each restore and each plain
@@ -46,8 +51,10 @@
 #include "libps/ckpt/checkpoint_dir.h"
 #include "libps/cluster/placement.h"
 #include "libps/core/files.h"
+#include "libps/ckpt/shard_checkpointer.h"
 #include "libps/ckpt/shard_file.h"
 #include "libps/ckpt/store_io.h"
+#include "libps/proto/messages.h"
 #include "libps/server/store.h"
 
 namespace {
@@ -83,6 +90,7 @@ struct Options {
   // 0: as saved.
   int restore_shards = 0;
   int restore_ps = 0;
+  double delta_fraction = 0.01;  // of each shard's rows changed before a delta; 0: no delta run
 };
 
 Options Parse(int argc, char** argv) {
@@ -104,6 +112,8 @@ Options Parse(int argc, char** argv) {
       o.restore_shards = std::atoi(next().c_str());
     } else if (a == "--restore-ps") {
       o.restore_ps = std::atoi(next().c_str());
+    } else if (a == "--delta-fraction") {
+      o.delta_fraction = std::atof(next().c_str());
     } else if (a == "--optimizer") {
       std::string name = next();
       bool found = false;
@@ -117,13 +127,13 @@ Options Parse(int argc, char** argv) {
       if (!found) Die("--optimizer: one of sgd, adagrad, rmsprop, adam, ftrl");
     } else {
       Die("unknown flag " + a +
-          " (flags: --gib --dir --repeat --optimizer --shards --ps --restore-shards --restore-ps)");
+          " (flags: --gib --dir --repeat --optimizer --shards --ps --restore-shards --restore-ps --delta-fraction)");
     }
   }
   if (o.restore_shards == 0) o.restore_shards = o.shards;
   if (o.restore_ps == 0) o.restore_ps = o.num_ps;
   if (o.gib <= 0 || o.repeat < 1 || o.shards < 1 || o.num_ps < 1 || o.num_ps > o.shards ||
-      o.restore_ps < 1 || o.restore_ps > o.restore_shards) {
+      o.restore_ps < 1 || o.restore_ps > o.restore_shards || o.delta_fraction < 0 || o.delta_fraction > 1) {
     Die("bad flag value");
   }
   return o;
@@ -230,6 +240,34 @@ double Median(std::vector<double> v) {
 struct Run {
   double save = 0, plain_write = 0, restore = 0, plain_read = 0;  // MB/s
 };
+
+// Every store saves through its ShardCheckpointer (a delta of `parent` on `base` when
+// base >= 0), in parallel; the chief's MANIFEST is committed. Returns seconds and adds
+// the files' bytes to *bytes.
+double SaveAll(std::vector<std::unique_ptr<ps::ckpt::ShardCheckpointer>>& cks, const std::string& model_dir,
+               int64_t step, int64_t base, int64_t parent, uint64_t* bytes) {
+  std::vector<ps::ckpt::ShardFileInfo> infos(cks.size());
+  auto t0 = Clock::now();
+  Parallel(static_cast<int>(cks.size()), [&](int p) -> ps::Status {
+    PS_ASSIGN_OR_RETURN(auto reply, cks[static_cast<size_t>(p)]->Save({model_dir, step, base, parent}));
+    infos[static_cast<size_t>(p)] = {reply.file, reply.bytes, reply.digest};
+    return ps::Status::Ok();
+  });
+  ps::ckpt::Manifest m;
+  m.global_step = step;
+  m.unix_time = static_cast<double>(std::time(nullptr));
+  m.num_ps = static_cast<int>(cks.size());
+  m.shards = infos;
+  if (base >= 0) {
+    m.base = base;
+    m.parent = parent;
+  }
+  Check(ps::ckpt::CommitCheckpoint(model_dir, m), "CommitCheckpoint");
+  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  *bytes = 0;
+  for (const auto& info : infos) *bytes += info.bytes;
+  return s;
+}
 
 }  // namespace
 
@@ -351,7 +389,7 @@ int main(int argc, char** argv) {
       double s = Parallel(opt.restore_ps, [&](int p) -> ps::Status {
         // Each ps reads the MANIFEST, as ShardCheckpointer::Restore does.
         PS_ASSIGN_OR_RETURN(ps::ckpt::Manifest m, ps::ckpt::ReadManifest(ckpt));
-        return ps::ckpt::RestoreStore(dst[static_cast<size_t>(p)].get(), {step, ckpt, std::move(m)},
+        return ps::ckpt::RestoreStore(dst[static_cast<size_t>(p)].get(), {step, ckpt, std::move(m), {}},
                                       &restored[static_cast<size_t>(p)]);
       });
       run.restore = static_cast<double>(total_bytes) / s / 1e6;
@@ -391,6 +429,62 @@ int main(int argc, char** argv) {
     for (int p = 0; p < opt.num_ps; ++p) std::filesystem::remove(plain_path(p));
   }
 
+  // Delta checkpoints: full, then F of the rows pushed, then a delta of them.
+  std::vector<double> delta_time_ratio, delta_byte_ratio;
+  double full_s_med = 0, delta_s_med = 0;
+  uint64_t full_bytes = 0, delta_bytes = 0;
+  if (opt.delta_fraction > 0) {
+    std::vector<std::unique_ptr<ps::ckpt::ShardCheckpointer>> cks;
+    for (int p = 0; p < opt.num_ps; ++p) {
+      cks.push_back(std::make_unique<ps::ckpt::ShardCheckpointer>(src[static_cast<size_t>(p)].get(), p));
+    }
+    const auto changed = std::max<int64_t>(1, static_cast<int64_t>(opt.delta_fraction * static_cast<double>(rows)));
+    std::vector<double> full_s, delta_s;
+    uint64_t seed = 12345;
+    for (int rep = 0; rep < opt.repeat; ++rep) {
+      const int64_t base = 1000 + 10 * rep;
+      ::sync();
+      full_s.push_back(SaveAll(cks, model_dir, base, -1, -1, &full_bytes));
+      // `changed` random distinct rows of every shard, one PushRows each.
+      std::vector<int64_t> picked;
+      for (int64_t r = 0; r < rows; ++r) picked.push_back(r);
+      std::vector<float> grad(static_cast<size_t>(changed * kCols), 1e-3f);
+      for (int i = 0; i < opt.shards; ++i) {
+        for (int64_t k = 0; k < changed; ++k) {  // a partial Fisher-Yates shuffle
+          seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+          const int64_t j = k + static_cast<int64_t>((seed >> 33) % static_cast<uint64_t>(rows - k));
+          std::swap(picked[static_cast<size_t>(k)], picked[static_cast<size_t>(j)]);
+        }
+        std::vector<int64_t> ids(picked.begin(), picked.begin() + changed);
+        std::sort(ids.begin(), ids.end());
+        Check(src[static_cast<size_t>(i % opt.num_ps)]->PushRows(defs[static_cast<size_t>(i)].key(), ids, grad, 0),
+              "PushRows");
+      }
+      ::sync();
+      delta_s.push_back(SaveAll(cks, model_dir, base + 1, base, base, &delta_bytes));
+      delta_time_ratio.push_back(delta_s.back() / full_s.back());
+      delta_byte_ratio.push_back(static_cast<double>(delta_bytes) / static_cast<double>(full_bytes));
+      std::printf("delta run %d: full %.3f s %.1f MiB | delta (%.2f%% of rows changed) %.4f s %.2f MiB | "
+                  "time %.4f, bytes %.4f of full\n",
+                  rep + 1, full_s.back(), static_cast<double>(full_bytes) / 1048576.0, 100.0 * opt.delta_fraction,
+                  delta_s.back(), static_cast<double>(delta_bytes) / 1048576.0, delta_time_ratio.back(),
+                  delta_byte_ratio.back());
+      std::fflush(stdout);
+      // Base + delta restores to exactly the stores' state (checked as saved only).
+      auto chain = ps::ckpt::LoadCheckpointAt(model_dir, base + 1);
+      Check(chain.status(), "LoadCheckpointAt");
+      if (chain->deltas.size() != 1) Die("the delta is not in the chain");
+      if (!resharding) {
+        std::vector<StorePtr> dst = BuildStores(opt, opt.num_ps, zero_defs);
+        Parallel(opt.num_ps, [&](int p) { return ps::ckpt::RestoreStore(dst[static_cast<size_t>(p)].get(), *chain); });
+        if (!SameVariable(src, rows, dst)) Die("base + delta restored a variable that differs from the saved one");
+      }
+      std::filesystem::remove_all(ps::ckpt::CheckpointPath(model_dir, base));
+    }
+    full_s_med = Median(full_s);
+    delta_s_med = Median(delta_s);
+  }
+
   auto median = [&](auto field) {
     std::vector<double> v;
     for (const Run& r : runs) v.push_back(field(r));
@@ -413,6 +507,14 @@ int main(int argc, char** argv) {
   row("save+commit vs write+fsync", [](const Run& r) { return r.save; }, [](const Run& r) { return r.plain_write; });
   row("restore vs read", [](const Run& r) { return r.restore; }, [](const Run& r) { return r.plain_read; });
   std::printf("  (MB/s = 1e6 bytes of floats per second; ratio = median of per-run ratios)\n");
+  if (opt.delta_fraction > 0) {
+    std::printf("delta checkpoint, %.2f%% of rows changed (median of %d): full %.3f s %.1f MiB, delta %.4f s %.2f MiB: "
+                "time %.4f (%.4f-%.4f), bytes %.4f of the full one's\n",
+                100.0 * opt.delta_fraction, opt.repeat, full_s_med, static_cast<double>(full_bytes) / 1048576.0,
+                delta_s_med, static_cast<double>(delta_bytes) / 1048576.0, Median(delta_time_ratio),
+                *std::min_element(delta_time_ratio.begin(), delta_time_ratio.end()),
+                *std::max_element(delta_time_ratio.begin(), delta_time_ratio.end()), Median(delta_byte_ratio));
+  }
 
   std::filesystem::remove(model_dir + "/" + ps::ckpt::kPointerFile);
   std::filesystem::remove(model_dir);

@@ -180,7 +180,7 @@ class FakeCluster {
     }
     if (const auto* s = std::get_if<act::SaveCheckpoint>(&a)) {
       checkpoints.push_back({s->step, s->final});
-      return ev::CheckpointCommitted{s->step, s->final};
+      return ev::CheckpointCommitted{s->step, s->final, s->delta};  // a delta when asked for one
     }
     if (std::holds_alternative<act::StartWorkers>(a)) return ev::WorkersStarted{};
     if (const auto* r = std::get_if<act::ReconnectPs>(&a)) {

@@ -144,6 +144,28 @@ TEST_CASE("state machine: a checkpoint by time is due on a tick after every_seco
   CHECK(c.machine.phase() == Phase::kCheckpointing);
 }
 
+TEST_CASE("state machine: deltas are due delta_every_seconds after any checkpoint; a full one due by time wins") {
+  auto config = Config();
+  config.total_steps = 100000;
+  config.checkpoint_every_seconds = 10;
+  config.checkpoint_delta_every_seconds = 3;
+  FakeCluster c(config);
+  c.StartFresh();  // ckpt-0 (full) at t = 0
+  std::vector<std::pair<int64_t, bool>> saves;  // (ms, delta)
+  for (int64_t ms = 100; ms <= 14000; ms += 100) {
+    c.At(std::chrono::milliseconds(ms), ev::Tick{});
+    if (c.machine.phase() != Phase::kCheckpointing) continue;
+    for (int i = 0; i < 100 && !c.io; ++i) c.Finish();  // the ranges in flight, then the save
+    if (c.io && std::holds_alternative<act::SaveCheckpoint>(*c.io)) {
+      saves.emplace_back(ms, std::get<act::SaveCheckpoint>(*c.io).delta);
+      c.Answer();
+    }
+  }
+  // Deltas 3 s after the previous checkpoint of either kind; the full one 10 s after ckpt-0.
+  CHECK(saves == std::vector<std::pair<int64_t, bool>>{{3000, true}, {6000, true}, {9000, true}, {10000, false},
+                                                         {13000, true}});
+}
+
 TEST_CASE("state machine: a stop during a checkpoint save lets it commit, then drains to the final checkpoint at that step") {
   FakeCluster c(Config(20));
   RunToFirstSave(c);

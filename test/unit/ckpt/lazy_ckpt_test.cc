@@ -94,7 +94,7 @@ ps::ckpt::CheckpointInfo SaveOnePs(const Store& store, const std::string& model_
   m.num_ps = 1;
   m.shards = {*info};
   REQUIRE(ps::ckpt::CommitCheckpoint(model_dir, m).ok());
-  return {step, ps::ckpt::CheckpointPath(model_dir, step), m};
+  return {step, ps::ckpt::CheckpointPath(model_dir, step), m, {}};
 }
 
 }  // namespace

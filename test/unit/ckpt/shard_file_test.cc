@@ -359,13 +359,13 @@ TEST_CASE("shard file: checksum failures name the file, record, variable and blo
 
   // A well-formed header from a future version (checksum recomputed).
   bytes = good;
-  bytes[8] = 3;
+  bytes[8] = 4;
   uint32_t crc = ps::MaskedCrc32c(ps::Crc32c(0, bytes.data(), 28));
   std::memcpy(bytes.data() + 28, &crc, 4);
   WriteBytes(path, bytes);
   st = ReadEverything(path);
   CHECK(st.code() == ps::Code::kDataLoss);
-  CHECK(st.message() == path + ": unsupported format version 3 (this build reads versions 1 and 2)");
+  CHECK(st.message() == path + ": unsupported format version 4 (this build reads versions 1 to 3)");
 
   WriteBytes(path, good + "x");
   st = ReadEverything(path);

@@ -4,6 +4,8 @@
 #include <catch2/catch.hpp>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "libps/core/json.h"
 #include "libps/job/job.h"
@@ -84,4 +86,27 @@ TEST_CASE("wire: a ShardDef's row policy on a dense layout is refused by the ps"
   auto back = ps::server::ShardDefFromWire(ps::server::ShardDefToWire(def));
   REQUIRE_FALSE(back.ok());
   CHECK(back.status().message() == "w/part_0: admission and eviction apply to lazy shards only");
+}
+
+TEST_CASE("job: checkpoint.delta_every_seconds, max_deltas, delta_max_fraction parse; bad values name the key") {
+  Json j = Job(R"({"table":"ids","vocab":1000,"dim":4})");
+  auto plain = ps::job::ParseJob(j, "/tmp");
+  REQUIRE(plain.ok());
+  CHECK(plain->checkpoint.delta_every_seconds == 0);  // no deltas unless asked for
+  CHECK(plain->checkpoint.max_deltas == 10);
+  CHECK(plain->checkpoint.delta_max_fraction == 0.5);
+  j["checkpoint"] = {{"delta_every_seconds", 30}, {"max_deltas", 4}, {"delta_max_fraction", 0.25}};
+  auto job = ps::job::ParseJob(j, "/tmp");
+  REQUIRE(job.ok());
+  CHECK(job->checkpoint.delta_every_seconds == 30);
+  CHECK(job->checkpoint.max_deltas == 4);
+  CHECK(job->checkpoint.delta_max_fraction == 0.25);
+  for (const auto& [key, value] : std::vector<std::pair<std::string, Json>>{
+           {"delta_every_seconds", -1}, {"max_deltas", 0}, {"delta_max_fraction", 0}}) {
+    Json bad = Job(R"({"table":"ids","vocab":1000,"dim":4})");
+    bad["checkpoint"] = {{key, value}};
+    auto st = ps::job::ParseJob(bad, "/tmp");
+    REQUIRE_FALSE(st.ok());
+    CHECK_THAT(st.status().message(), Catch::Contains("job.checkpoint." + key));
+  }
 }

@@ -98,7 +98,7 @@ TEST_CASE("lazy PullRows returns the dense shard's initial values without creati
   CHECK(mem->rows == 0);
   auto dmem = store.Memory(dense.key());
   CHECK(dmem->rows == 1000);
-  CHECK(dmem->bytes == 2 * 1000 * 4 * 4);  // values + accumulator
+  CHECK(dmem->bytes == 2 * 1000 * 4 * 4 + 1000 * 4);  // values + accumulator + a change epoch per row
 
   // Whole-shard calls and bad rows are errors; nothing is created by them.
   std::vector<float> all(4000);
