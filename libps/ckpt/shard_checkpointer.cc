@@ -23,8 +23,9 @@ Result<proto::SaveReply> ShardCheckpointer::Save(const proto::Save& m) {
 
 Status ShardCheckpointer::Restore(const proto::Restore& m) {
   const std::string dir = CheckpointPath(m.model_dir, m.global_step);
-  // The ps reads the MANIFEST itself: it lists the files to read (all of them when
-  // another ps count wrote the checkpoint), and what each must be.
+  // The ps reads the MANIFEST itself: it lists the shard files and what each must be, and
+  // its placement (extra.variables) says which of them hold rows of this ps's shards,
+  // whatever ps count wrote the checkpoint (RestoreStore).
   PS_ASSIGN_OR_RETURN(Manifest manifest, ReadManifest(dir));
   RestoreStats stats;
   PS_RETURN_IF_ERROR(RestoreStore(store_, CheckpointInfo{m.global_step, dir, std::move(manifest)}, &stats));
@@ -33,6 +34,15 @@ Status ShardCheckpointer::Restore(const proto::Restore& m) {
   PS_LOG(Info) << "restored " << stats.shards << " shard(s) from " << dir << ": " << stats.records_read
                << " record(s) of " << stats.files_read << " of " << stats.files_listed << " shard file(s)"
                << (stats.resharded ? ", resharded (another ps count or partitioning wrote it)" : "");
+  if (!stats.slots_dropped.empty() || !stats.slots_initialised.empty()) {
+    auto names = [](const std::set<std::string>& set) {
+      std::string s = "[";
+      for (const auto& n : set) s += (s.size() > 1 ? ", " : "") + n;
+      return s + "]";
+    };
+    PS_LOG(Warning) << dir << " was written by another optimizer: its slots " << names(stats.slots_dropped)
+                    << " dropped, this job's slots " << names(stats.slots_initialised) << " started at their initial values";
+  }
   return Status::Ok();
 }
 
