@@ -210,7 +210,7 @@ TEST_CASE("a checkpoint restores onto 3 ps, then 1 ps, with other shard counts: 
 
   // Every checkpoint of init_from corrupt: the chief refuses to start from scratch and
   // says how to (not "move the directory away": init_from is only read).
-  FlipByte(ckpt::CheckpointPath(dir2.string(), 100) + "/ps-1.shard");
+  for (int64_t step : {int64_t{0}, int64_t{100}}) FlipByte(ckpt::CheckpointPath(dir2.string(), step) + "/ps-1.shard");
   lines = Run(3, job("job3c.json", tmp / "ps3c", kSteps, 5, dir2.string()), 1);
   CHECK(Has(lines, "job.checkpoint.init_from: no checkpoint in " + dir2.string() + " could be restored"));
   CHECK(Has(lines, "fix or remove checkpoint.init_from"));
