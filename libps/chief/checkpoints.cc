@@ -167,6 +167,10 @@ Status Chief::RestoreNewest() {
     for (const auto& f : failed) PS_LOG(Error) << "cannot restore " << name << ": " << f;
     PS_LOG(Warning) << "falling back to the checkpoint before " << name;
   }
+  if (warm) {
+    return DataLoss("job.checkpoint.init_from: no checkpoint in " + dir +
+                    " could be restored; refusing to start from scratch (fix or remove checkpoint.init_from to do that)");
+  }
   return DataLoss("no checkpoint in " + dir +
                   " could be restored; refusing to start from scratch (move the directory away to do that)");
 }

@@ -43,8 +43,10 @@ Result<proto::SaveReply> ShardCheckpointer::Save(const proto::Save& m) {
 }
 
 Status ShardCheckpointer::Restore(const proto::Restore& m) {
-  // The ps reads the MANIFESTs itself: they list the files to read (all of them when
-  // another ps count wrote the checkpoint), and what each must be.
+  // The ps reads the MANIFESTs itself: they list the shard files (of the checkpoint and
+  // of its deltas) and what each must be, and the placement (extra.variables) says which
+  // of the checkpoint's files hold rows of this ps's shards, whatever ps count wrote it
+  // (RestoreStore).
   PS_ASSIGN_OR_RETURN(CheckpointInfo c, LoadCheckpointAt(m.model_dir, m.global_step));
   RestoreStats stats;
   epochs_.clear();  // the store's rows are replaced: no delta may build on what it saved before
@@ -57,6 +59,15 @@ Status ShardCheckpointer::Restore(const proto::Restore& m) {
                << (c.deltas.empty() ? std::string() : " + " + std::to_string(c.deltas.size()) + " delta(s)") << ": "
                << stats.records_read << " record(s) of " << stats.files_read << " of " << stats.files_listed
                << " shard file(s)" << (stats.resharded ? ", resharded (another ps count or partitioning wrote it)" : "");
+  if (!stats.slots_dropped.empty() || !stats.slots_initialised.empty()) {
+    auto names = [](const std::set<std::string>& set) {
+      std::string s = "[";
+      for (const auto& n : set) s += (s.size() > 1 ? ", " : "") + n;
+      return s + "]";
+    };
+    PS_LOG(Warning) << c.dir << " was written by another optimizer: its slots " << names(stats.slots_dropped)
+                    << " dropped, this job's slots " << names(stats.slots_initialised) << " started at their initial values";
+  }
   return Status::Ok();
 }
 

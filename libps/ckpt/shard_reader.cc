@@ -142,8 +142,13 @@ Status ShardReader::Walk(DataMode mode, const Visitor* visitor, const RecordDone
     if (std::string problem = ParseMeta(meta_blob, kind, &meta); !problem.empty()) {
       return DataLoss(AtRecord(p, i, record_offset) + ": malformed metadata: " + problem);
     }
-    const uint64_t elements = static_cast<uint64_t>(meta.stored_rows * meta.layout.cols);
-    if (num_blocks != 1 + meta.slot_names.size() || block_bytes != elements * sizeof(float)) {
+    // A forged header can make rows * cols overflow: check before comparing sizes.
+    uint64_t elements = 0;
+    if (meta.stored_rows < 0 || meta.layout.cols < 0 ||
+        __builtin_mul_overflow(static_cast<uint64_t>(meta.stored_rows), static_cast<uint64_t>(meta.layout.cols),
+                               &elements) ||
+        elements > UINT64_MAX / sizeof(float) || num_blocks != 1 + meta.slot_names.size() ||
+        block_bytes != elements * sizeof(float)) {
       return DataLoss(meta.Describe(p) + ": record header disagrees with the metadata");
     }
     digest = ExtendDigest(ExtendDigest(digest, GetU32(h + 28)), meta_crc);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "libps/ckpt/checkpoint_dir.h"
+#include "libps/cluster/shard_layout.h"
 
 namespace ps::ckpt {
 
@@ -97,18 +98,6 @@ Result<ShardFileInfo> WriteStoreFile(const Store& store, const std::string& path
 
 namespace {
 
-std::string ShapeText(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i > 0 ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
-std::string NamesText(const std::vector<std::string>& names) {
-  std::string s = "[";
-  for (size_t i = 0; i < names.size(); ++i) s += (i > 0 ? ", " : "") + names[i];
-  return s + "]";
-}
-
 // One shard of the store being restored.
 struct Target {
   ShardDef def;
@@ -134,6 +123,8 @@ struct Part {
 // Which shard files can hold rows of `targets`, by the placement the chief records in
 // the MANIFEST's extra.variables ([{"name", "shards": [{"ps", "row_begin", "rows"}...]}...]).
 // nullopt when it records none, or in a form this build does not know: read every file.
+// Only an optimisation: the placement is not checksummed, so RestoreStore reads the other
+// files too before it calls a row missing.
 std::optional<std::set<int>> FilesWithRows(const Manifest& m, const std::map<std::string, std::vector<Target>>& targets) {
   auto vars = m.extra.find("variables");
   if (vars == m.extra.end() || !vars->is_array()) return std::nullopt;
@@ -153,7 +144,10 @@ std::optional<std::set<int>> FilesWithRows(const Manifest& m, const std::map<std
       if (ps < 0 || ps >= m.num_ps) return std::nullopt;
       if (t == targets.end()) continue;
       const int64_t b = s["row_begin"].get<int64_t>();
-      const int64_t e = b + s["rows"].get<int64_t>();
+      const int64_t rows = s["rows"].get<int64_t>();
+      int64_t e = 0;
+      // Not checksummed: a range that cannot be is no usable placement.
+      if (b < 0 || rows < 0 || __builtin_add_overflow(b, rows, &e)) return std::nullopt;
       for (const Target& target : t->second) {
         if (b < target.end() && target.begin() < e) files.insert(static_cast<int>(ps));
       }
@@ -211,6 +205,7 @@ class Restorer {
 
   // FailedPrecondition naming the first row of a shard that no record held.
   Status CheckCovered(const std::string& dir) {
+    stats_->shards = 0;
     for (auto& [var, list] : targets_) {
       for (Target& t : list) {
         std::sort(t.covered.begin(), t.covered.end());
@@ -249,18 +244,27 @@ class Restorer {
     const cluster::ShardLayout& mine = it->second.front().def.layout;
     const std::string where = meta.Describe(path_) + ": variable \"" + rec.var + "\"";
     if (rec.full_shape != mine.full_shape) {
-      return FailedPrecondition(where + " has shape " + ShapeText(rec.full_shape) + " in the checkpoint and " +
-                                ShapeText(mine.full_shape) + " in this job (was the model changed?)");
+      return FailedPrecondition(where + " has shape " + cluster::ShapeString(rec.full_shape) + " in the checkpoint and " +
+                                cluster::ShapeString(mine.full_shape) + " in this job (was the model changed?)");
     }
     if (rec.lazy != mine.lazy) {
       return FailedPrecondition(where + (rec.lazy ? " is lazy in the checkpoint and dense" : " is dense in the checkpoint and lazy") +
                                 " in this job (was the model's \"lazy\" setting changed?)");
     }
-    std::vector<std::string> slots = meta.slot_names;
-    std::sort(slots.begin(), slots.end());
-    if (!skip_slots_ && slots != slots_) {
-      return FailedPrecondition(where + " has optimizer slots " + NamesText(slots) + " in the checkpoint and " +
-                                NamesText(slots_) + " in this job (was the optimizer changed?)");
+    // Another optimizer wrote the checkpoint: its slots this store lacks are read and
+    // verified but not stored, and the store's slots it lacks start at their initial
+    // values (CreateRows initialises a lazy row's; InitSlots below a dense shard's).
+    std::vector<std::string> missing;
+    if (!skip_slots_) {
+      for (const std::string& name : meta.slot_names) {
+        if (!HasSlot(name)) stats_->slots_dropped.insert(name);
+      }
+      for (const std::string& name : slots_) {
+        if (std::find(meta.slot_names.begin(), meta.slot_names.end(), name) == meta.slot_names.end()) {
+          missing.push_back(name);
+          stats_->slots_initialised.insert(name);
+        }
+      }
     }
     const int64_t rb = rec.row_begin;
     const int64_t re = rec.row_begin + rec.rows;
@@ -277,6 +281,12 @@ class Restorer {
         }
       }
       if (!meta.delta) t.covered.emplace_back(b, e);
+      if (!missing.empty() && !t.def.layout.lazy) {
+        PS_ASSIGN_OR_RETURN(Store::ShardFill * fill, Open(&t));
+        for (const std::string& name : missing) {
+          PS_RETURN_IF_ERROR(fill->InitSlot(name, b - t.begin(), e - b).WithContext(meta.Describe(path_)));
+        }
+      }
       parts_.push_back(Part{&t, RowRange{b - rb, e - b}, 0, {}, {}});
       ranges.push_back(parts_.back().rows);
     }
@@ -315,7 +325,7 @@ class Restorer {
     const auto offset = static_cast<size_t>(meta.layout.row_begin + range.first - t->begin()) * cols;
     const auto n = static_cast<size_t>(range.count) * cols;
     if (block == "values") return fill->values().subspan(offset, n);
-    if (skip_slots_) return std::span<float>();  // read and verified, not stored
+    if (skip_slots_ || !HasSlot(block)) return std::span<float>();  // read and verified, not stored
     auto slot = fill->Slot(block);
     if (!slot.ok()) return slot.status().WithContext(meta.Describe(path_));
     return slot->subspan(offset, n);
@@ -358,7 +368,7 @@ class Restorer {
   }
 
   Status SparseData(const RecordMeta& meta, std::string_view block, int64_t first, std::span<const float> data) {
-    if (skip_slots_ && block != "values") return Status::Ok();  // verified by the reader, not stored
+    if (block != "values" && (skip_slots_ || !HasSlot(block))) return Status::Ok();  // verified by the reader, not stored
     const auto cols = static_cast<size_t>(meta.layout.cols);
     const int64_t n = static_cast<int64_t>(data.size() / cols);
     const bool dense = meta.delta && !meta.layout.lazy;
@@ -390,6 +400,8 @@ class Restorer {
     return Status::Ok();
   }
 
+  bool HasSlot(std::string_view name) const { return std::binary_search(slots_.begin(), slots_.end(), name); }
+
   Store* store_;
   RestoreStats* stats_;
   const bool skip_slots_;
@@ -411,19 +423,28 @@ Status RestoreStore(Store* store, const CheckpointInfo& c, RestoreStats* stats, 
   Restorer restorer(store, &s, slots);
   PS_RETURN_IF_ERROR(restorer.Init());
   if (restorer.targets().empty()) return Status::Ok();
-  auto read_files = [&](const CheckpointInfo& info) -> Status {
-    const std::optional<std::set<int>> files = FilesWithRows(info.manifest, restorer.targets());
-    for (int ps = 0; ps < static_cast<int>(info.manifest.shards.size()); ++ps) {
-      if (files && !files->contains(ps)) continue;
-      PS_RETURN_IF_ERROR(restorer.ReadFile(info, ps));
+  const std::optional<std::set<int>> files = FilesWithRows(c.manifest, restorer.targets());
+  for (int ps = 0; ps < s.files_listed; ++ps) {
+    if (files && !files->contains(ps)) continue;
+    PS_RETURN_IF_ERROR(restorer.ReadFile(c, ps));
+  }
+  if (Status covered = restorer.CheckCovered(c.dir); !covered.ok()) {
+    if (!files) return covered;
+    // Rows missing by the placement (it is not checksummed: a tampered or wrong one must
+    // not turn a damaged checkpoint into FailedPrecondition, which stops the chief's
+    // fallback to an older one): the files it ruled out may hold them.
+    for (int ps = 0; ps < s.files_listed; ++ps) {
+      if (!files->contains(ps)) PS_RETURN_IF_ERROR(restorer.ReadFile(c, ps));
     }
-    return Status::Ok();
-  };
-  PS_RETURN_IF_ERROR(read_files(c));
-  PS_RETURN_IF_ERROR(restorer.CheckCovered(c.dir));
+    PS_RETURN_IF_ERROR(restorer.CheckCovered(c.dir));
+  }
+  // Deltas hold only the rows that changed, so no coverage check could notice a file a
+  // wrong placement ruled out: every delta file is read (they are small; records of other
+  // ps tasks' rows are skipped unread).
   for (const CheckpointInfo& delta : c.deltas) {
-    s.files_listed += static_cast<int>(delta.manifest.shards.size());
-    PS_RETURN_IF_ERROR(read_files(delta));
+    const int n = static_cast<int>(delta.manifest.shards.size());
+    s.files_listed += n;
+    for (int ps = 0; ps < n; ++ps) PS_RETURN_IF_ERROR(restorer.ReadFile(delta, ps));
     ++s.deltas;
   }
   return Status::Ok();

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "libps/ckpt/checkpoint_dir.h"
@@ -32,7 +33,7 @@ Result<ShardFileInfo> WriteStoreFile(const ps::server::Store& store, const std::
 
 // What RestoreStore reads of each record.
 enum class RestoreSlots {
-  kAll,   // every block; a slot the store's optimizer lacks is an error
+  kAll,   // every block; a slot the store's optimizer lacks is read and verified, not stored
   kSkip,  // values only: slot blocks are read and verified but not stored (for a store
           // configured without slots: inference needs no optimizer state)
 };
@@ -48,6 +49,10 @@ struct RestoreStats {
   // Some record did not land 1:1 on one shard of the store (another ps count or
   // partitioning wrote the checkpoint).
   bool resharded = false;
+  // Another optimizer wrote the checkpoint: its slots this store's optimizer lacks (read,
+  // verified, not stored), and this store's slots it lacks (started at their initial value).
+  std::set<std::string> slots_dropped;
+  std::set<std::string> slots_initialised;
 };
 
 // Restores every shard of `store` from `checkpoint`: its values, its optimizer slots and,
@@ -63,10 +68,14 @@ struct RestoreStats {
 // the store, the same-layout case, is read as one block per slot, as before).
 //
 // Every file read must match the MANIFEST (size, digest, ps index, step) and every block
-// read must pass its checksum, else DataLoss naming the file. A variable whose full shape,
-// lazy-ness or optimizer slots differ from the store's is FailedPrecondition naming the
-// record and the variable; so is a row of the store that no record holds (a variable the
-// checkpoint lacks). Records of variables the store does not hold are ignored (the chief
+// read must pass its checksum, else DataLoss naming the file. A variable whose full shape
+// or lazy-ness differs from the store's is FailedPrecondition naming the record and the
+// variable; so is a row of the store that no record holds (a variable the checkpoint
+// lacks), once every file was read (the placement in the MANIFEST is not checksummed, so
+// the files it rules out are read before a row is called missing). Optimizer slots may
+// differ (another optimizer wrote the checkpoint): the record's slots the store lacks are
+// read and verified but dropped, and the store's slots the record lacks start at their
+// initial values (RestoreStats names both). Records of variables the store does not hold are ignored (the chief
 // checks the variables against the MANIFEST before it restores). On any error the
 // shards hold partial data: restore another checkpoint. Training must be paused.
 //

@@ -10,15 +10,6 @@ namespace ps::cluster {
 
 namespace {
 
-std::string ShapeString(std::span<const int64_t> shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (i > 0) out += ", ";
-    out += std::to_string(shape[i]);
-  }
-  return out + "]";
-}
-
 struct RowsCols {
   int64_t rows = 1;
   int64_t cols = 1;

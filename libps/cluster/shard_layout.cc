@@ -2,6 +2,15 @@
 
 namespace ps::cluster {
 
+std::string ShapeString(std::span<const int64_t> shape, std::string_view sep) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i > 0) out += sep;
+    out += std::to_string(shape[i]);
+  }
+  return out + "]";
+}
+
 std::string ShardLayout::Name() const { return var + "/part_" + std::to_string(shard); }
 
 Status ValidateShardLayout(const ShardLayout& l) {

@@ -7,7 +7,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "libps/core/status.h"
@@ -40,6 +42,10 @@ struct ShardLayout {
   std::string Name() const;
   friend bool operator==(const ShardLayout&, const ShardLayout&) = default;
 };
+
+// "[13, 3]" ("[]" for a scalar); `sep` between dimensions ("," for a narrow table column).
+// The one shape formatter of every message and listing that names a shape.
+std::string ShapeString(std::span<const int64_t> shape, std::string_view sep = ", ");
 
 // Every rule in the comments of ShardLayout. InvalidArgument, one line naming the shard
 // and the field: "w/part_2: shard 2 is outside [0, num_shards 2)".

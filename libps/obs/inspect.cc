@@ -12,6 +12,7 @@
 
 #include "libps/ckpt/checkpoint_dir.h"
 #include "libps/ckpt/shard_file.h"
+#include "libps/cluster/shard_layout.h"
 #include "libps/core/json.h"
 #include "libps/core/text.h"
 #include "libps/obs/status.h"
@@ -30,12 +31,6 @@ std::string UtcTime(double unix_time) {
   char buf[32];
   std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S", &tm);
   return buf;
-}
-
-std::string ShapeText(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
-  return s + "]";
 }
 
 uint64_t TotalBytes(const ckpt::Manifest& m) {
@@ -166,7 +161,7 @@ Result<InspectReport> InspectModelDir(const std::string& model_dir, const Inspec
       data = "ok";
     }
     vrows.push_back({l.var, std::to_string(l.shard) + "/" + std::to_string(l.num_shards), rows_text,
-                     ShapeText(l.full_shape), std::to_string(ps), slots.empty() ? "-" : slots,
+                     cluster::ShapeString(l.full_shape, ","), std::to_string(ps), slots.empty() ? "-" : slots,
                      HumanBytes(rec.data_bytes), data});
   }
   o << TableText(vrows, "  ");

@@ -141,6 +141,12 @@ void Service::Handle(net::Request request, net::Responder responder) {
       } done{long_ops_};
       if (long_op_hook_ && !std::holds_alternative<proto::CreateShards>(body)) long_op_hook_();
       PS_RETURN_IF_ERROR(CheckGeneration(request));
+      // The gate keeps out inline pushes only; the pool's go on (a worker's pushes in
+      // flight when the chief restores after a ps failure). A restore fills a shard piece
+      // by piece (Store::CreatedRows) and must run alone: hold the fence exclusively too
+      // (after the generation check, which may take it itself).
+      std::unique_lock pushes(fence_, std::defer_lock);
+      if (std::holds_alternative<proto::Restore>(body)) pushes.lock();
       return HandleLongOp(body, request.peer);
     }();
     if (!r.ok()) return responder.Fail(r.status());

@@ -197,7 +197,8 @@ class Service {
   std::optional<Status> pulls_released_;
   std::atomic<uint64_t> stale_{0};
   std::atomic<uint64_t> generation_{0};
-  std::shared_mutex fence_;          // pushes: shared from check to applied; a new generation: exclusive
+  // Pushes: shared from check to applied; a new generation and Restore: exclusive.
+  std::shared_mutex fence_;
   std::function<void()> push_hook_;  // testing
   std::atomic<int> long_ops_{0};     // CreateShards, Save and Restore pending or being handled
   // Inline handlers: shared (try_lock_shared, never waits) while one runs; CreateShards,

@@ -232,8 +232,9 @@ class Store {
   struct Shard;  // private: defined in store_shard.h
   class ShardFill;
   // Rows a ShardFill::CreateRows made, in its order: their records, for WriteRows. Valid
-  // until that shard is next pushed, swept or has its rows dropped (a restore holds the
-  // ps's long-operation gate, so none of that happens while it fills). Movable.
+  // until that shard is next pushed, swept or has its rows dropped (server::Service runs a
+  // Restore holding both its inline gate and its push fence exclusively, so no push of
+  // any kind happens while it fills). Movable.
   class CreatedRows {
    public:
     size_t size() const { return records_.size(); }
@@ -260,6 +261,9 @@ class Store {
     // The named slot's memory; InvalidArgument if the optimizer has no such slot, or for
     // a lazy shard.
     Result<std::span<float>> Slot(std::string_view name);
+    // Sets the named slot of rows [first, first + rows) to the slot's initial value (a
+    // checkpoint without that slot); the same errors as Slot, OutOfRange outside the shard.
+    Status InitSlot(std::string_view name, int64_t first, int64_t rows);
 
     // Lazy shards only (InvalidArgument otherwise), as all three below. Drops every
     // created row and clears the admission sketch (pending counts are lost).

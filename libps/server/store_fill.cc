@@ -63,6 +63,20 @@ Result<std::span<float>> Store::ShardFill::Slot(std::string_view name) {
                          "\" does not belong to this ps's optimizer");
 }
 
+Status Store::ShardFill::InitSlot(std::string_view name, int64_t first, int64_t rows) {
+  PS_ASSIGN_OR_RETURN(std::span<float> slot, Slot(name));
+  const Shard& s = *shard_;
+  if (first < 0 || rows < 0 || first > s.layout().rows - rows)
+    return OutOfRange("Restore " + s.def.key().ToString() + ": rows [" + std::to_string(first) + ", +" +
+                      std::to_string(rows) + ") outside the shard's " + std::to_string(s.layout().rows));
+  float initial = 0;
+  for (const auto& def : s.slot_defs) {
+    if (def.name == name) initial = def.initial;
+  }
+  std::fill_n(slot.begin() + first * static_cast<int64_t>(s.cols), rows * static_cast<int64_t>(s.cols), initial);
+  return Status::Ok();
+}
+
 Status Store::ShardFill::DropRows() {
   const Shard& s = *shard_;
   if (!s.lazy) return InvalidArgument("Restore " + s.def.key().ToString() + ": not a lazy shard");

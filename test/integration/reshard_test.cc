@@ -89,12 +89,17 @@ cluster::ClusterSpec ClusterWithPs(int num_ps) {
 }
 
 // Runs `job` on a cluster of `num_ps` ps and 2 workers to its end; returns the chief's lines.
-std::vector<std::string> Run(int num_ps, const fs::path& job) {
+// With `chief_exit` other than 0 only the chief's exit is checked (the rest are killed).
+std::vector<std::string> Run(int num_ps, const fs::path& job, int chief_exit = 0) {
   auto spec = ClusterWithPs(num_ps);
   Tasks tasks;
   for (int i = 0; i < num_ps; ++i) tasks.Add(StartDaemon(spec, {cluster::TaskType::kPs, i}));
   for (auto id : {kWorker0, kWorker1}) tasks.Add(StartDaemon(spec, id));
   Task& chief = tasks.Add(StartDaemon(spec, kChief, {"--job", job.string()}));
+  if (chief_exit != 0) {
+    CHECK(chief.WaitExit(300s) == std::optional<int>(chief_exit));
+    return chief.Lines();
+  }
   tasks.ExpectAllExit(0, 300s);
   return chief.Lines();
 }
@@ -202,6 +207,14 @@ TEST_CASE("a checkpoint restores onto 3 ps, then 1 ps, with other shard counts: 
                        " (written by 2 ps task(s), resharded onto 3): resuming at step 100"));
   CHECK(ReadCheckpoint(dir3b, 100, &num_ps) == ReadCheckpoint(dir2, 100, &num_ps));
   CHECK(VerifiedCheckpoints(dir3b).back() == kSteps);
+
+  // Every checkpoint of init_from corrupt: the chief refuses to start from scratch and
+  // says how to (not "move the directory away": init_from is only read).
+  for (int64_t step : {int64_t{0}, int64_t{100}}) FlipByte(ckpt::CheckpointPath(dir2.string(), step) + "/ps-1.shard");
+  lines = Run(3, job("job3c.json", tmp / "ps3c", kSteps, 5, dir2.string()), 1);
+  CHECK(Has(lines, "job.checkpoint.init_from: no checkpoint in " + dir2.string() + " could be restored"));
+  CHECK(Has(lines, "fix or remove checkpoint.init_from"));
+  CHECK_FALSE(Has(lines, "move the directory away"));
 }
 
 }  // namespace

@@ -79,9 +79,9 @@ inline ps::Json PlanJson(const Cluster& c) {
 }
 
 // Each variable as one whole: global row -> its values then every slot (by slot name), as
-// raw bytes; a lazy variable lists only its created rows.
+// raw bytes; a lazy variable lists only its created rows. Without `with_slots`: values only.
 using Whole = std::map<std::string, std::map<int64_t, std::string>>;
-inline Whole Assemble(const Cluster& c) {
+inline Whole Assemble(const Cluster& c, bool with_slots = true) {
   Whole out;
   for (const auto& store : c.ps) {
     store->ForEachShard([&](const ShardView& v) {
@@ -94,13 +94,13 @@ inline Whole Assemble(const Cluster& c) {
       if (l.lazy) {
         for (size_t i = 0; i < v.row_ids.size(); ++i) {
           std::string row = bytes(v.row(i, 0));
-          for (size_t k : order) row += bytes(v.row(i, 1 + k));
+          if (with_slots) for (size_t k : order) row += bytes(v.row(i, 1 + k));
           REQUIRE(out[l.var].emplace(l.row_begin + v.row_ids[i], row).second);
         }
       } else {
         for (int64_t r = 0; r < l.rows; ++r) {
           std::string row = bytes(v.values.subspan(static_cast<size_t>(r) * cols, cols));
-          for (size_t k : order) row += bytes(v.slots[k].second.subspan(static_cast<size_t>(r) * cols, cols));
+          if (with_slots) for (size_t k : order) row += bytes(v.slots[k].second.subspan(static_cast<size_t>(r) * cols, cols));
           REQUIRE(out[l.var].emplace(l.row_begin + r, row).second);
         }
       }

@@ -867,3 +867,40 @@ TEST_CASE("ps service: no request is handled inline while a Save runs, and a Sav
   CHECK(PullAll(*c2, "w", 0, 6) == std::vector<float>(6, 1.0f));
   CHECK(fx.server->stats().inline_requests == inline_before + 1);
 }
+
+TEST_CASE("ps service: a Restore waits for the pushes under way, pool-handled ones too, and no push runs during it") {
+  PsFixture fx;
+  // A push of the current generation (in flight when the chief restores after a ps
+  // failure) stops after its generation check, on the pool, until the test lets it go.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool in_push = false, release = false;
+  fx.service.SetPushHookForTesting([&] {
+    std::unique_lock lock(mu);
+    in_push = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return release; });
+  });
+  auto c = fx.Connect();
+  proto::CreateShards cs;
+  cs.optimizer = Opt(R"({"type":"sgd","learning_rate":1.0})");
+  cs.shards = {Def("w", 0, 0, 1, 2, 1)};
+  cs.shards[0].layout.full_shape = {1, 2};
+  REQUIRE(c->CallSync(cs).ok());
+  auto push = c->Call(proto::Push{{All("w", 0)}, 0, 0}, Floats({1, 1}));
+  {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return in_push; });
+  }
+  // This fixture has no checkpointer: the Restore fails at once, but only once it runs.
+  auto chief = fx.Connect(1);
+  auto restore = chief->Call(proto::Restore{"/nonexistent", 1});
+  CHECK(restore.wait_for(std::chrono::seconds(1)) == std::future_status::timeout);
+  {
+    std::lock_guard lock(mu);
+    release = true;
+    cv.notify_all();
+  }
+  REQUIRE(push.get().ok());
+  CHECK(restore.get().status().code() == Code::kFailedPrecondition);
+}
