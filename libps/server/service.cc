@@ -351,9 +351,11 @@ Result<proto::PushReply> Service::Push(const proto::Push& msg, const net::Buffer
       for (size_t i = 0; i < msg.items.size(); ++i) on_arrival[i] = !SyncClass(info[i].sparse);
     }
   }
-  // Everything is checked before anything is added, so a bad push changes nothing: the
-  // rows of every item, and for the items applied on arrival (the store applies them one
-  // by one) that no row appears twice. A sync step's sum adds repeated rows up.
+  // What the push itself can get wrong is checked before anything is added, so a
+  // malformed push changes nothing: the rows of every item, and for the items applied on
+  // arrival (the store applies them one by one) that no row appears twice; a sync step's
+  // sum adds repeated rows up. (A push the state refuses later, too far past the last
+  // checkpoint or ahead of a shard a Restore moved back, keeps the items applied before.)
   for (size_t i = 0; i < msg.items.size(); ++i) {
     const auto& item = msg.items[i];
     const ShardKey key{item.var, item.shard};
