@@ -237,6 +237,7 @@ Status Service::CreateShards(const proto::CreateShards& msg) {
   bool changed = false;
   {
     std::lock_guard lock(mode_mu_);
+    configured_ = true;
     if (!(update == update_)) {
       update_ = update;
       mode_.store(update.StepMode());
@@ -633,7 +634,15 @@ Service::UpdateStats Service::update_stats() const {
   s.stale_dropped = stale_.load();
   s.waited_pulls = waited_pulls_;
   s.max_lead = max_lead_;
+  s.configured = configured_;
+  s.applied_on_arrival = applied_on_arrival_.load();
   s.min_version = s.max_version = base_version_;
+  if (update_.StepMode() == UpdateMode::kSync) {
+    for (const ShardKey& key : store_->Keys()) {
+      auto def = store_->GetDef(key);
+      if (def.ok() && SyncClass(def->sparse_class())) ++s.sync_shards;
+    }
+  }
   bool first = true;
   for (const auto& [key, ss] : sync_) {
     s.min_version = first ? ss.version : std::min(s.min_version, ss.version);

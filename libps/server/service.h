@@ -115,6 +115,9 @@ class Service {
     uint64_t waited_pulls = 0;
     int64_t max_lead = 0;
     int64_t min_version = 0, max_version = 0;  // sync: over the (sync class's) shards
+    int64_t sync_shards = 0;          // shards here that aggregate sync steps (hybrid: the sync class's)
+    uint64_t applied_on_arrival = 0;  // applied_on_arrival()
+    bool configured = false;          // a CreateShards set `spec` (before: the default, async)
   };
   UpdateStats update_stats() const;
 
@@ -219,6 +222,7 @@ class Service {
   std::function<void()> long_op_hook_;  // testing
   std::atomic<uint64_t> skipped_{0};
   std::atomic<uint64_t> applied_on_arrival_{0};
+  bool configured_ = false;  // guarded by mode_mu_: a CreateShards set update_
   // The steps of one (shard, worker) applied: bit i of the words is step base + i; every
   // step below base counts as applied (base: the last Save's step, rounded down to 64).
   struct AppliedMarks {
