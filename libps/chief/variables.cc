@@ -33,9 +33,15 @@ Status Chief::CreateVariables() {
   }
   int64_t bytes = 0;
   int lazy = 0;
+  int64_t sparse = 0;  // ShardDef::sparse_class
   for (const auto& v : plan_.variables) {
     if (v.lazy) ++lazy;
     else bytes += v.num_elements() * 4;
+    if (v.sparse || v.lazy) ++sparse;
+  }
+  const auto vars = static_cast<int64_t>(plan_.variables.size());
+  if (auto warning = ps::server::OneClassWarning(job_.update, vars - sparse, sparse, "job.update"); !warning.empty()) {
+    PS_LOG(Warning) << warning;
   }
   PS_LOG(Info) << plan_.variables.size() << " variables in " << plan_.shards.size() << " shards ("
                << Fixed(bytes / 1048576.0, 1) << " MiB"

@@ -37,7 +37,8 @@ const Json& Array(const Json& j, const char* key) {
 
 Json ToJson(const proto::PsUpdateFigures& u) {
   return Json{{"mode", u.mode},           {"stale_dropped", u.stale_dropped}, {"waited_pulls", u.waited_pulls},
-              {"max_lead", u.max_lead},   {"min_version", u.min_version},     {"max_version", u.max_version}};
+              {"max_lead", u.max_lead},   {"min_version", u.min_version},     {"max_version", u.max_version},
+              {"applied_on_arrival", u.applied_on_arrival}};
 }
 
 proto::PsUpdateFigures UpdateFromJson(const Json& j) {
@@ -46,7 +47,8 @@ proto::PsUpdateFigures UpdateFromJson(const Json& j) {
                                 .waited_pulls = Get<int64_t>(j, "waited_pulls"),
                                 .max_lead = Get<int64_t>(j, "max_lead"),
                                 .min_version = Get<int64_t>(j, "min_version"),
-                                .max_version = Get<int64_t>(j, "max_version")};
+                                .max_version = Get<int64_t>(j, "max_version"),
+                                .applied_on_arrival = Get<int64_t>(j, "applied_on_arrival")};
 }
 
 Json ToJson(const proto::PsRowFigures& r) {

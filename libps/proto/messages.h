@@ -203,6 +203,8 @@ struct PsUpdateFigures {
   int64_t min_version = 0;     // sync: the lowest and highest update its shards applied (hybrid: its
                                // sync class's; none: the step it was restored to, else 0)
   int64_t max_version = 0;
+  int64_t applied_on_arrival = 0;  // gradients (one shard's item of a push) applied as they came:
+                                   // async, bounded staleness, a hybrid's async class
 };
 // A ps task's lazy-table row figures (server::StoreStats; admission and eviction in
 // libps/server/store.h): gauges, then counters since it started.

@@ -19,7 +19,7 @@ std::optional<double> Opt(flatbuffers::Optional<double> v) {
 
 Offset<w::PsUpdateFigures> EncodeUpdate(FlatBufferBuilder& fbb, const PsUpdateFigures& u) {
   return w::CreatePsUpdateFiguresDirect(fbb, u.mode.c_str(), u.stale_dropped, u.waited_pulls, u.max_lead,
-                                        u.min_version, u.max_version);
+                                        u.min_version, u.max_version, u.applied_on_arrival);
 }
 
 PsUpdateFigures DecodeUpdate(const w::PsUpdateFigures* t) {
@@ -29,7 +29,8 @@ PsUpdateFigures DecodeUpdate(const w::PsUpdateFigures* t) {
                          .waited_pulls = t->waited_pulls(),
                          .max_lead = t->max_lead(),
                          .min_version = t->min_version(),
-                         .max_version = t->max_version()};
+                         .max_version = t->max_version(),
+                         .applied_on_arrival = t->applied_on_arrival()};
 }
 
 Offset<w::PsRowFigures> EncodeRows(FlatBufferBuilder& fbb, const PsRowFigures& r) {

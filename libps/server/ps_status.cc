@@ -44,7 +44,8 @@ proto::PsUpdateFigures UpdateFiguresOf(const Service::UpdateStats& u) {
                                 .waited_pulls = static_cast<int64_t>(u.waited_pulls),
                                 .max_lead = u.max_lead,
                                 .min_version = u.min_version,
-                                .max_version = u.max_version};
+                                .max_version = u.max_version,
+                                .applied_on_arrival = static_cast<int64_t>(u.applied_on_arrival)};
 }
 
 void WritePsMetrics(prom::Writer& w, const proto::PsStatus& s) {
@@ -73,11 +74,31 @@ void WritePsMetrics(prom::Writer& w, const proto::PsStatus& s) {
             d(s.update.waited_pulls));
 }
 
-void WriteUpdateModeMetric(prom::Writer& w, const UpdateSpec& spec) {
+void WriteUpdateModeMetric(prom::Writer& w, const Service::UpdateStats& stats) {
+  if (!stats.configured) return;  // a fresh or restarted ps: the default says nothing
+  const UpdateSpec& spec = stats.spec;
   for (const bool sparse : {false, true}) {
     w.Gauge("pstrain_ps_update_mode", "The update mode of each variable class (1 per class).", 1,
             {{"class", sparse ? "sparse" : "dense"}, {"mode", UpdateModeName(spec.ModeOf(sparse))}});
   }
+}
+
+std::string UpdateSummary(const Service::UpdateStats& u) {
+  if (u.spec.StepMode() == UpdateMode::kSync) {
+    std::string what = u.spec.hybrid() ? u.spec.Describe() + " updates: " : std::string("sync updates: ");
+    // A hybrid ps may hold only the async class (placement puts a variable's shards anywhere).
+    what += u.sync_shards == 0 ? std::string("no sync shards")
+                               : std::string(u.spec.hybrid() ? "sync shards" : "shards") + " at update " +
+                                     std::to_string(u.min_version) + ".." + std::to_string(u.max_version);
+    if (u.spec.hybrid()) what += ", " + std::to_string(u.applied_on_arrival) + " async gradient(s) applied";
+    return what + ", " + std::to_string(u.stale_dropped) + " stale gradient(s) dropped, " +
+           std::to_string(u.waited_pulls) + " pull(s) waited";
+  }
+  if (u.spec.mode == UpdateMode::kBoundedStaleness) {
+    return "bounded staleness: largest lead " + std::to_string(u.max_lead) + " step(s) (bound " +
+           std::to_string(u.spec.staleness) + "), " + std::to_string(u.waited_pulls) + " pull(s) waited";
+  }
+  return "";
 }
 
 }  // namespace ps::server

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "libps/net/transport.h"
 #include "libps/prom/registry.h"
@@ -25,7 +26,11 @@ proto::PsUpdateFigures UpdateFiguresOf(const Service::UpdateStats& stats);
 // daemon::ExportServerStats's pstrain_rpc_*).
 void WritePsMetrics(prom::Writer& w, const proto::PsStatus& status);
 // pstrain_ps_update_mode{class="dense"|"sparse", mode="async"|"sync"|"bounded_staleness"}
-// = 1: each variable class's update mode (both alike unless the job is hybrid).
-void WriteUpdateModeMetric(prom::Writer& w, const UpdateSpec& spec);
+// = 1: each variable class's update mode (both alike unless the job is hybrid). Nothing
+// until a CreateShards configured the mode (stats.configured).
+void WriteUpdateModeMetric(prom::Writer& w, const Service::UpdateStats& stats);
+// The ps's closing log line on its updates: sync steps (sync mode, hybrid), bounded
+// staleness; empty in async mode.
+std::string UpdateSummary(const Service::UpdateStats& stats);
 
 }  // namespace ps::server

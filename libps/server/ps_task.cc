@@ -56,7 +56,7 @@ Status RunPsTask(const daemon::DaemonContext& ctx, const CheckpointerFactory& ma
   auto rpc_metrics = daemon::ExportServerStats(metrics, *server);
   auto ps_metrics = metrics.AddCollector([status_of, &service](prom::Writer& w) {
     WritePsMetrics(w, status_of(false));
-    WriteUpdateModeMetric(w, service.update_stats().spec);
+    WriteUpdateModeMetric(w, service.update_stats());
   });
   bool by_signal = false;
   auto watching_signals = signals.Start([&](int sig) {
@@ -79,15 +79,7 @@ Status RunPsTask(const daemon::DaemonContext& ctx, const CheckpointerFactory& ma
                  << stats.rows_not_admitted << " gradient row(s) dropped before admission), evicted "
                  << stats.rows_evicted_ttl << " by ttl_steps and " << stats.rows_evicted_max_rows << " by max_rows";
   }
-  const auto u = service.update_stats();
-  if (u.spec.StepMode() == UpdateMode::kSync) {
-    PS_LOG(Info) << (u.spec.hybrid() ? u.spec.Describe() + " updates: sync shards" : std::string("sync updates: shards"))
-                 << " at update " << u.min_version << ".." << u.max_version << ", "
-                 << u.stale_dropped << " stale gradient(s) dropped, " << u.waited_pulls << " pull(s) waited";
-  } else if (u.spec.mode == UpdateMode::kBoundedStaleness) {
-    PS_LOG(Info) << "bounded staleness: largest lead " << u.max_lead << " step(s) (bound " << u.spec.staleness
-                 << "), " << u.waited_pulls << " pull(s) waited";
-  }
+  if (const std::string summary = UpdateSummary(service.update_stats()); !summary.empty()) PS_LOG(Info) << summary;
   return daemon::ShutdownStatus(shutdown);
 }
 

@@ -4,13 +4,10 @@
 #include <cstring>
 
 #include "libps/core/log.h"
+#include "libps/server/store_shard.h"
 #include "libps/server/wire_specs.h"
 
 namespace ps::server {
-
-namespace {
-constexpr int64_t kMaxTrackedStep = int64_t{1} << 28;
-}  // namespace
 
 Status Service::CheckGeneration(const net::Request& request) {
   const uint64_t gen = request.envelope.generation;
@@ -33,12 +30,27 @@ Status Service::CheckGeneration(const net::Request& request) {
   return Status::Ok();
 }
 
-bool Service::MarkApplied(const ShardKey& key, int32_t worker, int64_t step) {
-  if (step < 0 || step >= kMaxTrackedStep) return true;
+Result<bool> Service::MarkApplied(const ShardKey& key, int32_t worker, int64_t step) {
+  if (step < 0) return true;  // untracked
   std::lock_guard lock(applied_mu_);
-  auto& bits = applied_[{key, worker}];
-  size_t word = static_cast<size_t>(step / 64);
-  uint64_t bit = uint64_t{1} << (step % 64);
+  AppliedMarks& marks = applied_[{key, worker}];
+  // Below the last checkpoint: the chief saves only when every step before it is
+  // applied, so this is a repeat.
+  if (step < marks.base) return false;
+  if (step - marks.base >= kTrackedSteps) {
+    const std::string why = "Push: step " + std::to_string(step) + " for " + key.ToString() +
+                            " is 2^28 or more steps past the last checkpoint (step " + std::to_string(marks.base) +
+                            "): its at-most-once marks would be lost; save checkpoints more often";
+    if (!window_logged_) {
+      window_logged_ = true;
+      PS_LOG(Error) << why << " (logged once)";
+    }
+    return FailedPrecondition(why);
+  }
+  const auto offset = static_cast<uint64_t>(step - marks.base);
+  const size_t word = offset / 64;
+  const uint64_t bit = uint64_t{1} << (offset % 64);
+  auto& bits = marks.bits;
   if (bits.size() <= word) bits.resize(std::max(word + 1, bits.size() * 2), 0);
   if (bits[word] & bit) return false;
   bits[word] |= bit;
@@ -46,11 +58,32 @@ bool Service::MarkApplied(const ShardKey& key, int32_t worker, int64_t step) {
 }
 
 void Service::UnmarkApplied(const ShardKey& key, int32_t worker, int64_t step) {
-  if (step < 0 || step >= kMaxTrackedStep) return;
   std::lock_guard lock(applied_mu_);
-  auto& bits = applied_[{key, worker}];
-  size_t word = static_cast<size_t>(step / 64);
-  if (word < bits.size()) bits[word] &= ~(uint64_t{1} << (step % 64));
+  auto it = applied_.find({key, worker});
+  if (step < 0 || it == applied_.end() || step < it->second.base) return;
+  const auto offset = static_cast<uint64_t>(step - it->second.base);
+  auto& bits = it->second.bits;
+  if (offset / 64 < bits.size()) bits[offset / 64] &= ~(uint64_t{1} << (offset % 64));
+}
+
+void Service::TrimApplied(int64_t step) {
+  const int64_t base = step - step % 64;  // whole words
+  std::lock_guard lock(applied_mu_);
+  for (auto& [key, marks] : applied_) {
+    if (base <= marks.base) continue;
+    const auto drop = static_cast<size_t>((base - marks.base) / 64);
+    auto& bits = marks.bits;
+    bits.erase(bits.begin(), bits.begin() + static_cast<std::ptrdiff_t>(std::min(drop, bits.size())));
+    bits.shrink_to_fit();
+    marks.base = base;
+  }
+}
+
+size_t Service::applied_mark_words() const {
+  std::lock_guard lock(applied_mu_);
+  size_t n = 0;
+  for (const auto& [key, marks] : applied_) n += marks.bits.size();
+  return n;
 }
 
 std::shared_ptr<void> Service::Inline(const net::Request& request) {
@@ -96,6 +129,8 @@ Result<proto::Body> Service::HandleLongOp(const proto::Body& body, const net::Pe
       PS_LOG(Error) << "saving checkpoint " << m->global_step << " failed: " << r.status().ToString();
       return r.status();
     }
+    // Saved only once every step before it was applied: no push below it can come.
+    if (m->global_step >= 0) TrimApplied(m->global_step);
     return proto::Body(*r);
   }
   const auto& m = std::get<proto::Restore>(body);
@@ -219,6 +254,7 @@ Status Service::CreateShards(const proto::CreateShards& msg) {
   {
     std::lock_guard lock(mode_mu_);
     pulls_released_.reset();  // a new chief's job, or a ps being recreated
+    configured_ = true;
     if (!(update == update_)) {
       update_ = update;
       mode_.store(update.StepMode());
@@ -324,12 +360,27 @@ Result<proto::PushReply> Service::Push(const proto::Push& msg, const net::Buffer
     rest = rest.subspan(i.floats);
   }
   UpdateMode mode;
+  std::vector<bool> on_arrival(msg.items.size(), true);  // [item] applied on arrival (not a sync step's sum)
   {
     std::lock_guard lock(mode_mu_);
     mode = update_.StepMode();
     PS_RETURN_IF_ERROR(CheckTag("Push", msg.worker, msg.clock));
+    if (mode == UpdateMode::kSync) {
+      for (size_t i = 0; i < msg.items.size(); ++i) on_arrival[i] = !SyncClass(info[i].sparse);
+    }
   }
-  if (mode == UpdateMode::kSync) return PushSync(msg, grads, info);
+  // What the push itself can get wrong is checked before anything is added, so a
+  // malformed push changes nothing: the rows of every item, and for the items applied on
+  // arrival (the store applies them one by one) that no row appears twice; a sync step's
+  // sum adds repeated rows up. (A push the state refuses later, too far past the last
+  // checkpoint or ahead of a shard a Restore moved back, keeps the items applied before.)
+  for (size_t i = 0; i < msg.items.size(); ++i) {
+    const auto& item = msg.items[i];
+    const ShardKey key{item.var, item.shard};
+    PS_RETURN_IF_ERROR(CheckRows("Push", key, item.rows, info[i].rows));
+    if (on_arrival[i]) PS_RETURN_IF_ERROR(CheckUnique("Push", key, item.rows));
+  }
+  if (mode == UpdateMode::kSync) return PushSync(msg, grads, info, on_arrival);
   PS_ASSIGN_OR_RETURN(const int32_t skipped, ApplyOnArrival(msg, grads, -1, msg.step_id, {}));
   if (mode == UpdateMode::kBoundedStaleness) {
     {
@@ -359,8 +410,11 @@ Result<int32_t> Service::ApplyOnArrival(const proto::Push& msg, const std::vecto
     if (!only.empty() && !only[i]) continue;
     const auto& item = msg.items[i];
     const auto g = grads[i];
+    // No rows (the worker's batch touched none here): nothing to apply, mark or count.
+    if (!item.all_rows && item.rows.empty()) continue;
     ShardKey key{item.var, item.shard};
-    if (!MarkApplied(key, worker, step)) {
+    PS_ASSIGN_OR_RETURN(const bool fresh, MarkApplied(key, worker, step));
+    if (!fresh) {
       ++skipped;
       continue;
     }
@@ -370,6 +424,7 @@ Result<int32_t> Service::ApplyOnArrival(const proto::Push& msg, const std::vecto
       UnmarkApplied(key, worker, step);
       return st;
     }
+    applied_on_arrival_.fetch_add(1, std::memory_order_relaxed);
   }
   if (skipped > 0) {
     skipped_ += static_cast<uint64_t>(skipped);
@@ -400,29 +455,14 @@ Status Service::CheckNotAhead(const proto::Push& msg, const SliceInfos& info) {
 }
 
 Result<proto::PushReply> Service::PushSync(const proto::Push& msg, const std::vector<std::span<const float>>& grads,
-                                           const SliceInfos& info) {
-  // Everything is checked before anything is added, so a bad push changes nothing.
-  for (size_t i = 0; i < msg.items.size(); ++i) {
-    const auto& item = msg.items[i];
-    for (int64_t r : item.rows) {
-      if (r < 0 || r >= info[i].rows) {
-        return OutOfRange("Push: row " + std::to_string(r) + " is outside " + item.var + "/part_" +
-                          std::to_string(item.shard) + " (" + std::to_string(info[i].rows) + " rows)");
-      }
-    }
-  }
+                                           const SliceInfos& info, const std::vector<bool>& on_arrival) {
   proto::PushReply reply;
   // Hybrid: the async class's items, applied on arrival (outside mode_mu_: they are the
   // big embedding pushes), once per (shard, step, worker): every worker runs every step.
-  std::vector<bool> on_arrival(msg.items.size(), false);
-  bool any_on_arrival = false;
+  const bool any_on_arrival = std::find(on_arrival.begin(), on_arrival.end(), true) != on_arrival.end();
   {
     std::lock_guard lock(mode_mu_);
     PS_RETURN_IF_ERROR(CheckNotAhead(msg, info));
-    for (size_t i = 0; i < msg.items.size(); ++i) {
-      on_arrival[i] = !SyncClass(info[i].sparse);
-      any_on_arrival = any_on_arrival || on_arrival[i];
-    }
   }
   if (any_on_arrival) {
     PS_ASSIGN_OR_RETURN(reply.skipped, ApplyOnArrival(msg, grads, msg.worker, msg.clock, on_arrival));
@@ -612,7 +652,15 @@ Service::UpdateStats Service::update_stats() const {
   s.stale_dropped = stale_.load();
   s.waited_pulls = waited_pulls_;
   s.max_lead = max_lead_;
+  s.configured = configured_;
+  s.applied_on_arrival = applied_on_arrival_.load();
   s.min_version = s.max_version = base_version_;
+  if (update_.StepMode() == UpdateMode::kSync) {
+    for (const ShardKey& key : store_->Keys()) {
+      auto def = store_->GetDef(key);
+      if (def.ok() && SyncClass(def->sparse_class())) ++s.sync_shards;
+    }
+  }
   bool first = true;
   for (const auto& [key, ss] : sync_) {
     s.min_version = first ? ss.version : std::min(s.min_version, ss.version);

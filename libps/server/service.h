@@ -12,7 +12,10 @@
 // in particular not between it and its Restore.
 // At most once: the gradient of a step id is applied at most once per shard; a repeated
 // push (a retried step, or a push resent after a lost reply) is acknowledged and counted
-// in PushReply.skipped. Step ids from 0 to 2^28 are tracked; Restore forgets them all.
+// in PushReply.skipped. A Save at step c trims the marks below c (the chief saves only
+// when every step before c is applied, so a push below c is a repeat and is skipped);
+// a push 2^28 or more steps past the last Save is refused rather than left untracked.
+// Restore forgets them all.
 // (Sync shards count their update's workers instead; the async class of a hybrid job,
 // where every worker runs every step, tracks (step, worker).)
 // Update modes (update.h, set by CreateShards): in sync mode each shard aggregates the
@@ -95,6 +98,13 @@ class Service {
   // GetStatus fails with Unavailable. Thread-safe; `source` runs on handler threads.
   void SetStatusSource(std::function<proto::PsStatus()> source);
   uint64_t skipped_pushes() const { return skipped_.load(); }
+  // Gradients (one shard's item of a push) applied on arrival: async mode, bounded
+  // staleness and a hybrid job's async class. An item without rows is not counted.
+  uint64_t applied_on_arrival() const { return applied_on_arrival_.load(); }
+  // Words (64 steps each) of at-most-once marks held. Testing and metrics.
+  size_t applied_mark_words() const;
+  // Steps past the last Save that the at-most-once marks track.
+  static constexpr int64_t kTrackedSteps = int64_t{1} << 28;
 
   // Update-mode figures since start: the mode(s), gradients dropped as stale (sync), pulls
   // that had to wait, and in bounded-staleness mode the largest lead a pull was granted
@@ -105,6 +115,9 @@ class Service {
     uint64_t waited_pulls = 0;
     int64_t max_lead = 0;
     int64_t min_version = 0, max_version = 0;  // sync: over the (sync class's) shards
+    int64_t sync_shards = 0;          // shards here that aggregate sync steps (hybrid: the sync class's)
+    uint64_t applied_on_arrival = 0;  // applied_on_arrival()
+    bool configured = false;          // a CreateShards set `spec` (before: the default, async)
   };
   UpdateStats update_stats() const;
 
@@ -125,8 +138,9 @@ class Service {
   Result<std::pair<proto::PullReply, net::Buffer>> Pull(const proto::Pull& msg, const SliceInfos& info);
   Result<proto::PushReply> Push(const proto::Push& msg, const net::Buffer& payload);
   // Sync steps (sync mode, or hybrid). grads[i]: item i's gradient.
+  // on_arrival[i]: item i is of the async class (hybrid), applied on arrival.
   Result<proto::PushReply> PushSync(const proto::Push& msg, const std::vector<std::span<const float>>& grads,
-                                    const SliceInfos& info);
+                                    const SliceInfos& info, const std::vector<bool>& on_arrival);
   // mode_mu_ held: OK unless a sync-class item of `msg` is for an update its shard has
   // not reached (the worker is ahead of it).
   Status CheckNotAhead(const proto::Push& msg, const SliceInfos& info);
@@ -157,9 +171,12 @@ class Service {
   Result<SliceInfos> SlicesOf(const std::vector<proto::Slice>& items);
 
   // Marks step `step` of `worker` (-1: any worker; a hybrid job's async class: the
-  // pushing worker) applied to shard `key`; false if it already was.
-  bool MarkApplied(const ShardKey& key, int32_t worker, int64_t step);
+  // pushing worker) applied to shard `key`; false if it already was (or is below the
+  // last Save); FailedPrecondition if it is kTrackedSteps or more past the last Save.
+  Result<bool> MarkApplied(const ShardKey& key, int32_t worker, int64_t step);
   void UnmarkApplied(const ShardKey& key, int32_t worker, int64_t step);
+  // After a Save at `step`: forgets the marks below it (in whole words).
+  void TrimApplied(int64_t step);
   Status CheckGeneration(const net::Request& request);
 
   // Sync mode: the update a shard is collecting gradients for, and their sum.
@@ -208,9 +225,18 @@ class Service {
   std::atomic<uint64_t> inline_accepted_{0};
   std::function<void()> long_op_hook_;  // testing
   std::atomic<uint64_t> skipped_{0};
-  std::mutex applied_mu_;
-  // (shard, worker or -1) -> a bit per step id; guarded by applied_mu_
-  std::map<std::pair<ShardKey, int32_t>, std::vector<uint64_t>> applied_;
+  std::atomic<uint64_t> applied_on_arrival_{0};
+  bool configured_ = false;  // guarded by mode_mu_: a CreateShards set update_
+  // The steps of one (shard, worker) applied: bit i of the words is step base + i; every
+  // step below base counts as applied (base: the last Save's step, rounded down to 64).
+  struct AppliedMarks {
+    int64_t base = 0;
+    std::vector<uint64_t> bits;
+  };
+  mutable std::mutex applied_mu_;
+  // (shard, worker or -1) -> its marks; guarded by applied_mu_
+  std::map<std::pair<ShardKey, int32_t>, AppliedMarks> applied_;
+  bool window_logged_ = false;  // guarded by applied_mu_
   std::mutex mu_;
   std::condition_variable cv_;
   std::optional<proto::Shutdown> shutdown_;  // guarded by mu_

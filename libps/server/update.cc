@@ -18,6 +18,12 @@ std::string UpdateSpec::Describe() const {
 
 namespace {
 
+// The only mix of two modes: one class sync, the other async.
+bool SyncAsyncPair(UpdateMode dense, UpdateMode sparse) {
+  return (dense == UpdateMode::kSync && sparse == UpdateMode::kAsync) ||
+         (dense == UpdateMode::kAsync && sparse == UpdateMode::kSync);
+}
+
 // One mode object: the whole "update" of the single form (`mode` optional, default
 // async) or one class's (`mode` required). Finishes `r`.
 Result<UpdateSpec> ParseMode(JsonReader& r, bool mode_required) {
@@ -79,11 +85,10 @@ Result<UpdateSpec> ParseUpdate(const Json& json, const std::string& path) {
                              d.Path("staleness") + " " + std::to_string(dense.staleness) +
                              "; both classes bounded_staleness share one bound");
     }
+    dense.per_class = true;  // later errors name the class objects the user wrote
     return dense;
   }
-  const bool sync_async = (dense.mode == UpdateMode::kSync && sparse.mode == UpdateMode::kAsync) ||
-                          (dense.mode == UpdateMode::kAsync && sparse.mode == UpdateMode::kSync);
-  if (!sync_async) {
+  if (!SyncAsyncPair(dense.mode, sparse.mode)) {
     const bool sparse_odd = sparse.mode == UpdateMode::kBoundedStaleness;
     return InvalidArgument((sparse_odd ? s : d).Path("mode") + ": \"bounded_staleness\" cannot be mixed with \"" +
                            UpdateModeName(sparse_odd ? dense.mode : sparse.mode) +
@@ -98,21 +103,20 @@ Result<UpdateSpec> ParseUpdate(const Json& json, const std::string& path) {
 }
 
 Status ValidateUpdate(const UpdateSpec& spec, const std::string& path) {
-  // Where a hybrid spec's settings live: the sync class's object.
-  const std::string sync_path =
-      !spec.hybrid() ? path : path + (spec.mode == UpdateMode::kSync ? ".dense" : ".sparse");
+  // Where the settings live: a hybrid spec's in the sync class's object; a per-class spec
+  // folded to one mode's in both (they agree), named by "dense".
+  const std::string sync_path = spec.hybrid()      ? path + (spec.mode == UpdateMode::kSync ? ".dense" : ".sparse")
+                                : spec.per_class ? path + ".dense"
+                                                 : path;
   if (spec.replicas_to_aggregate < 0) {
     return InvalidArgument(sync_path + ".replicas_to_aggregate: must be >= 0 (0: every worker), got " +
                            std::to_string(spec.replicas_to_aggregate));
   }
   if (spec.staleness < 0) {
-    return InvalidArgument(path + ".staleness: must be >= 0, got " + std::to_string(spec.staleness));
+    return InvalidArgument(sync_path + ".staleness: must be >= 0, got " + std::to_string(spec.staleness));
   }
   if (spec.hybrid()) {
-    const UpdateMode sparse = *spec.sparse_mode;
-    const bool sync_async = (spec.mode == UpdateMode::kSync && sparse == UpdateMode::kAsync) ||
-                            (spec.mode == UpdateMode::kAsync && sparse == UpdateMode::kSync);
-    if (!sync_async) {
+    if (!SyncAsyncPair(spec.mode, *spec.sparse_mode)) {
       return InvalidArgument(path + ": a hybrid update is one class \"sync\" and the other \"async\", got " +
                              spec.Describe());
     }
@@ -131,6 +135,14 @@ Status ValidateUpdate(const UpdateSpec& spec, const std::string& path) {
                            "that holds it)");
   }
   return Status::Ok();
+}
+
+std::string OneClassWarning(const UpdateSpec& spec, int64_t dense_vars, int64_t sparse_vars, const std::string& path) {
+  if (!spec.hybrid() || (dense_vars > 0 && sparse_vars > 0)) return "";
+  const bool sparse_only = dense_vars == 0;
+  return path + ": a hybrid update (" + spec.Describe() + ") but the model has no " +
+         (sparse_only ? "dense" : "sparse") + " variable: this is plain " +
+         UpdateModeName(spec.ModeOf(sparse_only)) + " training";
 }
 
 }  // namespace ps::server

@@ -57,7 +57,14 @@ struct UpdateSpec {
   int num_workers = 0;            // filled in by the chief from the cluster
   // Hybrid only: the sparse variables' mode (one of the two is sync, the other async).
   std::optional<UpdateMode> sparse_mode = std::nullopt;
-  bool operator==(const UpdateSpec&) const = default;
+  // Parsed from the per-class form with one mode for both (folded to the single form):
+  // errors name "<path>.dense.<key>", where the user wrote it. Not sent to the ps.
+  bool per_class = false;
+  // The same update (per_class only says where errors point).
+  bool operator==(const UpdateSpec& o) const {
+    return mode == o.mode && replicas_to_aggregate == o.replicas_to_aggregate && staleness == o.staleness &&
+           num_workers == o.num_workers && sparse_mode == o.sparse_mode;
+  }
   // R with the default resolved: replicas_to_aggregate, or num_workers when 0.
   int replicas() const { return replicas_to_aggregate > 0 ? replicas_to_aggregate : num_workers; }
   bool hybrid() const { return sparse_mode.has_value(); }
@@ -76,5 +83,9 @@ Result<UpdateSpec> ParseUpdate(const Json& json, const std::string& path);
 // async; a hybrid spec is sync + async with replicas() == num_workers. Errors name
 // `path` (and for a hybrid spec the class: "<path>.dense.replicas_to_aggregate").
 Status ValidateUpdate(const UpdateSpec& spec, const std::string& path);
+// For a hybrid spec whose job has no variable of one class (`dense_vars`, `sparse_vars`:
+// how many of each): a warning naming `path` that the job trains in the other class's mode
+// alone; otherwise empty.
+std::string OneClassWarning(const UpdateSpec& spec, int64_t dense_vars, int64_t sparse_vars, const std::string& path);
 
 }  // namespace ps::server

@@ -25,9 +25,9 @@ constexpr uint64_t kCluster = 42;
 struct PsFixture {
   net::Runtime runtime{2};
   ::ps::server::Store store;
-  ::ps::server::Service service{&store};
+  ::ps::server::Service service;
   std::unique_ptr<net::Server> server;
-  PsFixture() {
+  explicit PsFixture(::ps::server::Checkpointer* checkpointer = nullptr) : service(&store, checkpointer) {
     net::ServerOptions o;
     o.identity = {proto::Role::kPs, 0, kCluster, std::nullopt};
     o.handler_threads = 4;
@@ -551,6 +551,12 @@ std::vector<float> PullRowsNow(net::Client& c, const std::string& var, std::vect
   return out;
 }
 
+// Saves nothing and says it did: what the service does around a Save.
+struct NullCheckpointer : ::ps::server::Checkpointer {
+  Result<proto::SaveReply> Save(const proto::Save&) override { return proto::SaveReply{}; }
+  Status Restore(const proto::Restore&) override { return Status::Ok(); }
+};
+
 }  // namespace
 
 TEST_CASE("hybrid, dense sync + sparse async: the dense shard averages each update, the sparse one applies every push on arrival") {
@@ -610,6 +616,62 @@ TEST_CASE("hybrid, dense sync + sparse async: the dense shard averages each upda
   auto anonymous = c->CallSync(proto::Push{{Rows("e", 0, {2})}, 1, 1}, Floats({1, 1}));
   REQUIRE_FALSE(anonymous.ok());
   CHECK(anonymous.status().code() == Code::kInvalidArgument);
+}
+
+TEST_CASE("hybrid: a Save trims the at-most-once marks below it; a push 2^28 steps past it is refused, not left untracked") {
+  using ::ps::server::UpdateMode;
+  NullCheckpointer checkpointer;
+  PsFixture fx(&checkpointer);
+  auto c = fx.Connect();
+  REQUIRE(c->CallSync(HybridCreate(Hybrid(UpdateMode::kSync, UpdateMode::kAsync, 2), R"({"type":"sgd","learning_rate":0.5})"))
+              .ok());
+  // Worker 0's embedding gradients (the async class, marked per step) for updates 0..999.
+  for (int64_t s = 0; s < 1000; ++s) {
+    REQUIRE(PushReplyOf(c->CallSync(ModePush({Rows("e", 0, {1})}, 0, s), Floats({1, 1}))).skipped == 0);
+  }
+  CHECK(fx.service.applied_mark_words() >= 1000 / 64);
+  // A checkpoint at step 960 (the chief saves when every step before it is applied):
+  // only the word of steps 960..1023 is left.
+  REQUIRE(c->CallSync(proto::Save{"/unused", 960}).ok());
+  CHECK(fx.service.applied_mark_words() == 1);
+  // Repeats below and above the checkpoint are still skipped; a new step applies.
+  CHECK(PushReplyOf(c->CallSync(ModePush({Rows("e", 0, {1})}, 0, 5), Floats({1, 1}))).skipped == 1);
+  CHECK(PushReplyOf(c->CallSync(ModePush({Rows("e", 0, {1})}, 0, 990), Floats({1, 1}))).skipped == 1);
+  CHECK(PushReplyOf(c->CallSync(ModePush({Rows("e", 0, {1})}, 0, 1000), Floats({1, 1}))).skipped == 0);
+  CHECK(PullRowsNow(*c, "e", {1}) == std::vector<float>(2, 1.0f - 0.5f * 1001));
+  CHECK(fx.service.applied_on_arrival() == 1001);
+  // Past the tracked window (from the trimmed base, 960): refused, nothing applied.
+  const int64_t far = 960 + ::ps::server::Service::kTrackedSteps;
+  auto refused = c->CallSync(ModePush({Rows("e", 0, {2})}, 0, far), Floats({1, 1}));
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().code() == Code::kFailedPrecondition);
+  CHECK(PullRowsNow(*c, "e", {2}) == std::vector<float>{1, 1});
+  CHECK(fx.service.applied_mark_words() == 1);
+}
+
+TEST_CASE("hybrid: an async item without rows is not marked, counted or pushed; a bad async item fails the push before anything is applied") {
+  using ::ps::server::UpdateMode;
+  PsFixture fx;
+  auto c = fx.Connect();
+  REQUIRE(c->CallSync(HybridCreate(Hybrid(UpdateMode::kSync, UpdateMode::kAsync, 2), R"({"type":"sgd","learning_rate":0.5})"))
+              .ok());
+  const uint64_t pushes = fx.store.stats().push_requests;
+  for (int i = 0; i < 2; ++i) {  // the second is not "already applied": nothing was
+    CHECK(PushReplyOf(c->CallSync(ModePush({Rows("e", 0, {})}, 0, 0), Floats({}))).skipped == 0);
+  }
+  CHECK(fx.store.stats().push_requests == pushes);
+  CHECK(fx.service.applied_mark_words() == 0);
+  CHECK(fx.service.applied_on_arrival() == 0);
+
+  // A repeated row in the second (lazy, async) item: the first item is not applied either.
+  auto dup = c->CallSync(ModePush({Rows("e", 0, {1}), Rows("l", 0, {2, 2})}, 0, 0), Floats({1, 1, 1, 1, 1, 1}));
+  REQUIRE_FALSE(dup.ok());
+  CHECK(dup.status().code() == Code::kInvalidArgument);
+  CHECK(PullRowsNow(*c, "e", {1}) == std::vector<float>{1, 1});
+  // Retried correctly, it applies (the failed push left no mark behind).
+  CHECK(PushReplyOf(c->CallSync(ModePush({Rows("e", 0, {1}), Rows("l", 0, {2})}, 0, 0), Floats({1, 1, 1, 1}))).skipped == 0);
+  CHECK(PullRowsNow(*c, "e", {1}) == std::vector<float>{0.5f, 0.5f});
+  CHECK(fx.service.applied_on_arrival() == 2);
 }
 
 TEST_CASE("hybrid, dense async + sparse sync: the other way round; a lazy table is sparse") {

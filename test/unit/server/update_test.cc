@@ -94,6 +94,11 @@ TEST_CASE("update: both classes in one mode are that single mode") {
                      "sparse": {"mode": "bounded_staleness", "staleness": 2}})");
   REQUIRE(b.ok());
   CHECK(*b == *Parse(R"({"mode": "bounded_staleness", "staleness": 2})"));
+  // Later errors still name the key the user wrote, not job.update.replicas_to_aggregate.
+  CHECK(ValidateUpdate(WithWorkers(*s, 1), "job.update").message() ==
+        "job.update.dense.replicas_to_aggregate: 2 is more than the cluster's 1 worker(s)");
+  CHECK(ValidateUpdate(WithWorkers(*Parse(R"({"mode": "sync", "replicas_to_aggregate": 2})"), 1), "job.update")
+            .message() == "job.update.replicas_to_aggregate: 2 is more than the cluster's 1 worker(s)");
 }
 
 TEST_CASE("update: per-class errors name update.dense / update.sparse") {
@@ -157,12 +162,17 @@ TEST_CASE("update: a hybrid job aggregates every worker (no backups) and needs w
         "bounded_staleness");
 }
 
-TEST_CASE("update: pstrain_ps_update_mode shows each class's mode") {
-  auto text = [](const UpdateSpec& spec) {
+TEST_CASE("update: pstrain_ps_update_mode shows each class's mode, once a CreateShards set it") {
+  auto text = [](const UpdateSpec& spec, bool configured = true) {
     prom::Writer w;
-    WriteUpdateModeMetric(w, spec);
+    Service::UpdateStats stats;
+    stats.spec = spec;
+    stats.configured = configured;
+    WriteUpdateModeMetric(w, stats);
     return w.Text();
   };
+  // A fresh or restarted ps holds the default (async): it is not the job's mode.
+  CHECK_THAT(text(UpdateSpec{}, false), !Catch::Contains("pstrain_ps_update_mode"));
   auto h = Parse(R"({"dense": {"mode": "sync"}, "sparse": {"mode": "async"}})");
   REQUIRE(h.ok());
   const std::string hybrid = text(*h);
@@ -171,4 +181,36 @@ TEST_CASE("update: pstrain_ps_update_mode shows each class's mode") {
   const std::string single = text(UpdateSpec{.mode = UpdateMode::kBoundedStaleness});
   CHECK_THAT(single, Catch::Contains("pstrain_ps_update_mode{class=\"dense\",mode=\"bounded_staleness\"} 1\n"));
   CHECK_THAT(single, Catch::Contains("pstrain_ps_update_mode{class=\"sparse\",mode=\"bounded_staleness\"} 1\n"));
+}
+
+TEST_CASE("update: the ps's closing summary says when it holds no sync shard") {
+  auto h = Parse(R"({"dense": {"mode": "async"}, "sparse": {"mode": "sync"}})");
+  REQUIRE(h.ok());
+  Service::UpdateStats u;
+  u.spec = WithWorkers(*h, 2);
+  u.configured = true;
+  u.applied_on_arrival = 12;
+  CHECK(UpdateSummary(u) ==
+        "dense async, sparse sync updates: no sync shards, 12 async gradient(s) applied, 0 stale gradient(s) dropped, "
+        "0 pull(s) waited");
+  u.sync_shards = 2;
+  u.min_version = 3;
+  u.max_version = 4;
+  CHECK(UpdateSummary(u) ==
+        "dense async, sparse sync updates: sync shards at update 3..4, 12 async gradient(s) applied, 0 stale "
+        "gradient(s) dropped, 0 pull(s) waited");
+  CHECK(UpdateSummary(Service::UpdateStats{}).empty());  // async
+}
+
+TEST_CASE("update: a hybrid job without variables of one class is warned about") {
+  auto h = Parse(R"({"dense": {"mode": "sync"}, "sparse": {"mode": "async"}})");
+  REQUIRE(h.ok());
+  CHECK(OneClassWarning(*h, 3, 2, "job.update").empty());
+  CHECK(OneClassWarning(*h, 3, 0, "job.update") ==
+        "job.update: a hybrid update (dense sync, sparse async) but the model has no sparse variable: this is plain "
+        "sync training");
+  CHECK(OneClassWarning(*h, 0, 2, "job.update") ==
+        "job.update: a hybrid update (dense sync, sparse async) but the model has no dense variable: this is plain "
+        "async training");
+  CHECK(OneClassWarning(UpdateSpec{.mode = UpdateMode::kSync}, 3, 0, "job.update").empty());  // not hybrid
 }
