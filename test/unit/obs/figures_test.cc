@@ -100,7 +100,7 @@ TEST_CASE("ps load: rates between two samples, since start without one or after 
         R"({"task":"ps:0","address":"10.0.0.5:2222","state":"ok","requests":1400,"bytes_in":60000,)"
         R"("bytes_out":100000,"requests_per_s":200.0,"bytes_in_per_s":5000.0,"bytes_out_per_s":10000.0,)"
         R"("rows_per_s":400.0,"queue_depth":2,"max_queue_depth":5,"bytes_held":4096,"shards":3,"window_sec":2.0,)"
-        R"("update":{"mode":"async","stale_dropped":0,"waited_pulls":0,"max_lead":0,"min_version":0,"max_version":0}})");
+        R"("update":{"mode":"async","stale_dropped":0,"waited_pulls":0,"max_lead":0,"min_version":0,"max_version":0,"applied_on_arrival":0}})");
   // The JSON reads back as the same figures (what inspect and the report do with metrics lines).
   CHECK(obs::ToJson(obs::PsLoadFromJson(e)) == e);
   CHECK_FALSE(e.contains("rows"));  // no lazy shard: no row figures
