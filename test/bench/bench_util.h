@@ -15,12 +15,21 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <algorithm>
 #include <vector>
 #include <string>
 
 #include "libps/core/status.h"
 
 namespace ps::bench {
+
+// The median of `v` (the mean of the middle two for an even count); 0 when empty.
+inline double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
 
 using Clock = std::chrono::steady_clock;
 

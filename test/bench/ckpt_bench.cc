@@ -231,11 +231,7 @@ bool SameVariable(const std::vector<StorePtr>& src, int64_t src_rows, const std:
   return same;
 }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
+using ps::bench::Median;
 
 struct Run {
   double save = 0, plain_write = 0, restore = 0, plain_read = 0;  // MB/s

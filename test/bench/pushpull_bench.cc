@@ -306,11 +306,7 @@ std::string SizeName(uint64_t bytes) {
   return std::to_string(bytes >> 10) + " KiB";
 }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
+using ps::bench::Median;
 
 // Runs `op` (moving `bytes`) for about `seconds` (at least 3 times, after 1 warm-up).
 double Measure(uint64_t bytes, double seconds, const std::function<void()>& op) {

@@ -82,12 +82,7 @@ using ps::bench::Must;
 using ps::bench::Seconds;
 namespace fs = std::filesystem;
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
+using ps::bench::Median;
 
 std::vector<double> NumberList(const std::string& text, const char* flag) {
   std::vector<double> out;

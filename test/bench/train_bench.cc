@@ -64,12 +64,7 @@ using ps::bench::Must;
 using ps::bench::Seconds;
 namespace fs = std::filesystem;
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
+using ps::bench::Median;
 
 struct RunResult {
   double examples_per_sec = 0;  // median window
