@@ -137,30 +137,14 @@ Status Store::ShardFill::CreateRows(std::span<const int64_t> rows, CreatedRows* 
   const Shard& s = *shard_;
   const ShardKey key = s.def.key();
   if (!s.lazy) return InvalidArgument("Restore " + key.ToString() + ": not a lazy shard");
-  if (created->shard_ != nullptr && created->shard_ != shard_)
-    return InvalidArgument("Restore " + key.ToString() + ": rows created on another shard");
   PS_RETURN_IF_ERROR(CheckRows("Restore", key, rows, s.layout().rows));
-  PS_RETURN_IF_ERROR(CheckUnique("Restore", key, rows));
   for (int64_t row : rows) {
     const uint64_t h = HashRow(row);
     if (s.lazy[LazyStripeOf(h)].Find(row, h) != nullptr)
       return Status(Code::kAlreadyExists, "Restore " + key.ToString() + ": row " + std::to_string(row) + " is created already");
   }
-  created->shard_ = shard_;
-  created->records_.reserve(created->records_.size() + rows.size());
-  for (int64_t row : rows) {
-    const uint64_t h = HashRow(row);
-    float* record = s.lazy[LazyStripeOf(h)].Insert(row, h, *s.arena);
-    if (record == nullptr)
-      return Internal("Restore " + key.ToString() + ": out of memory creating " +
-                      std::to_string(rows.size()) + " rows");
-    s.InitRecord(row, record);
-    if (s.stamped) s.SetStamp(record, 0);  // ResetRowClock stamps the checkpoint's step
-    s.SetEpoch(record, 0);
-    created->records_.push_back(record);
-    shard_->live.fetch_add(1, std::memory_order_relaxed);
-  }
-  return Status::Ok();
+  // None exists: UpsertRows creates every one (and makes the remaining checks).
+  return UpsertRows(rows, created);
 }
 
 Status Store::ShardFill::WriteRows(const CreatedRows& created, std::string_view block, int64_t first,
