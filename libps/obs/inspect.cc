@@ -83,10 +83,21 @@ Result<InspectReport> InspectModelDir(const std::string& model_dir, const Inspec
   }
 
   o << list.size() << (list.size() == 1 ? " committed checkpoint:\n" : " committed checkpoints:\n");
-  std::vector<std::vector<std::string>> rows = {{"step", "time (UTC)", "size", "ps", "final"}};
+  // "deltas": the committed deltas restore would apply on top (ckpt-<step>/delta-<s>),
+  // their count, newest step and size; a delta that breaks the chain is a warning.
+  std::vector<std::vector<std::string>> rows = {{"step", "time (UTC)", "size", "ps", "final", "deltas"}};
   for (const auto& c : list) {
+    ckpt::CheckpointInfo chain = c;
+    PS_RETURN_IF_ERROR(ckpt::LoadDeltaChain(&chain, ckpt::Verify::kFooters, &warnings));
+    std::string deltas = "-";
+    if (!chain.deltas.empty()) {
+      uint64_t bytes = 0;
+      for (const auto& d : chain.deltas) bytes += TotalBytes(d.manifest);
+      deltas = std::to_string(chain.deltas.size()) + " to step " + std::to_string(chain.restored_step()) + ", " +
+               HumanBytes(bytes);
+    }
     rows.push_back({std::to_string(c.global_step), UtcTime(c.manifest.unix_time), HumanBytes(TotalBytes(c.manifest)),
-                    std::to_string(c.manifest.num_ps), c.manifest.final ? "yes" : "no"});
+                    std::to_string(c.manifest.num_ps), c.manifest.final ? "yes" : "no", deltas});
   }
   o << TableText(rows, "  ");
   if (!warnings.empty()) {

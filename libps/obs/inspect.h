@@ -20,7 +20,8 @@ struct InspectReport {
   bool healthy = true;   // false: a damaged checkpoint, shard or record was found
 };
 
-// Lists model_dir's committed checkpoints (step, UTC time, size, ps tasks, final), then
+// Lists model_dir's committed checkpoints (step, UTC time, size, ps tasks, final, and
+// the deltas on top: count, newest step, size; a broken chain is a warning), then
 // details one: its shard files checked against the MANIFEST, and every variable record
 // (name, partition, rows, full shape, ps index = the shard file holding it, slots, bytes,
 // data checksum status — "ok", "unchecked" without verify, or the failure), then per ps

@@ -15,6 +15,7 @@
 #include "libps/ckpt/shard_checkpointer.h"
 #include "libps/ckpt/store_io.h"
 #include "libps/core/crc32c.h"
+#include "libps/obs/inspect.h"
 #include "test/support/store_cluster.h"
 #include "test/support/temp_dir.h"
 
@@ -253,6 +254,11 @@ TEST_CASE("base + 3 deltas restore bit-identically to a full checkpoint of the s
   CHECK(chain.restored_step() == 9);
   for (const auto& w : warnings) WARN(w);
   CHECK(warnings.empty());
+  // `pstrain inspect` lists the chain beside its base.
+  auto listing = ps::obs::InspectModelDir(md, {});
+  REQUIRE(listing.ok());
+  INFO(listing->text);
+  CHECK_THAT(listing->text, Catch::Contains("  no     3 to step 9, "));
 
   // The same state saved in full restores to the same bytes as base + deltas.
   const std::string ref = dir / "ref";
@@ -356,6 +362,11 @@ TEST_CASE("a corrupt delta stops the chain at the one before it, with a warning 
     REQUIRE(warnings.size() == 1);
     CHECK_THAT(warnings[0], Catch::Contains(bad) && Catch::Contains("delta-7 is corrupt") &&
                                 Catch::Contains("stops at step 5"));
+    auto listing = ps::obs::InspectModelDir(md, {});
+    REQUIRE(listing.ok());
+    INFO(listing->text);
+    CHECK_THAT(listing->text, Catch::Contains("  no     1 to step 5, ") && Catch::Contains("warnings:\n") &&
+                                  Catch::Contains(bad));
     Ps b(Build(2, 2, OptimizerKind::kAdam, 2));
     CHECK(RestoreInto(b, md, 5) == at5);
     // Asked for the broken chain's end, a ps refuses rather than restoring something else.
