@@ -33,6 +33,7 @@ Result<std::vector<model::HeadMetrics::Sums>> SumsFromWire(const proto::Evaluate
   size_t at = 0;
   auto take = [&](std::vector<float>& into, int64_t n) {
     into.resize(static_cast<size_t>(n));
+    if (into.empty()) return;  // an empty vector's data() may be null: no memcpy (UB even for 0 bytes)
     std::memcpy(into.data(), payload.data() + at, into.size() * sizeof(float));
     at += into.size() * sizeof(float);
   };

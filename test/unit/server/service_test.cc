@@ -93,7 +93,7 @@ std::vector<float> PullAll(net::Client& c, const std::string& var, int shard, si
 
 net::OutPayload Floats(std::vector<float> v) {
   net::Buffer b(v.size() * 4);
-  std::memcpy(b.data(), v.data(), b.size());
+  if (!v.empty()) std::memcpy(b.data(), v.data(), b.size());
   return net::OutPayload::Own(std::move(b));
 }
 
