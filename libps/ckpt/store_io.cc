@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <span>
 #include <vector>
 
 #include "libps/ckpt/checkpoint_dir.h"
@@ -162,14 +163,15 @@ class Restorer {
   Restorer(Store* store, RestoreStats* stats, RestoreSlots slots)
       : store_(store), stats_(stats), skip_slots_(slots == RestoreSlots::kSkip) {}
 
-  // The store's shards and slots; drops every created row of its lazy shards.
-  Status Init() {
+  // The store's shards and slots; drops every created row of its lazy shards unless
+  // `keep_rows` (deltas applied on top of what the store holds: ApplyDeltas).
+  Status Init(bool keep_rows = false) {
     PS_ASSIGN_OR_RETURN(server::OptimizerSpec spec, store_->optimizer());
     for (const auto& slot : server::SlotDefs(spec)) slots_.push_back(slot.name);
     std::sort(slots_.begin(), slots_.end());
     for (const auto& key : store_->Keys()) {
       PS_ASSIGN_OR_RETURN(ShardDef def, store_->GetDef(key));
-      if (def.layout.lazy) {
+      if (def.layout.lazy && !keep_rows) {
         PS_ASSIGN_OR_RETURN(auto fill, store_->Fill(key));
         PS_RETURN_IF_ERROR(fill->DropRows());
       }
@@ -413,6 +415,20 @@ class Restorer {
   std::unique_ptr<Store::ShardFill> fill_;
 };
 
+// Applies `deltas` in order on top of what the restorer's store holds.
+Status ReadDeltas(Restorer& restorer, std::span<const CheckpointInfo> deltas, RestoreStats& s) {
+  // Deltas hold only the rows that changed, so no coverage check could notice a file a
+  // wrong placement ruled out: every delta file is read (they are small; records of other
+  // ps tasks' rows are skipped unread).
+  for (const CheckpointInfo& delta : deltas) {
+    const int n = static_cast<int>(delta.manifest.shards.size());
+    s.files_listed += n;
+    for (int ps = 0; ps < n; ++ps) PS_RETURN_IF_ERROR(restorer.ReadFile(delta, ps));
+    ++s.deltas;
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status RestoreStore(Store* store, const CheckpointInfo& c, RestoreStats* stats, RestoreSlots slots) {
@@ -438,16 +454,17 @@ Status RestoreStore(Store* store, const CheckpointInfo& c, RestoreStats* stats, 
     }
     PS_RETURN_IF_ERROR(restorer.CheckCovered(c.dir));
   }
-  // Deltas hold only the rows that changed, so no coverage check could notice a file a
-  // wrong placement ruled out: every delta file is read (they are small; records of other
-  // ps tasks' rows are skipped unread).
-  for (const CheckpointInfo& delta : c.deltas) {
-    const int n = static_cast<int>(delta.manifest.shards.size());
-    s.files_listed += n;
-    for (int ps = 0; ps < n; ++ps) PS_RETURN_IF_ERROR(restorer.ReadFile(delta, ps));
-    ++s.deltas;
-  }
-  return Status::Ok();
+  return ReadDeltas(restorer, c.deltas, s);
+}
+
+Status ApplyDeltas(Store* store, std::span<const CheckpointInfo> deltas, RestoreStats* stats, RestoreSlots slots) {
+  RestoreStats local;
+  RestoreStats& s = stats != nullptr ? *stats : local;
+  s = RestoreStats{};
+  Restorer restorer(store, &s, slots);
+  PS_RETURN_IF_ERROR(restorer.Init(/*keep_rows=*/true));
+  if (restorer.targets().empty()) return Status::Ok();
+  return ReadDeltas(restorer, deltas, s);
 }
 
 }  // namespace ps::ckpt

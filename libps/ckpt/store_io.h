@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 
 #include "libps/ckpt/checkpoint_dir.h"
@@ -87,5 +88,17 @@ struct RestoreStats {
 // files and records of the base and every delta.
 Status RestoreStore(ps::server::Store* store, const CheckpointInfo& checkpoint, RestoreStats* stats = nullptr,
                     RestoreSlots slots = RestoreSlots::kAll);
+
+// Applies `deltas` (delta checkpoints of one chain, oldest first: CheckpointInfo::deltas)
+// on top of what `store` holds, exactly as RestoreStore applies a checkpoint's deltas
+// after its base: changed rows overwritten (dense and lazy), lazy rows created, rows a
+// delta deleted (evicted) dropped; the lazy shards keep their other rows. Each file is
+// checked against its MANIFEST and every block read against its checksum (DataLoss naming
+// the file); on an error the store holds part of the delta that failed. The serving
+// bundle's refresh (libps/serving) calls it on a store that is being pulled from: each
+// shard is written under all its stripe locks (Store::ShardFill), so a pull sees each row
+// wholly before or after. stats->deltas counts the deltas applied.
+Status ApplyDeltas(ps::server::Store* store, std::span<const CheckpointInfo> deltas, RestoreStats* stats = nullptr,
+                   RestoreSlots slots = RestoreSlots::kAll);
 
 }  // namespace ps::ckpt

@@ -381,4 +381,60 @@ Result<LoadedBundle> LoadModelDir(const std::string& model_dir, std::optional<in
   return b;
 }
 
+Result<std::vector<ckpt::CheckpointInfo>> NewerDeltas(const std::string& model_dir, int64_t step,
+                                                      RefreshStats* stats) {
+  stats->from_step = stats->to_step = step;
+  // The chain a restore would take: the newest full checkpoint whose files verify, and
+  // its committed deltas by parent links, stopping at the first broken one (named).
+  PS_ASSIGN_OR_RETURN(auto found, ckpt::FindRestorable(model_dir, &stats->warnings, ckpt::Verify::kFooters));
+  if (!found) return NotFound(model_dir + ": no committed checkpoint");
+  const ckpt::CheckpointInfo& base = *found;
+  stats->base_step = base.global_step;
+  size_t next = 0;  // base.deltas[next] is the first delta newer than the bundle
+  if (step != base.global_step) {
+    auto at = std::find_if(base.deltas.begin(), base.deltas.end(),
+                           [&](const ckpt::CheckpointInfo& d) { return d.global_step == step; });
+    if (at == base.deltas.end()) {
+      if (base.global_step > step) {
+        return FailedPrecondition(model_dir + ": newer full checkpoint " + ckpt::CheckpointDirName(base.global_step) +
+                                  " than the bundle's step " + std::to_string(step) +
+                                  ": reload the bundle (export it anew)");
+      }
+      std::string why = model_dir + ": the bundle's step " + std::to_string(step) +
+                        " is not in the newest checkpoint chain (" + ckpt::CheckpointDirName(base.global_step) +
+                        " with its deltas up to step " + std::to_string(base.restored_step()) + ")";
+      if (!stats->warnings.empty()) why += " (" + stats->warnings.back() + ")";
+      return FailedPrecondition(why + ": reload the bundle");
+    }
+    next = static_cast<size_t>(at - base.deltas.begin()) + 1;
+  }
+  // Each newer delta read in full before any of it is applied: a damaged one is skipped
+  // with the rest of the chain, never half applied under the scorers.
+  std::vector<ckpt::CheckpointInfo> deltas;
+  for (size_t i = next; i < base.deltas.size(); ++i) {
+    Status st = ckpt::VerifyCheckpoint(base.deltas[i], ckpt::Verify::kFull);
+    if (!st.ok()) {
+      if (st.code() != Code::kDataLoss) return st;  // an I/O error is not corruption
+      const int64_t last = deltas.empty() ? step : deltas.back().global_step;
+      stats->warnings.push_back(st.message() + "; delta " + ckpt::DeltaDirName(base.deltas[i].global_step) +
+                                " is corrupt; the refresh stops at step " + std::to_string(last));
+      break;
+    }
+    deltas.push_back(base.deltas[i]);
+  }
+  return deltas;
+}
+
+Status ApplyBundleDeltas(LoadedBundle& b, const std::vector<ckpt::CheckpointInfo>& deltas, RefreshStats* stats,
+                         BundleInfo* info) {
+  if (deltas.empty()) return Status::Ok();
+  PS_RETURN_IF_ERROR(ckpt::ApplyDeltas(b.loaded.store.get(), deltas, nullptr, ckpt::RestoreSlots::kSkip));
+  for (const auto& d : deltas) stats->applied.push_back(d.global_step);
+  stats->to_step = deltas.back().global_step;
+  info->source_step = stats->to_step;
+  info->source_final = deltas.back().manifest.final;
+  info->variables = MakeInfo(b.loaded, *b.model).variables;  // the lazy tables' stored rows
+  return Status::Ok();
+}
+
 }  // namespace ps::serving

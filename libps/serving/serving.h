@@ -12,6 +12,7 @@
 //   auto scorer = (*bundle)->NewScorer();                         // one per thread
 //   ps::model::Batch batch = ...;                                 // or ExampleReader
 //   auto scores = (*scorer)->Score(batch);   // scores->heads[0][i]: example i's P(click)
+//   auto fresh = (*bundle)->Refresh("/data/ctr-model");           // from any thread, any time
 //
 // Bundles (the format is documented in libps/serving/bundle.h): a directory holding
 // bundle.json (format version, the checkpoint it came from, the job and its model
@@ -31,16 +32,34 @@
 // thread per call as the evaluator and `pstrain predict` run it (OPENBLAS_NUM_THREADS=1;
 // scale out with one Scorer per thread instead).
 //
-// Thread safety: a Bundle is immutable and shared (shared_ptr<const Bundle>); a Scorer
-// keeps scratch buffers and is used by one thread at a time: make one per thread. Any
-// number of Scorers of one Bundle may score concurrently; they share its parameters.
+// Refreshing (issue #15, item 6): while a trainer keeps writing delta checkpoints into
+// its model dir (checkpoint_dir.h: ckpt-<base>/delta-<step>), Bundle::Refresh(model_dir)
+// brings a loaded bundle up to the newest committed delta of the same base checkpoint
+// without reloading: each newer delta of the chain, in order, written into the bundle's
+// parameter store (changed rows and dense rows replaced, evicted rows dropped so they
+// score with their initial values again; optimizer slots never loaded). The result is
+// bit-identical to a bundle exported at that delta. The integrity rules are the
+// restore's (ckpt::FindRestorable and its delta chain; one mechanism): a delta without
+// its MANIFEST does not exist, and each new delta is read and verified in full before
+// any of it is applied, so a damaged one stops the refresh at the last good delta and
+// is named in RefreshStats::warnings. A newer full checkpoint in the model dir is
+// FailedPrecondition ("newer full checkpoint ckpt-N ...: reload the bundle"): the two
+// are never mixed; export and Load the new one. A bundle knows its state by its step
+// only (BundleInfo::source_step, updated by each refresh): give Refresh the model dir it
+// was exported from, or a copy of it.
 //
-// Not implemented yet: refreshing a loaded bundle from incremental checkpoints. The
-// design leaves room for it: the parameters live in a ps::server::Store, whose rows are
-// updated atomically while other threads pull them, so a future Bundle::ApplyDelta
-// (records of changed rows, checked against BundleInfo::source_step) can write into the
-// store under Scorers that keep running; bundle.json's "version" lets a delta-aware
-// format be told apart.
+// Thread safety: a Bundle is shared (shared_ptr); a Scorer keeps scratch buffers and is
+// used by one thread at a time: make one per thread. Any number of Scorers of one Bundle
+// may score concurrently; they share its parameters. info() and Refresh may be called
+// from any thread; refreshes run one at a time. Scorers keep scoring during a refresh,
+// and every batch is consistent: it sees the bundle wholly before or wholly after a
+// refresh, never a mix. Finding and verifying the deltas (the reading) runs beside
+// the scorers; only the writing of the verified deltas into the store waits for the
+// batches being scored to finish, and batches that start meanwhile wait for it (a pause
+// as long as the deltas take to apply; a refresh is never starved by busy scorers).
+// Should the writing fail (a delta changed on disk between the verification and the
+// write, an I/O error), the bundle holds part of that delta: Refresh says so, and every
+// later Refresh is FailedPrecondition (reload the bundle); scoring goes on.
 #pragma once
 
 #include <cstdint>
@@ -78,6 +97,18 @@ struct BundleInfo {
   int64_t eval_batch_size = 256;        // the evaluator's batch size for this job
 };
 
+// What Bundle::Refresh did.
+struct RefreshStats {
+  int64_t base_step = 0;         // the full checkpoint of the chain followed
+  int64_t from_step = 0;         // the bundle's step before
+  int64_t to_step = 0;           // and after (from_step when nothing newer was applied)
+  std::vector<int64_t> applied;  // the steps of the deltas applied, in order
+  // Why the chain stopped early (a delta that failed verification, naming its file) and
+  // other problems the model dir has (a damaged newer full checkpoint skipped, a missing
+  // pointer file): one line each.
+  std::vector<std::string> warnings;
+};
+
 // The scores of one batch.
 struct Scores {
   int64_t examples = 0;
@@ -95,10 +126,18 @@ class Bundle : public std::enable_shared_from_this<Bundle> {
   // copy included); InvalidArgument for a bundle of an unknown format version, a manifest
   // naming files outside the bundle, or a model this build cannot construct (a plug-in
   // built against another plug-in API, a layer type no plug-in provides).
-  static Result<std::shared_ptr<const Bundle>> Load(const std::string& dir);
+  static Result<std::shared_ptr<Bundle>> Load(const std::string& dir);
   ~Bundle();
 
-  const BundleInfo& info() const;
+  // A snapshot: a refresh in another thread changes what the next call returns.
+  BundleInfo info() const;
+  // Applies model_dir's committed delta checkpoints newer than info().source_step, of
+  // the same base checkpoint, in order (see "Refreshing" above); nothing to apply is OK
+  // (applied empty). Errors: FailedPrecondition for a newer full checkpoint, for a model
+  // dir whose newest chain does not hold the bundle's step, and after a refresh that
+  // failed while writing; NotFound for a model dir without checkpoints; DataLoss when
+  // no checkpoint of it verifies; IoError.
+  Result<RefreshStats> Refresh(const std::string& model_dir);
   // A scorer for one thread; it keeps this bundle alive.
   Result<std::unique_ptr<Scorer>> NewScorer() const;
 

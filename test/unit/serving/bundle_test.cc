@@ -260,7 +260,7 @@ TEST_CASE("a loaded bundle scores bit-identically to the checkpoint it came from
   }
   // The bundle stays usable while a scorer holds it.
   auto keep = std::move(*scorer);
-  bundle = Result<std::shared_ptr<const Bundle>>(NotFound("dropped"));
+  bundle = Result<std::shared_ptr<Bundle>>(NotFound("dropped"));
   CHECK(keep->Score(MakeBatch(4, 7)).ok());
   // A batch that does not fit the model.
   model::Batch bad = MakeBatch(4, 8);
