@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -11,6 +12,7 @@
 #include <thread>
 
 #include "libps/ckpt/checkpoint_dir.h"
+#include "libps/ckpt/shard_checkpointer.h"
 #include "libps/ckpt/store_io.h"
 #include "libps/core/crc32c.h"
 #include "libps/core/json.h"
@@ -88,9 +90,16 @@ model::Batch DenseBatch(int64_t n) {
 
 // model_dir with job.json and a committed ckpt-<kStep> of 2 ps tasks, trained in-process
 // (`train`: through the same plan and fetcher a worker uses; else the initial values).
+// Train and Save go on from there: more steps, delta checkpoints, full ones, written by
+// the ps's own checkpointer (ckpt::ShardCheckpointer), as the chief has them written.
 struct ModelDir {
   TempDir tmp;
   std::string dir = tmp / "model";
+  std::unique_ptr<model::Model> model;
+  std::vector<std::unique_ptr<ps::server::Store>> stores;  // one per ps task, as the cluster has them
+  std::vector<std::unique_ptr<ckpt::ShardCheckpointer>> checkpointers;
+  std::unique_ptr<worker::ParamFetcher> fetcher;
+  int64_t trained = 0;  // steps
 
   explicit ModelDir(const Json& job_json = JobJson(), bool train = true) {
     Json json = job_json;
@@ -98,39 +107,55 @@ struct ModelDir {
     WriteBytes(dir + "/job.json", json.dump(2));
     auto job = job::ParseJob(json, tmp.path());
     REQUIRE(job.ok());
-    auto model = model::BuildModel(job->model, "job.model");
-    REQUIRE(model.ok());
-    auto plan = job::PlanVariables(*job, **model, 2);
+    auto built = model::BuildModel(job->model, "job.model");
+    REQUIRE(built.ok());
+    model = std::move(*built);
+    auto plan = job::PlanVariables(*job, *model, 2);
     REQUIRE(plan.ok());
-    // One store per ps task, as the cluster has them.
-    std::vector<std::unique_ptr<ps::server::Store>> stores;
     std::vector<std::unique_ptr<worker::PsLink>> links;
     for (int p = 0; p < 2; ++p) {
       stores.push_back(std::make_unique<ps::server::Store>());
       REQUIRE(stores[p]->Configure(job->optimizer).ok());
       links.push_back(worker::LocalPsLink(stores[p].get()));
+      checkpointers.push_back(std::make_unique<ckpt::ShardCheckpointer>(stores[p].get(), p));
     }
     for (const auto& s : plan->shards) {
       const auto& v = *std::find_if(plan->variables.begin(), plan->variables.end(),
                                     [&](const auto& d) { return d.name == s.layout.var; });
-      REQUIRE(stores[s.ps]->Create({.layout = s.layout, .init = v.init, .seed = job->seed}).ok());
+      REQUIRE(stores[s.ps]->Create({.layout = s.layout, .init = v.init, .seed = job->seed, .row_policy = v.rows}).ok());
     }
-    auto fetcher = worker::ParamFetcher::Create(*plan, std::move(links));
-    REQUIRE(fetcher.ok());
+    auto f = worker::ParamFetcher::Create(*plan, std::move(links));
+    REQUIRE(f.ok());
+    fetcher = std::move(*f);
+    if (train) Train(kStep);
+    trained = kStep;
+    Save(kStep);
+  }
+
+  // Trains steps [trained, upto).
+  void Train(int64_t upto) {
     model::Grads grads;
-    for (int64_t step = 0; train && step < kStep; ++step) {
-      model::Batch batch = MakeBatch(16, 100 + static_cast<uint64_t>(step));
-      REQUIRE((*fetcher)->Fetch(**model, batch).ok());
-      REQUIRE((**model).ForwardBackward(batch, (*fetcher)->params(), &grads).ok());
-      REQUIRE((*fetcher)->Push(grads, step).ok());
+    for (; trained < upto; ++trained) {
+      model::Batch batch = MakeBatch(16, 100 + static_cast<uint64_t>(trained));
+      REQUIRE(fetcher->Fetch(*model, batch).ok());
+      REQUIRE(model->ForwardBackward(batch, fetcher->params(), &grads).ok());
+      REQUIRE(fetcher->Push(grads, trained).ok());
     }
-    ckpt::Manifest m{.global_step = kStep, .unix_time = 1, .final = true, .num_ps = 2, .shards = {}, .extra = Json::object()};
-    for (int p = 0; p < 2; ++p) {
-      auto info = ckpt::SaveStore(*stores[p], dir, p, kStep);
-      REQUIRE(info.ok());
-      m.shards.push_back(*info);
+  }
+
+  // Every ps saves the checkpoint of `step` (a delta of `parent` in `base`'s chain when
+  // base is set), committed unless `commit` is false.
+  void Save(int64_t step, std::optional<int64_t> base = std::nullopt, int64_t parent = 0, bool commit = true) {
+    ckpt::Manifest m{.global_step = step, .unix_time = 1, .final = true, .num_ps = 2, .shards = {},
+                     .extra = Json::object(), .base = base, .parent = base ? parent : 0};
+    for (auto& ck : checkpointers) {
+      auto r = ck->Save({.model_dir = dir, .global_step = step, .delta_base = base.value_or(-1),
+                         .delta_parent = base ? parent : -1});
+      INFO(r.status().ToString());
+      REQUIRE(r.ok());
+      m.shards.push_back({r->file, r->bytes, r->digest});
     }
-    REQUIRE(ckpt::CommitCheckpoint(dir, m).ok());
+    if (commit) REQUIRE(ckpt::CommitCheckpoint(dir, m).ok());
   }
 };
 
@@ -488,6 +513,324 @@ TEST_CASE("an export that fails after making its temporary directory removes it"
   std::set<std::string> names;
   for (const auto& e : std::filesystem::directory_iterator(md.tmp.path())) names.insert(e.path().filename().string());
   CHECK(names == std::set<std::string>{"model"});
+}
+
+// ---- Refreshing a loaded bundle from delta checkpoints (serving.h, "Refreshing").
+
+// JobJson with a user table whose rows are evicted 3 steps after their last push, so
+// that deltas delete rows.
+Json EvictingJobJson() {
+  Json job = JobJson();
+  job["model"]["fields"][0]["evict"] = {{"ttl_steps", 3}};
+  return job;
+}
+
+// ckpt-40 and its deltas 50, 60, 70 (each against the previous), trained in between.
+struct DeltaModelDir : ModelDir {
+  DeltaModelDir() : ModelDir(EvictingJobJson()) {
+    int64_t parent = kStep;
+    for (int64_t step : {50, 60, 70}) {
+      Train(step);
+      Save(step, kStep, parent);
+      parent = step;
+    }
+  }
+};
+
+std::string ExportedAt(const ModelDir& md, std::optional<int64_t> step, const std::string& name) {
+  const std::string out = md.tmp / name;
+  auto r = ExportBundle({.model_dir = md.dir, .step = step, .out_dir = out});
+  INFO(r.status().ToString());
+  REQUIRE(r.ok());
+  return out;
+}
+
+std::shared_ptr<Bundle> Loaded(const std::string& dir) {
+  auto b = Bundle::Load(dir);
+  INFO(b.status().ToString());
+  REQUIRE(b.ok());
+  return *b;
+}
+
+// The scores of batches 1..4 of MakeBatch (users over the whole pool, most never trained).
+std::vector<std::vector<float>> ScoresOf(const Bundle& bundle) {
+  auto scorer = bundle.NewScorer();
+  REQUIRE(scorer.ok());
+  std::vector<std::vector<float>> out;
+  for (uint64_t seed = 1; seed <= 4; ++seed) {
+    auto s = (*scorer)->Score(MakeBatch(64, seed));
+    REQUIRE(s.ok());
+    out.push_back(s->heads[0]);
+  }
+  return out;
+}
+
+// Every shard of a store: its key -> (lazy: the created rows' ids; values, bit-exact).
+std::map<std::string, std::pair<std::vector<int64_t>, std::vector<float>>> Contents(const ps::server::Store& store) {
+  std::map<std::string, std::pair<std::vector<int64_t>, std::vector<float>>> out;
+  for (const auto& key : store.Keys()) {
+    REQUIRE(store.Read(key, [&](const ps::server::ShardView& v) {
+                   auto& [ids, values] = out[key.var + "/" + std::to_string(key.shard)];
+                   if (!v.def.layout.lazy) {
+                     values.assign(v.values.begin(), v.values.end());
+                     return;
+                   }
+                   ids.assign(v.row_ids.begin(), v.row_ids.end());
+                   for (size_t i = 0; i < v.row_ids.size(); ++i) {
+                     auto row = v.row(i, 0);
+                     values.insert(values.end(), row.begin(), row.end());
+                   }
+                 }).ok());
+  }
+  return out;
+}
+
+// The global ids of the user table's rows that delta `step` deleted.
+std::set<int64_t> DeletedUsers(const ModelDir& md, int64_t step) {
+  std::set<int64_t> out;
+  for (int p = 0; p < 2; ++p) {
+    auto reader = ckpt::ShardReader::Open(ckpt::DeltaPath(md.dir, kStep, step) + "/" + ckpt::ShardFileName(p));
+    REQUIRE(reader.ok());
+    auto records = reader->ReadRecords();
+    REQUIRE(records.ok());
+    for (const auto& r : *records) {
+      if (r.meta.layout.var != "user/embeddings") continue;
+      for (int64_t id : r.deleted_ids) out.insert(r.meta.layout.row_begin + id);
+    }
+  }
+  return out;
+}
+
+TEST_CASE("a refreshed bundle is bit-identical to one exported at the newest delta, rows and scores") {
+  DeltaModelDir md;
+  const std::string newest = ExportedAt(md, std::nullopt, "b70");
+  auto fresh = Loaded(newest);
+  REQUIRE(fresh->info().source_step == 70);
+  const auto want = ScoresOf(*fresh);
+  auto want_rows = LoadBundle(newest);
+  REQUIRE(want_rows.ok());
+  const auto want_contents = Contents(*want_rows->loaded.store);
+
+  // From the base, and from the first delta.
+  for (int64_t from : {kStep, int64_t{50}}) {
+    INFO("exported at step " << from);
+    const std::string dir = ExportedAt(md, from, from == kStep ? "b40" : "b50");
+    auto bundle = Loaded(dir);
+    CHECK(bundle->info().source_step == from);
+    const auto before = ScoresOf(*bundle);
+    CHECK(before != want);  // the deltas change the scores
+    auto stats = bundle->Refresh(md.dir);
+    INFO(stats.status().ToString());
+    REQUIRE(stats.ok());
+    CHECK(stats->base_step == kStep);
+    CHECK(stats->from_step == from);
+    CHECK(stats->to_step == 70);
+    CHECK(stats->applied == (from == kStep ? std::vector<int64_t>{50, 60, 70} : std::vector<int64_t>{60, 70}));
+    CHECK(stats->warnings.empty());
+    const BundleInfo info = bundle->info();
+    CHECK(info.source_step == 70);
+    REQUIRE(info.variables.size() == fresh->info().variables.size());
+    for (size_t i = 0; i < info.variables.size(); ++i) {
+      CHECK(info.variables[i].name == fresh->info().variables[i].name);
+      CHECK(info.variables[i].stored_rows == fresh->info().variables[i].stored_rows);
+    }
+    CHECK(ScoresOf(*bundle) == want);  // bit-identical floats
+    // Nothing newer: a no-op.
+    auto again = bundle->Refresh(md.dir);
+    REQUIRE(again.ok());
+    CHECK(again->applied.empty());
+    CHECK(again->to_step == 70);
+    CHECK(ScoresOf(*bundle) == want);
+
+    // The rows themselves, through Refresh's two halves on a bundle loaded the same way.
+    auto loaded = LoadBundle(dir);
+    REQUIRE(loaded.ok());
+    RefreshStats halves;
+    auto deltas = NewerDeltas(md.dir, from, &halves);
+    REQUIRE(deltas.ok());
+    BundleInfo next = loaded->info;
+    REQUIRE(ApplyBundleDeltas(*loaded, *deltas, &halves, &next).ok());
+    CHECK(next.source_step == 70);
+    CHECK(Contents(*loaded->loaded.store) == want_contents);
+  }
+}
+
+TEST_CASE("a row a delta evicted leaves the refreshed bundle and scores with its initial value again") {
+  DeltaModelDir md;
+  const std::string base = ExportedAt(md, kStep, "b40");
+  auto loaded = LoadBundle(base);
+  REQUIRE(loaded.ok());
+  const auto at_base = Contents(*loaded->loaded.store);
+  auto final_state = LoadBundle(ExportedAt(md, std::nullopt, "b70"));
+  REQUIRE(final_state.ok());
+  const auto at_end = Contents(*final_state->loaded.store);
+  // A user row of the bundle that a delta deleted and nothing created again.
+  std::optional<int64_t> gone;
+  int64_t rows_per_shard = 0;
+  for (int64_t step : {50, 60, 70}) {
+    for (int64_t id : DeletedUsers(md, step)) {
+      rows_per_shard = kLazyVocab / 2;
+      const std::string shard = "user/embeddings/" + std::to_string(id / rows_per_shard);
+      const int64_t local = id % rows_per_shard;
+      auto has = [&](const auto& c) {
+        const auto& ids = c.at(shard).first;
+        return std::find(ids.begin(), ids.end(), local) != ids.end();
+      };
+      if (has(at_base) && !has(at_end)) gone = id;
+    }
+  }
+  REQUIRE(gone.has_value());
+  INFO("user " << *gone);
+  model::Batch batch = MakeBatch(4, 11);
+  for (int64_t i = 0; i < 4; ++i) batch.sparse[0].ids[static_cast<size_t>(i)] = *gone;
+
+  auto bundle = Loaded(base);
+  auto scorer = bundle->NewScorer();
+  REQUIRE(scorer.ok());
+  auto before = (*scorer)->Score(batch);
+  REQUIRE(before.ok());
+  REQUIRE(bundle->Refresh(md.dir).ok());
+  auto after = (*scorer)->Score(batch);  // the same scorer, made before the refresh
+  REQUIRE(after.ok());
+  auto fresh_scorer = Loaded(md.tmp / "b70")->NewScorer();
+  REQUIRE(fresh_scorer.ok());
+  auto want = (*fresh_scorer)->Score(batch);  // the row is absent: its initial value
+  REQUIRE(want.ok());
+  CHECK(after->heads[0] == want->heads[0]);
+  CHECK(after->heads[0] != before->heads[0]);
+  // The table has no such row any more: with a row at its initial value the bundle would
+  // score the same but hold it; the store shows it is gone.
+  RefreshStats halves;
+  auto deltas = NewerDeltas(md.dir, kStep, &halves);
+  REQUIRE(deltas.ok());
+  BundleInfo next = loaded->info;
+  REQUIRE(ApplyBundleDeltas(*loaded, *deltas, &halves, &next).ok());
+  const auto& ids = Contents(*loaded->loaded.store).at("user/embeddings/" + std::to_string(*gone / rows_per_shard)).first;
+  CHECK(std::find(ids.begin(), ids.end(), *gone % rows_per_shard) == ids.end());
+}
+
+TEST_CASE("a refresh stops before a corrupt delta, naming its file, and ignores an uncommitted one") {
+  DeltaModelDir md;
+  const std::string base = ExportedAt(md, kStep, "b40");
+  const auto at60 = ScoresOf(*Loaded(ExportedAt(md, 60, "b60")));
+  const auto at70 = ScoresOf(*Loaded(ExportedAt(md, 70, "b70")));
+  // A delta written but never committed (no MANIFEST): it does not exist.
+  md.Train(80);
+  md.Save(80, kStep, 70, /*commit=*/false);
+  REQUIRE(std::filesystem::exists(ckpt::DeltaPath(md.dir, kStep, 80) + "/ps-0.shard"));
+  {
+    auto bundle = Loaded(base);
+    auto stats = bundle->Refresh(md.dir);
+    INFO(stats.status().ToString());
+    REQUIRE(stats.ok());
+    CHECK(stats->applied == std::vector<int64_t>{50, 60, 70});
+    CHECK(stats->warnings.empty());
+    CHECK(ScoresOf(*bundle) == at70);
+  }
+  // A flipped byte in the data of the newest committed delta: its footer still matches
+  // its MANIFEST, only reading the records finds it.
+  const std::string bad = ckpt::DeltaPath(md.dir, kStep, 70) + "/ps-1.shard";
+  const std::string good = ReadBytes(bad);
+  FlipByteAt(bad, good.size() / 2);
+  auto bundle = Loaded(base);
+  auto stats = bundle->Refresh(md.dir);
+  INFO(stats.status().ToString());
+  REQUIRE(stats.ok());
+  CHECK(stats->applied == std::vector<int64_t>{50, 60});
+  CHECK(stats->to_step == 60);
+  REQUIRE(stats->warnings.size() == 1);
+  CHECK_THAT(stats->warnings[0], Catch::Contains(bad + ":"));
+  CHECK_THAT(stats->warnings[0], Catch::Contains("the refresh stops at step 60"));
+  CHECK(bundle->info().source_step == 60);
+  CHECK(ScoresOf(*bundle) == at60);  // as exported at the last good delta
+  // Repaired, the next refresh picks it up.
+  WriteBytes(bad, good);
+  auto later = bundle->Refresh(md.dir);
+  REQUIRE(later.ok());
+  CHECK(later->applied == std::vector<int64_t>{70});
+  CHECK(ScoresOf(*bundle) == at70);
+}
+
+TEST_CASE("a newer full checkpoint is an error asking for a reload; the bundle is left as it was") {
+  DeltaModelDir md;
+  auto bundle = Loaded(ExportedAt(md, kStep, "b40"));
+  const auto before = ScoresOf(*bundle);
+  md.Train(80);
+  md.Save(80);
+  auto stats = bundle->Refresh(md.dir);
+  INFO(stats.status().ToString());
+  CHECK(stats.status().code() == Code::kFailedPrecondition);
+  CHECK_THAT(stats.status().message(), Catch::Contains("newer full checkpoint ckpt-80"));
+  CHECK_THAT(stats.status().message(), Catch::Contains("reload the bundle"));
+  CHECK(bundle->info().source_step == kStep);
+  CHECK(ScoresOf(*bundle) == before);
+  // A model dir whose chain never held the bundle's step: not silently mixed either.
+  ModelDir other(EvictingJobJson());
+  other.Train(45);
+  other.Save(45, kStep, kStep);
+  auto fifty = Loaded(ExportedAt(md, 50, "b50"));
+  auto wrong = fifty->Refresh(other.dir);
+  INFO(wrong.status().ToString());
+  CHECK(wrong.status().code() == Code::kFailedPrecondition);
+  CHECK_THAT(wrong.status().message(), Catch::Contains("the bundle's step 50 is not in the newest checkpoint chain"));
+  auto none = bundle->Refresh(md.tmp / "nothing");
+  CHECK(none.status().code() == Code::kNotFound);
+}
+
+TEST_CASE("scorers keep scoring while a bundle refreshes, each batch wholly before or after") {
+  DeltaModelDir md;
+  auto bundle = Loaded(ExportedAt(md, kStep, "b40"));
+  const model::Batch batch = MakeBatch(64, 3);
+  auto score = [&](Scorer& s) {
+    auto r = s.Score(batch);
+    REQUIRE(r.ok());
+    return r->heads[0];
+  };
+  auto first = bundle->NewScorer();
+  REQUIRE(first.ok());
+  const auto old_scores = score(**first);
+  auto fresh = Loaded(ExportedAt(md, std::nullopt, "b70"))->NewScorer();
+  REQUIRE(fresh.ok());
+  const auto want_new = score(**fresh);
+  REQUIRE(old_scores != want_new);
+
+  constexpr int kThreads = 3;
+  std::atomic<bool> done{false};
+  std::atomic<int> started{0};
+  std::vector<int> mixed(kThreads, 0), failed(kThreads, 0), batches(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      auto scorer = bundle->NewScorer();
+      if (!scorer.ok()) {
+        ++failed[t];
+        return;
+      }
+      ++started;
+      // Until the refresh is over, and a few batches after.
+      for (int after = 0; after < 3;) {
+        if (done) ++after;
+        auto r = (*scorer)->Score(batch);
+        ++batches[t];
+        if (!r.ok()) {
+          ++failed[t];
+        } else if (r->heads[0] != old_scores && r->heads[0] != want_new) {
+          ++mixed[t];
+        }
+        (void)bundle->info();  // info() beside a refresh
+      }
+    });
+  }
+  while (started < kThreads) std::this_thread::yield();
+  auto stats = bundle->Refresh(md.dir);
+  done = true;
+  for (auto& th : threads) th.join();
+  INFO(stats.status().ToString());
+  REQUIRE(stats.ok());
+  CHECK(stats->applied == std::vector<int64_t>{50, 60, 70});
+  CHECK(failed == std::vector<int>(kThreads, 0));
+  CHECK(mixed == std::vector<int>(kThreads, 0));
+  CHECK(score(**first) == want_new);
 }
 
 }  // namespace
