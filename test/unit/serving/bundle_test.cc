@@ -517,11 +517,12 @@ TEST_CASE("an export that fails after making its temporary directory removes it"
 
 // ---- Refreshing a loaded bundle from delta checkpoints (serving.h, "Refreshing").
 
-// JobJson with a user table whose rows are evicted 3 steps after their last push, so
-// that deltas delete rows.
+// JobJson with a user table whose rows are evicted 35 steps after their last push: the
+// deltas of steps 50..70 delete rows of ckpt-40, and rows pushed last in steps 36..39
+// are in ckpt-40 and no delta (a refresh must keep them).
 Json EvictingJobJson() {
   Json job = JobJson();
-  job["model"]["fields"][0]["evict"] = {{"ttl_steps", 3}};
+  job["model"]["fields"][0]["evict"] = {{"ttl_steps", 35}};
   return job;
 }
 
