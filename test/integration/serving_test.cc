@@ -378,7 +378,7 @@ TEST_CASE("a bundle refreshed from a cluster's delta checkpoints scores as one e
   Json eval_data = ReadConfig("job-ctr-emb.json")["eval_data"];
   eval_data["path"] = (data / "eval.libsvm").string();
   const auto data_file = tmp / "data.json";
-  ps::testing::WriteBytes(data_file.string(), eval_data.dump());
+  WriteFile(data_file, eval_data.dump());
 
   const ExampleRun want = RunExample({new_bundle, data_file.string(), "256"});
   REQUIRE(want.rc == std::optional<int>(0));
