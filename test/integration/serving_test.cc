@@ -368,7 +368,9 @@ TEST_CASE("a bundle refreshed from a cluster's delta checkpoints scores as one e
   Note("ckpt-0 + " + std::to_string(chain.deltas.size()) + " deltas, steps " + std::to_string(first) + ".." +
        std::to_string(newest));
   auto export_at = [&](int64_t step) {
-    const auto out = tmp / std::to_string(step).insert(0, "b");
+    std::string name = "b";
+    name += std::to_string(step);
+    const auto out = tmp / name;
     auto e = StartLauncher({"export", model.string(), "--out", out.string(), "--step", std::to_string(step)},
                            "pstrain export");
     REQUIRE(e->WaitExit(120s) == std::optional<int>(0));
