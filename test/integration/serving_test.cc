@@ -345,7 +345,7 @@ TEST_CASE("a bundle refreshed from a cluster's delta checkpoints scores as one e
     field["lazy"] = true;
     if (field["table"] == "ad") field["evict"] = {{"ttl_steps", 20}};  // deltas delete rows
   }
-  constexpr int64_t kSteps = 1500;
+  constexpr int64_t kSteps = 3000;  // about 2 s here: several deltas at 0.2 s
   const auto model = tmp / "model";
   // ckpt-0 and the final checkpoint are full, every other one a delta.
   auto job = DeriveJob("job-ctr-emb.json", tmp / "job.json", kSteps, 100, model,
