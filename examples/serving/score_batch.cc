@@ -69,9 +69,9 @@ int main(int argc, char** argv) {
     auto refreshed = (*bundle)->Refresh(refresh_from);
     if (!refreshed.ok()) return Fail(refreshed.status());  // e.g. a newer full checkpoint: reload
     for (const auto& w : refreshed->warnings) std::fprintf(stderr, "serving_example: warning: %s\n", w.c_str());
-    std::fprintf(stderr, "serving_example: refreshed from step %lld to %lld (%zu deltas of ckpt-%lld)\n",
+    std::fprintf(stderr, "serving_example: refreshed from step %lld to %lld (%zu deltas of ckpt-%lld; scoring paused %.3f s)\n",
                  static_cast<long long>(refreshed->from_step), static_cast<long long>(refreshed->to_step),
-                 refreshed->applied.size(), static_cast<long long>(refreshed->base_step));
+                 refreshed->applied.size(), static_cast<long long>(refreshed->base_step), refreshed->paused_seconds);
   }
   const ps::serving::BundleInfo info = (*bundle)->info();  // a snapshot
   // Once per thread.

@@ -1,5 +1,6 @@
 #include "libps/serving/serving.h"
 
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 
@@ -89,11 +90,13 @@ Result<RefreshStats> Bundle::Refresh(const std::string& model_dir) {
   PS_ASSIGN_OR_RETURN(auto deltas, NewerDeltas(model_dir, next.source_step, &stats));
   if (deltas.empty()) return stats;
   impl_->gate.Lock();
+  const auto t0 = std::chrono::steady_clock::now();
   Status st = ApplyBundleDeltas(impl_->b, deltas, &stats, &next);
   if (st.ok()) {
     std::lock_guard lock(impl_->info_mu);
     impl_->b.info = std::move(next);
   }
+  stats.paused_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   impl_->gate.Unlock();
   if (!st.ok()) {
     impl_->broken = st;

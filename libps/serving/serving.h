@@ -103,6 +103,9 @@ struct RefreshStats {
   int64_t from_step = 0;         // the bundle's step before
   int64_t to_step = 0;           // and after (from_step when nothing newer was applied)
   std::vector<int64_t> applied;  // the steps of the deltas applied, in order
+  // How long new batches waited: from the writing's start (once the batches being scored
+  // had finished) to its end. The reading and verifying before it pause nothing.
+  double paused_seconds = 0;
   // Why the chain stopped early (a delta that failed verification, naming its file) and
   // other problems the model dir has (a damaged newer full checkpoint skipped, a missing
   // pointer file): one line each.

@@ -398,8 +398,9 @@ TEST_CASE("a bundle refreshed from a cluster's delta checkpoints scores as one e
   const ExampleRun refreshed = RunExample({"--refresh-from", model.string(), old_bundle, data_file.string(), "256"});
   CHECK(refreshed.rc == std::optional<int>(0));
   CHECK(Says(refreshed, "refreshed from step " + std::to_string(first) + " to " + std::to_string(newest) + " (" +
-                            std::to_string(chain.deltas.size() - 1) + " deltas of ckpt-0)"));
+                            std::to_string(chain.deltas.size() - 1) + " deltas of ckpt-0; scoring paused "));
   CHECK(refreshed.scores == want.scores);  // bit-identical (9 significant digits: a float32 exactly)
+  for (const auto& l : refreshed.said) Note(l);
 }
 
 }  // namespace

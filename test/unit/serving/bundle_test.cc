@@ -633,6 +633,7 @@ TEST_CASE("a refreshed bundle is bit-identical to one exported at the newest del
     CHECK(stats->to_step == 70);
     CHECK(stats->applied == (from == kStep ? std::vector<int64_t>{50, 60, 70} : std::vector<int64_t>{60, 70}));
     CHECK(stats->warnings.empty());
+    CHECK(stats->paused_seconds > 0);
     const BundleInfo info = bundle->info();
     CHECK(info.source_step == 70);
     REQUIRE(info.variables.size() == fresh->info().variables.size());
