@@ -381,9 +381,16 @@ Result<LoadedBundle> LoadModelDir(const std::string& model_dir, std::optional<in
   return b;
 }
 
-Result<std::vector<ckpt::CheckpointInfo>> NewerDeltas(const std::string& model_dir, int64_t step,
-                                                      RefreshStats* stats) {
+Result<std::vector<ckpt::CheckpointInfo>> NewerDeltas(const LoadedBundle& b, const std::string& model_dir,
+                                                      int64_t step, RefreshStats* stats) {
   stats->from_step = stats->to_step = step;
+  // Steps name states of one model dir only: another model's deltas must not be written
+  // into this one's parameters (the variables could even line up).
+  PS_ASSIGN_OR_RETURN(job::JobSpec job, ReadModelDirJob(model_dir));
+  if (job.raw.value("model", Json()) != b.loaded.job.raw.value("model", Json())) {
+    return FailedPrecondition(model_dir + "/job.json: its model differs from the bundle's (" + b.info.dir +
+                              "): not the model dir the bundle was exported from");
+  }
   // The chain a restore would take: the newest full checkpoint whose files verify, and
   // its committed deltas by parent links, stopping at the first broken one (named).
   PS_ASSIGN_OR_RETURN(auto found, ckpt::FindRestorable(model_dir, &stats->warnings, ckpt::Verify::kFooters));

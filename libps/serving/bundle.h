@@ -87,10 +87,12 @@ Result<LoadedBundle> LoadModelDir(const std::string& model_dir, std::optional<in
 // FindRestorable and its delta chain, verified at kFooters, as a restore finds them),
 // each newer one verified in full (every record's checksums): the chain stops before the
 // first that fails, named in stats->warnings. Sets stats' base_step, from_step,
-// warnings. FailedPrecondition when `step` is not in that chain: a newer full checkpoint
-// ("reload the bundle"), or a model_dir whose chain never held the bundle's state.
-Result<std::vector<ckpt::CheckpointInfo>> NewerDeltas(const std::string& model_dir, int64_t step,
-                                                      RefreshStats* stats);
+// warnings. FailedPrecondition when model_dir's job.json has another model graph than
+// b's job, and when `step` (b.info.source_step) is not in that chain: a newer full
+// checkpoint ("reload the bundle"), or a model_dir whose chain never held the bundle's
+// state.
+Result<std::vector<ckpt::CheckpointInfo>> NewerDeltas(const LoadedBundle& b, const std::string& model_dir,
+                                                      int64_t step, RefreshStats* stats);
 // Second: applies them to b's store (ckpt::ApplyDeltas, values only) and sets, in `info`
 // (b.info's next version; b.info is left alone), source_step, source_final and the lazy
 // tables' stored_rows, and stats' to_step and applied. On an error the store holds part

@@ -87,7 +87,7 @@ Result<RefreshStats> Bundle::Refresh(const std::string& model_dir) {
   BundleInfo next = info();  // only refreshes change it, and this is the one
   RefreshStats stats;
   // The reading and verifying, beside the scorers.
-  PS_ASSIGN_OR_RETURN(auto deltas, NewerDeltas(model_dir, next.source_step, &stats));
+  PS_ASSIGN_OR_RETURN(auto deltas, NewerDeltas(impl_->b, model_dir, next.source_step, &stats));
   if (deltas.empty()) return stats;
   impl_->gate.Lock();
   const auto t0 = std::chrono::steady_clock::now();

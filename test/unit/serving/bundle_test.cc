@@ -653,7 +653,7 @@ TEST_CASE("a refreshed bundle is bit-identical to one exported at the newest del
     auto loaded = LoadBundle(dir);
     REQUIRE(loaded.ok());
     RefreshStats halves;
-    auto deltas = NewerDeltas(md.dir, from, &halves);
+    auto deltas = NewerDeltas(*loaded, md.dir, from, &halves);
     REQUIRE(deltas.ok());
     BundleInfo next = loaded->info;
     REQUIRE(ApplyBundleDeltas(*loaded, *deltas, &halves, &next).ok());
@@ -707,7 +707,7 @@ TEST_CASE("a row a delta evicted leaves the refreshed bundle and scores with its
   // The table has no such row any more: with a row at its initial value the bundle would
   // score the same but hold it; the store shows it is gone.
   RefreshStats halves;
-  auto deltas = NewerDeltas(md.dir, kStep, &halves);
+  auto deltas = NewerDeltas(*loaded, md.dir, kStep, &halves);
   REQUIRE(deltas.ok());
   BundleInfo next = loaded->info;
   REQUIRE(ApplyBundleDeltas(*loaded, *deltas, &halves, &next).ok());
@@ -798,6 +798,18 @@ TEST_CASE("a newer full checkpoint is an error asking for a reload; the bundle i
   CHECK_THAT(wrong.status().message(), Catch::Contains("the bundle's step 50 is not in the newest checkpoint chain"));
   auto none = bundle->Refresh(md.tmp / "nothing");
   CHECK(none.status().code() == Code::kNotFound);
+  // Another model's deltas, at the bundle's very steps: refused before anything is read.
+  Json job = EvictingJobJson();
+  job["model"]["hidden"] = Json::array({6});
+  ModelDir another(job);
+  another.Train(50);
+  another.Save(50, kStep, kStep);
+  auto mixed = bundle->Refresh(another.dir);
+  INFO(mixed.status().ToString());
+  CHECK(mixed.status().code() == Code::kFailedPrecondition);
+  CHECK_THAT(mixed.status().message(), Catch::Contains(another.dir + "/job.json: its model differs from the bundle's"));
+  CHECK(bundle->info().source_step == kStep);
+  CHECK(ScoresOf(*bundle) == before);
 }
 
 TEST_CASE("scorers keep scoring while a bundle refreshes, each batch wholly before or after") {
