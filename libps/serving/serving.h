@@ -46,7 +46,8 @@
 // FailedPrecondition ("newer full checkpoint ckpt-N ...: reload the bundle"): the two
 // are never mixed; export and Load the new one. A bundle knows its state by its step
 // only (BundleInfo::source_step, updated by each refresh): give Refresh the model dir it
-// was exported from, or a copy of it.
+// was exported from, or a copy of it (one whose job.json has another model graph is
+// refused).
 //
 // Thread safety: a Bundle is shared (shared_ptr); a Scorer keeps scratch buffers and is
 // used by one thread at a time: make one per thread. Any number of Scorers of one Bundle
@@ -137,9 +138,9 @@ class Bundle : public std::enable_shared_from_this<Bundle> {
   // Applies model_dir's committed delta checkpoints newer than info().source_step, of
   // the same base checkpoint, in order (see "Refreshing" above); nothing to apply is OK
   // (applied empty). Errors: FailedPrecondition for a newer full checkpoint, for a model
-  // dir whose newest chain does not hold the bundle's step, and after a refresh that
-  // failed while writing; NotFound for a model dir without checkpoints; DataLoss when
-  // no checkpoint of it verifies; IoError.
+  // dir of another model or whose newest chain does not hold the bundle's step, and after
+  // a refresh that failed while writing; NotFound for a model dir without job.json or
+  // checkpoints; DataLoss when no checkpoint of it verifies; IoError.
   Result<RefreshStats> Refresh(const std::string& model_dir);
   // A scorer for one thread; it keeps this bundle alive.
   Result<std::unique_ptr<Scorer>> NewScorer() const;
