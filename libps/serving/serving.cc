@@ -89,8 +89,8 @@ Result<RefreshStats> Bundle::Refresh(const std::string& model_dir) {
   // The reading and verifying, beside the scorers.
   PS_ASSIGN_OR_RETURN(auto deltas, NewerDeltas(impl_->b, model_dir, next.source_step, &stats));
   if (deltas.empty()) return stats;
-  impl_->gate.Lock();
   const auto t0 = std::chrono::steady_clock::now();
+  impl_->gate.Lock();
   Status st = ApplyBundleDeltas(impl_->b, deltas, &stats, &next);
   if (st.ok()) {
     std::lock_guard lock(impl_->info_mu);

@@ -57,7 +57,8 @@
 // refresh, never a mix. Finding and verifying the deltas (the reading) runs beside
 // the scorers; only the writing of the verified deltas into the store waits for the
 // batches being scored to finish, and batches that start meanwhile wait for it (a pause
-// as long as the deltas take to apply; a refresh is never starved by busy scorers).
+// of the rest of the longest batch in flight plus the writing, RefreshStats::
+// paused_seconds; a refresh is never starved by busy scorers).
 // Should the writing fail (a delta changed on disk between the verification and the
 // write, an I/O error), the bundle holds part of that delta: Refresh says so, and every
 // later Refresh is FailedPrecondition (reload the bundle); scoring goes on.
@@ -104,8 +105,9 @@ struct RefreshStats {
   int64_t from_step = 0;         // the bundle's step before
   int64_t to_step = 0;           // and after (from_step when nothing newer was applied)
   std::vector<int64_t> applied;  // the steps of the deltas applied, in order
-  // How long new batches waited: from the writing's start (once the batches being scored
-  // had finished) to its end. The reading and verifying before it pause nothing.
+  // How long new batches were held back: while the batches being scored finished, then
+  // while the verified deltas were written. The reading and verifying before it hold
+  // nothing back.
   double paused_seconds = 0;
   // Why the chain stopped early (a delta that failed verification, naming its file) and
   // other problems the model dir has (a damaged newer full checkpoint skipped, a missing
