@@ -385,9 +385,14 @@ Result<std::vector<ckpt::CheckpointInfo>> NewerDeltas(const LoadedBundle& b, con
                                                       int64_t step, RefreshStats* stats) {
   stats->from_step = stats->to_step = step;
   // Steps name states of one model dir only: another model's deltas must not be written
-  // into this one's parameters (the variables could even line up).
-  PS_ASSIGN_OR_RETURN(job::JobSpec job, ReadModelDirJob(model_dir));
-  if (job.raw.value("model", Json()) != b.loaded.job.raw.value("model", Json())) {
+  // into this one's parameters (the variables could even line up). job.json is read as
+  // plain JSON, not parsed as a job: that would dlopen the training job's plug-ins (paths
+  // of the training hosts, code the serving process must not map), and only the model
+  // graph matters here.
+  const std::string job_path = model_dir + "/job.json";
+  PS_ASSIGN_OR_RETURN(Json job, ReadJsonFile(job_path));
+  if (!job.is_object()) return InvalidArgument(job_path + ": must be a JSON object");
+  if (job.value("model", Json()) != b.loaded.job.raw.value("model", Json())) {
     return FailedPrecondition(model_dir + "/job.json: its model differs from the bundle's (" + b.info.dir +
                               "): not the model dir the bundle was exported from");
   }

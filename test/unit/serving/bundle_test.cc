@@ -774,6 +774,19 @@ TEST_CASE("a refresh stops before a corrupt delta, naming its file, and ignores 
   CHECK(ScoresOf(*bundle) == at70);
 }
 
+TEST_CASE("a refresh reads the model dir's job.json as JSON: the training job's plug-ins are not loaded") {
+  DeltaModelDir md;
+  auto bundle = Loaded(ExportedAt(md, kStep, "b40"));
+  // The training hosts' plug-in, absent here: parsing the job would dlopen it and fail.
+  Json job = ReadJsonFile(md.dir + "/job.json").value();
+  job["plugins"] = Json::array({md.tmp / "training-host-only/libmissing_layers.so"});
+  WriteBytes(md.dir + "/job.json", job.dump(2));
+  auto stats = bundle->Refresh(md.dir);
+  INFO(stats.status().ToString());
+  REQUIRE(stats.ok());
+  CHECK(stats->applied == std::vector<int64_t>{50, 60, 70});
+}
+
 TEST_CASE("a newer full checkpoint is an error asking for a reload; the bundle is left as it was") {
   DeltaModelDir md;
   auto bundle = Loaded(ExportedAt(md, kStep, "b40"));
