@@ -1,56 +1,23 @@
 #include "libps/serving/serving.h"
 
 #include <chrono>
-#include <condition_variable>
 #include <mutex>
+#include <shared_mutex>
 
 #include "libps/data/dataset.h"
+#include "libps/serving/batch_gate.h"
 #include "libps/serving/bundle.h"
 
 namespace ps::serving {
-
-// Per-batch consistency between scorers and a refresh: a batch holds the gate shared for
-// its whole pass, a refresh holds it exclusively while it writes into the store. It
-// prefers the writer (std::shared_mutex on glibc prefers readers, so scorers that keep
-// overlapping would starve a refresh): once a refresh waits, new batches wait for it.
-class BatchGate {
- public:
-  void EnterBatch() {
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return !writer_; });
-    ++batches_;
-  }
-  void LeaveBatch() {
-    std::lock_guard lock(mu_);
-    if (--batches_ == 0 && writer_) cv_.notify_all();
-  }
-  void Lock() {
-    std::unique_lock lock(mu_);
-    cv_.wait(lock, [&] { return !writer_; });
-    writer_ = true;
-    cv_.wait(lock, [&] { return batches_ == 0; });
-  }
-  void Unlock() {
-    {
-      std::lock_guard lock(mu_);
-      writer_ = false;
-    }
-    cv_.notify_all();
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int64_t batches_ = 0;
-  bool writer_ = false;
-};
 
 struct Bundle::Impl {
   LoadedBundle b;             // b.info is guarded by info_mu; the store by gate
   mutable std::mutex info_mu;
   BatchGate gate;
-  std::mutex refresh_mu;      // one refresh at a time; guards broken
-  Status broken;              // a refresh that failed while writing: the store holds part of a delta
+  std::mutex refresh_mu;      // one refresh at a time
+  // A refresh that failed after writing into the store: it holds part of a delta (OK
+  // otherwise). Written under refresh_mu and info_mu, read under either.
+  Status broken;
 };
 
 struct Scorer::Impl {
@@ -78,31 +45,43 @@ BundleInfo Bundle::info() const {
   return impl_->b.info;
 }
 
+Status Bundle::status() const {
+  std::lock_guard lock(impl_->info_mu);
+  return impl_->broken;
+}
+
 Result<RefreshStats> Bundle::Refresh(const std::string& model_dir) {
   std::lock_guard serial(impl_->refresh_mu);
   if (!impl_->broken.ok()) {
-    return FailedPrecondition(impl_->b.info.dir + ": an earlier refresh failed while applying deltas (" +
-                              impl_->broken.ToString() + "): reload the bundle");
+    return FailedPrecondition(impl_->b.info.dir + ": an earlier refresh failed while writing (" +
+                              impl_->broken.message() + ")");
   }
-  BundleInfo next = info();  // only refreshes change it, and this is the one
   RefreshStats stats;
-  // The reading and verifying, beside the scorers.
-  PS_ASSIGN_OR_RETURN(auto deltas, NewerDeltas(impl_->b, model_dir, next.source_step, &stats));
+  // Finding, reading and verifying the deltas, beside the scorers (b.info changes only
+  // under refresh_mu: this refresh's).
+  PS_ASSIGN_OR_RETURN(auto deltas, NewerDeltas(impl_->b, model_dir, &stats));
   if (deltas.empty()) return stats;
+  // The writing, from memory, while no batch is being scored.
   const auto t0 = std::chrono::steady_clock::now();
-  impl_->gate.Lock();
-  Status st = ApplyBundleDeltas(impl_->b, deltas, &stats, &next);
-  if (st.ok()) {
-    std::lock_guard lock(impl_->info_mu);
-    impl_->b.info = std::move(next);
+  bool changed = false;
+  Status st;
+  {
+    std::unique_lock gate(impl_->gate);
+    st = WriteBundleDeltas(impl_->b, deltas, &changed);
   }
   stats.paused_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  impl_->gate.Unlock();
   if (!st.ok()) {
-    impl_->broken = st;
-    return Status(st.code(), st.message() + "; the bundle now holds part of the deltas after step " +
+    if (!changed) return st;  // nothing written: the bundle is as it was
+    Status broken(st.code(), st.message() + "; the bundle holds part of the deltas after step " +
                                  std::to_string(stats.from_step) + ": reload it");
+    std::lock_guard lock(impl_->info_mu);
+    impl_->broken = broken;
+    return broken;
   }
+  BundleInfo next = impl_->b.info;
+  RecordBundleDeltas(impl_->b, deltas, &stats, &next);
+  std::lock_guard lock(impl_->info_mu);
+  impl_->b.info = std::move(next);
   return stats;
 }
 
@@ -121,12 +100,7 @@ Scorer::~Scorer() = default;
 Result<Scores> Scorer::Score(const model::Batch& batch) {
   if (batch.size <= 0) return InvalidArgument("Score: the batch has no examples");
   // The whole pass inside the gate: the batch sees the bundle before or after a refresh.
-  BatchGate& gate = impl_->shared->gate;
-  gate.EnterBatch();
-  struct Leave {
-    BatchGate& gate;
-    ~Leave() { gate.LeaveBatch(); }
-  } leave{gate};
+  std::shared_lock gate(impl_->shared->gate);
   PS_ASSIGN_OR_RETURN(model::EvalOutput out, worker::ScoreBatch(*impl_->model, *impl_->fetcher, batch));
   Scores scores;
   scores.examples = out.examples;

@@ -607,6 +607,20 @@ UserRows DeltaUsers(const ModelDir& md, int64_t step) {
   return out;
 }
 
+// Refresh's parts (bundle.h) on `loaded` without a Bundle around it: its rows can be
+// looked at. Returns the next BundleInfo.
+BundleInfo RefreshedByParts(LoadedBundle& loaded, const std::string& model_dir) {
+  RefreshStats stats;
+  auto deltas = NewerDeltas(loaded, model_dir, &stats);
+  INFO(deltas.status().ToString());
+  REQUIRE(deltas.ok());
+  bool changed = false;
+  REQUIRE(WriteBundleDeltas(loaded, *deltas, &changed).ok());
+  BundleInfo next = loaded.info;
+  RecordBundleDeltas(loaded, *deltas, &stats, &next);
+  return next;
+}
+
 TEST_CASE("a refreshed bundle is bit-identical to one exported at the newest delta, rows and scores") {
   DeltaModelDir md;
   const std::string newest = ExportedAt(md, std::nullopt, "b70");
@@ -652,12 +666,7 @@ TEST_CASE("a refreshed bundle is bit-identical to one exported at the newest del
     // The rows themselves, through Refresh's two halves on a bundle loaded the same way.
     auto loaded = LoadBundle(dir);
     REQUIRE(loaded.ok());
-    RefreshStats halves;
-    auto deltas = NewerDeltas(*loaded, md.dir, from, &halves);
-    REQUIRE(deltas.ok());
-    BundleInfo next = loaded->info;
-    REQUIRE(ApplyBundleDeltas(*loaded, *deltas, &halves, &next).ok());
-    CHECK(next.source_step == 70);
+    CHECK(RefreshedByParts(*loaded, md.dir).source_step == 70);
     CHECK(Contents(*loaded->loaded.store) == want_contents);
   }
 }
@@ -706,11 +715,7 @@ TEST_CASE("a row a delta evicted leaves the refreshed bundle and scores with its
   CHECK(after->heads[0] != before->heads[0]);
   // The table has no such row any more: with a row at its initial value the bundle would
   // score the same but hold it; the store shows it is gone.
-  RefreshStats halves;
-  auto deltas = NewerDeltas(*loaded, md.dir, kStep, &halves);
-  REQUIRE(deltas.ok());
-  BundleInfo next = loaded->info;
-  REQUIRE(ApplyBundleDeltas(*loaded, *deltas, &halves, &next).ok());
+  CHECK(RefreshedByParts(*loaded, md.dir).source_step == 70);
   const ps::server::ShardKey key{"user/embeddings", static_cast<int>(*gone / kRowsPerShard)};
   const auto after_rows = Contents(*loaded->loaded.store);
   const auto& ids = after_rows.at("user/embeddings/" + std::to_string(key.shard)).first;
@@ -763,7 +768,7 @@ TEST_CASE("a refresh stops before a corrupt delta, naming its file, and ignores 
   CHECK(stats->to_step == 60);
   REQUIRE(stats->warnings.size() == 1);
   CHECK_THAT(stats->warnings[0], Catch::Contains(bad + ":"));
-  CHECK_THAT(stats->warnings[0], Catch::Contains("the refresh stops at step 60"));
+  CHECK_THAT(stats->warnings[0], Catch::Contains("the delta chain of ckpt-40 stops at step 60"));
   CHECK(bundle->info().source_step == 60);
   CHECK(ScoresOf(*bundle) == at60);  // as exported at the last good delta
   // Repaired, the next refresh picks it up.
