@@ -72,6 +72,25 @@ void CheckSameMetrics(const Json& m, const Json& want) {
   if (want.contains("auc")) CHECK(m["auc"].get<double>() == want["auc"].get<double>());
 }
 
+// serving_example's score lines and its own lines ("serving_example: ..."), and its exit code.
+struct ExampleRun {
+  std::optional<int> rc;
+  std::vector<std::string> scores, said;
+};
+ExampleRun RunExample(const std::vector<std::string>& args) {
+  std::vector<std::string> argv{ServingExample()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  auto example = std::make_unique<Task>("serving_example", argv);
+  ExampleRun run;
+  run.rc = example->WaitExit(120s);
+  for (const auto& l : example->Lines()) (l.rfind("serving_example:", 0) == 0 ? run.said : run.scores).push_back(l);
+  return run;
+}
+
+bool Says(const ExampleRun& run, const std::string& text) {
+  return std::any_of(run.said.begin(), run.said.end(), [&](const auto& l) { return l.find(text) != std::string::npos; });
+}
+
 // Export step `step` of `model`, predict from the bundle and from the checkpoint, run the
 // example program on the bundle; check everything against the evaluator on that step
 // and, for the final checkpoint, against the chief's final evaluation. Returns the
@@ -121,15 +140,10 @@ std::filesystem::path ExportAndCompare(const TempDir& tmp, const std::filesystem
   }
 
   // The public API in a program of its own: the first batch, scored alone, as predict did.
-  auto example = std::make_unique<Task>("serving_example",
-                                        std::vector<std::string>{ServingExample(), bundle.string(), data.string(), "256"});
-  REQUIRE(example->WaitExit(120s) == std::optional<int>(0));
-  std::vector<std::string> scored;
-  for (const auto& l : example->Lines()) {
-    if (l.rfind("serving_example:", 0) != 0) scored.push_back(l);
-  }
-  REQUIRE(scored.size() == 256);
-  CHECK(std::equal(scored.begin(), scored.end(), bundle_lines.begin()));
+  const ExampleRun example = RunExample({bundle.string(), data.string(), "256"});
+  REQUIRE(example.rc == std::optional<int>(0));
+  REQUIRE(example.scores.size() == 256);
+  CHECK(std::equal(example.scores.begin(), example.scores.end(), bundle_lines.begin()));
   return bundle;
 }
 
@@ -313,25 +327,6 @@ TEST_CASE("a CTR model with lazy, partitioned embedding tables: live rows only, 
     CHECK(ckpt_rows < 1000000);
   }
   CHECK(seen);
-}
-
-// serving_example's score lines and its own lines ("serving_example: ..."), and its exit code.
-struct ExampleRun {
-  std::optional<int> rc;
-  std::vector<std::string> scores, said;
-};
-ExampleRun RunExample(const std::vector<std::string>& args) {
-  std::vector<std::string> argv{ServingExample()};
-  argv.insert(argv.end(), args.begin(), args.end());
-  auto example = std::make_unique<Task>("serving_example", argv);
-  ExampleRun run;
-  run.rc = example->WaitExit(120s);
-  for (const auto& l : example->Lines()) (l.rfind("serving_example:", 0) == 0 ? run.said : run.scores).push_back(l);
-  return run;
-}
-
-bool Says(const ExampleRun& run, const std::string& text) {
-  return std::any_of(run.said.begin(), run.said.end(), [&](const auto& l) { return l.find(text) != std::string::npos; });
 }
 
 TEST_CASE("a bundle refreshed from a cluster's delta checkpoints scores as one exported at the newest delta") {
