@@ -95,12 +95,13 @@ Result<LoadedBundle> LoadModelDir(const std::string& model_dir, std::optional<in
 // whose files verify; its deltas by ckpt::LoadDeltaChain, those up to the bundle's step
 // by their MANIFESTs alone, the newer ones read): a delta that fails stops it there,
 // named in stats->warnings. Sets stats' base_step, from_step, to_step (from_step),
-// warnings. FailedPrecondition, with nothing read into memory beyond the checks, when
-// model_dir's job.json (read as plain JSON) has another model graph than b's job; when
-// b has no source identity (an older bundle); when the chain's full checkpoint is newer
-// ("reload the bundle") or its files, or those of the delta of the bundle's step, are
-// not the ones b came from (another training run in the model dir); when the bundle's
-// step is not in the chain.
+// warnings. FailedPrecondition when model_dir's job.json (read as plain JSON) has
+// another model graph than b's job, or b has no source identity (an older bundle), both
+// before any checkpoint is looked at; when the chain's full checkpoint is newer ("reload
+// the bundle": its deltas are not read), or its files, or those of the delta of the
+// bundle's step, are not the ones b came from (another training run in the model dir:
+// its newer deltas have been read by then, and are dropped); when the bundle's step is
+// not in the chain.
 Result<std::vector<ckpt::DeltaRecords>> NewerDeltas(const LoadedBundle& b, const std::string& model_dir,
                                                     RefreshStats* stats);
 // Second, the only part that must not run beside scoring: writes them into b's store

@@ -1,6 +1,7 @@
 #include "libps/serving/serving.h"
 
 #include <chrono>
+#include <exception>
 #include <mutex>
 #include <shared_mutex>
 
@@ -66,8 +67,13 @@ Result<RefreshStats> Bundle::Refresh(const std::string& model_dir) {
   bool changed = false;
   Status st;
   {
-    std::unique_lock gate(impl_->gate);
-    st = WriteBundleDeltas(impl_->b, deltas, &changed);
+    std::unique_lock gate(impl_->gate);  // released on any exit, a throw included
+    try {
+      st = WriteBundleDeltas(impl_->b, deltas, &changed);
+    } catch (const std::exception& e) {  // bad_alloc: how much was written is unknown
+      st = Internal(impl_->b.info.dir + ": refresh: " + e.what());
+      changed = true;
+    }
   }
   stats.paused_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!st.ok()) {
