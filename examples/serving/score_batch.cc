@@ -3,11 +3,15 @@
 // of examples, scores it and prints one line per example in `pstrain predict`'s format
 // (each head's outputs separated by spaces, heads by a tab, "%.9g").
 //
-//   serving_example BUNDLE_DIR DATA_FILE [N]
+//   serving_example [--refresh-from MODEL_DIR] BUNDLE_DIR DATA_FILE [N]
 //
 // DATA_FILE holds a data object as in a job file ({"format": "libsvm", "path": ...});
 // its relative paths resolve against its directory. N (default 256): the batch size, the
-// first N examples. Exit 0 on success, 1 on any error (printed on stderr), 2 for bad usage.
+// first N examples. With --refresh-from, the loaded bundle is first brought up to the
+// newest committed delta checkpoint of MODEL_DIR (the training model dir it was exported
+// from) with Bundle::Refresh, as a serving process would do periodically from a thread of
+// its own while its scorers keep scoring. Exit 0 on success, 1 on any error (printed on
+// stderr), 2 for bad usage.
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -27,8 +31,20 @@ int Fail(const ps::Status& st) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::string refresh_from;
+  if (argc >= 2 && std::string(argv[1]) == "--help") {
+    std::printf("usage: serving_example [--refresh-from MODEL_DIR] BUNDLE_DIR DATA_FILE [N]\n"
+                "Loads an inference bundle, optionally refreshes it from MODEL_DIR's newer delta\n"
+                "checkpoints, and prints the scores of the first N (256) examples of DATA_FILE.\n");
+    return 0;
+  }
+  if (argc >= 3 && std::string(argv[1]) == "--refresh-from") {
+    refresh_from = argv[2];
+    argv += 2;
+    argc -= 2;
+  }
   if (argc < 3 || argc > 4) {
-    std::fprintf(stderr, "usage: serving_example BUNDLE_DIR DATA_FILE [N]\n");
+    std::fprintf(stderr, "usage: serving_example [--refresh-from MODEL_DIR] BUNDLE_DIR DATA_FILE [N]\n");
     return 2;
   }
   const long n = argc == 4 ? std::strtol(argv[3], nullptr, 10) : 256;
@@ -47,7 +63,17 @@ int main(int argc, char** argv) {
   // Once per process: the bundle's parameters, shared by every scoring thread.
   auto bundle = ps::serving::Bundle::Load(argv[1]);
   if (!bundle.ok()) return Fail(bundle.status());
-  const ps::serving::BundleInfo& info = (*bundle)->info();
+  if (!refresh_from.empty()) {
+    // Any time, from any thread: scorers keep scoring meanwhile, each batch with the
+    // parameters wholly before or after the refresh.
+    auto refreshed = (*bundle)->Refresh(refresh_from);
+    if (!refreshed.ok()) return Fail(refreshed.status());  // e.g. a newer full checkpoint: reload
+    for (const auto& w : refreshed->warnings) std::fprintf(stderr, "serving_example: warning: %s\n", w.c_str());
+    std::fprintf(stderr, "serving_example: refreshed from step %lld to %lld (%zu deltas of ckpt-%lld; scoring paused %.3f s)\n",
+                 static_cast<long long>(refreshed->from_step), static_cast<long long>(refreshed->to_step),
+                 refreshed->applied.size(), static_cast<long long>(refreshed->base_step), refreshed->paused_seconds);
+  }
+  const ps::serving::BundleInfo info = (*bundle)->info();  // a snapshot
   // Once per thread.
   auto scorer = (*bundle)->NewScorer();
   if (!scorer.ok()) return Fail(scorer.status());

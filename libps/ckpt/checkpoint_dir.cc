@@ -414,7 +414,7 @@ Status VerifyCheckpoint(const std::string& ckpt_dir, Verify level) {
 
 Result<std::optional<CheckpointInfo>> FindRestorable(const std::string& model_dir,
                                                      std::vector<std::string>* warnings,
-                                                     Verify level) {
+                                                     Verify level, const DeltaChainOptions& chain) {
   std::vector<std::string> local;
   std::vector<std::string>& warn = warnings != nullptr ? *warnings : local;
   const size_t first_warning = warn.size();
@@ -448,7 +448,7 @@ Result<std::optional<CheckpointInfo>> FindRestorable(const std::string& model_di
     Status st = VerifyCheckpoint(*it, level);
     if (st.ok()) {
       result = std::move(*it);
-      PS_RETURN_IF_ERROR(LoadDeltaChain(&*result, level, &warn));
+      PS_RETURN_IF_ERROR(LoadDeltaChain(&*result, level, &warn, chain));
       break;
     }
     if (st.code() != Code::kDataLoss) return st;  // an I/O error is not corruption
@@ -488,7 +488,7 @@ Result<std::vector<std::pair<int64_t, std::string>>> DeltaDirs(const std::string
 }  // namespace
 
 Status LoadDeltaChain(CheckpointInfo* base, Verify level, std::vector<std::string>* warnings,
-                      std::optional<int64_t> upto) {
+                      const DeltaChainOptions& options) {
   base->deltas.clear();
   PS_ASSIGN_OR_RETURN(auto dirs, DeltaDirs(base->dir));
   auto warn = [&](const std::string& w) {
@@ -500,7 +500,7 @@ Status LoadDeltaChain(CheckpointInfo* base, Verify level, std::vector<std::strin
   };
   int64_t at = base->global_step;  // the chain's newest step so far
   for (auto& [step, dir] : dirs) {
-    if (upto && step > *upto) break;
+    if (options.upto && step > *options.upto) break;
     auto manifest = ReadManifest(dir);
     if (!manifest.ok() && manifest.status().code() == Code::kNotFound) continue;  // not committed
     const std::string stop = "; the delta chain of " + CheckpointDirName(base->global_step) + " stops at step " +
@@ -515,7 +515,11 @@ Status LoadDeltaChain(CheckpointInfo* base, Verify level, std::vector<std::strin
     }
     if (manifest->parent != at) continue;  // a delta of a branch the chain left (its parent failed)
     CheckpointInfo delta{step, dir, std::move(*manifest), {}};
-    Status st = VerifyCheckpoint(delta, level);
+    Status st;
+    if (!options.verify_after || step > *options.verify_after) {
+      st = VerifyCheckpoint(delta, level);
+      if (st.ok() && options.read) st = options.read(delta);
+    }
     if (!st.ok()) {
       if (st.code() != Code::kDataLoss) return st;
       warn(st.message() + "; delta " + DeltaDirName(step) + " is corrupt" + stop);
@@ -538,7 +542,7 @@ Result<CheckpointInfo> LoadCheckpointAt(const std::string& model_dir, int64_t st
     auto delta = ReadManifest(it->dir + "/" + DeltaDirName(step));
     if (!delta.ok() && delta.status().code() == Code::kNotFound) continue;  // none, or not committed
     CheckpointInfo base = std::move(*it);
-    PS_RETURN_IF_ERROR(LoadDeltaChain(&base, Verify::kFooters, nullptr, step));
+    PS_RETURN_IF_ERROR(LoadDeltaChain(&base, Verify::kFooters, nullptr, {.upto = step}));
     if (base.restored_step() != step) {
       return DataLoss(DeltaPath(model_dir, base.global_step, step) + ": not restorable (its delta chain from " +
                       CheckpointDirName(base.global_step) + " stops at step " + std::to_string(base.restored_step()) +

@@ -42,6 +42,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -140,22 +141,41 @@ Status CheckAgainstManifest(const ShardReader& reader, const ShardFileInfo& info
 // Reads ckpt_dir/MANIFEST and verifies against it.
 Status VerifyCheckpoint(const std::string& ckpt_dir, Verify level = Verify::kFull);
 
+// How LoadDeltaChain follows a chain, beyond the defaults (every committed delta of the
+// chain verified at the call's level).
+struct DeltaChainOptions {
+  // Stop after the delta of this step.
+  std::optional<int64_t> upto = std::nullopt;
+  // Deltas of steps <= this join the chain by their MANIFEST's parent link alone, their
+  // files unverified: the caller holds their state already (a refreshed serving bundle).
+  std::optional<int64_t> verify_after = std::nullopt;
+  // Called for each delta verified (VerifyCheckpoint(level) passed) before it joins the
+  // chain: e.g. to read its records into memory (store_io.h: ReadDelta, which checks every
+  // checksum). A DataLoss from it breaks the chain there, as a failed verification does;
+  // any other error fails the call.
+  std::function<Status(const CheckpointInfo& delta)> read = nullptr;
+};
+
 // The newest committed checkpoint that passes VerifyCheckpoint(level). Newer ones that
 // fail, unreadable MANIFESTs and a missing/garbled/stale pointer file are reported in
 // `warnings` (one line each, naming the file; logged instead when warnings is null).
 // nullopt only when the directory holds no committed checkpoint and no damaged one: a
 // fresh start. When checkpoints exist but none passes: DataLoss — the caller must not
-// silently start from scratch.
+// silently start from scratch. The chosen checkpoint's delta chain is LoadDeltaChain's
+// with `chain`.
 Result<std::optional<CheckpointInfo>> FindRestorable(const std::string& model_dir,
                                                      std::vector<std::string>* warnings,
-                                                     Verify level = Verify::kFooters);
+                                                     Verify level = Verify::kFooters,
+                                                     const DeltaChainOptions& chain = {});
 
 // Sets base->deltas to the chain of base's committed deltas that pass
-// VerifyCheckpoint(level) (see "Delta checkpoints"), stopping after the one of step
-// `upto` when set. A delta that breaks the chain is reported in `warnings` (logged when
-// null), naming its file. Only I/O errors fail.
+// VerifyCheckpoint(level) (see "Delta checkpoints"; `options` above). A delta that
+// breaks the chain is reported in `warnings` (logged when null), naming its file:
+// "<problem>; delta delta-<step> is corrupt; the delta chain of ckpt-<base> stops at
+// step <n>". Only I/O errors (and options.read's other errors) fail. The one owner of
+// the chain rules: restores, exports and serving refreshes all follow chains with it.
 Status LoadDeltaChain(CheckpointInfo* base, Verify level, std::vector<std::string>* warnings,
-                      std::optional<int64_t> upto = std::nullopt);
+                      const DeltaChainOptions& options = {});
 
 // The committed state of step `step`: the full checkpoint ckpt-<step>, or the chain to
 // the delta of that step (verified at level kFooters). NotFound when there is none;

@@ -274,7 +274,10 @@ class ShardReader {
   // Walks every record, handing what `visitor` selects to it; verifies every checksum of
   // the data it reads, and the footer's digest.
   Status Read(const Visitor& visitor);
-  Result<std::vector<ShardRecord>> ReadRecords();
+  // Every record into owned memory, verifying every checksum. With values_only, the slot
+  // blocks are read and verified but not kept (ShardRecord::slots empty; the metadata
+  // still names them).
+  Result<std::vector<ShardRecord>> ReadRecords(bool values_only = false);
   // Structure only (verify_data false: the data is not read) or everything, collecting
   // data checksum failures per record instead of stopping at the first.
   Result<ShardSummary> Summarize(bool verify_data);

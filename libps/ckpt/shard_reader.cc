@@ -297,9 +297,16 @@ Status ShardReader::ReadAll(const Sink& sink, const SparseSink* sparse) {
 
 Status ShardReader::Read(const Visitor& visitor) { return Walk(DataMode::kSink, &visitor, nullptr); }
 
-Result<std::vector<ShardRecord>> ShardReader::ReadRecords() {
+Result<std::vector<ShardRecord>> ShardReader::ReadRecords(bool values_only) {
   std::vector<ShardRecord> out;
-  Sink sink = [&out](const RecordMeta& meta, std::string_view block) -> Result<std::span<float>> {
+  // The slot vectors of a new record (none when only the values are kept).
+  auto slots_of = [values_only](const RecordMeta& meta, size_t n) {
+    std::vector<std::pair<std::string, std::vector<float>>> slots;
+    if (values_only) return slots;
+    for (const auto& s : meta.slot_names) slots.emplace_back(s, std::vector<float>(n));
+    return slots;
+  };
+  Sink sink = [&out, values_only](const RecordMeta& meta, std::string_view block) -> Result<std::span<float>> {
     if (out.empty() || out.back().meta.index != meta.index) {
       out.push_back(ShardRecord{.meta = meta, .row_ids = {}, .deleted_ids = {}, .values = {}, .slots = {}});
     }
@@ -309,48 +316,46 @@ Result<std::vector<ShardRecord>> ShardReader::ReadRecords() {
       r.values.resize(n);
       return std::span<float>(r.values);
     }
+    if (values_only) return std::span<float>();  // read and verified, not kept
     r.slots.emplace_back(std::string(block), std::vector<float>(n));
     return std::span<float>(r.slots.back().second);
   };
   SparseSink sparse;
-  sparse.rows = [&out](const RecordMeta& meta, std::span<const int64_t> ids) -> Status {
+  sparse.rows = [&out, &slots_of](const RecordMeta& meta, std::span<const int64_t> ids) -> Status {
     if (!out.empty() && out.back().meta.index == meta.index) {  // a delta's deleted ids came first
       out.back().row_ids.assign(ids.begin(), ids.end());
       return Status::Ok();
     }
-    ShardRecord r{.meta = meta, .row_ids = {ids.begin(), ids.end()}, .deleted_ids = {}, .values = {}, .slots = {}};
+    ShardRecord r{.meta = meta, .row_ids = {ids.begin(), ids.end()}, .deleted_ids = {}, .values = {},
+                  .slots = slots_of(meta, static_cast<size_t>(meta.elements()))};
     r.values.resize(static_cast<size_t>(meta.elements()));
-    for (const auto& s : meta.slot_names) {
-      r.slots.emplace_back(s, std::vector<float>(static_cast<size_t>(meta.elements())));
-    }
     out.push_back(std::move(r));
     return Status::Ok();
   };
-  sparse.deleted = [&out](const RecordMeta& meta, std::span<const int64_t> ids) -> Status {
-    ShardRecord r{.meta = meta, .row_ids = {}, .deleted_ids = {ids.begin(), ids.end()}, .values = {}, .slots = {}};
+  sparse.deleted = [&out, &slots_of](const RecordMeta& meta, std::span<const int64_t> ids) -> Status {
+    ShardRecord r{.meta = meta, .row_ids = {}, .deleted_ids = {ids.begin(), ids.end()}, .values = {},
+                  .slots = slots_of(meta, static_cast<size_t>(meta.elements()))};
     r.values.resize(static_cast<size_t>(meta.elements()));
-    for (const auto& s : meta.slot_names) {
-      r.slots.emplace_back(s, std::vector<float>(static_cast<size_t>(meta.elements())));
-    }
     out.push_back(std::move(r));
     return Status::Ok();
   };
-  sparse.data = [&out](const RecordMeta& meta, std::string_view block, int64_t first,
-                       std::span<const float> data) -> Status {
+  sparse.data = [&out, values_only](const RecordMeta& meta, std::string_view block, int64_t first,
+                                    std::span<const float> data) -> Status {
     ShardRecord& r = out.back();
     std::vector<float>* dst = &r.values;
-    for (auto& [name, v] : r.slots) {
-      if (name == block) dst = &v;
+    if (block != "values") {
+      if (values_only) return Status::Ok();  // verified by the reader, not kept
+      for (auto& [name, v] : r.slots) {
+        if (name == block) dst = &v;
+      }
     }
     std::copy(data.begin(), data.end(), dst->begin() + first * meta.layout.cols);
     return Status::Ok();
   };
   // A sparse record without stored rows never reaches a sink; pick it up here.
-  RecordDone done = [&out](const RecordMeta& meta, uint64_t, uint64_t, std::string) {
+  RecordDone done = [&out, &slots_of](const RecordMeta& meta, uint64_t, uint64_t, std::string) {
     if (out.empty() || out.back().meta.index != meta.index) {
-      ShardRecord r{.meta = meta, .row_ids = {}, .deleted_ids = {}, .values = {}, .slots = {}};
-      for (const auto& s : meta.slot_names) r.slots.emplace_back(s, std::vector<float>());
-      out.push_back(std::move(r));
+      out.push_back(ShardRecord{.meta = meta, .row_ids = {}, .deleted_ids = {}, .values = {}, .slots = slots_of(meta, 0)});
     }
   };
   Visitor v;

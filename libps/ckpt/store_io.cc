@@ -5,6 +5,8 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <span>
+#include <string_view>
 #include <vector>
 
 #include "libps/ckpt/checkpoint_dir.h"
@@ -162,14 +164,16 @@ class Restorer {
   Restorer(Store* store, RestoreStats* stats, RestoreSlots slots)
       : store_(store), stats_(stats), skip_slots_(slots == RestoreSlots::kSkip) {}
 
-  // The store's shards and slots; drops every created row of its lazy shards.
-  Status Init() {
+  // The store's shards and slots; drops every created row of its lazy shards unless
+  // `keep_rows` (deltas applied on top of what the store holds: ApplyDeltas).
+  Status Init(bool keep_rows = false) {
     PS_ASSIGN_OR_RETURN(server::OptimizerSpec spec, store_->optimizer());
     for (const auto& slot : server::SlotDefs(spec)) slots_.push_back(slot.name);
     std::sort(slots_.begin(), slots_.end());
     for (const auto& key : store_->Keys()) {
       PS_ASSIGN_OR_RETURN(ShardDef def, store_->GetDef(key));
-      if (def.layout.lazy) {
+      if (def.layout.lazy && !keep_rows) {
+        stats_->store_changed = true;
         PS_ASSIGN_OR_RETURN(auto fill, store_->Fill(key));
         PS_RETURN_IF_ERROR(fill->DropRows());
       }
@@ -203,6 +207,22 @@ class Restorer {
     return st;
   }
 
+  // The records of `delta` (ReadDelta), as ReadFile would read them from its files.
+  Status ApplyRecords(const DeltaRecords& delta) {
+    for (size_t f = 0; f < delta.files.size(); ++f) {
+      path_ = delta.paths[f];
+      Status st;
+      for (const ShardRecord& rec : delta.files[f]) {
+        st = ApplyRecord(rec);
+        if (!st.ok()) break;
+      }
+      Close();
+      ++stats_->files_read;
+      PS_RETURN_IF_ERROR(st);
+    }
+    return Status::Ok();
+  }
+
   // FailedPrecondition naming the first row of a shard that no record held.
   Status CheckCovered(const std::string& dir) {
     stats_->shards = 0;
@@ -233,6 +253,38 @@ class Restorer {
   }
 
  private:
+  // One record from memory through the visitor ReadFile gives the reader, in the order
+  // ShardReader::Read calls it (shard_file.h): select; a dense record's selected ranges
+  // block by block; a sparse or delta record's deleted ids, row ids, then its blocks.
+  Status ApplyRecord(const ShardRecord& rec) {
+    const RecordMeta& meta = rec.meta;
+    PS_ASSIGN_OR_RETURN(auto ranges, Select(meta));
+    if (!ranges) return Status::Ok();
+    const auto cols = static_cast<size_t>(meta.layout.cols);
+    std::vector<std::pair<std::string_view, std::span<const float>>> blocks{{"values", rec.values}};
+    for (const auto& [name, data] : rec.slots) blocks.emplace_back(name, data);  // none when read values-only
+    if (!meta.layout.lazy && !meta.delta) {
+      for (const auto& [name, data] : blocks) {
+        for (const RowRange& r : *ranges) {
+          if (r.count == 0) continue;
+          PS_ASSIGN_OR_RETURN(std::span<float> dst, Dense(meta, name, r));
+          if (dst.empty()) continue;
+          const auto n = static_cast<size_t>(r.count) * cols;
+          if (dst.size() != n || data.size() < (static_cast<size_t>(r.first) * cols) + n) {
+            return Internal(meta.Describe(path_) + ": " + std::string(name) + " rows do not fit");
+          }
+          std::copy_n(data.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(r.first) * cols), n, dst.begin());
+        }
+      }
+      return Status::Ok();
+    }
+    if (meta.delta && !rec.deleted_ids.empty()) PS_RETURN_IF_ERROR(Deleted(meta, rec.deleted_ids));
+    PS_RETURN_IF_ERROR(SparseRows(meta, rec.row_ids));
+    if (meta.elements() == 0) return Status::Ok();
+    for (const auto& [name, data] : blocks) PS_RETURN_IF_ERROR(SparseData(meta, name, 0, data));
+    return Status::Ok();
+  }
+
   Result<std::optional<std::vector<RowRange>>> Select(const RecordMeta& meta) {
     parts_.clear();
     const cluster::ShardLayout& rec = meta.layout;
@@ -306,6 +358,7 @@ class Restorer {
     if (open_ != t) {
       fill_.reset();
       open_ = nullptr;
+      stats_->store_changed = true;  // every write goes through a fill
       PS_ASSIGN_OR_RETURN(fill_, store_->Fill(t->def.key()));
       open_ = t;
     }
@@ -413,6 +466,20 @@ class Restorer {
   std::unique_ptr<Store::ShardFill> fill_;
 };
 
+// Applies `deltas` in order on top of what the restorer's store holds.
+Status ReadDeltas(Restorer& restorer, std::span<const CheckpointInfo> deltas, RestoreStats& s) {
+  // Deltas hold only the rows that changed, so no coverage check could notice a file a
+  // wrong placement ruled out: every delta file is read (they are small; records of other
+  // ps tasks' rows are skipped unread).
+  for (const CheckpointInfo& delta : deltas) {
+    const int n = static_cast<int>(delta.manifest.shards.size());
+    s.files_listed += n;
+    for (int ps = 0; ps < n; ++ps) PS_RETURN_IF_ERROR(restorer.ReadFile(delta, ps));
+    ++s.deltas;
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status RestoreStore(Store* store, const CheckpointInfo& c, RestoreStats* stats, RestoreSlots slots) {
@@ -438,13 +505,32 @@ Status RestoreStore(Store* store, const CheckpointInfo& c, RestoreStats* stats, 
     }
     PS_RETURN_IF_ERROR(restorer.CheckCovered(c.dir));
   }
-  // Deltas hold only the rows that changed, so no coverage check could notice a file a
-  // wrong placement ruled out: every delta file is read (they are small; records of other
-  // ps tasks' rows are skipped unread).
-  for (const CheckpointInfo& delta : c.deltas) {
-    const int n = static_cast<int>(delta.manifest.shards.size());
-    s.files_listed += n;
-    for (int ps = 0; ps < n; ++ps) PS_RETURN_IF_ERROR(restorer.ReadFile(delta, ps));
+  return ReadDeltas(restorer, c.deltas, s);
+}
+
+Result<DeltaRecords> ReadDelta(const CheckpointInfo& delta, RestoreSlots slots) {
+  DeltaRecords out{.checkpoint = {delta.global_step, delta.dir, delta.manifest, {}}, .paths = {}, .files = {}};
+  for (int ps = 0; ps < static_cast<int>(delta.manifest.shards.size()); ++ps) {
+    const ShardFileInfo& info = delta.manifest.shards[static_cast<size_t>(ps)];
+    out.paths.push_back(delta.dir + "/" + info.name);
+    PS_ASSIGN_OR_RETURN(ShardReader reader, ShardReader::Open(out.paths.back()));
+    PS_RETURN_IF_ERROR(CheckAgainstManifest(reader, info, ps, delta.global_step));
+    PS_ASSIGN_OR_RETURN(auto records, reader.ReadRecords(/*values_only=*/slots == RestoreSlots::kSkip));
+    out.files.push_back(std::move(records));
+  }
+  return out;
+}
+
+Status ApplyDeltas(Store* store, std::span<const DeltaRecords> deltas, RestoreStats* stats, RestoreSlots slots) {
+  RestoreStats local;
+  RestoreStats& s = stats != nullptr ? *stats : local;
+  s = RestoreStats{};
+  Restorer restorer(store, &s, slots);
+  PS_RETURN_IF_ERROR(restorer.Init(/*keep_rows=*/true));
+  if (restorer.targets().empty()) return Status::Ok();
+  for (const DeltaRecords& delta : deltas) {
+    s.files_listed += static_cast<int>(delta.files.size());
+    PS_RETURN_IF_ERROR(restorer.ApplyRecords(delta));
     ++s.deltas;
   }
   return Status::Ok();

@@ -5,7 +5,9 @@
 #include <cstdint>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "libps/ckpt/checkpoint_dir.h"
 #include "libps/ckpt/shard_file.h"
@@ -53,6 +55,8 @@ struct RestoreStats {
   // verified, not stored), and this store's slots it lacks (started at their initial value).
   std::set<std::string> slots_dropped;
   std::set<std::string> slots_initialised;
+  // Something was written into the store (set before the first write).
+  bool store_changed = false;
 };
 
 // Restores every shard of `store` from `checkpoint`: its values, its optimizer slots and,
@@ -87,5 +91,32 @@ struct RestoreStats {
 // files and records of the base and every delta.
 Status RestoreStore(ps::server::Store* store, const CheckpointInfo& checkpoint, RestoreStats* stats = nullptr,
                     RestoreSlots slots = RestoreSlots::kAll);
+
+// A delta checkpoint's records, read into memory by ReadDelta so that ApplyDeltas can
+// write them without touching the disk (a serving bundle's refresh reads beside its
+// scorers and pauses them only for the writing; a delta that the chief's max_to_keep
+// deletes meanwhile is already read).
+struct DeltaRecords {
+  CheckpointInfo checkpoint;                    // the delta (its deltas empty)
+  std::vector<std::string> paths;               // its shard files, by ps index
+  std::vector<std::vector<ShardRecord>> files;  // each file's records, in file order
+};
+// Reads every shard file of `delta`: each checked against its MANIFEST (size, digest, ps
+// index, step) and every checksum verified (DataLoss naming the file), as
+// VerifyCheckpoint(kFull) does. With RestoreSlots::kSkip the slot blocks are verified and
+// not kept (memory: the delta's values).
+Result<DeltaRecords> ReadDelta(const CheckpointInfo& delta, RestoreSlots slots = RestoreSlots::kAll);
+
+// Applies `deltas` (ReadDelta's, of one chain, oldest first) on top of what `store`
+// holds, exactly as RestoreStore applies a checkpoint's deltas after its base (the same
+// record rules, one Restorer): changed rows overwritten (dense and lazy), lazy rows
+// created, rows a delta deleted (evicted) dropped; the lazy shards keep their other rows.
+// No file is read. stats->deltas counts the deltas applied, and stats->store_changed says
+// whether anything was written: after an error with it false the store holds what it held
+// before the call, with it true part of a delta. The serving bundle's refresh
+// (libps/serving) calls it while no batch is being scored; each shard is written under
+// all its stripe locks (Store::ShardFill) all the same.
+Status ApplyDeltas(ps::server::Store* store, std::span<const DeltaRecords> deltas, RestoreStats* stats = nullptr,
+                   RestoreSlots slots = RestoreSlots::kAll);
 
 }  // namespace ps::ckpt

@@ -161,6 +161,7 @@ template Status JsonReader::Read(std::string_view, float*);
 template Status JsonReader::Read(std::string_view, std::string*);
 template Status JsonReader::Read(std::string_view, std::vector<int64_t>*);
 template Status JsonReader::Read(std::string_view, std::vector<int>*);
+template Status JsonReader::Read(std::string_view, std::vector<uint32_t>*);
 template Status JsonReader::Read(std::string_view, std::vector<double>*);
 template Status JsonReader::Read(std::string_view, std::vector<std::string>*);
 

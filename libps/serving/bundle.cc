@@ -59,6 +59,13 @@ BundleInfo MakeInfo(const LoadedModel& loaded, const model::Model& model) {
   return info;
 }
 
+// The digests of a checkpoint's shard files, by ps index (its MANIFEST's).
+std::vector<uint32_t> Digests(const ckpt::Manifest& m) {
+  std::vector<uint32_t> out;
+  for (const auto& f : m.shards) out.push_back(f.digest);
+  return out;
+}
+
 Json VariablesJson(const std::vector<VariableInfo>& vars) {
   Json out = Json::array();
   for (const auto& v : vars) {
@@ -176,7 +183,10 @@ Result<ExportResult> ExportBundle(const ExportOptions& o) {
       {"source", {{"model_dir", result.info.source_model_dir},
                   {"checkpoint", ckpt::CheckpointDirName(step)},
                   {"global_step", step},
-                  {"final", result.info.source_final}}},
+                  {"final", result.info.source_final},
+                  {"base_step", result.info.source_base_step},
+                  {"base_digests", result.info.source_base_digests},
+                  {"delta_digests", result.info.source_delta_digests}}},
       {"unix_time", std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()},
       {"num_ps", loaded.num_ps},
       {"job", job_json},
@@ -241,6 +251,10 @@ Result<LoadedBundle> LoadBundle(const std::string& dir) {
   PS_RETURN_IF_ERROR(src.Get("checkpoint", &checkpoint));
   PS_RETURN_IF_ERROR(src.Get("global_step", &b.info.source_step));
   PS_RETURN_IF_ERROR(src.Get("final", &b.info.source_final));
+  // The state's identity (optional: bundles written before it was recorded lack it).
+  PS_RETURN_IF_ERROR(src.GetOr("base_step", &b.info.source_base_step));
+  PS_RETURN_IF_ERROR(src.GetOr("base_digests", &b.info.source_base_digests));
+  PS_RETURN_IF_ERROR(src.GetOr("delta_digests", &b.info.source_delta_digests));
   PS_RETURN_IF_ERROR(src.Finish());
   double unix_time = 0;
   int num_ps = 0;
@@ -378,7 +392,108 @@ Result<LoadedBundle> LoadModelDir(const std::string& model_dir, std::optional<in
   // With deltas (checkpoint_dir.h), the state of the newest one was loaded.
   b.info.source_step = c.restored_step();
   b.info.source_final = (c.deltas.empty() ? c.manifest : c.deltas.back().manifest).final;
+  b.info.source_base_step = c.global_step;
+  b.info.source_base_digests = Digests(c.manifest);
+  if (!c.deltas.empty()) b.info.source_delta_digests = Digests(c.deltas.back().manifest);
   return b;
+}
+
+Result<std::vector<ckpt::DeltaRecords>> NewerDeltas(const LoadedBundle& b, const std::string& model_dir,
+                                                    RefreshStats* stats) {
+  const BundleInfo& at = b.info;
+  const int64_t step = at.source_step;
+  stats->from_step = stats->to_step = step;
+  // Steps name states of one model dir only: another model's deltas must not be written
+  // into this one's parameters (the variables could even line up). job.json is read as
+  // plain JSON, not parsed as a job: that would dlopen the training job's plug-ins (paths
+  // of the training hosts, code the serving process must not map), and only the model
+  // graph matters here.
+  const std::string job_path = model_dir + "/job.json";
+  PS_ASSIGN_OR_RETURN(Json job, ReadJsonFile(job_path));
+  if (!job.is_object()) return InvalidArgument(job_path + ": must be a JSON object");
+  if (job.value("model", Json()) != b.loaded.job.raw.value("model", Json())) {
+    return FailedPrecondition(job_path + ": its model differs from the bundle's (" + at.dir +
+                              "): not the model dir the bundle was exported from");
+  }
+  // Even the same model's steps name states of one training run only: the digests tell
+  // a run from another one wiped and started over in the same model dir.
+  if (at.source_base_digests.empty()) {
+    return FailedPrecondition(at.dir + "/" + kBundleManifest +
+                              ": the source has no base_digests (exported by an older pstrain), so its checkpoint "
+                              "cannot be told from another training run's: export the bundle anew to refresh it");
+  }
+  // The chain a restore would take: the newest full checkpoint whose files verify, its
+  // committed deltas by parent links, stopping at the first broken one (named). Those up
+  // to the bundle's step are the bundle's state already; each newer one is read into
+  // memory, every checksum verified, before any of it is applied.
+  std::vector<ckpt::DeltaRecords> read;
+  ckpt::DeltaChainOptions chain{
+      .upto = std::nullopt,
+      .verify_after = step,
+      .read = [&](const ckpt::CheckpointInfo& d) -> Status {
+        if (d.manifest.base != at.source_base_step) return Status::Ok();  // another chain: refused below, unread
+        PS_ASSIGN_OR_RETURN(ckpt::DeltaRecords r, ckpt::ReadDelta(d, ckpt::RestoreSlots::kSkip));
+        read.push_back(std::move(r));
+        return Status::Ok();
+      }};
+  PS_ASSIGN_OR_RETURN(auto found,
+                      ckpt::FindRestorable(model_dir, &stats->warnings, ckpt::Verify::kFooters, chain));
+  if (!found) return NotFound(model_dir + ": no committed checkpoint");
+  const ckpt::CheckpointInfo& base = *found;
+  stats->base_step = base.global_step;
+  const std::string reload = ": reload the bundle (export it anew)";
+  if (base.global_step > at.source_base_step) {
+    return FailedPrecondition(model_dir + ": newer full checkpoint " + ckpt::CheckpointDirName(base.global_step) +
+                              " than the bundle's step " + std::to_string(step) + reload);
+  }
+  auto not_in_chain = [&] {
+    std::string why = model_dir + ": the bundle's step " + std::to_string(step) +
+                      " is not in the newest checkpoint chain (" + ckpt::CheckpointDirName(base.global_step) +
+                      " with its deltas up to step " + std::to_string(base.restored_step()) + ")";
+    if (!stats->warnings.empty()) why += " (" + stats->warnings.back() + ")";
+    return FailedPrecondition(why + reload);
+  };
+  if (base.global_step < at.source_base_step) return not_in_chain();
+  auto another_run = [&](const std::string& dir) {
+    return FailedPrecondition(dir + ": not the checkpoint the bundle " + at.dir +
+                              " was exported from (its shard files' digests differ from bundle.json's source: "
+                              "another training run in the same model dir?)" + reload);
+  };
+  if (Digests(base.manifest) != at.source_base_digests) return another_run(base.dir);
+  size_t next = 0;  // base.deltas[next] is the first delta newer than the bundle
+  if (step != base.global_step) {
+    auto d = std::find_if(base.deltas.begin(), base.deltas.end(),
+                          [&](const ckpt::CheckpointInfo& c) { return c.global_step == step; });
+    if (d == base.deltas.end()) return not_in_chain();
+    if (Digests(d->manifest) != at.source_delta_digests) return another_run(d->dir);
+    next = static_cast<size_t>(d - base.deltas.begin()) + 1;
+  }
+  if (read.size() != base.deltas.size() - next) {
+    return Internal(model_dir + ": " + std::to_string(read.size()) + " deltas read, the chain has " +
+                    std::to_string(base.deltas.size() - next) + " after step " + std::to_string(step));
+  }
+  return read;
+}
+
+Status WriteBundleDeltas(LoadedBundle& b, std::span<const ckpt::DeltaRecords> deltas, bool* store_changed) {
+  *store_changed = false;
+  if (deltas.empty()) return Status::Ok();
+  ckpt::RestoreStats rs;
+  Status st = ckpt::ApplyDeltas(b.loaded.store.get(), deltas, &rs, ckpt::RestoreSlots::kSkip);
+  *store_changed = rs.store_changed;
+  return st;
+}
+
+void RecordBundleDeltas(const LoadedBundle& b, std::span<const ckpt::DeltaRecords> deltas, RefreshStats* stats,
+                        BundleInfo* info) {
+  if (deltas.empty()) return;
+  for (const auto& d : deltas) stats->applied.push_back(d.checkpoint.global_step);
+  const ckpt::Manifest& newest = deltas.back().checkpoint.manifest;
+  stats->to_step = newest.global_step;
+  info->source_step = newest.global_step;
+  info->source_final = newest.final;
+  info->source_delta_digests = Digests(newest);
+  info->variables = MakeInfo(b.loaded, *b.model).variables;  // the lazy tables' stored rows
 }
 
 }  // namespace ps::serving

@@ -11,7 +11,12 @@
 // bundle.json:
 //   {"format": "pstrain-bundle", "version": 1,
 //    "source": {"model_dir": "/abs/model", "checkpoint": "ckpt-700", "global_step": 700,
-//               "final": true},
+//               "final": true, "base_step": 700, "base_digests": [3735928559, ...],
+//               "delta_digests": []},      the identity of the state (BundleInfo): the
+//                                          digests of its full checkpoint's shard files
+//                                          and, exported at a delta, of that delta's (as
+//                                          their MANIFESTs list them). Optional: bundles
+//                                          written before have none and are not refreshed
 //    "unix_time": 1764116400.5,            when it was exported
 //    "num_ps": 2,                          ps tasks of the training cluster: with the
 //                                          job's partitioner they fix the shard layout
@@ -35,9 +40,11 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "libps/ckpt/store_io.h"
 #include "libps/core/status.h"
 #include "libps/serving/loaded_model.h"
 #include "libps/serving/serving.h"
@@ -80,5 +87,32 @@ Result<LoadedBundle> LoadBundle(const std::string& dir);
 // each is read once), loaded as the evaluator loads it (LoadCheckpoint).
 Result<LoadedBundle> LoadModelDir(const std::string& model_dir, std::optional<int64_t> step,
                                   std::vector<std::string>* warnings);
+
+// Bundle::Refresh in parts (serving.h), so that the slow, read-only one runs while
+// scorers keep scoring. First: the committed deltas of model_dir newer than b.info's
+// state, read into memory (ckpt::ReadDelta, values only: every checksum verified). The
+// chain is the one a restore takes (ckpt::FindRestorable: the newest full checkpoint
+// whose files verify; its deltas by ckpt::LoadDeltaChain, those up to the bundle's step
+// by their MANIFESTs alone, the newer ones read): a delta that fails stops it there,
+// named in stats->warnings. Sets stats' base_step, from_step, to_step (from_step),
+// warnings. FailedPrecondition when model_dir's job.json (read as plain JSON) has
+// another model graph than b's job, or b has no source identity (an older bundle), both
+// before any checkpoint is looked at; when the chain's full checkpoint is newer ("reload
+// the bundle": its deltas are not read), or its files, or those of the delta of the
+// bundle's step, are not the ones b came from (another training run in the model dir:
+// its newer deltas have been read by then, and are dropped); when the bundle's step is
+// not in the chain.
+Result<std::vector<ckpt::DeltaRecords>> NewerDeltas(const LoadedBundle& b, const std::string& model_dir,
+                                                    RefreshStats* stats);
+// Second, the only part that must not run beside scoring: writes them into b's store
+// (ckpt::ApplyDeltas, values only; no file is read). *store_changed says whether anything
+// was written (after an error: false leaves the store as it was, true holds part of a
+// delta).
+Status WriteBundleDeltas(LoadedBundle& b, std::span<const ckpt::DeltaRecords> deltas, bool* store_changed);
+// Third, after a successful write: the next BundleInfo (`info`, b.info's copy; b.info is
+// left alone): source_step, source_final, source_delta_digests, the lazy tables'
+// stored_rows; and stats' to_step and applied.
+void RecordBundleDeltas(const LoadedBundle& b, std::span<const ckpt::DeltaRecords> deltas, RefreshStats* stats,
+                        BundleInfo* info);
 
 }  // namespace ps::serving

@@ -1,16 +1,29 @@
 #include "libps/serving/serving.h"
 
+#include <chrono>
+#include <exception>
+#include <mutex>
+#include <shared_mutex>
+
 #include "libps/data/dataset.h"
+#include "libps/serving/batch_gate.h"
 #include "libps/serving/bundle.h"
 
 namespace ps::serving {
 
 struct Bundle::Impl {
-  LoadedBundle b;
+  LoadedBundle b;             // b.info is guarded by info_mu; the store by gate
+  mutable std::mutex info_mu;
+  BatchGate gate;
+  std::mutex refresh_mu;      // one refresh at a time
+  // A refresh that failed after writing into the store: it holds part of a delta (OK
+  // otherwise). Written under refresh_mu and info_mu, read under either.
+  Status broken;
 };
 
 struct Scorer::Impl {
   std::shared_ptr<const Bundle> bundle;  // keeps the parameters alive
+  Bundle::Impl* shared = nullptr;        // bundle's: its gate
   std::unique_ptr<model::Model> model;   // this thread's instance (scratch buffers)
   std::unique_ptr<worker::ParamFetcher> fetcher;
 };
@@ -22,17 +35,66 @@ struct ExampleReader::Impl {
 Bundle::Bundle(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Bundle::~Bundle() = default;
 
-Result<std::shared_ptr<const Bundle>> Bundle::Load(const std::string& dir) {
+Result<std::shared_ptr<Bundle>> Bundle::Load(const std::string& dir) {
   auto impl = std::make_unique<Impl>();
   PS_ASSIGN_OR_RETURN(impl->b, LoadBundle(dir));
-  return std::shared_ptr<const Bundle>(new Bundle(std::move(impl)));
+  return std::shared_ptr<Bundle>(new Bundle(std::move(impl)));
 }
 
-const BundleInfo& Bundle::info() const { return impl_->b.info; }
+BundleInfo Bundle::info() const {
+  std::lock_guard lock(impl_->info_mu);
+  return impl_->b.info;
+}
+
+Status Bundle::status() const {
+  std::lock_guard lock(impl_->info_mu);
+  return impl_->broken;
+}
+
+Result<RefreshStats> Bundle::Refresh(const std::string& model_dir) {
+  std::lock_guard serial(impl_->refresh_mu);
+  if (!impl_->broken.ok()) {
+    return FailedPrecondition(impl_->b.info.dir + ": an earlier refresh failed while writing (" +
+                              impl_->broken.message() + ")");
+  }
+  RefreshStats stats;
+  // Finding, reading and verifying the deltas, beside the scorers (b.info changes only
+  // under refresh_mu: this refresh's).
+  PS_ASSIGN_OR_RETURN(auto deltas, NewerDeltas(impl_->b, model_dir, &stats));
+  if (deltas.empty()) return stats;
+  // The writing, from memory, while no batch is being scored.
+  const auto t0 = std::chrono::steady_clock::now();
+  bool changed = false;
+  Status st;
+  {
+    std::unique_lock gate(impl_->gate);  // released on any exit, a throw included
+    try {
+      st = WriteBundleDeltas(impl_->b, deltas, &changed);
+    } catch (const std::exception& e) {  // bad_alloc: how much was written is unknown
+      st = Internal(impl_->b.info.dir + ": refresh: " + e.what());
+      changed = true;
+    }
+  }
+  stats.paused_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!st.ok()) {
+    if (!changed) return st;  // nothing written: the bundle is as it was
+    Status broken(st.code(), st.message() + "; the bundle holds part of the deltas after step " +
+                                 std::to_string(stats.from_step) + ": reload it");
+    std::lock_guard lock(impl_->info_mu);
+    impl_->broken = broken;
+    return broken;
+  }
+  BundleInfo next = impl_->b.info;
+  RecordBundleDeltas(impl_->b, deltas, &stats, &next);
+  std::lock_guard lock(impl_->info_mu);
+  impl_->b.info = std::move(next);
+  return stats;
+}
 
 Result<std::unique_ptr<Scorer>> Bundle::NewScorer() const {
   auto s = std::make_unique<Scorer::Impl>();
   s->bundle = shared_from_this();
+  s->shared = impl_.get();
   PS_ASSIGN_OR_RETURN(s->model, model::BuildModel(impl_->b.loaded.job.model, "job.model"));
   PS_ASSIGN_OR_RETURN(s->fetcher, impl_->b.loaded.NewFetcher());
   return std::unique_ptr<Scorer>(new Scorer(std::move(s)));
@@ -43,6 +105,8 @@ Scorer::~Scorer() = default;
 
 Result<Scores> Scorer::Score(const model::Batch& batch) {
   if (batch.size <= 0) return InvalidArgument("Score: the batch has no examples");
+  // The whole pass inside the gate: the batch sees the bundle before or after a refresh.
+  std::shared_lock gate(impl_->shared->gate);
   PS_ASSIGN_OR_RETURN(model::EvalOutput out, worker::ScoreBatch(*impl_->model, *impl_->fetcher, batch));
   Scores scores;
   scores.examples = out.examples;

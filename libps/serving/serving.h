@@ -12,6 +12,7 @@
 //   auto scorer = (*bundle)->NewScorer();                         // one per thread
 //   ps::model::Batch batch = ...;                                 // or ExampleReader
 //   auto scores = (*scorer)->Score(batch);   // scores->heads[0][i]: example i's P(click)
+//   auto fresh = (*bundle)->Refresh("/data/ctr-model");           // from any thread, any time
 //
 // Bundles (the format is documented in libps/serving/bundle.h): a directory holding
 // bundle.json (format version, the checkpoint it came from, the job and its model
@@ -31,16 +32,43 @@
 // thread per call as the evaluator and `pstrain predict` run it (OPENBLAS_NUM_THREADS=1;
 // scale out with one Scorer per thread instead).
 //
-// Thread safety: a Bundle is immutable and shared (shared_ptr<const Bundle>); a Scorer
-// keeps scratch buffers and is used by one thread at a time: make one per thread. Any
-// number of Scorers of one Bundle may score concurrently; they share its parameters.
+// Refreshing (issue #15, item 6): while a trainer keeps writing delta checkpoints into
+// its model dir (checkpoint_dir.h: ckpt-<base>/delta-<step>), Bundle::Refresh(model_dir)
+// brings a loaded bundle up to the newest committed delta of its base checkpoint
+// without reloading: each newer delta of the chain, in order, written into the bundle's
+// parameter store (changed rows and dense rows replaced, evicted rows dropped so they
+// score with their initial values again; optimizer slots never loaded). The result is
+// bit-identical to a bundle exported at that delta (`pstrain export --step <delta's
+// step>`). The integrity rules are the restore's (ckpt::FindRestorable and
+// ckpt::LoadDeltaChain; one mechanism): a delta without its MANIFEST does not exist, and
+// each new delta is read into memory with every checksum verified before any of it is
+// applied, so a damaged one stops the refresh at the last good delta and is named in
+// RefreshStats::warnings. A newer full checkpoint in the model dir is FailedPrecondition
+// ("newer full checkpoint ckpt-N ...: reload the bundle"): the two are never mixed;
+// export and Load the new one. A bundle knows its state by step and by the digests of
+// its checkpoint's files (BundleInfo::source_*, updated by each refresh): Refresh takes
+// the model dir it was exported from, or a copy, and refuses (FailedPrecondition) one
+// whose job.json has another model graph (read as plain JSON: the training job's
+// plug-ins are never loaded), and one whose checkpoints of the bundle's steps are
+// another training run's (a model dir wiped and trained again). Bundles exported before
+// the digests were recorded load and score, but Refresh refuses them: export anew.
 //
-// Not implemented yet: refreshing a loaded bundle from incremental checkpoints. The
-// design leaves room for it: the parameters live in a ps::server::Store, whose rows are
-// updated atomically while other threads pull them, so a future Bundle::ApplyDelta
-// (records of changed rows, checked against BundleInfo::source_step) can write into the
-// store under Scorers that keep running; bundle.json's "version" lets a delta-aware
-// format be told apart.
+// Thread safety: a Bundle is shared (shared_ptr); a Scorer keeps scratch buffers and is
+// used by one thread at a time: make one per thread. Any number of Scorers of one Bundle
+// may score concurrently; they share its parameters. info(), status() and Refresh may be
+// called from any thread; refreshes run one at a time. Scorers keep scoring during a
+// refresh, and every batch is consistent: it sees the bundle wholly before or wholly
+// after a refresh, never a mix. What pauses scoring, exactly: once the new deltas are
+// read and verified (beside the scorers, all disk I/O included), the refresh waits for
+// the batches being scored to finish, while batches that start meanwhile wait; then it
+// writes the deltas' rows from memory into the store (no disk I/O) and lets them go.
+// The pause (RefreshStats::paused_seconds) is the rest of the longest batch in flight
+// plus that copy; a refresh is never starved by busy scorers. Files the trainer deletes
+// meanwhile (max_to_keep) do not matter once read. Should the writing fail half-way (out
+// of memory), the parameters are a mix of the old state and part of the deltas: status()
+// says so from then on (info() still names the old step), every later Refresh is
+// FailedPrecondition, and scoring goes on: reload the bundle. A failure before anything
+// is written leaves the bundle as it was.
 #pragma once
 
 #include <cstdint>
@@ -73,9 +101,34 @@ struct BundleInfo {
   std::string source_model_dir;  // where it was exported from
   int64_t source_step = 0;       // the checkpoint's global step
   bool source_final = false;     // it was the final checkpoint of its run
+  // Which state exactly (bundle.json's source): the full checkpoint of source_step's
+  // chain and the digests of its shard files (its MANIFEST's: they fingerprint the files'
+  // contents), and when source_step is a delta's, that delta's. Refresh follows only that
+  // very chain: a model dir wiped and trained again has checkpoints of the same steps with
+  // other digests. A bundle exported before they were recorded has none (Refresh refuses
+  // it). Refresh updates source_delta_digests.
+  int64_t source_base_step = 0;
+  std::vector<uint32_t> source_base_digests;
+  std::vector<uint32_t> source_delta_digests;  // empty when source_step is source_base_step
   std::vector<VariableInfo> variables;  // in the model's order
   std::vector<HeadInfo> heads;          // heads[0] is the model's main output
   int64_t eval_batch_size = 256;        // the evaluator's batch size for this job
+};
+
+// What Bundle::Refresh did.
+struct RefreshStats {
+  int64_t base_step = 0;         // the full checkpoint of the chain followed
+  int64_t from_step = 0;         // the bundle's step before
+  int64_t to_step = 0;           // and after (from_step when nothing newer was applied)
+  std::vector<int64_t> applied;  // the steps of the deltas applied, in order
+  // How long new batches were held back: while the batches being scored finished, then
+  // while the verified deltas were written. The reading and verifying before it hold
+  // nothing back.
+  double paused_seconds = 0;
+  // Why the chain stopped early (a delta that failed verification, naming its file) and
+  // other problems the model dir has (a damaged newer full checkpoint skipped, a missing
+  // pointer file): one line each.
+  std::vector<std::string> warnings;
 };
 
 // The scores of one batch.
@@ -95,10 +148,24 @@ class Bundle : public std::enable_shared_from_this<Bundle> {
   // copy included); InvalidArgument for a bundle of an unknown format version, a manifest
   // naming files outside the bundle, or a model this build cannot construct (a plug-in
   // built against another plug-in API, a layer type no plug-in provides).
-  static Result<std::shared_ptr<const Bundle>> Load(const std::string& dir);
+  static Result<std::shared_ptr<Bundle>> Load(const std::string& dir);
   ~Bundle();
 
-  const BundleInfo& info() const;
+  // A snapshot: a refresh in another thread changes what the next call returns.
+  BundleInfo info() const;
+  // OK, or why the parameters are no consistent state: a refresh failed half-way while
+  // writing (its error, "...the bundle holds part of the deltas after step N: reload
+  // it"); info() then still describes the state before that refresh.
+  Status status() const;
+  // Applies model_dir's committed delta checkpoints newer than info().source_step, of
+  // the bundle's base checkpoint, in order (see "Refreshing" above); nothing to apply is
+  // OK (applied empty). Errors: FailedPrecondition for a newer full checkpoint, for a
+  // model dir of another model, of another training run or whose newest chain does not
+  // hold the bundle's step, for a bundle without source digests (exported by an older
+  // pstrain), and once status() is not OK; NotFound for a model dir without job.json or
+  // checkpoints; DataLoss when no checkpoint of it verifies; IoError (a delta deleted
+  // while it was being read, say: nothing was applied, try again).
+  Result<RefreshStats> Refresh(const std::string& model_dir);
   // A scorer for one thread; it keeps this bundle alive.
   Result<std::unique_ptr<Scorer>> NewScorer() const;
 

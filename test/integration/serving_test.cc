@@ -9,6 +9,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "libps/ckpt/checkpoint_dir.h"
 #include "libps/ckpt/shard_file.h"
 #include "test/integration/harness.h"
 
@@ -71,6 +72,25 @@ void CheckSameMetrics(const Json& m, const Json& want) {
   if (want.contains("auc")) CHECK(m["auc"].get<double>() == want["auc"].get<double>());
 }
 
+// serving_example's score lines and its own lines ("serving_example: ..."), and its exit code.
+struct ExampleRun {
+  std::optional<int> rc;
+  std::vector<std::string> scores, said;
+};
+ExampleRun RunExample(const std::vector<std::string>& args) {
+  std::vector<std::string> argv{ServingExample()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  auto example = std::make_unique<Task>("serving_example", argv);
+  ExampleRun run;
+  run.rc = example->WaitExit(120s);
+  for (const auto& l : example->Lines()) (l.rfind("serving_example:", 0) == 0 ? run.said : run.scores).push_back(l);
+  return run;
+}
+
+bool Says(const ExampleRun& run, const std::string& text) {
+  return std::any_of(run.said.begin(), run.said.end(), [&](const auto& l) { return l.find(text) != std::string::npos; });
+}
+
 // Export step `step` of `model`, predict from the bundle and from the checkpoint, run the
 // example program on the bundle; check everything against the evaluator on that step
 // and, for the final checkpoint, against the chief's final evaluation. Returns the
@@ -120,15 +140,10 @@ std::filesystem::path ExportAndCompare(const TempDir& tmp, const std::filesystem
   }
 
   // The public API in a program of its own: the first batch, scored alone, as predict did.
-  auto example = std::make_unique<Task>("serving_example",
-                                        std::vector<std::string>{ServingExample(), bundle.string(), data.string(), "256"});
-  REQUIRE(example->WaitExit(120s) == std::optional<int>(0));
-  std::vector<std::string> scored;
-  for (const auto& l : example->Lines()) {
-    if (l.rfind("serving_example:", 0) != 0) scored.push_back(l);
-  }
-  REQUIRE(scored.size() == 256);
-  CHECK(std::equal(scored.begin(), scored.end(), bundle_lines.begin()));
+  const ExampleRun example = RunExample({bundle.string(), data.string(), "256"});
+  REQUIRE(example.rc == std::optional<int>(0));
+  REQUIRE(example.scores.size() == 256);
+  CHECK(std::equal(example.scores.begin(), example.scores.end(), bundle_lines.begin()));
   return bundle;
 }
 
@@ -312,6 +327,75 @@ TEST_CASE("a CTR model with lazy, partitioned embedding tables: live rows only, 
     CHECK(ckpt_rows < 1000000);
   }
   CHECK(seen);
+}
+
+TEST_CASE("a bundle refreshed from a cluster's delta checkpoints scores as one exported at the newest delta") {
+  TempDir tmp;
+  const auto data = tmp / "ctr-data";
+  auto gen = StartLauncher({"gen-ctr", "--out", data.string(), "--train-examples", "20000", "--eval-examples",
+                            "1000"});
+  REQUIRE(gen->WaitExit(120s) == std::optional<int>(0));
+  Json model_config = ReadConfig("job-ctr-emb.json")["model"];
+  for (auto& field : model_config["fields"]) {
+    field["lazy"] = true;
+    if (field["table"] == "ad") field["evict"] = {{"ttl_steps", 20}};  // deltas delete rows
+  }
+  constexpr int64_t kSteps = 3000;  // about 2 s here: several deltas at 0.2 s
+  const auto model = tmp / "model";
+  // ckpt-0 and the final checkpoint are full, every other one a delta.
+  auto job = DeriveJob("job-ctr-emb.json", tmp / "job.json", kSteps, 100, model,
+                       Json{{"model", model_config},
+                            {"base_dir", data.string()},
+                            {"checkpoint", {{"every_steps", 0}, {"every_seconds", 0}, {"delta_every_seconds", 0.2},
+                                            {"max_deltas", 100000}, {"delta_max_fraction", 1000}}}});
+  {
+    auto spec = LocalCluster();
+    Tasks tasks;
+    for (auto id : {kPs0, kPs1, kWorker0, kWorker1}) tasks.Add(StartDaemon(spec, id));
+    tasks.Add(StartDaemon(spec, kChief, {"--job", job.string()}));
+    tasks.ExpectAllExit(0, 300s);
+  }
+  ckpt::CheckpointInfo chain{.global_step = 0, .dir = (model / "ckpt-0").string(), .manifest = {}};
+  REQUIRE(ckpt::LoadDeltaChain(&chain, ckpt::Verify::kFooters, nullptr).ok());
+  REQUIRE(chain.deltas.size() >= 2);
+  const int64_t first = chain.deltas.front().global_step;
+  const int64_t newest = chain.deltas.back().global_step;
+  Note("ckpt-0 + " + std::to_string(chain.deltas.size()) + " deltas, steps " + std::to_string(first) + ".." +
+       std::to_string(newest));
+  auto export_at = [&](int64_t step) {
+    std::string name = "b";
+    name += std::to_string(step);
+    const auto out = tmp / name;
+    auto e = StartLauncher({"export", model.string(), "--out", out.string(), "--step", std::to_string(step)},
+                           "pstrain export");
+    REQUIRE(e->WaitExit(120s) == std::optional<int>(0));
+    return out.string();
+  };
+  const std::string old_bundle = export_at(first), new_bundle = export_at(newest);
+  Json eval_data = ReadConfig("job-ctr-emb.json")["eval_data"];
+  eval_data["path"] = (data / "eval.libsvm").string();
+  const auto data_file = tmp / "data.json";
+  WriteFile(data_file, eval_data.dump());
+
+  const ExampleRun want = RunExample({new_bundle, data_file.string(), "256"});
+  REQUIRE(want.rc == std::optional<int>(0));
+  REQUIRE(want.scores.size() == 256);
+  const ExampleRun stale = RunExample({old_bundle, data_file.string(), "256"});
+  REQUIRE(stale.rc == std::optional<int>(0));
+  CHECK(stale.scores != want.scores);
+  // The final checkpoint is full: the bundle of ckpt-0's chain must be reloaded.
+  const ExampleRun refused = RunExample({"--refresh-from", model.string(), old_bundle, data_file.string(), "256"});
+  CHECK(refused.rc == std::optional<int>(1));
+  CHECK(Says(refused, "newer full checkpoint ckpt-" + std::to_string(kSteps)));
+  // Without it, ckpt-0's chain is the newest: the refresh applies every delta after the
+  // bundle's, and the scores are those of the bundle exported at the newest delta.
+  std::filesystem::remove_all(model / ("ckpt-" + std::to_string(kSteps)));
+  const ExampleRun refreshed = RunExample({"--refresh-from", model.string(), old_bundle, data_file.string(), "256"});
+  CHECK(refreshed.rc == std::optional<int>(0));
+  CHECK(Says(refreshed, "refreshed from step " + std::to_string(first) + " to " + std::to_string(newest) + " (" +
+                            std::to_string(chain.deltas.size() - 1) + " deltas of ckpt-0; scoring paused "));
+  CHECK(refreshed.scores == want.scores);  // bit-identical (9 significant digits: a float32 exactly)
+  for (const auto& l : refreshed.said) Note(l);
 }
 
 }  // namespace

@@ -383,6 +383,44 @@ TEST_CASE("a corrupt delta stops the chain at the one before it, with a warning 
     REQUIRE(warnings.size() == 1);
     CHECK_THAT(warnings[0], Catch::Contains(bad) && Catch::Contains("checksum mismatch"));
   }
+  SECTION("options: deltas up to verify_after join unverified; read sees each newer one, its DataLoss stops the chain") {
+    bytes[bytes.size() - 10] ^= 0x4;  // delta 7's footer
+    WriteBytes(bad, bytes);
+    CheckpointInfo base{.global_step = 3, .dir = ps::ckpt::CheckpointPath(md, 3), .manifest = {}};
+    std::vector<int64_t> read;
+    std::optional<int64_t> fail_at;
+    ps::Code fail_code = ps::Code::kDataLoss;
+    ps::ckpt::DeltaChainOptions options{.upto = std::nullopt, .verify_after = 7,
+                                        .read = [&](const CheckpointInfo& d) -> ps::Status {
+                                          read.push_back(d.global_step);
+                                          if (fail_at == d.global_step) return ps::Status(fail_code, "read failed");
+                                          return ps::Status::Ok();
+                                        }};
+    std::vector<std::string> warnings;
+    REQUIRE(ps::ckpt::LoadDeltaChain(&base, ps::ckpt::Verify::kFooters, &warnings, options).ok());
+    CHECK(base.restored_step() == 9);  // delta 7's damaged files are not looked at
+    CHECK(read == std::vector<int64_t>{9});
+    CHECK(warnings.empty());
+    // verify_after 5: delta 7 is verified, and stops the chain before read sees it.
+    read.clear();
+    options.verify_after = 5;
+    REQUIRE(ps::ckpt::LoadDeltaChain(&base, ps::ckpt::Verify::kFooters, &warnings, options).ok());
+    CHECK(base.restored_step() == 5);
+    CHECK(read.empty());
+    REQUIRE(warnings.size() == 1);
+    CHECK_THAT(warnings[0], Catch::Contains(bad) && Catch::Contains("delta-7 is corrupt"));
+    // read's DataLoss breaks the chain as a failed verification does; another error fails.
+    read.clear();
+    warnings.clear();
+    options.verify_after = 7;
+    fail_at = 9;
+    REQUIRE(ps::ckpt::LoadDeltaChain(&base, ps::ckpt::Verify::kFooters, &warnings, options).ok());
+    CHECK(base.restored_step() == 7);
+    REQUIRE(warnings.size() == 1);
+    CHECK_THAT(warnings[0], Catch::Contains("read failed; delta delta-9 is corrupt; the delta chain of ckpt-3 stops at step 7"));
+    fail_code = ps::Code::kIo;
+    CHECK(ps::ckpt::LoadDeltaChain(&base, ps::ckpt::Verify::kFooters, &warnings, options).code() == ps::Code::kIo);
+  }
 }
 
 TEST_CASE("a delta against a checkpoint the ps did not write or restore is refused") {

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -11,6 +12,7 @@
 #include <thread>
 
 #include "libps/ckpt/checkpoint_dir.h"
+#include "libps/ckpt/shard_checkpointer.h"
 #include "libps/ckpt/store_io.h"
 #include "libps/core/crc32c.h"
 #include "libps/core/json.h"
@@ -88,49 +90,74 @@ model::Batch DenseBatch(int64_t n) {
 
 // model_dir with job.json and a committed ckpt-<kStep> of 2 ps tasks, trained in-process
 // (`train`: through the same plan and fetcher a worker uses; else the initial values).
+// Train and Save go on from there: more steps, delta checkpoints, full ones, written by
+// the ps's own checkpointer (ckpt::ShardCheckpointer), as the chief has them written.
 struct ModelDir {
   TempDir tmp;
   std::string dir = tmp / "model";
+  std::unique_ptr<model::Model> model;
+  std::vector<std::unique_ptr<ps::server::Store>> stores;  // one per ps task, as the cluster has them
+  std::vector<std::unique_ptr<ckpt::ShardCheckpointer>> checkpointers;
+  std::unique_ptr<worker::ParamFetcher> fetcher;
+  int64_t trained = 0;  // steps
 
-  explicit ModelDir(const Json& job_json = JobJson(), bool train = true) {
+  // final_base: ckpt-<kStep> is the run's final checkpoint (false: deltas follow).
+  explicit ModelDir(const Json& job_json = JobJson(), bool train = true, bool final_base = true) {
     Json json = job_json;
     json["base_dir"] = tmp.path();
     WriteBytes(dir + "/job.json", json.dump(2));
     auto job = job::ParseJob(json, tmp.path());
     REQUIRE(job.ok());
-    auto model = model::BuildModel(job->model, "job.model");
-    REQUIRE(model.ok());
-    auto plan = job::PlanVariables(*job, **model, 2);
+    auto built = model::BuildModel(job->model, "job.model");
+    REQUIRE(built.ok());
+    model = std::move(*built);
+    auto plan = job::PlanVariables(*job, *model, 2);
     REQUIRE(plan.ok());
-    // One store per ps task, as the cluster has them.
-    std::vector<std::unique_ptr<ps::server::Store>> stores;
     std::vector<std::unique_ptr<worker::PsLink>> links;
     for (int p = 0; p < 2; ++p) {
       stores.push_back(std::make_unique<ps::server::Store>());
       REQUIRE(stores[p]->Configure(job->optimizer).ok());
       links.push_back(worker::LocalPsLink(stores[p].get()));
+      checkpointers.push_back(std::make_unique<ckpt::ShardCheckpointer>(stores[p].get(), p));
     }
     for (const auto& s : plan->shards) {
       const auto& v = *std::find_if(plan->variables.begin(), plan->variables.end(),
                                     [&](const auto& d) { return d.name == s.layout.var; });
-      REQUIRE(stores[s.ps]->Create({.layout = s.layout, .init = v.init, .seed = job->seed}).ok());
+      REQUIRE(stores[s.ps]->Create({.layout = s.layout, .init = v.init, .seed = job->seed, .row_policy = v.rows}).ok());
     }
-    auto fetcher = worker::ParamFetcher::Create(*plan, std::move(links));
-    REQUIRE(fetcher.ok());
+    auto f = worker::ParamFetcher::Create(*plan, std::move(links));
+    REQUIRE(f.ok());
+    fetcher = std::move(*f);
+    if (train) Train(kStep);
+    trained = kStep;
+    Save(kStep, std::nullopt, 0, true, final_base);
+  }
+
+  // Trains steps [trained, upto), step s on MakeBatch(16, batch_seed + s).
+  void Train(int64_t upto, uint64_t batch_seed = 100) {
     model::Grads grads;
-    for (int64_t step = 0; train && step < kStep; ++step) {
-      model::Batch batch = MakeBatch(16, 100 + static_cast<uint64_t>(step));
-      REQUIRE((*fetcher)->Fetch(**model, batch).ok());
-      REQUIRE((**model).ForwardBackward(batch, (*fetcher)->params(), &grads).ok());
-      REQUIRE((*fetcher)->Push(grads, step).ok());
+    for (; trained < upto; ++trained) {
+      model::Batch batch = MakeBatch(16, batch_seed + static_cast<uint64_t>(trained));
+      REQUIRE(fetcher->Fetch(*model, batch).ok());
+      REQUIRE(model->ForwardBackward(batch, fetcher->params(), &grads).ok());
+      REQUIRE(fetcher->Push(grads, trained).ok());
     }
-    ckpt::Manifest m{.global_step = kStep, .unix_time = 1, .final = true, .num_ps = 2, .shards = {}, .extra = Json::object()};
-    for (int p = 0; p < 2; ++p) {
-      auto info = ckpt::SaveStore(*stores[p], dir, p, kStep);
-      REQUIRE(info.ok());
-      m.shards.push_back(*info);
+  }
+
+  // Every ps saves the checkpoint of `step` (a delta of `parent` in `base`'s chain when
+  // base is set), committed unless `commit` is false; `final`: the run's last.
+  void Save(int64_t step, std::optional<int64_t> base = std::nullopt, int64_t parent = 0, bool commit = true,
+            bool final = false) {
+    ckpt::Manifest m{.global_step = step, .unix_time = 1, .final = final, .num_ps = 2, .shards = {},
+                     .extra = Json::object(), .base = base, .parent = base ? parent : 0};
+    for (auto& ck : checkpointers) {
+      auto r = ck->Save({.model_dir = dir, .global_step = step, .delta_base = base.value_or(-1),
+                         .delta_parent = base ? parent : -1});
+      INFO(r.status().ToString());
+      REQUIRE(r.ok());
+      m.shards.push_back({r->file, r->bytes, r->digest});
     }
-    REQUIRE(ckpt::CommitCheckpoint(dir, m).ok());
+    if (commit) REQUIRE(ckpt::CommitCheckpoint(dir, m).ok());
   }
 };
 
@@ -152,9 +179,10 @@ void FlipByteAt(const std::string& path, size_t at) {
   WriteBytes(path, bytes);
 }
 
-std::string Exported(const ModelDir& md, const std::string& name = "bundle") {
+// md exported to md.tmp / name, at `step` (default: the newest checkpoint).
+std::string Exported(const ModelDir& md, const std::string& name = "bundle", std::optional<int64_t> step = std::nullopt) {
   const std::string out = md.tmp / name;
-  auto r = ExportBundle({.model_dir = md.dir, .step = std::nullopt, .out_dir = out});
+  auto r = ExportBundle({.model_dir = md.dir, .step = step, .out_dir = out});
   INFO(r.status().ToString());
   REQUIRE(r.ok());
   return out;
@@ -260,7 +288,7 @@ TEST_CASE("a loaded bundle scores bit-identically to the checkpoint it came from
   }
   // The bundle stays usable while a scorer holds it.
   auto keep = std::move(*scorer);
-  bundle = Result<std::shared_ptr<const Bundle>>(NotFound("dropped"));
+  bundle = Result<std::shared_ptr<Bundle>>(NotFound("dropped"));
   CHECK(keep->Score(MakeBatch(4, 7)).ok());
   // A batch that does not fit the model.
   model::Batch bad = MakeBatch(4, 8);
@@ -488,6 +516,548 @@ TEST_CASE("an export that fails after making its temporary directory removes it"
   std::set<std::string> names;
   for (const auto& e : std::filesystem::directory_iterator(md.tmp.path())) names.insert(e.path().filename().string());
   CHECK(names == std::set<std::string>{"model"});
+}
+
+// ---- Refreshing a loaded bundle from delta checkpoints (serving.h, "Refreshing").
+
+// JobJson with a user table whose rows are evicted 35 steps after their last push: the
+// deltas of steps 50..70 delete rows of ckpt-40, and rows pushed last in steps 36..39
+// are in ckpt-40 and no delta (a refresh must keep them).
+Json EvictingJobJson() {
+  Json job = JobJson();
+  job["model"]["fields"][0]["evict"] = {{"ttl_steps", 35}};
+  return job;
+}
+
+// ckpt-40 and its deltas 50, 60, 70 (each against the previous), trained in between
+// (steps from 40 on MakeBatch(16, batch_seed + step)); delta 70 is the run's final
+// checkpoint.
+struct DeltaModelDir : ModelDir {
+  explicit DeltaModelDir(const Json& job = EvictingJobJson(), uint64_t batch_seed = 100)
+      : ModelDir(job, true, /*final_base=*/false) {
+    int64_t parent = kStep;
+    for (int64_t step : {50, 60, 70}) {
+      Train(step, batch_seed);
+      Save(step, kStep, parent, true, /*final=*/step == 70);
+      parent = step;
+    }
+  }
+};
+
+std::shared_ptr<Bundle> Loaded(const std::string& dir) {
+  auto b = Bundle::Load(dir);
+  INFO(b.status().ToString());
+  REQUIRE(b.ok());
+  return *b;
+}
+
+// The scores of batches 1..4 of MakeBatch (users over the whole pool, most never trained).
+std::vector<std::vector<float>> ScoresOf(const Bundle& bundle) {
+  auto scorer = bundle.NewScorer();
+  REQUIRE(scorer.ok());
+  std::vector<std::vector<float>> out;
+  for (uint64_t seed = 1; seed <= 4; ++seed) {
+    auto s = (*scorer)->Score(MakeBatch(64, seed));
+    REQUIRE(s.ok());
+    out.push_back(s->heads[0]);
+  }
+  return out;
+}
+
+// Every shard of a store: its key -> (lazy: the created rows' ids; values, bit-exact).
+std::map<std::string, std::pair<std::vector<int64_t>, std::vector<float>>> Contents(const ps::server::Store& store) {
+  std::map<std::string, std::pair<std::vector<int64_t>, std::vector<float>>> out;
+  for (const auto& key : store.Keys()) {
+    REQUIRE(store.Read(key, [&](const ps::server::ShardView& v) {
+                   auto& [ids, values] = out[key.var + "/" + std::to_string(key.shard)];
+                   if (!v.def.layout.lazy) {
+                     values.assign(v.values.begin(), v.values.end());
+                     return;
+                   }
+                   ids.assign(v.row_ids.begin(), v.row_ids.end());
+                   for (size_t i = 0; i < v.row_ids.size(); ++i) {
+                     auto row = v.row(i, 0);
+                     values.insert(values.end(), row.begin(), row.end());
+                   }
+                 }).ok());
+  }
+  return out;
+}
+
+// The global ids of the user table's rows that delta `step` deleted (deleted) and wrote
+// (changed or created), from its records.
+struct UserRows {
+  std::set<int64_t> deleted, written;
+};
+UserRows DeltaUsers(const ModelDir& md, int64_t step) {
+  UserRows out;
+  for (int p = 0; p < 2; ++p) {
+    auto reader = ckpt::ShardReader::Open(ckpt::DeltaPath(md.dir, kStep, step) + "/" + ckpt::ShardFileName(p));
+    REQUIRE(reader.ok());
+    auto records = reader->ReadRecords();
+    REQUIRE(records.ok());
+    for (const auto& r : *records) {
+      if (r.meta.layout.var != "user/embeddings") continue;
+      for (int64_t id : r.deleted_ids) out.deleted.insert(r.meta.layout.row_begin + id);
+      for (int64_t id : r.row_ids) out.written.insert(r.meta.layout.row_begin + id);
+    }
+  }
+  return out;
+}
+
+// Refresh's parts (bundle.h) on `loaded` without a Bundle around it: its rows can be
+// looked at. Returns the next BundleInfo.
+BundleInfo RefreshedByParts(LoadedBundle& loaded, const std::string& model_dir) {
+  RefreshStats stats;
+  auto deltas = NewerDeltas(loaded, model_dir, &stats);
+  INFO(deltas.status().ToString());
+  REQUIRE(deltas.ok());
+  bool changed = false;
+  REQUIRE(WriteBundleDeltas(loaded, *deltas, &changed).ok());
+  BundleInfo next = loaded.info;
+  RecordBundleDeltas(loaded, *deltas, &stats, &next);
+  return next;
+}
+
+TEST_CASE("a refreshed bundle is bit-identical to one exported at the newest delta, rows and scores") {
+  DeltaModelDir md;
+  const std::string newest = Exported(md, "b70");
+  auto fresh = Loaded(newest);
+  REQUIRE(fresh->info().source_step == 70);
+  const auto want = ScoresOf(*fresh);
+  auto want_rows = LoadBundle(newest);
+  REQUIRE(want_rows.ok());
+  const auto want_contents = Contents(*want_rows->loaded.store);
+
+  // From the base, and from the first delta.
+  for (int64_t from : {kStep, int64_t{50}}) {
+    INFO("exported at step " << from);
+    const std::string dir = Exported(md, from == kStep ? "b40" : "b50", from);
+    auto bundle = Loaded(dir);
+    CHECK(bundle->info().source_step == from);
+    CHECK(!bundle->info().source_final);
+    const auto before = ScoresOf(*bundle);
+    CHECK(before != want);  // the deltas change the scores
+    auto stats = bundle->Refresh(md.dir);
+    INFO(stats.status().ToString());
+    REQUIRE(stats.ok());
+    CHECK(stats->base_step == kStep);
+    CHECK(stats->from_step == from);
+    CHECK(stats->to_step == 70);
+    CHECK(stats->applied == (from == kStep ? std::vector<int64_t>{50, 60, 70} : std::vector<int64_t>{60, 70}));
+    CHECK(stats->warnings.empty());
+    CHECK(stats->paused_seconds > 0);
+    const BundleInfo info = bundle->info();
+    CHECK(info.source_step == 70);
+    CHECK(info.source_final);  // delta 70 is the run's final checkpoint
+    CHECK(info.source_base_step == kStep);
+    CHECK(info.source_base_digests == fresh->info().source_base_digests);
+    CHECK(info.source_delta_digests == fresh->info().source_delta_digests);
+    CHECK(bundle->status().ok());
+    REQUIRE(info.variables.size() == fresh->info().variables.size());
+    for (size_t i = 0; i < info.variables.size(); ++i) {
+      CHECK(info.variables[i].name == fresh->info().variables[i].name);
+      CHECK(info.variables[i].stored_rows == fresh->info().variables[i].stored_rows);
+    }
+    CHECK(ScoresOf(*bundle) == want);  // bit-identical floats
+    // Nothing newer: a no-op.
+    auto again = bundle->Refresh(md.dir);
+    REQUIRE(again.ok());
+    CHECK(again->applied.empty());
+    CHECK(again->to_step == 70);
+    CHECK(ScoresOf(*bundle) == want);
+
+    // The rows themselves, through Refresh's two halves on a bundle loaded the same way.
+    auto loaded = LoadBundle(dir);
+    REQUIRE(loaded.ok());
+    CHECK(RefreshedByParts(*loaded, md.dir).source_step == 70);
+    CHECK(Contents(*loaded->loaded.store) == want_contents);
+  }
+}
+
+TEST_CASE("a row a delta evicted leaves the refreshed bundle and scores with its initial value again") {
+  DeltaModelDir md;
+  const std::string base = Exported(md, "b40", kStep);
+  auto loaded = LoadBundle(base);
+  REQUIRE(loaded.ok());
+  const auto at_base = Contents(*loaded->loaded.store);
+  // A user row of the bundle that a delta deleted and no later delta wrote again, read
+  // from the deltas' records (not from a restore, which shares the code under test).
+  constexpr int64_t kRowsPerShard = kLazyVocab / 2;
+  auto in_base = [&](int64_t id) {
+    const auto& ids = at_base.at("user/embeddings/" + std::to_string(id / kRowsPerShard)).first;
+    return std::find(ids.begin(), ids.end(), id % kRowsPerShard) != ids.end();
+  };
+  std::set<int64_t> deleted, touched;  // touched: written or deleted by some delta
+  for (int64_t step : {50, 60, 70}) {
+    UserRows rows = DeltaUsers(md, step);
+    for (int64_t id : rows.written) deleted.erase(id);
+    for (int64_t id : rows.deleted) {
+      if (in_base(id)) deleted.insert(id);
+    }
+    touched.insert(rows.written.begin(), rows.written.end());
+    touched.insert(rows.deleted.begin(), rows.deleted.end());
+  }
+  std::optional<int64_t> gone;
+  if (!deleted.empty()) gone = *deleted.begin();
+  REQUIRE(gone.has_value());
+  INFO("user " << *gone);
+  model::Batch batch = MakeBatch(4, 11);
+  for (int64_t i = 0; i < 4; ++i) batch.sparse[0].ids[static_cast<size_t>(i)] = *gone;
+
+  auto bundle = Loaded(base);
+  auto scorer = bundle->NewScorer();
+  REQUIRE(scorer.ok());
+  auto before = (*scorer)->Score(batch);
+  REQUIRE(before.ok());
+  REQUIRE(bundle->Refresh(md.dir).ok());
+  auto after = (*scorer)->Score(batch);  // the same scorer, made before the refresh
+  REQUIRE(after.ok());
+  auto fresh_scorer = Loaded(Exported(md, "b70"))->NewScorer();
+  REQUIRE(fresh_scorer.ok());
+  auto want = (*fresh_scorer)->Score(batch);  // the row is absent: its initial value
+  REQUIRE(want.ok());
+  CHECK(after->heads[0] == want->heads[0]);
+  CHECK(after->heads[0] != before->heads[0]);
+  // The table has no such row any more: with a row at its initial value the bundle would
+  // score the same but hold it; the store shows it is gone.
+  CHECK(RefreshedByParts(*loaded, md.dir).source_step == 70);
+  // Rows of ckpt-40 that no delta wrote or deleted are live at step 70 with their values
+  // of step 40 (a refresh that dropped the lazy tables' rows first would lose them).
+  const auto refreshed = Contents(*loaded->loaded.store);
+  int kept = 0;
+  for (int shard = 0; shard < 2; ++shard) {
+    const std::string key = "user/embeddings/" + std::to_string(shard);
+    const auto& [ids, values] = at_base.at(key);
+    const auto& [new_ids, new_values] = refreshed.at(key);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (touched.contains(shard * kRowsPerShard + ids[i])) continue;
+      ++kept;
+      auto at = std::find(new_ids.begin(), new_ids.end(), ids[i]);
+      REQUIRE(at != new_ids.end());
+      const auto j = static_cast<size_t>(at - new_ids.begin());
+      CHECK(std::equal(values.begin() + static_cast<std::ptrdiff_t>(i * 4),
+                       values.begin() + static_cast<std::ptrdiff_t>(i * 4 + 4),
+                       new_values.begin() + static_cast<std::ptrdiff_t>(j * 4)));
+    }
+  }
+  REQUIRE(kept > 0);
+  const ps::server::ShardKey key{"user/embeddings", static_cast<int>(*gone / kRowsPerShard)};
+  const auto after_rows = Contents(*loaded->loaded.store);
+  const auto& ids = after_rows.at("user/embeddings/" + std::to_string(key.shard)).first;
+  CHECK(std::find(ids.begin(), ids.end(), *gone % kRowsPerShard) == ids.end());
+  // It pulls as a row never created does: a fresh shard of the same def.
+  auto def = loaded->loaded.store->GetDef(key);
+  REQUIRE(def.ok());
+  ps::server::Store untouched;
+  REQUIRE(untouched.Configure(ps::server::OptimizerSpec{}).ok());
+  REQUIRE(untouched.Create(*def).ok());
+  const std::vector<int64_t> row{*gone % kRowsPerShard};
+  std::vector<float> pulled(4), initial(4), trained(4);
+  REQUIRE(loaded->loaded.store->PullRows(key, row, pulled).ok());
+  REQUIRE(untouched.PullRows(key, row, initial).ok());
+  auto base_again = LoadBundle(base);
+  REQUIRE(base_again.ok());
+  REQUIRE(base_again->loaded.store->PullRows(key, row, trained).ok());
+  CHECK(pulled == initial);
+  CHECK(trained != initial);
+}
+
+TEST_CASE("a refresh stops before a corrupt delta, naming its file, and ignores an uncommitted one") {
+  DeltaModelDir md;
+  const std::string base = Exported(md, "b40", kStep);
+  const auto at60 = ScoresOf(*Loaded(Exported(md, "b60", 60)));
+  const auto at70 = ScoresOf(*Loaded(Exported(md, "b70", 70)));
+  // A delta written but never committed (no MANIFEST): it does not exist.
+  md.Train(80);
+  md.Save(80, kStep, 70, /*commit=*/false);
+  REQUIRE(std::filesystem::exists(ckpt::DeltaPath(md.dir, kStep, 80) + "/ps-0.shard"));
+  {
+    auto bundle = Loaded(base);
+    auto stats = bundle->Refresh(md.dir);
+    INFO(stats.status().ToString());
+    REQUIRE(stats.ok());
+    CHECK(stats->applied == std::vector<int64_t>{50, 60, 70});
+    CHECK(stats->warnings.empty());
+    CHECK(ScoresOf(*bundle) == at70);
+  }
+  // A flipped byte in the data of the newest committed delta: its footer still matches
+  // its MANIFEST, only reading the records finds it.
+  const std::string bad = ckpt::DeltaPath(md.dir, kStep, 70) + "/ps-1.shard";
+  const std::string good = ReadBytes(bad);
+  FlipByteAt(bad, good.size() / 2);
+  auto bundle = Loaded(base);
+  auto stats = bundle->Refresh(md.dir);
+  INFO(stats.status().ToString());
+  REQUIRE(stats.ok());
+  CHECK(stats->applied == std::vector<int64_t>{50, 60});
+  CHECK(stats->to_step == 60);
+  REQUIRE(stats->warnings.size() == 1);
+  CHECK_THAT(stats->warnings[0], Catch::Contains(bad + ":"));
+  CHECK_THAT(stats->warnings[0], Catch::Contains("the delta chain of ckpt-40 stops at step 60"));
+  CHECK(bundle->info().source_step == 60);
+  CHECK(!bundle->info().source_final);
+  CHECK(ScoresOf(*bundle) == at60);  // as exported at the last good delta
+  // Repaired, the next refresh picks it up.
+  WriteBytes(bad, good);
+  auto later = bundle->Refresh(md.dir);
+  REQUIRE(later.ok());
+  CHECK(later->applied == std::vector<int64_t>{70});
+  CHECK(ScoresOf(*bundle) == at70);
+}
+
+TEST_CASE("a refresh reads the model dir's job.json as JSON: the training job's plug-ins are not loaded") {
+  DeltaModelDir md;
+  auto bundle = Loaded(Exported(md, "b40", kStep));
+  // The training hosts' plug-in, absent here: parsing the job would dlopen it and fail.
+  Json job = ReadJsonFile(md.dir + "/job.json").value();
+  job["plugins"] = Json::array({md.tmp / "training-host-only/libmissing_layers.so"});
+  WriteBytes(md.dir + "/job.json", job.dump(2));
+  auto stats = bundle->Refresh(md.dir);
+  INFO(stats.status().ToString());
+  REQUIRE(stats.ok());
+  CHECK(stats->applied == std::vector<int64_t>{50, 60, 70});
+}
+
+TEST_CASE("a newer full checkpoint is an error asking for a reload; the bundle is left as it was") {
+  DeltaModelDir md;
+  auto bundle = Loaded(Exported(md, "b40", kStep));
+  const auto before = ScoresOf(*bundle);
+  md.Train(80);
+  md.Save(80);
+  auto stats = bundle->Refresh(md.dir);
+  INFO(stats.status().ToString());
+  CHECK(stats.status().code() == Code::kFailedPrecondition);
+  CHECK_THAT(stats.status().message(), Catch::Contains("newer full checkpoint ckpt-80"));
+  CHECK_THAT(stats.status().message(), Catch::Contains("reload the bundle"));
+  CHECK(bundle->info().source_step == kStep);
+  CHECK(ScoresOf(*bundle) == before);
+  // A model dir whose chain never held the bundle's step: not silently mixed either.
+  ModelDir other(EvictingJobJson());
+  other.Train(45);
+  other.Save(45, kStep, kStep);
+  auto fifty = Loaded(Exported(md, "b50", 50));
+  auto wrong = fifty->Refresh(other.dir);
+  INFO(wrong.status().ToString());
+  CHECK(wrong.status().code() == Code::kFailedPrecondition);
+  CHECK_THAT(wrong.status().message(), Catch::Contains("the bundle's step 50 is not in the newest checkpoint chain"));
+  auto none = bundle->Refresh(md.tmp / "nothing");
+  CHECK(none.status().code() == Code::kNotFound);
+  // Another model's deltas, at the bundle's very steps: refused before anything is read.
+  Json job = EvictingJobJson();
+  job["model"]["hidden"] = Json::array({6});
+  ModelDir another(job);
+  another.Train(50);
+  another.Save(50, kStep, kStep);
+  auto mixed = bundle->Refresh(another.dir);
+  INFO(mixed.status().ToString());
+  CHECK(mixed.status().code() == Code::kFailedPrecondition);
+  CHECK_THAT(mixed.status().message(), Catch::Contains(another.dir + "/job.json: its model differs from the bundle's"));
+  CHECK(bundle->info().source_step == kStep);
+  CHECK(ScoresOf(*bundle) == before);
+}
+
+// Replaces model dir `dir` with a copy of `with` (a model dir wiped and trained again).
+void ReplaceModelDir(const std::string& dir, const std::string& with) {
+  std::filesystem::remove_all(dir);
+  std::filesystem::copy(with, dir, std::filesystem::copy_options::recursive);
+}
+
+TEST_CASE("a refresh refuses a model dir wiped and trained again, even at the bundle's very steps") {
+  DeltaModelDir md;
+  auto at40 = Loaded(Exported(md, "b40", kStep));
+  auto also40 = Loaded(Exported(md, "b40-also", kStep));
+  auto at50 = Loaded(Exported(md, "b50", 50));
+  CHECK(at50->info().source_base_step == kStep);
+  CHECK(at50->info().source_base_digests.size() == 2);
+  CHECK(at50->info().source_delta_digests.size() == 2);
+  CHECK(at40->info().source_delta_digests.empty());
+  // The same job again: training is deterministic, so the same ckpt-40; other batches
+  // after it, so other deltas of the same steps.
+  DeltaModelDir rerun(EvictingJobJson(), /*batch_seed=*/7000);
+  ReplaceModelDir(md.dir, rerun.dir);
+  const auto before = ScoresOf(*at50);
+  auto refused = at50->Refresh(md.dir);
+  INFO(refused.status().ToString());
+  CHECK(refused.status().code() == Code::kFailedPrecondition);
+  CHECK_THAT(refused.status().message(), Catch::Contains(ckpt::DeltaPath(md.dir, kStep, 50) +
+                                                         ": not the checkpoint the bundle"));
+  CHECK_THAT(refused.status().message(), Catch::Contains("another training run"));
+  CHECK(at50->info().source_step == 50);
+  CHECK(at50->status().ok());
+  CHECK(ScoresOf(*at50) == before);
+  // The bundle of ckpt-40, bit-identical in both runs, is that state: it follows the new chain.
+  auto followed = at40->Refresh(md.dir);
+  INFO(followed.status().ToString());
+  REQUIRE(followed.ok());
+  CHECK(followed->applied == std::vector<int64_t>{50, 60, 70});
+  CHECK(ScoresOf(*at40) == ScoresOf(*Loaded(Exported(md, "rerun-b70"))));
+  // Another seed: another ckpt-40.
+  Json seeded = EvictingJobJson();
+  seeded["seed"] = 10;
+  DeltaModelDir reseeded(seeded);
+  ReplaceModelDir(md.dir, reseeded.dir);
+  auto base_refused = also40->Refresh(md.dir);
+  INFO(base_refused.status().ToString());
+  CHECK(base_refused.status().code() == Code::kFailedPrecondition);
+  CHECK_THAT(base_refused.status().message(), Catch::Contains(ckpt::CheckpointPath(md.dir, kStep) +
+                                                              ": not the checkpoint the bundle"));
+  CHECK(also40->info().source_step == kStep);
+}
+
+TEST_CASE("a bundle without its source's digests (an older export) loads and scores, and is not refreshed") {
+  DeltaModelDir md;
+  const std::string dir = Exported(md, "b40", kStep);
+  EditManifest(dir, [](Json& m) {
+    for (const char* key : {"base_step", "base_digests", "delta_digests"}) m["source"].erase(key);
+  });
+  auto bundle = Loaded(dir);
+  CHECK(bundle->info().source_base_digests.empty());
+  const auto before = ScoresOf(*bundle);
+  auto refused = bundle->Refresh(md.dir);
+  INFO(refused.status().ToString());
+  CHECK(refused.status().code() == Code::kFailedPrecondition);
+  CHECK_THAT(refused.status().message(), Catch::Contains(dir + "/bundle.json: the source has no base_digests"));
+  CHECK_THAT(refused.status().message(), Catch::Contains("export the bundle anew"));
+  CHECK(ScoresOf(*bundle) == before);
+}
+
+TEST_CASE("a refresh writes the deltas from memory: files deleted after the reading do not matter") {
+  DeltaModelDir md;
+  auto newest = LoadBundle(Exported(md, "b70"));
+  REQUIRE(newest.ok());
+  const auto want = Contents(*newest->loaded.store);
+  auto loaded = LoadBundle(Exported(md, "b40", kStep));
+  REQUIRE(loaded.ok());
+  RefreshStats stats;
+  auto deltas = NewerDeltas(*loaded, md.dir, &stats);
+  INFO(deltas.status().ToString());
+  REQUIRE(deltas.ok());
+  REQUIRE(deltas->size() == 3);
+  // The trainer's max_to_keep deletes the chain between the reading and the writing.
+  std::filesystem::remove_all(md.dir);
+  bool changed = false;
+  Status st = WriteBundleDeltas(*loaded, *deltas, &changed);
+  INFO(st.ToString());
+  REQUIRE(st.ok());
+  CHECK(changed);
+  CHECK(Contents(*loaded->loaded.store) == want);
+}
+
+TEST_CASE("a refresh that fails half-way says so in status(); one that fails before writing leaves the bundle be") {
+  DeltaModelDir md;
+  auto at40 = Loaded(Exported(md, "b40", kStep));
+  auto at70 = Loaded(Exported(md, "b70", 70));
+  const auto scores40 = ScoresOf(*at40), scores70 = ScoresOf(*at70);
+  // A committed delta 80 that verifies but cannot be applied: a record of the dense site
+  // table marked lazy (a delta of another model's layout).
+  auto loaded = LoadBundle(md.tmp / "b70");
+  REQUIRE(loaded.ok());
+  auto def = loaded->loaded.store->GetDef({"site/embeddings", 0});
+  REQUIRE(def.ok());
+  cluster::ShardLayout layout = def->layout;
+  REQUIRE(!layout.lazy);
+  layout.lazy = true;
+  auto dir = ckpt::CreateDeltaDir(md.dir, kStep, 80);
+  REQUIRE(dir.ok());
+  ckpt::Manifest m{.global_step = 80, .unix_time = 1, .final = false, .num_ps = 2, .shards = {},
+                   .extra = Json::object(), .base = kStep, .parent = 70};
+  const std::vector<int64_t> ids{0};
+  const std::vector<float> values(static_cast<size_t>(layout.cols), 1.0f);
+  for (int p = 0; p < 2; ++p) {
+    auto w = ckpt::ShardWriter::Create(*dir + "/" + ckpt::ShardFileName(p), p, 80);
+    REQUIRE(w.ok());
+    if (p == 0) {
+      REQUIRE(w->Append({.layout = layout, .values = values, .slots = {}, .row_ids = ids, .gather = {},
+                         .delta = true, .deleted_ids = {}}).ok());
+    }
+    auto info = w->Commit();
+    REQUIRE(info.ok());
+    m.shards.push_back(*info);
+  }
+  REQUIRE(ckpt::CommitCheckpoint(md.dir, m).ok());
+
+  // From step 70, delta 80 fails on its first record: nothing was written.
+  auto early = at70->Refresh(md.dir);
+  INFO(early.status().ToString());
+  CHECK(early.status().code() == Code::kFailedPrecondition);
+  CHECK_THAT(early.status().message(), Catch::Contains("is lazy in the checkpoint and dense in this job"));
+  CHECK_THAT(early.status().message(), Catch::Contains(ckpt::DeltaPath(md.dir, kStep, 80)));
+  CHECK(at70->status().ok());
+  CHECK(at70->info().source_step == 70);
+  CHECK(ScoresOf(*at70) == scores70);
+  auto again = at70->Refresh(md.dir);  // the same error, not "an earlier refresh failed"
+  CHECK_THAT(again.status().message(), Catch::Contains("is lazy in the checkpoint"));
+
+  // From step 40, deltas 50..70 are written before 80 fails: a mix of states.
+  auto half = at40->Refresh(md.dir);
+  INFO(half.status().ToString());
+  CHECK(half.status().code() == Code::kFailedPrecondition);
+  CHECK_THAT(half.status().message(), Catch::Contains("the bundle holds part of the deltas after step 40: reload it"));
+  CHECK(at40->status().code() == Code::kFailedPrecondition);
+  CHECK(at40->status().message() == half.status().message());
+  CHECK(at40->info().source_step == kStep);  // the old step, documented as such
+  const auto mixed = ScoresOf(*at40);        // scoring goes on
+  CHECK(mixed != scores40);
+  auto later = at40->Refresh(md.dir);
+  CHECK(later.status().code() == Code::kFailedPrecondition);
+  CHECK_THAT(later.status().message(), Catch::Contains("an earlier refresh failed while writing"));
+}
+
+TEST_CASE("scorers keep scoring while a bundle refreshes, each batch wholly before or after") {
+  DeltaModelDir md;
+  auto bundle = Loaded(Exported(md, "b40", kStep));
+  const model::Batch batch = MakeBatch(64, 3);
+  auto score = [&](Scorer& s) {
+    auto r = s.Score(batch);
+    REQUIRE(r.ok());
+    return r->heads[0];
+  };
+  auto first = bundle->NewScorer();
+  REQUIRE(first.ok());
+  const auto old_scores = score(**first);
+  auto fresh = Loaded(Exported(md, "b70"))->NewScorer();
+  REQUIRE(fresh.ok());
+  const auto want_new = score(**fresh);
+  REQUIRE(old_scores != want_new);
+
+  constexpr int kThreads = 3;
+  std::atomic<bool> done{false};
+  std::atomic<int> started{0};
+  std::vector<int> mixed(kThreads, 0), failed(kThreads, 0), batches(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      auto scorer = bundle->NewScorer();
+      if (!scorer.ok()) {
+        ++failed[t];
+        return;
+      }
+      ++started;
+      // Until the refresh is over, and a few batches after.
+      for (int after = 0; after < 3;) {
+        if (done) ++after;
+        auto r = (*scorer)->Score(batch);
+        ++batches[t];
+        if (!r.ok()) {
+          ++failed[t];
+        } else if (r->heads[0] != old_scores && r->heads[0] != want_new) {
+          ++mixed[t];
+        }
+        (void)bundle->info();  // info() beside a refresh
+      }
+    });
+  }
+  while (started < kThreads) std::this_thread::yield();
+  auto stats = bundle->Refresh(md.dir);
+  done = true;
+  for (auto& th : threads) th.join();
+  INFO(stats.status().ToString());
+  REQUIRE(stats.ok());
+  CHECK(stats->applied == std::vector<int64_t>{50, 60, 70});
+  CHECK(failed == std::vector<int>(kThreads, 0));
+  CHECK(mixed == std::vector<int>(kThreads, 0));
+  CHECK(score(**first) == want_new);
 }
 
 }  // namespace
