@@ -43,12 +43,16 @@ float* RecordArena::Allocate() {
     const size_t record_bytes = record_floats_ * sizeof(float);
     const size_t max_rows = std::max<size_t>(kFirstChunkRows, kHugePage / record_bytes);
     const size_t rows = chunks_.empty() ? kFirstChunkRows : std::min(chunk_rows_ * 2, max_rows);
-    auto chunk = AlignedFloats::Make(rows * record_floats_, "lazy rows");
+    // A full-size chunk takes whole huge pages (AllocateAligned advises them only from
+    // kHugePage bytes up); the few bytes past its last record are slack.
+    const size_t floats = rows == max_rows ? std::max(rows * record_floats_, kHugePage / sizeof(float))
+                                           : rows * record_floats_;
+    auto chunk = AlignedFloats::Make(floats, "lazy rows");
     if (!chunk.ok()) return nullptr;
     chunks_.push_back(std::move(*chunk));
     chunk_rows_ = rows;
     chunk_used_ = 0;
-    chunk_floats_ += rows * record_floats_;
+    chunk_floats_ += floats;
   }
   return chunks_.back().data() + chunk_used_++ * record_floats_;
 }
