@@ -32,55 +32,74 @@ Result<AlignedFloats> AlignedFloats::Make(size_t n, const std::string& what) {
   return a;
 }
 
-float* RecordArena::Allocate() {
+RecordArena::RecordArena(size_t record_floats) : record_floats_(record_floats) {
+  PS_ASSERT(record_floats_ >= 1);
+  max_rows_ = std::max<size_t>(kFirstChunkRows, kHugePage / (record_floats_ * sizeof(float)));
+  while ((size_t{1} << slot_bits_) < max_rows_) ++slot_bits_;
+  slot_mask_ = static_cast<uint32_t>((uint64_t{1} << slot_bits_) - 1);
+}
+
+uint32_t RecordArena::Allocate() {
   std::lock_guard lock(mu_);
-  if (free_ != nullptr) {
-    float* record = free_;
-    std::memcpy(&free_, record, sizeof(free_));
-    return record;
+  if (free_ != kNone) {
+    const uint32_t ref = free_;
+    std::memcpy(&free_, At(ref), sizeof(free_));
+    return ref;
   }
   if (chunk_used_ == chunk_rows_) {
-    const size_t record_bytes = record_floats_ * sizeof(float);
-    const size_t max_rows = std::max<size_t>(kFirstChunkRows, kHugePage / record_bytes);
-    const size_t rows = chunks_.empty() ? kFirstChunkRows : std::min(chunk_rows_ * 2, max_rows);
+    // The last reference of the last chunk a reference can name would be kNone.
+    if (chunks_.size() + 1 >= (uint64_t{1} << (32 - slot_bits_))) return kNone;
+    const size_t rows = chunks_.empty() ? kFirstChunkRows : std::min(chunk_rows_ * 2, max_rows_);
     // A full-size chunk takes whole huge pages (AllocateAligned advises them only from
     // kHugePage bytes up); the few bytes past its last record are slack.
-    const size_t floats = rows == max_rows ? std::max(rows * record_floats_, kHugePage / sizeof(float))
-                                           : rows * record_floats_;
+    const size_t floats = rows == max_rows_ ? std::max(rows * record_floats_, kHugePage / sizeof(float))
+                                            : rows * record_floats_;
     auto chunk = AlignedFloats::Make(floats, "lazy rows");
-    if (!chunk.ok()) return nullptr;
+    if (!chunk.ok()) return kNone;
+    if (chunks_.size() == dir_size_) {
+      const size_t size = std::max<size_t>(16, dir_size_ * 2);
+      std::unique_ptr<const float*[]> dir(new (std::nothrow) const float*[size]);
+      if (dir == nullptr) return kNone;
+      std::copy_n(dirs_.empty() ? nullptr : dirs_.back().get(), dir_size_, dir.get());
+      dirs_.push_back(std::move(dir));
+      dir_size_ = size;
+    }
+    dirs_.back()[chunks_.size()] = chunk->data();
+    dir_.store(dirs_.back().get(), std::memory_order_release);
     chunks_.push_back(std::move(*chunk));
     chunk_rows_ = rows;
     chunk_used_ = 0;
     chunk_floats_ += floats;
   }
-  return chunks_.back().data() + chunk_used_++ * record_floats_;
+  return static_cast<uint32_t>(((chunks_.size() - 1) << slot_bits_) | chunk_used_++);
 }
 
-void RecordArena::Free(float* record) {
-  PS_ASSERT(record_floats_ * sizeof(float) >= sizeof(float*));
+void RecordArena::Free(uint32_t ref) {
   std::lock_guard lock(mu_);
-  std::memcpy(record, &free_, sizeof(free_));
-  free_ = record;
+  std::memcpy(At(ref), &free_, sizeof(free_));
+  free_ = ref;
 }
 
 void RecordArena::Clear() {
   std::lock_guard lock(mu_);
-  free_ = nullptr;
+  free_ = kNone;
   chunks_.clear();
+  dir_.store(nullptr, std::memory_order_release);
+  dirs_.clear();
+  dir_size_ = 0;
   chunk_used_ = chunk_rows_ = chunk_floats_ = 0;
 }
 
-float* LazyStripe::Insert(int64_t row, uint64_t hash, RecordArena& arena) {
+LazyStripe::Entry* LazyStripe::Insert(int64_t row, uint64_t hash, RecordArena& arena) {
   if ((count_ + 1) * 10 > table_.size() * 7 && !Grow()) return nullptr;
-  float* record = arena.Allocate();
-  if (record == nullptr) return nullptr;
+  const uint32_t ref = arena.Allocate();
+  if (ref == RecordArena::kNone) return nullptr;
   const size_t mask = table_.size() - 1;
   size_t i = hash & mask;
   while (table_[i].row >= 0) i = (i + 1) & mask;
-  table_[i] = {row, record};
+  table_[i] = {row, ref, 0};
   ++count_;
-  return record;
+  return &table_[i];
 }
 
 bool LazyStripe::Erase(int64_t row, uint64_t hash, RecordArena& arena) {
@@ -91,7 +110,7 @@ bool LazyStripe::Erase(int64_t row, uint64_t hash, RecordArena& arena) {
     if (table_[i].row < 0) return false;
     i = (i + 1) & mask;
   }
-  arena.Free(table_[i].record);
+  arena.Free(table_[i].ref);
   // Backward-shift deletion: move later entries of the probe run into the hole unless
   // their home slot lies cyclically in (hole, their slot].
   for (size_t j = i;;) {
@@ -130,6 +149,7 @@ bool LazyStripe::Grow() {
     while (table_[i].row >= 0) i = (i + 1) & mask;
     table_[i] = e;
   }
+  ++grows_;
   return true;
 }
 

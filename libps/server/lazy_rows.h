@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -100,20 +101,33 @@ inline constexpr uint32_t kPrefetchRows = 16;
 
 struct StripeGroups;
 
-// The records of one lazy shard: record_floats floats each (values, then each slot), at
-// stable addresses (chunks are never moved or freed until Clear). Chunks double from 16
-// records up to kHugePage bytes, so a big shard's records sit on huge pages and at most
-// one partly used chunk per shard is slack. Thread-safe (its own mutex, taken after a
-// stripe lock); Clear only while no record is in use (every stripe of the shard locked).
+// The records of one lazy shard: record_floats floats each (values, then each slot, then
+// the last-push stamp of an evicting shard), named by a 32-bit reference and at stable
+// addresses (chunks are never moved or freed until Clear). Chunks double from 16 records
+// up to kHugePage bytes; a full-size chunk is one huge page, 64-byte aligned like every
+// chunk, so when a record is a multiple of 64 bytes (16 floats of values and one slot:
+// 128 bytes) its values start a cache line and a pull touches one line per row. At most
+// one partly used chunk per shard is slack. Allocate, Free and Clear take the arena's own
+// mutex (taken after a stripe lock); At needs none: a reference is only used under the
+// stripe lock of the row it belongs to, whose Insert published it. Clear only while no
+// record is in use (every stripe of the shard locked).
 class RecordArena {
  public:
-  explicit RecordArena(size_t record_floats) : record_floats_(record_floats) {}
-  // An uninitialised record (a freed one first); null when out of memory.
-  float* Allocate();
-  // Returns a record of this arena for reuse (eviction); needs record_floats >= 2 (the
-  // free list is kept inside the freed records).
-  void Free(float* record);
+  static constexpr uint32_t kNone = UINT32_MAX;
+
+  explicit RecordArena(size_t record_floats);
+  // An uninitialised record (a freed one first); kNone when out of memory or when the
+  // 2^32 - 1 references are used up.
+  uint32_t Allocate();
+  // The record `ref` names (made by Allocate, not freed since).
+  float* At(uint32_t ref) const {
+    const float* const* dir = dir_.load(std::memory_order_acquire);
+    return const_cast<float*>(dir[ref >> slot_bits_]) + static_cast<size_t>(ref & slot_mask_) * record_floats_;
+  }
+  // Returns a record for reuse (eviction); the free list is kept inside freed records.
+  void Free(uint32_t ref);
   void Clear();
+  size_t record_floats() const { return record_floats_; }
   uint64_t bytes() const {
     std::lock_guard lock(mu_);
     return chunk_floats_ * sizeof(float);
@@ -121,12 +135,21 @@ class RecordArena {
 
  private:
   const size_t record_floats_;
+  size_t max_rows_ = 0;    // records in a full-size chunk
+  int slot_bits_ = 0;      // a reference is chunk << slot_bits_ | slot, slot < max_rows_
+  uint32_t slot_mask_ = 0;
   mutable std::mutex mu_;
   std::vector<AlignedFloats> chunks_;
+  // The chunks' addresses, read by At without the mutex. Grown by copying into a new
+  // array twice the size; old arrays stay alive (in dirs_) until Clear, so a reader that
+  // loaded an old one still reads valid, unchanged entries.
+  std::atomic<const float* const*> dir_{nullptr};
+  std::vector<std::unique_ptr<const float*[]>> dirs_;
+  size_t dir_size_ = 0;
   size_t chunk_rows_ = 0;    // capacity of chunks_.back(), in records
   size_t chunk_used_ = 0;    // records used in chunks_.back()
   size_t chunk_floats_ = 0;  // all chunks
-  float* free_ = nullptr;    // freed records, each holding the next one's address
+  uint32_t free_ = kNone;    // freed records, each holding the next one's reference
 };
 
 // The admission sketch of one stripe of a lazy shard (store.h, "Admission and
@@ -166,35 +189,46 @@ class AdmitSketch {
 };
 
 // The rows of one stripe of a lazy shard: an open-addressing table (linear probing,
-// grown at load 0.7; 16-byte slots, huge pages from 2 MiB) from shard-local row to its
-// record in the shard's RecordArena.
+// grown at load 0.7, backward-shift deletion; 16-byte entries, huge pages from 2 MiB) from
+// shard-local row to its record in the shard's RecordArena. An entry also holds the row's
+// change epoch (store.h, "Change epochs"), so a push, which has just read the entry to
+// find the record, sets the epoch without touching another cache line.
 class LazyStripe {
  public:
-  // The record of `row` (hash = HashRow(row)), or null when the row was never created.
-  float* Find(int64_t row, uint64_t hash) const {
+  struct Entry {
+    int64_t row = -1;    // -1: empty
+    uint32_t ref = 0;    // the record (RecordArena)
+    uint32_t epoch = 0;  // of the row's last change
+  };
+
+  // The entry of `row` (hash = HashRow(row)), or null when the row was never created.
+  // Valid until the next Insert or Erase on this stripe.
+  Entry* Find(int64_t row, uint64_t hash) {
     if (table_.empty()) return nullptr;
     const size_t mask = table_.size() - 1;
     for (size_t i = hash & mask;; i = (i + 1) & mask) {
-      if (table_[i].row == row) return table_[i].record;
+      if (table_[i].row == row) return &table_[i];
       if (table_[i].row < 0) return nullptr;
     }
   }
+  const Entry* Find(int64_t row, uint64_t hash) const { return const_cast<LazyStripe*>(this)->Find(row, hash); }
   // Starts loading the slot where a probe for `hash` begins.
   void PrefetchSlot(uint64_t hash) const {
     if (!table_.empty()) __builtin_prefetch(&table_[hash & (table_.size() - 1)]);
   }
   // Batched Find over groups.order[b, e) (one stripe's rows of a StripeGroups built from
-  // `rows`): calls f(j, record or null) for j = b, b + 1, ..., e - 1 in that order, with the
-  // probe slots and the first `record_bytes` of each record prefetched ahead (`write`:
-  // for stores). f must not Insert into this stripe rows of the batch that are still
-  // ahead of j (a batch's rows are unique, so inserting rows[order[j]] itself is fine).
+  // `rows`): calls f(j, entry or null, its record in `arena` or null) for j = b, b + 1, ...,
+  // e - 1 in that order, with the probe slots and the first `record_bytes` of each record
+  // prefetched ahead (`write`: for stores). f may Insert rows[order[j]] itself (a batch's
+  // rows are unique); it must not Insert other rows of the batch that are still ahead of
+  // j, nor Erase.
   template <typename F>
   void FindEach(std::span<const int64_t> rows, const StripeGroups& groups, uint32_t b, uint32_t e,
-                size_t record_bytes, bool write, F&& f) const;
+                const RecordArena& arena, size_t record_bytes, bool write, F&& f);
 
-  // Adds `row` (not present) with an uninitialised record from `arena`; null when out of
-  // memory.
-  float* Insert(int64_t row, uint64_t hash, RecordArena& arena);
+  // Adds `row` (not present) with an uninitialised record from `arena` and epoch 0; null
+  // when out of memory. Valid until the next Insert or Erase on this stripe.
+  Entry* Insert(int64_t row, uint64_t hash, RecordArena& arena);
   // Removes `row` (hash = HashRow(row)) and returns its record to `arena`; false when it
   // is not present. Invalidates records found before (of this row) only.
   bool Erase(int64_t row, uint64_t hash, RecordArena& arena);
@@ -204,22 +238,20 @@ class LazyStripe {
   size_t count() const { return count_; }
   // Of the table only (the records are the arena's).
   uint64_t bytes() const { return table_.size() * sizeof(Entry); }
+  // f(row, record, epoch) for every row, in table order.
   template <typename F>
-  void ForEach(F&& f) const {
+  void ForEach(const RecordArena& arena, F&& f) const {
     for (const Entry& e : table_) {
-      if (e.row >= 0) f(e.row, e.record);
+      if (e.row >= 0) f(e.row, arena.At(e.ref), e.epoch);
     }
   }
 
  private:
-  struct Entry {
-    int64_t row = -1;  // -1: empty
-    float* record = nullptr;
-  };
   bool Grow();
 
   std::vector<Entry, AlignedAllocator<Entry>> table_;  // size 0 or a power of two
   size_t count_ = 0;
+  uint64_t grows_ = 0;  // Grow calls: FindEach re-resolves the rows ahead after one
 };
 
 // A lazy pull's or push's rows grouped by stripe (a counting sort), so each stripe's lock
@@ -235,22 +267,35 @@ struct StripeGroups {
 
 template <typename F>
 void LazyStripe::FindEach(std::span<const int64_t> rows, const StripeGroups& groups, uint32_t b, uint32_t e,
-                          size_t record_bytes, bool write, F&& f) const {
+                          const RecordArena& arena, size_t record_bytes, bool write, F&& f) {
   constexpr uint32_t kAhead = kPrefetchRows;
-  float* ring[kAhead];
+  struct Found {
+    Entry* entry;
+    float* record;
+  };
+  Found ring[kAhead];
   auto resolve = [&](uint32_t j) {
     const uint32_t i = groups.order[j];
-    float* record = Find(rows[i], groups.hashes[i]);
-    if (record != nullptr) PrefetchBytes(record, record_bytes, write);
-    ring[j % kAhead] = record;
+    Entry* entry = Find(rows[i], groups.hashes[i]);
+    float* record = nullptr;
+    if (entry != nullptr) {
+      record = arena.At(entry->ref);
+      PrefetchBytes(record, record_bytes, write);
+    }
+    ring[j % kAhead] = {entry, record};
   };
   for (uint32_t j = b; j < e && j < b + 2 * kAhead; ++j) PrefetchSlot(groups.hashes[groups.order[j]]);
   for (uint32_t j = b; j < e && j < b + kAhead; ++j) resolve(j);
   for (uint32_t j = b; j < e; ++j) {
     if (j + 2 * kAhead < e) PrefetchSlot(groups.hashes[groups.order[j + 2 * kAhead]]);
-    float* record = ring[j % kAhead];
+    const Found found = ring[j % kAhead];
     if (j + kAhead < e) resolve(j + kAhead);
-    f(j, record);
+    const uint64_t grows = grows_;
+    f(j, found.entry, found.record);
+    // f inserted and the table grew: the entries found ahead moved (their records did not).
+    if (grows_ != grows) {
+      for (uint32_t a = j + 1; a < e && a <= j + kAhead; ++a) resolve(a);
+    }
   }
 }
 

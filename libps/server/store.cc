@@ -67,8 +67,6 @@ Status Store::Create(const ShardDef& def) {
     shard->num_stripes = kLazyStripes;
     shard->lazy = std::make_unique<LazyStripe[]>(static_cast<size_t>(kLazyStripes));
     shard->record_floats = (1 + shard->slot_defs.size()) * shard->cols;
-    shard->epoch_at = shard->record_floats;
-    shard->record_floats += 1;  // the change epoch
     const model::RowPolicy& p = def.row_policy;
     if (p.evicts()) {
       shard->stamped = true;
@@ -205,8 +203,8 @@ Status Store::PullRows(const ShardKey& key, std::span<const int64_t> rows, std::
       for (size_t k = 0; k < kLazyStripes; ++k) {
         if (groups.begin[k] == groups.begin[k + 1]) continue;
         std::lock_guard g(s->stripes[k]);
-        s->lazy[k].FindEach(rows, groups, groups.begin[k], groups.begin[k + 1], cols * sizeof(float), false,
-                            [&](uint32_t j, const float* record) {
+        s->lazy[k].FindEach(rows, groups, groups.begin[k], groups.begin[k + 1], *s->arena, cols * sizeof(float),
+                            false, [&](uint32_t j, const LazyStripe::Entry*, const float* record) {
                               const uint32_t i = groups.order[j];
                               if (record != nullptr) {
                                 std::memcpy(out.data() + i * cols, record, cols * sizeof(float));
@@ -301,21 +299,22 @@ Status Store::ApplyLazy(Shard& s, std::span<const int64_t> rows, std::span<const
     if (groups.begin[k] == groups.begin[k + 1]) continue;
     std::lock_guard g(s.stripes[k]);
     LazyStripe& stripe = s.lazy[k];
-    stripe.FindEach(rows, groups, groups.begin[k], groups.begin[k + 1], s.record_floats * sizeof(float), true,
-                    [&](uint32_t j, float* record) {
+    stripe.FindEach(rows, groups, groups.begin[k], groups.begin[k + 1], *s.arena, s.record_floats * sizeof(float),
+                    true, [&](uint32_t j, LazyStripe::Entry* entry, float* record) {
                       const uint32_t i = groups.order[j];
-                      if (record == nullptr) {
+                      if (entry == nullptr) {
                         if (failed_row >= 0) return;
                         const uint64_t hash = groups.hashes[i];
                         if (s.sketch && s.sketch[k].Add(hash) < admit) {
                           ++dropped;
                           return;
                         }
-                        record = stripe.Insert(rows[i], hash, *s.arena);
-                        if (record == nullptr) {
+                        entry = stripe.Insert(rows[i], hash, *s.arena);
+                        if (entry == nullptr) {
                           failed_row = rows[i];
                           return;
                         }
+                        record = s.arena->At(entry->ref);
                         if (s.sketch) {
                           s.sketch[k].Remove(hash, admit);
                           ++admitted;
@@ -326,7 +325,7 @@ Status Store::ApplyLazy(Shard& s, std::span<const int64_t> rows, std::span<const
                       ApplyRows(spec, lr, global_step, {record, cols}, s.RecordSlots(record),
                                 grad_rows.subspan(i * cols, cols));
                       if (s.stamped) s.SetStamp(record, stamp);
-                      s.SetEpoch(record, epoch);
+                      entry->epoch = epoch;
                     });
     if (failed_row >= 0) break;
   }
@@ -359,7 +358,7 @@ void Store::Sweep(Shard& s, int64_t now, bool exact) {
     for (int64_t k = 0; k < s.num_stripes; ++k) {
       std::lock_guard g(s.stripes[k]);
       victims.clear();
-      s.lazy[k].ForEach([&](int64_t row, const float* record) {
+      s.lazy[k].ForEach(*s.arena, [&](int64_t row, const float* record, uint32_t) {
         if (now - static_cast<int64_t>(s.Stamp(record)) > p.ttl_steps) victims.push_back(row);
       });
       evicted += Evict(s, k, victims);
@@ -375,7 +374,7 @@ void Store::Sweep(Shard& s, int64_t now, bool exact) {
   std::vector<uint32_t> stamps;
   for (int64_t k = 0; k < s.num_stripes; ++k) {
     std::lock_guard g(s.stripes[k]);
-    s.lazy[k].ForEach([&](int64_t, const float* record) { stamps.push_back(s.Stamp(record)); });
+    s.lazy[k].ForEach(*s.arena, [&](int64_t, const float* record, uint32_t) { stamps.push_back(s.Stamp(record)); });
   }
   if (static_cast<int64_t>(stamps.size()) <= s.max_rows) return;
   const size_t excess = stamps.size() - static_cast<size_t>(s.max_rows);
@@ -387,7 +386,7 @@ void Store::Sweep(Shard& s, int64_t now, bool exact) {
   for (int64_t k = 0; k < s.num_stripes; ++k) {
     std::lock_guard g(s.stripes[k]);
     victims.clear();
-    s.lazy[k].ForEach([&](int64_t row, const float* record) {
+    s.lazy[k].ForEach(*s.arena, [&](int64_t row, const float* record, uint32_t) {
       const uint32_t stamp = s.Stamp(record);
       if (stamp < cut) {
         victims.push_back(row);
@@ -447,7 +446,7 @@ void Store::ResetRowClock(int64_t step) {
     s.next_ttl_sweep.store(0, std::memory_order_relaxed);
     for (int64_t k = 0; k < s.num_stripes; ++k) {
       std::lock_guard g(s.stripes[k]);
-      s.lazy[k].ForEach([&](int64_t, float* record) { s.SetStamp(record, step); });
+      s.lazy[k].ForEach(*s.arena, [&](int64_t, float* record, uint32_t) { s.SetStamp(record, step); });
     }
   }
 }
@@ -546,21 +545,29 @@ void CallWithView(const auto& s, const std::function<void(const ShardView&)>& fn
     s.UnlockAll();
     return;
   }
-  std::vector<std::pair<int64_t, const float*>> created;
+  struct Created {
+    int64_t row;
+    const float* record;
+    uint32_t epoch;
+  };
+  std::vector<Created> created;
   size_t n = 0;
   for (int64_t k = 0; k < s.num_stripes; ++k) n += s.lazy[k].count();
   created.reserve(n);
-  for (int64_t k = 0; k < s.num_stripes; ++k)
-    s.lazy[k].ForEach([&](int64_t row, const float* record) { created.emplace_back(row, record); });
-  std::sort(created.begin(), created.end());
+  for (int64_t k = 0; k < s.num_stripes; ++k) {
+    s.lazy[k].ForEach(*s.arena, [&](int64_t row, const float* record, uint32_t epoch) {
+      created.push_back({row, record, epoch});
+    });
+  }
+  std::sort(created.begin(), created.end(), [](const Created& a, const Created& b) { return a.row < b.row; });
   std::vector<int64_t> ids(created.size());
-  for (size_t i = 0; i < created.size(); ++i) ids[i] = created[i].first;
+  for (size_t i = 0; i < created.size(); ++i) ids[i] = created[i].row;
   view.row_ids = ids;
   const size_t cols = s.cols;
   view.row = [&created, cols](size_t i, size_t block) {
-    return std::span<const float>(created[i].second + block * cols, cols);
+    return std::span<const float>(created[i].record + block * cols, cols);
   };
-  view.row_epoch = [&created, &s](size_t i) { return s.Epoch(created[i].second); };
+  view.row_epoch = [&created](size_t i) { return created[i].epoch; };
   view.evicted = s.evicted;
   fn(view);
   s.UnlockAll();

@@ -30,7 +30,7 @@ struct Store::Shard {
   // Lazy shards: one per stripe (stripes[k] guards lazy[k]); values and slots are empty.
   std::unique_ptr<LazyStripe[]> lazy;
   std::unique_ptr<RecordArena> arena;  // lazy: the records of every stripe
-  size_t record_floats = 0;  // lazy: (1 + slots) * cols, + 1 when stamped
+  size_t record_floats = 0;  // lazy: (1 + slots) * cols, + 1 when stamped (the last float)
   // Lazy, admission and eviction (store.h): per stripe when def.rows admits (stripes[k]
   // guards sketch[k]); records carry their last push step after the slots when the
   // policy evicts (`stamped`).
@@ -42,18 +42,11 @@ struct Store::Shard {
   std::mutex sweep_mu;                  // held by the one thread sweeping this shard
 
   // Change tracking for delta checkpoints (store.h, "Change epochs"). Dense: the epoch
-  // of each row's last push ([rows], under its stripe lock). Lazy: the epoch is a u32 in
-  // the record at `epoch_at`, and `evicted` lists (row, epoch) of evictions (appended
-  // under sweep_mu and the row's stripe lock; read under every stripe lock).
+  // of each row's last push ([rows], under its stripe lock). Lazy: the epoch is in the
+  // row's table entry (LazyStripe::Entry), and `evicted` lists (row, epoch) of evictions
+  // (appended under sweep_mu and the row's stripe lock; read under every stripe lock).
   std::unique_ptr<uint32_t[]> row_epochs;
-  size_t epoch_at = 0;
   std::vector<std::pair<int64_t, uint32_t>> evicted;
-  uint32_t Epoch(const float* record) const {
-    uint32_t v;
-    std::memcpy(&v, record + epoch_at, sizeof(v));
-    return v;
-  }
-  void SetEpoch(float* record, uint32_t epoch) const { std::memcpy(record + epoch_at, &epoch, sizeof(epoch)); }
 
   // The step a stamped record was last pushed at (saturated to [0, 2^32 - 1]).
   uint32_t Stamp(const float* record) const {

@@ -56,12 +56,16 @@ TEST_CASE("LazyStripe matches an unordered_map under random inserts, lookups and
   for (int op = 0; op < 60000; ++op) {
     const int64_t row = RowInStripe(rng, 5, id_space);
     const uint64_t h = HashRow(row);
-    float* found = stripe.Find(row, h);
+    LazyStripe::Entry* entry = stripe.Find(row, h);
+    float* found = entry == nullptr ? nullptr : arena.At(entry->ref);
     auto it = ref.find(row);
     if (it == ref.end()) {
       REQUIRE(found == nullptr);
-      float* record = stripe.Insert(row, h, arena);
-      REQUIRE(record != nullptr);
+      LazyStripe::Entry* created = stripe.Insert(row, h, arena);
+      REQUIRE(created != nullptr);
+      REQUIRE(created->row == row);
+      REQUIRE(created->epoch == 0);
+      float* record = arena.At(created->ref);
       Stamp(record, row, 0);
       ref.emplace(row, std::make_pair(record, 0));
     } else {
@@ -73,7 +77,7 @@ TEST_CASE("LazyStripe matches an unordered_map under random inserts, lookups and
   REQUIRE(stripe.count() == ref.size());
   size_t seen = 0;
   bool all_match = true;
-  stripe.ForEach([&](int64_t row, const float* record) {
+  stripe.ForEach(arena, [&](int64_t row, const float* record, uint32_t) {
     ++seen;
     auto it = ref.find(row);
     all_match = all_match && it != ref.end() && it->second.first == record && HasStamp(record, row, it->second.second);
@@ -97,14 +101,18 @@ TEST_CASE("LazyStripe grows through many doublings and finds every row afterward
   std::vector<std::pair<int64_t, float*>> inserted;
   // Consecutive rows (not one stripe's): the table is hash-addressed, any row fits.
   for (int64_t row = 0; row < 300000; ++row) {
-    float* record = stripe.Insert(row * 7919, HashRow(row * 7919), arena);
-    REQUIRE(record != nullptr);
+    LazyStripe::Entry* entry = stripe.Insert(row * 7919, HashRow(row * 7919), arena);
+    REQUIRE(entry != nullptr);
+    float* record = arena.At(entry->ref);
     Stamp(record, row * 7919, 1);
     inserted.emplace_back(row * 7919, record);
   }
   CHECK(stripe.count() == inserted.size());
   bool ok = true;
-  for (const auto& [row, record] : inserted) ok = ok && stripe.Find(row, HashRow(row)) == record && HasStamp(record, row, 1);
+  for (const auto& [row, record] : inserted) {
+    const LazyStripe::Entry* e = stripe.Find(row, HashRow(row));
+    ok = ok && e != nullptr && e->row == row && arena.At(e->ref) == record && HasStamp(record, row, 1);
+  }
   CHECK(ok);
   // Rows never inserted are absent (also right after a grow's rehash).
   for (int64_t row = 1; row < 7919 * 10; row += 7919) CHECK(stripe.Find(row, HashRow(row)) == nullptr);
@@ -118,7 +126,7 @@ TEST_CASE("LazyStripe::FindEach returns Find's answers in order, and inserting t
   std::mt19937_64 rng(7);
   std::vector<LazyStripe> stripes(static_cast<size_t>(kLazyStripes));
   RecordArena arena(kRecordFloats);
-  std::unordered_map<int64_t, float*> ref;
+  std::unordered_map<int64_t, std::pair<float*, uint32_t>> ref;  // row -> record, epoch
   StripeGroups groups;
   for (int batch = 0; batch < 200; ++batch) {
     // Unique rows, as PushRows guarantees; sizes around the prefetch distance and above.
@@ -131,8 +139,8 @@ TEST_CASE("LazyStripe::FindEach returns Find's answers in order, and inserting t
     std::vector<int> visits(rows.size(), 0);
     for (size_t k = 0; k < static_cast<size_t>(kLazyStripes); ++k) {
       uint32_t expect_j = groups.begin[k];
-      stripes[k].FindEach(rows, groups, groups.begin[k], groups.begin[k + 1], kRecordFloats * sizeof(float),
-                          batch % 3 == 0, [&](uint32_t j, float* record) {
+      stripes[k].FindEach(rows, groups, groups.begin[k], groups.begin[k + 1], arena, kRecordFloats * sizeof(float),
+                          batch % 3 == 0, [&](uint32_t j, LazyStripe::Entry* entry, float* record) {
                             REQUIRE(j == expect_j);
                             ++expect_j;
                             const uint32_t i = groups.order[j];
@@ -140,15 +148,27 @@ TEST_CASE("LazyStripe::FindEach returns Find's answers in order, and inserting t
                             ++visits[i];
                             const int64_t row = rows[i];
                             auto it = ref.find(row);
+                            // Entries are written through too: an entry found before the
+                            // table grew under an insert of an earlier row must not be
+                            // handed out stale (the epoch would be lost).
+                            const auto epoch = static_cast<uint32_t>(batch + 1);
                             if (it == ref.end()) {
+                              REQUIRE(entry == nullptr);
                               REQUIRE(record == nullptr);
-                              float* created = stripes[k].Insert(row, groups.hashes[i], arena);
+                              LazyStripe::Entry* created = stripes[k].Insert(row, groups.hashes[i], arena);
                               REQUIRE(created != nullptr);
-                              Stamp(created, row, 0);
-                              ref.emplace(row, created);
+                              float* rec = arena.At(created->ref);
+                              Stamp(rec, row, 0);
+                              created->epoch = epoch;
+                              ref.emplace(row, std::make_pair(rec, epoch));
                             } else {
-                              REQUIRE(record == it->second);
+                              REQUIRE(entry != nullptr);
+                              REQUIRE(entry->row == row);
+                              REQUIRE(entry->epoch == it->second.second);
+                              REQUIRE(record == it->second.first);
                               REQUIRE(HasStamp(record, row, 0));
+                              entry->epoch = epoch;
+                              it->second.second = epoch;
                             }
                           });
       REQUIRE(expect_j == groups.begin[k + 1]);
@@ -156,8 +176,51 @@ TEST_CASE("LazyStripe::FindEach returns Find's answers in order, and inserting t
     REQUIRE(std::all_of(visits.begin(), visits.end(), [](int v) { return v == 1; }));
   }
   size_t total = 0;
-  for (const auto& s : stripes) total += s.count();
+  bool epochs_match = true;
+  for (const auto& s : stripes) {
+    total += s.count();
+    s.ForEach(arena, [&](int64_t row, const float*, uint32_t epoch) {
+      epochs_match = epochs_match && ref.at(row).second == epoch;
+    });
+  }
   CHECK(total == ref.size());
+  CHECK(epochs_match);
+}
+
+TEST_CASE("RecordArena: references name distinct records over many chunks; 128-byte records start cache lines") {
+  // 16 floats of values + 16 of one slot: a full chunk is exactly one 2 MiB huge page.
+  constexpr size_t kFloats = 32;
+  RecordArena arena(kFloats);
+  std::vector<uint32_t> refs;
+  std::unordered_map<const float*, uint32_t> seen;
+  bool aligned = true;
+  for (int i = 0; i < 100000; ++i) {
+    const uint32_t ref = arena.Allocate();
+    REQUIRE(ref != RecordArena::kNone);
+    float* r = arena.At(ref);
+    aligned = aligned && reinterpret_cast<uintptr_t>(r) % 64 == 0;
+    REQUIRE(seen.emplace(r, ref).second);  // no two references share a record
+    for (size_t f = 0; f < kFloats; ++f) r[f] = static_cast<float>(i) + static_cast<float>(f) / 64.0f;
+    refs.push_back(ref);
+  }
+  CHECK(aligned);
+  bool intact = true;  // no record overlaps another: every one still holds what was written
+  for (size_t i = 0; i < refs.size(); ++i) {
+    const float* r = arena.At(refs[i]);
+    for (size_t f = 0; f < kFloats; ++f) intact = intact && r[f] == static_cast<float>(i) + static_cast<float>(f) / 64.0f;
+  }
+  CHECK(intact);
+  // 100000 records of 128 bytes: 12.8 MB, chunks doubling to 2 MiB, so under 2 MiB slack.
+  CHECK(arena.bytes() >= 100000 * kFloats * sizeof(float));
+  CHECK(arena.bytes() <= 100000 * kFloats * sizeof(float) + kHugePage);
+  // Freed records come back first, most recently freed first.
+  arena.Free(refs[5]);
+  arena.Free(refs[77777]);
+  CHECK(arena.Allocate() == refs[77777]);
+  CHECK(arena.Allocate() == refs[5]);
+  const uint64_t before = arena.bytes();
+  CHECK(arena.Allocate() != RecordArena::kNone);
+  CHECK(arena.bytes() >= before);
 }
 
 TEST_CASE("lazy shard: threads pushing rows of different stripes while others pull end exactly as sequential") {
