@@ -1,6 +1,7 @@
 #include "libps/server/lazy_rows.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <new>
 
@@ -95,7 +96,7 @@ LazyStripe::Entry* LazyStripe::Insert(int64_t row, uint64_t hash, RecordArena& a
   const uint32_t ref = arena.Allocate();
   if (ref == RecordArena::kNone) return nullptr;
   const size_t mask = table_.size() - 1;
-  size_t i = hash & mask;
+  size_t i = Home(hash);
   while (table_[i].row >= 0) i = (i + 1) & mask;
   table_[i] = {row, ref, 0};
   ++count_;
@@ -105,7 +106,7 @@ LazyStripe::Entry* LazyStripe::Insert(int64_t row, uint64_t hash, RecordArena& a
 bool LazyStripe::Erase(int64_t row, uint64_t hash, RecordArena& arena) {
   if (table_.empty()) return false;
   const size_t mask = table_.size() - 1;
-  size_t i = hash & mask;
+  size_t i = Home(hash);
   while (table_[i].row != row) {
     if (table_[i].row < 0) return false;
     i = (i + 1) & mask;
@@ -116,7 +117,7 @@ bool LazyStripe::Erase(int64_t row, uint64_t hash, RecordArena& arena) {
   for (size_t j = i;;) {
     j = (j + 1) & mask;
     if (table_[j].row < 0) break;
-    const size_t home = HashRow(table_[j].row) & mask;
+    const size_t home = Home(HashRow(table_[j].row));
     const bool stays = i <= j ? (i < home && home <= j) : (i < home || home <= j);
     if (stays) continue;
     table_[i] = table_[j];
@@ -130,6 +131,7 @@ bool LazyStripe::Erase(int64_t row, uint64_t hash, RecordArena& arena) {
 void LazyStripe::Clear() {
   table_.clear();
   table_.shrink_to_fit();
+  shift_ = 64;
   count_ = 0;
 }
 
@@ -142,10 +144,11 @@ bool LazyStripe::Grow() {
     table_.swap(old);
     return false;
   }
+  shift_ = 64 - std::countr_zero(table_.size());
   const size_t mask = table_.size() - 1;
   for (const Entry& e : old) {
     if (e.row < 0) continue;
-    size_t i = HashRow(e.row) & mask;
+    size_t i = Home(HashRow(e.row));
     while (table_[i].row >= 0) i = (i + 1) & mask;
     table_[i] = e;
   }
@@ -201,14 +204,17 @@ void StripeGroups::Build(std::span<const int64_t> rows) {
   const size_t n = rows.size();
   hashes.resize(n);
   order.resize(n);
-  begin.fill(0);
+  // A counting sort on the top kGroupBits bits of the hashes: by stripe, and within a
+  // stripe by the top bits of the home slot (LazyStripe::Home), so probes walk each
+  // stripe's table in increasing address order, as a dense shard's sorted rows do.
+  bucket.assign((size_t{1} << kGroupBits) + 1, 0);
   for (size_t i = 0; i < n; ++i) {
     hashes[i] = HashRow(rows[i]);
-    ++begin[LazyStripeOf(hashes[i]) + 1];
+    ++bucket[(hashes[i] >> (64 - kGroupBits)) + 1];
   }
-  for (size_t k = 0; k < kLazyStripes; ++k) begin[k + 1] += begin[k];
-  auto next = begin;
-  for (size_t i = 0; i < n; ++i) order[next[LazyStripeOf(hashes[i])]++] = static_cast<uint32_t>(i);
+  for (size_t b = 0; b < (size_t{1} << kGroupBits); ++b) bucket[b + 1] += bucket[b];
+  for (size_t k = 0; k <= kLazyStripes; ++k) begin[k] = bucket[k << (kGroupBits - kLazyStripeBits)];
+  for (size_t i = 0; i < n; ++i) order[bucket[hashes[i] >> (64 - kGroupBits)]++] = static_cast<uint32_t>(i);
 }
 
 }  // namespace ps::server
