@@ -272,9 +272,13 @@ void Store::ApplySparse(Shard& s, std::span<const int64_t> rows, std::span<const
       held = m;
     }
     if (i + kPrefetchRows < rows.size()) {
-      const size_t ahead = static_cast<size_t>(rows[i + kPrefetchRows]) * cols;
+      const auto row = static_cast<size_t>(rows[i + kPrefetchRows]);
+      const size_t ahead = row * cols;
       PrefetchBytes(s.values.data() + ahead, cols * sizeof(float), true);
       for (size_t b = 0; b < s.slot_defs.size(); ++b) PrefetchBytes(s.slots[b].data() + ahead, cols * sizeof(float), true);
+      // The epoch too: x86 commits stores in order, so one store waiting for its line
+      // holds every later store (the next rows' updates) in the store buffer.
+      __builtin_prefetch(s.row_epochs.get() + row, 1);
     }
     size_t begin = static_cast<size_t>(rows[i]) * cols;
     ApplyRows(spec, lr, global_step, s.Values(begin, begin + cols), s.Slots(begin),
