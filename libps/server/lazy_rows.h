@@ -222,8 +222,8 @@ class LazyStripe {
   // e - 1 in that order. Two passes: every row is looked up first (probe slots prefetched
   // ahead), then f runs with the first `record_bytes` of each record prefetched ahead
   // (`write`: for stores). Lookups whose next step does not wait on their outcome keep many
-  // misses in flight; a probe loop's exit branch that waits on a miss does not (measured:
-  // about 1.4x faster than one interleaved pass). f may Insert rows[order[j]] itself (a
+  // misses in flight; a probe loop's exit branch that waits on a miss does not (measured on
+  // 10 M rows: 1.2-1.6x faster than one interleaved pass). f may Insert rows[order[j]] itself (a
   // batch's rows are unique); it must not Insert other rows of the batch that are still
   // ahead of j, nor Erase. Uses groups.found as scratch.
   template <typename F>

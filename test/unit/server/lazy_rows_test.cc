@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <random>
 #include <thread>
 #include <unordered_map>
@@ -325,4 +326,105 @@ TEST_CASE("AllocateAligned: 64-byte alignment below 2 MiB, 2 MiB alignment from 
   REQUIRE(floats.ok());
   CHECK(floats->size() == 1000);
   CHECK(reinterpret_cast<uintptr_t>(floats->data()) % kAlign == 0);
+}
+
+TEST_CASE("LazyStripe: rows sharing home slots probe past each other, across the table's end, and erase back") {
+  // Rows of stripe 0 whose home in a 16-slot table is one of its last two slots or its
+  // first two (three of each): their probe runs wrap from slot 15 to slot 0. Eleven rows
+  // stay below the 0.7 load that would grow the table.
+  std::vector<int64_t> rows;
+  std::unordered_map<size_t, int> per_home;
+  for (int64_t row = 0; rows.size() < 11; ++row) {
+    const uint64_t h = HashRow(row);
+    if (LazyStripeOf(h) != 0) continue;
+    const auto home = static_cast<size_t>((h << kLazyStripeBits) >> 60);
+    if ((home == 14 || home == 15 || home == 0 || home == 1) && per_home[home] < 3) {
+      ++per_home[home];
+      rows.push_back(row);
+    }
+  }
+  std::mt19937_64 rng(3);
+  for (int round = 0; round < 200; ++round) {
+    std::shuffle(rows.begin(), rows.end(), rng);  // insertion order decides who is displaced
+    LazyStripe stripe;
+    RecordArena arena(2);
+    std::unordered_map<int64_t, float> ref;
+    for (size_t n = 0; n < rows.size(); ++n) {
+      LazyStripe::Entry* e = stripe.Insert(rows[n], HashRow(rows[n]), arena);
+      REQUIRE(e != nullptr);
+      arena.At(e->ref)[0] = static_cast<float>(n);
+      ref[rows[n]] = static_cast<float>(n);
+    }
+    REQUIRE(stripe.bytes() == 16 * sizeof(LazyStripe::Entry));  // no growth
+    auto check = [&] {
+      for (int64_t row : rows) {
+        const LazyStripe::Entry* e = stripe.Find(row, HashRow(row));
+        auto it = ref.find(row);
+        REQUIRE((e != nullptr) == (it != ref.end()));
+        if (e != nullptr) {
+          REQUIRE(e->row == row);
+          REQUIRE(arena.At(e->ref)[0] == it->second);
+        }
+      }
+    };
+    check();
+    // Erase in a random order; every other row must still be found after each backward
+    // shift, and an erased row can come back.
+    std::vector<int64_t> order = rows;
+    std::shuffle(order.begin(), order.end(), rng);
+    for (size_t n = 0; n < 7; ++n) {
+      REQUIRE(stripe.Erase(order[n], HashRow(order[n]), arena));
+      ref.erase(order[n]);
+      check();
+    }
+    LazyStripe::Entry* back = stripe.Insert(order[0], HashRow(order[0]), arena);
+    REQUIRE(back != nullptr);
+    arena.At(back->ref)[0] = 44.0f;
+    ref[order[0]] = 44.0f;
+    check();
+    REQUIRE(stripe.count() == rows.size() - 6);
+  }
+}
+
+TEST_CASE("RecordArena: records stay where they are while another thread grows the arena") {
+  // The store reads records (At) under one stripe's lock while a push to another stripe
+  // allocates, growing the chunk directory. 32 KiB records make 64-record chunks, so a few
+  // thousand records take over 32 chunks: the directory is copied twice meanwhile.
+  constexpr size_t kFloats = 8192;
+  RecordArena arena(kFloats);
+  std::vector<std::pair<uint32_t, float*>> early;
+  for (int i = 0; i < 40; ++i) {
+    const uint32_t ref = arena.Allocate();
+    REQUIRE(ref != RecordArena::kNone);
+    arena.At(ref)[0] = static_cast<float>(i);
+    early.emplace_back(ref, arena.At(ref));
+  }
+  std::mutex stripe_a, stripe_b;  // as two stripe locks
+  std::atomic<bool> done{false};
+  std::atomic<bool> moved{false};
+  std::thread reader([&] {
+    while (!done.load()) {
+      std::lock_guard g(stripe_a);
+      for (size_t i = 0; i < early.size(); ++i) {
+        const float* r = arena.At(early[i].first);
+        if (r != early[i].second || r[0] != static_cast<float>(i)) moved = true;
+      }
+    }
+  });
+  std::vector<uint32_t> late;
+  for (int i = 0; i < 2200; ++i) {
+    std::lock_guard g(stripe_b);
+    const uint32_t ref = arena.Allocate();
+    if (ref == RecordArena::kNone) break;
+    arena.At(ref)[kFloats - 1] = static_cast<float>(i);
+    late.push_back(ref);
+  }
+  done = true;
+  reader.join();
+  CHECK_FALSE(moved.load());
+  REQUIRE(late.size() == 2200);
+  bool intact = true;
+  for (size_t i = 0; i < late.size(); ++i) intact = intact && arena.At(late[i])[kFloats - 1] == static_cast<float>(i);
+  CHECK(intact);
+  CHECK(arena.bytes() >= (40 + 2200) * kFloats * sizeof(float));
 }
