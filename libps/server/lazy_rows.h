@@ -286,11 +286,11 @@ void LazyStripe::FindEach(std::span<const int64_t> rows, StripeGroups& groups, u
                           const RecordArena& arena, size_t record_bytes, bool write, F&& f) {
   constexpr uint32_t kAhead = kPrefetchRows;
   if (groups.found.size() < e - b) groups.found.resize(e - b);
-  StripeGroups::Found* found = groups.found.data() - b;  // [j] for j in [b, e)
+  StripeGroups::Found* const found = groups.found.data();  // [j - b] for j in [b, e)
   auto lookup = [&](uint32_t j) {
     const uint32_t i = groups.order[j];
     Entry* entry = Find(rows[i], groups.hashes[i]);
-    found[j] = {entry, entry != nullptr ? arena.At(entry->ref) : nullptr};
+    found[j - b] = {entry, entry != nullptr ? arena.At(entry->ref) : nullptr};
   };
   for (uint32_t j = b; j < e && j < b + kAhead; ++j) PrefetchSlot(groups.hashes[groups.order[j]]);
   for (uint32_t j = b; j < e; ++j) {
@@ -298,17 +298,17 @@ void LazyStripe::FindEach(std::span<const int64_t> rows, StripeGroups& groups, u
     lookup(j);
   }
   for (uint32_t j = b; j < e && j < b + kAhead; ++j) {
-    if (found[j].record != nullptr) PrefetchBytes(found[j].record, record_bytes, write);
+    if (found[j - b].record != nullptr) PrefetchBytes(found[j - b].record, record_bytes, write);
   }
   for (uint32_t j = b; j < e; ++j) {
-    if (j + kAhead < e && found[j + kAhead].record != nullptr)
-      PrefetchBytes(found[j + kAhead].record, record_bytes, write);
+    if (j + kAhead < e && found[j + kAhead - b].record != nullptr)
+      PrefetchBytes(found[j + kAhead - b].record, record_bytes, write);
     const uint64_t grows = grows_;
-    f(j, found[j].entry, found[j].record);
+    f(j, found[j - b].entry, found[j - b].record);
     // f inserted and the table grew: the entries found ahead moved (their records did not).
     if (grows_ != grows) {
       for (uint32_t a = j + 1; a < e; ++a) {
-        if (found[a].entry != nullptr) lookup(a);
+        if (found[a - b].entry != nullptr) lookup(a);
       }
     }
   }
