@@ -33,11 +33,28 @@ Result<AlignedFloats> AlignedFloats::Make(size_t n, const std::string& what) {
   return a;
 }
 
-RecordArena::RecordArena(size_t record_floats) : record_floats_(record_floats) {
+RecordArena::RecordArena(size_t record_floats, size_t max_chunks) : record_floats_(record_floats) {
   PS_ASSERT(record_floats_ >= 1);
+  // Not rounded down to a power of two to fill the reference space: a full-size chunk
+  // would then leave up to half of its huge page unused, and memory, not the 2^31 and
+  // more references, is the limit on any real machine.
   max_rows_ = std::max<size_t>(kFirstChunkRows, kHugePage / (record_floats_ * sizeof(float)));
   while ((size_t{1} << slot_bits_) < max_rows_) ++slot_bits_;
   slot_mask_ = static_cast<uint32_t>((uint64_t{1} << slot_bits_) - 1);
+  // The last reference of chunk 2^(32 - slot_bits_) - 1 would be kNone.
+  max_chunks_ = std::min<size_t>(max_chunks, (size_t{1} << (32 - slot_bits_)) - 1);
+}
+
+uint64_t RecordArena::max_records() const {
+  // Chunks double from kFirstChunkRows up to max_rows_ records, then stay there.
+  uint64_t records = 0;
+  size_t rows = kFirstChunkRows;
+  for (size_t c = 0; c < max_chunks_; ++c) {
+    records += rows;
+    if (rows == max_rows_) return records + (max_chunks_ - c - 1) * static_cast<uint64_t>(max_rows_);
+    rows = std::min(rows * 2, max_rows_);
+  }
+  return records;
 }
 
 uint32_t RecordArena::Allocate() {
@@ -48,8 +65,10 @@ uint32_t RecordArena::Allocate() {
     return ref;
   }
   if (chunk_used_ == chunk_rows_) {
-    // The last reference of the last chunk a reference can name would be kNone.
-    if (chunks_.size() + 1 >= (uint64_t{1} << (32 - slot_bits_))) return kNone;
+    if (chunks_.size() >= max_chunks_) {
+      full_ = true;
+      return kNone;
+    }
     const size_t rows = chunks_.empty() ? kFirstChunkRows : std::min(chunk_rows_ * 2, max_rows_);
     // A full-size chunk takes whole huge pages (AllocateAligned advises them only from
     // kHugePage bytes up); the few bytes past its last record are slack.
@@ -84,6 +103,7 @@ void RecordArena::Free(uint32_t ref) {
 void RecordArena::Clear() {
   std::lock_guard lock(mu_);
   free_ = kNone;
+  full_ = false;
   chunks_.clear();
   dir_.store(nullptr, std::memory_order_release);
   dirs_.clear();
@@ -92,12 +112,14 @@ void RecordArena::Clear() {
 }
 
 LazyStripe::Entry* LazyStripe::Insert(int64_t row, uint64_t hash, RecordArena& arena) {
-  if ((count_ + 1) * 10 > table_.size() * 7 && !Grow()) return nullptr;
+  if (!Reserve(count_ + 1)) return nullptr;
   const uint32_t ref = arena.Allocate();
   if (ref == RecordArena::kNone) return nullptr;
   const size_t mask = table_.size() - 1;
   size_t i = Home(hash);
-  while (table_[i].row >= 0) i = (i + 1) & mask;
+  uint64_t probes = 0;
+  for (; table_[i].row >= 0; ++probes) i = (i + 1) & mask;
+  insert_probes_ += probes;
   table_[i] = {row, ref, 0};
   ++count_;
   return &table_[i];
@@ -135,11 +157,14 @@ void LazyStripe::Clear() {
   count_ = 0;
 }
 
-bool LazyStripe::Grow() {
+bool LazyStripe::Reserve(size_t rows) {
+  if (Fits(rows, table_.size())) return true;
+  size_t size = std::max<size_t>(16, table_.size() * 2);
+  while (!Fits(rows, size)) size *= 2;
   std::vector<Entry, AlignedAllocator<Entry>> old;
   old.swap(table_);
   try {
-    table_.resize(old.empty() ? 16 : old.size() * 2);
+    table_.resize(size);
   } catch (const std::bad_alloc&) {
     table_.swap(old);
     return false;
@@ -152,7 +177,6 @@ bool LazyStripe::Grow() {
     while (table_[i].row >= 0) i = (i + 1) & mask;
     table_[i] = e;
   }
-  ++grows_;
   return true;
 }
 
@@ -204,17 +228,22 @@ void StripeGroups::Build(std::span<const int64_t> rows) {
   const size_t n = rows.size();
   hashes.resize(n);
   order.resize(n);
-  // A counting sort on the top kGroupBits bits of the hashes: by stripe, and within a
+  // A counting sort on the top group_bits bits of the hashes: by stripe, and within a
   // stripe by the top bits of the home slot (LazyStripe::Home), so probes walk each
-  // stripe's table in increasing address order, as a dense shard's sorted rows do.
-  bucket.assign((size_t{1} << kGroupBits) + 1, 0);
+  // stripe's table in increasing address order, as a dense shard's sorted rows do. About
+  // one group per row per stripe, up to 256: a small request clears and sums few counters.
+  const int extra = std::min(kMaxGroupBits - kLazyStripeBits, static_cast<int>(std::bit_width(n >> kLazyStripeBits)));
+  group_bits = kLazyStripeBits + extra;
+  const int shift = 64 - group_bits;
+  const size_t groups = size_t{1} << group_bits;
+  bucket.assign(groups + 1, 0);
   for (size_t i = 0; i < n; ++i) {
     hashes[i] = HashRow(rows[i]);
-    ++bucket[(hashes[i] >> (64 - kGroupBits)) + 1];
+    ++bucket[(hashes[i] >> shift) + 1];
   }
-  for (size_t b = 0; b < (size_t{1} << kGroupBits); ++b) bucket[b + 1] += bucket[b];
-  for (size_t k = 0; k <= kLazyStripes; ++k) begin[k] = bucket[k << (kGroupBits - kLazyStripeBits)];
-  for (size_t i = 0; i < n; ++i) order[bucket[hashes[i] >> (64 - kGroupBits)]++] = static_cast<uint32_t>(i);
+  for (size_t b = 0; b < groups; ++b) bucket[b + 1] += bucket[b];
+  for (size_t k = 0; k <= kLazyStripes; ++k) begin[k] = bucket[k << extra];
+  for (size_t i = 0; i < n; ++i) order[bucket[hashes[i] >> shift]++] = static_cast<uint32_t>(i);
 }
 
 }  // namespace ps::server

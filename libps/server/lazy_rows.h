@@ -96,8 +96,8 @@ inline void PrefetchBytes(const void* p, size_t bytes, bool write) {
   }
 }
 
-// How far ahead batched lookups and updates prefetch, in rows: records kPrefetchRows
-// ahead, a lazy table's probe slots twice that.
+// How far ahead batched lookups and updates prefetch, in rows (records, and a lazy
+// table's probe slots, alike).
 inline constexpr uint32_t kPrefetchRows = 16;
 
 struct StripeGroups;
@@ -116,10 +116,20 @@ class RecordArena {
  public:
   static constexpr uint32_t kNone = UINT32_MAX;
 
-  explicit RecordArena(size_t record_floats);
+  // `max_chunks` (tests only) lowers the chunk limit below what the references allow.
+  explicit RecordArena(size_t record_floats, size_t max_chunks = SIZE_MAX);
   // An uninitialised record (a freed one first); kNone when out of memory or when the
-  // 2^32 - 1 references are used up.
+  // references are used up (then full() is true).
   uint32_t Allocate();
+  // Allocate refused for want of references: max_records() records are in use.
+  bool full() const {
+    std::lock_guard lock(mu_);
+    return full_;
+  }
+  // How many records the 32-bit references can name: 2^(32 - slot bits) - 1 chunks, the
+  // first few smaller (at least 2^31 - 1 records in all; just under 2^32 when a 2 MiB
+  // chunk holds a power of two of them, as 128-byte records do).
+  uint64_t max_records() const;
   // The record `ref` names (made by Allocate, not freed since).
   float* At(uint32_t ref) const {
     const float* const* dir = dir_.load(std::memory_order_acquire);
@@ -139,7 +149,9 @@ class RecordArena {
   size_t max_rows_ = 0;    // records in a full-size chunk
   int slot_bits_ = 0;      // a reference is chunk << slot_bits_ | slot, slot < max_rows_
   uint32_t slot_mask_ = 0;
+  size_t max_chunks_ = 0;  // the last reference of chunk max_chunks_ would be kNone
   mutable std::mutex mu_;
+  bool full_ = false;
   std::vector<AlignedFloats> chunks_;
   // The chunks' addresses, read by At without the mutex. Grown by copying into a new
   // array twice the size; old arrays stay alive (in dirs_) until Clear, so a reader that
@@ -218,21 +230,30 @@ class LazyStripe {
     if (!table_.empty()) __builtin_prefetch(&table_[Home(hash)]);
   }
   // Batched Find over groups.order[b, e) (one stripe's rows of a StripeGroups built from
-  // `rows`): calls f(j, entry or null, its record in `arena` or null) for j = b, b + 1, ...,
-  // e - 1 in that order. Two passes: every row is looked up first (probe slots prefetched
-  // ahead), then f runs with the first `record_bytes` of each record prefetched ahead
-  // (`write`: for stores). Lookups whose next step does not wait on their outcome keep many
-  // misses in flight; a probe loop's exit branch that waits on a miss does not (measured on
-  // 10 M rows: 1.2-1.6x faster than one interleaved pass). f may Insert rows[order[j]] itself (a
-  // batch's rows are unique); it must not Insert other rows of the batch that are still
-  // ahead of j, nor Erase. Uses groups.found as scratch.
-  template <typename F>
-  void FindEach(std::span<const int64_t> rows, StripeGroups& groups, uint32_t b, uint32_t e,
-                const RecordArena& arena, size_t record_bytes, bool write, F&& f);
+  // `rows`). Pass 1 looks every row up (probe slots prefetched ahead) and calls
+  // create(j) for each row not found, in increasing j: true when f will Insert it. The
+  // table is then grown once to hold them all (lookups redone if it moved). Pass 2 calls
+  // f(j, entry or null, its record in `arena` or null, created) for j = b, ..., e - 1 in
+  // that order, with the first `record_bytes` of each record prefetched ahead (`write`:
+  // for stores); `created` is create(j)'s answer for a row not found. Lookups whose next
+  // step does not wait on their outcome keep many misses in flight; a probe loop's exit
+  // branch that waits on a miss does not. Growing before pass 2 matters beyond that: a
+  // batch's rows come in home-slot order, so rows inserted into a table that grows as
+  // they come would pile up in one probe run from slot 0 (quadratic inserts). f must
+  // Insert rows[order[j]] when `created` (and only those rows), and must not Erase.
+  // Returns e, or when the table could not grow, the first j to create, before which f
+  // stopped (out of memory). Uses groups.found as scratch.
+  template <typename C, typename F>
+  uint32_t FindEach(std::span<const int64_t> rows, StripeGroups& groups, uint32_t b, uint32_t e,
+                    const RecordArena& arena, size_t record_bytes, bool write, C&& create, F&& f);
 
-  // Adds `row` (not present) with an uninitialised record from `arena` and epoch 0; null
-  // when out of memory. Valid until the next Insert or Erase on this stripe.
+  // Adds `row` (not present) with an uninitialised record from `arena` and epoch 0,
+  // growing the table unless Reserve made room; null when out of memory or the arena is
+  // full (RecordArena::full). Valid until the next Insert, Reserve or Erase on this stripe.
   Entry* Insert(int64_t row, uint64_t hash, RecordArena& arena);
+  // Grows the table (once) so `rows` rows fit under its load limit; false when out of
+  // memory. Moves entries (not records) when it grows.
+  bool Reserve(size_t rows);
   // Removes `row` (hash = HashRow(row)) and returns its record to `arena`; false when it
   // is not present. Invalidates records found before (of this row) only.
   bool Erase(int64_t row, uint64_t hash, RecordArena& arena);
@@ -242,6 +263,9 @@ class LazyStripe {
   size_t count() const { return count_; }
   // Of the table only (the records are the arena's).
   uint64_t bytes() const { return table_.size() * sizeof(Entry); }
+  // Occupied slots Insert has stepped over since the stripe was made (tests: the cost
+  // of inserts).
+  uint64_t insert_probes() const { return insert_probes_; }
   // f(row, record, epoch) for every row, in table order.
   template <typename F>
   void ForEach(const RecordArena& arena, F&& f) const {
@@ -254,20 +278,21 @@ class LazyStripe {
   // A row's home slot: the hash bits right below the stripe's, so a StripeGroups batch
   // (sorted by those bits) probes its stripe's table in increasing address order.
   size_t Home(uint64_t hash) const { return static_cast<size_t>((hash << kLazyStripeBits) >> shift_); }
-  bool Grow();
+  static bool Fits(size_t rows, size_t slots) { return rows * 10 <= slots * 7; }  // load 0.7
 
   std::vector<Entry, AlignedAllocator<Entry>> table_;  // size 0 or a power of two, 2^(64 - shift_)
   int shift_ = 64;
   size_t count_ = 0;
-  uint64_t grows_ = 0;  // Grow calls: FindEach re-resolves the rows ahead after one
+  uint64_t insert_probes_ = 0;
 };
 
 // A lazy pull's or push's rows grouped by stripe (a counting sort), so each stripe's lock
 // is taken once per request: the rows of stripe k are order[begin[k] .. begin[k + 1]),
-// ordered by their home slot's top bits (see Build). Keep one per thread (thread_local),
-// so the buffers are reused.
+// ordered by the top group_bits of their hashes: the stripe's, then up to 8 of the home
+// slot's (see Build). Keep one per thread (thread_local), so the buffers are reused.
 struct StripeGroups {
-  static constexpr int kGroupBits = kLazyStripeBits + 8;  // 256 groups per stripe
+  static constexpr int kMaxGroupBits = kLazyStripeBits + 8;  // 256 groups per stripe
+  int group_bits = kLazyStripeBits;  // of the last Build
   std::vector<uint64_t> hashes;  // [i] HashRow(rows[i])
   std::vector<uint32_t> order;
   std::array<uint32_t, kLazyStripes + 1> begin{};
@@ -275,43 +300,57 @@ struct StripeGroups {
   struct Found {
     LazyStripe::Entry* entry;
     float* record;
+    bool create;
   };
   std::vector<Found> found;  // LazyStripe::FindEach's scratch
 
   void Build(std::span<const int64_t> rows);
 };
 
-template <typename F>
-void LazyStripe::FindEach(std::span<const int64_t> rows, StripeGroups& groups, uint32_t b, uint32_t e,
-                          const RecordArena& arena, size_t record_bytes, bool write, F&& f) {
+template <typename C, typename F>
+uint32_t LazyStripe::FindEach(std::span<const int64_t> rows, StripeGroups& groups, uint32_t b, uint32_t e,
+                              const RecordArena& arena, size_t record_bytes, bool write, C&& create, F&& f) {
   constexpr uint32_t kAhead = kPrefetchRows;
   if (groups.found.size() < e - b) groups.found.resize(e - b);
   StripeGroups::Found* const found = groups.found.data();  // [j - b] for j in [b, e)
-  auto lookup = [&](uint32_t j) {
-    const uint32_t i = groups.order[j];
-    Entry* entry = Find(rows[i], groups.hashes[i]);
-    found[j - b] = {entry, entry != nullptr ? arena.At(entry->ref) : nullptr};
+  auto lookup_all = [&] {
+    for (uint32_t j = b; j < e && j < b + kAhead; ++j) PrefetchSlot(groups.hashes[groups.order[j]]);
+    for (uint32_t j = b; j < e; ++j) {
+      if (j + kAhead < e) PrefetchSlot(groups.hashes[groups.order[j + kAhead]]);
+      const uint32_t i = groups.order[j];
+      Entry* entry = Find(rows[i], groups.hashes[i]);
+      found[j - b].entry = entry;
+      found[j - b].record = entry != nullptr ? arena.At(entry->ref) : nullptr;
+    }
   };
-  for (uint32_t j = b; j < e && j < b + kAhead; ++j) PrefetchSlot(groups.hashes[groups.order[j]]);
+  lookup_all();
+  size_t creates = 0;
+  uint32_t first_create = e;
   for (uint32_t j = b; j < e; ++j) {
-    if (j + kAhead < e) PrefetchSlot(groups.hashes[groups.order[j + kAhead]]);
-    lookup(j);
-  }
-  for (uint32_t j = b; j < e && j < b + kAhead; ++j) {
-    if (found[j - b].record != nullptr) PrefetchBytes(found[j - b].record, record_bytes, write);
-  }
-  for (uint32_t j = b; j < e; ++j) {
-    if (j + kAhead < e && found[j + kAhead - b].record != nullptr)
-      PrefetchBytes(found[j + kAhead - b].record, record_bytes, write);
-    const uint64_t grows = grows_;
-    f(j, found[j - b].entry, found[j - b].record);
-    // f inserted and the table grew: the entries found ahead moved (their records did not).
-    if (grows_ != grows) {
-      for (uint32_t a = j + 1; a < e; ++a) {
-        if (found[a - b].entry != nullptr) lookup(a);
-      }
+    found[j - b].create = found[j - b].entry == nullptr && create(j);
+    if (found[j - b].create) {
+      ++creates;
+      first_create = std::min(first_create, j);
     }
   }
+  uint32_t end = e;
+  if (creates > 0 && !Fits(count_ + creates, table_.size())) {
+    const bool moves = count_ > 0;
+    if (!Reserve(count_ + creates)) {
+      end = first_create;  // f runs up to the first row it could not create
+    } else if (moves) {
+      lookup_all();  // the entries moved (their records did not)
+    }
+  }
+  for (uint32_t j = b; j < end && j < b + kAhead; ++j) {
+    if (found[j - b].record != nullptr) PrefetchBytes(found[j - b].record, record_bytes, write);
+  }
+  for (uint32_t j = b; j < end; ++j) {
+    if (j + kAhead < end && found[j + kAhead - b].record != nullptr)
+      PrefetchBytes(found[j + kAhead - b].record, record_bytes, write);
+    f(j, found[j - b].entry, found[j - b].record, found[j - b].create);
+  }
+  return end;
 }
 
 }  // namespace ps::server

@@ -204,7 +204,8 @@ Status Store::PullRows(const ShardKey& key, std::span<const int64_t> rows, std::
         if (groups.begin[k] == groups.begin[k + 1]) continue;
         std::lock_guard g(s->stripes[k]);
         s->lazy[k].FindEach(rows, groups, groups.begin[k], groups.begin[k + 1], *s->arena, cols * sizeof(float),
-                            false, [&](uint32_t j, const LazyStripe::Entry*, const float* record) {
+                            false, [](uint32_t) { return false; },
+                            [&](uint32_t j, const LazyStripe::Entry*, const float* record, bool) {
                               const uint32_t i = groups.order[j];
                               if (record != nullptr) {
                                 std::memcpy(out.data() + i * cols, record, cols * sizeof(float));
@@ -295,7 +296,7 @@ Status Store::ApplyLazy(Shard& s, std::span<const int64_t> rows, std::span<const
   const size_t cols = s.cols;
   thread_local StripeGroups groups;
   groups.Build(rows);
-  int64_t failed_row = -1;  // the row whose creation ran out of memory
+  int64_t failed_row = -1;  // the row whose creation failed
   const auto admit = static_cast<uint32_t>(s.def.row_policy.admit_min_count);
   const uint32_t epoch = this->epoch();
   uint64_t admitted = 0, dropped = 0, created = 0;
@@ -303,42 +304,44 @@ Status Store::ApplyLazy(Shard& s, std::span<const int64_t> rows, std::span<const
     if (groups.begin[k] == groups.begin[k + 1]) continue;
     std::lock_guard g(s.stripes[k]);
     LazyStripe& stripe = s.lazy[k];
-    stripe.FindEach(rows, groups, groups.begin[k], groups.begin[k + 1], *s.arena, s.record_floats * sizeof(float),
-                    true, [&](uint32_t j, LazyStripe::Entry* entry, float* record) {
-                      const uint32_t i = groups.order[j];
-                      if (entry == nullptr) {
-                        if (failed_row >= 0) return;
-                        const uint64_t hash = groups.hashes[i];
-                        if (s.sketch && s.sketch[k].Add(hash) < admit) {
-                          ++dropped;
-                          return;
-                        }
-                        entry = stripe.Insert(rows[i], hash, *s.arena);
-                        if (entry == nullptr) {
-                          failed_row = rows[i];
-                          return;
-                        }
-                        record = s.arena->At(entry->ref);
-                        if (s.sketch) {
-                          s.sketch[k].Remove(hash, admit);
-                          ++admitted;
-                        }
-                        ++created;
-                        s.InitRecord(rows[i], record);
-                      }
-                      ApplyRows(spec, lr, global_step, {record, cols}, s.RecordSlots(record),
-                                grad_rows.subspan(i * cols, cols));
-                      if (s.stamped) s.SetStamp(record, stamp);
-                      entry->epoch = epoch;
-                    });
+    // Admission is decided in FindEach's first pass, so its table grows once to hold
+    // exactly the rows admitted.
+    const auto create = [&](uint32_t j) {
+      if (!s.sketch) return true;
+      const uint64_t hash = groups.hashes[groups.order[j]];
+      if (s.sketch[k].Add(hash) < admit) {
+        ++dropped;
+        return false;
+      }
+      s.sketch[k].Remove(hash, admit);
+      ++admitted;
+      return true;
+    };
+    const uint32_t end = stripe.FindEach(
+        rows, groups, groups.begin[k], groups.begin[k + 1], *s.arena, s.record_floats * sizeof(float), true, create,
+        [&](uint32_t j, LazyStripe::Entry* entry, float* record, bool create_it) {
+          const uint32_t i = groups.order[j];
+          if (entry == nullptr) {
+            if (!create_it || failed_row >= 0) return;
+            entry = s.CreateRow(stripe, rows[i], groups.hashes[i]);
+            if (entry == nullptr) {
+              failed_row = rows[i];
+              return;
+            }
+            record = s.arena->At(entry->ref);
+            ++created;
+          }
+          ApplyRows(spec, lr, global_step, {record, cols}, s.RecordSlots(record), grad_rows.subspan(i * cols, cols));
+          if (s.stamped) s.SetStamp(record, stamp);
+          entry->epoch = epoch;
+        });
+    if (end < groups.begin[k + 1] && failed_row < 0) failed_row = rows[groups.order[end]];
     if (failed_row >= 0) break;
   }
   s.live.fetch_add(static_cast<int64_t>(created), std::memory_order_relaxed);
   if (admitted > 0) rows_admitted_.fetch_add(admitted, std::memory_order_relaxed);
   if (dropped > 0) rows_not_admitted_.fetch_add(dropped, std::memory_order_relaxed);
-  if (failed_row >= 0)
-    return Internal("PushRows " + s.def.key().ToString() + ": out of memory creating row " +
-                    std::to_string(failed_row));
+  if (failed_row >= 0) return Internal("PushRows " + s.def.key().ToString() + ": " + s.CreateFailure(failed_row));
   return Status::Ok();
 }
 

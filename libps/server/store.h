@@ -43,7 +43,11 @@
 // floats (+ the stamp below), at a stable address. PullRows/PushRows look rows
 // up stripe by stripe, prefetching probe slots and records a few rows ahead. Arrays of
 // 2 MiB and more (dense values and slots, lazy tables and chunks) are advised as
-// transparent huge pages. Memory() reports the bytes used.
+// transparent huge pages. Memory() reports the bytes used. Records are named by 32-bit
+// references, so a lazy shard holds at most about 2^31 to 2^32 rows (just under 2^32
+// for 128-byte records; RecordArena::max_records); a push creating more fails with
+// Internal "lazy shard full: at most N records", as it does "out of memory" when memory
+// runs out first.
 //
 // Admission and eviction (ShardDef::row_policy, lazy shards only; model/row_policy.h).
 //  - Admission (admit_min_count N > 1): a PushRows of a row not created yet counts the

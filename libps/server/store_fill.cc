@@ -118,17 +118,12 @@ Status Store::ShardFill::UpsertRows(std::span<const int64_t> rows, CreatedRows* 
     const uint64_t h = HashRow(row);
     LazyStripe& stripe = s.lazy[LazyStripeOf(h)];
     LazyStripe::Entry* entry = stripe.Find(row, h);
-    bool fresh = false;
     if (entry == nullptr) {
-      entry = stripe.Insert(row, h, *s.arena);
-      if (entry == nullptr)
-        return Internal("Restore " + key.ToString() + ": out of memory creating " + std::to_string(rows.size()) +
-                        " rows");
-      fresh = true;
+      entry = s.CreateRow(stripe, row, h);
+      if (entry == nullptr) return Internal("Restore " + key.ToString() + ": " + s.CreateFailure(row));
       shard_->live.fetch_add(1, std::memory_order_relaxed);
     }
     float* record = s.arena->At(entry->ref);
-    if (fresh) s.InitRecord(row, record);
     if (s.stamped) s.SetStamp(record, 0);  // ResetRowClock stamps the checkpoint's step
     entry->epoch = 0;
     created->records_.push_back(record);

@@ -62,6 +62,21 @@ struct Store::Shard {
   const cluster::ShardLayout& layout() const { return def.layout; }
   std::mutex& StripeOf(int64_t row) const { return stripes[row / stripe_rows]; }
 
+  // Lazy: creates `row` (absent) in `stripe` (lazy[k] for the row's stripe k, whose lock
+  // is held) with its initial values and slots, epoch 0; null when the table or arena
+  // could not grow (CreateFailure says why).
+  LazyStripe::Entry* CreateRow(LazyStripe& stripe, int64_t row, uint64_t hash) const {
+    LazyStripe::Entry* entry = stripe.Insert(row, hash, *arena);
+    if (entry != nullptr) InitRecord(row, arena->At(entry->ref));
+    return entry;
+  }
+  // Why CreateRow failed for `row`.
+  std::string CreateFailure(int64_t row) const {
+    if (arena->full())
+      return "lazy shard full: at most " + std::to_string(arena->max_records()) + " records (creating row " +
+             std::to_string(row) + ")";
+    return "out of memory creating row " + std::to_string(row);
+  }
   // Lazy: writes row `row`'s initial values and slots into `record`.
   void InitRecord(int64_t row, float* record) const {
     const cluster::ShardLayout& l = def.layout;
