@@ -3,6 +3,7 @@
 //
 //   bench_sparse_ps [--rows 10000000] [--dim 16] [--batch 512] [--ids 26] [--zipf 1.05]
 //                   [--clients 2] [--seconds 2] [--variants dense,lazy] [--prefill 1] [--cpu-time 0]
+//                   [--prefill-batch 65536]
 //                   (variants: dense, lazy, lazy-evict: lazy with the 4-byte last-push stamp)
 //
 // Workload: --batch examples x --ids ids each, drawn Zipf(--zipf) over the table's rows
@@ -24,7 +25,9 @@
 // per created row (Store::Memory) after the run. With --prefill 1 (default) the lazy
 // shard first gets every row created (zero gradients, which leave Adagrad's values and
 // accumulators unchanged), so both variants hold all rows: the state of a long-trained
-// table. --prefill 0 measures a fresh lazy table (creation on the measured pushes).
+// table, in pushes of --prefill-batch new rows (the "created ... in S s" line times them:
+// one push of 1,000,000 rows into the fresh table shows what a big first push costs).
+// --prefill 0 measures a fresh lazy table (creation on the measured pushes).
 // --cpu-time 1 times the in-process runs in the thread's CPU time rather than wall-clock
 // time, so that other jobs on a shared machine do not stretch them; the network rows stay
 // wall-clock (several threads) and are then not compared with them.
@@ -68,6 +71,7 @@ struct Options {
   double seconds = 2;
   std::vector<std::string> variants = {"dense", "lazy"};
   bool prefill = true;
+  int64_t prefill_batch = 65536;
   bool cpu_time = false;
 };
 
@@ -84,6 +88,7 @@ Options Parse(int argc, char** argv) {
     else if (a == "--clients") o.clients = std::atoi(v.c_str());
     else if (a == "--seconds") o.seconds = std::atof(v.c_str());
     else if (a == "--prefill") o.prefill = v != "0";
+    else if (a == "--prefill-batch") o.prefill_batch = std::atoll(v.c_str());
     else if (a == "--cpu-time") o.cpu_time = v != "0";
     else if (a == "--variants") {
       o.variants.clear();
@@ -98,7 +103,8 @@ Options Parse(int argc, char** argv) {
       Die("unknown flag " + a);
     }
   }
-  if (o.rows < 1 || o.rows > (int64_t{1} << 40) || o.dim < 1 || o.batch < 1 || o.ids < 1 || o.zipf <= 0 || o.clients < 1 || o.seconds <= 0)
+  if (o.rows < 1 || o.rows > (int64_t{1} << 40) || o.dim < 1 || o.batch < 1 || o.ids < 1 || o.zipf <= 0 || o.clients < 1 || o.seconds <= 0 ||
+      o.prefill_batch < 1)
     Die("bad flag value");
   for (const auto& v : o.variants)
     if (v != "dense" && v != "lazy" && v != "lazy-evict") Die("--variants: dense, lazy, lazy-evict, got " + v);
@@ -192,10 +198,11 @@ void RunVariant(const Options& o, const std::string& variant, const std::vector<
   Check(store.Create(def), "Create");
   if (lazy && o.prefill) {
     std::vector<int64_t> rows;
-    std::vector<float> zeros(65536 * static_cast<size_t>(o.dim), 0.0f);
-    for (int64_t first = 0; first < o.rows; first += 65536) {
+    const int64_t step = std::min(o.rows, o.prefill_batch);
+    std::vector<float> zeros(static_cast<size_t>(step * o.dim), 0.0f);
+    for (int64_t first = 0; first < o.rows; first += step) {
       rows.clear();
-      for (int64_t r = first; r < std::min(o.rows, first + 65536); ++r) rows.push_back(r);
+      for (int64_t r = first; r < std::min(o.rows, first + step); ++r) rows.push_back(r);
       Check(store.PushRows(def.key(), rows, std::span(zeros).first(rows.size() * static_cast<size_t>(o.dim)), 0),
             "prefill");
     }
