@@ -1,6 +1,7 @@
 #include "libps/server/lazy_rows.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <new>
 
@@ -32,68 +33,113 @@ Result<AlignedFloats> AlignedFloats::Make(size_t n, const std::string& what) {
   return a;
 }
 
-float* RecordArena::Allocate() {
+RecordArena::RecordArena(size_t record_floats, size_t max_chunks) : record_floats_(record_floats) {
+  PS_ASSERT(record_floats_ >= 1);
+  // Not rounded down to a power of two to fill the reference space: a full-size chunk
+  // would then leave up to half of its huge page unused, and memory, not the 2^31 and
+  // more references, is the limit on any real machine.
+  max_rows_ = std::max<size_t>(kFirstChunkRows, kHugePage / (record_floats_ * sizeof(float)));
+  while ((size_t{1} << slot_bits_) < max_rows_) ++slot_bits_;
+  slot_mask_ = static_cast<uint32_t>((uint64_t{1} << slot_bits_) - 1);
+  // The last reference of chunk 2^(32 - slot_bits_) - 1 would be kNone.
+  max_chunks_ = std::min<size_t>(max_chunks, (size_t{1} << (32 - slot_bits_)) - 1);
+}
+
+uint64_t RecordArena::max_records() const {
+  // Chunks double from kFirstChunkRows up to max_rows_ records, then stay there.
+  uint64_t records = 0;
+  size_t rows = kFirstChunkRows;
+  for (size_t c = 0; c < max_chunks_; ++c) {
+    records += rows;
+    if (rows == max_rows_) return records + (max_chunks_ - c - 1) * static_cast<uint64_t>(max_rows_);
+    rows = std::min(rows * 2, max_rows_);
+  }
+  return records;
+}
+
+uint32_t RecordArena::Allocate() {
   std::lock_guard lock(mu_);
-  if (free_ != nullptr) {
-    float* record = free_;
-    std::memcpy(&free_, record, sizeof(free_));
-    return record;
+  if (free_ != kNone) {
+    const uint32_t ref = free_;
+    std::memcpy(&free_, At(ref), sizeof(free_));
+    return ref;
   }
   if (chunk_used_ == chunk_rows_) {
-    const size_t record_bytes = record_floats_ * sizeof(float);
-    const size_t max_rows = std::max<size_t>(kFirstChunkRows, kHugePage / record_bytes);
-    const size_t rows = chunks_.empty() ? kFirstChunkRows : std::min(chunk_rows_ * 2, max_rows);
-    auto chunk = AlignedFloats::Make(rows * record_floats_, "lazy rows");
-    if (!chunk.ok()) return nullptr;
+    if (chunks_.size() >= max_chunks_) {
+      full_ = true;
+      return kNone;
+    }
+    const size_t rows = chunks_.empty() ? kFirstChunkRows : std::min(chunk_rows_ * 2, max_rows_);
+    // A full-size chunk takes whole huge pages (AllocateAligned advises them only from
+    // kHugePage bytes up); the few bytes past its last record are slack.
+    const size_t floats = rows == max_rows_ ? std::max(rows * record_floats_, kHugePage / sizeof(float))
+                                            : rows * record_floats_;
+    auto chunk = AlignedFloats::Make(floats, "lazy rows");
+    if (!chunk.ok()) return kNone;
+    if (chunks_.size() == dir_size_) {
+      const size_t size = std::max<size_t>(16, dir_size_ * 2);
+      std::unique_ptr<const float*[]> dir(new (std::nothrow) const float*[size]);
+      if (dir == nullptr) return kNone;
+      std::copy_n(dirs_.empty() ? nullptr : dirs_.back().get(), dir_size_, dir.get());
+      dirs_.push_back(std::move(dir));
+      dir_size_ = size;
+    }
+    dirs_.back()[chunks_.size()] = chunk->data();
+    dir_.store(dirs_.back().get(), std::memory_order_release);
     chunks_.push_back(std::move(*chunk));
     chunk_rows_ = rows;
     chunk_used_ = 0;
-    chunk_floats_ += rows * record_floats_;
+    chunk_floats_ += floats;
   }
-  return chunks_.back().data() + chunk_used_++ * record_floats_;
+  return static_cast<uint32_t>(((chunks_.size() - 1) << slot_bits_) | chunk_used_++);
 }
 
-void RecordArena::Free(float* record) {
-  PS_ASSERT(record_floats_ * sizeof(float) >= sizeof(float*));
+void RecordArena::Free(uint32_t ref) {
   std::lock_guard lock(mu_);
-  std::memcpy(record, &free_, sizeof(free_));
-  free_ = record;
+  std::memcpy(At(ref), &free_, sizeof(free_));
+  free_ = ref;
 }
 
 void RecordArena::Clear() {
   std::lock_guard lock(mu_);
-  free_ = nullptr;
+  free_ = kNone;
+  full_ = false;
   chunks_.clear();
+  dir_.store(nullptr, std::memory_order_release);
+  dirs_.clear();
+  dir_size_ = 0;
   chunk_used_ = chunk_rows_ = chunk_floats_ = 0;
 }
 
-float* LazyStripe::Insert(int64_t row, uint64_t hash, RecordArena& arena) {
-  if ((count_ + 1) * 10 > table_.size() * 7 && !Grow()) return nullptr;
-  float* record = arena.Allocate();
-  if (record == nullptr) return nullptr;
+LazyStripe::Entry* LazyStripe::Insert(int64_t row, uint64_t hash, RecordArena& arena) {
+  if (!Reserve(count_ + 1)) return nullptr;
+  const uint32_t ref = arena.Allocate();
+  if (ref == RecordArena::kNone) return nullptr;
   const size_t mask = table_.size() - 1;
-  size_t i = hash & mask;
-  while (table_[i].row >= 0) i = (i + 1) & mask;
-  table_[i] = {row, record};
+  size_t i = Home(hash);
+  uint64_t probes = 0;
+  for (; table_[i].row >= 0; ++probes) i = (i + 1) & mask;
+  insert_probes_ += probes;
+  table_[i] = {row, ref, 0};
   ++count_;
-  return record;
+  return &table_[i];
 }
 
 bool LazyStripe::Erase(int64_t row, uint64_t hash, RecordArena& arena) {
   if (table_.empty()) return false;
   const size_t mask = table_.size() - 1;
-  size_t i = hash & mask;
+  size_t i = Home(hash);
   while (table_[i].row != row) {
     if (table_[i].row < 0) return false;
     i = (i + 1) & mask;
   }
-  arena.Free(table_[i].record);
+  arena.Free(table_[i].ref);
   // Backward-shift deletion: move later entries of the probe run into the hole unless
   // their home slot lies cyclically in (hole, their slot].
   for (size_t j = i;;) {
     j = (j + 1) & mask;
     if (table_[j].row < 0) break;
-    const size_t home = HashRow(table_[j].row) & mask;
+    const size_t home = Home(HashRow(table_[j].row));
     const bool stays = i <= j ? (i < home && home <= j) : (i < home || home <= j);
     if (stays) continue;
     table_[i] = table_[j];
@@ -107,22 +153,27 @@ bool LazyStripe::Erase(int64_t row, uint64_t hash, RecordArena& arena) {
 void LazyStripe::Clear() {
   table_.clear();
   table_.shrink_to_fit();
+  shift_ = 64;
   count_ = 0;
 }
 
-bool LazyStripe::Grow() {
+bool LazyStripe::Reserve(size_t rows) {
+  if (Fits(rows, table_.size())) return true;
+  size_t size = std::max<size_t>(16, table_.size() * 2);
+  while (!Fits(rows, size)) size *= 2;
   std::vector<Entry, AlignedAllocator<Entry>> old;
   old.swap(table_);
   try {
-    table_.resize(old.empty() ? 16 : old.size() * 2);
+    table_.resize(size);
   } catch (const std::bad_alloc&) {
     table_.swap(old);
     return false;
   }
+  shift_ = 64 - std::countr_zero(table_.size());
   const size_t mask = table_.size() - 1;
   for (const Entry& e : old) {
     if (e.row < 0) continue;
-    size_t i = HashRow(e.row) & mask;
+    size_t i = Home(HashRow(e.row));
     while (table_[i].row >= 0) i = (i + 1) & mask;
     table_[i] = e;
   }
@@ -177,14 +228,22 @@ void StripeGroups::Build(std::span<const int64_t> rows) {
   const size_t n = rows.size();
   hashes.resize(n);
   order.resize(n);
-  begin.fill(0);
+  // A counting sort on the top group_bits bits of the hashes: by stripe, and within a
+  // stripe by the top bits of the home slot (LazyStripe::Home), so probes walk each
+  // stripe's table in increasing address order, as a dense shard's sorted rows do. About
+  // one group per row per stripe, up to 256: a small request clears and sums few counters.
+  const int extra = std::min(kMaxGroupBits - kLazyStripeBits, static_cast<int>(std::bit_width(n >> kLazyStripeBits)));
+  group_bits = kLazyStripeBits + extra;
+  const int shift = 64 - group_bits;
+  const size_t groups = size_t{1} << group_bits;
+  bucket.assign(groups + 1, 0);
   for (size_t i = 0; i < n; ++i) {
     hashes[i] = HashRow(rows[i]);
-    ++begin[LazyStripeOf(hashes[i]) + 1];
+    ++bucket[(hashes[i] >> shift) + 1];
   }
-  for (size_t k = 0; k < kLazyStripes; ++k) begin[k + 1] += begin[k];
-  auto next = begin;
-  for (size_t i = 0; i < n; ++i) order[next[LazyStripeOf(hashes[i])]++] = static_cast<uint32_t>(i);
+  for (size_t b = 0; b < groups; ++b) bucket[b + 1] += bucket[b];
+  for (size_t k = 0; k <= kLazyStripes; ++k) begin[k] = bucket[k << extra];
+  for (size_t i = 0; i < n; ++i) order[bucket[hashes[i] >> shift]++] = static_cast<uint32_t>(i);
 }
 
 }  // namespace ps::server

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -71,7 +72,8 @@ inline constexpr int kLazyStripeBits = 5;
 inline constexpr int64_t kLazyStripes = int64_t{1} << kLazyStripeBits;
 
 // SplitMix64's finaliser: the top kLazyStripeBits bits pick the stripe (LazyStripeOf),
-// the low bits the table position.
+// the bits below them the table position (LazyStripe) and the admission sketch's
+// counters (AdmitSketch) use the low bits.
 inline uint64_t HashRow(int64_t row) {
   uint64_t z = static_cast<uint64_t>(row) + 0x9e3779b97f4a7c15ULL;
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -94,26 +96,49 @@ inline void PrefetchBytes(const void* p, size_t bytes, bool write) {
   }
 }
 
-// How far ahead batched lookups and updates prefetch, in rows: records kPrefetchRows
-// ahead, a lazy table's probe slots twice that.
+// How far ahead batched lookups and updates prefetch, in rows (records, and a lazy
+// table's probe slots, alike).
 inline constexpr uint32_t kPrefetchRows = 16;
 
 struct StripeGroups;
 
-// The records of one lazy shard: record_floats floats each (values, then each slot), at
-// stable addresses (chunks are never moved or freed until Clear). Chunks double from 16
-// records up to kHugePage bytes, so a big shard's records sit on huge pages and at most
-// one partly used chunk per shard is slack. Thread-safe (its own mutex, taken after a
-// stripe lock); Clear only while no record is in use (every stripe of the shard locked).
+// The records of one lazy shard: record_floats floats each (values, then each slot, then
+// the last-push stamp of an evicting shard), named by a 32-bit reference and at stable
+// addresses (chunks are never moved or freed until Clear). Chunks double from 16 records
+// up to kHugePage bytes; a full-size chunk is one huge page, 64-byte aligned like every
+// chunk, so when a record is a multiple of 64 bytes (16 floats of values and one slot:
+// 128 bytes) its values start a cache line and a pull touches one line per row. At most
+// one partly used chunk per shard is slack. Allocate, Free and Clear take the arena's own
+// mutex (taken after a stripe lock); At needs none: a reference is only used under the
+// stripe lock of the row it belongs to, whose Insert published it. Clear only while no
+// record is in use (every stripe of the shard locked).
 class RecordArena {
  public:
-  explicit RecordArena(size_t record_floats) : record_floats_(record_floats) {}
-  // An uninitialised record (a freed one first); null when out of memory.
-  float* Allocate();
-  // Returns a record of this arena for reuse (eviction); needs record_floats >= 2 (the
-  // free list is kept inside the freed records).
-  void Free(float* record);
+  static constexpr uint32_t kNone = UINT32_MAX;
+
+  // `max_chunks` (tests only) lowers the chunk limit below what the references allow.
+  explicit RecordArena(size_t record_floats, size_t max_chunks = SIZE_MAX);
+  // An uninitialised record (a freed one first); kNone when out of memory or when the
+  // references are used up (then full() is true).
+  uint32_t Allocate();
+  // Allocate refused for want of references: max_records() records are in use.
+  bool full() const {
+    std::lock_guard lock(mu_);
+    return full_;
+  }
+  // How many records the 32-bit references can name: 2^(32 - slot bits) - 1 chunks, the
+  // first few smaller (at least 2^31 - 1 records in all; just under 2^32 when a 2 MiB
+  // chunk holds a power of two of them, as 128-byte records do).
+  uint64_t max_records() const;
+  // The record `ref` names (made by Allocate, not freed since).
+  float* At(uint32_t ref) const {
+    const float* const* dir = dir_.load(std::memory_order_acquire);
+    return const_cast<float*>(dir[ref >> slot_bits_]) + static_cast<size_t>(ref & slot_mask_) * record_floats_;
+  }
+  // Returns a record for reuse (eviction); the free list is kept inside freed records.
+  void Free(uint32_t ref);
   void Clear();
+  size_t record_floats() const { return record_floats_; }
   uint64_t bytes() const {
     std::lock_guard lock(mu_);
     return chunk_floats_ * sizeof(float);
@@ -121,12 +146,23 @@ class RecordArena {
 
  private:
   const size_t record_floats_;
+  size_t max_rows_ = 0;    // records in a full-size chunk
+  int slot_bits_ = 0;      // a reference is chunk << slot_bits_ | slot, slot < max_rows_
+  uint32_t slot_mask_ = 0;
+  size_t max_chunks_ = 0;  // the last reference of chunk max_chunks_ would be kNone
   mutable std::mutex mu_;
+  bool full_ = false;
   std::vector<AlignedFloats> chunks_;
+  // The chunks' addresses, read by At without the mutex. Grown by copying into a new
+  // array twice the size; old arrays stay alive (in dirs_) until Clear, so a reader that
+  // loaded an old one still reads valid, unchanged entries.
+  std::atomic<const float* const*> dir_{nullptr};
+  std::vector<std::unique_ptr<const float*[]>> dirs_;
+  size_t dir_size_ = 0;
   size_t chunk_rows_ = 0;    // capacity of chunks_.back(), in records
   size_t chunk_used_ = 0;    // records used in chunks_.back()
   size_t chunk_floats_ = 0;  // all chunks
-  float* free_ = nullptr;    // freed records, each holding the next one's address
+  uint32_t free_ = kNone;    // freed records, each holding the next one's reference
 };
 
 // The admission sketch of one stripe of a lazy shard (store.h, "Admission and
@@ -166,35 +202,58 @@ class AdmitSketch {
 };
 
 // The rows of one stripe of a lazy shard: an open-addressing table (linear probing,
-// grown at load 0.7; 16-byte slots, huge pages from 2 MiB) from shard-local row to its
-// record in the shard's RecordArena.
+// grown at load 0.7, backward-shift deletion; 16-byte entries, huge pages from 2 MiB) from
+// shard-local row to its record in the shard's RecordArena. An entry also holds the row's
+// change epoch (store.h, "Change epochs"), so a push, which has just read the entry to
+// find the record, sets the epoch without touching another cache line.
 class LazyStripe {
  public:
-  // The record of `row` (hash = HashRow(row)), or null when the row was never created.
-  float* Find(int64_t row, uint64_t hash) const {
+  struct Entry {
+    int64_t row = -1;    // -1: empty
+    uint32_t ref = 0;    // the record (RecordArena)
+    uint32_t epoch = 0;  // of the row's last change
+  };
+
+  // The entry of `row` (hash = HashRow(row)), or null when the row was never created.
+  // Valid until the next Insert or Erase on this stripe.
+  Entry* Find(int64_t row, uint64_t hash) {
     if (table_.empty()) return nullptr;
     const size_t mask = table_.size() - 1;
-    for (size_t i = hash & mask;; i = (i + 1) & mask) {
-      if (table_[i].row == row) return table_[i].record;
+    for (size_t i = Home(hash);; i = (i + 1) & mask) {
+      if (table_[i].row == row) return &table_[i];
       if (table_[i].row < 0) return nullptr;
     }
   }
+  const Entry* Find(int64_t row, uint64_t hash) const { return const_cast<LazyStripe*>(this)->Find(row, hash); }
   // Starts loading the slot where a probe for `hash` begins.
   void PrefetchSlot(uint64_t hash) const {
-    if (!table_.empty()) __builtin_prefetch(&table_[hash & (table_.size() - 1)]);
+    if (!table_.empty()) __builtin_prefetch(&table_[Home(hash)]);
   }
   // Batched Find over groups.order[b, e) (one stripe's rows of a StripeGroups built from
-  // `rows`): calls f(j, record or null) for j = b, b + 1, ..., e - 1 in that order, with the
-  // probe slots and the first `record_bytes` of each record prefetched ahead (`write`:
-  // for stores). f must not Insert into this stripe rows of the batch that are still
-  // ahead of j (a batch's rows are unique, so inserting rows[order[j]] itself is fine).
-  template <typename F>
-  void FindEach(std::span<const int64_t> rows, const StripeGroups& groups, uint32_t b, uint32_t e,
-                size_t record_bytes, bool write, F&& f) const;
+  // `rows`). Pass 1 looks every row up (probe slots prefetched ahead) and calls
+  // create(j) for each row not found, in increasing j: true when f will Insert it. The
+  // table is then grown once to hold them all (lookups redone if it moved). Pass 2 calls
+  // f(j, entry or null, its record in `arena` or null, created) for j = b, ..., e - 1 in
+  // that order, with the first `record_bytes` of each record prefetched ahead (`write`:
+  // for stores); `created` is create(j)'s answer for a row not found. Lookups whose next
+  // step does not wait on their outcome keep many misses in flight; a probe loop's exit
+  // branch that waits on a miss does not. Growing before pass 2 matters beyond that: a
+  // batch's rows come in home-slot order, so rows inserted into a table that grows as
+  // they come would pile up in one probe run from slot 0 (quadratic inserts). f must
+  // Insert rows[order[j]] when `created` (and only those rows), and must not Erase.
+  // Returns e, or when the table could not grow, the first j to create, before which f
+  // stopped (out of memory). Uses groups.found as scratch.
+  template <typename C, typename F>
+  uint32_t FindEach(std::span<const int64_t> rows, StripeGroups& groups, uint32_t b, uint32_t e,
+                    const RecordArena& arena, size_t record_bytes, bool write, C&& create, F&& f);
 
-  // Adds `row` (not present) with an uninitialised record from `arena`; null when out of
-  // memory.
-  float* Insert(int64_t row, uint64_t hash, RecordArena& arena);
+  // Adds `row` (not present) with an uninitialised record from `arena` and epoch 0,
+  // growing the table unless Reserve made room; null when out of memory or the arena is
+  // full (RecordArena::full). Valid until the next Insert, Reserve or Erase on this stripe.
+  Entry* Insert(int64_t row, uint64_t hash, RecordArena& arena);
+  // Grows the table (once) so `rows` rows fit under its load limit; false when out of
+  // memory. Moves entries (not records) when it grows.
+  bool Reserve(size_t rows);
   // Removes `row` (hash = HashRow(row)) and returns its record to `arena`; false when it
   // is not present. Invalidates records found before (of this row) only.
   bool Erase(int64_t row, uint64_t hash, RecordArena& arena);
@@ -204,54 +263,94 @@ class LazyStripe {
   size_t count() const { return count_; }
   // Of the table only (the records are the arena's).
   uint64_t bytes() const { return table_.size() * sizeof(Entry); }
+  // Occupied slots Insert has stepped over since the stripe was made (tests: the cost
+  // of inserts).
+  uint64_t insert_probes() const { return insert_probes_; }
+  // f(row, record, epoch) for every row, in table order.
   template <typename F>
-  void ForEach(F&& f) const {
+  void ForEach(const RecordArena& arena, F&& f) const {
     for (const Entry& e : table_) {
-      if (e.row >= 0) f(e.row, e.record);
+      if (e.row >= 0) f(e.row, arena.At(e.ref), e.epoch);
     }
   }
 
  private:
-  struct Entry {
-    int64_t row = -1;  // -1: empty
-    float* record = nullptr;
-  };
-  bool Grow();
+  // A row's home slot: the hash bits right below the stripe's, so a StripeGroups batch
+  // (sorted by those bits) probes its stripe's table in increasing address order.
+  size_t Home(uint64_t hash) const { return static_cast<size_t>((hash << kLazyStripeBits) >> shift_); }
+  static bool Fits(size_t rows, size_t slots) { return rows * 10 <= slots * 7; }  // load 0.7
 
-  std::vector<Entry, AlignedAllocator<Entry>> table_;  // size 0 or a power of two
+  std::vector<Entry, AlignedAllocator<Entry>> table_;  // size 0 or a power of two, 2^(64 - shift_)
+  int shift_ = 64;
   size_t count_ = 0;
+  uint64_t insert_probes_ = 0;
 };
 
 // A lazy pull's or push's rows grouped by stripe (a counting sort), so each stripe's lock
-// is taken once per request: the rows of stripe k are order[begin[k] .. begin[k + 1]).
-// Keep one per thread (thread_local), so the buffers are reused.
+// is taken once per request: the rows of stripe k are order[begin[k] .. begin[k + 1]),
+// ordered by the top group_bits of their hashes: the stripe's, then up to 8 of the home
+// slot's (see Build). Keep one per thread (thread_local), so the buffers are reused.
 struct StripeGroups {
+  static constexpr int kMaxGroupBits = kLazyStripeBits + 8;  // 256 groups per stripe
+  int group_bits = kLazyStripeBits;  // of the last Build
   std::vector<uint64_t> hashes;  // [i] HashRow(rows[i])
   std::vector<uint32_t> order;
   std::array<uint32_t, kLazyStripes + 1> begin{};
+  std::vector<uint32_t> bucket;  // Build's counts
+  struct Found {
+    LazyStripe::Entry* entry;
+    float* record;
+    bool create;
+  };
+  std::vector<Found> found;  // LazyStripe::FindEach's scratch
 
   void Build(std::span<const int64_t> rows);
 };
 
-template <typename F>
-void LazyStripe::FindEach(std::span<const int64_t> rows, const StripeGroups& groups, uint32_t b, uint32_t e,
-                          size_t record_bytes, bool write, F&& f) const {
+template <typename C, typename F>
+uint32_t LazyStripe::FindEach(std::span<const int64_t> rows, StripeGroups& groups, uint32_t b, uint32_t e,
+                              const RecordArena& arena, size_t record_bytes, bool write, C&& create, F&& f) {
   constexpr uint32_t kAhead = kPrefetchRows;
-  float* ring[kAhead];
-  auto resolve = [&](uint32_t j) {
-    const uint32_t i = groups.order[j];
-    float* record = Find(rows[i], groups.hashes[i]);
-    if (record != nullptr) PrefetchBytes(record, record_bytes, write);
-    ring[j % kAhead] = record;
+  if (groups.found.size() < e - b) groups.found.resize(e - b);
+  StripeGroups::Found* const found = groups.found.data();  // [j - b] for j in [b, e)
+  auto lookup_all = [&] {
+    for (uint32_t j = b; j < e && j < b + kAhead; ++j) PrefetchSlot(groups.hashes[groups.order[j]]);
+    for (uint32_t j = b; j < e; ++j) {
+      if (j + kAhead < e) PrefetchSlot(groups.hashes[groups.order[j + kAhead]]);
+      const uint32_t i = groups.order[j];
+      Entry* entry = Find(rows[i], groups.hashes[i]);
+      found[j - b].entry = entry;
+      found[j - b].record = entry != nullptr ? arena.At(entry->ref) : nullptr;
+    }
   };
-  for (uint32_t j = b; j < e && j < b + 2 * kAhead; ++j) PrefetchSlot(groups.hashes[groups.order[j]]);
-  for (uint32_t j = b; j < e && j < b + kAhead; ++j) resolve(j);
+  lookup_all();
+  size_t creates = 0;
+  uint32_t first_create = e;
   for (uint32_t j = b; j < e; ++j) {
-    if (j + 2 * kAhead < e) PrefetchSlot(groups.hashes[groups.order[j + 2 * kAhead]]);
-    float* record = ring[j % kAhead];
-    if (j + kAhead < e) resolve(j + kAhead);
-    f(j, record);
+    found[j - b].create = found[j - b].entry == nullptr && create(j);
+    if (found[j - b].create) {
+      ++creates;
+      first_create = std::min(first_create, j);
+    }
   }
+  uint32_t end = e;
+  if (creates > 0 && !Fits(count_ + creates, table_.size())) {
+    const bool moves = count_ > 0;
+    if (!Reserve(count_ + creates)) {
+      end = first_create;  // f runs up to the first row it could not create
+    } else if (moves) {
+      lookup_all();  // the entries moved (their records did not)
+    }
+  }
+  for (uint32_t j = b; j < end && j < b + kAhead; ++j) {
+    if (found[j - b].record != nullptr) PrefetchBytes(found[j - b].record, record_bytes, write);
+  }
+  for (uint32_t j = b; j < end; ++j) {
+    if (j + kAhead < end && found[j + kAhead - b].record != nullptr)
+      PrefetchBytes(found[j + kAhead - b].record, record_bytes, write);
+    f(j, found[j - b].entry, found[j - b].record, found[j - b].create);
+  }
+  return end;
 }
 
 }  // namespace ps::server

@@ -67,8 +67,6 @@ Status Store::Create(const ShardDef& def) {
     shard->num_stripes = kLazyStripes;
     shard->lazy = std::make_unique<LazyStripe[]>(static_cast<size_t>(kLazyStripes));
     shard->record_floats = (1 + shard->slot_defs.size()) * shard->cols;
-    shard->epoch_at = shard->record_floats;
-    shard->record_floats += 1;  // the change epoch
     const model::RowPolicy& p = def.row_policy;
     if (p.evicts()) {
       shard->stamped = true;
@@ -205,8 +203,9 @@ Status Store::PullRows(const ShardKey& key, std::span<const int64_t> rows, std::
       for (size_t k = 0; k < kLazyStripes; ++k) {
         if (groups.begin[k] == groups.begin[k + 1]) continue;
         std::lock_guard g(s->stripes[k]);
-        s->lazy[k].FindEach(rows, groups, groups.begin[k], groups.begin[k + 1], cols * sizeof(float), false,
-                            [&](uint32_t j, const float* record) {
+        s->lazy[k].FindEach(rows, groups, groups.begin[k], groups.begin[k + 1], *s->arena, cols * sizeof(float),
+                            false, [](uint32_t) { return false; },
+                            [&](uint32_t j, const LazyStripe::Entry*, const float* record, bool) {
                               const uint32_t i = groups.order[j];
                               if (record != nullptr) {
                                 std::memcpy(out.data() + i * cols, record, cols * sizeof(float));
@@ -274,9 +273,13 @@ void Store::ApplySparse(Shard& s, std::span<const int64_t> rows, std::span<const
       held = m;
     }
     if (i + kPrefetchRows < rows.size()) {
-      const size_t ahead = static_cast<size_t>(rows[i + kPrefetchRows]) * cols;
+      const auto row = static_cast<size_t>(rows[i + kPrefetchRows]);
+      const size_t ahead = row * cols;
       PrefetchBytes(s.values.data() + ahead, cols * sizeof(float), true);
       for (size_t b = 0; b < s.slot_defs.size(); ++b) PrefetchBytes(s.slots[b].data() + ahead, cols * sizeof(float), true);
+      // The epoch too: x86 commits stores in order, so one store waiting for its line
+      // holds every later store (the next rows' updates) in the store buffer.
+      __builtin_prefetch(s.row_epochs.get() + row, 1);
     }
     size_t begin = static_cast<size_t>(rows[i]) * cols;
     ApplyRows(spec, lr, global_step, s.Values(begin, begin + cols), s.Slots(begin),
@@ -293,7 +296,7 @@ Status Store::ApplyLazy(Shard& s, std::span<const int64_t> rows, std::span<const
   const size_t cols = s.cols;
   thread_local StripeGroups groups;
   groups.Build(rows);
-  int64_t failed_row = -1;  // the row whose creation ran out of memory
+  int64_t failed_row = -1;  // the row whose creation failed
   const auto admit = static_cast<uint32_t>(s.def.row_policy.admit_min_count);
   const uint32_t epoch = this->epoch();
   uint64_t admitted = 0, dropped = 0, created = 0;
@@ -301,41 +304,44 @@ Status Store::ApplyLazy(Shard& s, std::span<const int64_t> rows, std::span<const
     if (groups.begin[k] == groups.begin[k + 1]) continue;
     std::lock_guard g(s.stripes[k]);
     LazyStripe& stripe = s.lazy[k];
-    stripe.FindEach(rows, groups, groups.begin[k], groups.begin[k + 1], s.record_floats * sizeof(float), true,
-                    [&](uint32_t j, float* record) {
-                      const uint32_t i = groups.order[j];
-                      if (record == nullptr) {
-                        if (failed_row >= 0) return;
-                        const uint64_t hash = groups.hashes[i];
-                        if (s.sketch && s.sketch[k].Add(hash) < admit) {
-                          ++dropped;
-                          return;
-                        }
-                        record = stripe.Insert(rows[i], hash, *s.arena);
-                        if (record == nullptr) {
-                          failed_row = rows[i];
-                          return;
-                        }
-                        if (s.sketch) {
-                          s.sketch[k].Remove(hash, admit);
-                          ++admitted;
-                        }
-                        ++created;
-                        s.InitRecord(rows[i], record);
-                      }
-                      ApplyRows(spec, lr, global_step, {record, cols}, s.RecordSlots(record),
-                                grad_rows.subspan(i * cols, cols));
-                      if (s.stamped) s.SetStamp(record, stamp);
-                      s.SetEpoch(record, epoch);
-                    });
+    // Admission is decided in FindEach's first pass, so its table grows once to hold
+    // exactly the rows admitted.
+    const auto create = [&](uint32_t j) {
+      if (!s.sketch) return true;
+      const uint64_t hash = groups.hashes[groups.order[j]];
+      if (s.sketch[k].Add(hash) < admit) {
+        ++dropped;
+        return false;
+      }
+      s.sketch[k].Remove(hash, admit);
+      ++admitted;
+      return true;
+    };
+    const uint32_t end = stripe.FindEach(
+        rows, groups, groups.begin[k], groups.begin[k + 1], *s.arena, s.record_floats * sizeof(float), true, create,
+        [&](uint32_t j, LazyStripe::Entry* entry, float* record, bool create_it) {
+          const uint32_t i = groups.order[j];
+          if (entry == nullptr) {
+            if (!create_it || failed_row >= 0) return;
+            entry = s.CreateRow(stripe, rows[i], groups.hashes[i]);
+            if (entry == nullptr) {
+              failed_row = rows[i];
+              return;
+            }
+            record = s.arena->At(entry->ref);
+            ++created;
+          }
+          ApplyRows(spec, lr, global_step, {record, cols}, s.RecordSlots(record), grad_rows.subspan(i * cols, cols));
+          if (s.stamped) s.SetStamp(record, stamp);
+          entry->epoch = epoch;
+        });
+    if (end < groups.begin[k + 1] && failed_row < 0) failed_row = rows[groups.order[end]];
     if (failed_row >= 0) break;
   }
   s.live.fetch_add(static_cast<int64_t>(created), std::memory_order_relaxed);
   if (admitted > 0) rows_admitted_.fetch_add(admitted, std::memory_order_relaxed);
   if (dropped > 0) rows_not_admitted_.fetch_add(dropped, std::memory_order_relaxed);
-  if (failed_row >= 0)
-    return Internal("PushRows " + s.def.key().ToString() + ": out of memory creating row " +
-                    std::to_string(failed_row));
+  if (failed_row >= 0) return Internal("PushRows " + s.def.key().ToString() + ": " + s.CreateFailure(failed_row));
   return Status::Ok();
 }
 
@@ -359,7 +365,7 @@ void Store::Sweep(Shard& s, int64_t now, bool exact) {
     for (int64_t k = 0; k < s.num_stripes; ++k) {
       std::lock_guard g(s.stripes[k]);
       victims.clear();
-      s.lazy[k].ForEach([&](int64_t row, const float* record) {
+      s.lazy[k].ForEach(*s.arena, [&](int64_t row, const float* record, uint32_t) {
         if (now - static_cast<int64_t>(s.Stamp(record)) > p.ttl_steps) victims.push_back(row);
       });
       evicted += Evict(s, k, victims);
@@ -375,7 +381,7 @@ void Store::Sweep(Shard& s, int64_t now, bool exact) {
   std::vector<uint32_t> stamps;
   for (int64_t k = 0; k < s.num_stripes; ++k) {
     std::lock_guard g(s.stripes[k]);
-    s.lazy[k].ForEach([&](int64_t, const float* record) { stamps.push_back(s.Stamp(record)); });
+    s.lazy[k].ForEach(*s.arena, [&](int64_t, const float* record, uint32_t) { stamps.push_back(s.Stamp(record)); });
   }
   if (static_cast<int64_t>(stamps.size()) <= s.max_rows) return;
   const size_t excess = stamps.size() - static_cast<size_t>(s.max_rows);
@@ -387,7 +393,7 @@ void Store::Sweep(Shard& s, int64_t now, bool exact) {
   for (int64_t k = 0; k < s.num_stripes; ++k) {
     std::lock_guard g(s.stripes[k]);
     victims.clear();
-    s.lazy[k].ForEach([&](int64_t row, const float* record) {
+    s.lazy[k].ForEach(*s.arena, [&](int64_t row, const float* record, uint32_t) {
       const uint32_t stamp = s.Stamp(record);
       if (stamp < cut) {
         victims.push_back(row);
@@ -447,7 +453,7 @@ void Store::ResetRowClock(int64_t step) {
     s.next_ttl_sweep.store(0, std::memory_order_relaxed);
     for (int64_t k = 0; k < s.num_stripes; ++k) {
       std::lock_guard g(s.stripes[k]);
-      s.lazy[k].ForEach([&](int64_t, float* record) { s.SetStamp(record, step); });
+      s.lazy[k].ForEach(*s.arena, [&](int64_t, float* record, uint32_t) { s.SetStamp(record, step); });
     }
   }
 }
@@ -546,21 +552,29 @@ void CallWithView(const auto& s, const std::function<void(const ShardView&)>& fn
     s.UnlockAll();
     return;
   }
-  std::vector<std::pair<int64_t, const float*>> created;
+  struct Created {
+    int64_t row;
+    const float* record;
+    uint32_t epoch;
+  };
+  std::vector<Created> created;
   size_t n = 0;
   for (int64_t k = 0; k < s.num_stripes; ++k) n += s.lazy[k].count();
   created.reserve(n);
-  for (int64_t k = 0; k < s.num_stripes; ++k)
-    s.lazy[k].ForEach([&](int64_t row, const float* record) { created.emplace_back(row, record); });
-  std::sort(created.begin(), created.end());
+  for (int64_t k = 0; k < s.num_stripes; ++k) {
+    s.lazy[k].ForEach(*s.arena, [&](int64_t row, const float* record, uint32_t epoch) {
+      created.push_back({row, record, epoch});
+    });
+  }
+  std::sort(created.begin(), created.end(), [](const Created& a, const Created& b) { return a.row < b.row; });
   std::vector<int64_t> ids(created.size());
-  for (size_t i = 0; i < created.size(); ++i) ids[i] = created[i].first;
+  for (size_t i = 0; i < created.size(); ++i) ids[i] = created[i].row;
   view.row_ids = ids;
   const size_t cols = s.cols;
   view.row = [&created, cols](size_t i, size_t block) {
-    return std::span<const float>(created[i].second + block * cols, cols);
+    return std::span<const float>(created[i].record + block * cols, cols);
   };
-  view.row_epoch = [&created, &s](size_t i) { return s.Epoch(created[i].second); };
+  view.row_epoch = [&created](size_t i) { return created[i].epoch; };
   view.evicted = s.evicted;
   fn(view);
   s.UnlockAll();

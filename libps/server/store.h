@@ -37,12 +37,17 @@
 // dropped only by a restore or by eviction (below). Whole-shard Pull/Push/Restore of a
 // lazy shard are InvalidArgument; checkpoints go through Read (ShardView::row_ids) and Fill
 // (ShardFill::CreateRows). Storage (lazy_rows.h): 32 stripes chosen by a hash of the
-// row, each an open-addressing table row -> record (linear probing, load <= 0.7), and one
-// record arena per shard (chunks doubling up to 2 MiB); a record is the row's values then
-// each slot, (1 + slots) * cols floats, at a stable address. PullRows/PushRows look rows
+// row, each an open-addressing table of 16-byte entries row -> (record reference, change
+// epoch) (linear probing, load <= 0.7), and one record arena per shard (chunks doubling up
+// to one 2 MiB huge page); a record is the row's values then each slot, (1 + slots) * cols
+// floats (+ the stamp below), at a stable address. PullRows/PushRows look rows
 // up stripe by stripe, prefetching probe slots and records a few rows ahead. Arrays of
 // 2 MiB and more (dense values and slots, lazy tables and chunks) are advised as
-// transparent huge pages. Memory() reports the bytes used.
+// transparent huge pages. Memory() reports the bytes used. Records are named by 32-bit
+// references, so a lazy shard holds at most about 2^31 to 2^32 rows (just under 2^32
+// for 128-byte records; RecordArena::max_records); a push creating more fails with
+// Internal "lazy shard full: at most N records", as it does "out of memory" when memory
+// runs out first.
 //
 // Admission and eviction (ShardDef::row_policy, lazy shards only; model/row_policy.h).
 //  - Admission (admit_min_count N > 1): a PushRows of a row not created yet counts the
@@ -303,7 +308,7 @@ class Store {
   void EvictRows();
 
   // Change epochs, for delta checkpoints. Every push stamps the rows it changes with the
-  // current epoch (dense: a u32 per row; lazy: a u32 in the row's record); an eviction is
+  // current epoch (dense: a u32 per row; lazy: a u32 in the row's table entry); an eviction is
   // logged with it. A checkpoint, with training paused, calls BeginEpoch: the epoch it
   // returns, E, ends (rows changed from now on are stamped > E), so a later delta against
   // that checkpoint writes the rows stamped > E and the evictions logged > E. Nothing is

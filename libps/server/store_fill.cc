@@ -117,17 +117,15 @@ Status Store::ShardFill::UpsertRows(std::span<const int64_t> rows, CreatedRows* 
   for (int64_t row : rows) {
     const uint64_t h = HashRow(row);
     LazyStripe& stripe = s.lazy[LazyStripeOf(h)];
-    float* record = stripe.Find(row, h);
-    if (record == nullptr) {
-      record = stripe.Insert(row, h, *s.arena);
-      if (record == nullptr)
-        return Internal("Restore " + key.ToString() + ": out of memory creating " + std::to_string(rows.size()) +
-                        " rows");
-      s.InitRecord(row, record);
+    LazyStripe::Entry* entry = stripe.Find(row, h);
+    if (entry == nullptr) {
+      entry = s.CreateRow(stripe, row, h);
+      if (entry == nullptr) return Internal("Restore " + key.ToString() + ": " + s.CreateFailure(row));
       shard_->live.fetch_add(1, std::memory_order_relaxed);
     }
+    float* record = s.arena->At(entry->ref);
     if (s.stamped) s.SetStamp(record, 0);  // ResetRowClock stamps the checkpoint's step
-    s.SetEpoch(record, 0);
+    entry->epoch = 0;
     created->records_.push_back(record);
   }
   return Status::Ok();

@@ -30,7 +30,7 @@ struct Store::Shard {
   // Lazy shards: one per stripe (stripes[k] guards lazy[k]); values and slots are empty.
   std::unique_ptr<LazyStripe[]> lazy;
   std::unique_ptr<RecordArena> arena;  // lazy: the records of every stripe
-  size_t record_floats = 0;  // lazy: (1 + slots) * cols, + 1 when stamped
+  size_t record_floats = 0;  // lazy: (1 + slots) * cols, + 1 when stamped (the last float)
   // Lazy, admission and eviction (store.h): per stripe when def.rows admits (stripes[k]
   // guards sketch[k]); records carry their last push step after the slots when the
   // policy evicts (`stamped`).
@@ -42,18 +42,11 @@ struct Store::Shard {
   std::mutex sweep_mu;                  // held by the one thread sweeping this shard
 
   // Change tracking for delta checkpoints (store.h, "Change epochs"). Dense: the epoch
-  // of each row's last push ([rows], under its stripe lock). Lazy: the epoch is a u32 in
-  // the record at `epoch_at`, and `evicted` lists (row, epoch) of evictions (appended
-  // under sweep_mu and the row's stripe lock; read under every stripe lock).
+  // of each row's last push ([rows], under its stripe lock). Lazy: the epoch is in the
+  // row's table entry (LazyStripe::Entry), and `evicted` lists (row, epoch) of evictions
+  // (appended under sweep_mu and the row's stripe lock; read under every stripe lock).
   std::unique_ptr<uint32_t[]> row_epochs;
-  size_t epoch_at = 0;
   std::vector<std::pair<int64_t, uint32_t>> evicted;
-  uint32_t Epoch(const float* record) const {
-    uint32_t v;
-    std::memcpy(&v, record + epoch_at, sizeof(v));
-    return v;
-  }
-  void SetEpoch(float* record, uint32_t epoch) const { std::memcpy(record + epoch_at, &epoch, sizeof(epoch)); }
 
   // The step a stamped record was last pushed at (saturated to [0, 2^32 - 1]).
   uint32_t Stamp(const float* record) const {
@@ -69,6 +62,21 @@ struct Store::Shard {
   const cluster::ShardLayout& layout() const { return def.layout; }
   std::mutex& StripeOf(int64_t row) const { return stripes[row / stripe_rows]; }
 
+  // Lazy: creates `row` (absent) in `stripe` (lazy[k] for the row's stripe k, whose lock
+  // is held) with its initial values and slots, epoch 0; null when the table or arena
+  // could not grow (CreateFailure says why).
+  LazyStripe::Entry* CreateRow(LazyStripe& stripe, int64_t row, uint64_t hash) const {
+    LazyStripe::Entry* entry = stripe.Insert(row, hash, *arena);
+    if (entry != nullptr) InitRecord(row, arena->At(entry->ref));
+    return entry;
+  }
+  // Why CreateRow failed for `row`.
+  std::string CreateFailure(int64_t row) const {
+    if (arena->full())
+      return "lazy shard full: at most " + std::to_string(arena->max_records()) + " records (creating row " +
+             std::to_string(row) + ")";
+    return "out of memory creating row " + std::to_string(row);
+  }
   // Lazy: writes row `row`'s initial values and slots into `record`.
   void InitRecord(int64_t row, float* record) const {
     const cluster::ShardLayout& l = def.layout;

@@ -2,7 +2,8 @@
 // big embedding table, dense and lazy. Not a test: run by scripts/bench-sparse.sh.
 //
 //   bench_sparse_ps [--rows 10000000] [--dim 16] [--batch 512] [--ids 26] [--zipf 1.05]
-//                   [--clients 2] [--seconds 2] [--variants dense,lazy] [--prefill 1]
+//                   [--clients 2] [--seconds 2] [--variants dense,lazy] [--prefill 1] [--cpu-time 0]
+//                   [--prefill-batch 65536]
 //                   (variants: dense, lazy, lazy-evict: lazy with the 4-byte last-push stamp)
 //
 // Workload: --batch examples x --ids ids each, drawn Zipf(--zipf) over the table's rows
@@ -24,7 +25,12 @@
 // per created row (Store::Memory) after the run. With --prefill 1 (default) the lazy
 // shard first gets every row created (zero gradients, which leave Adagrad's values and
 // accumulators unchanged), so both variants hold all rows: the state of a long-trained
-// table. --prefill 0 measures a fresh lazy table (creation on the measured pushes).
+// table, in pushes of --prefill-batch new rows (the "created ... in S s" line times them:
+// one push of 1,000,000 rows into the fresh table shows what a big first push costs).
+// --prefill 0 measures a fresh lazy table (creation on the measured pushes).
+// --cpu-time 1 times the in-process runs in the thread's CPU time rather than wall-clock
+// time, so that other jobs on a shared machine do not stretch them; the network rows stay
+// wall-clock (several threads) and are then not compared with them.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -32,6 +38,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <random>
 #include <string>
 #include <thread>
@@ -64,6 +71,8 @@ struct Options {
   double seconds = 2;
   std::vector<std::string> variants = {"dense", "lazy"};
   bool prefill = true;
+  int64_t prefill_batch = 65536;
+  bool cpu_time = false;
 };
 
 Options Parse(int argc, char** argv) {
@@ -79,6 +88,8 @@ Options Parse(int argc, char** argv) {
     else if (a == "--clients") o.clients = std::atoi(v.c_str());
     else if (a == "--seconds") o.seconds = std::atof(v.c_str());
     else if (a == "--prefill") o.prefill = v != "0";
+    else if (a == "--prefill-batch") o.prefill_batch = std::atoll(v.c_str());
+    else if (a == "--cpu-time") o.cpu_time = v != "0";
     else if (a == "--variants") {
       o.variants.clear();
       size_t p = 0;
@@ -92,7 +103,8 @@ Options Parse(int argc, char** argv) {
       Die("unknown flag " + a);
     }
   }
-  if (o.rows < 1 || o.rows > (int64_t{1} << 40) || o.dim < 1 || o.batch < 1 || o.ids < 1 || o.zipf <= 0 || o.clients < 1 || o.seconds <= 0)
+  if (o.rows < 1 || o.rows > (int64_t{1} << 40) || o.dim < 1 || o.batch < 1 || o.ids < 1 || o.zipf <= 0 || o.clients < 1 || o.seconds <= 0 ||
+      o.prefill_batch < 1)
     Die("bad flag value");
   for (const auto& v : o.variants)
     if (v != "dense" && v != "lazy" && v != "lazy-evict") Die("--variants: dense, lazy, lazy-evict, got " + v);
@@ -132,20 +144,34 @@ struct Rate {
   double mb_per_s = 0;
 };
 
-// Runs fn(i) for `seconds` (at least 3 calls); fn returns the rows it moved.
+// This thread's CPU time, in seconds.
+double ThreadSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// Runs fn(i) for `seconds` (at least 3 calls) of wall-clock time, or of this thread's CPU
+// time when `cpu`; fn returns the rows it moved.
 template <typename F>
-Rate Measure(double seconds, int64_t dim, F&& fn) {
+Rate Measure(double seconds, int64_t dim, bool cpu, F&& fn) {
   int64_t rows = 0;
   int64_t i = 0;
   auto t0 = Clock::now();
-  double el = 0;
-  while (i < 3 || (el = Seconds(t0, Clock::now())) < seconds) rows += fn(i++);
-  el = Seconds(t0, Clock::now());
+  const double c0 = ThreadSeconds();
+  auto elapsed = [&] { return cpu ? ThreadSeconds() - c0 : Seconds(t0, Clock::now()); };
+  while (i < 3 || elapsed() < seconds) rows += fn(i++);
+  const double el = elapsed();
   return {static_cast<double>(rows) / el, static_cast<double>(rows * dim * 4) / el / 1e6};
 }
 
-void Row(const char* what, const Rate& r, const Rate& base) {
-  std::printf("  %-22s %12.0f %10.1f %8.2f\n", what, r.rows_per_s, r.mb_per_s, r.rows_per_s / base.rows_per_s);
+// base null: no comparison (a wall-clock rate against a CPU-time base).
+void Row(const char* what, const Rate& r, const Rate* base) {
+  if (base == nullptr) {
+    std::printf("  %-22s %12.0f %10.1f %8s\n", what, r.rows_per_s, r.mb_per_s, "-");
+    return;
+  }
+  std::printf("  %-22s %12.0f %10.1f %8.2f\n", what, r.rows_per_s, r.mb_per_s, r.rows_per_s / base->rows_per_s);
 }
 
 // variant: "dense", "lazy", or "lazy-evict" (lazy with a ttl too long to evict anything:
@@ -172,10 +198,11 @@ void RunVariant(const Options& o, const std::string& variant, const std::vector<
   Check(store.Create(def), "Create");
   if (lazy && o.prefill) {
     std::vector<int64_t> rows;
-    std::vector<float> zeros(65536 * static_cast<size_t>(o.dim), 0.0f);
-    for (int64_t first = 0; first < o.rows; first += 65536) {
+    const int64_t step = std::min(o.rows, o.prefill_batch);
+    std::vector<float> zeros(static_cast<size_t>(step * o.dim), 0.0f);
+    for (int64_t first = 0; first < o.rows; first += step) {
       rows.clear();
-      for (int64_t r = first; r < std::min(o.rows, first + 65536); ++r) rows.push_back(r);
+      for (int64_t r = first; r < std::min(o.rows, first + step); ++r) rows.push_back(r);
       Check(store.PushRows(def.key(), rows, std::span(zeros).first(rows.size() * static_cast<size_t>(o.dim)), 0),
             "prefill");
     }
@@ -195,12 +222,12 @@ void RunVariant(const Options& o, const std::string& variant, const std::vector<
   // In-process baseline. Pushes first, so the lazy variant's pulls see created rows.
   std::vector<float> out(max_rows * dim);
   int64_t step = 0;
-  Rate base_push = Measure(o.seconds, o.dim, [&](int64_t i) {
+  Rate base_push = Measure(o.seconds, o.dim, o.cpu_time, [&](int64_t i) {
     const auto& rows = batches[static_cast<size_t>(i) % batches.size()];
     Check(store.PushRows(key, rows, std::span(grad).first(rows.size() * dim), step++), "PushRows");
     return static_cast<int64_t>(rows.size());
   });
-  Rate base_pull = Measure(o.seconds, o.dim, [&](int64_t i) {
+  Rate base_pull = Measure(o.seconds, o.dim, o.cpu_time, [&](int64_t i) {
     const auto& rows = batches[static_cast<size_t>(i) % batches.size()];
     Check(store.PullRows(key, rows, std::span(out).first(rows.size() * dim)), "PullRows");
     return static_cast<int64_t>(rows.size());
@@ -275,10 +302,10 @@ void RunVariant(const Options& o, const std::string& variant, const std::vector<
   Rate net_pull = over_network(false);
   for (auto& c : clients) c->Close();
 
-  Row("pull in-process", base_pull, base_pull);
-  Row("pull network", net_pull, base_pull);
-  Row("push in-process", base_push, base_push);
-  Row("push network", net_push, base_push);
+  Row(o.cpu_time ? "pull in-process (cpu)" : "pull in-process", base_pull, &base_pull);
+  Row("pull network", net_pull, o.cpu_time ? nullptr : &base_pull);
+  Row(o.cpu_time ? "push in-process (cpu)" : "push in-process", base_push, &base_push);
+  Row("push network", net_push, o.cpu_time ? nullptr : &base_push);
   auto mem = store.Memory(key);
   if (mem.ok()) {
     std::printf("  memory: %lld rows allocated, %.1f MB, %.1f bytes per row (values + accumulator = %lld)\n",

@@ -384,15 +384,17 @@ TEST_CASE("LazyStripe::Erase matches an unordered_map under random inserts and e
   for (int i = 0; i < 200000; ++i) {
     const auto row = static_cast<int64_t>(rng() % 3000);
     const uint64_t h = HashRow(row);
-    float* rec = stripe.Find(row, h);
+    LazyStripe::Entry* e = stripe.Find(row, h);
+    float* rec = e == nullptr ? nullptr : arena.At(e->ref);
     REQUIRE((rec != nullptr) == ref.contains(row));
     if (rec != nullptr) REQUIRE(rec[0] == ref[row]);
     if (rng() % 3 == 0) {
       REQUIRE(stripe.Erase(row, h, arena) == (rec != nullptr));
       ref.erase(row);
     } else if (rec == nullptr) {
-      rec = stripe.Insert(row, h, arena);
-      REQUIRE(rec != nullptr);
+      e = stripe.Insert(row, h, arena);
+      REQUIRE(e != nullptr);
+      rec = arena.At(e->ref);
       rec[0] = static_cast<float>(i);
       rec[1] = 0;
       ref[row] = rec[0];
@@ -400,9 +402,9 @@ TEST_CASE("LazyStripe::Erase matches an unordered_map under random inserts and e
     REQUIRE(stripe.count() == ref.size());
   }
   for (const auto& [row, v] : ref) {
-    const float* rec = stripe.Find(row, HashRow(row));
-    REQUIRE(rec != nullptr);
-    CHECK(rec[0] == v);
+    const LazyStripe::Entry* e = stripe.Find(row, HashRow(row));
+    REQUIRE(e != nullptr);
+    CHECK(arena.At(e->ref)[0] == v);
   }
   // Erased records are reused: the arena does not grow past the largest live count.
   CHECK(arena.bytes() <= 2 * 3000 * 2 * sizeof(float) + 4096);
