@@ -236,38 +236,31 @@ TEST_CASE("what differs beyond the layout stays an error naming the variable") {
   Train(a, 1, 1);
   const auto ckpt = Save(a, dir.path(), 1);
 
-  SECTION("another full shape") {
+  // Restores the checkpoint into a store holding one shard of `layout`.
+  auto restore_onto = [&](const ps::cluster::ShardLayout& layout) {
     Store s;
     REQUIRE(s.Configure(DefaultOptimizer(OptimizerKind::kAdam)).ok());
     ShardDef def;
-    def.layout = {.var = "dense/kernel", .shard = 0, .num_shards = 1, .row_begin = 0, .rows = 13, .cols = 4,
-                  .full_shape = {13, 4}, .lazy = false};
+    def.layout = layout;
     REQUIRE(s.Create(def).ok());
-    ps::Status st = ps::ckpt::RestoreStore(&s, ckpt);
+    return ps::ckpt::RestoreStore(&s, ckpt);
+  };
+  SECTION("another full shape") {
+    ps::Status st = restore_onto({.var = "dense/kernel", .shard = 0, .num_shards = 1, .row_begin = 0, .rows = 13,
+                                  .cols = 4, .full_shape = {13, 4}, .lazy = false});
     CHECK(st.code() == ps::Code::kFailedPrecondition);
     CHECK_THAT(st.message(), Catch::Contains("variable \"dense/kernel\" has shape [13, 3] in the checkpoint and [13, 4] in this job"));
   }
   SECTION("a dense table where the checkpoint has a lazy one") {
-    Store s;
-    REQUIRE(s.Configure(DefaultOptimizer(OptimizerKind::kAdam)).ok());
-    ShardDef def;
-    def.layout = {.var = "emb/embeddings", .shard = 0, .num_shards = 1, .row_begin = 0, .rows = kIds, .cols = 4,
-                  .full_shape = {kIds, 4}, .lazy = false};
-    def.layout.rows = 1000;  // a dense shard of the same variable's first rows
-    def.layout.num_shards = kIds / 1000 + 1;
-    REQUIRE(s.Create(def).ok());
-    ps::Status st = ps::ckpt::RestoreStore(&s, ckpt);
+    // A dense shard of the same variable's first rows.
+    ps::Status st = restore_onto({.var = "emb/embeddings", .shard = 0, .num_shards = kIds / 1000 + 1, .row_begin = 0,
+                                  .rows = 1000, .cols = 4, .full_shape = {kIds, 4}, .lazy = false});
     CHECK(st.code() == ps::Code::kFailedPrecondition);
     CHECK_THAT(st.message(), Catch::Contains("variable \"emb/embeddings\" is lazy in the checkpoint and dense in this job"));
   }
   SECTION("a variable the checkpoint lacks") {
-    Store s;
-    REQUIRE(s.Configure(DefaultOptimizer(OptimizerKind::kAdam)).ok());
-    ShardDef def;
-    def.layout = {.var = "new/kernel", .shard = 0, .num_shards = 1, .row_begin = 0, .rows = 2, .cols = 2,
-                  .full_shape = {2, 2}, .lazy = false};
-    REQUIRE(s.Create(def).ok());
-    ps::Status st = ps::ckpt::RestoreStore(&s, ckpt);
+    ps::Status st = restore_onto({.var = "new/kernel", .shard = 0, .num_shards = 1, .row_begin = 0, .rows = 2, .cols = 2,
+                                  .full_shape = {2, 2}, .lazy = false});
     CHECK(st.code() == ps::Code::kFailedPrecondition);
     CHECK_THAT(st.message(), Catch::Contains("no record holds rows [0, 2) of new/kernel/part_0"));
   }

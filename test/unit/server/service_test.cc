@@ -352,21 +352,42 @@ bool Eventually(Pred pred) {
   return true;
 }
 
+// Holds every push of `service` after its generation check (SetPushHookForTesting)
+// until Release.
+class HeldPushes {
+ public:
+  explicit HeldPushes(::ps::server::Service& service) {
+    service.SetPushHookForTesting([this] {
+      std::unique_lock lock(mu_);
+      in_push_ = true;
+      cv_.notify_all();
+      cv_.wait(lock, [this] { return release_; });
+    });
+  }
+  // Until a push has reached the hook.
+  void WaitForOne() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [this] { return in_push_; });
+  }
+  void Release() {
+    std::lock_guard lock(mu_);
+    release_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool in_push_ = false, release_ = false;
+};
+
 }  // namespace
 
 TEST_CASE("ps service: a push that passed a dead chief's generation check lands before the new chief's CreateShards, never after it") {
   PsFixture fx;
   // The push of a worker still running the old chief's pack stops after its generation
   // check until the test lets it go.
-  std::mutex mu;
-  std::condition_variable cv;
-  bool in_push = false, release = false;
-  fx.service.SetPushHookForTesting([&] {
-    std::unique_lock lock(mu);
-    in_push = true;
-    cv.notify_all();
-    cv.wait(lock, [&] { return release; });
-  });
+  HeldPushes held(fx.service);
   auto chief_at = [&](uint64_t generation) {
     net::ClientOptions o;
     o.host = "127.0.0.1";
@@ -387,10 +408,7 @@ TEST_CASE("ps service: a push that passed a dead chief's generation check lands 
   auto worker = fx.Connect();
   worker->SetGeneration(100);
   auto late = worker->Call(proto::Push{{All("w", 0)}, 0, 0}, Floats({1, 1}));
-  {
-    std::unique_lock lock(mu);
-    cv.wait(lock, [&] { return in_push; });  // checked against generation 100, not applied yet
-  }
+  held.WaitForOne();  // checked against generation 100, not applied yet
   // The new chief's first request raises the generation, then waits for that push.
   auto new_chief = chief_at(200);
   auto created = new_chief->Call(cs);
@@ -399,11 +417,7 @@ TEST_CASE("ps service: a push that passed a dead chief's generation check lands 
   // Fenced: without the fence it would be answered within milliseconds; with it, never
   // while the push is held.
   CHECK(created.wait_for(std::chrono::seconds(1)) == std::future_status::timeout);
-  {
-    std::lock_guard lock(mu);
-    release = true;
-    cv.notify_all();
-  }
+  held.Release();
   REQUIRE(late.get().ok());     // applied before the new generation's CreateShards ...
   REQUIRE(created.get().ok());  // ... which therefore starts from a ps no old push touches again
   // From now on that worker's pushes are refused: nothing of the old chief lands between
@@ -934,15 +948,7 @@ TEST_CASE("ps service: a Restore waits for the pushes under way, pool-handled on
   PsFixture fx;
   // A push of the current generation (in flight when the chief restores after a ps
   // failure) stops after its generation check, on the pool, until the test lets it go.
-  std::mutex mu;
-  std::condition_variable cv;
-  bool in_push = false, release = false;
-  fx.service.SetPushHookForTesting([&] {
-    std::unique_lock lock(mu);
-    in_push = true;
-    cv.notify_all();
-    cv.wait(lock, [&] { return release; });
-  });
+  HeldPushes held(fx.service);
   auto c = fx.Connect();
   proto::CreateShards cs;
   cs.optimizer = Opt(R"({"type":"sgd","learning_rate":1.0})");
@@ -950,19 +956,12 @@ TEST_CASE("ps service: a Restore waits for the pushes under way, pool-handled on
   cs.shards[0].layout.full_shape = {1, 2};
   REQUIRE(c->CallSync(cs).ok());
   auto push = c->Call(proto::Push{{All("w", 0)}, 0, 0}, Floats({1, 1}));
-  {
-    std::unique_lock lock(mu);
-    cv.wait(lock, [&] { return in_push; });
-  }
+  held.WaitForOne();
   // This fixture has no checkpointer: the Restore fails at once, but only once it runs.
   auto chief = fx.Connect(1);
   auto restore = chief->Call(proto::Restore{"/nonexistent", 1});
   CHECK(restore.wait_for(std::chrono::seconds(1)) == std::future_status::timeout);
-  {
-    std::lock_guard lock(mu);
-    release = true;
-    cv.notify_all();
-  }
+  held.Release();
   REQUIRE(push.get().ok());
   CHECK(restore.get().status().code() == Code::kFailedPrecondition);
 }
