@@ -207,6 +207,14 @@ struct ClientOptions {
   // written to the peer (calls made on them are queued regardless). 0: no bound.
   uint64_t max_write_queue_bytes = uint64_t{64} << 20;
   std::shared_ptr<TlsContext> tls;  // mutual TLS before the Hello; null: plain TCP
+  // Over plain TCP, while no Call or CallAsync has been made on this client: a CallSync
+  // made when no other call is waiting for a reply reads its reply on the calling thread
+  // (poll and recv) instead of being handed it by an I/O thread, which saves a thread
+  // wake-up per call (~the cost of a small call's transport: README Performance). The
+  // I/O thread's reader then waits (parked) while nothing is expected, so a peer that
+  // closes the connection is noticed at the next call or heartbeat rather than at once.
+  // false: every reply is read by the I/O thread.
+  bool caller_reads = true;
 };
 
 struct Reply {
@@ -243,6 +251,9 @@ class Client {
   uint64_t peak_queued_bytes() const;
   // Passes of the deadline sweeper since Connect (one per wake-up). Testing.
   uint64_t sweeps_for_testing() const;
+  // CallSync calls that read their reply on the calling thread (ClientOptions::caller_reads)
+  // since Connect. Testing.
+  uint64_t caller_reads_for_testing() const;
   // The generation stamped on requests sent from now on (a worker stamps its pushes with
   // the generation of the chief that started its job). Thread-safe.
   void SetGeneration(uint64_t generation);
