@@ -191,6 +191,11 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
     last_rx = Clock::now();
     sweep_timer = std::make_unique<asio::steady_timer>(conn->executor());
     park_timer = std::make_unique<asio::steady_timer>(conn->executor());
+    {
+      // Parked from the start: the first CallSync need not race ReadLoop's first Park().
+      std::lock_guard lock(mu);
+      if (options.caller_reads && conn->blocking_fd() >= 0) read_owner = ReadOwner::kParked;
+    }
     conn->StartWriter();
     auto self = shared_from_this();
     asio::co_spawn(conn->executor(), [self] { return self->ReadLoop(); }, asio::detached);
