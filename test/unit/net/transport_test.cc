@@ -730,17 +730,24 @@ TEST_CASE("a parked reader answers heartbeats: idle, and while a caller waits fo
   CheckEcho(**c);
 
   // A call on the calling thread whose reply the server holds for 40 Pings: the caller
-  // reads their answers meanwhile.
-  const uint64_t fast = (*c)->caller_reads_for_testing();
-  auto call = std::async(std::launch::async, [&] { return (*c)->CallSync(proto::Stop{}, {}, {}, 60s); });
-  REQUIRE(WaitFor([&] { return Held(echo) == 1; }));
-  at = echo.server->stats(false).bytes_received;
-  CHECK(WaitFor([&] { return pings_from(at) >= 40 || !(*c)->health().ok(); }));
-  CHECK((*c)->health().ok());
-  ReleaseHeld(echo);
-  auto r = call.get();
-  CHECK(r.ok());
-  CHECK((*c)->caller_reads_for_testing() == fast + 1);
+  // reads their answers meanwhile. (A call made while the reader is up for a Ping's
+  // answer takes the I/O thread's path: then again.)
+  bool on_calling_thread = false;
+  for (int attempt = 0; attempt < 50 && !on_calling_thread; ++attempt) {
+    const uint64_t fast = (*c)->caller_reads_for_testing();
+    auto call = std::async(std::launch::async, [&] { return (*c)->CallSync(proto::Stop{}, {}, {}, 60s); });
+    REQUIRE(WaitFor([&] { return Held(echo) == 1; }));
+    on_calling_thread = (*c)->caller_reads_for_testing() == fast + 1;  // counted before it is sent
+    if (on_calling_thread) {
+      at = echo.server->stats(false).bytes_received;
+      CHECK(WaitFor([&] { return pings_from(at) >= 40 || !(*c)->health().ok(); }));
+      CHECK((*c)->health().ok());
+    }
+    ReleaseHeld(echo);
+    auto r = call.get();
+    CHECK(r.ok());
+  }
+  CHECK(on_calling_thread);
   CheckEcho(**c);
   CHECK((*c)->health().ok());
 }
