@@ -394,10 +394,6 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   // Set when the reader loop has exited: only then may a call being received into fail.
   bool reader_done = false;  // strand only
 
-  // Registers the call on the calling thread, then sends its frame (from this thread
-  // when nothing is queued ahead of it: Conn::Send), so the call is known before its
-  // reply can arrive; the frame is counted in the write queue at once (WaitForRoom sees
-  // it). A broken connection fails the call on the strand.
   // Client::CallAsync, without ending sync_only (CallSync's fallback uses it too).
   void Call(proto::Body body, OutPayload payload, std::vector<std::span<std::byte>> reply_into, Millis timeout,
             std::function<void(Result<Reply>)> done) {
@@ -504,6 +500,9 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
       // successors, which whoever reads next sees.
       if (received && ping_seq.load() == pings_before) ping_outstanding = false;
       if (!failed.ok()) {
+        // Broken meanwhile (a heartbeat timeout, say: its Break shut the socket down,
+        // which ended our read): the call fails for the reason the others did.
+        if (broken && !health_.ok() && !closed_by_user) result = health_;
         read_failed = true;  // nobody reads until Break has closed the socket
         if (t.receiving != 0) {
           auto it = pending.find(t.receiving);  // its reply was cut off: Break may fail it
@@ -523,6 +522,10 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
     return std::move(*result);
   }
 
+  // Registers the call on the calling thread, then sends its frame (from this thread
+  // when nothing is queued ahead of it: Conn::Send), so the call is known before its
+  // reply can arrive; the frame is counted in the write queue at once (WaitForRoom sees
+  // it). A broken connection fails the call on the strand.
   void StartCall(uint64_t id, Pending p, const proto::Envelope& env, OutPayload payload) {
     bool wake_sweeper = false, wake_reader = false;
     Status why;

@@ -9,6 +9,11 @@
 // is written at once by the thread that sends it, with a non-blocking send over plain
 // TCP (on the connection's strand; for a client call, on the calling thread); only what
 // the socket does not take, and everything over TLS, goes through the writer coroutine.
+// A client's replies are read by its reader coroutine, except that over plain TCP a
+// CallSync on a client that never made a Call or CallAsync, made while no other call or
+// heartbeat waits for an answer, reads its own reply on the calling thread (poll and
+// recv; ClientOptions::caller_reads): the reader stays parked meanwhile, and replies to
+// other calls that the caller reads first are handed to them on the strand.
 // Client::Call is thread-safe; never block on its future from a Runtime thread or a
 // handler of the same Runtime.
 #pragma once
@@ -242,6 +247,12 @@ class Client {
                  Millis timeout, std::function<void(Result<Reply>)> done);
   // Call and wait for the reply (lighter than Call(...).get(): no std::promise). Not on a
   // Runtime thread. Aborted if the call is dropped unanswered (its Runtime stopped).
+  // With ClientOptions::caller_reads (plain TCP, no Call/CallAsync ever made on this
+  // client, the reader parked) the calling thread reads the reply itself; the results
+  // are the same: DeadlineExceeded at the deadline (the connection stays up; if the
+  // deadline passes in the middle of a frame the connection is dropped, as the stream
+  // cannot be resynchronised), Unavailable when the connection is lost, Aborted after
+  // Close().
   Result<Reply> CallSync(proto::Body body, OutPayload payload = {},
                          std::vector<std::span<std::byte>> reply_into = {},
                          Millis timeout = Millis{0});
