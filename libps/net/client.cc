@@ -40,8 +40,9 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   std::string name;  // "ps:1 (127.0.0.1:2224)"
   std::atomic<uint64_t> next_id{1};
   std::atomic<uint64_t> generation{0};  // stamped on every request; starts at options.generation
-  Clock::time_point last_rx;                      // strand only
+  std::atomic<Clock::time_point> last_rx;        // a frame last arrived (the reader or a caller)
   bool closing = false;                           // strand only
+  std::atomic<bool> closed_by_user{false};        // Close() was called (read by a reading caller)
   // A call is registered by the calling thread and finished on the strand (reply, break
   // or deadline), so the map is shared; every critical section is a lookup or two.
   mutable std::mutex mu;
@@ -54,6 +55,36 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   std::unique_ptr<asio::steady_timer> sweep_timer;
   Clock::time_point sweep_at = Clock::time_point::max();
   std::atomic<uint64_t> sweeps{0};  // passes of the sweeper (Client::sweeps_for_testing)
+
+  // Who reads the connection (plain TCP, after the handshake). kLoop: ReadLoop (always,
+  // over TLS or without options.caller_reads). kParked: nobody; ReadLoop waits on
+  // park_timer, parked at a frame boundary while there is nothing to read for (ShouldPark).
+  // kCaller: a thread in CallSync, which reads until its own reply is in (CallReading),
+  // while ReadLoop stays parked. Changes under mu, only at frame boundaries; Conn's
+  // read-ahead buffer is used by the owner alone (mu orders its uses).
+  enum class ReadOwner { kLoop, kParked, kCaller };
+  ReadOwner read_owner = ReadOwner::kLoop;  // guarded by mu
+  // No CallAsync or Call was made (set false for good by the first; CallSync's own
+  // fallback does not count): only then does the reader park. Written under mu.
+  std::atomic<bool> sync_only{true};
+  bool ping_outstanding = false;  // guarded by mu: a Ping was sent after the last frame arrived
+  std::atomic<uint64_t> ping_seq{0};  // Pings sent (incremented under mu)
+  bool read_failed = false;       // guarded by mu: a caller's read broke the stream; Break comes
+  std::unique_ptr<asio::steady_timer> park_timer;  // strand only
+  std::atomic<uint64_t> caller_read_calls{0};  // Client::caller_reads_for_testing
+
+  // mu held. Whether ReadLoop should wait (at a frame boundary) rather than read: only a
+  // sync-only client's, with no call or Ping waiting for an answer and nothing broken.
+  bool ShouldPark() const {
+    return read_owner == ReadOwner::kCaller ||
+           (options.caller_reads && conn->blocking_fd() >= 0 && sync_only.load(std::memory_order_relaxed) &&
+            pending.empty() && !ping_outstanding && !broken && !read_failed && !closing && !conn->closed()) ||
+           (read_failed && !broken);
+  }
+  // Wakes ReadLoop if parked: it re-checks ShouldPark. Any thread.
+  void WakeReader() {
+    asio::post(conn->executor(), [self = shared_from_this()] { self->park_timer->cancel(); });
+  }
 
   awaitable<Status> Attempt(Millis budget) {
     auto ex = co_await asio::this_coro::executor;
@@ -159,6 +190,12 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
     name = options.peer_name + " (" + options.host + ":" + std::to_string(options.port) + ")";
     last_rx = Clock::now();
     sweep_timer = std::make_unique<asio::steady_timer>(conn->executor());
+    park_timer = std::make_unique<asio::steady_timer>(conn->executor());
+    {
+      // Parked from the start: the first CallSync need not race ReadLoop's first Park().
+      std::lock_guard lock(mu);
+      if (options.caller_reads && conn->blocking_fd() >= 0) read_owner = ReadOwner::kParked;
+    }
     conn->StartWriter();
     auto self = shared_from_this();
     asio::co_spawn(conn->executor(), [self] { return self->ReadLoop(); }, asio::detached);
@@ -179,42 +216,76 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
     return it->second.into;
   }
 
+  // Strand only: returns once ReadLoop owns the reads (at once unless ShouldPark).
+  // Returns true when it will own them for good: no caller can take them any more.
+  awaitable<bool> Park() {
+    for (;;) {
+      {
+        std::lock_guard lock(mu);
+        if (!ShouldPark()) {
+          read_owner = ReadOwner::kLoop;
+          co_return !sync_only.load(std::memory_order_relaxed) || broken || closing;
+        }
+        if (read_owner == ReadOwner::kLoop) read_owner = ReadOwner::kParked;
+        // Set before mu is released: a wake-up posted by whoever changes the state later
+        // runs after this wait has begun.
+        park_timer->expires_at(Clock::time_point::max());
+      }
+      error_code ec;
+      co_await park_timer->async_wait(asio::redirect_error(use_awaitable, ec));
+    }
+  }
+
+  // A frame read by ReadLoop (on_strand) or by a caller that owns the reads, not the
+  // caller's own reply: a reply goes to its call (whose `done` runs on the strand).
+  void Deliver(InFrame& frame, bool on_strand) {
+    if (!frame.status.ok() || !frame.env.reply) {
+      PS_LOG(Warning) << name << " sent a bad frame: "
+                      << (frame.status.ok() ? "a request on a client connection" : frame.status.message());
+      return;
+    }
+    const auto* error = BodyAs<proto::Error>(frame);
+    if (frame.env.request_id == 0) {
+      if (on_strand) {
+        std::lock_guard lock(mu);
+        ping_outstanding = false;  // (a reading caller clears it when it gives the reads back)
+      }
+      if (error != nullptr) PS_LOG(Warning) << name << " reported: " << error->message;
+      return;  // heartbeat replies and connection-level errors
+    }
+    Pending p;
+    {
+      std::lock_guard lock(mu);
+      if (on_strand) ping_outstanding = false;
+      auto it = pending.find(frame.env.request_id);
+      if (it == pending.end()) return;  // timed out earlier
+      p = std::move(it->second);
+      pending.erase(it);
+    }
+    Result<Reply> r = error != nullptr ? Result<Reply>(StatusFromError(*error))
+                                       : Result<Reply>(Reply{std::move(frame.env), std::move(frame.payload),
+                                                             frame.in_place});
+    if (on_strand) return p.done(std::move(r));
+    asio::post(conn->executor(), [done = std::move(p.done), r = std::move(r)]() mutable { done(std::move(r)); });
+  }
+
   awaitable<void> ReadLoop() {
     auto self = shared_from_this();
     Status why;
     PayloadSink sink = [this](const proto::Envelope& env, uint64_t n) { return Sink(env, n); };
+    // Without caller reads nobody else ever reads: no need to ask (the worker's and the
+    // chief's clients, after their first CallAsync).
+    bool mine_for_good = !options.caller_reads || conn->blocking_fd() < 0;
     try {
       for (;;) {
+        if (!mine_for_good) mine_for_good = co_await Park();
         auto frame = co_await conn->ReadFrame(sink);
         last_rx = Clock::now();
         if (!frame.ok()) {
           why = frame.status().WithContext(name);
           break;
         }
-        if (!frame->status.ok() || !frame->env.reply) {
-          PS_LOG(Warning) << name << " sent a bad frame: "
-                          << (frame->status.ok() ? "a request on a client connection" : frame->status.message());
-          continue;
-        }
-        if (frame->env.request_id == 0) {
-          if (const auto* e = BodyAs<proto::Error>(*frame)) {
-            PS_LOG(Warning) << name << " reported: " << e->message;
-          }
-          continue;  // heartbeat replies and connection-level errors
-        }
-        Pending p;
-        {
-          std::lock_guard lock(mu);
-          auto it = pending.find(frame->env.request_id);
-          if (it == pending.end()) continue;  // timed out earlier
-          p = std::move(it->second);
-          pending.erase(it);
-        }
-        if (const auto* e = BodyAs<proto::Error>(*frame)) {
-          p.done(StatusFromError(*e));
-        } else {
-          p.done(Reply{std::move(frame->env), std::move(frame->payload), frame->in_place});
-        }
+        Deliver(*frame, /*on_strand=*/true);
       }
     } catch (const boost::system::system_error& e) {
       why = Unavailable(name + ": connection lost: " + e.code().message());
@@ -233,14 +304,22 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
       error_code ec;
       co_await timer.async_wait(asio::redirect_error(use_awaitable, ec));
       if (broken) co_return;
-      auto silent = std::chrono::duration_cast<Millis>(Clock::now() - last_rx);
+      auto silent = std::chrono::duration_cast<Millis>(Clock::now() - last_rx.load());
       if (silent > options.heartbeat_timeout) {
         Break(DeadlineExceeded(name + " did not answer for " + std::to_string(silent.count()) +
                                " ms (heartbeat timeout " +
                                std::to_string(options.heartbeat_timeout.count()) + " ms)"));
         co_return;
       }
+      bool parked = false;
+      {
+        std::lock_guard lock(mu);
+        ping_outstanding = true;
+        ping_seq.fetch_add(1);
+        parked = read_owner == ReadOwner::kParked;
+      }
       conn->Send(proto::Envelope{0, false, options.generation, proto::Ping{}}, {});
+      if (parked) park_timer->cancel();  // its reply needs a reader
     }
   }
 
@@ -308,18 +387,147 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
       }
     }
     if (sweep_timer) sweep_timer->cancel();
+    if (park_timer) park_timer->cancel();  // a parked reader exits (reader_done)
     for (auto& done : failed) done(why);
     if (cb) cb(why);
   }
   // Set when the reader loop has exited: only then may a call being received into fail.
   bool reader_done = false;  // strand only
 
+  // Client::CallAsync, without ending sync_only (CallSync's fallback uses it too).
+  void Call(proto::Body body, OutPayload payload, std::vector<std::span<std::byte>> reply_into, Millis timeout,
+            std::function<void(Result<Reply>)> done) {
+    Pending p;
+    p.into = std::move(reply_into);
+    p.what = proto::BodyName(body);
+    p.done = std::move(done);
+    // Back-pressure: off the I/O threads a caller waits for room in the write queue.
+    if (!runtime.impl().RunningInThisThread()) conn->WaitForRoom();
+    uint64_t id = next_id.fetch_add(1);
+    if (timeout.count() <= 0) timeout = options.call_timeout;
+    p.timeout = timeout;
+    p.deadline = Clock::now() + timeout;
+    StartCall(id, std::move(p), proto::Envelope{id, false, generation.load(), std::move(body)}, std::move(payload));
+  }
+
+  // CallSync's fast path: the calling thread takes the reads from a parked ReadLoop
+  // (false: someone else reads, take the ordinary path).
+  bool TakeReads() {
+    std::lock_guard lock(mu);
+    if (read_owner != ReadOwner::kParked || !sync_only.load(std::memory_order_relaxed) || broken || read_failed ||
+        closed_by_user) {
+      return false;
+    }
+    read_owner = ReadOwner::kCaller;
+    return true;
+  }
+
+  // CallSync on the calling thread, which owns the reads (TakeReads): sends the request,
+  // then reads frames until its own reply is in, handing other calls' replies over as
+  // ReadLoop would. The call is not in `pending`: its deadline is this thread's (poll's
+  // timeout), and so is its failure when the connection breaks.
+  Result<Reply> CallReading(proto::Body body, OutPayload payload, std::vector<std::span<std::byte>>& into,
+                            Millis timeout) {
+    caller_read_calls.fetch_add(1, std::memory_order_relaxed);
+    const std::shared_ptr<Conn> c = conn;  // blocking_fd() stays open while we hold it
+    const char* what = proto::BodyName(body);
+    if (timeout.count() <= 0) timeout = options.call_timeout;
+    const auto deadline = Clock::now() + timeout;
+    const uint64_t id = next_id.fetch_add(1);
+    c->Send(proto::Envelope{id, false, generation.load(), std::move(body)}, std::move(payload));
+    struct Target {
+      Impl* self;
+      uint64_t id;
+      const std::vector<std::span<std::byte>>* into;
+      uint64_t receiving = 0;  // another call whose reply_into the current frame fills
+    } t{this, id, &into};
+    const PayloadSink sink = [&t](const proto::Envelope& env,
+                                  uint64_t n) -> std::optional<std::vector<std::span<std::byte>>> {
+      if (env.request_id != t.id) {
+        auto spans = t.self->Sink(env, n);
+        if (spans) t.receiving = env.request_id;
+        return spans;
+      }
+      uint64_t total = 0;
+      for (auto s : *t.into) total += s.size();
+      if (!env.reply || t.into->empty() || total != n) return std::nullopt;
+      return *t.into;
+    };
+    std::optional<Result<Reply>> result;
+    Status failed;
+    bool received = false;
+    uint64_t pings_before = 0;  // ping_seq when the last frame read began
+    while (!result) {
+      t.receiving = 0;
+      pings_before = ping_seq.load();
+      auto frame = c->ReadFrameBlocking(sink, deadline);
+      if (!frame.ok()) {
+        failed = frame.status();
+        break;
+      }
+      if (!frame->has_value()) {  // at a frame boundary: the connection stays in sync
+        result = DeadlineExceeded(name + ": " + what + " did not complete within " +
+                                  std::to_string(timeout.count()) + " ms");
+        break;
+      }
+      received = true;
+      last_rx = Clock::now();
+      InFrame& f = **frame;
+      if (f.status.ok() && f.env.reply && f.env.request_id == id) {
+        if (const auto* e = BodyAs<proto::Error>(f)) {
+          result = StatusFromError(*e);
+        } else {
+          result = Reply{std::move(f.env), std::move(f.payload), f.in_place};
+        }
+      } else {
+        Deliver(f, /*on_strand=*/false);
+      }
+    }
+    if (!failed.ok()) {
+      if (failed.code() == Code::kDeadlineExceeded) {
+        failed = DeadlineExceeded(name + ": " + what + " did not complete within " + std::to_string(timeout.count()) +
+                                  " ms, and the deadline passed in the middle of a frame: the connection is "
+                                  "dropped (the stream cannot be resynchronised)");
+      } else {
+        failed = closed_by_user ? Aborted(name + ": connection closed") : failed.WithContext(name);
+      }
+      result = failed;
+    }
+    bool wake = false;
+    {
+      std::lock_guard lock(mu);
+      // A Ping sent before the last frame began is answered by now or by that frame's
+      // successors, which whoever reads next sees.
+      if (received && ping_seq.load() == pings_before) ping_outstanding = false;
+      if (!failed.ok()) {
+        // Broken meanwhile (a heartbeat timeout, say: its Break shut the socket down,
+        // which ended our read): the call fails for the reason the others did.
+        if (broken && !health_.ok() && !closed_by_user) result = health_;
+        read_failed = true;  // nobody reads until Break has closed the socket
+        if (t.receiving != 0) {
+          auto it = pending.find(t.receiving);  // its reply was cut off: Break may fail it
+          if (it != pending.end()) it->second.receiving = false;
+        }
+      }
+      read_owner = ReadOwner::kParked;
+      wake = failed.ok() && (!pending.empty() || ping_outstanding || broken || !sync_only.load() ||
+                             closed_by_user || c->closed());
+    }
+    if (!failed.ok()) {
+      // Break wakes the reader, which then exits.
+      asio::post(c->executor(), [self = shared_from_this(), failed] { self->Break(failed); });
+    } else if (wake) {
+      WakeReader();
+    }
+    return std::move(*result);
+  }
+
   // Registers the call on the calling thread, then sends its frame (from this thread
   // when nothing is queued ahead of it: Conn::Send), so the call is known before its
   // reply can arrive; the frame is counted in the write queue at once (WaitForRoom sees
   // it). A broken connection fails the call on the strand.
   void StartCall(uint64_t id, Pending p, const proto::Envelope& env, OutPayload payload) {
-    bool wake_sweeper = false;
+    bool wake_sweeper = false, wake_reader = false;
     Status why;
     {
       std::lock_guard lock(mu);
@@ -327,6 +535,7 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
         why = health_.ok() ? Unavailable(name + ": not connected") : health_;
       } else {
         wake_sweeper = p.deadline < sweep_at;
+        wake_reader = read_owner == ReadOwner::kParked;  // its reply needs a reader
         pending.emplace(id, std::move(p));
       }
     }
@@ -335,6 +544,7 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
       return;
     }
     if (wake_sweeper) asio::post(conn->executor(), [self = shared_from_this()] { self->sweep_timer->cancel(); });
+    if (wake_reader) WakeReader();
     conn->Send(env, std::move(payload));  // dropped if the connection is closed by then
   }
 };
@@ -402,27 +612,23 @@ void Client::Close() {
     std::lock_guard lock(impl_->mu);
     impl_->on_broken = nullptr;
   }
+  impl_->closed_by_user = true;
   asio::post(impl_->conn->executor(), [impl = impl_] {
     impl->closing = true;
     impl->conn->CloseOnStrand();
+    impl->park_timer->cancel();  // a parked reader exits (Break: Aborted)
   });
 }
 
 void Client::CallAsync(proto::Body body, OutPayload payload,
                        std::vector<std::span<std::byte>> reply_into, Millis timeout,
                        std::function<void(Result<Reply>)> done) {
-  Impl::Pending p;
-  p.into = std::move(reply_into);
-  p.what = proto::BodyName(body);
-  p.done = std::move(done);
-  // Back-pressure: off the I/O threads a caller waits for room in the write queue.
-  if (!impl_->runtime.impl().RunningInThisThread()) impl_->conn->WaitForRoom();
-  uint64_t id = impl_->next_id.fetch_add(1);
-  if (timeout.count() <= 0) timeout = impl_->options.call_timeout;
-  p.timeout = timeout;
-  p.deadline = Clock::now() + timeout;
-  impl_->StartCall(id, std::move(p), proto::Envelope{id, false, impl_->generation.load(), std::move(body)},
-                   std::move(payload));
+  if (impl_->sync_only.load(std::memory_order_relaxed)) {
+    // For good: the reader stops parking (the call's registration wakes a parked one).
+    std::lock_guard lock(impl_->mu);
+    impl_->sync_only = false;
+  }
+  impl_->Call(std::move(body), std::move(payload), std::move(reply_into), timeout, std::move(done));
 }
 
 Result<Reply> Client::CallSync(proto::Body body, OutPayload payload, std::vector<std::span<std::byte>> reply_into,
@@ -449,9 +655,13 @@ Result<Reply> Client::CallSync(proto::Body body, OutPayload payload, std::vector
       if (w) w->Finish(Aborted("the call was dropped without an answer (transport shut down)"));
     }
   };
+  if (impl_->options.caller_reads && !impl_->runtime.impl().RunningInThisThread()) {
+    impl_->conn->WaitForRoom();
+    if (impl_->TakeReads()) return impl_->CallReading(std::move(body), std::move(payload), reply_into, timeout);
+  }
   auto w = std::make_shared<Waiter>();  // the callback may still run its notify after we return
   auto guard = std::make_shared<Guard>(w);  // std::function needs a copyable callable
-  CallAsync(std::move(body), std::move(payload), std::move(reply_into), timeout, [guard](Result<Reply> r) {
+  impl_->Call(std::move(body), std::move(payload), std::move(reply_into), timeout, [guard](Result<Reply> r) {
     if (auto w = std::move(guard->w)) w->Finish(std::move(r));
   });
   while (w->done.load(std::memory_order_acquire) == 0) w->done.wait(0, std::memory_order_acquire);
@@ -459,6 +669,8 @@ Result<Reply> Client::CallSync(proto::Body body, OutPayload payload, std::vector
 }
 
 uint64_t Client::sweeps_for_testing() const { return impl_->sweeps.load(); }
+
+uint64_t Client::caller_reads_for_testing() const { return impl_->caller_read_calls.load(); }
 
 std::future<Result<Reply>> Client::Call(proto::Body body, OutPayload payload,
                                         std::vector<std::span<std::byte>> reply_into, Millis timeout) {

@@ -8,7 +8,13 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/ssl/error.hpp>
 #include <boost/asio/write.hpp>
+#include <algorithm>
+#include <cerrno>
 #include <cstring>
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
@@ -69,6 +75,12 @@ Conn::Conn(tcp::socket socket, ConnOptions options)
   if (const auto* s = ex.target<asio::strand<asio::io_context::executor_type>>()) strand_ = *s;
 }
 
+Conn::~Conn() {
+  // Before the socket: its destructor then closes the last descriptor of the socket,
+  // which takes it out of the reactor's epoll set (Asio relies on that).
+  if (read_fd_ >= 0) ::close(read_fd_);
+}
+
 void Conn::Authenticated() {
   limits_ = options_.limits;
   authenticated_ = true;
@@ -78,6 +90,7 @@ void Conn::Authenticated() {
     socket_.non_blocking(true, ec);
     direct_writes_ = !ec;
     direct_any_thread_ = direct_writes_ && options_.max_in_flight == 0 && !options_.budget;
+    if (direct_any_thread_) read_fd_ = ::dup(socket_.native_handle());
   }
 }
 
@@ -144,36 +157,63 @@ awaitable<void> Conn::ReadSpan(std::span<std::byte> dst) {
   }
 }
 
-awaitable<Result<InFrame>> Conn::ReadFrame(const PayloadSink& sink) {
-  std::array<uint8_t, kFrameHeaderBytes> hb;
-  co_await ReadSpan(std::as_writable_bytes(std::span(hb)));
+Result<FrameHeader> Conn::CheckHeader(const std::array<uint8_t, kFrameHeaderBytes>& hb) {
   auto header = DecodeHeader(hb, limits_);
   if (!header.ok()) {
-    if (authenticated_) co_return header.status();
-    co_return Status(header.status().code(), header.status().message() + FirstHeaderHint(hb, tls_ != nullptr));
+    if (authenticated_) return header.status();
+    return Status(header.status().code(), header.status().message() + FirstHeaderHint(hb, tls_ != nullptr));
   }
-  ConnCounters* counters = options_.counters.get();
-  if (counters != nullptr) counters->inbound_buffer_bytes.fetch_add(header->envelope_bytes, std::memory_order_relaxed);
-  std::vector<uint8_t> env_bytes(header->envelope_bytes);
-  co_await ReadSpan(std::as_writable_bytes(std::span(env_bytes)));
-  InFrame frame;
-  frame.wire_bytes = kFrameHeaderBytes + uint64_t{header->envelope_bytes} + header->payload_bytes;
-  const uint64_t payload_bytes = header->payload_bytes;
+  if (ConnCounters* counters = options_.counters.get()) {
+    counters->inbound_buffer_bytes.fetch_add(header->envelope_bytes, std::memory_order_relaxed);
+  }
+  return header;
+}
+
+bool Conn::DecodeEnvelope(const FrameHeader& header, const std::vector<uint8_t>& env_bytes, InFrame& frame) {
+  frame.wire_bytes = kFrameHeaderBytes + uint64_t{header.envelope_bytes} + header.payload_bytes;
   uint64_t request_id = 0;
   auto env = proto::Decode(env_bytes, {}, &request_id);
   if (!env.ok()) {
-    co_await Discard(payload_bytes);
     frame.status = env.status();
     frame.env.request_id = request_id;  // the error reply answers the request
-    co_return frame;
+    return false;
   }
   frame.env = std::move(*env);
-  if (payload_bytes == 0) co_return frame;
+  return true;
+}
+
+std::optional<std::vector<std::span<std::byte>>> Conn::SinkSpans(const PayloadSink& sink, InFrame& frame,
+                                                                 uint64_t payload_bytes) {
   std::optional<std::vector<std::span<std::byte>>> into;
   if (sink) into = sink(frame.env, payload_bytes);
-  if (into) {
+  frame.in_place = into.has_value();
+  return into;
+}
+
+void Conn::AllocatePayload(InFrame& frame, uint64_t payload_bytes, std::unique_ptr<BufferLease> lease) {
+  if (ConnCounters* counters = options_.counters.get()) {
+    counters->inbound_buffer_bytes.fetch_add(payload_bytes, std::memory_order_relaxed);
+  }
+  frame.payload = TakeBuffer(payload_bytes);
+  frame.payload.SetLease(std::move(lease));
+}
+
+awaitable<Result<InFrame>> Conn::ReadFrame(const PayloadSink& sink) {
+  std::array<uint8_t, kFrameHeaderBytes> hb;
+  co_await ReadSpan(std::as_writable_bytes(std::span(hb)));
+  auto header = CheckHeader(hb);
+  if (!header.ok()) co_return header.status();
+  std::vector<uint8_t> env_bytes(header->envelope_bytes);
+  co_await ReadSpan(std::as_writable_bytes(std::span(env_bytes)));
+  InFrame frame;
+  const uint64_t payload_bytes = header->payload_bytes;
+  if (!DecodeEnvelope(*header, env_bytes, frame)) {
+    co_await Discard(payload_bytes);
+    co_return frame;
+  }
+  if (payload_bytes == 0) co_return frame;
+  if (auto into = SinkSpans(sink, frame, payload_bytes)) {
     for (auto s : *into) co_await ReadSpan(s);
-    frame.in_place = true;
     co_return frame;
   }
   std::unique_ptr<BufferLease> lease;
@@ -189,11 +229,83 @@ awaitable<Result<InFrame>> Conn::ReadFrame(const PayloadSink& sink) {
     co_await Reserve(payload_bytes);
     lease = options_.budget->Lease(payload_bytes);
   }
-  if (counters != nullptr) counters->inbound_buffer_bytes.fetch_add(payload_bytes, std::memory_order_relaxed);
-  frame.payload = TakeBuffer(payload_bytes);
-  frame.payload.SetLease(std::move(lease));
+  AllocatePayload(frame, payload_bytes, std::move(lease));
   co_await ReadSpan(frame.payload.bytes());
   co_return frame;
+}
+
+Status Conn::ReadSpanBlocking(std::span<std::byte> dst, Clock::time_point deadline, bool& started) {
+  for (;;) {
+    const size_t n = std::min(dst.size(), read_end_ - read_pos_);
+    if (n > 0) {
+      std::memcpy(dst.data(), read_buf_.get() + read_pos_, n);
+      read_pos_ += n;
+      dst = dst.subspan(n);
+      started = true;
+    }
+    if (dst.empty()) return Status::Ok();
+    // The read-ahead is empty: wait until the socket is readable (poll first: right
+    // after a request its reply is not there yet, and a recv would only say so), then
+    // read. Big reads go straight into `dst`.
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    pollfd pfd{read_fd_, POLLIN, 0};
+    const int ready = ::poll(&pfd, 1, static_cast<int>(std::clamp<int64_t>(left, 0, 1 << 30)));
+    if (ready < 0 && errno != EINTR) {
+      return Unavailable("connection lost: " + error_code(errno, boost::system::system_category()).message());
+    }
+    if (ready == 0) return DeadlineExceeded("the deadline passed in the middle of a frame");
+    if (ready < 0) continue;  // EINTR
+    const bool direct = dst.size() >= kReadAheadBytes;
+    std::byte* to = direct ? dst.data() : read_buf_.get();
+    const ssize_t got = ::recv(read_fd_, to, direct ? dst.size() : kReadAheadBytes, MSG_DONTWAIT);
+    if (got == 0) return Unavailable("connection lost: " + error_code(asio::error::eof).message());
+    if (got < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) continue;
+      return Unavailable("connection lost: " + error_code(errno, boost::system::system_category()).message());
+    }
+    if (direct) {
+      dst = dst.subspan(static_cast<size_t>(got));
+      started = true;
+    } else {
+      read_pos_ = 0;
+      read_end_ = static_cast<size_t>(got);
+    }
+  }
+}
+
+Result<std::optional<InFrame>> Conn::ReadFrameBlocking(const PayloadSink& sink, Clock::time_point deadline) {
+  if (read_fd_ < 0 || options_.budget) return Internal("a blocking read needs plain TCP after the handshake, no budget");
+  bool started = false;
+  std::array<uint8_t, kFrameHeaderBytes> hb;
+  Status st = ReadSpanBlocking(std::as_writable_bytes(std::span(hb)), deadline, started);
+  if (!st.ok() && !started && st.code() == Code::kDeadlineExceeded) return std::optional<InFrame>();
+  if (!st.ok()) return st;
+  auto header = CheckHeader(hb);
+  if (!header.ok()) return header.status();
+  std::vector<uint8_t> env_bytes(header->envelope_bytes);
+  st = ReadSpanBlocking(std::as_writable_bytes(std::span(env_bytes)), deadline, started);
+  if (!st.ok()) return st;
+  InFrame frame;
+  uint64_t payload_bytes = header->payload_bytes;
+  if (!DecodeEnvelope(*header, env_bytes, frame)) {
+    std::array<std::byte, 16 * 1024> scratch;  // discarded
+    while (payload_bytes > 0 && st.ok()) {
+      const size_t k = static_cast<size_t>(std::min<uint64_t>(payload_bytes, scratch.size()));
+      st = ReadSpanBlocking(std::span(scratch.data(), k), deadline, started);
+      payload_bytes -= k;
+    }
+  } else if (payload_bytes > 0) {
+    if (auto into = SinkSpans(sink, frame, payload_bytes)) {
+      for (auto s : *into) {
+        if (st.ok()) st = ReadSpanBlocking(s, deadline, started);
+      }
+    } else {
+      AllocatePayload(frame, payload_bytes, nullptr);
+      st = ReadSpanBlocking(frame.payload.bytes(), deadline, started);
+    }
+  }
+  if (!st.ok()) return st;
+  return std::optional<InFrame>(std::move(frame));
 }
 
 awaitable<void> Conn::Discard(uint64_t bytes) {
@@ -459,7 +571,15 @@ void Conn::CloseOnStrand() {
     std::lock_guard lock(write_mu_);  // no direct write is under way from another thread
     error_code ec;
     socket_.shutdown(tcp::socket::shutdown_both, ec);
-    socket_.close(ec);
+    if (read_fd_ >= 0) {
+      // blocking_fd() keeps the socket open, so closing our descriptor would leave it in
+      // the reactor's epoll set (Asio's close() counts on the kernel removing it):
+      // release() deregisters it first (and fails pending operations, as close() does).
+      const int fd = socket_.release(ec);
+      if (!ec) ::close(fd);
+    } else {
+      socket_.close(ec);
+    }
     for (const auto& out : queue_) dropped += out.bytes;
     queue.swap(queue_);
   }

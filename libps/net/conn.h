@@ -130,6 +130,7 @@ inline constexpr size_t kReadAheadBytes = 32 * 1024;
 class Conn : public std::enable_shared_from_this<Conn> {
  public:
   Conn(tcp::socket socket, ConnOptions options);
+  ~Conn();
 
   tcp::socket& socket() { return socket_; }
   const std::string& address() const { return address_; }  // "127.0.0.1:53122"
@@ -149,6 +150,18 @@ class Conn : public std::enable_shared_from_this<Conn> {
   // header); throws boost::system::system_error on socket errors and when the
   // connection closes while the frame waits for payload budget.
   awaitable<Result<InFrame>> ReadFrame(const PayloadSink& sink);
+  // The same on the calling thread, blocking (poll, then a non-blocking recv) on
+  // blocking_fd(): for a client's caller that owns the reads (Client::Impl::read_owner;
+  // the caller keeps a reference to this Conn). Returns nullopt when `deadline` passes
+  // before the frame's first byte (nothing consumed: the stream is still in sync);
+  // DeadlineExceeded when it passes in the middle of a frame, Unavailable ("connection
+  // lost: ...") on a socket error or EOF, and ReadFrame's status for a bad header (the
+  // stream cannot continue after any of these). Not with a payload budget (servers).
+  Result<std::optional<InFrame>> ReadFrameBlocking(const PayloadSink& sink, Clock::time_point deadline);
+  // A dup() of the socket made by Authenticated() over plain TCP (-1 otherwise), closed
+  // only by the destructor: a thread reading it never sees its number reused, while
+  // CloseOnStrand's shutdown() still ends its reads (EOF).
+  int blocking_fd() const { return read_fd_; }
   // Server reader: returns once a new request may be read (fewer than max_in_flight
   // being handled and the write queue under its bound) or the connection closed.
   awaitable<void> WaitReadable();
@@ -196,6 +209,20 @@ class Conn : public std::enable_shared_from_this<Conn> {
   static void AppendBuffers(const Out& out, std::vector<asio::const_buffer>& bufs);
   // Fills `dst` from the read-ahead buffer, then from the stream.
   awaitable<void> ReadSpan(std::span<std::byte> dst);
+  // ReadSpan on the calling thread (ReadFrameBlocking). `started`: set once a byte of
+  // the frame is consumed. DeadlineExceeded once `deadline` passes.
+  Status ReadSpanBlocking(std::span<std::byte> dst, Clock::time_point deadline, bool& started);
+  // The steps ReadFrame and ReadFrameBlocking share; only moving the bytes differs.
+  // The header: checked against the limits (with a hint for a peer that speaks TLS).
+  Result<FrameHeader> CheckHeader(const std::array<uint8_t, kFrameHeaderBytes>& hb);
+  // The envelope's bytes into `frame`; false when they do not decode (frame.status says
+  // why, with the request id if it could be read): the payload is then to be discarded.
+  bool DecodeEnvelope(const FrameHeader& header, const std::vector<uint8_t>& env_bytes, InFrame& frame);
+  // Where the payload goes when the sink takes it (frame.in_place); nullopt: a fresh
+  // buffer (AllocatePayload).
+  static std::optional<std::vector<std::span<std::byte>>> SinkSpans(const PayloadSink& sink, InFrame& frame,
+                                                                     uint64_t payload_bytes);
+  void AllocatePayload(InFrame& frame, uint64_t payload_bytes, std::unique_ptr<BufferLease> lease);
   // Whole reads and writes through TLS when it is on, else on the socket.
   template <typename Buffers>
   awaitable<void> ReadAll(const Buffers& buffers);
@@ -233,7 +260,10 @@ class Conn : public std::enable_shared_from_this<Conn> {
   std::atomic<bool> direct_any_thread_{false};  // direct writes off the strand too (set once)
   // Read-ahead (allocated by Authenticated): bytes [read_pos_, read_end_) are unread.
   std::unique_ptr<std::byte[]> read_buf_;
-  size_t read_pos_ = 0, read_end_ = 0;  // strand only
+  // Strand only, or the caller that owns a client's reads (the owner changes under the
+  // client's mutex, which orders these).
+  size_t read_pos_ = 0, read_end_ = 0;
+  int read_fd_ = -1;  // blocking_fd()
   bool reader_waiting_ = false;    // strand only
   int in_flight_ = 0;              // strand only
   std::atomic<bool> closed_{false};  // written on the strand

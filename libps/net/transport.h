@@ -9,6 +9,11 @@
 // is written at once by the thread that sends it, with a non-blocking send over plain
 // TCP (on the connection's strand; for a client call, on the calling thread); only what
 // the socket does not take, and everything over TLS, goes through the writer coroutine.
+// A client's replies are read by its reader coroutine, except that over plain TCP a
+// CallSync on a client that never made a Call or CallAsync, made while no other call or
+// heartbeat waits for an answer, reads its own reply on the calling thread (poll and
+// recv; ClientOptions::caller_reads): the reader stays parked meanwhile, and replies to
+// other calls that the caller reads first are handed to them on the strand.
 // Client::Call is thread-safe; never block on its future from a Runtime thread or a
 // handler of the same Runtime.
 #pragma once
@@ -207,6 +212,14 @@ struct ClientOptions {
   // written to the peer (calls made on them are queued regardless). 0: no bound.
   uint64_t max_write_queue_bytes = uint64_t{64} << 20;
   std::shared_ptr<TlsContext> tls;  // mutual TLS before the Hello; null: plain TCP
+  // Over plain TCP, while no Call or CallAsync has been made on this client: a CallSync
+  // made when no other call is waiting for a reply reads its reply on the calling thread
+  // (poll and recv) instead of being handed it by an I/O thread, which saves a thread
+  // wake-up per call (~the cost of a small call's transport: README Performance). The
+  // I/O thread's reader then waits (parked) while nothing is expected, so a peer that
+  // closes the connection is noticed at the next call or heartbeat rather than at once.
+  // false: every reply is read by the I/O thread.
+  bool caller_reads = true;
 };
 
 struct Reply {
@@ -234,6 +247,12 @@ class Client {
                  Millis timeout, std::function<void(Result<Reply>)> done);
   // Call and wait for the reply (lighter than Call(...).get(): no std::promise). Not on a
   // Runtime thread. Aborted if the call is dropped unanswered (its Runtime stopped).
+  // With ClientOptions::caller_reads (plain TCP, no Call/CallAsync ever made on this
+  // client, the reader parked) the calling thread reads the reply itself; the results
+  // are the same: DeadlineExceeded at the deadline (the connection stays up; if the
+  // deadline passes in the middle of a frame the connection is dropped, as the stream
+  // cannot be resynchronised), Unavailable when the connection is lost, Aborted after
+  // Close().
   Result<Reply> CallSync(proto::Body body, OutPayload payload = {},
                          std::vector<std::span<std::byte>> reply_into = {},
                          Millis timeout = Millis{0});
@@ -243,6 +262,9 @@ class Client {
   uint64_t peak_queued_bytes() const;
   // Passes of the deadline sweeper since Connect (one per wake-up). Testing.
   uint64_t sweeps_for_testing() const;
+  // CallSync calls that read their reply on the calling thread (ClientOptions::caller_reads)
+  // since Connect. Testing.
+  uint64_t caller_reads_for_testing() const;
   // The generation stamped on requests sent from now on (a worker stamps its pushes with
   // the generation of the chief that started its job). Thread-safe.
   void SetGeneration(uint64_t generation);

@@ -2,7 +2,7 @@
 // between the same two processes. Not a test: run by scripts/bench-pushpull.sh.
 //
 //   bench_pushpull [--sizes 4k,1m,16m,64m] [--seconds 0.1] [--rounds 10] [--optimizer JSON]
-//                  [--tls-dir DIR]
+//                  [--tls-dir DIR] [--no-caller-reads]
 //   bench_pushpull --serve [--tls-dir DIR]   (internal: the ps side, spawned by the above)
 //
 // The parent spawns a second copy of itself with --serve: a net::Server + ps::server::Service
@@ -23,6 +23,9 @@
 // --tls-dir DIR (ca.pem, ps.pem/.key, worker.pem/.key as scripts/make-certs.sh makes them):
 // the ps also listens with mutual TLS, and each round adds a push and a pull over a TLS
 // connection; a third table gives their GB/s and the median per-round ratio to plain TCP.
+//
+// --no-caller-reads: the client's replies are read by its I/O thread, as before
+// ClientOptions::caller_reads (a before/after comparison in one build).
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -328,6 +331,7 @@ struct Options {
   int rounds = 10;
   std::string optimizer = R"({"type": "sgd", "learning_rate": 0.001})";
   std::string tls_dir;  // empty: no TLS rows
+  bool caller_reads = true;
 };
 
 Options Parse(int argc, char** argv) {
@@ -341,7 +345,8 @@ Options Parse(int argc, char** argv) {
     else if (a == "--rounds") o.rounds = std::atoi(next().c_str());
     else if (a == "--optimizer") o.optimizer = next();
     else if (a == "--tls-dir") o.tls_dir = next();
-    else Die("unknown flag " + a + " (flags: --sizes --seconds --rounds --optimizer --tls-dir)");
+    else if (a == "--no-caller-reads") o.caller_reads = false;
+    else Die("unknown flag " + a + " (flags: --sizes --seconds --rounds --optimizer --tls-dir --no-caller-reads)");
   }
   size_t pos = 0;
   while (pos <= sizes.size()) {
@@ -365,6 +370,7 @@ int Run(const Options& opt) {
   co.port = child.ps_port;
   co.peer_name = "ps:0";
   co.identity = {ps::proto::Role::kWorker, 0, kClusterId, std::nullopt};
+  co.caller_reads = opt.caller_reads;
   auto client_r = ps::net::Client::Connect(runtime, co);
   if (!client_r.ok()) Die(client_r.status().ToString());
   auto client = *client_r;
@@ -512,6 +518,8 @@ int Run(const Options& opt) {
     std::printf("%-8s %10.0f %10.0f %10.0f   %10.0f %10.0f %10.0f\n", SizeName(bytes).c_str(), us(b[0]),
                 handler_us[{'u', bytes}], us(b[1]), us(b[2]), handler_us[{'l', bytes}], us(b[3]));
   }
+  std::printf("(plain TCP calls that read their reply on the calling thread: %llu of them)\n",
+              static_cast<unsigned long long>(client->caller_reads_for_testing()));
   if (!tls_of.empty()) {
     std::printf("\nmutual TLS (%s), same ps and rounds; ratio = TLS / plain TCP rpc (median of rounds)\n",
                 "TLS 1.3, ECDSA P-256 certificates, OpenSSL's default cipher suite");

@@ -132,6 +132,14 @@ TEST_CASE("TLS: cluster members talk, with and without a secret") {
   REQUIRE(r.ok());
   REQUIRE(r->payload.size() == big.size() * 4);
   CHECK(r->payload.floats()[big.size() - 1] == 0.5f);
+  // A sync-only client over TLS: its replies are still read by the I/O thread (the
+  // calling thread reads only over plain TCP).
+  std::vector<float> into(3);
+  auto r2 = (*c)->CallSync(proto::Pull{}, net::OutPayload::Own(Floats({7, 8, 9})), {std::as_writable_bytes(std::span(into))});
+  REQUIRE(r2.ok());
+  CHECK(r2->payload_in_place);
+  CHECK(into == std::vector<float>{7, 8, 9});
+  CHECK((*c)->caller_reads_for_testing() == 0);
 
   auto plain_server = EchoServer(rt, certs.Load("ps"));
   auto c2 = net::Client::Connect(rt, TlsClient(plain_server->port(), certs.Load("worker")));

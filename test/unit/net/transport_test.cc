@@ -602,3 +602,311 @@ TEST_CASE("server stats: queue depth counts requests waiting behind a blocked ha
   CHECK(s.max_queue_depth == kQueued);  // reached before this window began, at the last read
   CHECK((*server)->stats().max_queue_depth == 0);
 }
+
+// ------------------------------------------------ CallSync reading on the calling thread
+
+namespace {
+
+// Waits (a condition, polled; `guard` only stops a hung test) until `done` holds.
+template <typename F>
+bool WaitFor(F done, std::chrono::seconds guard = 20s) {
+  const auto deadline = std::chrono::steady_clock::now() + guard;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+size_t Held(EchoServer& echo) {
+  std::lock_guard lock(echo.mu);
+  return echo.held.size();
+}
+
+// Answers every held Stop with an Ack.
+void ReleaseHeld(EchoServer& echo) {
+  std::lock_guard lock(echo.mu);
+  for (auto& h : echo.held) h.Reply(proto::Ack{});
+  echo.held.clear();
+}
+
+// An echo call with `floats` values derived from `seed`, in place or not; true when the
+// reply carries exactly them.
+bool EchoChecked(net::Client& c, size_t floats, int seed, bool in_place) {
+  std::vector<float> data(floats);
+  for (size_t k = 0; k < floats; ++k) data[k] = static_cast<float>(seed * 1000 + static_cast<int>(k % 1000));
+  net::OutPayload p;
+  p.Add(std::span<const float>(data));
+  std::vector<float> back(floats);
+  std::vector<std::span<std::byte>> into;
+  if (in_place) into.push_back(std::as_writable_bytes(std::span(back)));
+  auto r = c.CallSync(proto::Pull{}, std::move(p), std::move(into));
+  if (!r.ok() || r->payload_in_place != in_place) return false;
+  if (!in_place) {
+    auto f = r->payload.floats();
+    back.assign(f.begin(), f.end());
+  }
+  return back == data;
+}
+
+// RawClient::ReadFrame without Catch's macros (not thread-safe: for a server thread
+// while the test thread asserts). nullopt: closed or not a frame.
+std::optional<proto::Envelope> ReadFrameQuietly(RawClient& peer) {
+  std::array<uint8_t, net::kFrameHeaderBytes> h;
+  if (!peer.ReadAll(h.data(), h.size())) return std::nullopt;
+  auto hdr = net::DecodeHeader(h, net::Limits{});
+  if (!hdr.ok()) return std::nullopt;
+  std::vector<uint8_t> env(hdr->envelope_bytes), payload(hdr->payload_bytes);
+  if (!peer.ReadAll(env.data(), env.size()) || !peer.ReadAll(payload.data(), payload.size())) return std::nullopt;
+  auto e = proto::Decode(env);
+  if (!e.ok()) return std::nullopt;
+  return *e;
+}
+
+// A raw ps side for one client: the handshake, then `then(peer)` (false: something was
+// not as expected). Check ok() after Join().
+struct RawPs {
+  RawListener listener;
+  std::thread thread;
+  std::atomic<bool> failed{false};
+  explicit RawPs(std::function<bool(RawClient&)> then) {
+    thread = std::thread([this, then = std::move(then)] {
+      RawClient peer(listener.Accept());
+      bool ok = ReadFrameQuietly(peer).has_value();  // Hello
+      proto::HelloReply reply;
+      reply.identity = {proto::kProtocolVersion, proto::Role::kPs, 0, kCluster, std::vector<uint8_t>(16, 3)};
+      peer.WriteFrame(proto::Encode({1, true, 0, reply}));
+      ok = ok && ReadFrameQuietly(peer).has_value();  // HelloProof
+      peer.WriteFrame(proto::Encode({2, true, 0, proto::Ack{}}));
+      if (!ok || !then(peer)) failed = true;
+    });
+  }
+  bool Join() {
+    if (thread.joinable()) thread.join();
+    return !failed;
+  }
+  ~RawPs() { Join(); }
+};
+
+}  // namespace
+
+TEST_CASE("CallSync reads its reply on the calling thread: sync-only plain clients only") {
+  net::Runtime rt(2);
+  EchoServer echo(rt);
+  auto opts = ClientOpts(echo.server->port(), Id(proto::Role::kWorker, 0));
+  SECTION("sync-only: every call") {
+    auto c = net::Client::Connect(rt, opts);
+    REQUIRE(c.ok());
+    CHECK(EchoChecked(**c, 3, 1, false));
+    CHECK(EchoChecked(**c, 1024, 2, true));
+    CHECK(EchoChecked(**c, 64 * 1024, 3, true));  // larger than the read-ahead buffer
+    CHECK(EchoChecked(**c, 64 * 1024, 4, false));
+    CHECK((*c)->caller_reads_for_testing() == 4);
+    CHECK((*c)->health().ok());
+  }
+  SECTION("caller_reads off: none") {
+    opts.caller_reads = false;
+    auto c = net::Client::Connect(rt, opts);
+    REQUIRE(c.ok());
+    CHECK(EchoChecked(**c, 3, 1, false));
+    CHECK(EchoChecked(**c, 1024, 2, true));
+    CHECK((*c)->caller_reads_for_testing() == 0);
+  }
+  SECTION("after a CallAsync: none") {
+    auto c = net::Client::Connect(rt, opts);
+    REQUIRE(c.ok());
+    CHECK(EchoChecked(**c, 3, 1, true));
+    CHECK((*c)->caller_reads_for_testing() == 1);
+    std::promise<Result<net::Reply>> done;
+    (*c)->CallAsync(proto::Pull{}, net::OutPayload::Own(Floats({5, 6})), {}, 0ms,
+                    [&](Result<net::Reply> r) { done.set_value(std::move(r)); });
+    auto r = done.get_future().get();
+    REQUIRE(r.ok());
+    CHECK(r->payload.floats()[1] == 6.0f);
+    CHECK(EchoChecked(**c, 3, 2, false));
+    CHECK(EchoChecked(**c, 1024, 3, true));
+    CHECK((*c)->caller_reads_for_testing() == 1);
+  }
+}
+
+TEST_CASE("a parked reader answers heartbeats: idle, and while a caller waits for a late reply") {
+  net::Runtime rt(2);
+  EchoServer echo(rt);
+  auto opts = ClientOpts(echo.server->port(), Id(proto::Role::kWorker, 0));
+  opts.heartbeat_interval = 10ms;
+  opts.heartbeat_timeout = 100ms;  // unanswered Pings break the client within ~100 ms
+  auto c = net::Client::Connect(rt, opts);
+  REQUIRE(c.ok());
+  CheckEcho(**c);
+  const uint64_t ping = FrameBytes({0, false, 0, proto::Ping{}});
+  auto pings_from = [&](uint64_t bytes) { return (echo.server->stats(false).bytes_received - bytes) / ping; };
+
+  // Idle: 40 Pings (~400 ms, four heartbeat timeouts), each answer read by the reader
+  // woken for it.
+  uint64_t at = echo.server->stats(false).bytes_received;
+  CHECK(WaitFor([&] { return pings_from(at) >= 40 || !(*c)->health().ok(); }));
+  CHECK((*c)->health().ok());
+  CheckEcho(**c);
+
+  // A call on the calling thread whose reply the server holds for 40 Pings: the caller
+  // reads their answers meanwhile. (A call made while the reader is up for a Ping's
+  // answer takes the I/O thread's path: then again.)
+  bool on_calling_thread = false;
+  for (int attempt = 0; attempt < 50 && !on_calling_thread; ++attempt) {
+    const uint64_t fast = (*c)->caller_reads_for_testing();
+    auto call = std::async(std::launch::async, [&] { return (*c)->CallSync(proto::Stop{}, {}, {}, 60s); });
+    REQUIRE(WaitFor([&] { return Held(echo) == 1; }));
+    on_calling_thread = (*c)->caller_reads_for_testing() == fast + 1;  // counted before it is sent
+    if (on_calling_thread) {
+      at = echo.server->stats(false).bytes_received;
+      CHECK(WaitFor([&] { return pings_from(at) >= 40 || !(*c)->health().ok(); }));
+      CHECK((*c)->health().ok());
+    }
+    ReleaseHeld(echo);
+    auto r = call.get();
+    CHECK(r.ok());
+  }
+  CHECK(on_calling_thread);
+  CheckEcho(**c);
+  CHECK((*c)->health().ok());
+}
+
+TEST_CASE("CallSync from several threads and a CallAsync on one client: every reply is its own") {
+  net::Runtime rt(2);
+  EchoServer echo(rt);
+  auto c = net::Client::Connect(rt, ClientOpts(echo.server->port(), Id(proto::Role::kWorker, 0)));
+  REQUIRE(c.ok());
+  constexpr int kSyncThreads = 3, kCalls = 300;
+  std::atomic<int> bad{0}, sync_done{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kSyncThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(static_cast<uint32_t>(t));
+      for (int i = 0; i < kCalls; ++i) {
+        const size_t floats = size_t{1} << (rng() % 15);  // 4 B .. 64 KiB
+        if (!EchoChecked(**c, floats, t * kCalls + i, rng() % 2 == 0)) bad.fetch_add(1);
+        sync_done.fetch_add(1);
+      }
+    });
+  }
+  // The asynchronous caller starts once the synchronous ones are well under way (its
+  // first call ends the calling-thread reads for good).
+  std::atomic<int> async_bad{0}, async_answered{0};
+  constexpr int kAsyncCalls = 300;
+  threads.emplace_back([&] {
+    WaitFor([&] { return sync_done.load() >= kSyncThreads * kCalls / 3; });
+    for (int i = 0; i < kAsyncCalls; ++i) {
+      const float v = static_cast<float>(-i);
+      (*c)->CallAsync(proto::Pull{}, net::OutPayload::Own(Floats({v, v})), {}, 0ms, [&, v](Result<net::Reply> r) {
+        if (!r.ok() || r->payload.floats().size() != 2 || r->payload.floats()[1] != v) async_bad.fetch_add(1);
+        async_answered.fetch_add(1);
+        async_answered.notify_all();
+      });
+    }
+  });
+  for (auto& th : threads) th.join();
+  for (int n = async_answered.load(); n < kAsyncCalls; n = async_answered.load()) async_answered.wait(n);
+  CHECK(bad.load() == 0);
+  CHECK(async_bad.load() == 0);
+  CHECK((*c)->caller_reads_for_testing() > 0);
+  CHECK(echo.server->stats().requests == kSyncThreads * kCalls + kAsyncCalls);
+  CHECK((*c)->health().ok());
+}
+
+TEST_CASE("a call reading on the calling thread ends when the connection does") {
+  SECTION("Close() from another thread: Aborted") {
+    net::Runtime rt(2);
+    EchoServer echo(rt);
+    auto c = net::Client::Connect(rt, ClientOpts(echo.server->port(), Id(proto::Role::kWorker, 0)));
+    REQUIRE(c.ok());
+    auto call = std::async(std::launch::async, [&] { return (*c)->CallSync(proto::Stop{}, {}, {}, 60s); });
+    REQUIRE(WaitFor([&] { return Held(echo) == 1; }));
+    const auto start = std::chrono::steady_clock::now();
+    (*c)->Close();
+    REQUIRE(call.wait_for(20s) == std::future_status::ready);
+    CHECK(std::chrono::steady_clock::now() - start < 5s);  // not the call's 60 s deadline
+    auto r = call.get();
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == Code::kAborted);
+    CHECK_THAT(r.status().message(), Catch::Contains("ps:0") && Catch::Contains("connection closed"));
+    CHECK((*c)->caller_reads_for_testing() == 1);
+    REQUIRE(WaitFor([&] { return !(*c)->health().ok(); }));  // Break runs on the strand
+    CHECK((*c)->health().code() == Code::kAborted);
+  }
+  SECTION("the server closes: Unavailable, the client is broken") {
+    RawPs ps([](RawClient& peer) {
+      const bool got = ReadFrameQuietly(peer).has_value();  // the request, never answered
+      ::shutdown(peer.fd, SHUT_RDWR);
+      return got;
+    });
+    net::Runtime rt(2);
+    auto opts = ClientOpts(ps.listener.port, Id(proto::Role::kWorker, 0));
+    opts.heartbeat_interval = 0ms;  // the raw server reads exactly the one request
+    auto c = net::Client::Connect(rt, opts);
+    REQUIRE(c.ok());
+    std::promise<Status> broken;
+    (*c)->OnBroken([&](const Status& st) { broken.set_value(st); });
+    auto r = (*c)->CallSync(proto::Pull{}, {}, {}, 60s);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == Code::kUnavailable);
+    CHECK_THAT(r.status().message(), Catch::Contains("ps:0") && Catch::Contains("connection lost"));
+    CHECK((*c)->caller_reads_for_testing() == 1);
+    auto st = broken.get_future().get();  // Break ran once, on the strand
+    CHECK(st.code() == Code::kUnavailable);
+    auto after = (*c)->CallSync(proto::Pull{});
+    CHECK(after.status().code() == Code::kUnavailable);
+    CHECK((*c)->caller_reads_for_testing() == 1);  // a broken client does not read
+    CHECK(ps.Join());
+  }
+}
+
+TEST_CASE("a call reading on the calling thread: its deadline") {
+  SECTION("at a frame boundary: DeadlineExceeded, the connection stays up, the late reply is dropped") {
+    net::Runtime rt(2);
+    EchoServer echo(rt);
+    auto c = net::Client::Connect(rt, ClientOpts(echo.server->port(), Id(proto::Role::kWorker, 0)));
+    REQUIRE(c.ok());
+    auto r = (*c)->CallSync(proto::Stop{}, {}, {}, 100ms);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == Code::kDeadlineExceeded);
+    CHECK_THAT(r.status().message(), Catch::Contains("ps:0 (") && Catch::Contains("Stop did not complete within 100 ms"));
+    REQUIRE(WaitFor([&] { return Held(echo) == 1; }));
+    ReleaseHeld(echo);  // its late Ack reaches the next readers, who drop it
+    CHECK(EchoChecked(**c, 3, 1, false));
+    CHECK(EchoChecked(**c, 5, 2, true));
+    CHECK(EchoChecked(**c, 7, 3, false));
+    CHECK((*c)->caller_reads_for_testing() == 4);
+    CHECK((*c)->health().ok());
+  }
+  SECTION("in the middle of a frame: DeadlineExceeded, the connection is dropped") {
+    std::promise<void> finish;
+    auto finish_f = finish.get_future();
+    RawPs ps([&](RawClient& peer) {
+      auto req = ReadFrameQuietly(peer);
+      if (!req) return false;
+      proto::PullReply pr;
+      pr.item_floats.push_back(1024);
+      peer.WriteFrame(proto::Encode({req->request_id, true, 0, pr}), 4096);
+      std::vector<char> part(64, 1);
+      peer.Write(part.data(), part.size());  // the rest never comes
+      finish_f.wait();
+      return true;
+    });
+    net::Runtime rt(2);
+    auto opts = ClientOpts(ps.listener.port, Id(proto::Role::kWorker, 0));
+    opts.heartbeat_interval = 0ms;
+    auto c = net::Client::Connect(rt, opts);
+    REQUIRE(c.ok());
+    std::promise<Status> broken;
+    (*c)->OnBroken([&](const Status& st) { broken.set_value(st); });
+    auto r = (*c)->CallSync(proto::Pull{}, {}, {}, 200ms);
+    finish.set_value();
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == Code::kDeadlineExceeded);
+    CHECK_THAT(r.status().message(), Catch::Contains("Pull did not complete within 200 ms") &&
+                                         Catch::Contains("middle of a frame"));
+    CHECK(broken.get_future().get().code() == Code::kDeadlineExceeded);
+    CHECK_FALSE((*c)->health().ok());
+    CHECK(ps.Join());
+  }
+}
