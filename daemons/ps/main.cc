@@ -16,11 +16,21 @@ int main(int argc, char** argv) {
   boost::program_options::options_description desc("Options");
   daemon::AddDaemonOptions(desc, &flags);
   daemon::AddServingTaskOptions(desc, &flags);
+  int64_t inline_max_kib = static_cast<int64_t>(server::Service::kDefaultInlineBytes >> 10);
+  desc.add_options()("inline-max-kib", boost::program_options::value(&inline_max_kib)->value_name("KIB")
+                                           ->default_value(inline_max_kib),
+                     "async-mode pulls and pushes of at most this many tensor KiB run on the I/O thread that "
+                     "read them instead of the handler pool (0: none); with many cores and few --io-threads, "
+                     "lower it so the optimizer's work spreads over the pool");
   if (auto rc = daemon::ParseCommandLine(argc, argv,
                                  "Usage: pstrain-ps [options]\n"
                                  "A parameter-server task. Reads TF_CONFIG (task type \"ps\").",
                                  desc)) {
     return *rc;
+  }
+  if (inline_max_kib < 0 || inline_max_kib > (int64_t{1} << 20)) {
+    std::fprintf(stderr, "pstrain-ps: --inline-max-kib: must be in 0..1048576 (see --help)\n");
+    return daemon::kExitUsage;
   }
   auto ctx = daemon::Bootstrap(flags, ps::cluster::TaskType::kPs);
   if (!ctx.ok()) {
@@ -28,7 +38,8 @@ int main(int argc, char** argv) {
     return daemon::ExitCodeFor(ctx.status());
   }
   if (flags.check_config) return daemon::CheckedConfig("pstrain-ps", *ctx);
-  return daemon::FinishDaemon("pstrain-ps", server::RunPsTask(*ctx,
+  const server::PsTaskOptions ps_options{static_cast<uint64_t>(inline_max_kib) << 10};
+  return daemon::FinishDaemon("pstrain-ps", server::RunPsTask(*ctx, ps_options,
                                                        [](server::Store* store, int index) {
                                                          return std::make_unique<ckpt::ShardCheckpointer>(store, index);
                                                        },

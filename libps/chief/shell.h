@@ -62,7 +62,7 @@ class Inbox {
 class Chief {
  public:
   Chief(const daemon::DaemonContext& ctx, job::JobSpec job, const ChiefOptions& options)
-      : ctx_(ctx), job_(std::move(job)), options_(options), runtime_(2) {}
+      : ctx_(ctx), job_(std::move(job)), options_(options), runtime_(ctx.io_threads) {}
   ~Chief();
 
   Status Run(daemon::SignalWatcher& signals);

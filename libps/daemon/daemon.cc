@@ -203,6 +203,7 @@ Result<DaemonContext> Bootstrap(const DaemonFlags& flags, cluster::TaskType expe
   }
   ctx.connect_timeout = std::chrono::milliseconds(static_cast<int64_t>(flags.connect_timeout_sec * 1000));
   PS_ASSIGN_OR_RETURN(ctx.tls, net::TlsFromFlags(flags.tls_cert, flags.tls_key, flags.tls_ca));
+  ctx.io_threads = flags.io_threads;
   ctx.max_connections = flags.max_connections;
   ctx.payload_budget_bytes = static_cast<uint64_t>(flags.payload_budget_mb) << 20;
   if (!(flags.chief_timeout_sec >= 0 && flags.chief_timeout_sec <= 1e6)) {

@@ -93,6 +93,7 @@ struct DaemonContext {
   std::string listen_host;  // address to bind
   uint16_t listen_port = 0;
   std::chrono::milliseconds connect_timeout{180000};
+  int io_threads = 2;  // --io-threads
   int max_connections = 1024;
   uint64_t payload_budget_bytes = uint64_t{1} << 30;
   std::shared_ptr<net::TlsContext> tls;  // null: plain TCP

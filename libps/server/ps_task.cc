@@ -9,12 +9,13 @@
 
 namespace ps::server {
 
-Status RunPsTask(const daemon::DaemonContext& ctx, const CheckpointerFactory& make_checkpointer,
-                 daemon::SignalWatcher& signals) {
+Status RunPsTask(const daemon::DaemonContext& ctx, const PsTaskOptions& ps_options,
+                 const CheckpointerFactory& make_checkpointer, daemon::SignalWatcher& signals) {
   Store store;
   std::unique_ptr<Checkpointer> checkpointer = make_checkpointer(&store, ctx.tf.task.index);
   Service service(&store, checkpointer.get());
-  net::Runtime runtime(2);
+  service.SetInlineMaxBytes(ps_options.inline_max_bytes);
+  net::Runtime runtime(ctx.io_threads);
   auto options = ctx.ServerFor({proto::Role::kChief, proto::Role::kWorker});
   options.run_inline = [&service](const net::Request& req) { return service.Inline(req); };
   // Testing hook: PSTRAIN_FAULT_IGNORE_SHUTDOWN=1 leaves the chief's Shutdown unanswered

@@ -16,7 +16,12 @@ namespace ps::server {
 // the file format.)
 using CheckpointerFactory = std::function<std::unique_ptr<Checkpointer>(Store* store, int ps_index)>;
 
-Status RunPsTask(const daemon::DaemonContext& ctx, const CheckpointerFactory& make_checkpointer,
-                 daemon::SignalWatcher& signals);
+// What pstrain-ps's own flags set.
+struct PsTaskOptions {
+  uint64_t inline_max_bytes = Service::kDefaultInlineBytes;  // --inline-max-kib
+};
+
+Status RunPsTask(const daemon::DaemonContext& ctx, const PsTaskOptions& options,
+                 const CheckpointerFactory& make_checkpointer, daemon::SignalWatcher& signals);
 
 }  // namespace ps::server

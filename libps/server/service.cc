@@ -90,7 +90,8 @@ std::shared_ptr<void> Service::Inline(const net::Request& request) {
   const auto& body = request.envelope.body;
   const bool push = std::holds_alternative<proto::Push>(body);
   if (!push && !std::holds_alternative<proto::Pull>(body)) return nullptr;
-  if (push && (request.payload.size() > kInlineBytes || push_hook_)) return nullptr;
+  const uint64_t max_bytes = inline_max_bytes_.load(std::memory_order_relaxed);
+  if (push && (request.payload.size() > max_bytes || push_hook_)) return nullptr;
   // A newer generation: its check may wait for the fence exclusively.
   if (request.envelope.generation > generation_.load()) return nullptr;
   if (!inline_gate_.try_lock_shared()) return nullptr;
@@ -106,7 +107,7 @@ std::shared_ptr<void> Service::Inline(const net::Request& request) {
       auto n = SliceOf(item);
       if (!n.ok()) break;  // answered with the error at once
       floats += n->floats;
-      if (floats * sizeof(float) > kInlineBytes) return nullptr;
+      if (floats * sizeof(float) > max_bytes) return nullptr;
     }
   }
   inline_accepted_.fetch_add(1, std::memory_order_relaxed);

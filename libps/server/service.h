@@ -66,11 +66,16 @@ class Service {
 
   void Handle(net::Request request, net::Responder responder);
 
-  // Tensor bytes up to which a pull or push is handled on the I/O thread (Inline).
-  static constexpr uint64_t kInlineBytes = 64 * 1024;
+  // Tensor bytes up to which a pull or push is handled on the I/O thread (Inline), by
+  // default (pstrain-ps --inline-max-kib). A 1 MiB Adam push takes ~60 us of the I/O
+  // thread, less than the two thread hand-offs of the pool's path cost on a small VM
+  // (README, Performance: fan-out).
+  static constexpr uint64_t kDefaultInlineBytes = uint64_t{1} << 20;
+  // Sets that limit (0: every request goes to the pool). Thread-safe.
+  void SetInlineMaxBytes(uint64_t bytes) { inline_max_bytes_.store(bytes, std::memory_order_relaxed); }
   // For net::ServerOptions::run_inline: a token (non-null) for requests cheap enough to
   // handle on an I/O thread, in async mode only (not hybrid): a pull or a push of at most
-  // kInlineBytes. Null (the pool) in sync and bounded-staleness mode (PushSync holds
+  // the inline limit (SetInlineMaxBytes). Null (the pool) in sync and bounded-staleness mode (PushSync holds
   // mode_mu_ across a whole sum, and pulls there take mode_mu_), for a request stamped
   // with a generation newer than the ps's (the fence's exclusive wait), with a push hook
   // set, and while a CreateShards, Save or Restore is pending or being handled: the token
@@ -221,6 +226,7 @@ class Service {
   // Inline handlers: shared (try_lock_shared, never waits) while one runs; CreateShards,
   // Save and Restore: exclusive for their whole duration. Order: before fence_.
   std::shared_mutex inline_gate_;
+  std::atomic<uint64_t> inline_max_bytes_{kDefaultInlineBytes};  // SetInlineMaxBytes
   std::atomic<UpdateMode> mode_{UpdateMode::kAsync};  // update_.StepMode(), for Inline (written under mode_mu_)
   std::atomic<uint64_t> inline_accepted_{0};
   std::function<void()> long_op_hook_;  // testing

@@ -249,7 +249,7 @@ class Worker {
 
 Status RunWorkerTask(const daemon::DaemonContext& ctx, const WorkerOptions& options, daemon::SignalWatcher& signals) {
   model::SetBlasThreads(options.blas_threads);
-  net::Runtime runtime(2);
+  net::Runtime runtime(ctx.io_threads);
   Worker worker(ctx, runtime);
   auto server_options = ctx.ServerFor({proto::Role::kChief});
   PS_ASSIGN_OR_RETURN(auto server, net::Server::Start(runtime, server_options, [&](net::Request req, net::Responder resp) {

@@ -860,9 +860,11 @@ TEST_CASE("ps service: small pulls and async-mode small pushes are handled on th
   auto c = fx.Connect();
   proto::CreateShards cs;
   cs.optimizer = Opt(R"({"type":"sgd","learning_rate":0.5})");
-  // "w": 6 floats; "big": [1024, 32] = 128 KiB, over Service::kInlineBytes.
+  // "w": 6 floats; "big": [1024, 32] = 128 KiB, over the 64 KiB inline limit set here
+  // (the default, ::ps::server::Service::kDefaultInlineBytes, is 1 MiB: see the end).
   cs.shards = {Def("w", 0, 0, 3, 2, 5), Def("big", 0, 0, 1024, 32, 2048)};
   REQUIRE(c->CallSync(cs).ok());
+  fx.service.SetInlineMaxBytes(64 << 10);
   auto req = [](proto::Body body, size_t payload_bytes = 0) {
     return net::Request{{proto::Role::kWorker, 0, "127.0.0.1:1"}, {1, false, 0, std::move(body)},
                         net::Buffer(payload_bytes)};
@@ -886,6 +888,17 @@ TEST_CASE("ps service: small pulls and async-mode small pushes are handled on th
   CHECK(fx.server->stats().inline_requests == before + 1);
   CHECK(PullAll(*c, "big", 0, 1024 * 32) == std::vector<float>(1024 * 32, 1.0f));
   CHECK(fx.server->stats().inline_requests == before + 1);
+
+  // Under the default limit 128 KiB is inline, 1 MiB too, and a tensor of more is not.
+  fx.service.SetInlineMaxBytes(::ps::server::Service::kDefaultInlineBytes);
+  CHECK(svc.Inline(req(proto::Pull{{All("big", 0)}})));
+  CHECK(svc.Inline(req(proto::Push{{All("big", 0)}, 1, 1}, 128 << 10)));
+  CHECK(svc.Inline(req(proto::Push{{All("big", 0)}, 1, 1}, ::ps::server::Service::kDefaultInlineBytes)));
+  CHECK_FALSE(svc.Inline(req(proto::Push{{All("big", 0)}, 1, 1}, ::ps::server::Service::kDefaultInlineBytes + 4)));
+  CHECK(PullAll(*c, "big", 0, 1024 * 32) == std::vector<float>(1024 * 32, 1.0f));
+  CHECK(fx.server->stats().inline_requests == before + 2);
+  fx.service.SetInlineMaxBytes(0);  // everything to the pool
+  CHECK_FALSE(svc.Inline(req(proto::Pull{{All("w", 0)}})));
 
   // In sync mode a push may answer parked pulls of any size: it goes to the pool.
   PsFixture sync;
