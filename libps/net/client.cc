@@ -67,8 +67,9 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   // No CallAsync or Call was made (set false for good by the first; CallSync's own
   // fallback does not count): only then does the reader park. Written under mu.
   std::atomic<bool> sync_only{true};
-  bool ping_outstanding = false;  // guarded by mu: a Ping was sent after the last frame arrived
-  std::atomic<uint64_t> ping_seq{0};  // Pings sent (incremented under mu)
+  // Guarded by mu: Pings sent whose Ack (a reply with request id 0) nobody has read yet;
+  // the reader does not park while there are any, so every Ack is read when it comes.
+  uint64_t pings_unanswered = 0;
   bool read_failed = false;       // guarded by mu: a caller's read broke the stream; Break comes
   std::unique_ptr<asio::steady_timer> park_timer;  // strand only
   std::atomic<uint64_t> caller_read_calls{0};  // Client::caller_reads_for_testing
@@ -78,7 +79,7 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   bool ShouldPark() const {
     return read_owner == ReadOwner::kCaller ||
            (options.caller_reads && conn->blocking_fd() >= 0 && sync_only.load(std::memory_order_relaxed) &&
-            pending.empty() && !ping_outstanding && !broken && !read_failed && !closing && !conn->closed()) ||
+            pending.empty() && pings_unanswered == 0 && !broken && !read_failed && !closing && !conn->closed()) ||
            (read_failed && !broken);
   }
   // Wakes ReadLoop if parked: it re-checks ShouldPark. Any thread.
@@ -94,7 +95,7 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
                                                    asio::redirect_error(use_awaitable, ec));
     if (ec) co_return Unavailable("cannot resolve " + options.host + ": " + ec.message());
     conn = std::make_shared<Conn>(tcp::socket(ex), ConnOptions{options.limits, options.max_write_queue_bytes, 0,
-                                                               nullptr, nullptr, options.tls});
+                                                               nullptr, nullptr, options.tls, options.caller_reads});
     auto watchdog = Watchdog(conn, budget);
     co_await asio::async_connect(conn->socket(), results, asio::redirect_error(use_awaitable, ec));
     if (ec) {
@@ -246,17 +247,17 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
     }
     const auto* error = BodyAs<proto::Error>(frame);
     if (frame.env.request_id == 0) {
-      if (on_strand) {
+      if (error != nullptr) {
+        PS_LOG(Warning) << name << " reported: " << error->message;
+      } else if (BodyAs<proto::Ack>(frame) != nullptr) {
         std::lock_guard lock(mu);
-        ping_outstanding = false;  // (a reading caller clears it when it gives the reads back)
+        if (pings_unanswered > 0) --pings_unanswered;
       }
-      if (error != nullptr) PS_LOG(Warning) << name << " reported: " << error->message;
       return;  // heartbeat replies and connection-level errors
     }
     Pending p;
     {
       std::lock_guard lock(mu);
-      if (on_strand) ping_outstanding = false;
       auto it = pending.find(frame.env.request_id);
       if (it == pending.end()) return;  // timed out earlier
       p = std::move(it->second);
@@ -314,8 +315,7 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
       bool parked = false;
       {
         std::lock_guard lock(mu);
-        ping_outstanding = true;
-        ping_seq.fetch_add(1);
+        ++pings_unanswered;
         parked = read_owner == ReadOwner::kParked;
       }
       conn->Send(proto::Envelope{0, false, options.generation, proto::Ping{}}, {});
@@ -410,6 +410,13 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
     StartCall(id, std::move(p), proto::Envelope{id, false, generation.load(), std::move(body)}, std::move(payload));
   }
 
+  // The deadline of pending call `id` (min() when there is none).
+  Clock::time_point DeadlineOf(uint64_t id) const {
+    std::lock_guard lock(mu);
+    auto it = pending.find(id);
+    return it == pending.end() ? Clock::time_point::min() : it->second.deadline;
+  }
+
   // CallSync's fast path: the calling thread takes the reads from a parked ReadLoop
   // (false: someone else reads, take the ordinary path).
   bool TakeReads() {
@@ -441,9 +448,19 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
       const std::vector<std::span<std::byte>>* into;
       uint64_t receiving = 0;  // another call whose reply_into the current frame fills
     } t{this, id, &into};
-    const PayloadSink sink = [&t](const proto::Envelope& env,
-                                  uint64_t n) -> std::optional<std::vector<std::span<std::byte>>> {
+    // A frame that has begun is read to its end, by this call's deadline only if it is
+    // this call's reply: another call's reply must not be cut off by this call's deadline
+    // (the connection would have to go, failing that call). A peer that stalls inside a
+    // frame is ended by the heartbeat (its Break shuts the socket down, which ends the
+    // read). Without heartbeats a frame's deadline is its call's (another call's: the later
+    // of both), and when it passes the connection is dropped.
+    const bool heartbeats = options.heartbeat_interval.count() > 0;
+    const Clock::time_point own_frame = heartbeats ? Clock::time_point::max() : deadline;
+    BlockingDeadlines deadlines{deadline, own_frame};
+    const PayloadSink sink = [&t, &deadlines, heartbeats](const proto::Envelope& env,
+                                                          uint64_t n) -> std::optional<std::vector<std::span<std::byte>>> {
       if (env.request_id != t.id) {
+        if (!heartbeats) deadlines.frame = std::max(deadlines.frame, t.self->DeadlineOf(env.request_id));
         auto spans = t.self->Sink(env, n);
         if (spans) t.receiving = env.request_id;
         return spans;
@@ -455,12 +472,10 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
     };
     std::optional<Result<Reply>> result;
     Status failed;
-    bool received = false;
-    uint64_t pings_before = 0;  // ping_seq when the last frame read began
     while (!result) {
       t.receiving = 0;
-      pings_before = ping_seq.load();
-      auto frame = c->ReadFrameBlocking(sink, deadline);
+      deadlines.frame = own_frame;
+      auto frame = c->ReadFrameBlocking(sink, deadlines);
       if (!frame.ok()) {
         failed = frame.status();
         break;
@@ -470,7 +485,6 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
                                   std::to_string(timeout.count()) + " ms");
         break;
       }
-      received = true;
       last_rx = Clock::now();
       InFrame& f = **frame;
       if (f.status.ok() && f.env.reply && f.env.request_id == id) {
@@ -485,20 +499,20 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
     }
     if (!failed.ok()) {
       if (failed.code() == Code::kDeadlineExceeded) {
-        failed = DeadlineExceeded(name + ": " + what + " did not complete within " + std::to_string(timeout.count()) +
+        // Heartbeats off: this call's deadline passed inside a frame (perhaps another
+        // call's reply). The call says so; the others learn only that the connection went.
+        result = DeadlineExceeded(name + ": " + what + " did not complete within " + std::to_string(timeout.count()) +
                                   " ms, and the deadline passed in the middle of a frame: the connection is "
                                   "dropped (the stream cannot be resynchronised)");
+        failed = Unavailable(name + ": connection dropped: a reply stopped in the middle of a frame");
       } else {
         failed = closed_by_user ? Aborted(name + ": connection closed") : failed.WithContext(name);
+        result = failed;
       }
-      result = failed;
     }
     bool wake = false;
     {
       std::lock_guard lock(mu);
-      // A Ping sent before the last frame began is answered by now or by that frame's
-      // successors, which whoever reads next sees.
-      if (received && ping_seq.load() == pings_before) ping_outstanding = false;
       if (!failed.ok()) {
         // Broken meanwhile (a heartbeat timeout, say: its Break shut the socket down,
         // which ended our read): the call fails for the reason the others did.
@@ -510,7 +524,7 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
         }
       }
       read_owner = ReadOwner::kParked;
-      wake = failed.ok() && (!pending.empty() || ping_outstanding || broken || !sync_only.load() ||
+      wake = failed.ok() && (!pending.empty() || pings_unanswered > 0 || broken || !sync_only.load() ||
                              closed_by_user || c->closed());
     }
     if (!failed.ok()) {

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -90,7 +91,7 @@ void Conn::Authenticated() {
     socket_.non_blocking(true, ec);
     direct_writes_ = !ec;
     direct_any_thread_ = direct_writes_ && options_.max_in_flight == 0 && !options_.budget;
-    if (direct_any_thread_) read_fd_ = ::dup(socket_.native_handle());
+    if (direct_any_thread_ && options_.caller_reads) read_fd_ = ::fcntl(socket_.native_handle(), F_DUPFD_CLOEXEC, 0);
   }
 }
 
@@ -131,14 +132,19 @@ awaitable<void> Conn::WriteAll(const Buffers& buffers, error_code& ec) {
   }
 }
 
+size_t Conn::TakeReadAhead(std::span<std::byte>& dst) {
+  const size_t n = std::min(dst.size(), read_end_ - read_pos_);
+  if (n > 0) {
+    std::memcpy(dst.data(), read_buf_.get() + read_pos_, n);
+    read_pos_ += n;
+    dst = dst.subspan(n);
+  }
+  return n;
+}
+
 awaitable<void> Conn::ReadSpan(std::span<std::byte> dst) {
   for (;;) {
-    const size_t n = std::min(dst.size(), read_end_ - read_pos_);
-    if (n > 0) {
-      std::memcpy(dst.data(), read_buf_.get() + read_pos_, n);
-      read_pos_ += n;
-      dst = dst.subspan(n);
-    }
+    TakeReadAhead(dst);
     if (dst.empty()) co_return;
     // The read-ahead is empty. Big reads go straight into `dst`.
     if (!read_buf_ || dst.size() >= kReadAheadBytes) {
@@ -234,35 +240,43 @@ awaitable<Result<InFrame>> Conn::ReadFrame(const PayloadSink& sink) {
   co_return frame;
 }
 
-Status Conn::ReadSpanBlocking(std::span<std::byte> dst, Clock::time_point deadline, bool& started) {
+Status Conn::ReadSpanBlocking(std::span<std::byte> dst, const BlockingDeadlines& deadlines, bool& started) {
+  // Right after a request its reply is not there yet, and a recv would only say so: the
+  // frame's first byte is polled for first. Within a frame the socket is read at once,
+  // and polled only when it has nothing.
+  bool wait = !started;
   for (;;) {
-    const size_t n = std::min(dst.size(), read_end_ - read_pos_);
-    if (n > 0) {
-      std::memcpy(dst.data(), read_buf_.get() + read_pos_, n);
-      read_pos_ += n;
-      dst = dst.subspan(n);
-      started = true;
-    }
+    if (TakeReadAhead(dst) > 0) started = true;
     if (dst.empty()) return Status::Ok();
-    // The read-ahead is empty: wait until the socket is readable (poll first: right
-    // after a request its reply is not there yet, and a recv would only say so), then
-    // read. Big reads go straight into `dst`.
-    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    pollfd pfd{read_fd_, POLLIN, 0};
-    const int ready = ::poll(&pfd, 1, static_cast<int>(std::clamp<int64_t>(left, 0, 1 << 30)));
-    if (ready < 0 && errno != EINTR) {
-      return Unavailable("connection lost: " + error_code(errno, boost::system::system_category()).message());
+    if (wait) {
+      const Clock::time_point until = started ? deadlines.frame : deadlines.start;
+      int ms = -1;  // no deadline
+      if (until != Clock::time_point::max()) {
+        const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now()).count();
+        ms = static_cast<int>(std::clamp<int64_t>(left, 0, 1 << 30));
+      }
+      pollfd pfd{read_fd_, POLLIN, 0};
+      const int ready = ::poll(&pfd, 1, ms);
+      if (ready < 0 && errno != EINTR) {
+        return Unavailable("connection lost: " + error_code(errno, boost::system::system_category()).message());
+      }
+      if (ready == 0) return DeadlineExceeded("the deadline passed in the middle of a frame");
+      if (ready < 0) continue;  // EINTR
     }
-    if (ready == 0) return DeadlineExceeded("the deadline passed in the middle of a frame");
-    if (ready < 0) continue;  // EINTR
+    // The read-ahead is empty. Big reads go straight into `dst`.
     const bool direct = dst.size() >= kReadAheadBytes;
     std::byte* to = direct ? dst.data() : read_buf_.get();
     const ssize_t got = ::recv(read_fd_, to, direct ? dst.size() : kReadAheadBytes, MSG_DONTWAIT);
     if (got == 0) return Unavailable("connection lost: " + error_code(asio::error::eof).message());
     if (got < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) continue;
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        wait = true;
+        continue;
+      }
       return Unavailable("connection lost: " + error_code(errno, boost::system::system_category()).message());
     }
+    wait = false;
     if (direct) {
       dst = dst.subspan(static_cast<size_t>(got));
       started = true;
@@ -273,7 +287,7 @@ Status Conn::ReadSpanBlocking(std::span<std::byte> dst, Clock::time_point deadli
   }
 }
 
-Result<std::optional<InFrame>> Conn::ReadFrameBlocking(const PayloadSink& sink, Clock::time_point deadline) {
+Result<std::optional<InFrame>> Conn::ReadFrameBlocking(const PayloadSink& sink, const BlockingDeadlines& deadline) {
   if (read_fd_ < 0 || options_.budget) return Internal("a blocking read needs plain TCP after the handshake, no budget");
   bool started = false;
   std::array<uint8_t, kFrameHeaderBytes> hb;

@@ -90,7 +90,8 @@ const T* BodyAs(const InFrame& f) {
 }
 
 // Chooses where a frame's payload goes: a list of spans whose sizes sum to the payload
-// length, or nullopt for a fresh Buffer. Runs on the connection's strand.
+// length, or nullopt for a fresh Buffer. Runs on the thread that reads the frame: the
+// connection's strand, or a client's caller that reads its own reply.
 using PayloadSink =
     std::function<std::optional<std::vector<std::span<std::byte>>>(const proto::Envelope&, uint64_t)>;
 
@@ -114,6 +115,15 @@ struct ConnOptions {
   std::shared_ptr<PayloadBudget> budget;   // null: payloads are not budgeted (clients)
   std::shared_ptr<ConnCounters> counters;  // null: not counted
   std::shared_ptr<TlsContext> tls;         // null: plain TCP
+  // Client: callers may read their replies themselves (ReadFrameBlocking), so Authenticated
+  // makes blocking_fd() (plain TCP).
+  bool caller_reads = false;
+};
+
+// ReadFrameBlocking's deadlines: until the frame's first byte, and after it (max: none).
+struct BlockingDeadlines {
+  Clock::time_point start;
+  Clock::time_point frame = Clock::time_point::max();
 };
 
 // Bytes read ahead per connection once its handshake passed: a small frame (header,
@@ -121,7 +131,8 @@ struct ConnOptions {
 inline constexpr size_t kReadAheadBytes = 32 * 1024;
 
 // A framed TCP connection on a strand (the socket's executor must be one). Reading is
-// done by its owner's loop, through a read-ahead buffer after the handshake. Writes go
+// done by its owner's loop (or, on a client, by a caller that took the reads over:
+// ReadFrameBlocking), through a read-ahead buffer after the handshake. Writes go
 // through a queue drained by one writer coroutine, except that over plain TCP, once the
 // handshake passed, a frame sent while nothing else is queued or being written is
 // written at once with a non-blocking send (the writer takes over whatever the socket
@@ -152,13 +163,14 @@ class Conn : public std::enable_shared_from_this<Conn> {
   awaitable<Result<InFrame>> ReadFrame(const PayloadSink& sink);
   // The same on the calling thread, blocking (poll, then a non-blocking recv) on
   // blocking_fd(): for a client's caller that owns the reads (Client::Impl::read_owner;
-  // the caller keeps a reference to this Conn). Returns nullopt when `deadline` passes
-  // before the frame's first byte (nothing consumed: the stream is still in sync);
-  // DeadlineExceeded when it passes in the middle of a frame, Unavailable ("connection
+  // the caller keeps a reference to this Conn). Returns nullopt when `deadline.start`
+  // passes before the frame's first byte (nothing consumed: the stream is still in sync);
+  // DeadlineExceeded when `deadline.frame` passes in the middle of a frame, Unavailable ("connection
   // lost: ...") on a socket error or EOF, and ReadFrame's status for a bad header (the
   // stream cannot continue after any of these). Not with a payload budget (servers).
-  Result<std::optional<InFrame>> ReadFrameBlocking(const PayloadSink& sink, Clock::time_point deadline);
-  // A dup() of the socket made by Authenticated() over plain TCP (-1 otherwise), closed
+  Result<std::optional<InFrame>> ReadFrameBlocking(const PayloadSink& sink, const BlockingDeadlines& deadline);
+  // A dup() of the socket (close-on-exec) that Authenticated() makes for a client with
+  // options.caller_reads over plain TCP (-1 otherwise), closed
   // only by the destructor: a thread reading it never sees its number reused, while
   // CloseOnStrand's shutdown() still ends its reads (EOF).
   int blocking_fd() const { return read_fd_; }
@@ -210,8 +222,10 @@ class Conn : public std::enable_shared_from_this<Conn> {
   // Fills `dst` from the read-ahead buffer, then from the stream.
   awaitable<void> ReadSpan(std::span<std::byte> dst);
   // ReadSpan on the calling thread (ReadFrameBlocking). `started`: set once a byte of
-  // the frame is consumed. DeadlineExceeded once `deadline` passes.
-  Status ReadSpanBlocking(std::span<std::byte> dst, Clock::time_point deadline, bool& started);
+  // the frame is consumed. DeadlineExceeded once the deadline for where it is passes.
+  Status ReadSpanBlocking(std::span<std::byte> dst, const BlockingDeadlines& deadlines, bool& started);
+  // Moves what the read-ahead buffer holds of `dst` into it and drops that part of `dst`.
+  size_t TakeReadAhead(std::span<std::byte>& dst);
   // The steps ReadFrame and ReadFrameBlocking share; only moving the bytes differs.
   // The header: checked against the limits (with a hint for a peer that speaks TLS).
   Result<FrameHeader> CheckHeader(const std::array<uint8_t, kFrameHeaderBytes>& hb);

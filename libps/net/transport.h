@@ -218,7 +218,7 @@ struct ClientOptions {
   // wake-up per call (~the cost of a small call's transport: README Performance). The
   // I/O thread's reader then waits (parked) while nothing is expected, so a peer that
   // closes the connection is noticed at the next call or heartbeat rather than at once.
-  // false: every reply is read by the I/O thread.
+  // false: every reply is read by the I/O thread (and no extra descriptor is held).
   bool caller_reads = true;
 };
 
@@ -249,10 +249,11 @@ class Client {
   // Runtime thread. Aborted if the call is dropped unanswered (its Runtime stopped).
   // With ClientOptions::caller_reads (plain TCP, no Call/CallAsync ever made on this
   // client, the reader parked) the calling thread reads the reply itself; the results
-  // are the same: DeadlineExceeded at the deadline (the connection stays up; if the
-  // deadline passes in the middle of a frame the connection is dropped, as the stream
-  // cannot be resynchronised), Unavailable when the connection is lost, Aborted after
-  // Close().
+  // are the same: DeadlineExceeded at the deadline (the connection stays up; a frame
+  // that has begun is read to its end first, and a peer that stalls inside one is ended
+  // by the heartbeat; without heartbeats a deadline inside a frame drops the connection,
+  // as the stream cannot be resynchronised), Unavailable when the connection is lost,
+  // Aborted after Close().
   Result<Reply> CallSync(proto::Body body, OutPayload payload = {},
                          std::vector<std::span<std::byte>> reply_into = {},
                          Millis timeout = Millis{0});

@@ -905,8 +905,58 @@ TEST_CASE("a call reading on the calling thread: its deadline") {
     CHECK(r.status().code() == Code::kDeadlineExceeded);
     CHECK_THAT(r.status().message(), Catch::Contains("Pull did not complete within 200 ms") &&
                                          Catch::Contains("middle of a frame"));
-    CHECK(broken.get_future().get().code() == Code::kDeadlineExceeded);
+    auto st = broken.get_future().get();  // the others learn only that the connection went
+    CHECK(st.code() == Code::kUnavailable);
+    CHECK_THAT(st.message(), Catch::Contains("connection dropped") && Catch::Contains("middle of a frame"));
     CHECK_FALSE((*c)->health().ok());
+    CHECK(ps.Join());
+  }
+  SECTION("in the middle of another call's reply: that reply is read to its end and delivered") {
+    // Caller A reads (its call is never answered, 300 ms deadline); B's CallSync takes the
+    // ordinary path. B's reply stalls half-way past A's deadline, then comes whole.
+    std::promise<void> a_sent, finish, done;
+    auto a_sent_f = a_sent.get_future();
+    auto finish_f = finish.get_future();
+    auto done_f = done.get_future();
+    RawPs ps([&](RawClient& peer) {
+      if (!ReadFrameQuietly(peer)) return false;  // A's request, never answered
+      a_sent.set_value();
+      auto rb = ReadFrameQuietly(peer);  // B's request
+      if (!rb) return false;
+      proto::PullReply pr;
+      pr.item_floats.push_back(1024);
+      peer.WriteFrame(proto::Encode({rb->request_id, true, 0, pr}), 4096);
+      std::vector<char> part(64, 1);
+      peer.Write(part.data(), part.size());
+      finish_f.wait();  // until A's deadline has passed
+      std::vector<char> rest(4096 - 64, 2);
+      peer.Write(rest.data(), rest.size());
+      done_f.wait();  // the connection stays open until A has its answer
+      return true;
+    });
+    net::Runtime rt(2);
+    auto opts = ClientOpts(ps.listener.port, Id(proto::Role::kWorker, 0));
+    opts.heartbeat_interval = 0ms;  // the raw server reads exactly the two requests
+    auto c = net::Client::Connect(rt, opts);
+    REQUIRE(c.ok());
+    const auto a_deadline = std::chrono::steady_clock::now() + 300ms;
+    auto a = std::async(std::launch::async, [&] { return (*c)->CallSync(proto::Stop{}, {}, {}, 300ms); });
+    a_sent_f.wait();
+    auto b = std::async(std::launch::async, [&] { return (*c)->CallSync(proto::Pull{}, {}, {}, 60s); });
+    std::this_thread::sleep_until(a_deadline + 100ms);  // time passing is the point here
+    finish.set_value();
+    auto ra = a.get();
+    auto rb = b.get();
+    const bool healthy = (*c)->health().ok();  // before the raw server closes
+    done.set_value();
+    CHECK(ra.status().code() == Code::kDeadlineExceeded);
+    CHECK_THAT(ra.status().message(), !Catch::Contains("middle of a frame"));
+    REQUIRE(rb.ok());
+    REQUIRE(rb->payload.size() == 4096);
+    CHECK(static_cast<char>(rb->payload.bytes()[0]) == 1);
+    CHECK(static_cast<char>(rb->payload.bytes()[4095]) == 2);
+    CHECK((*c)->caller_reads_for_testing() == 1);
+    CHECK(healthy);
     CHECK(ps.Join());
   }
 }
