@@ -206,15 +206,27 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
     }
   }
 
+  // Whether a reply's payload of `bytes` goes straight into a call's `into`: a reply, and
+  // `into` given with exactly that size.
+  static bool FitsInto(const std::vector<std::span<std::byte>>& into, const proto::Envelope& env, uint64_t bytes) {
+    if (into.empty() || !env.reply) return false;
+    uint64_t total = 0;
+    for (auto s : into) total += s.size();
+    return total == bytes;
+  }
+
   std::optional<std::vector<std::span<std::byte>>> Sink(const proto::Envelope& env, uint64_t bytes) {
     std::lock_guard lock(mu);
     auto it = pending.find(env.request_id);
-    if (it == pending.end() || it->second.into.empty() || !env.reply) return std::nullopt;
-    uint64_t total = 0;
-    for (auto s : it->second.into) total += s.size();
-    if (total != bytes) return std::nullopt;
+    if (it == pending.end() || !FitsInto(it->second.into, env, bytes)) return std::nullopt;
     it->second.receiving = true;
     return it->second.into;
+  }
+
+  // DeadlineExceeded for call `what` after `timeout` (+ why, when there is more to say).
+  Status Expired(const char* what, Millis timeout, const std::string& why = "") const {
+    return DeadlineExceeded(name + ": " + what + " did not complete within " + std::to_string(timeout.count()) +
+                            " ms" + why);
   }
 
   // Strand only: returns once ReadLoop owns the reads (at once unless ShouldPark).
@@ -348,8 +360,7 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
             ++it;
             continue;
           }
-          expired.emplace_back(std::move(p.done), DeadlineExceeded(name + ": " + p.what + " did not complete within " +
-                                                                   std::to_string(p.timeout.count()) + " ms"));
+          expired.emplace_back(std::move(p.done), Expired(p.what, p.timeout));
           it = pending.erase(it);
         }
         sweep_at = next;
@@ -442,12 +453,7 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
     const auto deadline = Clock::now() + timeout;
     const uint64_t id = next_id.fetch_add(1);
     c->Send(proto::Envelope{id, false, generation.load(), std::move(body)}, std::move(payload));
-    struct Target {
-      Impl* self;
-      uint64_t id;
-      const std::vector<std::span<std::byte>>* into;
-      uint64_t receiving = 0;  // another call whose reply_into the current frame fills
-    } t{this, id, &into};
+    uint64_t receiving = 0;  // another call whose reply_into the current frame fills
     // A frame that has begun is read to its end, by this call's deadline only if it is
     // this call's reply: another call's reply must not be cut off by this call's deadline
     // (the connection would have to go, failing that call). A peer that stalls inside a
@@ -457,23 +463,18 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
     const bool heartbeats = options.heartbeat_interval.count() > 0;
     const Clock::time_point own_frame = heartbeats ? Clock::time_point::max() : deadline;
     BlockingDeadlines deadlines{deadline, own_frame};
-    const PayloadSink sink = [&t, &deadlines, heartbeats](const proto::Envelope& env,
-                                                          uint64_t n) -> std::optional<std::vector<std::span<std::byte>>> {
-      if (env.request_id != t.id) {
-        if (!heartbeats) deadlines.frame = std::max(deadlines.frame, t.self->DeadlineOf(env.request_id));
-        auto spans = t.self->Sink(env, n);
-        if (spans) t.receiving = env.request_id;
-        return spans;
-      }
-      uint64_t total = 0;
-      for (auto s : *t.into) total += s.size();
-      if (!env.reply || t.into->empty() || total != n) return std::nullopt;
-      return *t.into;
+    const PayloadSink sink = [&](const proto::Envelope& env,
+                                 uint64_t n) -> std::optional<std::vector<std::span<std::byte>>> {
+      if (env.request_id == id) return FitsInto(into, env, n) ? std::optional(into) : std::nullopt;
+      if (!heartbeats) deadlines.frame = std::max(deadlines.frame, DeadlineOf(env.request_id));
+      auto spans = Sink(env, n);
+      if (spans) receiving = env.request_id;
+      return spans;
     };
     std::optional<Result<Reply>> result;
     Status failed;
     while (!result) {
-      t.receiving = 0;
+      receiving = 0;
       deadlines.frame = own_frame;
       auto frame = c->ReadFrameBlocking(sink, deadlines);
       if (!frame.ok()) {
@@ -481,8 +482,7 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
         break;
       }
       if (!frame->has_value()) {  // at a frame boundary: the connection stays in sync
-        result = DeadlineExceeded(name + ": " + what + " did not complete within " +
-                                  std::to_string(timeout.count()) + " ms");
+        result = Expired(what, timeout);
         break;
       }
       last_rx = Clock::now();
@@ -501,9 +501,9 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
       if (failed.code() == Code::kDeadlineExceeded) {
         // Heartbeats off: this call's deadline passed inside a frame (perhaps another
         // call's reply). The call says so; the others learn only that the connection went.
-        result = DeadlineExceeded(name + ": " + what + " did not complete within " + std::to_string(timeout.count()) +
-                                  " ms, and the deadline passed in the middle of a frame: the connection is "
-                                  "dropped (the stream cannot be resynchronised)");
+        result = Expired(what, timeout,
+                         ", and the deadline passed in the middle of a frame: the connection is dropped (the stream "
+                         "cannot be resynchronised)");
         failed = Unavailable(name + ": connection dropped: a reply stopped in the middle of a frame");
       } else {
         failed = closed_by_user ? Aborted(name + ": connection closed") : failed.WithContext(name);
@@ -518,8 +518,8 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
         // which ended our read): the call fails for the reason the others did.
         if (broken && !health_.ok() && !closed_by_user) result = health_;
         read_failed = true;  // nobody reads until Break has closed the socket
-        if (t.receiving != 0) {
-          auto it = pending.find(t.receiving);  // its reply was cut off: Break may fail it
+        if (receiving != 0) {
+          auto it = pending.find(receiving);  // its reply was cut off: Break may fail it
           if (it != pending.end()) it->second.receiving = false;
         }
       }

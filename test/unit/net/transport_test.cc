@@ -813,6 +813,24 @@ TEST_CASE("CallSync from several threads and a CallAsync on one client: every re
   CHECK((*c)->health().ok());
 }
 
+// A client of a RawPs without heartbeats, so that the raw server reads exactly the
+// requests the test makes.
+Result<std::shared_ptr<net::Client>> ConnectToRaw(net::Runtime& rt, uint16_t port) {
+  auto opts = ClientOpts(port, Id(proto::Role::kWorker, 0));
+  opts.heartbeat_interval = 0ms;
+  return net::Client::Connect(rt, opts);
+}
+
+// Writes the start of a reply to request `id` with a 4096-byte payload: the header, the
+// envelope and the first 64 payload bytes (each 1).
+void WriteReplyStart(RawClient& peer, uint64_t id) {
+  proto::PullReply pr;
+  pr.item_floats.push_back(1024);
+  peer.WriteFrame(proto::Encode({id, true, 0, pr}), 4096);
+  std::vector<char> part(64, 1);
+  peer.Write(part.data(), part.size());
+}
+
 TEST_CASE("a call reading on the calling thread ends when the connection does") {
   SECTION("Close() from another thread: Aborted") {
     net::Runtime rt(2);
@@ -840,9 +858,7 @@ TEST_CASE("a call reading on the calling thread ends when the connection does") 
       return got;
     });
     net::Runtime rt(2);
-    auto opts = ClientOpts(ps.listener.port, Id(proto::Role::kWorker, 0));
-    opts.heartbeat_interval = 0ms;  // the raw server reads exactly the one request
-    auto c = net::Client::Connect(rt, opts);
+    auto c = ConnectToRaw(rt, ps.listener.port);
     REQUIRE(c.ok());
     std::promise<Status> broken;
     (*c)->OnBroken([&](const Status& st) { broken.set_value(st); });
@@ -884,18 +900,12 @@ TEST_CASE("a call reading on the calling thread: its deadline") {
     RawPs ps([&](RawClient& peer) {
       auto req = ReadFrameQuietly(peer);
       if (!req) return false;
-      proto::PullReply pr;
-      pr.item_floats.push_back(1024);
-      peer.WriteFrame(proto::Encode({req->request_id, true, 0, pr}), 4096);
-      std::vector<char> part(64, 1);
-      peer.Write(part.data(), part.size());  // the rest never comes
+      WriteReplyStart(peer, req->request_id);  // the rest never comes
       finish_f.wait();
       return true;
     });
     net::Runtime rt(2);
-    auto opts = ClientOpts(ps.listener.port, Id(proto::Role::kWorker, 0));
-    opts.heartbeat_interval = 0ms;
-    auto c = net::Client::Connect(rt, opts);
+    auto c = ConnectToRaw(rt, ps.listener.port);
     REQUIRE(c.ok());
     std::promise<Status> broken;
     (*c)->OnBroken([&](const Status& st) { broken.set_value(st); });
@@ -923,11 +933,7 @@ TEST_CASE("a call reading on the calling thread: its deadline") {
       a_sent.set_value();
       auto rb = ReadFrameQuietly(peer);  // B's request
       if (!rb) return false;
-      proto::PullReply pr;
-      pr.item_floats.push_back(1024);
-      peer.WriteFrame(proto::Encode({rb->request_id, true, 0, pr}), 4096);
-      std::vector<char> part(64, 1);
-      peer.Write(part.data(), part.size());
+      WriteReplyStart(peer, rb->request_id);
       finish_f.wait();  // until A's deadline has passed
       std::vector<char> rest(4096 - 64, 2);
       peer.Write(rest.data(), rest.size());
@@ -935,9 +941,7 @@ TEST_CASE("a call reading on the calling thread: its deadline") {
       return true;
     });
     net::Runtime rt(2);
-    auto opts = ClientOpts(ps.listener.port, Id(proto::Role::kWorker, 0));
-    opts.heartbeat_interval = 0ms;  // the raw server reads exactly the two requests
-    auto c = net::Client::Connect(rt, opts);
+    auto c = ConnectToRaw(rt, ps.listener.port);
     REQUIRE(c.ok());
     const auto a_deadline = std::chrono::steady_clock::now() + 300ms;
     auto a = std::async(std::launch::async, [&] { return (*c)->CallSync(proto::Stop{}, {}, {}, 300ms); });
