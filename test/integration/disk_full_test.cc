@@ -3,7 +3,6 @@
 // training goes on, and the next checkpoint commits once there is room again. Needs root
 // (mount); without it the test exits 77 (meson: SKIP) saying why.
 #include <fcntl.h>
-#include <sys/mount.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -21,32 +20,6 @@ namespace ps::integ {
 namespace {
 
 namespace fs = std::filesystem;
-
-// A tmpfs of `mib` MiB mounted at `dir` for the test's lifetime. Without the right to
-// mount, removes `owner` (the test's temporary directory) and exits 77.
-class Tmpfs {
- public:
-  Tmpfs(const fs::path& owner, const fs::path& dir, int mib) : dir_(dir) {
-    fs::create_directories(dir);
-    const std::string opts = "size=" + std::to_string(mib) + "m";
-    if (::mount("tmpfs", dir.c_str(), "tmpfs", 0, opts.c_str()) != 0) {
-      const int err = errno;
-      if (err == EPERM) {
-        fs::remove_all(owner);
-        std::printf("SKIP: mounting a tmpfs needs root (CAP_SYS_ADMIN): %s\n", std::strerror(err));
-        std::fflush(stdout);
-        std::_Exit(77);
-      }
-      FAIL("mount tmpfs on " << dir << ": " << std::strerror(err));
-    }
-  }
-  ~Tmpfs() { ::umount2(dir_.c_str(), MNT_DETACH); }
-  Tmpfs(const Tmpfs&) = delete;
-  Tmpfs& operator=(const Tmpfs&) = delete;
-
- private:
-  fs::path dir_;
-};
 
 // Writes `path` until the file system is full; returns the bytes written.
 uint64_t FillUp(const fs::path& path) {

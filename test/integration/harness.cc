@@ -4,12 +4,15 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -231,6 +234,25 @@ TempDir::~TempDir() {
   std::error_code ec;
   std::filesystem::remove_all(path_, ec);
 }
+
+Tmpfs::Tmpfs(const std::filesystem::path& owner, const std::filesystem::path& dir, int mib, int64_t inodes)
+    : dir_(dir) {
+  std::filesystem::create_directories(dir);
+  std::string opts = "size=" + std::to_string(mib) + "m";
+  if (inodes > 0) opts += ",nr_inodes=" + std::to_string(inodes);
+  if (::mount("tmpfs", dir.c_str(), "tmpfs", 0, opts.c_str()) != 0) {
+    const int err = errno;
+    if (err == EPERM) {
+      std::filesystem::remove_all(owner);
+      std::printf("SKIP: mounting a tmpfs needs root (CAP_SYS_ADMIN): %s\n", std::strerror(err));
+      std::fflush(stdout);
+      std::_Exit(77);
+    }
+    FAIL("mount tmpfs on " << dir << ": " << std::strerror(err));
+  }
+}
+
+Tmpfs::~Tmpfs() { ::umount2(dir_.c_str(), MNT_DETACH); }
 
 namespace {
 // Marks the output closed when destroyed. The on_line callback owns the only reference

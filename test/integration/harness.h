@@ -90,6 +90,21 @@ class TempDir {
   std::filesystem::path path_;
 };
 
+// A tmpfs mounted at `dir` (created if missing) for the object's lifetime: a model dir
+// whose space (`mib` MiB) or inode count (`inodes`, 0: tmpfs' default) a test can use up.
+// Without the right to mount (not root), removes `owner` (the test's temporary
+// directory) and exits 77 (meson: SKIP) saying why.
+class Tmpfs {
+ public:
+  Tmpfs(const std::filesystem::path& owner, const std::filesystem::path& dir, int mib, int64_t inodes = 0);
+  ~Tmpfs();  // lazy unmount: a process still holding a file open does not keep it mounted
+  Tmpfs(const Tmpfs&) = delete;
+  Tmpfs& operator=(const Tmpfs&) = delete;
+
+ private:
+  std::filesystem::path dir_;
+};
+
 // One running process and its output (stdout and stderr merged, line by line).
 class Task {
  public:
