@@ -19,8 +19,8 @@ Result<proto::SaveReply> ShardCheckpointer::Save(const proto::Save& m) {
     if (it == epochs_.end()) {
       return FailedPrecondition("delta checkpoint " + std::to_string(m.global_step) + " against step " +
                                 std::to_string(m.delta_parent) +
-                                ": this ps neither wrote nor restored that checkpoint (restarted since?); a full "
-                                "checkpoint is needed");
+                                ": this ps keeps no record of that checkpoint (it saved two since that were not "
+                                "committed, or never wrote or restored it); a full checkpoint is needed");
     }
     since = it->second;
   }

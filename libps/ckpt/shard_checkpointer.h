@@ -18,7 +18,8 @@ class ShardCheckpointer : public server::Checkpointer {
 
   // A full checkpoint, or with m.delta_base >= 0 a delta (checkpoint_dir.h) of what
   // changed since the checkpoint of step m.delta_parent, which this ps must have written
-  // or restored itself (else FailedPrecondition: the chief then saves a full one). Ends
+  // or restored itself and still remember (kKeptEpochs; else FailedPrecondition: the
+  // chief then saves a full one). Ends
   // the store's change epoch (Store::BeginEpoch) and remembers it for that step, whether
   // or not the chief commits the checkpoint: nothing is cleared, so a delta that is
   // never committed costs nothing (the next one against the same parent rewrites its rows).
