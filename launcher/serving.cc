@@ -181,8 +181,10 @@ int RunPredict(const PredictCommand& command) {
                                  });
   if (!pass.ok()) return fail(pass.status());
   if (Status st = (*sink)->Commit(); !st.ok()) return fail(st);
-  const std::string what = (is_bundle ? "bundle " : "checkpoint ") + std::string(is_bundle ? command.model
-                           : ckpt::CheckpointPath(command.model, loaded->info.source_step));
+  const std::string what =
+      is_bundle ? "bundle " + command.model
+                : "checkpoint " + command.model + "/" +
+                      ckpt::CheckpointRelPath(loaded->info.source_base_step, loaded->info.source_step);
   if (pass->metrics) {
     PrintErr("pstrain predict: " + std::to_string(pass->examples) + " examples scored with " + what + " (step " +
              std::to_string(loaded->info.source_step) + "): " + Figures(*pass->metrics));

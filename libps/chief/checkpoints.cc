@@ -191,8 +191,7 @@ Status Chief::SaveCheckpoint(bool final, bool delta) {
           static_cast<double>(chain_.delta_bytes) <= spec.delta_max_fraction * static_cast<double>(chain_.base_bytes);
   const std::optional<int64_t> base =
       delta ? std::optional<int64_t>(last_saved_->base.value_or(last_saved_->global_step)) : std::nullopt;
-  const std::string name = delta ? ckpt::CheckpointDirName(*base) + "/" + ckpt::DeltaDirName(step)
-                                 : ckpt::CheckpointDirName(step);
+  const std::string name = ckpt::CheckpointRelPath(base.value_or(step), step);
   SetState("checkpointing");
   auto t0 = Clock::now();
   std::vector<std::future<Result<net::Reply>>> futs;

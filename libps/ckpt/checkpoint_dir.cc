@@ -190,6 +190,10 @@ std::string DeltaPath(const std::string& model_dir, int64_t base, int64_t step) 
   return CheckpointPath(model_dir, base) + "/" + DeltaDirName(step);
 }
 
+std::string CheckpointRelPath(int64_t base, int64_t step) {
+  return base == step ? CheckpointDirName(step) : CheckpointDirName(base) + "/" + DeltaDirName(step);
+}
+
 std::string ManifestDir(const std::string& model_dir, const Manifest& m) {
   return m.base ? DeltaPath(model_dir, *m.base, m.global_step) : CheckpointPath(model_dir, m.global_step);
 }

@@ -100,6 +100,10 @@ std::string DeltaDirName(int64_t step);
 std::optional<int64_t> ParseDeltaDirName(std::string_view name);
 // model_dir/ckpt-<base>/delta-<step>
 std::string DeltaPath(const std::string& model_dir, int64_t base, int64_t step);
+// The directory that holds the checkpoint of `step`, relative to the model dir: "ckpt-<step>"
+// for a full checkpoint (base == step), "ckpt-<base>/delta-<step>" for a delta on the full
+// checkpoint of `base`. What logs and bundle.json's source.checkpoint name.
+std::string CheckpointRelPath(int64_t base, int64_t step);
 // Where a manifest's files go: CheckpointPath, or DeltaPath for a delta.
 std::string ManifestDir(const std::string& model_dir, const Manifest& manifest);
 // Creates DeltaPath(model_dir, base, step) (the base directory must exist) and fsyncs

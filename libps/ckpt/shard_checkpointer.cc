@@ -36,9 +36,8 @@ Result<proto::SaveReply> ShardCheckpointer::Save(const proto::Save& m) {
   store_->ForgetEvictions(epochs_.begin()->second);  // no delta can be based on anything older
   store_->SetGlobalStep(m.global_step);
   double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  PS_LOG(Info) << "saved " << (delta ? CheckpointDirName(m.delta_base) + "/" + DeltaDirName(m.global_step)
-                                     : CheckpointDirName(m.global_step))
-               << "/" << info.name << " (" << info.bytes / 1048576.0 << " MiB in " << sec << " s)";
+  PS_LOG(Info) << "saved " << CheckpointRelPath(delta ? m.delta_base : m.global_step, m.global_step) << "/"
+               << info.name << " (" << info.bytes / 1048576.0 << " MiB in " << sec << " s)";
   return proto::SaveReply{info.name, info.bytes, info.digest};
 }
 

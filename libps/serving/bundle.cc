@@ -181,7 +181,7 @@ Result<ExportResult> ExportBundle(const ExportOptions& o) {
       {"format", kBundleFormat},
       {"version", kBundleVersion},
       {"source", {{"model_dir", result.info.source_model_dir},
-                  {"checkpoint", ckpt::CheckpointDirName(step)},
+                  {"checkpoint", ckpt::CheckpointRelPath(result.info.source_base_step, step)},
                   {"global_step", step},
                   {"final", result.info.source_final},
                   {"base_step", result.info.source_base_step},

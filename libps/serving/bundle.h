@@ -12,7 +12,13 @@
 //   {"format": "pstrain-bundle", "version": 1,
 //    "source": {"model_dir": "/abs/model", "checkpoint": "ckpt-700", "global_step": 700,
 //               "final": true, "base_step": 700, "base_digests": [3735928559, ...],
-//               "delta_digests": []},      the identity of the state (BundleInfo): the
+//               "delta_digests": []},      "checkpoint": the directory of model_dir that
+//                                          holds global_step (ckpt::CheckpointRelPath):
+//                                          "ckpt-<step>", or for a delta
+//                                          "ckpt-<base_step>/delta-<step>" (bundles
+//                                          exported at a delta before said
+//                                          "ckpt-<step>"; readers do not rely on it).
+//                                          The rest is the identity of the state (BundleInfo): the
 //                                          digests of its full checkpoint's shard files
 //                                          and, exported at a delta, of that delta's (as
 //                                          their MANIFESTs list them). Optional: bundles

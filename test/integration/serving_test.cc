@@ -3,6 +3,7 @@
 // writes a bundle, `pstrain predict` scores the eval data from the bundle and from the
 // checkpoint, and examples/serving (the public C++ API) scores a batch. Every score is
 // bit-identical across the three, and the metrics are exactly the evaluator's.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -39,9 +40,11 @@ Json EvaluatorLine(const std::filesystem::path& model, int64_t step) {
   return {};
 }
 
-// `pstrain predict`; returns its exit code. Scores to `scores`, metrics to `metrics`.
+// `pstrain predict`; returns its exit code. Scores to `scores`, metrics to `metrics`; the
+// lines it printed to `said` (when given).
 int Predict(const std::vector<std::string>& model_args, const std::filesystem::path& data,
-            const std::filesystem::path& scores, const std::filesystem::path& metrics) {
+            const std::filesystem::path& scores, const std::filesystem::path& metrics,
+            std::vector<std::string>* said = nullptr) {
   std::vector<std::string> args{"predict"};
   args.insert(args.end(), model_args.begin(), model_args.end());
   for (const std::string& a : {std::string("--data"), data.string(), std::string("--out"), scores.string(),
@@ -51,6 +54,7 @@ int Predict(const std::vector<std::string>& model_args, const std::filesystem::p
   auto p = StartLauncher(args, "pstrain predict");
   auto rc = p->WaitExit(300s);
   REQUIRE(rc.has_value());
+  if (said != nullptr) *said = p->Lines();
   return *rc;
 }
 
@@ -103,7 +107,9 @@ std::filesystem::path ExportAndCompare(const TempDir& tmp, const std::filesystem
                            "pstrain export");
   REQUIRE(exp->WaitExit(300s) == std::optional<int>(0));
   CHECK(exp->HasLine("exported step " + std::to_string(step)));
-  REQUIRE(std::filesystem::exists(bundle / "bundle.json"));
+  auto manifest = ReadJsonFile((bundle / "bundle.json").string());
+  REQUIRE(manifest.ok());
+  CHECK((*manifest)["source"]["checkpoint"] == "ckpt-" + std::to_string(step));  // a full checkpoint
   // Nothing but the bundle was left next to it (the temporary directory was renamed).
   for (const auto& e : std::filesystem::directory_iterator(tmp.path())) {
     CHECK(e.path().filename().string().find(".tmp-") == std::string::npos);
@@ -114,7 +120,12 @@ std::filesystem::path ExportAndCompare(const TempDir& tmp, const std::filesystem
   const auto s_bundle = tmp / "scores-bundle.txt", m_bundle = tmp / "metrics-bundle.json";
   const auto s_ckpt = tmp / "scores-ckpt.txt", m_ckpt = tmp / "metrics-ckpt.json";
   REQUIRE(Predict({"--model", bundle.string()}, data, s_bundle, m_bundle) == 0);
-  REQUIRE(Predict({"--model", model.string(), "--step", std::to_string(step)}, data, s_ckpt, m_ckpt) == 0);
+  std::vector<std::string> said;
+  REQUIRE(Predict({"--model", model.string(), "--step", std::to_string(step)}, data, s_ckpt, m_ckpt, &said) == 0);
+  CHECK(std::any_of(said.begin(), said.end(), [&](const std::string& l) {
+    return l.find("scored with checkpoint " + (model / ("ckpt-" + std::to_string(step))).string() + " (step ") !=
+           std::string::npos;
+  }));
 
   const auto bundle_lines = Lines(s_bundle);
   CHECK(static_cast<int64_t>(bundle_lines.size()) == examples);
@@ -369,6 +380,10 @@ TEST_CASE("a bundle refreshed from a cluster's delta checkpoints scores as one e
     auto e = StartLauncher({"export", model.string(), "--out", out.string(), "--step", std::to_string(step)},
                            "pstrain export");
     REQUIRE(e->WaitExit(120s) == std::optional<int>(0));
+    // A delta's directory is in its base's.
+    auto manifest = ReadJsonFile((out / "bundle.json").string());
+    REQUIRE(manifest.ok());
+    CHECK((*manifest)["source"]["checkpoint"] == "ckpt-0/delta-" + std::to_string(step));
     return out.string();
   };
   const std::string old_bundle = export_at(first), new_bundle = export_at(newest);
@@ -376,6 +391,14 @@ TEST_CASE("a bundle refreshed from a cluster's delta checkpoints scores as one e
   eval_data["path"] = (data / "eval.libsvm").string();
   const auto data_file = tmp / "data.json";
   WriteFile(data_file, eval_data.dump());
+  // predict from the model dir at a delta names the delta's directory too.
+  std::vector<std::string> said;
+  REQUIRE(Predict({"--model", model.string(), "--step", std::to_string(first)}, data_file, tmp / "scores.txt",
+                  tmp / "metrics.json", &said) == 0);
+  CHECK(std::any_of(said.begin(), said.end(), [&](const std::string& l) {
+    return l.find("scored with checkpoint " + (model / "ckpt-0" / ("delta-" + std::to_string(first))).string() +
+                  " (step " + std::to_string(first) + ")") != std::string::npos;
+  }));
 
   const ExampleRun want = RunExample({new_bundle, data_file.string(), "256"});
   REQUIRE(want.rc == std::optional<int>(0));

@@ -77,6 +77,10 @@ TEST_CASE("checkpoint directory names") {
   CHECK(ps::ckpt::CheckpointDirName(1200) == "ckpt-1200");
   CHECK(ps::ckpt::ParseCheckpointDirName("ckpt-1200") == 1200);
   CHECK(ps::ckpt::ParseCheckpointDirName("ckpt-0") == 0);
+  // Where a step's checkpoint is, relative to the model dir: a delta is in its base's.
+  CHECK(ps::ckpt::CheckpointRelPath(1200, 1200) == "ckpt-1200");
+  CHECK(ps::ckpt::CheckpointRelPath(1000, 1200) == "ckpt-1000/delta-1200");
+  CHECK(ps::ckpt::DeltaPath("/m", 1000, 1200) == "/m/ckpt-1000/delta-1200");
   for (const char* bad : {"ckpt-", "ckpt-01", "ckpt--1", "ckpt-1a", "ckpt-1 ", "xckpt-1",
                           "ckpt-1.tmp", "ckpt-12345678901234567890", "checkpoint"}) {
     INFO(bad);

@@ -235,6 +235,7 @@ TEST_CASE("export: values only (no optimizer slots), lazy tables as their live r
   REQUIRE(manifest.ok());
   CHECK((*manifest)["format"] == "pstrain-bundle");
   CHECK((*manifest)["version"] == 1);
+  CHECK((*manifest)["source"]["checkpoint"] == "ckpt-40");
   CHECK((*manifest)["source"]["global_step"] == kStep);
   CHECK((*manifest)["source"]["final"] == true);
   CHECK((*manifest)["num_ps"] == 2);
@@ -617,6 +618,40 @@ BundleInfo RefreshedByParts(LoadedBundle& loaded, const std::string& model_dir) 
   BundleInfo next = loaded.info;
   RecordBundleDeltas(loaded, *deltas, &stats, &next);
   return next;
+}
+
+// bundle.json's "source" of the bundle in `dir`.
+Json SourceOf(const std::string& dir) {
+  auto manifest = ReadJsonFile(dir + "/" + kBundleManifest);
+  INFO(manifest.status().ToString());
+  REQUIRE(manifest.ok());
+  return (*manifest)["source"];
+}
+
+TEST_CASE("bundle.json's source.checkpoint names the directory that holds the exported step") {
+  DeltaModelDir md;
+  // A delta lives in its base's directory; a full checkpoint is its own.
+  const Json at50 = SourceOf(Exported(md, "b50", 50));
+  CHECK(at50["checkpoint"] == "ckpt-40/delta-50");
+  CHECK(at50["global_step"] == 50);
+  CHECK(at50["base_step"] == kStep);
+  CHECK(SourceOf(Exported(md, "b70"))["checkpoint"] == "ckpt-40/delta-70");  // the newest: a delta
+  const Json at40 = SourceOf(Exported(md, "b40", kStep));
+  CHECK(at40["checkpoint"] == "ckpt-40");
+  CHECK(at40["global_step"] == kStep);
+  // The name is a directory of the model dir holding that step's MANIFEST.
+  for (const Json& source : {at50, at40}) {
+    auto m = ckpt::ReadManifest(md.dir + "/" + source["checkpoint"].get<std::string>());
+    INFO(source.dump() << ": " << m.status().ToString());
+    REQUIRE(m.ok());
+    CHECK(m->global_step == source["global_step"]);
+  }
+  // Exported at a delta, the bundle loads and refreshes (Refresh goes by base_step and
+  // the digests, not by this name).
+  auto bundle = Loaded(md.tmp / "b50");
+  auto stats = bundle->Refresh(md.dir);
+  REQUIRE(stats.ok());
+  CHECK(bundle->info().source_step == 70);
 }
 
 TEST_CASE("a refreshed bundle is bit-identical to one exported at the newest delta, rows and scores") {
