@@ -96,8 +96,8 @@ TEST_CASE("a ps that no longer holds the parent refuses the delta: the chief com
   Note("a delta is committed: " + *first->FindLine("delta checkpoint ckpt-0/delta-"));
 
   // Saves that every ps wrote and the chief could not commit, two in a row. A fill that
-  // meets a save in progress may leave another count free: the save after it then fails
-  // elsewhere (or commits), and the fill is made again.
+  // meets a save in progress leaves another count free once that save's files are
+  // removed: the next save then fails elsewhere (or commits), and the fill is made again.
   std::vector<fs::path> fillers;
   size_t from = first->LineCount();
   FillInodes(model, 3, &fillers);
@@ -131,10 +131,11 @@ TEST_CASE("a ps that no longer holds the parent refuses the delta: the chief com
     if (lines[i].find(" not written (") != std::string::npos) refused = lines[i];
   }
   REQUIRE(refused.has_value());
+  const std::string why = "keeps no record of that checkpoint";  // the ps's refusal
   CHECK_THAT(*refused, Catch::Contains("/delta-" + std::to_string(full) + " not written (") &&
-                           Catch::Contains("keeps no record of that checkpoint") &&
+                           Catch::Contains(why) &&
                            Catch::EndsWith("saving in full"));
-  CHECK((tasks[kPs0].HasLine("keeps no record of that checkpoint") || tasks[kPs1].HasLine("keeps no record of that checkpoint")));
+  CHECK((tasks[kPs0].HasLine(why) || tasks[kPs1].HasLine(why)));
   auto manifest = ReadJsonFile(ckpt::CheckpointPath(model.string(), full) + "/MANIFEST");
   REQUIRE(manifest.ok());
   CHECK_FALSE(manifest->contains("base"));
