@@ -333,7 +333,9 @@ Status Store::ApplyLazy(Shard& s, std::span<const int64_t> rows, std::span<const
           }
           ApplyRows(spec, lr, global_step, {record, cols}, s.RecordSlots(record), grad_rows.subspan(i * cols, cols));
           if (s.stamped) s.SetStamp(record, stamp);
-          entry->epoch = epoch;
+          // Stored only when it changes: a row pushed again within an epoch (a hot id) then
+          // leaves its entry's cache line clean, with no write-back to memory.
+          if (entry->epoch != epoch) entry->epoch = epoch;
         });
     if (end < groups.begin[k + 1] && failed_row < 0) failed_row = rows[groups.order[end]];
     if (failed_row >= 0) break;

@@ -3,8 +3,9 @@
 //
 //   bench_sparse_ps [--rows 10000000] [--dim 16] [--batch 512] [--ids 26] [--zipf 1.05]
 //                   [--clients 2] [--seconds 2] [--variants dense,lazy] [--prefill 1] [--cpu-time 0]
-//                   [--prefill-batch 65536]
-//                   (variants: dense, lazy, lazy-evict: lazy with the 4-byte last-push stamp)
+//                   [--prefill-batch 65536] [--pool-only 0]
+//                   (variants: dense, lazy, lazy-evict: lazy with the 4-byte last-push stamp;
+//                   index-bound, hash-bound: see below)
 //
 // Workload: --batch examples x --ids ids each, drawn Zipf(--zipf) over the table's rows
 // (continuous inverse-CDF approximation, rank k -> row (k * 1000003) mod rows so hot rows
@@ -31,6 +32,21 @@
 // --cpu-time 1 times the in-process runs in the thread's CPU time rather than wall-clock
 // time, so that other jobs on a shared machine do not stretch them; the network rows stay
 // wall-clock (several threads) and are then not compared with them.
+// The ps answers pulls and pushes of up to 1 MiB on its I/O thread, as pstrain-ps does
+// (server::Service::Inline); --pool-only 1 hands every request to the handler thread.
+//
+// index-bound and hash-bound (in-process only): upper bounds for a lazy table that keeps
+// an index apart from its records, on this machine and workload. Records are values then
+// Adagrad's accumulator (128 bytes for 16 floats) in row order. index-bound looks each row
+// up in a direct array of 4-byte record numbers (no hashing, no probing, no key compare, no
+// locks: what no table keyed by 64-bit ids can do), so a sorted batch visits both arrays
+// in increasing address order, as a dense shard's rows are visited. hash-bound reads one
+// 16-byte entry at the row's hashed slot of a table as big as a lazy shard's (load <= 0.7):
+// a perfect hash table with this project's entry size, still without probing, key
+// compares or locks. Both keep index and record misses in flight together (a two-stage
+// prefetch pipeline); pulls copy the values, pushes apply Adagrad with the ApplyRows the
+// Store uses. Printed against the dense variant's in-process rates of the same run when it
+// ran first (e.g. --variants dense,index-bound,hash-bound,lazy).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -39,14 +55,18 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <sys/mman.h>
+
 #include "test/bench/bench_util.h"
 #include "libps/model/blas.h"
 #include "libps/net/transport.h"
+#include "libps/server/optimizer.h"
 #include "libps/server/service.h"
 #include "libps/server/store.h"
 
@@ -73,6 +93,7 @@ struct Options {
   bool prefill = true;
   int64_t prefill_batch = 65536;
   bool cpu_time = false;
+  bool pool_only = false;
 };
 
 Options Parse(int argc, char** argv) {
@@ -90,6 +111,7 @@ Options Parse(int argc, char** argv) {
     else if (a == "--prefill") o.prefill = v != "0";
     else if (a == "--prefill-batch") o.prefill_batch = std::atoll(v.c_str());
     else if (a == "--cpu-time") o.cpu_time = v != "0";
+    else if (a == "--pool-only") o.pool_only = v != "0";
     else if (a == "--variants") {
       o.variants.clear();
       size_t p = 0;
@@ -107,7 +129,8 @@ Options Parse(int argc, char** argv) {
       o.prefill_batch < 1)
     Die("bad flag value");
   for (const auto& v : o.variants)
-    if (v != "dense" && v != "lazy" && v != "lazy-evict") Die("--variants: dense, lazy, lazy-evict, got " + v);
+    if (v != "dense" && v != "lazy" && v != "lazy-evict" && v != "index-bound" && v != "hash-bound")
+      Die("--variants: dense, lazy, lazy-evict, index-bound, hash-bound, got " + v);
   return o;
 }
 
@@ -174,6 +197,9 @@ void Row(const char* what, const Rate& r, const Rate* base) {
   std::printf("  %-22s %12.0f %10.1f %8.2f\n", what, r.rows_per_s, r.mb_per_s, r.rows_per_s / base->rows_per_s);
 }
 
+// The dense variant's in-process rates, for index-bound's comparison (zero: not run yet).
+Rate g_dense_pull, g_dense_push;
+
 // variant: "dense", "lazy", or "lazy-evict" (lazy with a ttl too long to evict anything:
 // what the last-push stamp of an evicting table costs).
 void RunVariant(const Options& o, const std::string& variant, const std::vector<std::vector<int64_t>>& batches) {
@@ -232,6 +258,7 @@ void RunVariant(const Options& o, const std::string& variant, const std::vector<
     Check(store.PullRows(key, rows, std::span(out).first(rows.size() * dim)), "PullRows");
     return static_cast<int64_t>(rows.size());
   });
+  if (!lazy) g_dense_pull = base_pull, g_dense_push = base_push;
 
   // The ps: one handler thread, one I/O thread.
   ps::server::Service service(&store);
@@ -239,6 +266,7 @@ void RunVariant(const Options& o, const std::string& variant, const std::vector<
   ps::net::ServerOptions so;
   so.identity = {ps::proto::Role::kPs, 0, kClusterId, std::nullopt};
   so.handler_threads = 1;
+  if (!o.pool_only) so.run_inline = [&service](const ps::net::Request& req) { return service.Inline(req); };  // as RunPsTask
   auto server = ps::net::Server::Start(server_runtime, so, [&](ps::net::Request req, ps::net::Responder resp) {
     service.Handle(std::move(req), std::move(resp));
   });
@@ -315,6 +343,106 @@ void RunVariant(const Options& o, const std::string& variant, const std::vector<
   }
 }
 
+// Zeroed memory for `bytes` on transparent huge pages where the kernel allows, as the
+// Store's row arrays are (a hint only).
+std::unique_ptr<std::byte, decltype(&std::free)> HugeZeroed(size_t bytes) {
+  constexpr size_t kHuge = size_t{2} << 20;
+  bytes = (bytes + kHuge - 1) / kHuge * kHuge;
+  void* p = std::aligned_alloc(kHuge, bytes);
+  if (p == nullptr) Die("bound: out of memory allocating " + std::to_string(bytes) + " bytes");
+  (void)madvise(p, bytes, MADV_HUGEPAGE);
+  std::memset(p, 0, bytes);
+  return {static_cast<std::byte*>(p), &std::free};
+}
+
+// SplitMix64's finaliser, as the Store hashes lazy rows.
+uint64_t Mix(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+// variant "index-bound" or "hash-bound" (see the top of this file).
+void RunBound(const Options& o, const std::string& variant, const std::vector<std::vector<int64_t>>& batches) {
+  const bool hashed = variant == "hash-bound";
+  const auto dim = static_cast<size_t>(o.dim);
+  const size_t record = 2 * dim;  // values, then Adagrad's accumulator
+  const auto rows = static_cast<size_t>(o.rows);
+  if (rows > UINT32_MAX) Die(variant + ": --rows above 2^32");
+  // hash-bound: a power of two of 16-byte entries at load <= 0.7, as a lazy shard's
+  // stripes hold in all; the record number sits in the entry's first 4 bytes.
+  size_t slots = 16;
+  while (rows * 10 > slots * 7) slots *= 2;
+  const size_t words = hashed ? slots * 4 : rows;  // uint32 words of the index
+  auto at = [&](int64_t r) -> size_t {
+    return hashed ? (Mix(static_cast<uint64_t>(r)) & (slots - 1)) * 4 : static_cast<size_t>(r);
+  };
+  auto index_mem = HugeZeroed(words * sizeof(uint32_t));
+  auto record_mem = HugeZeroed(rows * record * sizeof(float));
+  auto* index = reinterpret_cast<uint32_t*>(index_mem.get());
+  auto* records = reinterpret_cast<float*>(record_mem.get());
+  // Rows whose hashed slots collide share the later one's record: a different random
+  // line all the same, which is all the timing needs.
+  for (size_t r = 0; r < rows; ++r) {
+    index[at(static_cast<int64_t>(r))] = static_cast<uint32_t>(r);
+    std::fill_n(records + r * record, dim, 0.01f);
+    std::fill_n(records + r * record + dim, dim, 0.1f);
+  }
+  ps::server::OptimizerSpec spec = ps::server::DefaultOptimizer(ps::server::OptimizerKind::kAdagrad);
+  spec.learning_rate = 0.01;
+  size_t max_rows = 0;
+  for (const auto& b : batches) max_rows = std::max(max_rows, b.size());
+  const std::vector<float> grad(max_rows * dim, 0.001f);
+  std::vector<float> out(max_rows * dim);
+  constexpr size_t kAhead = 16;  // rows, per pipeline stage
+  // Runs fn(j, record of batch row j) for every row of batch i, with the index entry of
+  // row j + 2 * kAhead and the record of row j + kAhead prefetched.
+  auto each = [&](int64_t i, bool write, auto&& fn) {
+    const auto& b = batches[static_cast<size_t>(i) % batches.size()];
+    const size_t n = b.size();
+    for (size_t j = 0; j < n; ++j) {
+      if (j + 2 * kAhead < n) __builtin_prefetch(index + at(b[j + 2 * kAhead]));
+      if (j + kAhead < n) {
+        const float* r = records + static_cast<size_t>(index[at(b[j + kAhead])]) * record;
+        if (write) {
+          for (size_t off = 0; off < record; off += 16) __builtin_prefetch(r + off, 1);
+        } else {
+          __builtin_prefetch(r, 0);
+        }
+      }
+      fn(j, records + static_cast<size_t>(index[at(b[j])]) * record);
+    }
+    return static_cast<int64_t>(n);
+  };
+  int64_t step = 0;
+  const Rate push = Measure(o.seconds, o.dim, o.cpu_time, [&](int64_t i) {
+    ++step;
+    return each(i, true, [&](size_t j, float* r) {
+      ps::server::SlotRows slots_of;
+      slots_of.data[0] = r + dim;
+      ps::server::ApplyRows(spec, static_cast<float>(spec.learning_rate), step, {r, dim}, slots_of,
+                            std::span(grad).subspan(j * dim, dim));
+    });
+  });
+  const Rate pull = Measure(o.seconds, o.dim, o.cpu_time, [&](int64_t i) {
+    return each(i, false, [&](size_t j, const float* r) { std::memcpy(out.data() + j * dim, r, dim * sizeof(float)); });
+  });
+  if (hashed) {
+    std::printf("\nhash-bound: %lld rows, 16-byte index entries at hashed slots of %zu (%.0f MB), one slot read "
+                "per row, %zu-byte records; no probing, key compare or locks (in-process)\n",
+                static_cast<long long>(o.rows), slots, static_cast<double>(slots) * 16 / 1e6, record * sizeof(float));
+  } else {
+    std::printf("\nindex-bound: %lld rows, a direct 4-byte index (%.0f MB) and %zu-byte records in row order; no "
+                "hashing or locks (in-process)\n",
+                static_cast<long long>(o.rows), static_cast<double>(rows) * 4 / 1e6, record * sizeof(float));
+  }
+  std::printf("  %-22s %12s %10s %8s\n", "", "rows/s", "MB/s", "vs dense");
+  const bool dense = g_dense_pull.rows_per_s > 0;
+  Row(o.cpu_time ? "pull in-process (cpu)" : "pull in-process", pull, dense ? &g_dense_pull : nullptr);
+  Row(o.cpu_time ? "push in-process (cpu)" : "push in-process", push, dense ? &g_dense_push : nullptr);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -328,6 +456,12 @@ int main(int argc, char** argv) {
               "(mean of %d); %d client threads; %.1f s per measurement\n",
               static_cast<long long>(o.batch), static_cast<long long>(o.ids), o.zipf,
               static_cast<long long>(o.rows), mean_unique, kBatches, o.clients, o.seconds);
-  for (const auto& v : o.variants) RunVariant(o, v, batches);
+  for (const auto& v : o.variants) {
+    if (v == "index-bound" || v == "hash-bound") {
+      RunBound(o, v, batches);
+    } else {
+      RunVariant(o, v, batches);
+    }
+  }
   return 0;
 }
