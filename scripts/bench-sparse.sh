@@ -7,8 +7,11 @@
 # as a worker does, over 127.0.0.1 against the same Store calls in-process (see
 # test/bench/bench_sparse_ps.cc). Extra arguments go to bench_sparse_ps (--rows, --dim,
 # --batch, --ids, --zipf, --clients, --seconds, --variants: dense, lazy, lazy-evict = lazy
-# with the 4-byte last-push stamp of a table with "evict"; --cpu-time 1: in-process rates
-# in the thread's CPU time, for a machine shared with other jobs).
+# with the 4-byte last-push stamp of a table with "evict", index-bound and hash-bound =
+# upper bounds for a lazy table (a direct index; a perfect hash table), in-process only;
+# --cpu-time 1: in-process rates in the thread's CPU time, for a machine shared with other
+# jobs; --pool-only 1: the ps hands every request to its handler thread instead of
+# answering requests up to 1 MiB on its I/O thread as pstrain-ps does).
 #
 # Section "train": training examples per second of configs/job-ctr-emb.json (embedding +
 # MLP, 8 tables of 1,116,134 rows x 8 in all, Adagrad, batch 256) on synthetic click data
