@@ -159,7 +159,7 @@ void LazyStripe::Clear() {
 
 bool LazyStripe::Reserve(size_t rows) {
   if (Fits(rows, table_.size())) return true;
-  size_t size = std::max<size_t>(16, table_.size() * 2);
+  size_t size = std::max<size_t>(kMinSlots, table_.size() * 2);
   while (!Fits(rows, size)) size *= 2;
   std::vector<Entry, AlignedAllocator<Entry>> old;
   old.swap(table_);

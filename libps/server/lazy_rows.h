@@ -215,13 +215,17 @@ class LazyStripe {
     uint32_t ref = 0;    // the record (RecordArena)
     uint32_t epoch = 0;  // of the row's last change
   };
-  static_assert(sizeof(Entry) == 16 && kAlign % sizeof(Entry) == 0);
+  static_assert(sizeof(Entry) == 16);
 
   // The entry of `row` (hash = HashRow(row)), or null when the row was never created.
   // Valid until the next Insert or Erase on this stripe.
-  // A whole cache line of entries at a time, compared without a branch per entry: a
-  // row is in the line its probe starts at unless the line was full when it came, so
-  // the one branch, found or not, is nearly always predicted.
+  // A whole cache line of entries at a time, compared without a branch per entry: a row
+  // is in the line its probe starts at unless that line was full when it came (89-96 % of
+  // present rows are in their first line at load 0.7-0.5), so a lookup of a present row
+  // mostly reads one line and takes one predictable branch. A lookup of an absent row ends
+  // at the first line with an empty slot: the first line for 59-84 % of them.
+  // The occupied slots of each line are a prefix of it (homes start lines, and no empty
+  // slot lies between a row's home and its slot).
   Entry* Find(int64_t row, uint64_t hash) {
     if (table_.empty()) return nullptr;
     const size_t mask = table_.size() - 1;
@@ -240,7 +244,7 @@ class LazyStripe {
     }
   }
   const Entry* Find(int64_t row, uint64_t hash) const { return const_cast<LazyStripe*>(this)->Find(row, hash); }
-  // Starts loading the slot where a probe for `hash` begins.
+  // Starts loading the line where a probe for `hash` begins.
   void PrefetchSlot(uint64_t hash) const {
     if (!table_.empty()) __builtin_prefetch(&table_[Home(hash)]);
   }
@@ -290,8 +294,11 @@ class LazyStripe {
   }
 
  private:
-  // kLineSlots entries, aligned: one cache line (the table is 64-byte aligned).
-  static constexpr size_t kLineSlots = kAlign / sizeof(Entry);
+  // kLineSlots entries, aligned: one cache line (the table is kAlign-aligned). The
+  // smallest table holds whole lines.
+  static constexpr size_t kLineSlots = 64 / sizeof(Entry);
+  static constexpr size_t kMinSlots = 16;
+  static_assert(kMinSlots % kLineSlots == 0 && kAlign % (kLineSlots * sizeof(Entry)) == 0);
   // A row's home slot: the first slot of a cache line, picked by the hash bits right below
   // the stripe's, so a StripeGroups batch (sorted by those bits) probes its stripe's table
   // in increasing address order.
