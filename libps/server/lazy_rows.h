@@ -224,8 +224,9 @@ class LazyStripe {
   // present rows are in their first line at load 0.7-0.5), so a lookup of a present row
   // mostly reads one line and takes one predictable branch. A lookup of an absent row ends
   // at the first line with an empty slot: the first line for 59-84 % of them.
-  // The occupied slots of each line are a prefix of it (homes start lines, and no empty
-  // slot lies between a row's home and its slot).
+  // No empty slot lies between a row's home and its slot (linear probing, backward-shift
+  // deletion) and homes start lines, so the occupied slots of a line are a prefix of it,
+  // and a line with an empty slot but not the row ends the probe.
   Entry* Find(int64_t row, uint64_t hash) {
     if (table_.empty()) return nullptr;
     const size_t mask = table_.size() - 1;
@@ -236,9 +237,6 @@ class LazyStripe {
         hit |= static_cast<unsigned>(line[k].row == row) << k;
         empty |= static_cast<unsigned>(line[k].row < 0) << k;
       }
-      // No empty slot lies between a row's home and its slot (linear probing with
-      // backward-shift deletion), so an empty slot in a line the probe reached without
-      // the row means it is not there.
       if (hit != 0) return &table_[i + static_cast<size_t>(std::countr_zero(hit))];
       if (empty != 0) return nullptr;
     }
