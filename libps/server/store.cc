@@ -74,7 +74,7 @@ Status Store::Create(const ShardDef& def) {
       if (p.max_rows > 0) shard->max_rows = (p.max_rows + def.layout.num_shards - 1) / def.layout.num_shards;
     }
     if (p.admits()) shard->sketch = std::make_unique<AdmitSketch[]>(static_cast<size_t>(kLazyStripes));
-    shard->arena = std::make_unique<RecordArena>(shard->record_floats);
+    shard->arena = std::make_unique<RecordArena>(shard->record_floats, lazy_chunk_limit_);
   } else {
     const size_t n = static_cast<size_t>(def.layout.rows * def.layout.cols);
     PS_ASSIGN_OR_RETURN(shard->values, AlignedFloats::Make(n, name));
@@ -299,7 +299,7 @@ Status Store::ApplyLazy(Shard& s, std::span<const int64_t> rows, std::span<const
   int64_t failed_row = -1;  // the row whose creation failed
   const auto admit = static_cast<uint32_t>(s.def.row_policy.admit_min_count);
   const uint32_t epoch = this->epoch();
-  uint64_t admitted = 0, dropped = 0, created = 0;
+  uint64_t dropped = 0, created = 0;
   for (size_t k = 0; k < kLazyStripes; ++k) {
     if (groups.begin[k] == groups.begin[k + 1]) continue;
     std::lock_guard g(s.stripes[k]);
@@ -314,7 +314,6 @@ Status Store::ApplyLazy(Shard& s, std::span<const int64_t> rows, std::span<const
         return false;
       }
       s.sketch[k].Remove(hash, admit);
-      ++admitted;
       return true;
     };
     const uint32_t end = stripe.FindEach(
@@ -341,7 +340,9 @@ Status Store::ApplyLazy(Shard& s, std::span<const int64_t> rows, std::span<const
     if (failed_row >= 0) break;
   }
   s.live.fetch_add(static_cast<int64_t>(created), std::memory_order_relaxed);
-  if (admitted > 0) rows_admitted_.fetch_add(admitted, std::memory_order_relaxed);
+  // With admission every row created was admitted; rows admitted whose creation then
+  // failed (out of memory, shard full) are not counted.
+  if (s.sketch && created > 0) rows_admitted_.fetch_add(created, std::memory_order_relaxed);
   if (dropped > 0) rows_not_admitted_.fetch_add(dropped, std::memory_order_relaxed);
   if (failed_row >= 0) return Internal("PushRows " + s.def.key().ToString() + ": " + s.CreateFailure(failed_row));
   return Status::Ok();

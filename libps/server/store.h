@@ -198,6 +198,10 @@ class Store {
   // initial values). Idempotent for an equal def; a different def for an existing key is
   // AlreadyExists. Requires Configure first.
   Status Create(const ShardDef& def);
+  // Tests only: lazy shards created from now on hold at most this many record chunks
+  // (RecordArena's max_chunks; one chunk = the first 16 records), so that row creation
+  // fails as when memory runs out.
+  void SetLazyChunkLimitForTesting(size_t chunks) { lazy_chunk_limit_ = chunks; }
 
   // Whole shard into out [rows * cols].
   Status Pull(const ShardKey& key, std::span<float> out);
@@ -356,6 +360,7 @@ class Store {
   std::atomic<int64_t> row_clock_{0};
   std::atomic<uint32_t> epoch_{1};
   std::atomic<uint64_t> rows_admitted_{0}, rows_not_admitted_{0}, evicted_ttl_{0}, evicted_max_rows_{0};
+  size_t lazy_chunk_limit_ = SIZE_MAX;
   std::atomic<uint64_t> pull_requests_{0}, push_requests_{0}, failed_requests_{0};
   std::atomic<uint64_t> bytes_pulled_{0}, bytes_pushed_{0}, rows_pulled_{0}, rows_pushed_{0};
 };

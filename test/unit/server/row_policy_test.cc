@@ -207,6 +207,26 @@ TEST_CASE("max_rows eviction: above 16 rows a shard may exceed it by a sixteenth
   CHECK(Created(store, key).front() == 8);
 }
 
+TEST_CASE("admission: rows admitted but not created (the shard is full) are not counted") {
+  Store store;
+  store.SetLazyChunkLimitForTesting(1);  // 16 records
+  const ShardDef def = Def({.admit_min_count = 2});
+  Build(&store, def);
+  const ShardKey key = def.key();
+  std::vector<int64_t> rows;
+  for (int64_t r = 0; r < 40; ++r) rows.push_back(r * 1000003);
+  Push(store, key, rows, 1.0f, 1);  // counted, none admitted yet
+  CHECK(store.stats().rows_not_admitted == 40);
+  std::vector<float> grad(rows.size() * 3, 1.0f);
+  const ps::Status st = store.PushRows(key, rows, grad, 2);  // all 40 admitted, 16 fit
+  CHECK_FALSE(st.ok());
+  CHECK(st.message().find("lazy shard full") != std::string::npos);
+  const uint64_t created = static_cast<uint64_t>(store.Memory(key)->rows);
+  CHECK(created == 16);
+  CHECK(store.stats().live_rows == 16);
+  CHECK(store.stats().rows_admitted == created);
+}
+
 TEST_CASE("admission and eviction: an evicted row must be admitted anew") {
   Store store;
   const ShardDef def = Def({.admit_min_count = 2, .ttl_steps = 3});
