@@ -198,9 +198,9 @@ class Store {
   // initial values). Idempotent for an equal def; a different def for an existing key is
   // AlreadyExists. Requires Configure first.
   Status Create(const ShardDef& def);
-  // Tests only: lazy shards created from now on hold at most this many record chunks
-  // (RecordArena's max_chunks; one chunk = the first 16 records), so that row creation
-  // fails as when memory runs out.
+  // Tests only, before Create on the same thread: lazy shards created from now on hold
+  // at most this many record chunks (RecordArena's max_chunks; one chunk = the first 16
+  // records), so that row creation fails as when memory runs out.
   void SetLazyChunkLimitForTesting(size_t chunks) { lazy_chunk_limit_ = chunks; }
 
   // Whole shard into out [rows * cols].

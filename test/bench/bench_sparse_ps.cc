@@ -61,11 +61,10 @@
 #include <thread>
 #include <vector>
 
-#include <sys/mman.h>
-
 #include "test/bench/bench_util.h"
 #include "libps/model/blas.h"
 #include "libps/net/transport.h"
+#include "libps/server/lazy_rows.h"
 #include "libps/server/optimizer.h"
 #include "libps/server/service.h"
 #include "libps/server/store.h"
@@ -343,24 +342,11 @@ void RunVariant(const Options& o, const std::string& variant, const std::vector<
   }
 }
 
-// Zeroed memory for `bytes` on transparent huge pages where the kernel allows, as the
-// Store's row arrays are (a hint only).
-std::unique_ptr<std::byte, decltype(&std::free)> HugeZeroed(size_t bytes) {
-  constexpr size_t kHuge = size_t{2} << 20;
-  bytes = (bytes + kHuge - 1) / kHuge * kHuge;
-  void* p = std::aligned_alloc(kHuge, bytes);
+// `bytes` bytes as the Store allocates its row arrays (huge pages from 2 MiB: a hint).
+std::unique_ptr<std::byte, decltype(&std::free)> RowMemory(size_t bytes) {
+  void* p = ps::server::AllocateAligned(bytes);
   if (p == nullptr) Die("bound: out of memory allocating " + std::to_string(bytes) + " bytes");
-  (void)madvise(p, bytes, MADV_HUGEPAGE);
-  std::memset(p, 0, bytes);
   return {static_cast<std::byte*>(p), &std::free};
-}
-
-// SplitMix64's finaliser, as the Store hashes lazy rows.
-uint64_t Mix(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ULL;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
 }
 
 // variant "index-bound" or "hash-bound" (see the top of this file).
@@ -376,12 +362,13 @@ void RunBound(const Options& o, const std::string& variant, const std::vector<st
   while (rows * 10 > slots * 7) slots *= 2;
   const size_t words = hashed ? slots * 4 : rows;  // uint32 words of the index
   auto at = [&](int64_t r) -> size_t {
-    return hashed ? (Mix(static_cast<uint64_t>(r)) & (slots - 1)) * 4 : static_cast<size_t>(r);
+    return hashed ? (ps::server::HashRow(r) & (slots - 1)) * 4 : static_cast<size_t>(r);
   };
-  auto index_mem = HugeZeroed(words * sizeof(uint32_t));
-  auto record_mem = HugeZeroed(rows * record * sizeof(float));
+  auto index_mem = RowMemory(words * sizeof(uint32_t));
+  auto record_mem = RowMemory(rows * record * sizeof(float));
   auto* index = reinterpret_cast<uint32_t*>(index_mem.get());
   auto* records = reinterpret_cast<float*>(record_mem.get());
+  std::fill_n(index, words, 0u);  // hash-bound: slots no row hashed to name record 0
   // Rows whose hashed slots collide share the later one's record: a different random
   // line all the same, which is all the timing needs.
   for (size_t r = 0; r < rows; ++r) {
@@ -395,7 +382,7 @@ void RunBound(const Options& o, const std::string& variant, const std::vector<st
   for (const auto& b : batches) max_rows = std::max(max_rows, b.size());
   const std::vector<float> grad(max_rows * dim, 0.001f);
   std::vector<float> out(max_rows * dim);
-  constexpr size_t kAhead = 16;  // rows, per pipeline stage
+  constexpr size_t kAhead = ps::server::kPrefetchRows;  // rows, per pipeline stage, as the Store's
   // Runs fn(j, record of batch row j) for every row of batch i, with the index entry of
   // row j + 2 * kAhead and the record of row j + kAhead prefetched.
   auto each = [&](int64_t i, bool write, auto&& fn) {
@@ -405,11 +392,8 @@ void RunBound(const Options& o, const std::string& variant, const std::vector<st
       if (j + 2 * kAhead < n) __builtin_prefetch(index + at(b[j + 2 * kAhead]));
       if (j + kAhead < n) {
         const float* r = records + static_cast<size_t>(index[at(b[j + kAhead])]) * record;
-        if (write) {
-          for (size_t off = 0; off < record; off += 16) __builtin_prefetch(r + off, 1);
-        } else {
-          __builtin_prefetch(r, 0);
-        }
+        // A pull reads the values, a push values and accumulator.
+        ps::server::PrefetchBytes(r, (write ? record : dim) * sizeof(float), write);
       }
       fn(j, records + static_cast<size_t>(index[at(b[j])]) * record);
     }
