@@ -22,6 +22,12 @@ int main(int argc, char** argv) {
                      "async-mode pulls and pushes of at most this many tensor KiB run on the I/O thread that "
                      "read them instead of the handler pool (0: none); with many cores and few --io-threads, "
                      "lower it so the optimizer's work spreads over the pool");
+  int64_t early_apply_min_kib = static_cast<int64_t>(server::Service::kDefaultEarlyApplyBytes >> 10);
+  desc.add_options()("early-apply-min-kib", boost::program_options::value(&early_apply_min_kib)->value_name("KIB")
+                                                ->default_value(early_apply_min_kib),
+                     "async-mode pushes of whole dense shards with at least this many tensor KiB are applied "
+                     "on the I/O thread while they arrive, overlapping the optimizer with the transfer (0: "
+                     "never; a push cut off mid-way keeps the rows that arrived)");
   if (auto rc = daemon::ParseCommandLine(argc, argv,
                                  "Usage: pstrain-ps [options]\n"
                                  "A parameter-server task. Reads TF_CONFIG (task type \"ps\").",
@@ -34,13 +40,19 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "pstrain-ps: --inline-max-kib: must be in 0..65536 (see --help)\n");
     return daemon::kExitUsage;
   }
+  if (early_apply_min_kib < 0 || early_apply_min_kib > (int64_t{1} << 30)) {
+    std::fprintf(stderr, "pstrain-ps: --early-apply-min-kib: must be in 0..%lld (see --help)\n",
+                 static_cast<long long>(int64_t{1} << 30));
+    return daemon::kExitUsage;
+  }
   auto ctx = daemon::Bootstrap(flags, ps::cluster::TaskType::kPs);
   if (!ctx.ok()) {
     std::fprintf(stderr, "pstrain-ps: %s\n", ctx.status().message().c_str());
     return daemon::ExitCodeFor(ctx.status());
   }
   if (flags.check_config) return daemon::CheckedConfig("pstrain-ps", *ctx);
-  const server::PsTaskOptions ps_options{static_cast<uint64_t>(inline_max_kib) << 10};
+  const server::PsTaskOptions ps_options{static_cast<uint64_t>(inline_max_kib) << 10,
+                                         static_cast<uint64_t>(early_apply_min_kib) << 10};
   return daemon::FinishDaemon("pstrain-ps", server::RunPsTask(*ctx, ps_options,
                                                        [](server::Store* store, int index) {
                                                          return std::make_unique<ckpt::ShardCheckpointer>(store, index);

@@ -163,6 +163,25 @@ awaitable<void> Conn::ReadSpan(std::span<std::byte> dst) {
   }
 }
 
+awaitable<void> Conn::ReadSpanWatched(std::span<std::byte> dst, PayloadWatcher& watcher) {
+  // Small enough that the watcher's work on one step overlaps the peer's sending of the
+  // next, large enough that a step costs little beside its bytes.
+  constexpr size_t kWatchStepBytes = 256 * 1024;
+  const std::span<const std::byte> all = dst;
+  TakeReadAhead(dst);
+  for (;;) {
+    if (!dst.empty()) {
+      auto into = asio::buffer(dst.data(), dst.size());
+      const auto enough = asio::transfer_at_least(std::min(dst.size(), kWatchStepBytes));
+      const size_t got = tls_ ? co_await asio::async_read(*tls_, into, enough, use_awaitable)
+                              : co_await asio::async_read(socket_, into, enough, use_awaitable);
+      dst = dst.subspan(got);
+    }
+    watcher.Arrived(all.first(all.size() - dst.size()));
+    if (dst.empty()) co_return;
+  }
+}
+
 Result<FrameHeader> Conn::CheckHeader(const std::array<uint8_t, kFrameHeaderBytes>& hb) {
   auto header = DecodeHeader(hb, limits_);
   if (!header.ok()) {
@@ -204,7 +223,7 @@ void Conn::AllocatePayload(InFrame& frame, uint64_t payload_bytes, std::unique_p
   frame.payload.SetLease(std::move(lease));
 }
 
-awaitable<Result<InFrame>> Conn::ReadFrame(const PayloadSink& sink) {
+awaitable<Result<InFrame>> Conn::ReadFrame(const PayloadSink& sink, const PayloadWatch& watch) {
   std::array<uint8_t, kFrameHeaderBytes> hb;
   co_await ReadSpan(std::as_writable_bytes(std::span(hb)));
   auto header = CheckHeader(hb);
@@ -236,7 +255,12 @@ awaitable<Result<InFrame>> Conn::ReadFrame(const PayloadSink& sink) {
     lease = options_.budget->Lease(payload_bytes);
   }
   AllocatePayload(frame, payload_bytes, std::move(lease));
-  co_await ReadSpan(frame.payload.bytes());
+  if (watch) frame.watcher = watch(frame.env, payload_bytes);
+  if (frame.watcher) {
+    co_await ReadSpanWatched(frame.payload.bytes(), *frame.watcher);
+  } else {
+    co_await ReadSpan(frame.payload.bytes());
+  }
   co_return frame;
 }
 

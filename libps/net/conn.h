@@ -82,6 +82,7 @@ struct InFrame {
   Buffer payload;
   bool in_place = false;
   uint64_t wire_bytes = 0;  // header + envelope + payload as read
+  std::shared_ptr<PayloadWatcher> watcher;  // what the PayloadWatch chose (null: none)
 };
 
 template <typename T>
@@ -94,6 +95,9 @@ const T* BodyAs(const InFrame& f) {
 // connection's strand, or a client's caller that reads its own reply.
 using PayloadSink =
     std::function<std::optional<std::vector<std::span<std::byte>>>(const proto::Envelope&, uint64_t)>;
+// Chooses whether a payload read into a fresh Buffer is watched as it arrives (a server's
+// ServerOptions::watch_payload): null, or the watcher to tell. Runs on the strand.
+using PayloadWatch = std::function<std::shared_ptr<PayloadWatcher>(const proto::Envelope&, uint64_t)>;
 
 // Figures a server shares with its connections (relaxed atomics; Server::Stats).
 struct ConnCounters {
@@ -160,7 +164,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
   // Reads one frame. Returns a non-OK Result when the stream cannot continue (bad
   // header); throws boost::system::system_error on socket errors and when the
   // connection closes while the frame waits for payload budget.
-  awaitable<Result<InFrame>> ReadFrame(const PayloadSink& sink);
+  awaitable<Result<InFrame>> ReadFrame(const PayloadSink& sink, const PayloadWatch& watch = nullptr);
   // The same on the calling thread, blocking (poll, then a non-blocking recv) on
   // blocking_fd(): for a client's caller that owns the reads (Client::Impl::read_owner;
   // the caller keeps a reference to this Conn). Returns nullopt when `deadline.start`
@@ -221,6 +225,9 @@ class Conn : public std::enable_shared_from_this<Conn> {
   static void AppendBuffers(const Out& out, std::vector<asio::const_buffer>& bufs);
   // Fills `dst` from the read-ahead buffer, then from the stream.
   awaitable<void> ReadSpan(std::span<std::byte> dst);
+  // ReadSpan that tells `watcher` what has arrived after each read of at least
+  // kWatchStepBytes (and once at the end, with all of `dst`).
+  awaitable<void> ReadSpanWatched(std::span<std::byte> dst, PayloadWatcher& watcher);
   // ReadSpan on the calling thread (ReadFrameBlocking). `started`: set once a byte of
   // the frame is consumed. DeadlineExceeded once the deadline for where it is passes.
   Status ReadSpanBlocking(std::span<std::byte> dst, const BlockingDeadlines& deadlines, bool& started);

@@ -272,11 +272,18 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     c->Authenticated();
     c->StartWriter();
     int bad_frames = 0;
+    PayloadWatch watch;
+    if (options.watch_payload) {
+      watch = [this, &peer](const proto::Envelope& env, uint64_t payload_bytes) -> std::shared_ptr<PayloadWatcher> {
+        if (payload_bytes < options.watch_payload_min_bytes) return nullptr;
+        return options.watch_payload(*peer, env, payload_bytes);
+      };
+    }
     try {
       while (!c->closed()) {
         co_await c->WaitReadable();
         if (c->closed()) break;
-        auto frame = co_await c->ReadFrame(nullptr);
+        auto frame = co_await c->ReadFrame(nullptr, watch);
         if (frame.ok()) bytes_received.fetch_add(frame->wire_bytes, std::memory_order_relaxed);
         if (peer->role == proto::Role::kChief) {
           last_chief_frame.store(std::chrono::steady_clock::now().time_since_epoch().count(),
@@ -302,7 +309,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
         auto state = std::make_shared<Responder::State>();
         state->conn = c;
         state->request_id = frame->env.request_id;
-        Request req{*peer, std::move(frame->env), std::move(frame->payload)};
+        Request req{*peer, std::move(frame->env), std::move(frame->payload), std::move(frame->watcher)};
         c->BeginRequest();
         requests.fetch_add(1, std::memory_order_relaxed);
         if (std::shared_ptr<void> token = options.run_inline ? options.run_inline(req) : nullptr) {

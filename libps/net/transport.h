@@ -95,10 +95,23 @@ class Responder {
   std::shared_ptr<State> state_;
 };
 
+// Sees a request's payload while it arrives (ServerOptions::watch_payload), so that work
+// on its first bytes overlaps receiving the rest.
+class PayloadWatcher {
+ public:
+  virtual ~PayloadWatcher() = default;
+  // Called on the I/O thread after each read of the payload with the bytes received so
+  // far (a prefix of the payload; the last call has all of it). Must not block.
+  virtual void Arrived(std::span<const std::byte> received) = 0;
+};
+
 struct Request {
   PeerInfo peer;
   proto::Envelope envelope;
   Buffer payload;
+  // The watcher ServerOptions::watch_payload gave this request (its last Arrived call
+  // had the whole payload); null when none watched it.
+  std::shared_ptr<PayloadWatcher> watcher = nullptr;
 };
 using RequestHandler = std::function<void(Request request, Responder responder)>;
 
@@ -121,6 +134,15 @@ struct ServerOptions {
   // (it may still keep its Responder and answer later from any thread).
   // Unset: every request goes to the pool.
   std::function<std::shared_ptr<void>(const Request&)> run_inline;
+  // Called on the I/O thread once a request's envelope is read, before its payload (only
+  // for payloads of at least watch_payload_min_bytes): a watcher returned is told as the
+  // payload arrives (PayloadWatcher::Arrived) and handed to the handler with the
+  // request. If the connection breaks first, the watcher is dropped without the whole
+  // payload (and the request never reaches a handler). Same rules as run_inline: quick,
+  // never blocking. Unset or null: the payload is read whole first.
+  std::function<std::shared_ptr<PayloadWatcher>(const PeerInfo&, const proto::Envelope&, uint64_t payload_bytes)>
+      watch_payload;
+  uint64_t watch_payload_min_bytes = uint64_t{1} << 20;
   Millis handshake_timeout{10000};
   // Open connections, handshakes in progress included; more are refused (an Error frame
   // saying so, then closed) and logged, rate-limited per address.

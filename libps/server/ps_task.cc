@@ -17,7 +17,7 @@ Status RunPsTask(const daemon::DaemonContext& ctx, const PsTaskOptions& ps_optio
   service.SetInlineMaxBytes(ps_options.inline_max_bytes);
   net::Runtime runtime(ctx.io_threads);
   auto options = ctx.ServerFor({proto::Role::kChief, proto::Role::kWorker});
-  options.run_inline = [&service](const net::Request& req) { return service.Inline(req); };
+  service.Attach(options, ps_options.early_apply_min_bytes);
   // Testing hook: PSTRAIN_FAULT_IGNORE_SHUTDOWN=1 leaves the chief's Shutdown unanswered
   // (a ps that does not acknowledge), so the chief's timeout path can be tested.
   const bool ignore_shutdown = std::getenv("PSTRAIN_FAULT_IGNORE_SHUTDOWN") != nullptr;

@@ -18,7 +18,8 @@ using CheckpointerFactory = std::function<std::unique_ptr<Checkpointer>(Store* s
 
 // What pstrain-ps's own flags set.
 struct PsTaskOptions {
-  uint64_t inline_max_bytes = Service::kDefaultInlineBytes;  // --inline-max-kib
+  uint64_t inline_max_bytes = Service::kDefaultInlineBytes;        // --inline-max-kib
+  uint64_t early_apply_min_bytes = Service::kDefaultEarlyApplyBytes;  // --early-apply-min-kib
 };
 
 Status RunPsTask(const daemon::DaemonContext& ctx, const PsTaskOptions& options,

@@ -91,7 +91,8 @@ std::shared_ptr<void> Service::Inline(const net::Request& request) {
   const bool push = std::holds_alternative<proto::Push>(body);
   if (!push && !std::holds_alternative<proto::Pull>(body)) return nullptr;
   const uint64_t max_bytes = inline_max_bytes_.load(std::memory_order_relaxed);
-  if (push && (request.payload.size() > max_bytes || push_hook_)) return nullptr;
+  // A push applied while it arrived (WatchPush) has only its reply left.
+  if (push && (request.payload.size() > max_bytes || push_hook_) && request.watcher == nullptr) return nullptr;
   // A newer generation: its check may wait for the fence exclusively.
   if (request.envelope.generation > generation_.load()) return nullptr;
   if (!inline_gate_.try_lock_shared()) return nullptr;
@@ -112,6 +113,152 @@ std::shared_ptr<void> Service::Inline(const net::Request& request) {
   }
   inline_accepted_.fetch_add(1, std::memory_order_relaxed);
   return token;
+}
+
+// A push applied while its payload arrives (Service::WatchPush). Arrived applies each
+// item's rows once they are all in, at least kMinPartBytes at a time (an item's last rows
+// whatever their size), through Store::PushPart: every row whole, under the fence, with
+// the generation and the Restore count checked again for each part, exactly as a push the
+// pool handles checks them once for the whole gradient. The at-most-once marks were set
+// when the push began (an item already applied is skipped whole), so a push cut off
+// mid-payload keeps the rows that arrived and a retry of its step is acknowledged as
+// applied: each gradient value is applied at most once, never twice.
+class Service::EarlyPush final : public net::PayloadWatcher {
+ public:
+  struct Item {
+    ShardKey key;
+    uint64_t offset = 0;  // first float of the item's gradient in the payload
+    int64_t rows = 0, cols = 0;
+    int64_t rows_done = 0;  // rows applied (or skipped)
+    bool fresh = true;      // not applied before (MarkApplied)
+  };
+  static constexpr uint64_t kMinPartBytes = 256 * 1024;
+
+  EarlyPush(Service* service, const net::PeerInfo& peer, const proto::Push& msg, uint64_t generation,
+            uint64_t restores, std::vector<Item> items, uint64_t payload_bytes)
+      : service_(service),
+        peer_(peer.Name()),
+        global_step_(msg.global_step),
+        step_id_(msg.step_id),
+        generation_(generation),
+        restores_(restores),
+        payload_bytes_(payload_bytes),
+        items_(std::move(items)) {}
+
+  ~EarlyPush() override {
+    if (received_ == payload_bytes_) return;
+    service_->early_cut_.fetch_add(1, std::memory_order_relaxed);
+    PS_LOG(Warning) << "push of step " << step_id_ << " from " << peer_ << " was cut off after " << received_
+                    << " of " << payload_bytes_
+                    << " bytes: the rows that arrived were applied, the rest is dropped (a retry of the step "
+                       "is acknowledged as applied: at most once)";
+  }
+
+  void Arrived(std::span<const std::byte> received) override {
+    received_ = received.size();
+    const uint64_t floats_in = received.size() / sizeof(float);
+    const auto* grad = reinterpret_cast<const float*>(received.data());
+    for (; next_ < items_.size(); ++next_) {
+      Item& it = items_[next_];
+      const uint64_t item_floats = static_cast<uint64_t>(it.rows * it.cols);
+      const auto rows_in = static_cast<int64_t>((std::min(floats_in, it.offset + item_floats) - std::min(floats_in, it.offset)) /
+                                                static_cast<uint64_t>(it.cols));
+      const int64_t n = rows_in - it.rows_done;
+      if (rows_in < it.rows && static_cast<uint64_t>(n * it.cols) * sizeof(float) < kMinPartBytes) return;
+      if (n > 0 && it.fresh && status_.ok()) Apply(it, grad + it.offset + it.rows_done * it.cols, n);
+      it.rows_done = rows_in;
+      if (rows_in < it.rows) return;
+    }
+  }
+
+  // The whole payload arrived: answers the push.
+  void Reply(net::Responder& responder) {
+    if (!status_.ok()) return responder.Fail(status_);
+    int32_t skipped = 0;
+    for (const Item& it : items_) skipped += it.fresh ? 0 : 1;
+    if (skipped > 0) {
+      service_->skipped_ += static_cast<uint64_t>(skipped);
+      PS_LOG(Info) << "step " << step_id_ << " was already applied to " << skipped
+                   << " shard(s): the repeated push is ignored";
+    }
+    responder.Reply(proto::PushReply{service_->store_->global_step(), skipped, 0});
+  }
+
+ private:
+  void Apply(const Item& it, const float* grad, int64_t rows) {
+    std::shared_lock fence(service_->fence_);
+    if (service_->generation_.load() != generation_) {
+      status_ = Aborted(peer_ + "'s push of step " + std::to_string(step_id_) +
+                        " is work of a previous chief (a newer one took over while it arrived)");
+      return;
+    }
+    if (service_->restores_.load() != restores_) {
+      status_ = Aborted("the ps was restored while " + peer_ + "'s push of step " + std::to_string(step_id_) +
+                        " arrived");
+      return;
+    }
+    status_ = service_->store_->PushPart(it.key, it.rows_done, std::span(grad, static_cast<size_t>(rows * it.cols)),
+                                         global_step_, it.rows_done == 0);
+    if (status_.ok() && it.rows_done + rows == it.rows) {
+      service_->applied_on_arrival_.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+
+  Service* service_;
+  std::string peer_;
+  int64_t global_step_, step_id_;
+  uint64_t generation_, restores_, payload_bytes_;
+  std::vector<Item> items_;
+  size_t next_ = 0;        // the item whose rows arrive now
+  uint64_t received_ = 0;  // payload bytes in
+  Status status_;          // the first failure; nothing is applied after it
+};
+
+void Service::Attach(net::ServerOptions& options, uint64_t early_apply_min_bytes) {
+  options.run_inline = [this](const net::Request& req) { return Inline(req); };
+  options.watch_payload = nullptr;
+  if (early_apply_min_bytes > 0) {
+    options.watch_payload_min_bytes = early_apply_min_bytes;
+    options.watch_payload = [this](const net::PeerInfo& peer, const proto::Envelope& env, uint64_t payload_bytes) {
+      return WatchPush(peer, env, payload_bytes);
+    };
+  }
+}
+
+std::shared_ptr<net::PayloadWatcher> Service::WatchPush(const net::PeerInfo& peer, const proto::Envelope& env,
+                                                        uint64_t payload_bytes) {
+  const auto* msg = std::get_if<proto::Push>(&env.body);
+  // What the pool would handle otherwise (and the errors it answers with): an untracked
+  // step (a retry could not be told from a first push), another mode, a chief's request,
+  // a generation other than the ps's, a testing hook.
+  if (msg == nullptr || msg->step_id < 0 || msg->items.empty() || peer.role == proto::Role::kChief ||
+      env.generation != generation_.load() || push_hook_ || mode_.load() != UpdateMode::kAsync) {
+    return nullptr;
+  }
+  std::vector<EarlyPush::Item> items;
+  uint64_t floats = 0;
+  for (const auto& slice : msg->items) {
+    if (!slice.all_rows) return nullptr;
+    auto def = store_->GetDef({slice.var, slice.shard});
+    if (!def.ok() || def->layout.lazy) return nullptr;
+    items.push_back({.key = {slice.var, slice.shard}, .offset = floats, .rows = def->layout.rows, .cols = def->layout.cols});
+    floats += static_cast<uint64_t>(def->layout.rows * def->layout.cols);
+  }
+  if (floats * sizeof(float) != payload_bytes) return nullptr;
+  // Before any part is applied: a Restore from here on makes the push fail (Apply).
+  const uint64_t restores = restores_.load();
+  for (size_t i = 0; i < items.size(); ++i) {
+    auto fresh = MarkApplied(items[i].key, -1, msg->step_id);
+    if (!fresh.ok()) {
+      for (size_t j = 0; j < i; ++j) {
+        if (items[j].fresh) UnmarkApplied(items[j].key, -1, msg->step_id);
+      }
+      return nullptr;
+    }
+    items[i].fresh = *fresh;
+  }
+  early_pushes_.fetch_add(1, std::memory_order_relaxed);
+  return std::make_shared<EarlyPush>(this, peer, *msg, env.generation, restores, std::move(items), payload_bytes);
 }
 
 Result<proto::Body> Service::HandleLongOp(const proto::Body& body, const net::PeerInfo& peer) {
@@ -182,11 +329,18 @@ void Service::Handle(net::Request request, net::Responder responder) {
       // by piece (Store::CreatedRows) and must run alone: hold the fence exclusively too
       // (after the generation check, which may take it itself).
       std::unique_lock pushes(fence_, std::defer_lock);
-      if (std::holds_alternative<proto::Restore>(body)) pushes.lock();
+      if (std::holds_alternative<proto::Restore>(body)) {
+        pushes.lock();
+        restores_.fetch_add(1);  // fails the pushes being applied while they arrive
+      }
       return HandleLongOp(body, request.peer);
     }();
     if (!r.ok()) return responder.Fail(r.status());
     return responder.Reply(std::move(*r));
+  }
+  if (auto* early = dynamic_cast<EarlyPush*>(request.watcher.get())) {
+    net::RecycleBuffer(std::move(request.payload));
+    return early->Reply(responder);
   }
   if (auto* m = std::get_if<proto::Push>(&body)) {
     auto r = [&]() -> Result<proto::PushReply> {

@@ -84,6 +84,25 @@ class Service {
   // while an inline handler runs and no inline handler starts while one runs.
   // Thread-safe, never blocks; takes the store's structure lock (shared) for a pull.
   std::shared_ptr<void> Inline(const net::Request& request);
+  // Pushes of at least this many payload bytes are applied while they arrive, by
+  // default (pstrain-ps --early-apply-min-kib; net::ServerOptions::watch_payload_min_bytes).
+  static constexpr uint64_t kDefaultEarlyApplyBytes = uint64_t{1} << 20;
+  // For net::ServerOptions::watch_payload: a watcher that applies an async push's
+  // whole-shard dense gradients while its payload arrives (early apply), so the
+  // optimizer's work overlaps receiving the rest; null for any other request, which is
+  // then read whole and handled as usual (also a push of an untracked step, of another
+  // mode, with a lazy or row item, or of a generation other than the ps's). Its at-most-once
+  // marks are set at once; a push cut off mid-payload keeps the rows that arrived (logged,
+  // early_cut()), and a retry of its step is acknowledged as applied. Handle() answers
+  // the push once its payload is in. Called on an I/O thread; never blocks.
+  std::shared_ptr<net::PayloadWatcher> WatchPush(const net::PeerInfo& peer, const proto::Envelope& env,
+                                                 uint64_t payload_bytes);
+  // Points `options` at this service as pstrain-ps does: run_inline = Inline, and unless
+  // early_apply_min_bytes is 0, watch_payload = WatchPush for payloads of at least it.
+  void Attach(net::ServerOptions& options, uint64_t early_apply_min_bytes = kDefaultEarlyApplyBytes);
+  // Pushes WatchPush took on, and of them those cut off before their payload was in.
+  uint64_t early_pushes() const { return early_pushes_.load(); }
+  uint64_t early_cut() const { return early_cut_.load(); }
   // Inline handlers started (Inline returned a token). Testing and metrics.
   uint64_t inline_accepted() const { return inline_accepted_.load(); }
   // Testing hook: runs on the handler thread of a Save or Restore with the inline gate
@@ -232,6 +251,9 @@ class Service {
   std::function<void()> long_op_hook_;  // testing
   std::atomic<uint64_t> skipped_{0};
   std::atomic<uint64_t> applied_on_arrival_{0};
+  class EarlyPush;
+  std::atomic<uint64_t> restores_{0};  // Restores begun (raised with fence_ held exclusively)
+  std::atomic<uint64_t> early_pushes_{0}, early_cut_{0};
   bool configured_ = false;  // guarded by mode_mu_: a CreateShards set update_
   // The steps of one (shard, worker) applied: bit i of the words is step base + i; every
   // step below base counts as applied (base: the last Save's step, rounded down to 64).

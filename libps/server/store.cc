@@ -111,12 +111,15 @@ Result<Store::Shard*> Store::Find(const ShardKey& key, const char* op) const {
   return it->second.get();
 }
 
-Status Store::Count(Status st, bool pull, uint64_t bytes, uint64_t rows) {
+Status Store::Count(Status st, bool pull, uint64_t bytes, uint64_t rows, bool request) {
   if (!st.ok()) {
     failed_requests_.fetch_add(1, std::memory_order_relaxed);
     return st;
   }
-  if (pull) {
+  if (!request) {
+    (pull ? bytes_pulled_ : bytes_pushed_).fetch_add(bytes, std::memory_order_relaxed);
+    (pull ? rows_pulled_ : rows_pushed_).fetch_add(rows, std::memory_order_relaxed);
+  } else if (pull) {
     pull_requests_.fetch_add(1, std::memory_order_relaxed);
     bytes_pulled_.fetch_add(bytes, std::memory_order_relaxed);
     rows_pulled_.fetch_add(rows, std::memory_order_relaxed);
@@ -242,19 +245,20 @@ Status Store::PullRows(const ShardKey& key, std::span<const int64_t> rows, std::
   return Count(std::move(st), true, out.size() * sizeof(float), rows.size());
 }
 
-void Store::ApplyDense(Shard& s, std::span<const float> grad, int64_t global_step) {
+void Store::ApplyDense(Shard& s, int64_t row_begin, std::span<const float> grad, int64_t global_step) {
   const OptimizerSpec& spec = *spec_;
   const float lr = static_cast<float>(LearningRate(spec, global_step));
-  const int64_t rows = s.layout().rows;
-  for (int64_t k = 0; k < s.num_stripes; ++k) {
-    size_t begin = static_cast<size_t>(k * s.stripe_rows) * s.cols;
-    size_t end = static_cast<size_t>(std::min(rows, (k + 1) * s.stripe_rows)) * s.cols;
+  const int64_t row_end = row_begin + static_cast<int64_t>(grad.size() / s.cols);
+  for (int64_t k = row_begin / s.stripe_rows; k < s.num_stripes && k * s.stripe_rows < row_end; ++k) {
+    const int64_t first = std::max(row_begin, k * s.stripe_rows);
+    const int64_t last = std::min(row_end, (k + 1) * s.stripe_rows);
+    const size_t begin = static_cast<size_t>(first) * s.cols;
+    const size_t end = static_cast<size_t>(last) * s.cols;
     const uint32_t epoch = this->epoch();
     std::lock_guard g(s.stripes[k]);
     ApplyRows(spec, lr, global_step, s.Values(begin, end), s.Slots(begin),
-              grad.subspan(begin, end - begin));
-    std::fill(s.row_epochs.get() + k * s.stripe_rows, s.row_epochs.get() + std::min(rows, (k + 1) * s.stripe_rows),
-              epoch);
+              grad.subspan(begin - static_cast<size_t>(row_begin) * s.cols, end - begin));
+    std::fill(s.row_epochs.get() + first, s.row_epochs.get() + last, epoch);
   }
 }
 
@@ -462,18 +466,37 @@ void Store::ResetRowClock(int64_t step) {
 }
 
 Status Store::Push(const ShardKey& key, std::span<const float> grad, int64_t global_step) {
+  return PushDense(key, std::nullopt, grad, global_step, true);
+}
+
+Status Store::PushPart(const ShardKey& key, int64_t row_begin, std::span<const float> grad, int64_t global_step,
+                       bool first) {
+  return PushDense(key, row_begin, grad, global_step, first);
+}
+
+Status Store::PushDense(const ShardKey& key, std::optional<int64_t> part_begin, std::span<const float> grad,
+                        int64_t global_step, bool count_request) {
   uint64_t pushed_rows = 0;
   auto run = [&]() -> Status {
     std::shared_lock lock(mu_);
     PS_ASSIGN_OR_RETURN(Shard * s, Find(key, "Push"));
     if (s->lazy) return LazyWhole("Push", key);
-    PS_RETURN_IF_ERROR(CheckSize("Push", key, "gradient", grad.size(), s->values.size()));
-    ApplyDense(*s, grad, global_step);
-    pushed_rows = static_cast<uint64_t>(s->layout().rows);
+    const int64_t rows = s->layout().rows;
+    const int64_t begin = part_begin.value_or(0);
+    if (!part_begin) {
+      PS_RETURN_IF_ERROR(CheckSize("Push", key, "gradient", grad.size(), s->values.size()));
+    } else if (begin < 0 || begin > rows || grad.size() % s->cols != 0 ||
+               static_cast<int64_t>(grad.size() / s->cols) > rows - begin) {
+      return InvalidArgument("Push " + key.ToString() + ": " + std::to_string(grad.size()) +
+                             " floats from row " + std::to_string(begin) + " are not whole rows within its " +
+                             std::to_string(rows) + " rows of " + std::to_string(s->cols));
+    }
+    ApplyDense(*s, begin, grad, global_step);
+    pushed_rows = grad.size() / s->cols;
     return Status::Ok();
   };
   Status st = run();
-  return Count(std::move(st), false, grad.size() * sizeof(float), pushed_rows);
+  return Count(std::move(st), false, grad.size() * sizeof(float), pushed_rows, count_request);
 }
 
 Status Store::PushRows(const ShardKey& key, std::span<const int64_t> rows,

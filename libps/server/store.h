@@ -212,6 +212,12 @@ class Store {
   // learning rate LearningRate(spec, global_step) (and global_step for Adam's bias
   // correction). The store's own global_step() is not changed.
   Status Push(const ShardKey& key, std::span<const float> grad, int64_t global_step);
+  // Part of a whole-shard push: rows [row_begin, row_begin + grad.size() / cols) with
+  // their gradient (whole rows, InvalidArgument otherwise), applied as Push would apply
+  // them. A push applied in parts (Service's early apply) counts as one request: the part
+  // with `first` set counts it; bytes and rows count for every part.
+  Status PushPart(const ShardKey& key, int64_t row_begin, std::span<const float> grad, int64_t global_step,
+                  bool first);
   // Sparse form: grad_rows [rows.size() * cols], row i of it for shard-local row rows[i].
   // Rows must be unique (InvalidArgument naming the duplicate) and in range
   // (OutOfRange); on any error nothing is applied. Only the given rows and their slots
@@ -334,8 +340,12 @@ class Store {
 
   // Under a shared lock of mu_: the shard or NotFound naming `op` and the key.
   Result<Shard*> Find(const ShardKey& key, const char* op) const;
-  // The "apply" half of a push: grad already validated against the shard.
-  void ApplyDense(Shard& shard, std::span<const float> grad, int64_t global_step);
+  // The "apply" half of a push: grad (whole rows from row_begin) already validated
+  // against the shard.
+  void ApplyDense(Shard& shard, int64_t row_begin, std::span<const float> grad, int64_t global_step);
+  // Push (part_begin nullopt) and PushPart; `count_request`: counts a push request.
+  Status PushDense(const ShardKey& key, std::optional<int64_t> part_begin, std::span<const float> grad,
+                   int64_t global_step, bool count_request);
   void ApplySparse(Shard& shard, std::span<const int64_t> rows, std::span<const float> grad_rows,
                    int64_t global_step);
   // ApplySparse for a lazy shard: creates missing rows first (admitted rows only, when the
@@ -343,7 +353,9 @@ class Store {
   // clock). Internal on out of memory (the rows before the failing one are then applied).
   Status ApplyLazy(Shard& shard, std::span<const int64_t> rows, std::span<const float> grad_rows,
                    int64_t global_step, int64_t stamp);
-  Status Count(Status st, bool pull, uint64_t bytes, uint64_t rows);
+  // Counts a request's bytes and rows (and the request unless `request` is false: a later
+  // part of one), or a failure.
+  Status Count(Status st, bool pull, uint64_t bytes, uint64_t rows, bool request = true);
   // After a lazy push: sweeps `shard` if a sweep is due and no other thread sweeps it.
   void MaybeSweep(Shard& shard);
   // One sweep at row clock `now`; sweep_mu held. `exact`: down to max_rows (else to

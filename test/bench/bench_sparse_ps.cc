@@ -265,7 +265,7 @@ void RunVariant(const Options& o, const std::string& variant, const std::vector<
   ps::net::ServerOptions so;
   so.identity = {ps::proto::Role::kPs, 0, kClusterId, std::nullopt};
   so.handler_threads = 1;
-  if (!o.pool_only) so.run_inline = [&service](const ps::net::Request& req) { return service.Inline(req); };  // as RunPsTask
+  if (!o.pool_only) service.Attach(so);  // as RunPsTask
   auto server = ps::net::Server::Start(server_runtime, so, [&](ps::net::Request req, ps::net::Responder resp) {
     service.Handle(std::move(req), std::move(resp));
   });

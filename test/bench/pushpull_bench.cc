@@ -3,7 +3,8 @@
 //
 //   bench_pushpull [--sizes 4k,1m,16m,64m] [--seconds 0.1] [--rounds 10] [--optimizer JSON]
 //                  [--tls-dir DIR] [--no-caller-reads]
-//   bench_pushpull --serve [--tls-dir DIR]   (internal: the ps side, spawned by the above)
+//                  [--early-apply-min-kib KIB]
+//   bench_pushpull --serve TLS_DIR|"" EARLY_APPLY_MIN_BYTES   (internal: the ps side, spawned by the above)
 //
 // The parent spawns a second copy of itself with --serve: a net::Server + ps::server::Service
 // over a ps::server::Store (as pstrain-ps runs them) and a plain blocking-socket server. The
@@ -26,6 +27,8 @@
 //
 // --no-caller-reads: the client's replies are read by its I/O thread, as before
 // ClientOptions::caller_reads (a before/after comparison in one build).
+// --early-apply-min-kib KIB: as pstrain-ps's flag (default 1024; 0: pushes are applied
+// once their payload is in, as before early apply).
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -176,14 +179,14 @@ std::shared_ptr<ps::net::TlsContext> LoadTls(const std::string& dir, const std::
               "TLS certificates in " + dir);
 }
 
-int Serve(const std::string& tls_dir) {
+int Serve(const std::string& tls_dir, uint64_t early_apply_min_bytes) {
   ps::model::SetBlasThreads(1);
   ps::server::Store store;
   ps::server::Service service(&store);
   ps::net::Runtime runtime(2);  // as RunPsTask
   ps::net::ServerOptions options;
   options.identity = {ps::proto::Role::kPs, 0, kClusterId, std::nullopt};
-  options.run_inline = [&service](const ps::net::Request& req) { return service.Inline(req); };  // as RunPsTask
+  service.Attach(options, early_apply_min_bytes);  // as RunPsTask
   // Time inside the ps handler (apply / copy, buffer recycling, queueing the reply, or for
   // a small request handled on the I/O thread writing it: that send wakes the worker) per
   // (op, tensor bytes); the tensor's size is in its variable name "t<bytes>".
@@ -248,7 +251,7 @@ struct Child {
   uint16_t ps_port = 0, raw_port = 0, tls_port = 0;
 };
 
-Child Spawn(const std::string& tls_dir) {
+Child Spawn(const std::string& tls_dir, uint64_t early_apply_min_bytes) {
   int in[2], out[2];
   if (::pipe(in) != 0 || ::pipe(out) != 0) Die("pipe failed");
   pid_t pid = ::fork();
@@ -262,9 +265,9 @@ Child Spawn(const std::string& tls_dir) {
     ::close(out[1]);
     char self[] = "/proc/self/exe";
     char serve[] = "--serve";
-    char tls_flag[] = "--tls-dir";
     std::string dir = tls_dir;
-    char* argv[] = {self, serve, tls_dir.empty() ? nullptr : tls_flag, dir.data(), nullptr};
+    std::string early = std::to_string(early_apply_min_bytes);
+    char* argv[] = {self, serve, dir.data(), early.data(), nullptr};
     ::execv(self, argv);
     std::_Exit(127);
   }
@@ -332,6 +335,7 @@ struct Options {
   std::string optimizer = R"({"type": "sgd", "learning_rate": 0.001})";
   std::string tls_dir;  // empty: no TLS rows
   bool caller_reads = true;
+  uint64_t early_apply_min_bytes = ps::server::Service::kDefaultEarlyApplyBytes;
 };
 
 Options Parse(int argc, char** argv) {
@@ -346,7 +350,9 @@ Options Parse(int argc, char** argv) {
     else if (a == "--optimizer") o.optimizer = next();
     else if (a == "--tls-dir") o.tls_dir = next();
     else if (a == "--no-caller-reads") o.caller_reads = false;
-    else Die("unknown flag " + a + " (flags: --sizes --seconds --rounds --optimizer --tls-dir --no-caller-reads)");
+    else if (a == "--early-apply-min-kib") o.early_apply_min_bytes = std::strtoull(next().c_str(), nullptr, 10) << 10;
+    else Die("unknown flag " + a + " (flags: --sizes --seconds --rounds --optimizer --tls-dir --no-caller-reads "
+             "--early-apply-min-kib)");
   }
   size_t pos = 0;
   while (pos <= sizes.size()) {
@@ -362,7 +368,7 @@ Options Parse(int argc, char** argv) {
 
 int Run(const Options& opt) {
   ps::model::SetBlasThreads(1);
-  Child child = Spawn(opt.tls_dir);
+  Child child = Spawn(opt.tls_dir, opt.early_apply_min_bytes);
 
   ps::net::Runtime runtime(2);  // as a worker's
   ps::net::ClientOptions co;
@@ -424,6 +430,7 @@ int Run(const Options& opt) {
       ps::proto::Push msg;
       msg.items = {slice};
       msg.global_step = pushes;
+      msg.step_id = pushes;  // tracked, as a worker's (at most once)
       ps::net::OutPayload payload;
       payload.Add(std::span<const float>(grad).first(floats));
       Check(c.CallSync(std::move(msg), std::move(payload)).status(), "Push");
@@ -534,6 +541,6 @@ int Run(const Options& opt) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc >= 2 && std::string(argv[1]) == "--serve") return Serve(argc == 4 ? argv[3] : "");
+  if (argc == 4 && std::string(argv[1]) == "--serve") return Serve(argv[2], std::strtoull(argv[3], nullptr, 10));
   return Run(Parse(argc, argv));
 }

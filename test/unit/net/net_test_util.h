@@ -121,8 +121,8 @@ struct RawClient {
     }
     return true;
   }
-  void Handshake() {
-    proto::Hello hello{proto::kProtocolVersion, proto::Role::kWorker, 0, kCluster,
+  void Handshake(uint64_t cluster = kCluster) {
+    proto::Hello hello{proto::kProtocolVersion, proto::Role::kWorker, 0, cluster,
                        std::vector<uint8_t>(16, 7)};
     WriteFrame(proto::Encode({1, false, 0, hello}));
     auto r = ReadFrame();

@@ -10,11 +10,13 @@
 #include <cstring>
 #include <future>
 #include <mutex>
+#include <random>
 #include <thread>
 
 #include "libps/net/transport.h"
 #include "libps/server/service.h"
 #include "libps/server/wire_specs.h"
+#include "test/unit/net/net_test_util.h"
 
 using namespace ps;
 
@@ -27,19 +29,22 @@ struct PsFixture {
   ::ps::server::Store store;
   ::ps::server::Service service;
   std::unique_ptr<net::Server> server;
-  explicit PsFixture(::ps::server::Checkpointer* checkpointer = nullptr) : service(&store, checkpointer) {
+  explicit PsFixture(::ps::server::Checkpointer* checkpointer = nullptr,
+                     uint64_t early_apply_min_bytes = ::ps::server::Service::kDefaultEarlyApplyBytes)
+      : service(&store, checkpointer) {
     net::ServerOptions o;
     o.identity = {proto::Role::kPs, 0, kCluster, std::nullopt};
     o.handler_threads = 4;
-    o.run_inline = [this](const net::Request& r) { return service.Inline(r); };  // as RunPsTask
+    service.Attach(o, early_apply_min_bytes);  // as RunPsTask
     auto s = net::Server::Start(runtime, o, [this](net::Request r, net::Responder resp) {
       service.Handle(std::move(r), std::move(resp));
     });
     REQUIRE(s.ok());
     server = std::move(*s);
   }
-  std::shared_ptr<net::Client> Connect(int worker = 0) {
+  std::shared_ptr<net::Client> Connect(int worker = 0, uint64_t generation = 0) {
     net::ClientOptions o;
+    o.generation = generation;
     o.host = "127.0.0.1";
     o.port = server->port();
     o.peer_name = "ps:0";
@@ -977,4 +982,160 @@ TEST_CASE("ps service: a Restore waits for the pushes under way, pool-handled on
   held.Release();
   REQUIRE(push.get().ok());
   CHECK(restore.get().status().code() == Code::kFailedPrecondition);
+}
+
+namespace {
+
+// Early apply: two dense shards whose push (4.3 MB) is applied in several parts while it
+// arrives, with Adam (slots and a step-dependent bias correction): a 1000 x 300 and b
+// 3000 x 257 (rows that do not divide the parts evenly).
+constexpr int64_t kRowsA = 1000, kColsA = 300, kRowsB = 3000, kColsB = 257;
+constexpr size_t kFloatsA = kRowsA * kColsA, kFloatsB = kRowsB * kColsB;
+
+proto::CreateShards EarlyCreate() {
+  proto::CreateShards cs;
+  cs.optimizer = Opt(R"({"type":"adam","learning_rate":0.01})");
+  cs.shards = {Def("a", 0, 0, kRowsA, kColsA, kRowsA), Def("b", 0, 0, kRowsB, kColsB, kRowsB)};
+  for (auto& d : cs.shards) d.layout.num_shards = 1;
+  return cs;
+}
+
+std::vector<float> EarlyGradient(uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> g(kFloatsA + kFloatsB);
+  for (float& v : g) v = u(gen);
+  return g;
+}
+
+proto::Push EarlyPush(int64_t step) { return proto::Push{{All("a", 0), All("b", 0)}, step, step}; }
+
+bool SameBits(const std::vector<float>& x, const std::vector<float>& y) {
+  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+}
+
+// Rows of b (as pulled) that hold `applied`'s values, counted from row 0 while they do;
+// every later row must still hold the initial value (1.0): a row is applied whole or not
+// at all, and the rows applied are the first ones.
+int64_t AppliedPrefixRows(const std::vector<float>& b, const std::vector<float>& applied) {
+  int64_t k = 0;
+  auto row = [](const std::vector<float>& v, int64_t r) { return std::span(v).subspan(r * kColsB, kColsB); };
+  while (k < kRowsB && std::ranges::equal(row(b, k), row(applied, k))) ++k;
+  for (int64_t r = k; r < kRowsB; ++r) {
+    for (float v : row(b, r)) {
+      if (v != 1.0f) return -1;
+    }
+  }
+  return k;
+}
+
+}  // namespace
+
+TEST_CASE("ps service: an async push of big dense shards is applied while it arrives, bit-identical to applying it whole") {
+  PsFixture early;
+  PsFixture whole(nullptr, /*early_apply_min_bytes=*/0);
+  auto ce = early.Connect();
+  auto cw = whole.Connect();
+  REQUIRE(ce->CallSync(EarlyCreate()).ok());
+  REQUIRE(cw->CallSync(EarlyCreate()).ok());
+  for (int64_t step = 0; step < 2; ++step) {
+    const auto g = EarlyGradient(static_cast<uint32_t>(step) + 1);
+    CHECK(PushReplyOf(ce->CallSync(EarlyPush(step), Floats(g))).skipped == 0);
+    CHECK(PushReplyOf(cw->CallSync(EarlyPush(step), Floats(g))).skipped == 0);
+  }
+  CHECK(early.service.early_pushes() == 2);
+  CHECK(whole.service.early_pushes() == 0);
+  const auto a = PullAll(*ce, "a", 0, kFloatsA);
+  const auto b = PullAll(*ce, "b", 0, kFloatsB);
+  CHECK(a != std::vector<float>(kFloatsA, 1.0f));
+  CHECK(SameBits(a, PullAll(*cw, "a", 0, kFloatsA)));
+  CHECK(SameBits(b, PullAll(*cw, "b", 0, kFloatsB)));
+  // Counted as the pool counts them: one request per item, every byte.
+  CHECK(early.store.stats().push_requests == whole.store.stats().push_requests);
+  CHECK(early.store.stats().bytes_pushed == whole.store.stats().bytes_pushed);
+  CHECK(early.service.applied_on_arrival() == 4);
+  // The same step again (a lost reply): acknowledged, skipped on both shards, not applied.
+  CHECK(PushReplyOf(ce->CallSync(EarlyPush(1), Floats(EarlyGradient(2)))).skipped == 2);
+  CHECK(early.service.early_pushes() == 3);
+  CHECK(SameBits(PullAll(*ce, "a", 0, kFloatsA), a));
+  CHECK(SameBits(PullAll(*ce, "b", 0, kFloatsB), b));
+  CHECK(early.service.early_cut() == 0);
+}
+
+TEST_CASE("ps service: a push cut off mid-payload keeps the whole rows applied while it arrived, and its retry is not applied again") {
+  PsFixture fx;
+  PsFixture whole(nullptr, /*early_apply_min_bytes=*/0);  // what the full push makes of b
+  auto c = fx.Connect();
+  auto cw = whole.Connect();
+  REQUIRE(c->CallSync(EarlyCreate()).ok());
+  REQUIRE(cw->CallSync(EarlyCreate()).ok());
+  const auto g = EarlyGradient(1);
+  REQUIRE(cw->CallSync(EarlyPush(0), Floats(g)).ok());
+  const auto full_a = PullAll(*cw, "a", 0, kFloatsA);
+  const auto full_b = PullAll(*cw, "b", 0, kFloatsB);
+  {
+    nettest::RawClient raw(fx.server->port());
+    raw.Handshake(kCluster);
+    raw.WriteFrame(proto::Encode({9, false, 0, EarlyPush(0)}), g.size() * sizeof(float));
+    // All of a, 1000 rows of b and part of the next row; then the worker dies.
+    raw.Write(g.data(), (kFloatsA + 1000 * kColsB + 100) * sizeof(float));
+    ::shutdown(raw.fd, SHUT_WR);
+    CHECK(raw.WaitClosed());
+  }
+  REQUIRE(Eventually([&] { return fx.service.early_cut() == 1; }));
+  const auto a = PullAll(*c, "a", 0, kFloatsA);
+  const auto b = PullAll(*c, "b", 0, kFloatsB);
+  CHECK(SameBits(a, full_a));  // its last rows were applied once they were all in
+  // b's rows are applied a part (>= 256 KiB, ~255 rows) at a time: what arrived after the
+  // last part is dropped with the rest.
+  const int64_t applied = AppliedPrefixRows(b, full_b);
+  CHECK(applied >= 1000 - 256 * 1024 / (kColsB * 4) - 1);
+  CHECK(applied <= 1000);
+  // The worker's successor pushes the step again: acknowledged, nothing applied twice.
+  CHECK(PushReplyOf(c->CallSync(EarlyPush(0), Floats(g))).skipped == 2);
+  CHECK(SameBits(PullAll(*c, "a", 0, kFloatsA), a));
+  CHECK(SameBits(PullAll(*c, "b", 0, kFloatsB), b));
+}
+
+TEST_CASE("ps service: a push arriving while a newer chief takes over or a Restore runs applies nothing after it and fails") {
+  NullCheckpointer checkpointer;
+  PsFixture fx(&checkpointer);
+  auto c = fx.Connect();
+  REQUIRE(c->CallSync(EarlyCreate()).ok());
+  const auto g = EarlyGradient(1);
+  nettest::RawClient raw(fx.server->port());
+  raw.Handshake(kCluster);
+  raw.WriteFrame(proto::Encode({9, false, 0, EarlyPush(0)}), g.size() * sizeof(float));
+  const size_t first = kFloatsA / 2;  // half of a: at least one part is applied
+  raw.Write(g.data(), first * sizeof(float));
+  REQUIRE(Eventually([&] { return fx.store.stats().bytes_pushed >= 256 * 1024; }));
+  std::string why;
+  SECTION("a newer chief") {
+    net::ClientOptions o;
+    o.host = "127.0.0.1";
+    o.port = fx.server->port();
+    o.peer_name = "ps:0";
+    o.identity = {proto::Role::kChief, 0, kCluster, std::nullopt};
+    o.generation = 1;
+    auto chief = net::Client::Connect(fx.runtime, o);
+    REQUIRE(chief.ok());
+    (void)(*chief)->CallSync(proto::GetStatus{});  // raises the generation (no status source: an error)
+    REQUIRE(fx.service.generation() == 1);
+    why = "previous chief";
+  }
+  SECTION("a Restore") {
+    REQUIRE(fx.Connect(1)->CallSync(proto::Restore{"/model", 0}).ok());
+    why = "restored";
+  }
+  auto reader = fx.Connect(2, 1);  // of the newer generation
+  const auto a = PullAll(*reader, "a", 0, kFloatsA);
+  CHECK(a != std::vector<float>(kFloatsA, 1.0f));
+  raw.Write(g.data() + first, (g.size() - first) * sizeof(float));
+  auto reply = raw.ReadFrame();
+  REQUIRE(reply);
+  REQUIRE(std::holds_alternative<proto::Error>(reply->body));
+  CHECK_THAT(std::get<proto::Error>(reply->body).message, Catch::Contains(why));
+  CHECK(SameBits(PullAll(*reader, "a", 0, kFloatsA), a));
+  CHECK(PullAll(*reader, "b", 0, kFloatsB) == std::vector<float>(kFloatsB, 1.0f));
+  CHECK(fx.service.early_cut() == 0);
 }
