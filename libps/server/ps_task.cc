@@ -58,6 +58,12 @@ Status RunPsTask(const daemon::DaemonContext& ctx, const PsTaskOptions& ps_optio
   auto ps_metrics = metrics.AddCollector([status_of, &service](prom::Writer& w) {
     WritePsMetrics(w, status_of(false));
     WriteUpdateModeMetric(w, service.update_stats());
+    w.Counter("pstrain_ps_early_applied_pushes_total",
+              "Pushes applied while their payload arrived (--early-apply-min-kib).",
+              static_cast<double>(service.early_pushes()));
+    w.Counter("pstrain_ps_early_apply_cut_total",
+              "Of them, pushes cut off before their payload was in (the rows that arrived stay applied).",
+              static_cast<double>(service.early_cut()));
   });
   bool by_signal = false;
   auto watching_signals = signals.Start([&](int sig) {
@@ -73,7 +79,8 @@ Status RunPsTask(const daemon::DaemonContext& ctx, const PsTaskOptions& ps_optio
   if (by_signal) return daemon::SignalStatus(reason);
   auto stats = store.stats();
   PS_LOG(Info) << "shut down (" << reason << "); served " << stats.pull_requests << " pulls, "
-               << stats.push_requests << " pushes, ignored " << service.skipped_pushes()
+               << stats.push_requests << " pushes (" << service.early_pushes() << " applied while they arrived, "
+               << service.early_cut() << " of them cut off), ignored " << service.skipped_pushes()
                << " repeated push item(s)";
   if (stats.rows_admitted + stats.rows_evicted_ttl + stats.rows_evicted_max_rows > 0) {
     PS_LOG(Info) << "lazy rows: " << stats.live_rows << " live, " << stats.rows_admitted << " admitted ("
