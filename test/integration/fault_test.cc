@@ -165,11 +165,18 @@ TEST_CASE("SIGKILL of worker:1 mid-run: its steps are re-queued, the restarted w
 TEST_CASE("every 7th push sent twice (lost reply): each ps ignores exactly the repeats; exact steps, all exit 0") {
   constexpr int64_t kSteps = 600;
   constexpr int64_t kEvery = 7;
+  // Also with every push applied while it arrives (the model's pushes are ~0.5 MB per
+  // ps, under the 1 MiB default): the marks are set before the first part.
+  const bool early = GENERATE(false, true);
+  INFO((early ? "--early-apply-min-kib 1" : "default ps flags"));
   TempDir tmp;
   auto spec = LocalCluster();
   auto job = DeriveJob("job-fmnist-mlp.json", tmp / "job.json", kSteps, 100, tmp / "model", NoMidRunCheckpoints());
   Tasks tasks;
-  for (auto id : {kPs0, kPs1}) tasks.Add(StartDaemon(spec, id));
+  for (auto id : {kPs0, kPs1}) {
+    tasks.Add(StartDaemon(spec, id, early ? std::vector<std::string>{"--early-apply-min-kib", "1"}
+                                          : std::vector<std::string>{}));
+  }
   for (auto id : {kWorker0, kWorker1}) {
     tasks.Add(StartDaemon(spec, id, {}, {}, {{"PSTRAIN_FAULT_REPEAT_PUSH_EVERY", std::to_string(kEvery)}}));
   }
@@ -206,6 +213,9 @@ TEST_CASE("every 7th push sent twice (lost reply): each ps ignores exactly the r
     REQUIRE(down.has_value());
     CHECK_THAT(*down, Catch::Contains("ignored " + std::to_string(repeats * shards_on[id.index]) +
                                       " repeated push item(s)"));
+    // Every push (and repeat) to this ps, or none, applied while it arrived.
+    const int64_t pushes = steps0 + steps1 + repeats;
+    CHECK_THAT(*down, Catch::Contains("pushes (" + std::to_string(early ? pushes : 0) + " applied while they arrived, 0 "));
   }
 }
 
