@@ -42,13 +42,14 @@ struct PsFixture {
     REQUIRE(s.ok());
     server = std::move(*s);
   }
-  std::shared_ptr<net::Client> Connect(int worker = 0, uint64_t generation = 0) {
+  std::shared_ptr<net::Client> Connect(int worker = 0, uint64_t generation = 0,
+                                       proto::Role role = proto::Role::kWorker) {
     net::ClientOptions o;
     o.generation = generation;
     o.host = "127.0.0.1";
     o.port = server->port();
     o.peer_name = "ps:0";
-    o.identity = {proto::Role::kWorker, worker, kCluster, std::nullopt};
+    o.identity = {role, worker, kCluster, std::nullopt};
     auto c = net::Client::Connect(runtime, o);
     REQUIRE(c.ok());
     return *c;
@@ -285,19 +286,12 @@ TEST_CASE("ps service: a step's gradient is applied at most once per shard") {
 
 TEST_CASE("ps service: requests of an older chief generation are refused") {
   PsFixture fx;
-  net::ClientOptions o;
-  o.host = "127.0.0.1";
-  o.port = fx.server->port();
-  o.peer_name = "ps:0";
-  o.identity = {proto::Role::kChief, 0, kCluster, std::nullopt};
-  o.generation = 200;
-  auto chief = net::Client::Connect(fx.runtime, o);
-  REQUIRE(chief.ok());
+  auto chief = fx.Connect(0, 200, proto::Role::kChief);
   proto::CreateShards cs;
   cs.optimizer = Opt(R"({"type":"sgd","learning_rate":1.0})");
   cs.shards = {Def("w", 0, 0, 1, 2, 1)};
   cs.shards[0].layout.full_shape = {1, 2};
-  REQUIRE((*chief)->CallSync(cs).ok());
+  REQUIRE(chief->CallSync(cs).ok());
   CHECK(fx.service.generation() == 200);
 
   auto worker = fx.Connect();  // generation 0: a worker still working for a dead chief
@@ -307,8 +301,8 @@ TEST_CASE("ps service: requests of an older chief generation are refused") {
   worker->SetGeneration(200);
   CHECK(worker->CallSync(proto::Push{{All("w", 0)}, 0, 0}, Floats({1, 1})).ok());
 
-  (*chief)->SetGeneration(100);  // an old chief's late message
-  auto old = (*chief)->CallSync(proto::Shutdown{"late"});
+  chief->SetGeneration(100);  // an old chief's late message
+  auto old = chief->CallSync(proto::Shutdown{"late"});
   REQUIRE_FALSE(old.ok());
   CHECK_THAT(old.status().message(), Catch::Contains("stale chief"));
 }
@@ -393,17 +387,7 @@ TEST_CASE("ps service: a push that passed a dead chief's generation check lands 
   // The push of a worker still running the old chief's pack stops after its generation
   // check until the test lets it go.
   HeldPushes held(fx.service);
-  auto chief_at = [&](uint64_t generation) {
-    net::ClientOptions o;
-    o.host = "127.0.0.1";
-    o.port = fx.server->port();
-    o.peer_name = "ps:0";
-    o.identity = {proto::Role::kChief, 0, kCluster, std::nullopt};
-    o.generation = generation;
-    auto c = net::Client::Connect(fx.runtime, o);
-    REQUIRE(c.ok());
-    return *c;
-  };
+  auto chief_at = [&](uint64_t generation) { return fx.Connect(0, generation, proto::Role::kChief); };
   proto::CreateShards cs;
   cs.optimizer = Opt(R"({"type":"sgd","learning_rate":1.0})");
   cs.shards = {Def("w", 0, 0, 1, 2, 1)};
@@ -1111,15 +1095,8 @@ TEST_CASE("ps service: a push arriving while a newer chief takes over or a Resto
   REQUIRE(Eventually([&] { return fx.store.stats().bytes_pushed >= 256 * 1024; }));
   std::string why;
   SECTION("a newer chief") {
-    net::ClientOptions o;
-    o.host = "127.0.0.1";
-    o.port = fx.server->port();
-    o.peer_name = "ps:0";
-    o.identity = {proto::Role::kChief, 0, kCluster, std::nullopt};
-    o.generation = 1;
-    auto chief = net::Client::Connect(fx.runtime, o);
-    REQUIRE(chief.ok());
-    (void)(*chief)->CallSync(proto::GetStatus{});  // raises the generation (no status source: an error)
+    // Raises the generation (no status source: the reply is an error).
+    (void)fx.Connect(0, 1, proto::Role::kChief)->CallSync(proto::GetStatus{});
     REQUIRE(fx.service.generation() == 1);
     why = "previous chief";
   }
