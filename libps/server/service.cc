@@ -245,7 +245,12 @@ std::shared_ptr<net::PayloadWatcher> Service::WatchPush(const net::PeerInfo& pee
     floats += static_cast<uint64_t>(def->layout.rows * def->layout.cols);
   }
   if (floats * sizeof(float) != payload_bytes) return nullptr;
-  // Before any part is applied: a Restore from here on makes the push fail (Apply).
+  // The marks and the Restore count under the fence, as one step against a Restore (which
+  // forgets the marks with the fence held exclusively): a Restore from here on makes the
+  // push fail in Apply and clears the marks it set. Never waits: a Restore or a new
+  // generation under way leaves the push to the pool.
+  std::shared_lock fence(fence_, std::try_to_lock);
+  if (!fence.owns_lock()) return nullptr;
   const uint64_t restores = restores_.load();
   for (size_t i = 0; i < items.size(); ++i) {
     auto fresh = MarkApplied(items[i].key, -1, msg->step_id);
