@@ -511,6 +511,7 @@ bool Service::PullDirect(const proto::Pull& msg, const SliceInfos& info, const p
   if (!any) return false;
   std::optional<net::DirectReply> direct = responder.BeginDirect(reply, total);
   if (!direct) return false;  // not on the I/O thread, TLS, or replies queued: copy
+  direct_pulls_.fetch_add(1, std::memory_order_relaxed);
   // The copied items first, into the reply's own memory at their offsets, so that an
   // error (a row out of range) is still answered with an error frame: nothing is written
   // before the first borrowed item. (A pull promises nothing across rows: reading these

@@ -112,6 +112,8 @@ class Service {
   uint64_t early_cut() const { return early_cut_.load(); }
   // Inline handlers started (Inline returned a token). Testing and metrics.
   uint64_t inline_accepted() const { return inline_accepted_.load(); }
+  // Pulls answered with items sent straight from the store (kDirectPullBytes). Testing.
+  uint64_t direct_pulls() const { return direct_pulls_.load(); }
   // Testing hook: runs on the handler thread of a Save or Restore with the inline gate
   // held exclusively, before the checkpointer is called. Set before requests arrive.
   void SetLongOpHookForTesting(std::function<void()> hook) { long_op_hook_ = std::move(hook); }
@@ -263,6 +265,7 @@ class Service {
   std::atomic<uint64_t> inline_max_bytes_{kDefaultInlineBytes};  // SetInlineMaxBytes
   std::atomic<UpdateMode> mode_{UpdateMode::kAsync};  // update_.StepMode(), for Inline (written under mode_mu_)
   std::atomic<uint64_t> inline_accepted_{0};
+  std::atomic<uint64_t> direct_pulls_{0};
   std::function<void()> long_op_hook_;  // testing
   std::atomic<uint64_t> skipped_{0};
   std::atomic<uint64_t> applied_on_arrival_{0};
