@@ -9,6 +9,9 @@
 // is written at once by the thread that sends it, with a non-blocking send over plain
 // TCP (on the connection's strand; for a client call, on the calling thread); only what
 // the socket does not take, and everything over TLS, goes through the writer coroutine.
+// An inline handler may build such a reply while sending it (DirectReply): memory it may
+// use only for a while (a store shard's values under its locks) is written at once, and
+// only what the socket does not take is copied for the writer.
 // A client's replies are read by its reader coroutine, except that over plain TCP a
 // CallSync on a client that never made a Call or CallAsync, made while no other call or
 // heartbeat waits for an answer, reads its own reply on the calling thread (poll and
