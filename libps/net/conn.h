@@ -190,6 +190,12 @@ class Conn : public std::enable_shared_from_this<Conn> {
   // Queues a frame. Thread-safe. The envelope is encoded on the calling thread. On the
   // connection's strand the frame is queued (or written) at once, else posted there.
   void Send(const proto::Envelope& env, OutPayload payload, bool close_after = false, bool ends_request = false);
+  // A frame for DirectReply (Responder::BeginDirect): the reply to `request_id`, header
+  // and envelope encoded now, its payload of `payload_bytes` written as it is assembled.
+  // Only on the strand, over plain TCP after the handshake, with nothing queued or being
+  // written (null otherwise: use Send); holds write_mu_ until the reply is finished.
+  std::unique_ptr<DirectReply::Impl> BeginDirect(uint64_t request_id, const proto::Body& body,
+                                                 uint64_t payload_bytes);
   // Blocks while the write queue is at its bound and the connection is open. Not on a
   // Runtime thread (only the writer there drains the queue).
   void WaitForRoom();
@@ -205,6 +211,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
   bool closed() const { return closed_.load(); }
 
  private:
+  friend class DirectReply;  // writes its frame with TryWrite and hands the rest to the writer
+  friend struct DirectReply::Impl;
   struct Out {
     std::array<uint8_t, kFrameHeaderBytes> header;
     std::vector<uint8_t> env;
@@ -214,6 +222,13 @@ class Conn : public std::enable_shared_from_this<Conn> {
     bool close_after = false;
   };
 
+  // A frame of `env` and a payload of `payload_bytes` (parts not set), encoded.
+  static Out Frame(const proto::Envelope& env, uint64_t payload_bytes);
+  // `bytes` of a frame are now queued (or being written): the queue's size and peak, the
+  // counters.
+  void Queued(uint64_t bytes);
+  // Strand only: a request being handled is answered (BeginRequest).
+  void EndRequest();
   // Strand only: queues `out` (ends_request: it answers a request being handled), or
   // writes it at once when the writer is idle and nothing is queued. `posted`: Send
   // posted it from another thread (counted in posted_).
@@ -290,6 +305,24 @@ class Conn : public std::enable_shared_from_this<Conn> {
   std::atomic<bool> closed_{false};  // written on the strand
   std::atomic<uint64_t> queued_bytes_{0};  // Send adds, the writer subtracts once written
   std::atomic<uint64_t> peak_queued_bytes_{0};
+};
+
+// DirectReply's state: one frame, written on the connection's strand with its write_mu_
+// held from Conn::BeginDirect to Finish or Fail. out.payload.parts are the parts appended
+// so far; a borrowed part the socket did not wholly take is replaced by its copy in
+// `owned` (at its payload offset, its written prefix skipped by out.sent, never read).
+struct DirectReply::Impl {
+  std::shared_ptr<Conn> conn;
+  std::unique_lock<std::mutex> lock;  // conn->write_mu_
+  Conn::Out out;                      // out.bytes: the whole frame, as announced
+  uint64_t request_id = 0;
+  uint64_t payload_bytes = 0;
+  uint64_t appended = 0;  // payload bytes given so far
+  // [payload_bytes], taken at the first need: the size the copy path takes (Service
+  // Pull), so a recycled buffer of that size serves both.
+  Buffer owned;
+  bool broken = false;  // a write failed: the frame is dropped and the connection closed
+  bool done = false;    // Finish or Fail ran
 };
 
 // Arms a timer that closes the connection unless cancelled first.

@@ -42,6 +42,16 @@ void Responder::Reply(proto::Body body, OutPayload payload) {
   }
 }
 
+std::optional<DirectReply> Responder::BeginDirect(const proto::Body& body, uint64_t payload_bytes) {
+  if (!state_ || state_->done.load()) return std::nullopt;
+  auto c = state_->conn.lock();
+  if (!c) return std::nullopt;
+  auto impl = c->BeginDirect(state_->request_id, body, payload_bytes);
+  if (!impl) return std::nullopt;
+  state_->done = true;  // the DirectReply answers now
+  return DirectReply(std::move(impl));
+}
+
 void Responder::Fail(const Status& status) {
   if (!state_ || state_->done.exchange(true)) return;
   if (auto c = state_->conn.lock()) c->Send(ErrorEnvelope(state_->request_id, status), {}, false, /*ends_request=*/true);

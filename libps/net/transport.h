@@ -9,6 +9,9 @@
 // is written at once by the thread that sends it, with a non-blocking send over plain
 // TCP (on the connection's strand; for a client call, on the calling thread); only what
 // the socket does not take, and everything over TLS, goes through the writer coroutine.
+// An inline handler may build such a reply while sending it (DirectReply): memory it may
+// use only for a while (a store shard's values under its locks) is written at once, and
+// only what the socket does not take is copied for the writer.
 // A client's replies are read by its reader coroutine, except that over plain TCP a
 // CallSync on a client that never made a Call or CallAsync, made while no other call or
 // heartbeat waits for an answer, reads its own reply on the calling thread (poll and
@@ -79,6 +82,40 @@ struct PeerInfo {
   std::string Name() const;  // "worker:1"
 };
 
+// A reply written while its payload is assembled, part by part in payload order, so that
+// memory valid only for a while (a store shard's values, under its locks) goes to the
+// socket without being copied first (Responder::BeginDirect). Move-only; used on the
+// thread that began it, which holds the connection's write lock until Finish or Fail:
+// nothing else is written to the connection in between.
+class DirectReply {
+ public:
+  struct Impl;
+  explicit DirectReply(std::unique_ptr<Impl> impl);
+  DirectReply(DirectReply&&) noexcept;
+  DirectReply& operator=(DirectReply&&) noexcept;
+  // Unfinished: Fail(Internal("request dropped without a reply")).
+  ~DirectReply();
+
+  // The reply's own memory for payload bytes [offset, offset + bytes): the caller fills
+  // it, then appends it with Add. Valid until Finish or Fail.
+  std::span<std::byte> Owned(uint64_t offset, size_t bytes);
+  // The next part of the payload, from Owned: written with the next borrowed part, or by
+  // Finish.
+  void Add(std::span<const std::byte> part);
+  // The next part of the payload, from memory valid only during this call: written now,
+  // after everything before it, as far as the socket takes it without blocking; what it
+  // does not take is copied into the reply's own memory before this returns.
+  void Borrow(std::span<const std::byte> part);
+  // Every payload byte was appended: the rest of the frame goes to the writer.
+  void Finish();
+  // Answers with `status` instead: an error frame when nothing of this one was written
+  // yet, else (the frame cannot be cut short) the connection is closed.
+  void Fail(const Status& status);
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
 // Answers one request exactly once. A Responder destroyed without answering replies
 // Internal("request dropped"). Move-only; any thread may use it.
 class Responder {
@@ -90,6 +127,11 @@ class Responder {
   ~Responder();
   void Reply(proto::Body body, OutPayload payload = {});
   void Fail(const Status& status);
+  // Reply(body, <payload_bytes of payload>) as a DirectReply, which then answers the
+  // request, when the frame can be written at once: on the connection's strand (an
+  // inline handler), over plain TCP, with nothing queued or being written. nullopt
+  // otherwise (use Reply; the same bytes reach the wire either way).
+  std::optional<DirectReply> BeginDirect(const proto::Body& body, uint64_t payload_bytes);
 
  private:
   std::shared_ptr<State> state_;

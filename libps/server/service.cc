@@ -448,7 +448,8 @@ Result<Service::SliceInfo> Service::SliceOf(const proto::Slice& slice) {
   return SliceInfo{.floats = rows * static_cast<uint64_t>(def.layout.cols),
                    .rows = def.layout.rows,
                    .cols = def.layout.cols,
-                   .sparse = def.sparse_class()};
+                   .sparse = def.sparse_class(),
+                   .lazy = def.layout.lazy};
 }
 
 Result<Service::SliceInfos> Service::SlicesOf(const std::vector<proto::Slice>& items) {
@@ -461,7 +462,7 @@ Result<Service::SliceInfos> Service::SlicesOf(const std::vector<proto::Slice>& i
   return info;
 }
 
-Result<std::pair<proto::PullReply, net::Buffer>> Service::Pull(const proto::Pull& msg, const SliceInfos& info) {
+void Service::Pull(const proto::Pull& msg, const SliceInfos& info, net::Responder& responder) {
   proto::PullReply reply;
   uint64_t total = 0;
   for (const SliceInfo& i : info) {
@@ -482,17 +483,76 @@ Result<std::pair<proto::PullReply, net::Buffer>> Service::Pull(const proto::Pull
       }
     }
   }
+  if (PullDirect(msg, info, reply, responder)) return;
   net::Buffer buffer = net::TakeBuffer(total * sizeof(float));
   std::span<float> out = buffer.floats();
   uint64_t offset = 0;
   for (size_t i = 0; i < msg.items.size(); ++i) {
-    const auto& item = msg.items[i];
-    auto dst = out.subspan(offset, reply.item_floats[i]);
-    ShardKey key{item.var, item.shard};
-    PS_RETURN_IF_ERROR(item.all_rows ? store_->Pull(key, dst) : store_->PullRows(key, item.rows, dst));
+    Status st = PullItem(msg.items[i], out.subspan(offset, reply.item_floats[i]));
+    if (!st.ok()) return responder.Fail(st);
     offset += reply.item_floats[i];
   }
-  return std::make_pair(std::move(reply), std::move(buffer));
+  responder.Reply(std::move(reply), net::RecycledPayload(std::move(buffer)));
+}
+
+Status Service::PullItem(const proto::Slice& item, std::span<float> dst) {
+  ShardKey key{item.var, item.shard};
+  return item.all_rows ? store_->Pull(key, dst) : store_->PullRows(key, item.rows, dst);
+}
+
+bool Service::PullDirect(const proto::Pull& msg, const SliceInfos& info, const proto::PullReply& reply,
+                         net::Responder& responder) {
+  // Async only: the other modes go to the pool, where BeginDirect says no anyway.
+  if (mode_.load() != UpdateMode::kAsync) return false;
+  auto borrowed = [&](size_t i) {
+    return msg.items[i].all_rows && !info[i].lazy && info[i].floats * sizeof(float) >= kDirectPullBytes;
+  };
+  uint64_t total = 0;
+  bool any = false;
+  for (size_t i = 0; i < info.size(); ++i) {
+    total += info[i].floats * sizeof(float);
+    any = any || borrowed(i);
+  }
+  if (!any) return false;
+  std::optional<net::DirectReply> direct = responder.BeginDirect(reply, total);
+  if (!direct) return false;  // not on the I/O thread, TLS, or replies queued: copy
+  direct_pulls_.fetch_add(1, std::memory_order_relaxed);
+  // The copied items first, into the reply's own memory at their offsets, so that an
+  // error (a row out of range) is still answered with an error frame: nothing is written
+  // before the first borrowed item. (A pull promises nothing across rows: reading these
+  // before the borrowed items changes no guarantee.)
+  std::vector<std::span<const std::byte>> copied(msg.items.size());
+  uint64_t offset = 0;
+  for (size_t i = 0; i < msg.items.size(); ++i) {
+    const uint64_t bytes = info[i].floats * sizeof(float);
+    if (!borrowed(i)) {
+      std::span<std::byte> dst = direct->Owned(offset, bytes);
+      Status st = PullItem(msg.items[i], {reinterpret_cast<float*>(dst.data()), info[i].floats});
+      if (!st.ok()) {
+        direct->Fail(st);
+        return true;
+      }
+      copied[i] = dst;
+    }
+    offset += bytes;
+  }
+  // In payload order, one shard's locks at a time. A borrowed item cannot fail: its shard
+  // exists (shards are never removed) and is dense; if it did anyway, Fail closes the
+  // connection once part of the frame is out.
+  for (size_t i = 0; i < msg.items.size(); ++i) {
+    if (!borrowed(i)) {
+      direct->Add(copied[i]);
+      continue;
+    }
+    Status st = store_->PullBorrowed({msg.items[i].var, msg.items[i].shard},
+                                     [&](std::span<const float> values) { direct->Borrow(std::as_bytes(values)); });
+    if (!st.ok()) {
+      direct->Fail(st);
+      return true;
+    }
+  }
+  direct->Finish();
+  return true;
 }
 
 Status Service::CheckTag(const char* op, int32_t worker, int64_t clock) const {
@@ -767,9 +827,7 @@ void Service::PullOrWait(proto::Pull msg, net::Responder responder) {
       }
     }
   }
-  auto r = Pull(msg, *info);
-  if (!r.ok()) return responder.Fail(r.status());
-  responder.Reply(std::move(r->first), net::RecycledPayload(std::move(r->second)));
+  Pull(msg, *info, responder);
 }
 
 void Service::ServeReady() {
@@ -786,14 +844,7 @@ void Service::ServeReady() {
       }
     }
   }
-  for (auto& p : ready) {
-    auto r = Pull(p.msg, p.info);
-    if (!r.ok()) {
-      p.responder.Fail(r.status());
-      continue;
-    }
-    p.responder.Reply(std::move(r->first), net::RecycledPayload(std::move(r->second)));
-  }
+  for (auto& p : ready) Pull(p.msg, p.info, p.responder);
 }
 
 void Service::FailParked(const Status& why) {

@@ -29,7 +29,9 @@
 // new mode and shutdown fail parked pulls with Aborted.
 // Handle() is called on the server's handler pool, or for the small pulls and pushes
 // Inline() accepts on an I/O thread, concurrently; the Store does the locking. Payloads are used in place: a pushed gradient is applied straight from the
-// received buffer, a pull copies rows once, into the reply buffer.
+// received buffer, a pull copies rows once, into the reply buffer, except that an inline
+// pull writes whole dense shards of kDirectPullBytes or more to the socket straight from
+// the store (copying only what the socket does not take at once).
 #pragma once
 
 #include <atomic>
@@ -71,6 +73,11 @@ class Service {
   // thread, less than the two thread hand-offs of the pool's path cost on a small VM
   // (README, Performance: fan-out).
   static constexpr uint64_t kDefaultInlineBytes = uint64_t{1} << 20;
+  // Items of a pull handled inline that are whole dense shards of at least this many
+  // bytes are written to the socket straight from the store, under the shard's locks
+  // (Store::PullBorrowed, net::DirectReply); smaller ones cost less to copy than a
+  // system call of their own.
+  static constexpr uint64_t kDirectPullBytes = uint64_t{64} << 10;
   // Sets that limit (0: every request goes to the pool). Thread-safe.
   void SetInlineMaxBytes(uint64_t bytes) { inline_max_bytes_.store(bytes, std::memory_order_relaxed); }
   // For net::ServerOptions::run_inline: a token (non-null) for requests cheap enough to
@@ -105,6 +112,8 @@ class Service {
   uint64_t early_cut() const { return early_cut_.load(); }
   // Inline handlers started (Inline returned a token). Testing and metrics.
   uint64_t inline_accepted() const { return inline_accepted_.load(); }
+  // Pulls answered with items sent straight from the store (kDirectPullBytes). Testing.
+  uint64_t direct_pulls() const { return direct_pulls_.load(); }
   // Testing hook: runs on the handler thread of a Save or Restore with the inline gate
   // held exclusively, before the checkpointer is called. Set before requests arrive.
   void SetLongOpHookForTesting(std::function<void()> hook) { long_op_hook_ = std::move(hook); }
@@ -155,11 +164,19 @@ class Service {
     int64_t rows = 0;     // the shard's rows
     int64_t cols = 0;     // floats per row
     bool sparse = false;  // ShardDef::sparse_class
+    bool lazy = false;    // ShardLayout::lazy
   };
   using SliceInfos = std::vector<SliceInfo>;  // [item]
   // Pulls now, or parks the pull until the update mode lets it through.
   void PullOrWait(proto::Pull msg, net::Responder responder);
-  Result<std::pair<proto::PullReply, net::Buffer>> Pull(const proto::Pull& msg, const SliceInfos& info);
+  // Answers a pull that may be served now.
+  void Pull(const proto::Pull& msg, const SliceInfos& info, net::Responder& responder);
+  // Pull's reply without the copy of big dense items when it can be written at once
+  // (net::DirectReply: an inline pull in async mode); false: nothing was done, copy.
+  bool PullDirect(const proto::Pull& msg, const SliceInfos& info, const proto::PullReply& reply,
+                  net::Responder& responder);
+  // One item of a pull into dst [its floats].
+  Status PullItem(const proto::Slice& item, std::span<float> dst);
   Result<proto::PushReply> Push(const proto::Push& msg, const net::Buffer& payload);
   // Sync steps (sync mode, or hybrid). grads[i]: item i's gradient.
   // on_arrival[i]: item i is of the async class (hybrid), applied on arrival.
@@ -248,6 +265,7 @@ class Service {
   std::atomic<uint64_t> inline_max_bytes_{kDefaultInlineBytes};  // SetInlineMaxBytes
   std::atomic<UpdateMode> mode_{UpdateMode::kAsync};  // update_.StepMode(), for Inline (written under mode_mu_)
   std::atomic<uint64_t> inline_accepted_{0};
+  std::atomic<uint64_t> direct_pulls_{0};
   std::function<void()> long_op_hook_;  // testing
   std::atomic<uint64_t> skipped_{0};
   std::atomic<uint64_t> applied_on_arrival_{0};

@@ -190,6 +190,28 @@ Status Store::Pull(const ShardKey& key, std::span<float> out) {
   return Count(std::move(st), true, out.size() * sizeof(float), pulled_rows);
 }
 
+Status Store::PullBorrowed(const ShardKey& key, const std::function<void(std::span<const float>)>& fn) {
+  uint64_t bytes = 0, pulled_rows = 0;
+  auto run = [&]() -> Status {
+    std::shared_lock lock(mu_);
+    PS_ASSIGN_OR_RETURN(Shard * s, Find(key, "Pull"));
+    if (s->lazy) return LazyWhole("Pull", key);
+    // Every stripe at once: fn may use the values for as long as it runs (Pull copies a
+    // stripe at a time instead). Released even if fn throws (std::bad_alloc).
+    s->LockAll();
+    struct Unlock {
+      const Shard& s;
+      ~Unlock() { s.UnlockAll(); }
+    } unlock{*s};
+    fn(s->values.span());
+    bytes = s->values.size() * sizeof(float);
+    pulled_rows = static_cast<uint64_t>(s->layout().rows);
+    return Status::Ok();
+  };
+  Status st = run();
+  return Count(std::move(st), true, bytes, pulled_rows);
+}
+
 Status Store::PullRows(const ShardKey& key, std::span<const int64_t> rows, std::span<float> out) {
   auto run = [&]() -> Status {
     std::shared_lock lock(mu_);

@@ -27,7 +27,9 @@
 //
 // Zero-copy: Push/PushRows read the gradient in place from the caller's buffer (e.g. the
 // receive buffer of a frame) and Pull/PullRows write straight into the caller's buffer
-// (e.g. a send buffer); no intermediate copies.
+// (e.g. a send buffer); no intermediate copies. PullBorrowed lends a dense shard's values
+// to a callback under the shard's locks instead: the ps writes them from there to the
+// socket (server::Service, a big inline pull), copying only what the socket does not take.
 //
 // Lazy shards (ShardLayout::lazy, for hashed ids): no row is allocated up front. A row is
 // created by the first PushRows that names it, at its initial value (model::FillInitial
@@ -205,6 +207,13 @@ class Store {
 
   // Whole shard into out [rows * cols].
   Status Pull(const ShardKey& key, std::span<float> out);
+  // Pull without the copy: calls fn once with the shard's values [rows * cols] while
+  // holding the store's structure lock (shared) and every stripe lock of the shard (one
+  // shard's at most: ThreadSanitizer tracks 64 held locks), so fn sees every row wholly
+  // before or after any push, as Pull does. Pushes to the shard wait meanwhile: fn must
+  // be quick, must not block and must not call into this Store. Counted as a Pull; the
+  // same errors (fn is then not called).
+  Status PullBorrowed(const ShardKey& key, const std::function<void(std::span<const float>)>& fn);
   // Shard-local rows into out [rows.size() * cols], in the order given (duplicates allowed).
   Status PullRows(const ShardKey& key, std::span<const int64_t> rows, std::span<float> out);
 

@@ -964,3 +964,130 @@ TEST_CASE("a call reading on the calling thread: its deadline") {
     CHECK(ps.Join());
   }
 }
+
+// ------------------------------------------------ DirectReply
+
+namespace {
+
+// A whole frame as the server writes it: header, envelope, payload.
+std::vector<uint8_t> FrameOf(const proto::Envelope& env, std::span<const float> payload) {
+  const auto e = proto::Encode(env);
+  const auto h = net::EncodeHeader({static_cast<uint32_t>(e.size()), payload.size_bytes()});
+  std::vector<uint8_t> out(h.size() + e.size() + payload.size_bytes());
+  std::memcpy(out.data(), h.data(), h.size());
+  std::memcpy(out.data() + h.size(), e.data(), e.size());
+  if (!payload.empty()) std::memcpy(out.data() + h.size() + e.size(), payload.data(), payload.size_bytes());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a direct reply reaches the wire as the copied one would: at once, cut short by a peer that does not read, behind queued frames") {
+  // More than the socket buffers hold (the peer's receive buffer is 64 KiB), so the
+  // first reply is cut short while the peer does not read.
+  constexpr size_t kFloats = size_t{4} << 20;
+  constexpr size_t kHead = 1000, kTail = 3000;  // owned parts before and after the borrowed one
+  std::vector<float> want(kFloats);
+  for (size_t k = 0; k < kFloats; ++k) want[k] = static_cast<float>(k % 100003) * 0.5f;
+  std::atomic<int> handled{0}, direct{0};
+  std::vector<std::vector<float>> lent;  // each reply's borrowed memory, poisoned after Borrow (the strand's)
+
+  net::Runtime rt(2);
+  net::ServerOptions so;
+  so.identity = Id(proto::Role::kPs, 0);
+  so.run_inline = [](const net::Request&) { return std::make_shared<int>(0); };  // replies on the strand
+  auto server = net::Server::Start(rt, so, [&](net::Request, net::Responder resp) {
+    proto::PullReply reply;
+    reply.item_floats = {kFloats};
+    if (auto d = resp.BeginDirect(reply, kFloats * sizeof(float))) {
+      ++direct;
+      auto head = d->Owned(0, kHead * sizeof(float));
+      std::memcpy(head.data(), want.data(), head.size());
+      d->Add(head);
+      lent.push_back(want);
+      auto middle = std::span(lent.back()).subspan(kHead, kFloats - kHead - kTail);
+      d->Borrow(std::as_bytes(middle));
+      // Its owner may change the memory once Borrow returned (kept alive, so that a
+      // reply still reading it would send the -1s): what the socket did not take was
+      // copied.
+      std::fill(middle.begin(), middle.end(), -1.0f);
+      auto tail = d->Owned((kFloats - kTail) * sizeof(float), kTail * sizeof(float));
+      std::memcpy(tail.data(), want.data() + kFloats - kTail, tail.size());
+      d->Add(tail);
+      d->Finish();
+    } else {
+      net::Buffer copy(kFloats * sizeof(float));
+      std::memcpy(copy.data(), want.data(), copy.size());
+      resp.Reply(reply, net::OutPayload::Own(std::move(copy)));
+    }
+    ++handled;
+  });
+  REQUIRE(server.ok());
+  RawClient peer((*server)->port(), 64 << 10);
+  peer.Handshake();
+  proto::PullReply reply;
+  reply.item_floats = {kFloats};
+  auto expect = [&](std::initializer_list<uint64_t> ids) {
+    std::vector<uint8_t> all;
+    for (uint64_t id : ids) {
+      auto f = FrameOf({id, true, 0, reply}, want);
+      all.insert(all.end(), f.begin(), f.end());
+    }
+    return all;
+  };
+  auto read_matches = [&](const std::vector<uint8_t>& expected) {
+    std::vector<uint8_t> got(expected.size());
+    return peer.ReadAll(got.data(), got.size()) && got == expected;  // not CHECKed: 16 MiB to print
+  };
+
+  // Two requests in one write, so that (read together) the second is handled before the
+  // writer wakes: the first reply is written at once as far as the socket takes it, the
+  // rest (copied) is queued, and the second reply, behind it, is queued as usual.
+  auto two = FrameOf({10, false, 0, proto::Pull{}}, {});
+  const auto second = FrameOf({11, false, 0, proto::Pull{}}, {});
+  two.insert(two.end(), second.begin(), second.end());
+  peer.Write(two.data(), two.size());
+  REQUIRE(WaitFor([&] { return handled.load() == 2; }));
+  CHECK(direct.load() == 1);
+  CHECK((*server)->stats().write_queue_bytes > 0);
+  // While the writer is blocked on the peer, replies are queued too.
+  peer.WriteFrame(proto::Encode({12, false, 0, proto::Pull{}}));
+  REQUIRE(WaitFor([&] { return handled.load() == 3; }));
+  CHECK(direct.load() == 1);
+  CHECK(read_matches(expect({10, 11, 12})));
+
+  // Nothing queued and a reading peer: the direct reply again.
+  REQUIRE(WaitFor([&] { return (*server)->stats().write_queue_bytes == 0; }));
+  peer.WriteFrame(proto::Encode({13, false, 0, proto::Pull{}}));
+  CHECK(read_matches(expect({13})));
+  REQUIRE(WaitFor([&] { return handled.load() == 4; }));
+  CHECK(direct.load() == 2);
+  auto s = (*server)->stats();
+  CHECK(s.requests == 4);
+  CHECK(s.bytes_sent == 4 * FrameBytes({10, true, 0, reply}, kFloats * sizeof(float)));
+}
+
+TEST_CASE("a direct reply that fails before any of it is written is answered with an error frame") {
+  net::Runtime rt(2);
+  net::ServerOptions so;
+  so.identity = Id(proto::Role::kPs, 0);
+  so.run_inline = [](const net::Request&) { return std::make_shared<int>(0); };
+  std::atomic<int> direct{0};
+  auto server = net::Server::Start(rt, so, [&](net::Request, net::Responder resp) {
+    if (auto d = resp.BeginDirect(proto::PullReply{{4}, {}}, 16)) {
+      ++direct;
+      d->Owned(0, 16);  // filled by nobody: the "store" failed
+      d->Fail(OutOfRange("row 9 of w/part_0"));
+    }
+  });
+  REQUIRE(server.ok());
+  auto c = net::Client::Connect(rt, ClientOpts((*server)->port(), Id(proto::Role::kWorker, 0)));
+  REQUIRE(c.ok());
+  for (int i = 0; i < 2; ++i) {  // the connection keeps serving
+    auto r = (*c)->CallSync(proto::Pull{});
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == Code::kOutOfRange);
+    CHECK_THAT(r.status().message(), Catch::Contains("row 9 of w/part_0"));
+  }
+  CHECK(direct.load() == 2);
+}

@@ -3,6 +3,7 @@
 // error while the ps keeps serving, and exact sums under many concurrent pushers.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -42,15 +43,16 @@ struct PsFixture {
     REQUIRE(s.ok());
     server = std::move(*s);
   }
+  // Clients on `rt` (default: the server's runtime).
   std::shared_ptr<net::Client> Connect(int worker = 0, uint64_t generation = 0,
-                                       proto::Role role = proto::Role::kWorker) {
+                                       proto::Role role = proto::Role::kWorker, net::Runtime* rt = nullptr) {
     net::ClientOptions o;
     o.generation = generation;
     o.host = "127.0.0.1";
     o.port = server->port();
     o.peer_name = "ps:0";
     o.identity = {role, worker, kCluster, std::nullopt};
-    auto c = net::Client::Connect(runtime, o);
+    auto c = net::Client::Connect(rt != nullptr ? *rt : runtime, o);
     REQUIRE(c.ok());
     return *c;
   }
@@ -259,6 +261,85 @@ TEST_CASE("ps service: concurrent pushes from many workers give the exact sum") 
     float expect = 36.0f * kPushes + ((r < 2 * kWorkers) ? kPushes : 0.0f);
     for (int64_t col = 0; col < kCols; ++col) REQUIRE(v[r * kCols + col] == expect);
   }
+}
+
+TEST_CASE("ps service: big inline pulls sent straight from the store see every row wholly before or after each push, and are counted") {
+  PsFixture fx;
+  // "big" and "big2" (512 KiB and 128 KiB, rows of 16 KiB) are sent from the store's
+  // memory (Service::kDirectPullBytes), "w" rows are copied in between. Pushers add 1 to
+  // every float of both big shards at a time: a row of a reply must be uniform.
+  const int64_t kCols = 4096, kBigRows = 32, kBig2Rows = 8, kPulls = 200;
+  {
+    auto c = fx.Connect();
+    proto::CreateShards cs;
+    cs.optimizer = Opt(R"({"type":"sgd","learning_rate":1.0})");
+    cs.shards = {Def("big", 0, 0, kBigRows, kCols, kBigRows), Def("big2", 0, 0, kBig2Rows, kCols, kBig2Rows),
+                 Def("w", 0, 0, 8, 4, 8)};
+    for (auto& d : cs.shards) {
+      d.layout.num_shards = 1;
+      d.layout.full_shape = {d.layout.rows, d.layout.cols};
+      if (d.layout.var != "w") d.init = Init(R"({"type":"zeros"})");
+    }
+    REQUIRE(c->CallSync(cs).ok());
+  }
+  // The clients on a runtime of their own: the server's connections alone are spread
+  // over its two I/O threads, so a pusher's inline pushes run beside the pulls.
+  net::Runtime clients(2);
+  std::atomic<bool> stop{false};
+  std::atomic<int> failures{0}, pushes{0};
+  std::vector<std::shared_ptr<net::Client>> pushers{fx.Connect(1, 0, proto::Role::kWorker, &clients),
+                                                     fx.Connect(2, 0, proto::Role::kWorker, &clients),
+                                                     fx.Connect(3, 0, proto::Role::kWorker, &clients)};
+  std::vector<std::thread> threads;
+  for (auto& pc : pushers) {
+    threads.emplace_back([&, pc] {
+      std::vector<float> grad((kBigRows + kBig2Rows) * kCols, -1.0f);
+      while (!stop.load()) {
+        net::OutPayload p;
+        p.Add(std::span<const float>(grad));
+        if (!pc->CallSync(proto::Push{{All("big", 0), All("big2", 0)}, 0, -1}, std::move(p)).ok()) ++failures;
+        ++pushes;
+      }
+    });
+  }
+  auto c = fx.Connect(0, 0, proto::Role::kWorker, &clients);
+  const auto before = fx.store.stats();
+  const uint64_t direct_before = fx.service.direct_pulls();
+  std::vector<float> big(kBigRows * kCols), w(2 * 4), big2(kBig2Rows * kCols);
+  int64_t torn = 0, wrong_w = 0, failed_pulls = 0;
+  for (int64_t i = 0; i < kPulls; ++i) {
+    auto r = c->CallSync(proto::Pull{{All("big", 0), Rows("w", 0, {1, 3}), All("big2", 0)}}, {},
+                         {std::as_writable_bytes(std::span(big)), std::as_writable_bytes(std::span(w)),
+                          std::as_writable_bytes(std::span(big2))});
+    if (!r.ok() || !r->payload_in_place) {
+      ++failed_pulls;
+      continue;
+    }
+    for (const auto* v : {&big, &big2}) {
+      for (size_t row = 0; row < v->size() / kCols; ++row) {
+        const float* x = v->data() + row * kCols;
+        if (std::any_of(x, x + kCols, [&](float f) { return f != x[0]; })) ++torn;
+      }
+    }
+    wrong_w += std::count_if(w.begin(), w.end(), [](float f) { return f != 1.0f; });
+  }
+  stop = true;
+  for (auto& t : threads) t.join();
+  CHECK(failures.load() == 0);
+  CHECK(failed_pulls == 0);
+  CHECK(torn == 0);
+  CHECK(wrong_w == 0);
+  CHECK(pushes.load() > 0);
+  // Sent from the store (the others fell back to copying when a reply was still queued).
+  CHECK(fx.service.direct_pulls() > direct_before);
+  // Each item counted as a pull, borrowed or copied alike.
+  const auto after = fx.store.stats();
+  CHECK(after.pull_requests - before.pull_requests == uint64_t(3 * kPulls));
+  CHECK(after.bytes_pulled - before.bytes_pulled == uint64_t(kPulls * ((kBigRows + kBig2Rows) * kCols + 8) * 4));
+  CHECK(after.rows_pulled - before.rows_pulled == uint64_t(kPulls * (kBigRows + kBig2Rows + 2)));
+  CHECK(after.failed_requests == before.failed_requests);
+  // Once quiet, every float holds the number of pushes.
+  CHECK(PullAll(*c, "big", 0, kBigRows * kCols) == std::vector<float>(kBigRows * kCols, float(pushes.load())));
 }
 
 TEST_CASE("ps service: a step's gradient is applied at most once per shard") {
