@@ -2,9 +2,13 @@
 // sent from these, so float data can be used in place (no copy into a vector).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <cstdlib>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <span>
 #include <vector>
@@ -50,11 +54,51 @@ class Buffer {
   size_t size_ = 0;
 };
 
+// A payload still being filled while its frame is sent (a big pull reply copied from the
+// store piece by piece): the writer sends only the bytes published so far and waits for
+// more, so the copy overlaps the transfer. Thread-safe.
+class PayloadProgress {
+ public:
+  // The payload's first `bytes` are final (they only grow); wakes the writer.
+  void Publish(uint64_t bytes) {
+    ready_.store(bytes, std::memory_order_release);
+    Wake();
+  }
+  // The rest will never come: the connection is closed (the frame cannot be cut short).
+  void Fail() {
+    failed_.store(true, std::memory_order_release);
+    Wake();
+  }
+  uint64_t ready() const { return ready_.load(std::memory_order_acquire); }
+  bool failed() const { return failed_.load(std::memory_order_acquire); }
+  // The connection's: called on each Publish and Fail from then on (set once queued).
+  void SetWaker(std::function<void()> waker) {
+    std::lock_guard lock(mu_);
+    waker_ = std::move(waker);
+  }
+
+ private:
+  void Wake() {
+    std::function<void()> waker;
+    {
+      std::lock_guard lock(mu_);
+      waker = waker_;
+    }
+    if (waker) waker();
+  }
+  std::atomic<uint64_t> ready_{0};
+  std::atomic<bool> failed_{false};
+  std::mutex mu_;
+  std::function<void()> waker_;  // guarded by mu_
+};
+
 // Bytes to send after an envelope, gathered from several places without copying.
 // Every part must stay valid until the frame is written: `keep_alive` may own them.
+// With `progress`, the parts' bytes are sent only as far as it has published them.
 struct OutPayload {
   std::vector<std::span<const std::byte>> parts;
   std::shared_ptr<const void> keep_alive;
+  std::shared_ptr<PayloadProgress> progress;
 
   size_t size() const {
     size_t n = 0;

@@ -434,7 +434,7 @@ void Conn::Send(const proto::Envelope& env, OutPayload payload, bool close_after
   std::unique_lock lock(write_mu_);
   if (!ends_request && !close_after && direct_any_thread_.load(std::memory_order_acquire)) {
     // A client's call: written from the calling thread when nothing is ahead of it.
-    if (!closed_ && !writing_ && queue_.empty() && posted_ == 0 && !out.env.empty()) {
+    if (!closed_ && !writing_ && queue_.empty() && posted_ == 0 && !out.env.empty() && !out.payload.progress) {
       const bool ok = TryWrite(out);
       if (ok && out.sent == out.bytes) {
         lock.unlock();
@@ -461,14 +461,24 @@ void Conn::Send(const proto::Envelope& env, OutPayload payload, bool close_after
   });
 }
 
-void Conn::AppendBuffers(const Out& out, std::vector<asio::const_buffer>& bufs) {
+uint64_t Conn::Writable(const Out& out) {
+  const PayloadProgress* progress = out.payload.progress.get();
+  if (progress == nullptr) return out.bytes;
+  const uint64_t payload = out.bytes - out.header.size() - out.env.size();
+  return out.bytes - payload + std::min(progress->ready(), payload);
+}
+
+void Conn::AppendBuffers(const Out& out, std::vector<asio::const_buffer>& bufs, uint64_t end) {
   uint64_t skip = out.sent;
+  uint64_t room = end - std::min(end, out.sent);
   auto add = [&](const void* data, size_t size) {
     if (skip >= size) {
       skip -= size;
       return;
     }
-    bufs.emplace_back(static_cast<const std::byte*>(data) + skip, size - skip);
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(size - skip, room));
+    if (n > 0) bufs.emplace_back(static_cast<const std::byte*>(data) + skip, n);
+    room -= n;
     skip = 0;
   };
   add(out.header.data(), out.header.size());
@@ -494,7 +504,7 @@ void Conn::Enqueue(Out out, bool ends_request, bool posted) {
       lock.unlock();
       return Dequeued(out.bytes);
     }
-    if (direct_writes_ && !writing_ && queue_.empty() && !out.env.empty()) {
+    if (direct_writes_ && !writing_ && queue_.empty() && !out.env.empty() && !out.payload.progress) {
       // Nothing ahead of it: write what the socket takes now, without waking the writer.
       if (!TryWrite(out)) {
         lock.unlock();
@@ -510,6 +520,14 @@ void Conn::Enqueue(Out out, bool ends_request, bool posted) {
         if (close) CloseOnStrand();
         return;
       }
+    }
+    if (out.payload.progress) {
+      // The writer waits on wake_ for the rest of this payload.
+      out.payload.progress->SetWaker([weak = weak_from_this(), ex = executor()] {
+        asio::post(ex, [weak] {
+          if (auto self = weak.lock()) self->wake_.cancel();
+        });
+      });
     }
     queue_.push_back(std::move(out));
   }
@@ -632,7 +650,7 @@ bool Conn::TryWrite(Out& out) {
     for (auto p : out.payload.parts) small[k++] = asio::buffer(p.data(), p.size());
     n = socket_.write_some(std::span(small.data(), k), ec);
   } else {
-    AppendBuffers(out, bufs);
+    AppendBuffers(out, bufs, out.bytes);
     n = socket_.write_some(bufs, ec);
   }
   if (ec == asio::error::would_block || ec == asio::error::try_again) return true;
@@ -682,7 +700,9 @@ awaitable<void> Conn::WriteLoop() {
         sentinel = true;  // CloseAfterFlush's
       } else {
         // Taken off the queue while being written: CloseOnStrand counts only what is queued.
-        while (!queue_.empty() && batch.size() < kMaxBatch && !queue_.front().env.empty() && !close) {
+        // A payload still being filled ends the batch: what follows it waits for it.
+        while (!queue_.empty() && batch.size() < kMaxBatch && !queue_.front().env.empty() && !close &&
+               (batch.empty() || !batch.back().payload.progress)) {
           close = queue_.front().close_after;
           batch.push_back(std::move(queue_.front()));
           queue_.pop_front();
@@ -701,9 +721,14 @@ awaitable<void> Conn::WriteLoop() {
       co_return;
     }
     bufs.clear();
-    for (const Out& out : batch) AppendBuffers(out, bufs);
+    uint64_t end = 0;  // of the batch's last frame: what of it the write below sends
+    for (const Out& out : batch) {
+      end = Writable(out);
+      AppendBuffers(out, bufs, end);
+    }
     error_code ec;
     co_await WriteAll(bufs, ec);
+    if (!ec && batch.back().payload.progress) co_await FinishProgressive(batch.back(), end, ec);
     {
       std::lock_guard lock(write_mu_);
       writing_ = false;
@@ -716,6 +741,32 @@ awaitable<void> Conn::WriteLoop() {
       CloseOnStrand();
       co_return;
     }
+  }
+}
+
+awaitable<void> Conn::FinishProgressive(Out& out, uint64_t sent, error_code& ec) {
+  const PayloadProgress& progress = *out.payload.progress;
+  std::vector<asio::const_buffer> bufs;
+  out.sent = sent;
+  while (out.sent < out.bytes) {
+    if (closed_ || progress.failed()) {
+      ec = asio::error::operation_aborted;  // the frame cannot be finished: closed after
+      co_return;
+    }
+    const uint64_t end = Writable(out);
+    if (end == out.sent) {
+      // Publish posts wake_'s cancel to this strand, where it runs only once this wait
+      // has begun: no wake-up is lost between the check above and the wait.
+      wake_.expires_at(Clock::time_point::max());
+      error_code wait;
+      co_await wake_.async_wait(asio::redirect_error(use_awaitable, wait));
+      continue;
+    }
+    bufs.clear();
+    AppendBuffers(out, bufs, end);
+    co_await WriteAll(bufs, ec);
+    if (ec) co_return;
+    out.sent = end;
   }
 }
 

@@ -236,8 +236,15 @@ class Conn : public std::enable_shared_from_this<Conn> {
   // write_mu_ held, nothing queued or being written: writes what the socket takes of
   // `out` now. Returns false on a socket error.
   bool TryWrite(Out& out);
-  // The unsent part of `out` as gather buffers, appended to `bufs`.
-  static void AppendBuffers(const Out& out, std::vector<asio::const_buffer>& bufs);
+  // Bytes [out.sent, end) of `out` as gather buffers, appended to `bufs`.
+  static void AppendBuffers(const Out& out, std::vector<asio::const_buffer>& bufs, uint64_t end);
+  // How much of `out` may be written now: all of it, or with a PayloadProgress the frame
+  // up to the payload bytes it has published.
+  static uint64_t Writable(const Out& out);
+  // The writer, after writing `out` (a payload with a PayloadProgress, the last of its
+  // batch) up to `sent`: writes the rest as it is published; ec set when the connection
+  // closed or the payload failed first.
+  awaitable<void> FinishProgressive(Out& out, uint64_t sent, error_code& ec);
   // Fills `dst` from the read-ahead buffer, then from the stream.
   awaitable<void> ReadSpan(std::span<std::byte> dst);
   // ReadSpan that tells `watcher` what has arrived after each read of at least

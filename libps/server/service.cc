@@ -486,6 +486,7 @@ void Service::Pull(const proto::Pull& msg, const SliceInfos& info, net::Responde
   if (PullDirect(msg, info, reply, responder)) return;
   net::Buffer buffer = net::TakeBuffer(total * sizeof(float));
   std::span<float> out = buffer.floats();
+  if (PullProgressive(msg, info, reply, buffer, responder)) return;
   uint64_t offset = 0;
   for (size_t i = 0; i < msg.items.size(); ++i) {
     Status st = PullItem(msg.items[i], out.subspan(offset, reply.item_floats[i]));
@@ -493,6 +494,36 @@ void Service::Pull(const proto::Pull& msg, const SliceInfos& info, net::Responde
     offset += reply.item_floats[i];
   }
   responder.Reply(std::move(reply), net::RecycledPayload(std::move(buffer)));
+}
+
+bool Service::PullProgressive(const proto::Pull& msg, const SliceInfos& info, proto::PullReply& reply,
+                              net::Buffer& buffer, net::Responder& responder) {
+  if (buffer.size() < kProgressivePullBytes) return false;
+  // Whole dense shards only: they cannot fail once their slices were found (shards are
+  // never dropped), and a frame on its way cannot turn into an error.
+  for (size_t i = 0; i < msg.items.size(); ++i) {
+    if (!msg.items[i].all_rows || info[i].lazy) return false;
+  }
+  progressive_pulls_.fetch_add(1, std::memory_order_relaxed);
+  std::span<float> out = buffer.floats();
+  auto progress = std::make_shared<net::PayloadProgress>();
+  net::OutPayload payload = net::RecycledPayload(std::move(buffer));
+  payload.progress = progress;
+  // The buffer is recycled once the frame and this copy are both done with it.
+  const std::shared_ptr<const void> hold = payload.keep_alive;
+  responder.Reply(std::move(reply), std::move(payload));
+  uint64_t offset = 0;
+  for (size_t i = 0; i < msg.items.size(); ++i) {
+    Status st = store_->Pull({msg.items[i].var, msg.items[i].shard}, out.subspan(offset, info[i].floats),
+                             [&](size_t copied) { progress->Publish((offset + copied) * sizeof(float)); });
+    if (!st.ok()) {
+      PS_LOG(Error) << "a pull reply failed after it was queued, closing the connection: " << st.ToString();
+      progress->Fail();
+      return true;
+    }
+    offset += info[i].floats;
+  }
+  return true;
 }
 
 Status Service::PullItem(const proto::Slice& item, std::span<float> dst) {

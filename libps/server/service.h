@@ -78,6 +78,10 @@ class Service {
   // (Store::PullBorrowed, net::DirectReply); smaller ones cost less to copy than a
   // system call of their own.
   static constexpr uint64_t kDirectPullBytes = uint64_t{64} << 10;
+  // A pull reply of at least this many bytes whose items are whole dense shards (too big
+  // for the I/O thread) is queued at once and sent while it is being copied from the
+  // store, a stripe at a time (net::PayloadProgress), so the copy overlaps the transfer.
+  static constexpr uint64_t kProgressivePullBytes = uint64_t{4} << 20;
   // Sets that limit (0: every request goes to the pool). Thread-safe.
   void SetInlineMaxBytes(uint64_t bytes) { inline_max_bytes_.store(bytes, std::memory_order_relaxed); }
   // For net::ServerOptions::run_inline: a token (non-null) for requests cheap enough to
@@ -114,6 +118,8 @@ class Service {
   uint64_t inline_accepted() const { return inline_accepted_.load(); }
   // Pulls answered with items sent straight from the store (kDirectPullBytes). Testing.
   uint64_t direct_pulls() const { return direct_pulls_.load(); }
+  // Pulls answered while their reply was being copied (kProgressivePullBytes). Testing.
+  uint64_t progressive_pulls() const { return progressive_pulls_.load(); }
   // Testing hook: runs on the handler thread of a Save or Restore with the inline gate
   // held exclusively, before the checkpointer is called. Set before requests arrive.
   void SetLongOpHookForTesting(std::function<void()> hook) { long_op_hook_ = std::move(hook); }
@@ -173,6 +179,10 @@ class Service {
   void Pull(const proto::Pull& msg, const SliceInfos& info, net::Responder& responder);
   // Pull's reply without the copy of big dense items when it can be written at once
   // (net::DirectReply: an inline pull in async mode); false: nothing was done, copy.
+  // kProgressivePullBytes: true when it answered the pull (taking reply and buffer), false
+  // (both untouched) when the pull is not one for it.
+  bool PullProgressive(const proto::Pull& msg, const SliceInfos& info, proto::PullReply& reply, net::Buffer& buffer,
+                       net::Responder& responder);
   bool PullDirect(const proto::Pull& msg, const SliceInfos& info, const proto::PullReply& reply,
                   net::Responder& responder);
   // One item of a pull into dst [its floats].
@@ -265,7 +275,7 @@ class Service {
   std::atomic<uint64_t> inline_max_bytes_{kDefaultInlineBytes};  // SetInlineMaxBytes
   std::atomic<UpdateMode> mode_{UpdateMode::kAsync};  // update_.StepMode(), for Inline (written under mode_mu_)
   std::atomic<uint64_t> inline_accepted_{0};
-  std::atomic<uint64_t> direct_pulls_{0};
+  std::atomic<uint64_t> direct_pulls_{0}, progressive_pulls_{0};
   std::function<void()> long_op_hook_;  // testing
   std::atomic<uint64_t> skipped_{0};
   std::atomic<uint64_t> applied_on_arrival_{0};

@@ -169,7 +169,7 @@ Status LazyWhole(const char* op, const ShardKey& key) {
 
 }  // namespace
 
-Status Store::Pull(const ShardKey& key, std::span<float> out) {
+Status Store::Pull(const ShardKey& key, std::span<float> out, const std::function<void(size_t)>& copied) {
   uint64_t pulled_rows = 0;
   auto run = [&]() -> Status {
     std::shared_lock lock(mu_);
@@ -180,8 +180,11 @@ Status Store::Pull(const ShardKey& key, std::span<float> out) {
     for (int64_t k = 0; k < s->num_stripes; ++k) {
       size_t begin = static_cast<size_t>(k * s->stripe_rows) * s->cols;
       size_t end = static_cast<size_t>(std::min(rows, (k + 1) * s->stripe_rows)) * s->cols;
-      std::lock_guard g(s->stripes[k]);
-      std::memcpy(out.data() + begin, s->values.data() + begin, (end - begin) * sizeof(float));
+      {
+        std::lock_guard g(s->stripes[k]);
+        std::memcpy(out.data() + begin, s->values.data() + begin, (end - begin) * sizeof(float));
+      }
+      if (copied) copied(end);
     }
     pulled_rows = static_cast<uint64_t>(rows);
     return Status::Ok();

@@ -205,8 +205,9 @@ class Store {
   // records), so that row creation fails as when memory runs out.
   void SetLazyChunkLimitForTesting(size_t chunks) { lazy_chunk_limit_ = chunks; }
 
-  // Whole shard into out [rows * cols].
-  Status Pull(const ShardKey& key, std::span<float> out);
+  // Whole shard into out [rows * cols]. `copied`, if set, is called after each stripe
+  // with the floats of `out` now final (from its start), holding no stripe lock.
+  Status Pull(const ShardKey& key, std::span<float> out, const std::function<void(size_t)>& copied = nullptr);
   // Pull without the copy: calls fn once with the shard's values [rows * cols] while
   // holding the store's structure lock (shared) and every stripe lock of the shard (one
   // shard's at most: ThreadSanitizer tracks 64 held locks), so fn sees every row wholly

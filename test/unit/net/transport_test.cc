@@ -1,6 +1,8 @@
 // Transport tests over 127.0.0.1 with kernel-chosen ports: handshake rules, calls,
 // deadlines, and the protocol-abuse suite (after every abuse a normal call succeeds).
 #include <catch2/catch.hpp>
+#include <algorithm>
+#include <array>
 #include <cstring>
 #include <future>
 #include <random>
@@ -1090,4 +1092,85 @@ TEST_CASE("a direct reply that fails before any of it is written is answered wit
     CHECK_THAT(r.status().message(), Catch::Contains("row 9 of w/part_0"));
   }
   CHECK(direct.load() == 2);
+}
+
+TEST_CASE("a reply whose payload is still being filled sends only what was published, and the frames behind it wait for it") {
+  // 8 MiB in four parts; each is filled only after the peer read the one before, so a
+  // writer that ran ahead of Publish would send the 0xEE the buffer starts with.
+  constexpr size_t kBytes = size_t{8} << 20, kParts = 4, kPart = kBytes / kParts;
+  constexpr size_t kAhead = size_t{4} << 20;  // the reply queued before it
+  struct Pending {
+    std::shared_ptr<net::Buffer> buffer;
+    std::shared_ptr<net::PayloadProgress> progress;
+  };
+  std::promise<Pending> handed;
+  net::Runtime rt(2);
+  net::ServerOptions so;
+  so.identity = Id(proto::Role::kPs, 0);
+  // On the strand, in order: request 6's reply (plain) is being written to a peer that
+  // does not read yet when request 7's (still being filled) and a Ping's Ack queue behind it.
+  so.run_inline = [](const net::Request&) { return std::make_shared<int>(0); };
+  auto server = net::Server::Start(rt, so, [&](net::Request req, net::Responder resp) {
+    const bool ahead = req.envelope.request_id == 6;
+    auto buffer = std::make_shared<net::Buffer>(ahead ? kAhead : kBytes);
+    std::memset(buffer->data(), ahead ? 0x55 : 0xEE, buffer->size());
+    net::OutPayload payload;
+    payload.parts.push_back(std::as_bytes(buffer->bytes()));
+    payload.keep_alive = buffer;
+    if (!ahead) {
+      payload.progress = std::make_shared<net::PayloadProgress>();
+      handed.set_value({buffer, payload.progress});
+    }
+    resp.Reply(proto::PullReply{{buffer->size() / 4}, {}}, std::move(payload));
+  });
+  REQUIRE(server.ok());
+  RawClient peer((*server)->port(), 64 << 10);
+  peer.Handshake();
+  peer.WriteFrame(proto::Encode({6, false, 0, proto::Pull{}}));
+  peer.WriteFrame(proto::Encode({7, false, 0, proto::Pull{}}));
+  peer.WriteFrame(proto::Encode({8, false, 0, proto::Ping{}}));
+  Pending p = handed.get_future().get();
+  // Reads a frame's header and envelope; returns the envelope and its payload's size.
+  auto head = [&] {
+    std::array<uint8_t, net::kFrameHeaderBytes> h;
+    REQUIRE(peer.ReadAll(h.data(), h.size()));
+    auto header = net::DecodeHeader(h, net::Limits{});
+    REQUIRE(header.ok());
+    std::vector<uint8_t> env(header->envelope_bytes);
+    REQUIRE(peer.ReadAll(env.data(), env.size()));
+    auto e = proto::Decode(env);
+    REQUIRE(e.ok());
+    return std::make_pair(*e, header->payload_bytes);
+  };
+  auto first = head();
+  CHECK(first.first.request_id == 6);
+  REQUIRE(first.second == kAhead);
+  std::vector<uint8_t> got(kAhead);
+  REQUIRE(peer.ReadAll(got.data(), got.size()));
+  CHECK(std::count(got.begin(), got.end(), uint8_t{0x55}) == static_cast<std::ptrdiff_t>(kAhead));
+  auto second = head();
+  CHECK(second.first.request_id == 7);
+  CHECK(second.second == kBytes);
+  got.resize(kPart);
+
+  SECTION("published part by part; the Ack queued behind it comes after the whole frame") {
+    for (size_t k = 0; k < kParts; ++k) {
+      std::memset(p.buffer->data() + k * kPart, static_cast<int>(k + 1), kPart);
+      p.progress->Publish((k + 1) * kPart);
+      REQUIRE(peer.ReadAll(got.data(), got.size()));
+      CHECK(std::count(got.begin(), got.end(), static_cast<uint8_t>(k + 1)) == static_cast<std::ptrdiff_t>(kPart));
+    }
+    auto ack = peer.ReadFrame();
+    REQUIRE(ack);
+    CHECK(ack->request_id == 8);
+    CHECK(std::holds_alternative<proto::Ack>(ack->body));
+  }
+  SECTION("a payload that fails half-way closes the connection") {
+    std::memset(p.buffer->data(), 1, kPart);
+    p.progress->Publish(kPart);
+    REQUIRE(peer.ReadAll(got.data(), got.size()));
+    CHECK(got.front() == 1);
+    p.progress->Fail();
+    CHECK(peer.WaitClosed());
+  }
 }

@@ -263,12 +263,16 @@ TEST_CASE("ps service: concurrent pushes from many workers give the exact sum") 
   }
 }
 
-TEST_CASE("ps service: big inline pulls sent straight from the store see every row wholly before or after each push, and are counted") {
+TEST_CASE("ps service: big pulls sent straight from the store, or while copied, see every row wholly before or after each push, and are counted") {
   PsFixture fx;
-  // "big" and "big2" (512 KiB and 128 KiB, rows of 16 KiB) are sent from the store's
-  // memory (Service::kDirectPullBytes), "w" rows are copied in between. Pushers add 1 to
-  // every float of both big shards at a time: a row of a reply must be uniform.
-  const int64_t kCols = 4096, kBigRows = 32, kBig2Rows = 8, kPulls = 200;
+  // Inline: "big" and "big2" (512 KiB and 128 KiB, rows of 16 KiB) are sent from the
+  // store's memory (Service::kDirectPullBytes), "w" rows are copied in between. On the
+  // pool (`pool`): "big" is 5 MiB, too big for the I/O thread, and the reply of the two
+  // whole shards is sent while it is copied (Service::kProgressivePullBytes). Pushers add
+  // 1 to every float of both big shards at a time: a row of a reply must be uniform.
+  const bool pool = GENERATE(false, true);
+  INFO((pool ? "a 5 MiB pull on the pool" : "an inline pull"));
+  const int64_t kCols = 4096, kBigRows = pool ? 320 : 32, kBig2Rows = 8, kPulls = pool ? 40 : 200;
   {
     auto c = fx.Connect();
     proto::CreateShards cs;
@@ -304,13 +308,15 @@ TEST_CASE("ps service: big inline pulls sent straight from the store see every r
   }
   auto c = fx.Connect(0, 0, proto::Role::kWorker, &clients);
   const auto before = fx.store.stats();
-  const uint64_t direct_before = fx.service.direct_pulls();
+  const uint64_t direct_before = fx.service.direct_pulls(), progressive_before = fx.service.progressive_pulls();
   std::vector<float> big(kBigRows * kCols), w(2 * 4), big2(kBig2Rows * kCols);
   int64_t torn = 0, wrong_w = 0, failed_pulls = 0;
   for (int64_t i = 0; i < kPulls; ++i) {
-    auto r = c->CallSync(proto::Pull{{All("big", 0), Rows("w", 0, {1, 3}), All("big2", 0)}}, {},
-                         {std::as_writable_bytes(std::span(big)), std::as_writable_bytes(std::span(w)),
-                          std::as_writable_bytes(std::span(big2))});
+    auto r = pool ? c->CallSync(proto::Pull{{All("big", 0), All("big2", 0)}}, {},
+                                {std::as_writable_bytes(std::span(big)), std::as_writable_bytes(std::span(big2))})
+                  : c->CallSync(proto::Pull{{All("big", 0), Rows("w", 0, {1, 3}), All("big2", 0)}}, {},
+                                {std::as_writable_bytes(std::span(big)), std::as_writable_bytes(std::span(w)),
+                                 std::as_writable_bytes(std::span(big2))});
     if (!r.ok() || !r->payload_in_place) {
       ++failed_pulls;
       continue;
@@ -321,7 +327,7 @@ TEST_CASE("ps service: big inline pulls sent straight from the store see every r
         if (std::any_of(x, x + kCols, [&](float f) { return f != x[0]; })) ++torn;
       }
     }
-    wrong_w += std::count_if(w.begin(), w.end(), [](float f) { return f != 1.0f; });
+    if (!pool) wrong_w += std::count_if(w.begin(), w.end(), [](float f) { return f != 1.0f; });
   }
   stop = true;
   for (auto& t : threads) t.join();
@@ -330,13 +336,19 @@ TEST_CASE("ps service: big inline pulls sent straight from the store see every r
   CHECK(torn == 0);
   CHECK(wrong_w == 0);
   CHECK(pushes.load() > 0);
-  // Sent from the store (the others fell back to copying when a reply was still queued).
-  CHECK(fx.service.direct_pulls() > direct_before);
+  if (pool) {
+    CHECK(fx.service.progressive_pulls() - progressive_before == uint64_t(kPulls));
+    CHECK(fx.service.direct_pulls() == direct_before);
+  } else {
+    // Sent from the store (the others fell back to copying when a reply was still queued).
+    CHECK(fx.service.direct_pulls() > direct_before);
+  }
   // Each item counted as a pull, borrowed or copied alike.
   const auto after = fx.store.stats();
-  CHECK(after.pull_requests - before.pull_requests == uint64_t(3 * kPulls));
-  CHECK(after.bytes_pulled - before.bytes_pulled == uint64_t(kPulls * ((kBigRows + kBig2Rows) * kCols + 8) * 4));
-  CHECK(after.rows_pulled - before.rows_pulled == uint64_t(kPulls * (kBigRows + kBig2Rows + 2)));
+  const int64_t w_rows = pool ? 0 : 2;
+  CHECK(after.pull_requests - before.pull_requests == uint64_t((pool ? 2 : 3) * kPulls));
+  CHECK(after.bytes_pulled - before.bytes_pulled == uint64_t(kPulls * ((kBigRows + kBig2Rows) * kCols + 4 * w_rows) * 4));
+  CHECK(after.rows_pulled - before.rows_pulled == uint64_t(kPulls * (kBigRows + kBig2Rows + w_rows)));
   CHECK(after.failed_requests == before.failed_requests);
   // Once quiet, every float holds the number of pushes.
   CHECK(PullAll(*c, "big", 0, kBigRows * kCols) == std::vector<float>(kBigRows * kCols, float(pushes.load())));
