@@ -59,7 +59,8 @@ Status RunPsTask(const daemon::DaemonContext& ctx, const PsTaskOptions& ps_optio
     WritePsMetrics(w, status_of(false));
     WriteUpdateModeMetric(w, service.update_stats());
     w.Counter("pstrain_ps_early_applied_pushes_total",
-              "Pushes applied while their payload arrived (--early-apply-min-kib).",
+              "Pushes taken on to be applied while their payload arrived (--early-apply-min-kib), repeats "
+              "and failed ones included.",
               static_cast<double>(service.early_pushes()));
     w.Counter("pstrain_ps_early_apply_cut_total",
               "Of them, pushes cut off before their payload was in (the rows that arrived stay applied).",

@@ -86,43 +86,17 @@ size_t Service::applied_mark_words() const {
   return n;
 }
 
-std::shared_ptr<void> Service::Inline(const net::Request& request) {
-  const auto& body = request.envelope.body;
-  const bool push = std::holds_alternative<proto::Push>(body);
-  if (!push && !std::holds_alternative<proto::Pull>(body)) return nullptr;
-  const uint64_t max_bytes = inline_max_bytes_.load(std::memory_order_relaxed);
-  // A push applied while it arrived (WatchPush) has only its reply left.
-  if (push && (request.payload.size() > max_bytes || push_hook_) && request.watcher == nullptr) return nullptr;
-  // A newer generation: its check may wait for the fence exclusively.
-  if (request.envelope.generation > generation_.load()) return nullptr;
-  if (!inline_gate_.try_lock_shared()) return nullptr;
-  // From here until the token is dropped no CreateShards, Save or Restore runs, so the
-  // mode read below stays true for the handler.
-  std::shared_ptr<void> token(this, [](Service* self) { self->inline_gate_.unlock_shared(); });
-  // A long op waiting for the gate: let it have it (glibc's rwlock prefers readers).
-  if (long_ops_.load() > 0) return nullptr;
-  if (mode_.load() != UpdateMode::kAsync) return nullptr;
-  if (const auto* m = std::get_if<proto::Pull>(&body)) {
-    uint64_t floats = 0;
-    for (const auto& item : m->items) {
-      auto n = SliceOf(item);
-      if (!n.ok()) break;  // answered with the error at once
-      floats += n->floats;
-      if (floats * sizeof(float) > max_bytes) return nullptr;
-    }
-  }
-  inline_accepted_.fetch_add(1, std::memory_order_relaxed);
-  return token;
-}
-
 // A push applied while its payload arrives (Service::WatchPush). Arrived applies each
 // item's rows once they are all in, at least kMinPartBytes at a time (an item's last rows
 // whatever their size), through Store::PushPart: every row whole, under the fence, with
 // the generation and the Restore count checked again for each part, exactly as a push the
-// pool handles checks them once for the whole gradient. The at-most-once marks were set
-// when the push began (an item already applied is skipped whole), so a push cut off
-// mid-payload keeps the rows that arrived and a retry of its step is acknowledged as
-// applied: each gradient value is applied at most once, never twice.
+// pool handles checks them once for the whole gradient. On the I/O thread it never
+// waits: like an inline handler it applies a part only with the inline gate and the
+// fence taken at once (no CreateShards, Save or Restore pending or running); otherwise
+// the rest is deferred to Finish, which Handle runs on the handler pool with the whole
+// payload. The at-most-once marks were set when the push began (an item already applied
+// is skipped whole), so a push cut off mid-payload keeps the rows applied so far and a
+// retry of its step is acknowledged as applied: no gradient value is applied twice.
 class Service::EarlyPush final : public net::PayloadWatcher {
  public:
   struct Item {
@@ -150,29 +124,21 @@ class Service::EarlyPush final : public net::PayloadWatcher {
     service_->early_cut_.fetch_add(1, std::memory_order_relaxed);
     PS_LOG(Warning) << "push of step " << step_id_ << " from " << peer_ << " was cut off after " << received_
                     << " of " << payload_bytes_
-                    << " bytes: the rows that arrived were applied, the rest is dropped (a retry of the step "
-                       "is acknowledged as applied: at most once)";
+                    << " bytes: the rows applied while it arrived stay applied, the rest is dropped (a retry of "
+                       "the step is acknowledged as applied: at most once)";
   }
 
   void Arrived(std::span<const std::byte> received) override {
     received_ = received.size();
-    const uint64_t floats_in = received.size() / sizeof(float);
-    const auto* grad = reinterpret_cast<const float*>(received.data());
-    for (; next_ < items_.size(); ++next_) {
-      Item& it = items_[next_];
-      const uint64_t item_floats = static_cast<uint64_t>(it.rows * it.cols);
-      const auto rows_in = static_cast<int64_t>((std::min(floats_in, it.offset + item_floats) - std::min(floats_in, it.offset)) /
-                                                static_cast<uint64_t>(it.cols));
-      const int64_t n = rows_in - it.rows_done;
-      if (rows_in < it.rows && static_cast<uint64_t>(n * it.cols) * sizeof(float) < kMinPartBytes) return;
-      if (n > 0 && it.fresh && status_.ok()) Apply(it, grad + it.offset + it.rows_done * it.cols, n);
-      it.rows_done = rows_in;
-      if (rows_in < it.rows) return;
-    }
+    if (!deferred_) ApplyArrived(received, /*on_pool=*/false);
   }
 
-  // The whole payload arrived: answers the push.
-  void Reply(net::Responder& responder) {
+  // The rest of the rows must be applied on the handler pool (Finish).
+  bool deferred() const { return deferred_ && status_.ok(); }
+
+  // The whole payload is in: applies what is left (on the handler pool) and answers.
+  void Finish(const net::Buffer& payload, net::Responder& responder) {
+    if (deferred_ && status_.ok()) ApplyArrived(payload.bytes(), /*on_pool=*/true);
     if (!status_.ok()) return responder.Fail(status_);
     int32_t skipped = 0;
     for (const Item& it : items_) skipped += it.fresh ? 0 : 1;
@@ -185,23 +151,50 @@ class Service::EarlyPush final : public net::PayloadWatcher {
   }
 
  private:
-  void Apply(const Item& it, const float* grad, int64_t rows) {
-    std::shared_lock fence(service_->fence_);
+  void ApplyArrived(std::span<const std::byte> received, bool on_pool) {
+    const uint64_t floats_in = received.size() / sizeof(float);
+    const auto* grad = reinterpret_cast<const float*>(received.data());
+    for (; next_ < items_.size(); ++next_) {
+      Item& it = items_[next_];
+      const uint64_t item_floats = static_cast<uint64_t>(it.rows * it.cols);
+      const auto rows_in = static_cast<int64_t>(
+          (std::min(floats_in, it.offset + item_floats) - std::min(floats_in, it.offset)) / static_cast<uint64_t>(it.cols));
+      const int64_t n = rows_in - it.rows_done;
+      if (rows_in < it.rows && static_cast<uint64_t>(n * it.cols) * sizeof(float) < kMinPartBytes) return;
+      if (n > 0 && it.fresh && status_.ok() && !Apply(it, grad + it.offset + it.rows_done * it.cols, n, on_pool)) {
+        return;  // deferred: these rows are applied by Finish
+      }
+      it.rows_done = rows_in;
+      if (rows_in < it.rows) return;
+    }
+  }
+
+  // False when it would have to wait (not on the pool): nothing applied, deferred_ set.
+  bool Apply(const Item& it, const float* grad, int64_t rows, bool on_pool) {
+    std::shared_lock gate(service_->inline_gate_, std::defer_lock);
+    std::shared_lock fence(service_->fence_, std::defer_lock);
+    if (on_pool) {
+      fence.lock();  // as a push on the pool: it runs beside a Save, and waits for a Restore
+    } else if (!gate.try_lock() || service_->long_ops_.load() > 0 || !fence.try_lock()) {
+      deferred_ = true;
+      return false;
+    }
     if (service_->generation_.load() != generation_) {
       status_ = Aborted(peer_ + "'s push of step " + std::to_string(step_id_) +
                         " is work of a previous chief (a newer one took over while it arrived)");
-      return;
+      return true;
     }
     if (service_->restores_.load() != restores_) {
       status_ = Aborted("the ps was restored while " + peer_ + "'s push of step " + std::to_string(step_id_) +
                         " arrived");
-      return;
+      return true;
     }
     status_ = service_->store_->PushPart(it.key, it.rows_done, std::span(grad, static_cast<size_t>(rows * it.cols)),
                                          global_step_, it.rows_done == 0);
     if (status_.ok() && it.rows_done + rows == it.rows) {
       service_->applied_on_arrival_.fetch_add(1, std::memory_order_relaxed);
     }
+    return true;
   }
 
   Service* service_;
@@ -211,8 +204,41 @@ class Service::EarlyPush final : public net::PayloadWatcher {
   std::vector<Item> items_;
   size_t next_ = 0;        // the item whose rows arrive now
   uint64_t received_ = 0;  // payload bytes in
+  bool deferred_ = false;  // a part would have had to wait: the rest is Finish's
   Status status_;          // the first failure; nothing is applied after it
 };
+
+std::shared_ptr<void> Service::Inline(const net::Request& request) {
+  const auto& body = request.envelope.body;
+  const bool push = std::holds_alternative<proto::Push>(body);
+  if (!push && !std::holds_alternative<proto::Pull>(body)) return nullptr;
+  const uint64_t max_bytes = inline_max_bytes_.load(std::memory_order_relaxed);
+  // A push applied while it arrived (WatchPush) has only its reply left, unless some of
+  // its rows were deferred to the pool.
+  const auto* early = dynamic_cast<const EarlyPush*>(request.watcher.get());
+  if (early != nullptr && early->deferred()) return nullptr;
+  if (push && (request.payload.size() > max_bytes || push_hook_) && early == nullptr) return nullptr;
+  // A newer generation: its check may wait for the fence exclusively.
+  if (request.envelope.generation > generation_.load()) return nullptr;
+  if (!inline_gate_.try_lock_shared()) return nullptr;
+  // From here until the token is dropped no CreateShards, Save or Restore runs, so the
+  // mode read below stays true for the handler.
+  std::shared_ptr<void> token(this, [](Service* self) { self->inline_gate_.unlock_shared(); });
+  // A long op waiting for the gate: let it have it (glibc's rwlock prefers readers).
+  if (long_ops_.load() > 0) return nullptr;
+  if (mode_.load() != UpdateMode::kAsync) return nullptr;
+  if (const auto* m = std::get_if<proto::Pull>(&body)) {
+    uint64_t floats = 0;
+    for (const auto& item : m->items) {
+      auto n = SliceOf(item);
+      if (!n.ok()) break;  // answered with the error at once
+      floats += n->floats;
+      if (floats * sizeof(float) > max_bytes) return nullptr;
+    }
+  }
+  inline_accepted_.fetch_add(1, std::memory_order_relaxed);
+  return token;
+}
 
 void Service::Attach(net::ServerOptions& options, uint64_t early_apply_min_bytes) {
   options.run_inline = [this](const net::Request& req) { return Inline(req); };
@@ -230,9 +256,9 @@ std::shared_ptr<net::PayloadWatcher> Service::WatchPush(const net::PeerInfo& pee
   const auto* msg = std::get_if<proto::Push>(&env.body);
   // What the pool would handle otherwise (and the errors it answers with): an untracked
   // step (a retry could not be told from a first push), another mode, a chief's request,
-  // a generation other than the ps's, a testing hook.
-  if (msg == nullptr || msg->step_id < 0 || msg->items.empty() || peer.role == proto::Role::kChief ||
-      env.generation != generation_.load() || push_hook_ || mode_.load() != UpdateMode::kAsync) {
+  // a reply frame, a generation other than the ps's, a testing hook.
+  if (msg == nullptr || env.reply || msg->step_id < 0 || msg->items.empty() || peer.role == proto::Role::kChief ||
+      push_hook_ || mode_.load() != UpdateMode::kAsync) {
     return nullptr;
   }
   std::vector<EarlyPush::Item> items;
@@ -250,7 +276,9 @@ std::shared_ptr<net::PayloadWatcher> Service::WatchPush(const net::PeerInfo& pee
   // push fail in Apply and clears the marks it set. Never waits: a Restore or a new
   // generation under way leaves the push to the pool.
   std::shared_lock fence(fence_, std::try_to_lock);
-  if (!fence.owns_lock()) return nullptr;
+  // The generation under the fence too, as the pool's check: a takeover either happened
+  // before (refused here) or waits for this push's parts (Apply checks it again).
+  if (!fence.owns_lock() || env.generation != generation_.load()) return nullptr;
   const uint64_t restores = restores_.load();
   for (size_t i = 0; i < items.size(); ++i) {
     auto fresh = MarkApplied(items[i].key, -1, msg->step_id);
@@ -334,18 +362,20 @@ void Service::Handle(net::Request request, net::Responder responder) {
       // by piece (Store::CreatedRows) and must run alone: hold the fence exclusively too
       // (after the generation check, which may take it itself).
       std::unique_lock pushes(fence_, std::defer_lock);
-      if (std::holds_alternative<proto::Restore>(body)) {
-        pushes.lock();
-        restores_.fetch_add(1);  // fails the pushes being applied while they arrive
-      }
-      return HandleLongOp(body, request.peer);
+      if (std::holds_alternative<proto::Restore>(body)) pushes.lock();
+      Result<proto::Body> r = HandleLongOp(body, request.peer);
+      // A Restore that happened (its marks forgotten) fails the pushes being applied
+      // while they arrive; the fence is still held, so no part of one runs in between.
+      if (r.ok() && std::holds_alternative<proto::Restore>(body)) restores_.fetch_add(1);
+      return r;
     }();
     if (!r.ok()) return responder.Fail(r.status());
     return responder.Reply(std::move(*r));
   }
   if (auto* early = dynamic_cast<EarlyPush*>(request.watcher.get())) {
+    early->Finish(request.payload, responder);
     net::RecycleBuffer(std::move(request.payload));
-    return early->Reply(responder);
+    return;
   }
   if (auto* m = std::get_if<proto::Push>(&body)) {
     auto r = [&]() -> Result<proto::PushReply> {
@@ -499,6 +529,11 @@ void Service::Pull(const proto::Pull& msg, const SliceInfos& info, net::Responde
 bool Service::PullProgressive(const proto::Pull& msg, const SliceInfos& info, proto::PullReply& reply,
                               net::Buffer& buffer, net::Responder& responder) {
   if (buffer.size() < kProgressivePullBytes) return false;
+  // A frame on the wire cannot wait: copied only while no CreateShards, Save or Restore
+  // (which may hold a shard's locks for long) is pending or running, as an inline handler
+  // runs; the gate is held until the copy is done. Otherwise copied first, then sent.
+  std::shared_lock gate(inline_gate_, std::try_to_lock);
+  if (!gate.owns_lock() || long_ops_.load() > 0) return false;
   // Whole dense shards only: they cannot fail once their slices were found (shards are
   // never dropped), and a frame on its way cannot turn into an error.
   for (size_t i = 0; i < msg.items.size(); ++i) {

@@ -111,7 +111,8 @@ class Service {
   // Points `options` at this service as pstrain-ps does: run_inline = Inline, and unless
   // early_apply_min_bytes is 0, watch_payload = WatchPush for payloads of at least it.
   void Attach(net::ServerOptions& options, uint64_t early_apply_min_bytes = kDefaultEarlyApplyBytes);
-  // Pushes WatchPush took on, and of them those cut off before their payload was in.
+  // Pushes WatchPush took on (repeats skipped whole and failed ones included), and of them
+  // those cut off before their payload was in.
   uint64_t early_pushes() const { return early_pushes_.load(); }
   uint64_t early_cut() const { return early_cut_.load(); }
   // Inline handlers started (Inline returned a token). Testing and metrics.

@@ -1209,3 +1209,88 @@ TEST_CASE("ps service: a push arriving while a newer chief takes over or a Resto
   CHECK(PullAll(*reader, "b", 0, kFloatsB) == std::vector<float>(kFloatsB, 1.0f));
   CHECK(fx.service.early_cut() == 0);
 }
+
+TEST_CASE("ps service: an early push meeting a Save that holds its shard's locks leaves the rest to the pool, and the I/O threads keep serving") {
+  PsFixture fx;
+  PsFixture whole(nullptr, /*early_apply_min_bytes=*/0);
+  auto cw = whole.Connect();
+  REQUIRE(fx.Connect()->CallSync(EarlyCreate()).ok());
+  REQUIRE(cw->CallSync(EarlyCreate()).ok());
+  const auto g = EarlyGradient(1);
+  REQUIRE(cw->CallSync(EarlyPush(0), Floats(g)).ok());
+  // The Save (this fixture has no checkpointer: it fails once the hook returns) holds
+  // b's stripe locks while the test lets it, as a Save writing b's shard file does.
+  std::promise<void> holding, release;
+  std::shared_future<void> released = release.get_future().share();
+  fx.service.SetLongOpHookForTesting([&] {
+    (void)fx.store.Read({"b", 0}, [&](const ::ps::server::ShardView&) {
+      holding.set_value();
+      released.wait();
+    });
+  });
+  auto chief = fx.Connect(9, 0, proto::Role::kChief);
+  auto save = chief->Call(proto::Save{"/model", 0});
+  holding.get_future().wait();
+  nettest::RawClient raw(fx.server->port());
+  timeval tv{10, 0};  // a server that stopped reading fails the test instead of hanging it
+  ::setsockopt(raw.fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  raw.Handshake(kCluster);
+  raw.WriteFrame(proto::Encode({9, false, 0, EarlyPush(0)}), g.size() * sizeof(float));
+  raw.Write(g.data(), g.size() * sizeof(float));
+  // Connections are spread over the ps's two I/O threads: some of these share the push's.
+  std::vector<std::shared_ptr<net::Client>> probes;
+  std::vector<std::future<Result<net::Reply>>> answers;
+  std::vector<std::vector<float>> pulled(4, std::vector<float>(kColsA));
+  for (int i = 0; i < 4; ++i) {
+    probes.push_back(fx.Connect(10 + i));
+    answers.push_back(probes.back()->Call(proto::Pull{{Rows("a", 0, {0})}}, {},
+                                          {std::as_writable_bytes(std::span(pulled[i]))}));
+  }
+  for (auto& a : answers) {
+    REQUIRE(a.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+    CHECK(a.get().ok());
+  }
+  // A 4.3 MB pull of both shards meanwhile is copied before it is sent (it waits for b's
+  // locks on the pool): a reply half on the wire would stop its connection's Pings.
+  std::vector<float> both(kFloatsA + kFloatsB);
+  auto big_pull = probes[0]->Call(proto::Pull{{All("a", 0), All("b", 0)}}, {},
+                                  {std::as_writable_bytes(std::span(both))});
+  REQUIRE(Eventually([&] { return fx.store.stats().pull_requests >= 5; }));  // a's part copied
+  release.set_value();
+  CHECK(save.get().status().code() == Code::kFailedPrecondition);
+  CHECK(big_pull.get().ok());
+  CHECK(fx.service.progressive_pulls() == 0);
+  auto reply = raw.ReadFrame();
+  REQUIRE(reply);
+  REQUIRE(std::holds_alternative<proto::PushReply>(reply->body));
+  CHECK(std::get<proto::PushReply>(reply->body).skipped == 0);
+  auto c = fx.Connect();
+  CHECK(SameBits(PullAll(*c, "a", 0, kFloatsA), PullAll(*cw, "a", 0, kFloatsA)));
+  CHECK(SameBits(PullAll(*c, "b", 0, kFloatsB), PullAll(*cw, "b", 0, kFloatsB)));
+  CHECK(fx.service.early_pushes() == 1);
+}
+
+TEST_CASE("ps service: a Restore that fails does not fail a push being applied while it arrives") {
+  PsFixture fx;  // no checkpointer: a Restore fails
+  PsFixture whole(nullptr, /*early_apply_min_bytes=*/0);
+  auto c = fx.Connect();
+  auto cw = whole.Connect();
+  REQUIRE(c->CallSync(EarlyCreate()).ok());
+  REQUIRE(cw->CallSync(EarlyCreate()).ok());
+  const auto g = EarlyGradient(1);
+  REQUIRE(cw->CallSync(EarlyPush(0), Floats(g)).ok());
+  nettest::RawClient raw(fx.server->port());
+  raw.Handshake(kCluster);
+  raw.WriteFrame(proto::Encode({9, false, 0, EarlyPush(0)}), g.size() * sizeof(float));
+  const size_t first = kFloatsA / 2;
+  raw.Write(g.data(), first * sizeof(float));
+  REQUIRE(Eventually([&] { return fx.store.stats().bytes_pushed >= 256 * 1024; }));
+  CHECK(fx.Connect(1, 0, proto::Role::kChief)->CallSync(proto::Restore{"/model", 0}).status().code() ==
+        Code::kFailedPrecondition);
+  raw.Write(g.data() + first, (g.size() - first) * sizeof(float));
+  auto reply = raw.ReadFrame();
+  REQUIRE(reply);
+  REQUIRE(std::holds_alternative<proto::PushReply>(reply->body));
+  CHECK(SameBits(PullAll(*c, "a", 0, kFloatsA), PullAll(*cw, "a", 0, kFloatsA)));
+  CHECK(SameBits(PullAll(*c, "b", 0, kFloatsB), PullAll(*cw, "b", 0, kFloatsB)));
+}

@@ -1,3 +1,4 @@
+#include <cstring>
 #include <catch2/catch.hpp>
 
 #include <atomic>
@@ -353,4 +354,35 @@ TEST_CASE("concurrent PushRows on overlapping rows sum exactly; rows are atomic"
     CHECK(v[r * kCols] == float(expected[r]));
     CHECK(v[r * kCols + kCols - 1] == float(expected[r]));
   }
+}
+
+TEST_CASE("PushPart applies whole rows from any row, as Push would, and counts one request") {
+  // 1000 rows: 32 stripes of 32 rows (the last one shorter), so the parts below start and
+  // end inside stripes, on their edges, and span several.
+  Store whole, parts;
+  const OptimizerSpec adam = DefaultOptimizer(OptimizerKind::kAdam);
+  REQUIRE(whole.Configure(adam).ok());
+  REQUIRE(parts.Configure(adam).ok());
+  const ShardKey key{"w", 0};
+  constexpr int64_t kRows = 1000, kCols = 7;
+  for (Store* s : {&whole, &parts}) REQUIRE(s->Create(Def("w", 0, 0, kRows, kCols, {kRows, kCols})).ok());
+  std::vector<float> grad(kRows * kCols);
+  for (size_t i = 0; i < grad.size(); ++i) grad[i] = static_cast<float>(static_cast<int64_t>(i % 97) - 48) / 16.0f;
+  const std::vector<int64_t> cuts = {0, 1, 31, 32, 33, 300, 301, 999, kRows};
+  for (int64_t step = 0; step < 2; ++step) {
+    REQUIRE(whole.Push(key, grad, step).ok());
+    for (size_t c = 0; c + 1 < cuts.size(); ++c) {
+      const auto part = std::span<const float>(grad).subspan(cuts[c] * kCols, (cuts[c + 1] - cuts[c]) * kCols);
+      REQUIRE(parts.PushPart(key, cuts[c], part, step, c == 0).ok());
+    }
+  }
+  const auto a = PullAll(whole, key, kRows * kCols), b = PullAll(parts, key, kRows * kCols);
+  CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+  CHECK(parts.stats().push_requests == whole.stats().push_requests);
+  CHECK(parts.stats().bytes_pushed == whole.stats().bytes_pushed);
+  CHECK(parts.stats().rows_pushed == whole.stats().rows_pushed);
+  // Not whole rows, or past the end: refused, nothing applied.
+  CHECK(parts.PushPart(key, 0, std::span(grad).first(kCols + 1), 2, true).code() == ps::Code::kInvalidArgument);
+  CHECK(parts.PushPart(key, kRows - 1, std::span(grad).first(2 * kCols), 2, true).code() == ps::Code::kInvalidArgument);
+  CHECK(PullAll(parts, key, kRows * kCols) == b);
 }
