@@ -1106,6 +1106,34 @@ int64_t AppliedPrefixRows(const std::vector<float>& b, const std::vector<float>&
   return k;
 }
 
+// A raw worker connection that has sent the header and envelope of EarlyPush(0) with
+// `g`'s size and none of its payload yet.
+std::unique_ptr<nettest::RawClient> StartEarlyPush(PsFixture& fx, const std::vector<float>& g) {
+  auto raw = std::make_unique<nettest::RawClient>(fx.server->port());
+  raw->Handshake(kCluster);
+  raw->WriteFrame(proto::Encode({9, false, 0, EarlyPush(0)}), g.size() * sizeof(float));
+  return raw;
+}
+
+// The early-apply fixture beside one that applies pushes whole (early apply off), both
+// with EarlyCreate's shards; `whole` already has gradient `g` of step 0 applied.
+struct EarlyAndWhole {
+  PsFixture fx;
+  PsFixture whole{nullptr, /*early_apply_min_bytes=*/0};
+  std::shared_ptr<net::Client> c = fx.Connect(), cw = whole.Connect();
+  std::vector<float> g = EarlyGradient(1);
+  explicit EarlyAndWhole(::ps::server::Checkpointer* checkpointer = nullptr) : fx(checkpointer) {
+    REQUIRE(c->CallSync(EarlyCreate()).ok());
+    REQUIRE(cw->CallSync(EarlyCreate()).ok());
+    REQUIRE(cw->CallSync(EarlyPush(0), Floats(g)).ok());
+  }
+  // Both shards of `fx` hold exactly what the whole push made of them.
+  bool SameAsWhole() {
+    return SameBits(PullAll(*c, "a", 0, kFloatsA), PullAll(*cw, "a", 0, kFloatsA)) &&
+           SameBits(PullAll(*c, "b", 0, kFloatsB), PullAll(*cw, "b", 0, kFloatsB));
+  }
+};
+
 }  // namespace
 
 TEST_CASE("ps service: an async push of big dense shards is applied while it arrives, bit-identical to applying it whole") {
@@ -1140,24 +1168,16 @@ TEST_CASE("ps service: an async push of big dense shards is applied while it arr
 }
 
 TEST_CASE("ps service: a push cut off mid-payload keeps the whole rows applied while it arrived, and its retry is not applied again") {
-  PsFixture fx;
-  PsFixture whole(nullptr, /*early_apply_min_bytes=*/0);  // what the full push makes of b
-  auto c = fx.Connect();
-  auto cw = whole.Connect();
-  REQUIRE(c->CallSync(EarlyCreate()).ok());
-  REQUIRE(cw->CallSync(EarlyCreate()).ok());
-  const auto g = EarlyGradient(1);
-  REQUIRE(cw->CallSync(EarlyPush(0), Floats(g)).ok());
+  EarlyAndWhole ew;  // `whole`: what the full push makes of b
+  auto& [fx, whole, c, cw, g] = ew;
   const auto full_a = PullAll(*cw, "a", 0, kFloatsA);
   const auto full_b = PullAll(*cw, "b", 0, kFloatsB);
   {
-    nettest::RawClient raw(fx.server->port());
-    raw.Handshake(kCluster);
-    raw.WriteFrame(proto::Encode({9, false, 0, EarlyPush(0)}), g.size() * sizeof(float));
+    auto raw = StartEarlyPush(fx, g);
     // All of a, 1000 rows of b and part of the next row; then the worker dies.
-    raw.Write(g.data(), (kFloatsA + 1000 * kColsB + 100) * sizeof(float));
-    ::shutdown(raw.fd, SHUT_WR);
-    CHECK(raw.WaitClosed());
+    raw->Write(g.data(), (kFloatsA + 1000 * kColsB + 100) * sizeof(float));
+    ::shutdown(raw->fd, SHUT_WR);
+    CHECK(raw->WaitClosed());
   }
   REQUIRE(Eventually([&] { return fx.service.early_cut() == 1; }));
   const auto a = PullAll(*c, "a", 0, kFloatsA);
@@ -1180,11 +1200,9 @@ TEST_CASE("ps service: a push arriving while a newer chief takes over or a Resto
   auto c = fx.Connect();
   REQUIRE(c->CallSync(EarlyCreate()).ok());
   const auto g = EarlyGradient(1);
-  nettest::RawClient raw(fx.server->port());
-  raw.Handshake(kCluster);
-  raw.WriteFrame(proto::Encode({9, false, 0, EarlyPush(0)}), g.size() * sizeof(float));
+  auto raw = StartEarlyPush(fx, g);
   const size_t first = kFloatsA / 2;  // half of a: at least one part is applied
-  raw.Write(g.data(), first * sizeof(float));
+  raw->Write(g.data(), first * sizeof(float));
   REQUIRE(Eventually([&] { return fx.store.stats().bytes_pushed >= 256 * 1024; }));
   std::string why;
   SECTION("a newer chief") {
@@ -1200,8 +1218,8 @@ TEST_CASE("ps service: a push arriving while a newer chief takes over or a Resto
   auto reader = fx.Connect(2, 1);  // of the newer generation
   const auto a = PullAll(*reader, "a", 0, kFloatsA);
   CHECK(a != std::vector<float>(kFloatsA, 1.0f));
-  raw.Write(g.data() + first, (g.size() - first) * sizeof(float));
-  auto reply = raw.ReadFrame();
+  raw->Write(g.data() + first, (g.size() - first) * sizeof(float));
+  auto reply = raw->ReadFrame();
   REQUIRE(reply);
   REQUIRE(std::holds_alternative<proto::Error>(reply->body));
   CHECK_THAT(std::get<proto::Error>(reply->body).message, Catch::Contains(why));
@@ -1211,13 +1229,8 @@ TEST_CASE("ps service: a push arriving while a newer chief takes over or a Resto
 }
 
 TEST_CASE("ps service: an early push meeting a Save that holds its shard's locks leaves the rest to the pool, and the I/O threads keep serving") {
-  PsFixture fx;
-  PsFixture whole(nullptr, /*early_apply_min_bytes=*/0);
-  auto cw = whole.Connect();
-  REQUIRE(fx.Connect()->CallSync(EarlyCreate()).ok());
-  REQUIRE(cw->CallSync(EarlyCreate()).ok());
-  const auto g = EarlyGradient(1);
-  REQUIRE(cw->CallSync(EarlyPush(0), Floats(g)).ok());
+  EarlyAndWhole ew;
+  auto& [fx, whole, c, cw, g] = ew;
   // The Save (this fixture has no checkpointer: it fails once the hook returns) holds
   // b's stripe locks while the test lets it, as a Save writing b's shard file does.
   std::promise<void> holding, release;
@@ -1231,12 +1244,10 @@ TEST_CASE("ps service: an early push meeting a Save that holds its shard's locks
   auto chief = fx.Connect(9, 0, proto::Role::kChief);
   auto save = chief->Call(proto::Save{"/model", 0});
   holding.get_future().wait();
-  nettest::RawClient raw(fx.server->port());
+  auto raw = StartEarlyPush(fx, g);
   timeval tv{10, 0};  // a server that stopped reading fails the test instead of hanging it
-  ::setsockopt(raw.fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  raw.Handshake(kCluster);
-  raw.WriteFrame(proto::Encode({9, false, 0, EarlyPush(0)}), g.size() * sizeof(float));
-  raw.Write(g.data(), g.size() * sizeof(float));
+  ::setsockopt(raw->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  raw->Write(g.data(), g.size() * sizeof(float));
   // Connections are spread over the ps's two I/O threads: some of these share the push's.
   std::vector<std::shared_ptr<net::Client>> probes;
   std::vector<std::future<Result<net::Reply>>> answers;
@@ -1260,37 +1271,26 @@ TEST_CASE("ps service: an early push meeting a Save that holds its shard's locks
   CHECK(save.get().status().code() == Code::kFailedPrecondition);
   CHECK(big_pull.get().ok());
   CHECK(fx.service.progressive_pulls() == 0);
-  auto reply = raw.ReadFrame();
+  auto reply = raw->ReadFrame();
   REQUIRE(reply);
   REQUIRE(std::holds_alternative<proto::PushReply>(reply->body));
   CHECK(std::get<proto::PushReply>(reply->body).skipped == 0);
-  auto c = fx.Connect();
-  CHECK(SameBits(PullAll(*c, "a", 0, kFloatsA), PullAll(*cw, "a", 0, kFloatsA)));
-  CHECK(SameBits(PullAll(*c, "b", 0, kFloatsB), PullAll(*cw, "b", 0, kFloatsB)));
+  CHECK(ew.SameAsWhole());
   CHECK(fx.service.early_pushes() == 1);
 }
 
 TEST_CASE("ps service: a Restore that fails does not fail a push being applied while it arrives") {
-  PsFixture fx;  // no checkpointer: a Restore fails
-  PsFixture whole(nullptr, /*early_apply_min_bytes=*/0);
-  auto c = fx.Connect();
-  auto cw = whole.Connect();
-  REQUIRE(c->CallSync(EarlyCreate()).ok());
-  REQUIRE(cw->CallSync(EarlyCreate()).ok());
-  const auto g = EarlyGradient(1);
-  REQUIRE(cw->CallSync(EarlyPush(0), Floats(g)).ok());
-  nettest::RawClient raw(fx.server->port());
-  raw.Handshake(kCluster);
-  raw.WriteFrame(proto::Encode({9, false, 0, EarlyPush(0)}), g.size() * sizeof(float));
+  EarlyAndWhole ew;  // no checkpointer: a Restore fails
+  auto& [fx, whole, c, cw, g] = ew;
+  auto raw = StartEarlyPush(fx, g);
   const size_t first = kFloatsA / 2;
-  raw.Write(g.data(), first * sizeof(float));
+  raw->Write(g.data(), first * sizeof(float));
   REQUIRE(Eventually([&] { return fx.store.stats().bytes_pushed >= 256 * 1024; }));
   CHECK(fx.Connect(1, 0, proto::Role::kChief)->CallSync(proto::Restore{"/model", 0}).status().code() ==
         Code::kFailedPrecondition);
-  raw.Write(g.data() + first, (g.size() - first) * sizeof(float));
-  auto reply = raw.ReadFrame();
+  raw->Write(g.data() + first, (g.size() - first) * sizeof(float));
+  auto reply = raw->ReadFrame();
   REQUIRE(reply);
   REQUIRE(std::holds_alternative<proto::PushReply>(reply->body));
-  CHECK(SameBits(PullAll(*c, "a", 0, kFloatsA), PullAll(*cw, "a", 0, kFloatsA)));
-  CHECK(SameBits(PullAll(*c, "b", 0, kFloatsB), PullAll(*cw, "b", 0, kFloatsB)));
+  CHECK(ew.SameAsWhole());
 }
