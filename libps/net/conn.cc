@@ -125,6 +125,11 @@ awaitable<void> Conn::ReadAll(const Buffers& buffers) {
   }
 }
 
+awaitable<size_t> Conn::ReadAtLeast(asio::mutable_buffer into, size_t at_least) {
+  if (tls_) co_return co_await asio::async_read(*tls_, into, asio::transfer_at_least(at_least), use_awaitable);
+  co_return co_await asio::async_read(socket_, into, asio::transfer_at_least(at_least), use_awaitable);
+}
+
 template <typename Buffers>
 awaitable<void> Conn::WriteAll(const Buffers& buffers, error_code& ec) {
   if (tls_) {
@@ -157,11 +162,7 @@ awaitable<void> Conn::ReadSpan(std::span<std::byte> dst) {
     auto into = asio::buffer(read_buf_.get(), kReadAheadBytes);
     // (An async read first tries the socket at once; data already there completes it
     // through this thread's own queue, since each io_context has one thread.)
-    if (tls_) {
-      read_end_ = co_await asio::async_read(*tls_, into, asio::transfer_at_least(dst.size()), use_awaitable);
-    } else {
-      read_end_ = co_await asio::async_read(socket_, into, asio::transfer_at_least(dst.size()), use_awaitable);
-    }
+    read_end_ = co_await ReadAtLeast(into, dst.size());
   }
 }
 
@@ -173,11 +174,7 @@ awaitable<void> Conn::ReadSpanWatched(std::span<std::byte> dst, PayloadWatcher& 
   TakeReadAhead(dst);
   for (;;) {
     if (!dst.empty()) {
-      auto into = asio::buffer(dst.data(), dst.size());
-      const auto enough = asio::transfer_at_least(std::min(dst.size(), kWatchStepBytes));
-      const size_t got = tls_ ? co_await asio::async_read(*tls_, into, enough, use_awaitable)
-                              : co_await asio::async_read(socket_, into, enough, use_awaitable);
-      dst = dst.subspan(got);
+      dst = dst.subspan(co_await ReadAtLeast(asio::buffer(dst.data(), dst.size()), std::min(dst.size(), kWatchStepBytes)));
     }
     watcher.Arrived(all.first(all.size() - dst.size()));
     if (dst.empty()) co_return;

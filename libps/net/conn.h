@@ -271,6 +271,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
   awaitable<void> ReadAll(const Buffers& buffers);
   template <typename Buffers>
   awaitable<void> WriteAll(const Buffers& buffers, error_code& ec);
+  // Reads into `into` until at least `at_least` bytes came (TLS when on); how many came.
+  awaitable<size_t> ReadAtLeast(asio::mutable_buffer into, size_t at_least);
   awaitable<void> Discard(uint64_t bytes);
   awaitable<void> Reserve(uint64_t bytes);
   awaitable<void> WaitGate();

@@ -142,11 +142,7 @@ class Service::EarlyPush final : public net::PayloadWatcher {
     if (!status_.ok()) return responder.Fail(status_);
     int32_t skipped = 0;
     for (const Item& it : items_) skipped += it.fresh ? 0 : 1;
-    if (skipped > 0) {
-      service_->skipped_ += static_cast<uint64_t>(skipped);
-      PS_LOG(Info) << "step " << step_id_ << " was already applied to " << skipped
-                   << " shard(s): the repeated push is ignored";
-    }
+    service_->CountSkipped(step_id_, -1, skipped);
     responder.Reply(proto::PushReply{service_->store_->global_step(), skipped, 0});
   }
 
@@ -712,12 +708,15 @@ Result<int32_t> Service::ApplyOnArrival(const proto::Push& msg, const std::vecto
     }
     applied_on_arrival_.fetch_add(1, std::memory_order_relaxed);
   }
-  if (skipped > 0) {
-    skipped_ += static_cast<uint64_t>(skipped);
-    PS_LOG(Info) << "step " << step << (worker >= 0 ? " of worker " + std::to_string(worker) : std::string())
-                 << " was already applied to " << skipped << " shard(s): the repeated push is ignored";
-  }
+  CountSkipped(step, worker, skipped);
   return skipped;
+}
+
+void Service::CountSkipped(int64_t step, int32_t worker, int32_t skipped) {
+  if (skipped == 0) return;
+  skipped_ += static_cast<uint64_t>(skipped);
+  PS_LOG(Info) << "step " << step << (worker >= 0 ? " of worker " + std::to_string(worker) : std::string())
+               << " was already applied to " << skipped << " shard(s): the repeated push is ignored";
 }
 
 Service::SyncShard& Service::SyncState(const ShardKey& key) {

@@ -204,6 +204,8 @@ class Service {
   // before it stay applied).
   Result<int32_t> ApplyOnArrival(const proto::Push& msg, const std::vector<std::span<const float>>& grads,
                                  int32_t worker, int64_t step, const std::vector<bool>& only);
+  // Counts and logs `skipped` items of a repeated push of `step` (worker -1: any).
+  void CountSkipped(int64_t step, int32_t worker, int32_t skipped);
   // mode_mu_ held: sync and bounded-staleness requests must name their worker and clock.
   Status CheckTag(const char* op, int32_t worker, int64_t clock) const;
   // Under mode_mu_: may `msg` be served now? `step`: its clock on this ps's scale
