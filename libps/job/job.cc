@@ -63,6 +63,7 @@ Result<JobSpec> ParseJob(const Json& json, const std::string& default_base_dir) 
   PS_RETURN_IF_ERROR(r.GetOr("dispatches_per_worker", &job.dispatches_per_worker));
   PS_RETURN_IF_ERROR(Range(r, "dispatches_per_worker", job.dispatches_per_worker, 1, 64));
   PS_RETURN_IF_ERROR(r.GetOr("prefetch", &job.prefetch));
+  PS_RETURN_IF_ERROR(r.GetOr("combine_push_pull", &job.combine_push_pull));
   if (const Json* u = r.Find("update")) {
     PS_ASSIGN_OR_RETURN(job.update, ps::server::ParseUpdate(*u, "job.update"));
   }

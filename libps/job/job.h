@@ -59,6 +59,9 @@ struct JobSpec {
   // Pull the next step's parameters while this step computes: faster, but a step may see
   // parameters up to two of its own steps stale (see README, Performance).
   bool prefetch = true;
+  // Async mode: a step's push carries the pull of a later step (the next one's without
+  // prefetch, the one after it with), so each ps gets one request a step instead of two.
+  bool combine_push_pull = true;
   // Async, sync or bounded staleness (libps/server/update.h). num_workers is 0 here; the
   // chief and the workers fill it in from the cluster.
   ps::server::UpdateSpec update;

@@ -77,9 +77,16 @@ Offset<void> EncodeBody(FlatBufferBuilder& fbb, const Body& body) {
           return w::CreatePullReplyDirect(fbb, &m.item_floats, &m.versions).Union();
         } else if constexpr (std::is_same_v<M, Push>) {
           auto items = EncodeSlices(fbb, m.items);
-          return w::CreatePushDirect(fbb, &items, m.global_step, m.step_id, m.worker, m.clock, m.idle).Union();
+          flatbuffers::Offset<w::Pull> pull = 0;
+          if (m.pull) {
+            auto pull_items = EncodeSlices(fbb, m.pull->items);
+            pull = w::CreatePullDirect(fbb, &pull_items, m.pull->worker, m.pull->clock);
+          }
+          return w::CreatePushDirect(fbb, &items, m.global_step, m.step_id, m.worker, m.clock, m.idle, pull).Union();
         } else if constexpr (std::is_same_v<M, PushReply>) {
-          return w::CreatePushReply(fbb, m.global_step, m.skipped, m.stale).Union();
+          flatbuffers::Offset<w::PullReply> pull = 0;
+          if (m.pull) pull = w::CreatePullReplyDirect(fbb, &m.pull->item_floats, &m.pull->versions);
+          return w::CreatePushReply(fbb, m.global_step, m.skipped, m.stale, pull).Union();
         } else if constexpr (std::is_same_v<M, StartJob>) {
           return w::CreateStartJobDirect(fbb, m.job_json.c_str(), m.worker_index, m.num_workers)
               .Union();
@@ -200,11 +207,19 @@ Result<Body> DecodeBody(const w::Envelope* env) {
     case w::Body::Push: {
       auto* m = env->body_as_Push();
       PS_ASSIGN_OR_RETURN(auto items, DecodeSlices(m->items()));
-      return Body(Push{std::move(items), m->global_step(), m->step_id(), m->worker(), m->clock(), m->idle()});
+      std::optional<Pull> pull;
+      if (const auto* p = m->pull()) {
+        PS_ASSIGN_OR_RETURN(auto pull_items, DecodeSlices(p->items()));
+        pull = Pull{std::move(pull_items), p->worker(), p->clock()};
+      }
+      return Body(Push{std::move(items), m->global_step(), m->step_id(), m->worker(), m->clock(), m->idle(),
+                       std::move(pull)});
     }
     case w::Body::PushReply: {
       auto* m = env->body_as_PushReply();
-      return Body(PushReply{m->global_step(), m->skipped(), m->stale()});
+      std::optional<PullReply> pull;
+      if (const auto* p = m->pull()) pull = PullReply{Vec(p->item_floats()), Vec(p->versions())};
+      return Body(PushReply{m->global_step(), m->skipped(), m->stale(), std::move(pull)});
     }
     case w::Body::StartJob: {
       auto* m = env->body_as_StartJob();

@@ -146,8 +146,14 @@ struct Push {
   int32_t worker = -1;
   int64_t clock = -1;
   bool idle = false;
+  std::optional<Pull> pull = std::nullopt;  // async mode: pulled once the push is applied
 };
-struct PushReply { int64_t global_step = 0; int32_t skipped = 0; int32_t stale = 0; };
+struct PushReply {
+  int64_t global_step = 0;
+  int32_t skipped = 0;
+  int32_t stale = 0;
+  std::optional<PullReply> pull = std::nullopt;  // the push's pull, when it had one
+};
 
 // delta_base >= 0: a delta checkpoint against the checkpoint of step delta_parent
 // (ckpt/checkpoint_dir.h, "Delta checkpoints").

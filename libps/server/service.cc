@@ -223,9 +223,13 @@ std::shared_ptr<void> Service::Inline(const net::Request& request) {
   // A long op waiting for the gate: let it have it (glibc's rwlock prefers readers).
   if (long_ops_.load() > 0) return nullptr;
   if (mode_.load() != UpdateMode::kAsync) return nullptr;
-  if (const auto* m = std::get_if<proto::Pull>(&body)) {
+  // What the request pulls: a pull's items, or a push's pull after it (its reply).
+  const std::vector<proto::Slice>* pulled = nullptr;
+  if (const auto* m = std::get_if<proto::Pull>(&body)) pulled = &m->items;
+  if (const auto* m = std::get_if<proto::Push>(&body); m != nullptr && m->pull) pulled = &m->pull->items;
+  if (pulled != nullptr) {
     uint64_t floats = 0;
-    for (const auto& item : m->items) {
+    for (const auto& item : *pulled) {
       auto n = SliceOf(item);
       if (!n.ok()) break;  // answered with the error at once
       floats += n->floats;
@@ -253,8 +257,10 @@ std::shared_ptr<net::PayloadWatcher> Service::WatchPush(const net::PeerInfo& pee
   // What the pool would handle otherwise (and the errors it answers with): an untracked
   // step (a retry could not be told from a first push), another mode, a chief's request,
   // a reply frame, a generation other than the ps's, a testing hook.
-  if (msg == nullptr || env.reply || msg->step_id < 0 || msg->items.empty() || peer.role == proto::Role::kChief ||
-      push_hook_ || mode_.load() != UpdateMode::kAsync) {
+  // A push with a pull after it is small (the worker combines only those): the pool's
+  // path or an inline handler answers both.
+  if (msg == nullptr || env.reply || msg->step_id < 0 || msg->items.empty() || msg->pull ||
+      peer.role == proto::Role::kChief || push_hook_ || mode_.load() != UpdateMode::kAsync) {
     return nullptr;
   }
   std::vector<EarlyPush::Item> items;
@@ -374,15 +380,19 @@ void Service::Handle(net::Request request, net::Responder responder) {
     return;
   }
   if (auto* m = std::get_if<proto::Push>(&body)) {
+    SliceInfos pull_info;
     auto r = [&]() -> Result<proto::PushReply> {
       std::shared_lock fence(fence_);  // from the generation check until applied
       PS_RETURN_IF_ERROR(CheckGeneration(request));
       if (push_hook_) push_hook_();
-      return Push(*m, request.payload);
+      return Push(*m, request.payload, &pull_info);
     }();
     net::RecycleBuffer(std::move(request.payload));
     if (!r.ok()) return responder.Fail(r.status());
-    return responder.Reply(*r);
+    if (!m->pull) return responder.Reply(*r);
+    // The pull after it (async mode, checked by Push): served now, so it sees this
+    // push's gradient applied; answered in the PushReply.
+    return Pull(*m->pull, pull_info, responder, std::move(*r));
   }
   if (Status st = CheckGeneration(request); !st.ok()) return responder.Fail(st);
   if (auto* m = std::get_if<proto::Pull>(&body)) return PullOrWait(std::move(*m), std::move(responder));
@@ -488,7 +498,8 @@ Result<Service::SliceInfos> Service::SlicesOf(const std::vector<proto::Slice>& i
   return info;
 }
 
-void Service::Pull(const proto::Pull& msg, const SliceInfos& info, net::Responder& responder) {
+void Service::Pull(const proto::Pull& msg, const SliceInfos& info, net::Responder& responder,
+                   std::optional<proto::PushReply> pushed) {
   proto::PullReply reply;
   uint64_t total = 0;
   for (const SliceInfo& i : info) {
@@ -509,20 +520,25 @@ void Service::Pull(const proto::Pull& msg, const SliceInfos& info, net::Responde
       }
     }
   }
-  if (PullDirect(msg, info, reply, responder)) return;
+  proto::Body body = std::move(reply);
+  if (pushed) {
+    pushed->pull = std::move(std::get<proto::PullReply>(body));
+    body = std::move(*pushed);
+  }
+  if (PullDirect(msg, info, body, responder)) return;
   net::Buffer buffer = net::TakeBuffer(total * sizeof(float));
   std::span<float> out = buffer.floats();
-  if (PullProgressive(msg, info, reply, buffer, responder)) return;
+  if (PullProgressive(msg, info, body, buffer, responder)) return;
   uint64_t offset = 0;
   for (size_t i = 0; i < msg.items.size(); ++i) {
-    Status st = PullItem(msg.items[i], out.subspan(offset, reply.item_floats[i]));
+    Status st = PullItem(msg.items[i], out.subspan(offset, info[i].floats));
     if (!st.ok()) return responder.Fail(st);
-    offset += reply.item_floats[i];
+    offset += info[i].floats;
   }
-  responder.Reply(std::move(reply), net::RecycledPayload(std::move(buffer)));
+  responder.Reply(std::move(body), net::RecycledPayload(std::move(buffer)));
 }
 
-bool Service::PullProgressive(const proto::Pull& msg, const SliceInfos& info, proto::PullReply& reply,
+bool Service::PullProgressive(const proto::Pull& msg, const SliceInfos& info, proto::Body& body,
                               net::Buffer& buffer, net::Responder& responder) {
   if (buffer.size() < kProgressivePullBytes) return false;
   // A frame on the wire cannot wait: copied only while no CreateShards, Save or Restore
@@ -542,7 +558,7 @@ bool Service::PullProgressive(const proto::Pull& msg, const SliceInfos& info, pr
   payload.progress = progress;
   // The buffer is recycled once the frame and this copy are both done with it.
   const std::shared_ptr<const void> hold = payload.keep_alive;
-  responder.Reply(std::move(reply), std::move(payload));
+  responder.Reply(std::move(body), std::move(payload));
   uint64_t offset = 0;
   for (size_t i = 0; i < msg.items.size(); ++i) {
     Status st = store_->Pull({msg.items[i].var, msg.items[i].shard}, out.subspan(offset, info[i].floats),
@@ -562,7 +578,7 @@ Status Service::PullItem(const proto::Slice& item, std::span<float> dst) {
   return item.all_rows ? store_->Pull(key, dst) : store_->PullRows(key, item.rows, dst);
 }
 
-bool Service::PullDirect(const proto::Pull& msg, const SliceInfos& info, const proto::PullReply& reply,
+bool Service::PullDirect(const proto::Pull& msg, const SliceInfos& info, const proto::Body& body,
                          net::Responder& responder) {
   // Async only: the other modes go to the pool, where BeginDirect says no anyway.
   if (mode_.load() != UpdateMode::kAsync) return false;
@@ -576,7 +592,7 @@ bool Service::PullDirect(const proto::Pull& msg, const SliceInfos& info, const p
     any = any || borrowed(i);
   }
   if (!any) return false;
-  std::optional<net::DirectReply> direct = responder.BeginDirect(reply, total);
+  std::optional<net::DirectReply> direct = responder.BeginDirect(body, total);
   if (!direct) return false;  // not on the I/O thread, TLS, or replies queued: copy
   direct_pulls_.fetch_add(1, std::memory_order_relaxed);
   // The copied items first, into the reply's own memory at their offsets, so that an
@@ -626,8 +642,16 @@ Status Service::CheckTag(const char* op, int32_t worker, int64_t clock) const {
                          std::to_string(worker) + " clock " + std::to_string(clock));
 }
 
-Result<proto::PushReply> Service::Push(const proto::Push& msg, const net::Buffer& payload) {
+Result<proto::PushReply> Service::Push(const proto::Push& msg, const net::Buffer& payload, SliceInfos* pull_info) {
   PS_ASSIGN_OR_RETURN(SliceInfos info, SlicesOf(msg.items));
+  if (msg.pull) {
+    // The pull after it is checked before anything is applied, as the push itself.
+    PS_ASSIGN_OR_RETURN(*pull_info, SlicesOf(msg.pull->items));
+    for (size_t i = 0; i < msg.pull->items.size(); ++i) {
+      const auto& item = msg.pull->items[i];
+      PS_RETURN_IF_ERROR(CheckRows("Pull", {item.var, item.shard}, item.rows, (*pull_info)[i].rows));
+    }
+  }
   uint64_t total = 0;
   for (const SliceInfo& i : info) total += i.floats;
   if (payload.size() != total * sizeof(float)) {
@@ -647,6 +671,12 @@ Result<proto::PushReply> Service::Push(const proto::Push& msg, const net::Buffer
     std::lock_guard lock(mode_mu_);
     mode = update_.StepMode();
     PS_RETURN_IF_ERROR(CheckTag("Push", msg.worker, msg.clock));
+    // Elsewhere a pull may have to wait for other workers' steps, and this push's reply
+    // with it.
+    if (msg.pull && mode != UpdateMode::kAsync) {
+      return FailedPrecondition("Push: a pull after a push needs async mode; this ps trains in " +
+                                update_.Describe() + " mode");
+    }
     if (mode == UpdateMode::kSync) {
       for (size_t i = 0; i < msg.items.size(); ++i) on_arrival[i] = !SyncClass(info[i].sparse);
     }

@@ -176,19 +176,23 @@ class Service {
   using SliceInfos = std::vector<SliceInfo>;  // [item]
   // Pulls now, or parks the pull until the update mode lets it through.
   void PullOrWait(proto::Pull msg, net::Responder responder);
-  // Answers a pull that may be served now.
-  void Pull(const proto::Pull& msg, const SliceInfos& info, net::Responder& responder);
+  // Answers a pull that may be served now; with `pushed`, the pull after that push,
+  // answered in its PushReply.
+  void Pull(const proto::Pull& msg, const SliceInfos& info, net::Responder& responder,
+            std::optional<proto::PushReply> pushed = std::nullopt);
   // Pull's reply without the copy of big dense items when it can be written at once
   // (net::DirectReply: an inline pull in async mode); false: nothing was done, copy.
   // kProgressivePullBytes: true when it answered the pull (taking reply and buffer), false
   // (both untouched) when the pull is not one for it.
-  bool PullProgressive(const proto::Pull& msg, const SliceInfos& info, proto::PullReply& reply, net::Buffer& buffer,
+  // `body`: the reply (a PullReply, or the PushReply holding it).
+  bool PullProgressive(const proto::Pull& msg, const SliceInfos& info, proto::Body& body, net::Buffer& buffer,
                        net::Responder& responder);
-  bool PullDirect(const proto::Pull& msg, const SliceInfos& info, const proto::PullReply& reply,
-                  net::Responder& responder);
+  bool PullDirect(const proto::Pull& msg, const SliceInfos& info, const proto::Body& body, net::Responder& responder);
   // One item of a pull into dst [its floats].
   Status PullItem(const proto::Slice& item, std::span<float> dst);
-  Result<proto::PushReply> Push(const proto::Push& msg, const net::Buffer& payload);
+  // A push with a pull after it (async mode only) gets that pull's items checked into
+  // `pull_info` before anything is applied.
+  Result<proto::PushReply> Push(const proto::Push& msg, const net::Buffer& payload, SliceInfos* pull_info);
   // Sync steps (sync mode, or hybrid). grads[i]: item i's gradient.
   // on_arrival[i]: item i is of the async class (hybrid), applied on arrival.
   Result<proto::PushReply> PushSync(const proto::Push& msg, const std::vector<std::span<const float>>& grads,

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 #include "libps/core/log.h"
 
@@ -43,10 +44,35 @@ class Latch {
   Status first_;
 };
 
+void PsLink::PushPull(proto::Push push, net::OutPayload grads, proto::Pull pull,
+                      std::vector<std::span<std::byte>> into, std::function<void(Status)> done) {
+  Push(std::move(push), std::move(grads),
+       [this, pull = std::move(pull), into = std::move(into), done = std::move(done)](Status st) mutable {
+         if (!st.ok()) return done(std::move(st));
+         Pull(std::move(pull), std::move(into), [done = std::move(done)](Status s, int64_t) { done(std::move(s)); });
+       });
+}
+
 namespace {
 
 double SecondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// A pull's reply (or a push's with its pull) must have put `want` bytes in place.
+Status CheckPulled(const Result<net::Reply>& r, uint64_t want) {
+  if (!r.ok()) return r.status();
+  if (!r->payload_in_place && !(want == 0 && r->payload.size() == 0)) {
+    return ProtocolError("pull reply of " + std::to_string(r->payload.size()) + " bytes, expected " +
+                         std::to_string(want));
+  }
+  return Status::Ok();
+}
+
+uint64_t Bytes(const std::vector<std::span<std::byte>>& into) {
+  uint64_t n = 0;
+  for (auto s : into) n += s.size();
+  return n;
 }
 
 class RemoteLink : public PsLink {
@@ -55,17 +81,12 @@ class RemoteLink : public PsLink {
       : client_(std::move(c)), push_client_(push ? std::move(push) : client_), timers_(timers) {}
   void Pull(proto::Pull req, std::vector<std::span<std::byte>> into,
             std::function<void(Status, int64_t)> done) override {
-    uint64_t want = 0;
-    for (auto s : into) want += s.size();
+    const uint64_t want = Bytes(into);
     client_->CallAsync(std::move(req), {}, std::move(into), net::Millis{0},
                        [done = std::move(done), want, timer = timers_.pull,
                         t0 = std::chrono::steady_clock::now()](Result<net::Reply> r) {
                          if (timer != nullptr) timer->Observe(SecondsSince(t0));
-                         if (!r.ok()) return done(r.status(), INT64_MAX);
-                         if (!r->payload_in_place && !(want == 0 && r->payload.size() == 0)) {
-                           return done(ProtocolError("pull reply of " + std::to_string(r->payload.size()) +
-                                                     " bytes, expected " + std::to_string(want)), INT64_MAX);
-                         }
+                         if (Status st = CheckPulled(r, want); !st.ok()) return done(std::move(st), INT64_MAX);
                          int64_t version = INT64_MAX;
                          if (const auto* m = std::get_if<proto::PullReply>(&r->envelope.body)) {
                            for (int64_t v : m->versions) version = std::min(version, v);
@@ -74,26 +95,27 @@ class RemoteLink : public PsLink {
                        });
   }
   void Push(proto::Push req, net::OutPayload grads, std::function<void(Status)> done) override {
-    if (repeat_every_ > 0 && ++pushes_ % repeat_every_ == 0) {
-      // Fault injection: the reply is "lost" and the same push is sent again.
-      auto client = push_client_;
-      proto::Push again = req;
-      net::OutPayload payload = grads;
-      push_client_->CallAsync(std::move(req), std::move(grads), {}, net::Millis{0},
-                              [client, again = std::move(again), payload = std::move(payload),
-                               done = std::move(done)](Result<net::Reply> first) mutable {
-                                if (!first.ok()) return done(first.status());
-                                client->CallAsync(std::move(again), std::move(payload), {}, net::Millis{0},
-                                                  [done = std::move(done)](Result<net::Reply> r) { done(r.status()); });
-                              });
-      return;
-    }
-    push_client_->CallAsync(std::move(req), std::move(grads), {}, net::Millis{0},
-                            [done = std::move(done), timer = timers_.push,
-                             t0 = std::chrono::steady_clock::now()](Result<net::Reply> r) {
-                              if (timer != nullptr) timer->Observe(SecondsSince(t0));
-                              done(r.status());
-                            });
+    SendPush(push_client_, std::move(req), std::move(grads), {},
+             [done = std::move(done), timer = timers_.push,
+              t0 = std::chrono::steady_clock::now()](Result<net::Reply> r) {
+               if (timer != nullptr) timer->Observe(SecondsSince(t0));
+               done(r.status());
+             });
+  }
+  // On the pulls' connection: the worker waits for the pull in it.
+  void PushPull(proto::Push push, net::OutPayload grads, proto::Pull pull, std::vector<std::span<std::byte>> into,
+                std::function<void(Status)> done) override {
+    const uint64_t want = Bytes(into);
+    push.pull = std::move(pull);
+    SendPush(client_, std::move(push), std::move(grads), std::move(into),
+             [done = std::move(done), want, timers = timers_,
+              t0 = std::chrono::steady_clock::now()](Result<net::Reply> r) {
+               // The round trip of both: the push's and the pull's.
+               for (prom::Histogram* h : {timers.push, timers.pull}) {
+                 if (h != nullptr) h->Observe(SecondsSince(t0));
+               }
+               done(CheckPulled(r, want));
+             });
   }
 
  private:
@@ -106,6 +128,26 @@ class RemoteLink : public PsLink {
     return v == nullptr ? int64_t{0} : std::max<int64_t>(0, std::atoll(v));
   }();
   int64_t pushes_ = 0;  // the trainer's thread only
+
+  // Sends a push (`into`: where its pull's rows go, if it has one), and with the fault
+  // injection every Nth one twice: the first reply is "lost".
+  void SendPush(const std::shared_ptr<net::Client>& client, proto::Push req, net::OutPayload grads,
+                std::vector<std::span<std::byte>> into, std::function<void(Result<net::Reply>)> done) {
+    if (repeat_every_ > 0 && ++pushes_ % repeat_every_ == 0) {
+      proto::Push again = req;
+      net::OutPayload payload = grads;
+      auto into_again = into;
+      client->CallAsync(std::move(req), std::move(grads), std::move(into), net::Millis{0},
+                        [client, again = std::move(again), payload = std::move(payload),
+                         into_again = std::move(into_again), done = std::move(done)](Result<net::Reply> first) mutable {
+                          if (!first.ok()) return done(std::move(first));
+                          client->CallAsync(std::move(again), std::move(payload), std::move(into_again),
+                                            net::Millis{0}, std::move(done));
+                        });
+      return;
+    }
+    client->CallAsync(std::move(req), std::move(grads), std::move(into), net::Millis{0}, std::move(done));
+  }
 };
 
 class LocalLink : public PsLink {
@@ -199,6 +241,24 @@ void ParamFetcher::SetUpdateMode(ps::server::UpdateMode mode, int worker) {
 }
 
 Status ParamFetcher::StartFetch(int stage, model::Model& model, const model::Batch& batch, int64_t clock) {
+  PS_RETURN_IF_ERROR(PlanFetch(stage, model, batch, clock));
+  const Stage& st = stages_[stage];
+  for (size_t p = 0; p < links_.size(); ++p) {
+    if (Pulls(st, p)) links_[p]->Pull(st.pulls[p], st.pull_into[p], PullDone(st));
+  }
+  return Status::Ok();
+}
+
+std::function<void(Status, int64_t)> ParamFetcher::PullDone(const Stage& st) const {
+  return [latch = st.pull_in_flight, version = st.version](Status s, int64_t v) {
+    int64_t cur = version->load();
+    while (v < cur && !version->compare_exchange_weak(cur, v)) {
+    }
+    latch->Done(std::move(s));
+  };
+}
+
+Status ParamFetcher::PlanFetch(int stage, model::Model& model, const model::Batch& batch, int64_t clock) {
   Stage& st = stages_[stage];
   const bool every_shard = EveryShard();
   PS_RETURN_IF_ERROR(WaitFetch(stage));  // never two pulls into one stage
@@ -243,24 +303,13 @@ Status ParamFetcher::StartFetch(int stage, model::Model& model, const model::Bat
     st.params.rows[v] = var.sparse ? std::span<const int64_t>(rows) : std::span<const int64_t>();
   }
   int active = 0;
-  for (auto& p : st.pulls) {
-    p.worker = every_shard ? worker_ : -1;
-    p.clock = every_shard ? clock : -1;
-    active += p.items.empty() && !every_shard ? 0 : 1;
+  for (size_t p = 0; p < links_.size(); ++p) {
+    st.pulls[p].worker = every_shard ? worker_ : -1;
+    st.pulls[p].clock = every_shard ? clock : -1;
+    active += Pulls(st, p) ? 1 : 0;
   }
   st.pull_in_flight = std::make_shared<Latch>(active);
   st.version = std::make_shared<std::atomic<int64_t>>(INT64_MAX);
-  auto latch = st.pull_in_flight;
-  auto version = st.version;
-  for (size_t p = 0; p < links_.size(); ++p) {
-    if (st.pulls[p].items.empty() && !every_shard) continue;
-    links_[p]->Pull(st.pulls[p], st.pull_into[p], [latch, version](Status s, int64_t v) {
-      int64_t cur = version->load();
-      while (v < cur && !version->compare_exchange_weak(cur, v)) {
-      }
-      latch->Done(std::move(s));
-    });
-  }
   return Status::Ok();
 }
 
@@ -303,27 +352,72 @@ Status ParamFetcher::WaitPush() {
   return st;
 }
 
-void ParamFetcher::StartPush(int stage, const model::Grads& grads, int64_t step, int64_t clock) {
+std::vector<std::optional<ParamFetcher::PushRequest>> ParamFetcher::PushRequests(int stage,
+                                                                                  const model::Grads& grads,
+                                                                                  int64_t step, int64_t clock) const {
   const Stage& st = stages_[stage];
   const bool every_shard = EveryShard();
-  int active = 0;
-  for (const auto& p : st.pulls) active += p.items.empty() && !every_shard ? 0 : 1;
-  push_in_flight_ = std::make_shared<Latch>(active);
-  auto latch = push_in_flight_;
+  std::vector<std::optional<PushRequest>> out(links_.size());
   for (size_t p = 0; p < links_.size(); ++p) {
-    if (st.pulls[p].items.empty() && !every_shard) continue;
-    proto::Push push;
-    push.items = st.pulls[p].items;
-    push.global_step = step;
-    push.step_id = step;
-    push.worker = every_shard ? worker_ : -1;
-    push.clock = every_shard ? clock : -1;
-    net::OutPayload payload;
+    if (!Pulls(st, p)) continue;
+    PushRequest& r = out[p].emplace();
+    r.push.items = st.pulls[p].items;
+    r.push.global_step = step;
+    r.push.step_id = step;
+    r.push.worker = every_shard ? worker_ : -1;
+    r.push.clock = every_shard ? clock : -1;
     for (const auto& ref : st.slice_refs[p]) {
-      payload.Add(std::span<const float>(grads.values[ref.var]).subspan(ref.offset, ref.count));
+      r.grads.Add(std::span<const float>(grads.values[ref.var]).subspan(ref.offset, ref.count));
     }
-    links_[p]->Push(std::move(push), std::move(payload), [latch](Status st) { latch->Done(std::move(st)); });
   }
+  return out;
+}
+
+void ParamFetcher::StartPush(int stage, const model::Grads& grads, int64_t step, int64_t clock) {
+  auto pushes = PushRequests(stage, grads, step, clock);
+  push_in_flight_ = std::make_shared<Latch>(static_cast<int>(std::count_if(
+      pushes.begin(), pushes.end(), [](const auto& r) { return r.has_value(); })));
+  for (size_t p = 0; p < links_.size(); ++p) {
+    if (!pushes[p]) continue;
+    links_[p]->Push(std::move(pushes[p]->push), std::move(pushes[p]->grads),
+                    [latch = push_in_flight_](Status st) { latch->Done(std::move(st)); });
+  }
+}
+
+bool ParamFetcher::CombinesPushOf(int stage) const {
+  const Stage& st = stages_[stage];
+  for (size_t p = 0; p < links_.size(); ++p) {
+    uint64_t bytes = 0;  // of ps p's push: its gradients are laid out like the pull
+    for (const auto& ref : st.slice_refs[p]) bytes += ref.count * sizeof(float);
+    if (Pulls(st, p) && bytes < kCombineMaxPushBytes) return true;
+  }
+  return false;
+}
+
+Status ParamFetcher::StartPushFetch(int stage, const model::Grads& grads, int64_t step, int into,
+                                    model::Model& model, const model::Batch& batch) {
+  PS_ASSERT(!EveryShard());
+  auto pushes = PushRequests(stage, grads, step, -1);
+  push_in_flight_ = std::make_shared<Latch>(static_cast<int>(std::count_if(
+      pushes.begin(), pushes.end(), [](const auto& r) { return r.has_value(); })));
+  auto push_done = [latch = push_in_flight_](Status st) { latch->Done(std::move(st)); };
+  Status planned = PlanFetch(into, model, batch, -1);
+  const Stage& st = stages_[into];
+  for (size_t p = 0; p < links_.size(); ++p) {
+    const bool pull = planned.ok() && Pulls(st, p);
+    if (pushes[p] && pull && pushes[p]->grads.size() < kCombineMaxPushBytes) {
+      ++combined_;
+      links_[p]->PushPull(std::move(pushes[p]->push), std::move(pushes[p]->grads), st.pulls[p], st.pull_into[p],
+                          [push_done, pull_done = PullDone(st)](Status s) {
+                            push_done(s);
+                            pull_done(std::move(s), INT64_MAX);
+                          });
+      continue;
+    }
+    if (pushes[p]) links_[p]->Push(std::move(pushes[p]->push), std::move(pushes[p]->grads), push_done);
+    if (pull) links_[p]->Pull(st.pulls[p], st.pull_into[p], PullDone(st));
+  }
+  return planned;
 }
 
 Status Trainer::Idle() {
@@ -372,6 +466,7 @@ Status Trainer::Pipeline(int64_t first_step, int count, StepStats* stats) {
   const int64_t clock = clock_;
   int stage = 0;
   bool fetching = false;  // the pull for `stage` has been started
+  bool ahead = false;     // prefetch: the pull for step i + 1 went with step i - 1's push
   for (int i = 0; i < count; ++i) {
     if (!fetching) {
       auto t = Clock::now();
@@ -383,7 +478,7 @@ Status Trainer::Pipeline(int64_t first_step, int count, StepStats* stats) {
     PS_RETURN_IF_ERROR(fetcher_->WaitFetch(stage));
     auto t1 = Clock::now();
     fetching = prefetch_ && i + 1 < count;
-    if (fetching) {  // the next step's data and pull run during this step's compute
+    if (fetching && !std::exchange(ahead, false)) {  // the next step's data and pull run during this step's compute
       PS_ASSIGN_OR_RETURN(batches_[stage ^ 1], dataset_->Next(batch_size_));
       PS_RETURN_IF_ERROR(
           fetcher_->StartFetch(stage ^ 1, *model_, batches_[stage ^ 1], Tag(first_step + i + 1, clock + i + 1)));
@@ -410,8 +505,24 @@ Status Trainer::Pipeline(int64_t first_step, int count, StepStats* stats) {
     }
     if (slow_step_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow_step_ms_));
     auto t3 = Clock::now();
+    // Combined: this push carries the pull of step `next`, whose stage (`into`) is free
+    // now: this step's own (prefetch: step i + 1's pull is under way into the other), or
+    // the other one (no prefetch: nothing is). Its data is read first, while the previous
+    // step's push is still on its way.
+    const int next = prefetch_ ? i + 2 : i + 1;
+    const bool combine = combine_ && next < count && fetcher_->CombinesPushOf(stage);
+    Result<model::Batch> next_batch = combine ? dataset_->Next(batch_size_) : model::Batch{};
+    const auto td = Clock::now();
     PS_RETURN_IF_ERROR(fetcher_->WaitPush());  // the previous step's push overlapped this step
-    fetcher_->StartPush(stage, grads, first_step + i, Tag(first_step + i, clock + i));
+    if (combine && next_batch.ok()) {
+      const int into = prefetch_ ? stage : stage ^ 1;
+      batches_[into] = std::move(*next_batch);
+      PS_RETURN_IF_ERROR(fetcher_->StartPushFetch(stage, grads, first_step + i, into, *model_, batches_[into]));
+      (prefetch_ ? ahead : fetching) = true;
+    } else {
+      fetcher_->StartPush(stage, grads, first_step + i, Tag(first_step + i, clock + i));
+      PS_RETURN_IF_ERROR(next_batch.status());  // this step's gradient went all the same
+    }
     auto t4 = Clock::now();
     current_ ^= 1;
     stage ^= 1;
@@ -423,7 +534,8 @@ Status Trainer::Pipeline(int64_t first_step, int count, StepStats* stats) {
     stats->pull_seconds += Seconds(t0, t1);
     stats->data_seconds += Seconds(t1, t2);
     stats->compute_seconds += Seconds(t2, t3);
-    stats->push_seconds += Seconds(t3, t4);
+    stats->data_seconds += Seconds(t3, td);
+    stats->push_seconds += Seconds(td, t4);
   }
   return Status::Ok();
 }
@@ -508,7 +620,8 @@ Result<std::unique_ptr<Trainer>> MakeTrainer(const job::JobSpec& job, int worker
                        "(the model does not train)";
   }
   return std::make_unique<Trainer>(job.batch_size, job.prefetch, std::move(model), std::move(dataset),
-                                   std::move(fetcher), job.update.StepMode(), job.fake_compute_ms);
+                                   std::move(fetcher), job.update.StepMode(), job.fake_compute_ms,
+                                   job.combine_push_pull);
 }
 
 }  // namespace ps::worker

@@ -34,7 +34,18 @@ class PsLink {
                     std::function<void(Status, int64_t)> done) = 0;
   // Pushes `req` with the gradients in `grads` (in item order).
   virtual void Push(proto::Push req, net::OutPayload grads, std::function<void(Status)> done) = 0;
+  // Push(push, grads), then, once the ps has applied it, Pull(pull, into): async mode
+  // only. `done` once, for both. A remote link sends both as one request (the push
+  // carries the pull; its reply the rows); this default runs one after the other.
+  virtual void PushPull(proto::Push push, net::OutPayload grads, proto::Pull pull,
+                        std::vector<std::span<std::byte>> into, std::function<void(Status)> done);
 };
+
+// Pushes of at least this many bytes to one ps are not combined with a pull
+// (PsLink::PushPull): pstrain-ps applies pushes from this size (its default
+// --early-apply-min-kib) while they arrive, which it does not for a push carrying a pull,
+// and the round trip a combined request saves matters for small requests only.
+inline constexpr uint64_t kCombineMaxPushBytes = uint64_t{256} << 10;
 
 // Where a remote link records the round trip of each pull and push (seconds, from the
 // call to its reply); null: not recorded. The histograms must outlive the link.
@@ -88,6 +99,19 @@ class ParamFetcher {
   // must stay untouched until WaitPush() returns; at most one push is in flight.
   void StartPush(int stage, const model::Grads& grads, int64_t step, int64_t clock = -1);
   Status WaitPush();
+  // Async mode: StartPush(stage, grads, step) and StartFetch(into, model, batch) at once,
+  // each ps's push and pull as one request where it gets both (PsLink::PushPull; a push of
+  // kCombineMaxPushBytes or more goes alone), so the pull sees that push applied. `into`
+  // may be `stage`: the push takes its items before the stage is planned again. When
+  // planning the pull fails, the pushes still go (alone) and its error is returned.
+  Status StartPushFetch(int stage, const model::Grads& grads, int64_t step, int into, model::Model& model,
+                        const model::Batch& batch);
+  // Would StartPushFetch(stage, ...) combine any ps's push with its pull? (Not when every
+  // push of the stage is kCombineMaxPushBytes or more: then StartPush, and the next pull
+  // when the trainer would send it anyway, keep the push and the pull apart in time.)
+  bool CombinesPushOf(int stage) const;
+  // Requests that carried a push and a pull (StartPushFetch). Testing.
+  int64_t combined_requests() const { return combined_; }
   // Bounded staleness: tells every ps this worker has no steps for now (`next_clock` is
   // its next step), so it holds no other worker back meanwhile. Waits for the replies.
   Status SendIdle(int64_t next_clock);
@@ -116,6 +140,19 @@ class ParamFetcher {
     int64_t min_version = INT64_MAX;
   };
   ParamFetcher() = default;
+  // StartFetch without sending: plans what `batch` needs into `stage` (after its
+  // WaitFetch) and arms its latch for the ps tasks it pulls from (Pulls).
+  Status PlanFetch(int stage, model::Model& model, const model::Batch& batch, int64_t clock);
+  bool Pulls(const Stage& st, size_t p) const { return EveryShard() || !st.pulls[p].items.empty(); }
+  // What a pull of `st` calls when ps p answers (its version and status).
+  std::function<void(Status, int64_t)> PullDone(const Stage& st) const;
+  // The pushes of `grads` laid out like `stage`'s pull, by ps (none where it pulled nothing).
+  struct PushRequest {
+    proto::Push push;
+    net::OutPayload grads;
+  };
+  std::vector<std::optional<PushRequest>> PushRequests(int stage, const model::Grads& grads, int64_t step,
+                                                       int64_t clock) const;
 
   std::vector<std::unique_ptr<PsLink>> links_;
   std::vector<Var> vars_;
@@ -125,6 +162,7 @@ class ParamFetcher {
   bool EveryShard() const { return mode_ != ps::server::UpdateMode::kAsync; }
   std::array<Stage, 2> stages_;
   std::shared_ptr<class Latch> push_in_flight_;  // null when none
+  int64_t combined_ = 0;
 };
 
 // Not thread-safe: one Trainer per worker, used by one thread at a time.
@@ -133,8 +171,9 @@ class Trainer {
   Trainer(int64_t batch_size, bool prefetch, std::unique_ptr<model::Model> model,
           std::unique_ptr<data::Dataset> dataset, std::unique_ptr<ParamFetcher> fetcher,
           ps::server::UpdateMode mode = ps::server::UpdateMode::kAsync,
-          std::optional<double> fake_compute_ms = std::nullopt)
-      : batch_size_(batch_size), prefetch_(prefetch), mode_(mode), model_(std::move(model)),
+          std::optional<double> fake_compute_ms = std::nullopt, bool combine_push_pull = true)
+      : batch_size_(batch_size), prefetch_(prefetch), mode_(mode),
+        combine_(combine_push_pull && mode == ps::server::UpdateMode::kAsync), model_(std::move(model)),
         dataset_(std::move(dataset)), fetcher_(std::move(fetcher)), fake_compute_ms_(fake_compute_ms),
         slow_step_ms_(SlowStepHook()) {}
   // Runs steps [first_step, first_step + count) and adds to `stats`. A step's push
@@ -160,6 +199,9 @@ class Trainer {
   int64_t batch_size_;
   bool prefetch_;
   ps::server::UpdateMode mode_;
+  // Async mode and job.combine_push_pull: a step's push carries the pull of step + 1
+  // (without prefetch) or step + 2 (with), ParamFetcher::StartPushFetch.
+  bool combine_;
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<data::Dataset> dataset_;
   std::unique_ptr<ParamFetcher> fetcher_;

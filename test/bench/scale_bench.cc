@@ -7,7 +7,7 @@
 //   bench_scale ps     --ps PATH [--clients 16] [--depth 1] [--bytes 4096] [--warmup 1] [--seconds 5]
 //                      [--ps-cpu 0] [--client-cpu 1]
 //   bench_scale fanout --pstrain PATH --job FILE [--ps-tasks 1,2,4,8] [--fake-compute-ms 0]
-//                      [--steps 3000] [--log-every 100] [--skip-steps 500]
+//                      [--steps 3000] [--log-every 100] [--skip-steps 500] [--combine 1]
 //
 // chief: the chief's CPU time per dispatched pack. `pstrain local` runs 1 ps and --workers
 //   workers of a tiny job (logistic regression over 8 features, batch 1, so a step's pull and
@@ -29,7 +29,8 @@
 // fanout: the step time of --job (the demo MLP) with fake compute and one worker, for each
 //   --ps-tasks count: with fake_compute_ms 0 a step is its data, its pulls and its pushes,
 //   fanned out over the ps tasks (the job's placement). The 1-ps run is repeated at the
-//   end; ratios are against the mean of both 1-ps runs.
+//   end; ratios are against the mean of both 1-ps runs. --combine 1,0 runs each count with
+//   the job's combine_push_pull true, then false (A/B in one run; ratios within each).
 // Every figure comes with the load average: on a shared machine, CPU per request or pack
 // is the steadier figure; rates move with the load.
 #include <sched.h>
@@ -70,7 +71,7 @@ constexpr const char* kUsage =
     "          [--ps-cpu 0] [--client-cpu 1]\n"
     "  fanout  a job's step time with fake compute over 1, 2, 4, 8 ps tasks:\n"
     "          --pstrain PATH --job FILE [--ps-tasks 1,2,4,8] [--fake-compute-ms 0] [--steps 3000]\n"
-    "          [--log-every 100] [--skip-steps 500]\n"
+    "          [--log-every 100] [--skip-steps 500] [--combine 1]   (1,0: A/B of combine_push_pull)\n"
     "See test/bench/scale_bench.cc for what each figure measures.\n";
 
 using ps::Json;
@@ -114,6 +115,7 @@ struct Options {
   // fanout
   std::vector<double> ps_tasks = {1, 2, 4, 8};
   double fanout_fake_ms = 0;
+  std::vector<double> combine = {1};  // fanout: job.combine_push_pull per run (1 true, 0 false)
   int64_t steps = 3000, log_every = 100, skip_steps = 500;
 };
 
@@ -150,6 +152,7 @@ Options Parse(int argc, char** argv) {
     else if (a == "--ps-cpu") o.ps_cpu = std::atoi(next().c_str());
     else if (a == "--client-cpu") o.client_cpu = std::atoi(next().c_str());
     else if (a == "--ps-tasks") o.ps_tasks = NumberList(next(), "--ps-tasks");
+    else if (a == "--combine") o.combine = NumberList(next(), "--combine");
     else if (a == "--steps") o.steps = std::atoll(next().c_str());
     else if (a == "--skip-steps") o.skip_steps = std::atoll(next().c_str());
     else Die("unknown flag " + a);
@@ -437,8 +440,9 @@ struct FanoutResult {
   std::string load;  // the load average when the run ended
 };
 
-FanoutResult RunFanout(const Options& o, const Json& base, int num_ps) {
+FanoutResult RunFanout(const Options& o, const Json& base, int num_ps, bool combine) {
   Json job = base;
+  job["combine_push_pull"] = combine;
   job.erase("eval_data");
   job["steps"] = o.steps;
   job["log_every_steps"] = o.log_every;
@@ -480,32 +484,45 @@ int RunFanouts(const Options& o) {
   for (double p : o.ps_tasks) order.push_back(static_cast<int>(p));
   const bool has_one = std::find(order.begin(), order.end(), 1) != order.end();
   if (has_one) order.push_back(1);  // 1 ps again at the end: the baseline is the mean of both
-  std::vector<std::pair<int, FanoutResult>> results;
-  for (int p : order) results.emplace_back(p, RunFanout(o, base, p));
-  double one = 0;
-  int ones = 0;
-  for (const auto& [p, r] : results) {
-    if (p == 1) one += r.step_ms, ++ones;
+  struct Run {
+    int ps;
+    bool combine;
+    FanoutResult r;
+  };
+  std::vector<Run> results;
+  for (int p : order) {
+    for (double c : o.combine) results.push_back({p, c != 0, RunFanout(o, base, p, c != 0)});
   }
-  one = ones > 0 ? one / ones : 0;
+  auto one_ps = [&](bool combine) {  // mean step time of the 1-ps runs with `combine`
+    double sum = 0;
+    int n = 0;
+    for (const auto& run : results) {
+      if (run.ps == 1 && run.combine == combine) sum += run.r.step_ms, ++n;
+    }
+    return n > 0 ? sum / n : 0;
+  };
+  const bool ab = o.combine.size() > 1;
   std::string summary = "summary:";
-  for (size_t i = 0; i < results.size(); ++i) {
-    const auto& [p, r] = results[i];
+  for (const auto& [p, combine, r] : results) {
+    const double one = one_ps(combine);
     char ratio[16] = "";
     if (one > 0) std::snprintf(ratio, sizeof ratio, "%.2f", r.step_ms / one);
     char ph[64];
     std::snprintf(ph, sizeof ph, "%.2f/%.2f/%.2f/%.2f", r.phases.data_ms, r.phases.pull_ms, r.phases.compute_ms,
                   r.phases.push_ms);
-    std::printf("%-9d %9.3f %8s   %-32s %.3f, %.3f, %.3f, %.3f (%s)\n", p, r.step_ms, ratio, ph, SumCpu(r.cpu, "worker:"),
+    const std::string label = std::to_string(p) + (ab ? (combine ? " comb" : " sep") : "");
+    std::printf("%-9s %9.3f %8s   %-32s %.3f, %.3f, %.3f, %.3f (%s)\n", label.c_str(), r.step_ms, ratio, ph,
+                SumCpu(r.cpu, "worker:"),
                 SumCpu(r.cpu, "ps:"), SumCpu(r.cpu, "chief"), SumCpu(r.cpu, "launcher"), r.load.c_str());
     std::fflush(stdout);
     if (one > 0 && p != 1) {
       char buf[64];
-      std::snprintf(buf, sizeof buf, " %d ps / 1 ps = %.2f;", p, r.step_ms / one);
+      std::snprintf(buf, sizeof buf, " %d ps / 1 ps = %.2f%s;", p, r.step_ms / one,
+                    ab ? (combine ? " (combined)" : " (separate)") : "");
       summary += buf;
     }
   }
-  if (one > 0) {
+  if (summary.back() == ';') {
     summary.pop_back();
     std::printf("%s (step time against the mean of the 1-ps runs)\n", summary.c_str());
   }

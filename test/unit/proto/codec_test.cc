@@ -26,6 +26,28 @@ TEST_CASE("every message round-trips through the codec") {
   CHECK(p.items[1].all_rows);
   CHECK(p.global_step == 42);
   CHECK(p.step_id == 17);
+  CHECK_FALSE(p.pull.has_value());
+
+  // A push with a pull after it, and its reply with the pull's.
+  push.pull = proto::Pull{{{"emb", 1, false, {3, 4}}, {"bias", 0, true, {}}}};
+  auto combined = proto::Decode(proto::Encode({10, false, 3, push}));
+  REQUIRE(combined.ok());
+  const auto& c = std::get<proto::Push>(combined->body);
+  REQUIRE(c.pull.has_value());
+  REQUIRE(c.pull->items.size() == 2);
+  CHECK(c.pull->items[0].rows == std::vector<int64_t>{3, 4});
+  CHECK(c.pull->items[1].var == "bias");
+  CHECK(c.pull->items[1].all_rows);
+  CHECK(c.items.size() == 2);
+  auto reply = proto::Decode(proto::Encode({10, true, 3, proto::PushReply{43, 1, 0, proto::PullReply{{32, 8}, {}}}}));
+  REQUIRE(reply.ok());
+  const auto& pr = std::get<proto::PushReply>(reply->body);
+  CHECK(pr.skipped == 1);
+  REQUIRE(pr.pull.has_value());
+  CHECK(pr.pull->item_floats == std::vector<uint64_t>{32, 8});
+  auto plain = proto::Decode(proto::Encode({11, true, 3, proto::PushReply{43, 0, 0}}));
+  REQUIRE(plain.ok());
+  CHECK_FALSE(std::get<proto::PushReply>(plain->body).pull.has_value());
 
   proto::CreateShards cs;
   cs.optimizer.rule = proto::Sgd{};
