@@ -1294,3 +1294,103 @@ TEST_CASE("ps service: a Restore that fails does not fail a push being applied w
   REQUIRE(std::holds_alternative<proto::PushReply>(reply->body));
   CHECK(ew.SameAsWhole());
 }
+
+TEST_CASE("ps service: a push with a pull after it answers that pull, with the push applied, in its reply") {
+  // Early apply from 64 KiB, so that "big" (128 KiB) would be applied while it arrives.
+  PsFixture fx(nullptr, 64 << 10);
+  auto c = fx.Connect();
+  proto::CreateShards cs;
+  cs.optimizer = Opt(R"({"type":"sgd","learning_rate":0.5})");
+  cs.shards = {Def("w", 0, 0, 3, 2, 5), Def("big", 0, 0, 1024, 32, 2048)};
+  REQUIRE(c->CallSync(cs).ok());
+  constexpr size_t kBig = 1024 * 32;
+  // Pushes 1.0 to all of "w" and "big" for `step`, pulling all of both and rows 2, 0 of
+  // "w" after it; returns the reply and the pulled floats.
+  struct Combined {
+    Result<net::Reply> reply;
+    std::vector<float> w, big, rows;
+  };
+  auto push_pull = [&](int64_t step, std::vector<proto::Slice> pull_rows = {Rows("w", 0, {2, 0})}) {
+    Combined out{Internal("not sent"), std::vector<float>(6), std::vector<float>(kBig), std::vector<float>(4)};
+    proto::Push push{{All("w", 0), All("big", 0)}, step, step};
+    std::vector<proto::Slice> pulled = {All("w", 0), All("big", 0)};
+    pulled.insert(pulled.end(), pull_rows.begin(), pull_rows.end());
+    push.pull = proto::Pull{pulled};
+    out.reply = c->CallSync(push, Floats(std::vector<float>(6 + kBig, 1.0f)),
+                            {std::as_writable_bytes(std::span(out.w)), std::as_writable_bytes(std::span(out.big)),
+                             std::as_writable_bytes(std::span(out.rows))});
+    return out;
+  };
+
+  // Handled on the I/O thread: the big item of the pull goes straight from the store.
+  const uint64_t inline_before = fx.server->stats().inline_requests;
+  Combined a = push_pull(7);
+  REQUIRE(a.reply.ok());
+  CHECK(a.reply->payload_in_place);
+  const auto& reply = std::get<proto::PushReply>(a.reply->envelope.body);
+  CHECK(reply.skipped == 0);
+  REQUIRE(reply.pull.has_value());
+  CHECK(reply.pull->item_floats == std::vector<uint64_t>{6, kBig, 4});
+  CHECK(a.w == std::vector<float>(6, 0.5f));  // 1 - 0.5 * 1: the pull came after the push
+  CHECK(a.big == std::vector<float>(kBig, 0.5f));
+  CHECK(a.rows == std::vector<float>(4, 0.5f));
+  CHECK(fx.server->stats().inline_requests == inline_before + 1);
+  CHECK(fx.service.direct_pulls() == 1);
+  CHECK(fx.service.early_pushes() == 0);  // a push with a pull is not applied while it arrives
+
+  // Resent (a lost reply): the push is skipped, the pull answered all the same.
+  Combined again = push_pull(7);
+  REQUIRE(again.reply.ok());
+  CHECK(std::get<proto::PushReply>(again.reply->envelope.body).skipped == 2);
+  CHECK(again.w == std::vector<float>(6, 0.5f));
+
+  // On the handler pool (nothing inline): the same answer for the next step.
+  fx.service.SetInlineMaxBytes(0);
+  Combined pool = push_pull(8);
+  REQUIRE(pool.reply.ok());
+  CHECK(pool.w == std::vector<float>(6, 0.0f));
+  CHECK(pool.big == std::vector<float>(kBig, 0.0f));
+  CHECK(fx.server->stats().inline_requests == inline_before + 2);
+  fx.service.SetInlineMaxBytes(::ps::server::Service::kDefaultInlineBytes);
+
+  // A pull the ps cannot serve fails the request before the push is applied: nothing
+  // changes and the step is not marked (sent right, it applies).
+  Combined bad = push_pull(9, {Rows("w", 0, {3})});
+  REQUIRE_FALSE(bad.reply.ok());
+  CHECK(bad.reply.status().message().find("row 3") != std::string::npos);
+  CHECK(PullAll(*c, "w", 0, 6) == std::vector<float>(6, 0.0f));
+  Combined good = push_pull(9);
+  REQUIRE(good.reply.ok());
+  CHECK(good.w == std::vector<float>(6, -0.5f));
+
+  // Without a pull the same push is applied while it arrives (the threshold works).
+  REQUIRE(c->CallSync(proto::Push{{All("big", 0)}, 10, 10}, Floats(std::vector<float>(kBig, 1.0f))).ok());
+  CHECK(fx.service.early_pushes() == 1);
+
+  // Inline only while the pull after the push fits too.
+  auto req = [](proto::Body body, size_t payload_bytes) {
+    return net::Request{{proto::Role::kWorker, 0, "127.0.0.1:1"}, {1, false, 0, std::move(body)},
+                        net::Buffer(payload_bytes)};
+  };
+  fx.service.SetInlineMaxBytes(64 << 10);
+  proto::Push small{{All("w", 0)}, 11, 11};
+  CHECK(fx.service.Inline(req(small, 24)));
+  small.pull = proto::Pull{{All("big", 0)}};
+  CHECK_FALSE(fx.service.Inline(req(small, 24)));
+
+  // Other modes refuse it (a pull there may wait for other workers' steps, and the push's
+  // reply with it), before anything is applied.
+  PsFixture sync;
+  auto sc = sync.Connect();
+  REQUIRE(sc->CallSync(ModeCreate(Mode(::ps::server::UpdateMode::kSync, 0, 0, 2), R"({"type":"sgd","learning_rate":1.0})"))
+              .ok());
+  proto::Push sp = ModePush({All("w", 0)}, 0, 0);
+  sp.pull = proto::Pull{{All("w", 0)}, 0, 1};
+  std::vector<float> into(6);
+  auto refused = sc->CallSync(sp, Floats(std::vector<float>(6, 1.0f)), {std::as_writable_bytes(std::span(into))});
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().code() == Code::kFailedPrecondition);
+  CHECK(refused.status().message().find("async") != std::string::npos);
+  // Not summed: the same push without a pull is the worker's first for update 0.
+  CHECK(PushReplyOf(sc->CallSync(ModePush({All("w", 0)}, 0, 0), Floats(std::vector<float>(6, 1.0f)))).skipped == 0);
+}

@@ -11,8 +11,12 @@
 #include "libps/core/json.h"
 #include "libps/job/job.h"
 #include "libps/worker/trainer.h"
+#include "test/unit/worker/local_cluster.h"
 
 using ps::Json;
+using ps::worker::testing::Build;
+using ps::worker::testing::Cluster;
+using ps::worker::testing::Values;
 
 namespace {
 
@@ -23,42 +27,6 @@ Json SmallJob() {
                          "train_data": {"format": "string_features", "examples": 200, "seed": 1},
                          "optimizer": {"type": "sgd", "learning_rate": 0.5},
                          "batch_size": 16, "steps": 100, "seed": 3})");
-}
-
-struct Cluster {
-  ps::server::Store store;
-  std::unique_ptr<ps::worker::Trainer> trainer;
-  std::vector<ps::server::ShardKey> keys;
-};
-
-// One in-process store holding every shard of `job`'s plan, and a trainer over it.
-void Build(const ps::job::JobSpec& job, Cluster* c) {
-  auto model = ps::model::BuildModel(job.model, "job.model");
-  REQUIRE(model.ok());
-  auto plan = ps::job::PlanVariables(job, **model, 1);
-  REQUIRE(plan.ok());
-  REQUIRE(c->store.Configure(job.optimizer).ok());
-  for (const auto& s : plan->shards) {
-    auto v = std::find_if(plan->variables.begin(), plan->variables.end(),
-                          [&](const auto& d) { return d.name == s.layout.var; });
-    REQUIRE(c->store.Create({.layout = s.layout, .init = v->init, .seed = job.seed}).ok());
-    c->keys.push_back({s.layout.var, s.layout.shard});
-  }
-  std::vector<std::unique_ptr<ps::worker::PsLink>> links;
-  links.push_back(ps::worker::LocalPsLink(&c->store));
-  auto trainer = ps::worker::MakeTrainer(job, 0, 1, 1, std::move(links));
-  REQUIRE(trainer.ok());
-  c->trainer = std::move(*trainer);
-}
-
-std::map<std::string, std::vector<float>> Values(const Cluster& c) {
-  std::map<std::string, std::vector<float>> out;
-  for (const auto& key : c.keys) {
-    REQUIRE(c.store.Read(key, [&](const ps::server::ShardView& v) {
-      out[key.ToString()].assign(v.values.begin(), v.values.end());
-    }).ok());
-  }
-  return out;
 }
 
 }  // namespace
