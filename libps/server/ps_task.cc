@@ -62,6 +62,9 @@ Status RunPsTask(const daemon::DaemonContext& ctx, const PsTaskOptions& ps_optio
               "Pushes taken on to be applied while their payload arrived (--early-apply-min-kib), repeats "
               "and failed ones included.",
               static_cast<double>(service.early_pushes()));
+    w.Counter("pstrain_ps_push_pulls_total",
+              "Pushes answered with a pull after them (a worker's combine_push_pull): one request for both.",
+              static_cast<double>(service.push_pulls()));
     w.Counter("pstrain_ps_early_apply_cut_total",
               "Of them, pushes cut off before their payload was in (the rows that arrived stay applied).",
               static_cast<double>(service.early_cut()));
@@ -80,7 +83,8 @@ Status RunPsTask(const daemon::DaemonContext& ctx, const PsTaskOptions& ps_optio
   if (by_signal) return daemon::SignalStatus(reason);
   auto stats = store.stats();
   PS_LOG(Info) << "shut down (" << reason << "); served " << stats.pull_requests << " pulls, "
-               << stats.push_requests << " pushes (" << service.early_pushes() << " applied while they arrived, "
+               << stats.push_requests << " pushes (" << service.push_pulls() << " with a pull after them, "
+               << service.early_pushes() << " applied while they arrived, "
                << service.early_cut() << " of them cut off), ignored " << service.skipped_pushes()
                << " repeated push item(s)";
   if (stats.rows_admitted + stats.rows_evicted_ttl + stats.rows_evicted_max_rows > 0) {

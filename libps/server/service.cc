@@ -390,6 +390,7 @@ void Service::Handle(net::Request request, net::Responder responder) {
     net::RecycleBuffer(std::move(request.payload));
     if (!r.ok()) return responder.Fail(r.status());
     if (!m->pull) return responder.Reply(*r);
+    push_pulls_.fetch_add(1, std::memory_order_relaxed);
     // The pull after it (async mode, checked by Push): served now, so it sees this
     // push's gradient applied; answered in the PushReply.
     return Pull(*m->pull, pull_info, responder, std::move(*r));

@@ -115,6 +115,9 @@ class Service {
   // those cut off before their payload was in.
   uint64_t early_pushes() const { return early_pushes_.load(); }
   uint64_t early_cut() const { return early_cut_.load(); }
+  // Pushes answered with the pull they carried (a worker's combine_push_pull); a push
+  // that failed is not counted.
+  uint64_t push_pulls() const { return push_pulls_.load(); }
   // Inline handlers started (Inline returned a token). Testing and metrics.
   uint64_t inline_accepted() const { return inline_accepted_.load(); }
   // Pulls answered with items sent straight from the store (kDirectPullBytes). Testing.
@@ -289,6 +292,7 @@ class Service {
   class EarlyPush;
   std::atomic<uint64_t> restores_{0};  // Restores begun (raised with fence_ held exclusively)
   std::atomic<uint64_t> early_pushes_{0}, early_cut_{0};
+  std::atomic<uint64_t> push_pulls_{0};
   bool configured_ = false;  // guarded by mode_mu_: a CreateShards set update_
   // The steps of one (shard, worker) applied: bit i of the words is step base + i; every
   // step below base counts as applied (base: the last Save's step, rounded down to 64).

@@ -166,12 +166,19 @@ TEST_CASE("every 7th push sent twice (lost reply): each ps ignores exactly the r
   constexpr int64_t kSteps = 600;
   constexpr int64_t kEvery = 7;
   // Also with every push applied while it arrives (the model's pushes are ~0.5 MB per
-  // ps, under the 1 MiB default): the marks are set before the first part.
-  const bool early = GENERATE(false, true);
-  INFO((early ? "--early-apply-min-kib 1" : "default ps flags"));
+  // ps, under the 1 MiB default): the marks are set before the first part. And with a
+  // model small enough (100 KB a ps) that each push carries the pull of a later step
+  // (combine_push_pull): a repeat is sent with its pull, and its pull is answered again.
+  const int variant = GENERATE(0, 1, 2);
+  const bool early = variant == 1, combined = variant == 2;
+  INFO((early ? "--early-apply-min-kib 1" : combined ? "hidden [64]: pushes with pulls" : "default ps flags"));
   TempDir tmp;
   auto spec = LocalCluster();
-  auto job = DeriveJob("job-fmnist-mlp.json", tmp / "job.json", kSteps, 100, tmp / "model", NoMidRunCheckpoints());
+  Json overrides = NoMidRunCheckpoints();
+  if (combined) {
+    overrides["model"] = Json{{"type", "mlp"}, {"input_dim", 784}, {"hidden", {64}}, {"classes", 10}};
+  }
+  auto job = DeriveJob("job-fmnist-mlp.json", tmp / "job.json", kSteps, 100, tmp / "model", overrides);
   Tasks tasks;
   for (auto id : {kPs0, kPs1}) {
     tasks.Add(StartDaemon(spec, id, early ? std::vector<std::string>{"--early-apply-min-kib", "1"}
@@ -213,9 +220,21 @@ TEST_CASE("every 7th push sent twice (lost reply): each ps ignores exactly the r
     REQUIRE(down.has_value());
     CHECK_THAT(*down, Catch::Contains("ignored " + std::to_string(repeats * shards_on[id.index]) +
                                       " repeated push item(s)"));
-    // Every push (and repeat) to this ps, or none, applied while it arrived.
+    // Every push (and repeat) to this ps, or none, applied while it arrived; with the
+    // small model, all but the last two of each pack (and their repeats) carried a pull.
     const int64_t pushes = steps0 + steps1 + repeats;
-    CHECK_THAT(*down, Catch::Contains("pushes (" + std::to_string(early ? pushes : 0) + " applied while they arrived, 0 "));
+    CHECK_THAT(*down, Catch::Contains(" applied while they arrived, 0 of them cut off"));
+    CHECK_THAT(*down, Catch::Contains(std::to_string(early ? pushes : 0) + " applied while they arrived"));
+    const std::string with_pull = " with a pull after them";
+    const auto at = down->find(with_pull);
+    REQUIRE(at != std::string::npos);
+    const int64_t push_pulls = std::stoll(down->substr(down->rfind('(', at) + 1));
+    if (combined) {
+      CHECK(push_pulls >= pushes * 6 / 10);  // 10-step packs: 8 of 10 at least, less the repeats
+      CHECK(push_pulls < pushes);
+    } else {
+      CHECK(push_pulls == 0);
+    }
   }
 }
 
