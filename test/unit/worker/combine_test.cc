@@ -49,14 +49,16 @@ class CountingLink : public PsLink {
   Counts* counts_;
 };
 
-// An embedding table (a different set of rows every batch) and dense layers after it,
-// with Adam: any difference in what a step saw would change the values.
+// SmallJob with more rows, smaller batches and Adam: any difference in what a step saw
+// would change the values.
 Json EmbeddingJob() {
-  return Json::parse(R"({"model": {"type": "embedding_mlp", "fields": [{"vocab": 50, "dim": 4}], "hidden": [8],
-                                   "classes": 1},
-                         "train_data": {"format": "string_features", "examples": 400, "seed": 1},
-                         "optimizer": {"type": "adam", "learning_rate": 0.05},
-                         "batch_size": 8, "steps": 100, "seed": 3})");
+  Json j = ps::worker::testing::SmallJob();
+  j["model"]["fields"][0]["vocab"] = 50;
+  j["model"]["hidden"] = Json::array({8});
+  j["train_data"]["examples"] = 400;
+  j["optimizer"] = Json{{"type", "adam"}, {"learning_rate", 0.05}};
+  j["batch_size"] = 8;
+  return j;
 }
 
 constexpr int kPackSteps = 10, kPacks = 3;

@@ -16,20 +16,8 @@
 using ps::Json;
 using ps::worker::testing::Build;
 using ps::worker::testing::Cluster;
+using ps::worker::testing::SmallJob;
 using ps::worker::testing::Values;
-
-namespace {
-
-// A sparse table (embedding rows, a different set every batch) and dense layers after it.
-Json SmallJob() {
-  return Json::parse(R"({"model": {"type": "embedding_mlp", "fields": [{"vocab": 8, "dim": 4}], "hidden": [3],
-                                   "classes": 1},
-                         "train_data": {"format": "string_features", "examples": 200, "seed": 1},
-                         "optimizer": {"type": "sgd", "learning_rate": 0.5},
-                         "batch_size": 16, "steps": 100, "seed": 3})");
-}
-
-}  // namespace
 
 TEST_CASE("job.fake_compute_ms: absent by default, a number of ms in 0..60000") {
   auto plain = ps::job::ParseJob(SmallJob(), "/tmp");

@@ -11,10 +11,20 @@
 #include <string>
 #include <vector>
 
+#include "libps/core/json.h"
 #include "libps/job/job.h"
 #include "libps/worker/trainer.h"
 
 namespace ps::worker::testing {
+
+// A sparse table (embedding rows, a different set every batch) and dense layers after it.
+inline Json SmallJob() {
+  return Json::parse(R"({"model": {"type": "embedding_mlp", "fields": [{"vocab": 8, "dim": 4}], "hidden": [3],
+                                   "classes": 1},
+                         "train_data": {"format": "string_features", "examples": 200, "seed": 1},
+                         "optimizer": {"type": "sgd", "learning_rate": 0.5},
+                         "batch_size": 16, "steps": 100, "seed": 3})");
+}
 
 struct Cluster {
   ps::server::Store store;
