@@ -19,7 +19,9 @@ namespace ps::proto {
 // (PsStatus.rows): a version-2 ps would ignore the policy and train differently.
 // 4: Update.sparse_mode and ShardDef.sparse (hybrid update modes): a version-3 ps would
 // train the sparse variables in the dense variables' mode.
-inline constexpr uint32_t kProtocolVersion = 4;
+// 5: Push.pull and PushReply.pull (a push that carries a pull, the worker's
+// combine_push_pull): a version-4 ps would apply the push and drop the pull.
+inline constexpr uint32_t kProtocolVersion = 5;
 
 enum class Role : int8_t { kUnknown = 0, kChief = 1, kWorker = 2, kPs = 3, kEvaluator = 4, kClient = 5 };
 const char* RoleName(Role role);

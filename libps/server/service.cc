@@ -223,17 +223,19 @@ std::shared_ptr<void> Service::Inline(const net::Request& request) {
   // A long op waiting for the gate: let it have it (glibc's rwlock prefers readers).
   if (long_ops_.load() > 0) return nullptr;
   if (mode_.load() != UpdateMode::kAsync) return nullptr;
-  // What the request pulls: a pull's items, or a push's pull after it (its reply).
+  // What the request pulls: a pull's items, or a push's pull after it (its reply), which
+  // counts with the push's own payload.
   const std::vector<proto::Slice>* pulled = nullptr;
   if (const auto* m = std::get_if<proto::Pull>(&body)) pulled = &m->items;
   if (const auto* m = std::get_if<proto::Push>(&body); m != nullptr && m->pull) pulled = &m->pull->items;
   if (pulled != nullptr) {
+    const uint64_t pushed = push ? request.payload.size() : 0;
     uint64_t floats = 0;
     for (const auto& item : *pulled) {
       auto n = SliceOf(item);
       if (!n.ok()) break;  // answered with the error at once
       floats += n->floats;
-      if (floats * sizeof(float) > max_bytes) return nullptr;
+      if (pushed + floats * sizeof(float) > max_bytes) return nullptr;
     }
   }
   inline_accepted_.fetch_add(1, std::memory_order_relaxed);
@@ -390,7 +392,7 @@ void Service::Handle(net::Request request, net::Responder responder) {
     net::RecycleBuffer(std::move(request.payload));
     if (!r.ok()) return responder.Fail(r.status());
     if (!m->pull) return responder.Reply(*r);
-    push_pulls_.fetch_add(1, std::memory_order_relaxed);
+    push_pulls_.fetch_add(1, std::memory_order_relaxed);  // its items were checked with the push's
     // The pull after it (async mode, checked by Push): served now, so it sees this
     // push's gradient applied; answered in the PushReply.
     return Pull(*m->pull, pull_info, responder, std::move(*r));
@@ -650,7 +652,9 @@ Result<proto::PushReply> Service::Push(const proto::Push& msg, const net::Buffer
     PS_ASSIGN_OR_RETURN(*pull_info, SlicesOf(msg.pull->items));
     for (size_t i = 0; i < msg.pull->items.size(); ++i) {
       const auto& item = msg.pull->items[i];
-      PS_RETURN_IF_ERROR(CheckRows("Pull", {item.var, item.shard}, item.rows, (*pull_info)[i].rows));
+      const ShardKey key{item.var, item.shard};
+      if (item.all_rows && (*pull_info)[i].lazy) return LazyWhole("Pull", key);
+      PS_RETURN_IF_ERROR(CheckRows("Pull", key, item.rows, (*pull_info)[i].rows));
     }
   }
   uint64_t total = 0;

@@ -86,7 +86,7 @@ class Service {
   void SetInlineMaxBytes(uint64_t bytes) { inline_max_bytes_.store(bytes, std::memory_order_relaxed); }
   // For net::ServerOptions::run_inline: a token (non-null) for requests cheap enough to
   // handle on an I/O thread, in async mode only (not hybrid): a pull or a push of at most
-  // the inline limit (SetInlineMaxBytes). Null (the pool) in sync and bounded-staleness mode (PushSync holds
+  // the inline limit (SetInlineMaxBytes; a push's pull after it counts with the push). Null (the pool) in sync and bounded-staleness mode (PushSync holds
   // mode_mu_ across a whole sum, and pulls there take mode_mu_), for a request stamped
   // with a generation newer than the ps's (the fence's exclusive wait), with a push hook
   // set, and while a CreateShards, Save or Restore is pending or being handled: the token
@@ -115,8 +115,8 @@ class Service {
   // those cut off before their payload was in.
   uint64_t early_pushes() const { return early_pushes_.load(); }
   uint64_t early_cut() const { return early_cut_.load(); }
-  // Pushes answered with the pull they carried (a worker's combine_push_pull); a push
-  // that failed is not counted.
+  // Pushes that went through and then had the pull they carried served in their reply (a
+  // worker's combine_push_pull); a push that failed is not counted.
   uint64_t push_pulls() const { return push_pulls_.load(); }
   // Inline handlers started (Inline returned a token). Testing and metrics.
   uint64_t inline_accepted() const { return inline_accepted_.load(); }

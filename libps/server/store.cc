@@ -159,15 +159,10 @@ Status CheckUnique(const char* op, const ShardKey& key, std::span<const int64_t>
                          std::to_string(*dup) + " appears more than once");
 }
 
-
-namespace {
-
 Status LazyWhole(const char* op, const ShardKey& key) {
   return InvalidArgument(std::string(op) + " " + key.ToString() +
                          ": a lazy shard is pulled and pushed by rows only");
 }
-
-}  // namespace
 
 Status Store::Pull(const ShardKey& key, std::span<float> out, const std::function<void(size_t)>& copied) {
   uint64_t pulled_rows = 0;

@@ -114,5 +114,7 @@ Status CheckSize(const char* op, const ShardKey& key, const char* what, size_t g
 Status CheckRows(const char* op, const ShardKey& key, std::span<const int64_t> rows, int64_t num_rows);
 // No row twice, else InvalidArgument naming one that is.
 Status CheckUnique(const char* op, const ShardKey& key, std::span<const int64_t> rows);
+// The error for a lazy shard named whole (all_rows) by a pull or push.
+Status LazyWhole(const char* op, const ShardKey& key);
 
 }  // namespace ps::server

@@ -42,9 +42,10 @@ class PsLink {
 };
 
 // Pushes of at least this many bytes to one ps are not combined with a pull
-// (PsLink::PushPull): pstrain-ps applies pushes from this size (its default
-// --early-apply-min-kib) while they arrive, which it does not for a push carrying a pull,
-// and the round trip a combined request saves matters for small requests only.
+// (PsLink::PushPull): in one request the push's transfer and the pull's no longer overlap
+// each other, which from about 0.5 MB up costs more than the request saved (README,
+// Performance: fan-out). A push carrying a pull is also never applied while it arrives
+// (pstrain-ps --early-apply-min-kib, 1 MiB by default).
 inline constexpr uint64_t kCombineMaxPushBytes = uint64_t{256} << 10;
 
 // Where a remote link records the round trip of each pull and push (seconds, from the

@@ -1301,7 +1301,10 @@ TEST_CASE("ps service: a push with a pull after it answers that pull, with the p
   auto c = fx.Connect();
   proto::CreateShards cs;
   cs.optimizer = Opt(R"({"type":"sgd","learning_rate":0.5})");
-  cs.shards = {Def("w", 0, 0, 3, 2, 5), Def("big", 0, 0, 1024, 32, 2048)};
+  proto::ShardDef lazy = Def("l", 0, 0, 100, 2, 100);
+  lazy.layout.num_shards = 1;
+  lazy.layout.lazy = true;
+  cs.shards = {Def("w", 0, 0, 3, 2, 5), Def("big", 0, 0, 1024, 32, 2048), lazy};
   REQUIRE(c->CallSync(cs).ok());
   constexpr size_t kBig = 1024 * 32;
   // Pushes 1.0 to all of "w" and "big" for `step`, pulling all of both and rows 2, 0 of
@@ -1359,6 +1362,10 @@ TEST_CASE("ps service: a push with a pull after it answers that pull, with the p
   REQUIRE_FALSE(bad.reply.ok());
   CHECK(bad.reply.status().message().find("row 3") != std::string::npos);
   CHECK(PullAll(*c, "w", 0, 6) == std::vector<float>(6, 0.0f));
+  Combined whole_lazy = push_pull(9, {All("l", 0)});  // a lazy shard is pulled by rows only
+  REQUIRE_FALSE(whole_lazy.reply.ok());
+  CHECK(whole_lazy.reply.status().message().find("by rows only") != std::string::npos);
+  CHECK(PullAll(*c, "w", 0, 6) == std::vector<float>(6, 0.0f));
   Combined good = push_pull(9);
   REQUIRE(good.reply.ok());
   CHECK(good.w == std::vector<float>(6, -0.5f));
@@ -1377,6 +1384,12 @@ TEST_CASE("ps service: a push with a pull after it answers that pull, with the p
   CHECK(fx.service.Inline(req(small, 24)));
   small.pull = proto::Pull{{All("big", 0)}};
   CHECK_FALSE(fx.service.Inline(req(small, 24)));
+  // The push's payload and its pull's count together: 40 KiB + 24 KiB fit, 48 + 24 do not.
+  std::vector<int64_t> rows(192);  // 192 rows of 32 floats: 24 KiB
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int64_t>(i);
+  small.pull = proto::Pull{{Rows("big", 0, rows)}};
+  CHECK(fx.service.Inline(req(small, 40 << 10)));
+  CHECK_FALSE(fx.service.Inline(req(small, 48 << 10)));
 
   // Other modes refuse it (a pull there may wait for other workers' steps, and the push's
   // reply with it), before anything is applied.
