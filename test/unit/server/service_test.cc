@@ -17,6 +17,7 @@
 #include "libps/net/transport.h"
 #include "libps/server/service.h"
 #include "libps/server/wire_specs.h"
+#include "libps/worker/trainer.h"
 #include "test/unit/net/net_test_util.h"
 
 using namespace ps;
@@ -1406,4 +1407,42 @@ TEST_CASE("ps service: a push with a pull after it answers that pull, with the p
   CHECK(refused.status().message().find("async") != std::string::npos);
   // Not summed: the same push without a pull is the worker's first for update 0.
   CHECK(PushReplyOf(sc->CallSync(ModePush({All("w", 0)}, 0, 0), Floats(std::vector<float>(6, 1.0f)))).skipped == 0);
+}
+
+TEST_CASE("a worker's remote link sends a push with its pull as one request; a resent one is skipped and its pull answered again") {
+  PsFixture fx;
+  auto pulls = fx.Connect(), pushes = fx.Connect();
+  proto::CreateShards cs;
+  cs.optimizer = Opt(R"({"type":"sgd","learning_rate":0.5})");
+  cs.shards = {Def("w", 0, 0, 3, 2, 5)};
+  REQUIRE(pulls->CallSync(cs).ok());
+  // Every 2nd push (counted by the link, combined or not) is sent twice: a lost reply.
+  REQUIRE(setenv("PSTRAIN_FAULT_REPEAT_PUSH_EVERY", "2", 1) == 0);
+  auto link = worker::RemotePsLink(pulls, pushes);
+  REQUIRE(unsetenv("PSTRAIN_FAULT_REPEAT_PUSH_EVERY") == 0);
+  // PushPull of 1.0 to all of w for `step`, pulling all of w into `into`.
+  auto push_pull = [&](int64_t step, std::vector<float>& into) {
+    std::promise<Status> done;
+    link->PushPull(proto::Push{{All("w", 0)}, step, step}, Floats(std::vector<float>(6, 1.0f)), proto::Pull{{All("w", 0)}},
+                   {std::as_writable_bytes(std::span(into))}, [&](Status st) { done.set_value(std::move(st)); });
+    return done.get_future().get();
+  };
+  const uint64_t pulls_before = fx.store.stats().pull_requests;
+  std::vector<float> into(6);
+  REQUIRE(push_pull(1, into).ok());
+  CHECK(into == std::vector<float>(6, 0.5f));  // pulled after the push was applied
+  CHECK(fx.service.push_pulls() == 1);
+  CHECK(fx.store.stats().pull_requests == pulls_before + 1);
+  // The 2nd is sent twice: applied once, its pull served twice (into the same place).
+  std::fill(into.begin(), into.end(), 9.0f);
+  REQUIRE(push_pull(2, into).ok());
+  CHECK(into == std::vector<float>(6, 0.0f));
+  CHECK(fx.service.push_pulls() == 3);
+  CHECK(fx.service.skipped_pushes() == 1);
+  CHECK(PullAll(*pulls, "w", 0, 6) == std::vector<float>(6, 0.0f));
+  // A reply that does not fill the caller's buffer is an error, not a silent partial pull.
+  std::vector<float> too_big(8);
+  Status st = push_pull(3, too_big);
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.message().find("pull reply") != std::string::npos);
 }
