@@ -86,7 +86,8 @@ class Service {
   void SetInlineMaxBytes(uint64_t bytes) { inline_max_bytes_.store(bytes, std::memory_order_relaxed); }
   // For net::ServerOptions::run_inline: a token (non-null) for requests cheap enough to
   // handle on an I/O thread, in async mode only (not hybrid): a pull or a push of at most
-  // the inline limit (SetInlineMaxBytes; a push's pull after it counts with the push). Null (the pool) in sync and bounded-staleness mode (PushSync holds
+  // the inline limit (SetInlineMaxBytes; a push's pull after it counts with the push).
+  // Null (the pool) in sync and bounded-staleness mode (PushSync holds
   // mode_mu_ across a whole sum, and pulls there take mode_mu_), for a request stamped
   // with a generation newer than the ps's (the fence's exclusive wait), with a push hook
   // set, and while a CreateShards, Save or Restore is pending or being handled: the token
