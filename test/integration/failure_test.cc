@@ -31,10 +31,15 @@ Json FinalManifest(const std::filesystem::path& model_dir) {
 }
 
 TEST_CASE("SIGKILL of ps:1 mid-run, ps:1 restarted: the chief restores every ps and finishes; all exit 0") {
+  // Also with a model small enough (100 KB a ps) that each push carries a later step's
+  // pull (combine_push_pull): requests of both kinds are cut off by the kill.
+  const bool combined = GENERATE(false, true);
+  INFO((combined ? "hidden [64]: pushes with pulls" : "the demo model"));
   TempDir tmp;
   auto spec = LocalCluster();
-  auto job = DeriveJob("job-fmnist-mlp.json", tmp / "job.json", kSteps, 20, tmp / "model",
-                       Json{{"checkpoint", {{"every_steps", 200}}}});
+  Json overrides{{"checkpoint", {{"every_steps", 200}}}};
+  if (combined) overrides["model"] = Json{{"type", "mlp"}, {"input_dim", 784}, {"hidden", {64}}, {"classes", 10}};
+  auto job = DeriveJob("job-fmnist-mlp.json", tmp / "job.json", kSteps, 20, tmp / "model", overrides);
   Tasks tasks;
   for (auto id : {kPs0, kPs1, kWorker0, kWorker1}) tasks.Add(StartDaemon(spec, id));
   Task& chief = tasks.Add(StartDaemon(spec, kChief, {"--job", job.string(), "--model-dir", (tmp / "model").string()}));
@@ -56,6 +61,9 @@ TEST_CASE("SIGKILL of ps:1 mid-run, ps:1 restarted: the chief restores every ps 
   // Both ps tasks were restored from the same checkpoint.
   CHECK(tasks[kPs0].HasLine("restored"));
   CHECK(tasks[kPs1].HasLine("restored"));
+  auto down = tasks[kPs0].FindLine("shut down (job finished)");
+  REQUIRE(down.has_value());
+  CHECK((down->find("pushes (0 with a pull after them") == std::string::npos) == combined);
   // The report's markers: the chief's start, ps:1 lost and back, the roll-back restore.
   auto history = obs::ReadMetrics((tmp / "model").string());
   REQUIRE(history.ok());
