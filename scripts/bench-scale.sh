@@ -9,7 +9,8 @@
 #
 # Flags go to bench_scale (chief: --workers --fake-compute-ms --steps-per-dispatch --seconds;
 # ps: --clients --depth --bytes --seconds --ps-cpu --client-cpu; fanout: --ps-tasks --steps
-# --fake-compute-ms). PSTRAIN_BENCH_JOB picks fanout's job (configs/job-fmnist-mlp.json).
+# --fake-compute-ms --combine 1,0 [A/B of combine_push_pull]). PSTRAIN_BENCH_JOB picks fanout's job
+# (configs/job-fmnist-mlp.json).
 set -euo pipefail
 source "$(dirname "$0")/bench-lib.sh"
 JOB=${PSTRAIN_BENCH_JOB:-configs/job-fmnist-mlp.json}
