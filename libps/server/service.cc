@@ -525,10 +525,12 @@ void Service::Pull(const proto::Pull& msg, const SliceInfos& info, net::Responde
       }
     }
   }
-  proto::Body body = std::move(reply);
+  proto::Body body;
   if (pushed) {
-    pushed->pull = std::move(std::get<proto::PullReply>(body));
+    pushed->pull = std::move(reply);
     body = std::move(*pushed);
+  } else {
+    body = std::move(reply);
   }
   if (PullDirect(msg, info, body, responder)) return;
   net::Buffer buffer = net::TakeBuffer(total * sizeof(float));

@@ -354,12 +354,14 @@ Status ParamFetcher::WaitPush() {
 
 std::vector<std::optional<ParamFetcher::PushRequest>> ParamFetcher::PushRequests(int stage,
                                                                                   const model::Grads& grads,
-                                                                                  int64_t step, int64_t clock) const {
+                                                                                  int64_t step, int64_t clock) {
   const Stage& st = stages_[stage];
   const bool every_shard = EveryShard();
   std::vector<std::optional<PushRequest>> out(links_.size());
+  int count = 0;
   for (size_t p = 0; p < links_.size(); ++p) {
     if (!Pulls(st, p)) continue;
+    ++count;
     PushRequest& r = out[p].emplace();
     r.push.items = st.pulls[p].items;
     r.push.global_step = step;
@@ -370,13 +372,12 @@ std::vector<std::optional<ParamFetcher::PushRequest>> ParamFetcher::PushRequests
       r.grads.Add(std::span<const float>(grads.values[ref.var]).subspan(ref.offset, ref.count));
     }
   }
+  push_in_flight_ = std::make_shared<Latch>(count);
   return out;
 }
 
 void ParamFetcher::StartPush(int stage, const model::Grads& grads, int64_t step, int64_t clock) {
   auto pushes = PushRequests(stage, grads, step, clock);
-  push_in_flight_ = std::make_shared<Latch>(static_cast<int>(std::count_if(
-      pushes.begin(), pushes.end(), [](const auto& r) { return r.has_value(); })));
   for (size_t p = 0; p < links_.size(); ++p) {
     if (!pushes[p]) continue;
     links_[p]->Push(std::move(pushes[p]->push), std::move(pushes[p]->grads),
@@ -398,8 +399,6 @@ Status ParamFetcher::StartPushFetch(int stage, const model::Grads& grads, int64_
                                     model::Model& model, const model::Batch& batch) {
   PS_ASSERT(!EveryShard());
   auto pushes = PushRequests(stage, grads, step, -1);
-  push_in_flight_ = std::make_shared<Latch>(static_cast<int>(std::count_if(
-      pushes.begin(), pushes.end(), [](const auto& r) { return r.has_value(); })));
   auto push_done = [latch = push_in_flight_](Status st) { latch->Done(std::move(st)); };
   Status planned = PlanFetch(into, model, batch, -1);
   const Stage& st = stages_[into];

@@ -147,13 +147,14 @@ class ParamFetcher {
   bool Pulls(const Stage& st, size_t p) const { return EveryShard() || !st.pulls[p].items.empty(); }
   // What a pull of `st` calls when ps p answers (its version and status).
   std::function<void(Status, int64_t)> PullDone(const Stage& st) const;
-  // The pushes of `grads` laid out like `stage`'s pull, by ps (none where it pulled nothing).
+  // The pushes of `grads` laid out like `stage`'s pull, by ps (none where it pulled
+  // nothing), with push_in_flight_ armed for them.
   struct PushRequest {
     proto::Push push;
     net::OutPayload grads;
   };
   std::vector<std::optional<PushRequest>> PushRequests(int stage, const model::Grads& grads, int64_t step,
-                                                       int64_t clock) const;
+                                                       int64_t clock);
 
   std::vector<std::unique_ptr<PsLink>> links_;
   std::vector<Var> vars_;
