@@ -66,6 +66,14 @@ TEST_CASE("Fashion-MNIST train set parses: 60000 28x28 images, first label 9 (an
   CHECK(fsum == Approx(76247.0 / 255.0).epsilon(1e-6));
   CHECK(*std::max_element(b.dense.begin(), b.dense.end()) <= 1.0f);
   CHECK(b.labels == std::vector<float>{9});
+  // A second example goes after the first, each value exactly byte * (1 / 255).
+  t->AppendTo(1, &b);
+  REQUIRE(b.size == 2);
+  REQUIRE(b.dense.size() == 2u * 784u);
+  size_t exact = 0;
+  for (size_t k = 0; k < 2u * 784u; ++k) exact += b.dense[k] == static_cast<float>(t->dense_u8[k]) * t->dense_u8_scale;
+  CHECK(exact == 2u * 784u);
+  CHECK(b.labels == std::vector<float>{9, 0});
 }
 
 TEST_CASE("Fashion-MNIST test set parses: 10000 images, 1000 per class") {
