@@ -326,14 +326,15 @@ Result<model::Batch> InMemoryDataset::Next(int64_t batch_size) {
   const int64_t n = shard_size();
   int64_t want = batch_size;
   if (!options_.repeat) want = std::min(want, n - seen_);
-  batch.dense.reserve(static_cast<size_t>(std::max<int64_t>(want, 0) * batch.dense_dim));
-  batch.labels.reserve(static_cast<size_t>(std::max<int64_t>(want, 0)));
+  picked_.clear();
   for (int64_t k = 0; k < want; ++k) {
     int64_t e = seen_ / n;
     if (e != order_epoch_) StartEpoch(e);
-    table_.AppendTo(order_[static_cast<size_t>(seen_ % n)], &batch);
+    picked_.push_back(order_[static_cast<size_t>(seen_ % n)]);
     ++seen_;
   }
+  batch.labels.reserve(picked_.size());
+  table_.AppendTo(picked_, &batch);
   return batch;
 }
 

@@ -151,6 +151,7 @@ class InMemoryDataset : public Dataset {
   std::vector<int64_t> order_;  // the current epoch's permutation of shard_
   int64_t order_epoch_ = -1;    // the epoch order_ belongs to
   int64_t seen_ = 0;
+  std::vector<int64_t> picked_;  // Next's examples (kept: its capacity is reused)
 };
 
 // Opens this worker's shard of the data set `config` describes (see the top of this

@@ -1,5 +1,7 @@
 #include "libps/data/examples.h"
 
+#include <cstring>
+
 #include "libps/data/row.h"
 
 namespace ps::data {
@@ -57,37 +59,55 @@ void ExampleTable::Truncate(int64_t n) {
 
 model::Batch ExampleTable::StartBatch() const { return data::StartBatch(info); }
 
-void ExampleTable::AppendTo(int64_t index, model::Batch* batch) const {
-  const auto i = static_cast<size_t>(index);
+void ExampleTable::AppendTo(int64_t index, model::Batch* batch) const { AppendTo(std::span(&index, 1), batch); }
+
+void ExampleTable::AppendTo(std::span<const int64_t> indices, model::Batch* batch) const {
   const auto d = static_cast<size_t>(info.dense_dim);
   if (d > 0) {
-    if (!dense_u8.empty()) {
-      // Sized first, then converted in a loop the compiler vectorises (a push_back per
-      // value does not vectorise: it was most of a small model's step in one process).
-      const uint8_t* row = dense_u8.data() + i * d;
-      const size_t at = batch->dense.size();
-      batch->dense.resize(at + d);
+    // Sized once, then each example's values written in a loop the compiler vectorises
+    // (a push_back per value does not vectorise). The examples are random rows of a table
+    // bigger than the caches: the next one's bytes are requested before this one's are
+    // converted, so that the loads wait on memory once per example, not once per line.
+    const bool bytes = !dense_u8.empty();
+    const size_t row_bytes = d * (bytes ? sizeof(uint8_t) : sizeof(float));
+    auto row = [&](size_t j) -> const void* {
+      const auto i = static_cast<size_t>(indices[j]);
+      return bytes ? static_cast<const void*>(dense_u8.data() + i * d) : dense_f32.data() + i * d;
+    };
+    auto prefetch = [&](const void* p) {
+      for (size_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(static_cast<const char*>(p) + off);
+    };
+    size_t at = batch->dense.size();
+    batch->dense.resize(at + indices.size() * d);
+    if (!indices.empty()) prefetch(row(0));
+    const float scale = dense_u8_scale;
+    for (size_t j = 0; j < indices.size(); ++j, at += d) {
+      if (j + 1 < indices.size()) prefetch(row(j + 1));
       float* out = batch->dense.data() + at;
-      const float scale = dense_u8_scale;
-      for (size_t k = 0; k < d; ++k) out[k] = static_cast<float>(row[k]) * scale;
-    } else {
-      batch->dense.insert(batch->dense.end(), dense_f32.begin() + static_cast<ptrdiff_t>(i * d),
-                          dense_f32.begin() + static_cast<ptrdiff_t>((i + 1) * d));
+      if (bytes) {
+        const auto* in = static_cast<const uint8_t*>(row(j));
+        for (size_t k = 0; k < d; ++k) out[k] = static_cast<float>(in[k]) * scale;
+      } else {
+        std::memcpy(out, row(j), d * sizeof(float));
+      }
     }
   }
   for (size_t f = 0; f < sparse.size(); ++f) {
     const SparseColumn& c = sparse[f];
     model::SparseField& out = batch->sparse[f];
-    const auto begin = static_cast<ptrdiff_t>(c.offsets[i]);
-    const auto end = static_cast<ptrdiff_t>(c.offsets[i + 1]);
-    out.ids.insert(out.ids.end(), c.ids.begin() + begin, c.ids.begin() + end);
-    if (!c.values.empty()) {
-      out.values.insert(out.values.end(), c.values.begin() + begin, c.values.begin() + end);
+    for (const int64_t index : indices) {
+      const auto i = static_cast<size_t>(index);
+      const auto begin = static_cast<ptrdiff_t>(c.offsets[i]);
+      const auto end = static_cast<ptrdiff_t>(c.offsets[i + 1]);
+      out.ids.insert(out.ids.end(), c.ids.begin() + begin, c.ids.begin() + end);
+      if (!c.values.empty()) {
+        out.values.insert(out.values.end(), c.values.begin() + begin, c.values.begin() + end);
+      }
+      out.offsets.push_back(static_cast<int64_t>(out.ids.size()));
     }
-    out.offsets.push_back(static_cast<int64_t>(out.ids.size()));
   }
-  batch->labels.push_back(labels[i]);
-  ++batch->size;
+  for (const int64_t index : indices) batch->labels.push_back(labels[static_cast<size_t>(index)]);
+  batch->size += static_cast<int64_t>(indices.size());
 }
 
 }  // namespace ps::data

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,9 @@ struct ExampleTable {
   void Truncate(int64_t n);
   // Appends example `index` to batch (which must have been started by StartBatch).
   void AppendTo(int64_t index, model::Batch* batch) const;
+  // Appends the examples `indices`, in order (as AppendTo each), sizing the batch once and
+  // starting to load each example's dense values while the one before it is converted.
+  void AppendTo(std::span<const int64_t> indices, model::Batch* batch) const;
   // An empty batch with this table's dense_dim and one empty field per sparse field.
   model::Batch StartBatch() const;
 };
