@@ -5,7 +5,8 @@
 # process's CPU ms per step (what 2 cores allow). PSTRAIN_BENCH_JOB picks another job, e.g.
 # configs/job-fmnist-mlp-small.json (784-128-10, SGD, batch 64).
 # Extra arguments go to bench_train (--steps, --local-steps, --workers 1,2,
-# --steps-per-dispatch N, --dispatches-per-worker N, --keep, ...).
+# --steps-per-dispatch N, --dispatches-per-worker N, --keep, --rounds N (the sequence N
+# times and the median of each ratio: single runs on 2 cores vary by up to 1.8x), ...).
 set -euo pipefail
 source "$(dirname "$0")/bench-lib.sh"
 JOB=${PSTRAIN_BENCH_JOB:-configs/job-fmnist-mlp.json}

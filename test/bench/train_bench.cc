@@ -3,9 +3,12 @@
 //
 //   bench_train --job FILE --pstrain PATH [--local-steps 1000] [--warmup-steps 50]
 //               [--steps 3000] [--log-every 100] [--skip-steps 500] [--workers 1,2]
-//               [--steps-per-dispatch N] [--dispatches-per-worker N] [--keep]
+//               [--steps-per-dispatch N] [--dispatches-per-worker N] [--keep] [--rounds N]
 //               [--base-dir DIR] [--lazy] [--compare-job FILE [--pairs 2]]
 //
+// --rounds N: the whole sequence N times, each round's tables as above, then the median
+// (and range) of each ratio over the rounds: on 2 cores a run now and then lands in a slow
+// placement (the same build's (b)/(a) ranged 0.45-0.83 in session 13), so one run says little.
 // --base-dir replaces the job's base_dir (where its relative data paths resolve);
 // --lazy sets "lazy": true on every sparse table of the model (the first field of each
 // embedding_mlp table, or logistic_regression's weights), in (a) and in the clusters.
@@ -209,6 +212,7 @@ struct Options {
   int64_t local_steps = 1000;
   int64_t warmup_steps = 50;
   std::vector<int> workers = {1, 2};
+  int rounds = 1;  // --rounds: the whole sequence again, medians at the end
 };
 
 Options Parse(int argc, char** argv) {
@@ -230,6 +234,7 @@ Options Parse(int argc, char** argv) {
     else if (a == "--lazy") o.lazy = true;
     else if (a == "--compare-job") o.compare_job = next();
     else if (a == "--pairs") o.pairs = std::atoi(next().c_str());
+    else if (a == "--rounds") o.rounds = std::atoi(next().c_str());
     else if (a == "--workers") {
       o.workers.clear();
       std::stringstream ss(next());
@@ -240,6 +245,7 @@ Options Parse(int argc, char** argv) {
   }
   if (o.job.empty() || o.cluster.pstrain.empty()) Die("--job and --pstrain are required");
   if (o.pairs < 1) Die("bad --pairs");
+  if (o.rounds < 1) Die("bad --rounds");
   if (o.local_steps < 1 || o.warmup_steps < 0 || o.cluster.steps < 1 || o.cluster.log_every < 1) Die("bad flag value");
   for (int w : o.workers) {
     if (w < 1) Die("bad --workers");
@@ -305,20 +311,9 @@ int CompareJobs(const Options& opt, const ps::job::JobSpec& base, const ps::job:
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  Options opt = Parse(argc, argv);
-  ps::model::SetBlasThreads(1);
-  auto job = LoadJob(opt, opt.job);
-  std::printf("load average at start: %s (%u cores)\n", ps::bench::LoadAverage().c_str(), std::thread::hardware_concurrency());
-  std::printf("job %s%s: batch %lld; local %lld steps (+%lld warm-up); clusters %lld steps, rate after step %lld\n",
-              opt.job.c_str(), opt.lazy ? " (lazy tables)" : "", static_cast<long long>(job.batch_size), static_cast<long long>(opt.local_steps),
-              static_cast<long long>(opt.warmup_steps), static_cast<long long>(opt.cluster.steps),
-              static_cast<long long>(opt.cluster.skip_steps));
-  std::fflush(stdout);
-  if (!opt.compare_job.empty()) return CompareJobs(opt, job, LoadJob(opt, opt.compare_job));
-
+// One round: (a), then each cluster followed by (a) again; prints its tables and returns
+// the summary's ratios in order ((b)/(a), (c)/(a), ..., then (c)/(b), ...).
+std::vector<double> RunRound(const Options& opt, const ps::job::JobSpec& job, std::string* summary_out) {
   auto local = [&] { return RunLocal(job, opt.warmup_steps, opt.local_steps, opt.cluster.log_every); };
   std::vector<RunResult> locals{local()};
   std::vector<std::pair<int, RunResult>> clusters;
@@ -337,6 +332,7 @@ int main(int argc, char** argv) {
   };
   row("(a) local, run 1", locals[0], "");
   std::string summary = "summary:";
+  std::vector<double> ratios;
   char label = 'b';
   for (size_t i = 0; i < clusters.size(); ++i) {
     const auto& [w, r] = clusters[i];
@@ -351,6 +347,7 @@ int main(int argc, char** argv) {
     std::snprintf(buf, sizeof buf, "%s (%c)/(a) = %.2f (%.0f vs %.0f ex/s)", i == 0 ? "" : ";", label, ratio,
                   r.examples_per_sec, base);
     summary += buf;
+    ratios.push_back(ratio);
     ++label;
   }
   // Scaling: every cluster against the first one (1 worker when --workers starts with 1).
@@ -360,6 +357,7 @@ int main(int argc, char** argv) {
                   clusters[i].second.examples_per_sec / clusters[0].second.examples_per_sec, clusters[i].first,
                   clusters[0].first);
     summary += buf;
+    ratios.push_back(clusters[i].second.examples_per_sec / clusters[0].second.examples_per_sec);
   }
   // Where the CPU goes: what a target needs against what 2 cores can give.
   std::printf("CPU ms per global step, each process over the timed windows (2 cores give at most 2 CPU ms per ms):\n");
@@ -383,7 +381,48 @@ int main(int argc, char** argv) {
                 (w > 1 ? "s" : ""),
             r);
   }
-  std::printf("load average at end: %s\n", ps::bench::LoadAverage().c_str());
-  std::printf("%s\n", summary.c_str());
+  *summary_out = summary;
+  return ratios;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options opt = Parse(argc, argv);
+  ps::model::SetBlasThreads(1);
+  auto job = LoadJob(opt, opt.job);
+  std::printf("load average at start: %s (%u cores)\n", ps::bench::LoadAverage().c_str(), std::thread::hardware_concurrency());
+  std::printf("job %s%s: batch %lld; local %lld steps (+%lld warm-up); clusters %lld steps, rate after step %lld\n",
+              opt.job.c_str(), opt.lazy ? " (lazy tables)" : "", static_cast<long long>(job.batch_size), static_cast<long long>(opt.local_steps),
+              static_cast<long long>(opt.warmup_steps), static_cast<long long>(opt.cluster.steps),
+              static_cast<long long>(opt.cluster.skip_steps));
+  std::fflush(stdout);
+  if (!opt.compare_job.empty()) return CompareJobs(opt, job, LoadJob(opt, opt.compare_job));
+
+  std::vector<std::vector<double>> ratios;  // [round][ratio]
+  std::string summary;
+  for (int round = 0; round < opt.rounds; ++round) {
+    if (opt.rounds > 1) std::printf("round %d of %d\n", round + 1, opt.rounds);
+    ratios.push_back(RunRound(opt, job, &summary));
+    std::printf("load average at end: %s\n", ps::bench::LoadAverage().c_str());
+    std::printf("%s\n", summary.c_str());
+    std::fflush(stdout);
+  }
+  if (opt.rounds > 1) {
+    // Which ratio is which: the last round's summary names them in this order.
+    std::vector<std::string> names;
+    for (size_t i = 0; i < opt.workers.size(); ++i) names.push_back(std::string("(") + static_cast<char>('b' + i) + ")/(a)");
+    for (size_t i = 1; i < opt.workers.size(); ++i) names.push_back(std::string("(") + static_cast<char>('b' + i) + ")/(b)");
+    std::string line = "summary over " + std::to_string(opt.rounds) + " rounds, median (lowest-highest):";
+    for (size_t k = 0; k < names.size(); ++k) {
+      std::vector<double> v;
+      for (const auto& r : ratios) v.push_back(r[k]);
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "%s %s = %.2f (%.2f-%.2f)", k == 0 ? "" : ";", names[k].c_str(), Median(v),
+                    *std::min_element(v.begin(), v.end()), *std::max_element(v.begin(), v.end()));
+      line += buf;
+    }
+    std::printf("%s\n", line.c_str());
+  }
   return 0;
 }
