@@ -4,7 +4,9 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <numbers>
+#include <random>
 #include <vector>
 
 #include "libps/server/optimizer.h"
@@ -331,4 +333,69 @@ TEST_CASE("ParseOptimizer reads the documented JSON strictly") {
             .starts_with("job.optimizer.warmup_steps: must be >= 0"));
   CHECK(err(R"({"type":"sgd","nesterov":1})") ==
         "job.optimizer.nesterov: expected true or false, got number");
+}
+
+// ApplyRows runs vectorised loops (and on x86-64 an AVX2 copy of them, picked at load
+// time). Every kernel is element-wise IEEE arithmetic, so any vector width must give the
+// scalar result bit for bit; an FMA contraction or reassociation would not. The scalar
+// references below follow the kernels' formulas operation by operation, compiled here
+// for the baseline CPU; lengths cover whole vectors and every tail.
+TEST_CASE("ApplyRows equals the scalar formulas bit for bit at every length") {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  struct Case {
+    OptimizerKind kind;
+    const char* name;
+  };
+  for (const Case c : {Case{OptimizerKind::kSgd, "sgd"}, Case{OptimizerKind::kAdagrad, "adagrad"},
+                       Case{OptimizerKind::kAdam, "adam"}, Case{OptimizerKind::kRmsprop, "rmsprop"}}) {
+    for (size_t n : {1, 3, 4, 7, 8, 9, 15, 16, 17, 31, 64, 100}) {
+      INFO(c.name << ", " << n << " elements");
+      OptimizerSpec spec = Make(c.kind, 0.01);
+      Run r(spec, std::vector<float>(n));
+      std::vector<float> grad(n);
+      for (size_t i = 0; i < n; ++i) {
+        r.var[i] = u(rng);
+        grad[i] = u(rng);
+        for (auto& slot : r.slots) slot[i] = std::abs(u(rng));  // accumulators are not negative
+      }
+      std::vector<float> var = r.var;
+      std::vector<std::vector<float>> slots = r.slots;
+      const int64_t step = 41;
+      const float lr = static_cast<float>(LearningRate(spec, step));
+      r.Steps(grad, 1, step);
+      const auto eps = static_cast<float>(spec.epsilon);
+      for (size_t i = 0; i < n; ++i) {
+        float g = grad[i];
+        switch (c.kind) {
+          case OptimizerKind::kSgd:
+            var[i] -= g * lr;
+            break;
+          case OptimizerKind::kAdagrad:
+            slots[0][i] += g * g;
+            var[i] -= g * lr / (std::sqrt(slots[0][i]) + eps);
+            break;
+          case OptimizerKind::kAdam: {
+            const float t = static_cast<float>(step + 1);
+            const auto b1 = static_cast<float>(spec.beta_1), b2 = static_cast<float>(spec.beta_2);
+            const float alpha = lr * std::sqrt(1.0f - std::pow(b2, t)) / (1.0f - std::pow(b1, t));
+            slots[0][i] += (g - slots[0][i]) * (1.0f - b1);
+            slots[1][i] += (g * g - slots[1][i]) * (1.0f - b2);
+            var[i] -= (slots[0][i] * alpha) / (std::sqrt(slots[1][i]) + eps);
+            break;
+          }
+          case OptimizerKind::kRmsprop: {
+            const auto rho = static_cast<float>(spec.rho);
+            slots[0][i] = rho * slots[0][i] + (1.0f - rho) * (g * g);
+            var[i] -= lr * g / (std::sqrt(slots[0][i]) + eps);
+            break;
+          }
+          default:
+            FAIL("no reference for this kind");
+        }
+      }
+      CHECK(std::memcmp(var.data(), r.var.data(), n * sizeof(float)) == 0);
+      for (size_t k = 0; k < slots.size(); ++k) CHECK(std::memcmp(slots[k].data(), r.slots[k].data(), n * sizeof(float)) == 0);
+    }
+  }
 }
