@@ -1,5 +1,7 @@
 #include "libps/data/examples.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "libps/data/row.h"
@@ -74,8 +76,11 @@ void ExampleTable::AppendTo(std::span<const int64_t> indices, model::Batch* batc
       const auto i = static_cast<size_t>(indices[j]);
       return bytes ? static_cast<const void*>(dense_u8.data() + i * d) : dense_f32.data() + i * d;
     };
+    // Every cache line of the row (its start need not be line-aligned), at most 4 KiB.
     auto prefetch = [&](const void* p) {
-      for (size_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(static_cast<const char*>(p) + off);
+      const auto first = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63};
+      const uintptr_t end = reinterpret_cast<uintptr_t>(p) + std::min<size_t>(row_bytes, 4096);
+      for (uintptr_t line = first; line < end; line += 64) __builtin_prefetch(reinterpret_cast<const void*>(line));
     };
     size_t at = batch->dense.size();
     batch->dense.resize(at + indices.size() * d);

@@ -362,13 +362,16 @@ void FtrlV2(size_t n, float lr, float l1, float l2, float l2_shrinkage, float lr
 
 }  // namespace
 
-// On x86-64 GCC also builds an AVX2 copy of ApplyRows (its kernels inlined, eight floats a
-// step instead of SSE's four), and the loader picks it on CPUs that have AVX2: whole-shard
-// Adam ran 1.6-1.8x faster, lazy Adagrad row pushes ~8 % (issue #15's bench). The copies
-// agree bit for bit: every kernel is element-wise IEEE arithmetic, and GCC does not fuse
-// a * b + c into an FMA under -std=c++20 (optimizer_test checks against scalar code).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define PS_OPTIMIZER_CLONES __attribute__((target_clones("avx2", "default")))
+// On x86-64 GCC also builds an AVX2 copy of ApplyRows with every kernel inlined into it
+// (flatten): eight floats a step instead of SSE's four. The loader picks it on CPUs that
+// have AVX2: whole-shard Adam ran 1.6-1.8x faster, lazy Adagrad row pushes ~8 % (issue #15's
+// bench). The copies agree bit for bit: every kernel is element-wise IEEE arithmetic, the
+// AVX2 copy has no FMA, and the project builds with -ffp-contract=off (optimizer_test
+// checks against scalar formulas). Not under the sanitizers: GCC instruments the copies'
+// resolver, which the loader runs before the sanitizer's runtime is set up (TSan crashed).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__) && \
+    !defined(__SANITIZE_ADDRESS__)
+#define PS_OPTIMIZER_CLONES __attribute__((target_clones("avx2", "default"), flatten))
 #else
 #define PS_OPTIMIZER_CLONES
 #endif

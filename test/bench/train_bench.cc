@@ -246,6 +246,7 @@ Options Parse(int argc, char** argv) {
   if (o.job.empty() || o.cluster.pstrain.empty()) Die("--job and --pstrain are required");
   if (o.pairs < 1) Die("bad --pairs");
   if (o.rounds < 1) Die("bad --rounds");
+  if (o.rounds > 1 && !o.compare_job.empty()) Die("--rounds does not apply to --compare-job (use --pairs)");
   if (o.local_steps < 1 || o.warmup_steps < 0 || o.cluster.steps < 1 || o.cluster.log_every < 1) Die("bad flag value");
   for (int w : o.workers) {
     if (w < 1) Die("bad --workers");

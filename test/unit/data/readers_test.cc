@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include <array>
+
 #include <numeric>
 
 #include "libps/data/readers.h"
@@ -66,14 +68,20 @@ TEST_CASE("Fashion-MNIST train set parses: 60000 28x28 images, first label 9 (an
   CHECK(fsum == Approx(76247.0 / 255.0).epsilon(1e-6));
   CHECK(*std::max_element(b.dense.begin(), b.dense.end()) <= 1.0f);
   CHECK(b.labels == std::vector<float>{9});
-  // A second example goes after the first, each value exactly byte * (1 / 255).
-  t->AppendTo(1, &b);
-  REQUIRE(b.size == 2);
-  REQUIRE(b.dense.size() == 2u * 784u);
+  // More examples go after it, in the order given, each value exactly byte * (1 / 255).
+  const std::array<int64_t, 3> more{2, 1, 59999};
+  t->AppendTo(more, &b);
+  REQUIRE(b.size == 4);
+  REQUIRE(b.dense.size() == 4u * 784u);
   size_t exact = 0;
-  for (size_t k = 0; k < 2u * 784u; ++k) exact += b.dense[k] == static_cast<float>(t->dense_u8[k]) * t->dense_u8_scale;
-  CHECK(exact == 2u * 784u);
-  CHECK(b.labels == std::vector<float>{9, 0});
+  const std::array<size_t, 4> examples{0, 2, 1, 59999};
+  for (size_t e = 0; e < examples.size(); ++e) {
+    for (size_t k = 0; k < 784u; ++k) {
+      exact += b.dense[e * 784u + k] == static_cast<float>(t->dense_u8[examples[e] * 784u + k]) * t->dense_u8_scale;
+    }
+  }
+  CHECK(exact == 4u * 784u);
+  CHECK(b.labels == std::vector<float>{9, 0, 0, t->labels[59999]});
 }
 
 TEST_CASE("Fashion-MNIST test set parses: 10000 images, 1000 per class") {

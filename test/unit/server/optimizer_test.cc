@@ -7,6 +7,8 @@
 #include <cstring>
 #include <numbers>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "libps/server/optimizer.h"
@@ -337,65 +339,139 @@ TEST_CASE("ParseOptimizer reads the documented JSON strictly") {
 
 // ApplyRows runs vectorised loops (and on x86-64 an AVX2 copy of them, picked at load
 // time). Every kernel is element-wise IEEE arithmetic, so any vector width must give the
-// scalar result bit for bit; an FMA contraction or reassociation would not. The scalar
-// references below follow the kernels' formulas operation by operation, compiled here
-// for the baseline CPU; lengths cover whole vectors and every tail.
+// scalar result bit for bit; an FMA contraction or reassociation would not (the project
+// builds with -ffp-contract=off). The references below follow the kernels' formulas
+// operation by operation; lengths cover whole vectors and every tail of 4 and 8 floats.
+// This runs the copy this CPU picks (AVX2 on the build machines).
+namespace {
+
+float Sign(float x) { return x == 0.0f ? 0.0f : (x < 0.0f ? -1.0f : 1.0f); }
+
+// One update of element i, as ApplyRows's kernels compute it.
+void Reference(const OptimizerSpec& spec, float lr, int64_t step, float& var, std::vector<float*> s, float g) {
+  const auto eps = static_cast<float>(spec.epsilon);
+  switch (spec.kind) {
+    case OptimizerKind::kSgd: {
+      if (spec.momentum == 0) {
+        var -= g * lr;
+        return;
+      }
+      const auto momentum = static_cast<float>(spec.momentum);
+      *s[0] = *s[0] * momentum - g * lr;
+      var += spec.nesterov ? *s[0] * momentum - g * lr : *s[0];
+      return;
+    }
+    case OptimizerKind::kAdagrad:
+      *s[0] += g * g;
+      var -= g * lr / (std::sqrt(*s[0]) + eps);
+      return;
+    case OptimizerKind::kAdam: {
+      const float t = static_cast<float>(step + 1);
+      const auto b1 = static_cast<float>(spec.beta_1), b2 = static_cast<float>(spec.beta_2);
+      const float alpha = lr * std::sqrt(1.0f - std::pow(b2, t)) / (1.0f - std::pow(b1, t));
+      *s[0] += (g - *s[0]) * (1.0f - b1);
+      *s[1] += (g * g - *s[1]) * (1.0f - b2);
+      var -= (*s[0] * alpha) / (std::sqrt(*s[1]) + eps);
+      return;
+    }
+    case OptimizerKind::kRmsprop: {
+      const auto rho = static_cast<float>(spec.rho);
+      if (spec.momentum > 0) {
+        float* ms = s[0];
+        float* mom = s[1];
+        *ms += (g * g - *ms) * (1.0f - rho);
+        float denom = *ms + eps;
+        if (spec.centered) {
+          float* mg = s[2];
+          *mg += (g - *mg) * (1.0f - rho);
+          denom = (*ms - *mg * *mg) + eps;
+        }
+        *mom = *mom * static_cast<float>(spec.momentum) + (g * lr) / std::sqrt(denom);
+        var -= *mom;
+        return;
+      }
+      float* rms = s[0];
+      *rms = rho * *rms + (1.0f - rho) * (g * g);
+      float root = *rms;
+      if (spec.centered) {
+        float* mg = s[1];
+        *mg = rho * *mg + (1.0f - rho) * g;
+        root = *rms - *mg * *mg;
+      }
+      var -= lr * g / (std::sqrt(root) + eps);
+      return;
+    }
+    case OptimizerKind::kFtrl: {
+      const float l1 = static_cast<float>(spec.l1);
+      const float two_l2 = 2.0f * static_cast<float>(spec.l2 + spec.beta / (2.0 * lr));
+      const float two_shrink = 2.0f * static_cast<float>(spec.l2_shrinkage);
+      const auto power = static_cast<float>(spec.learning_rate_power);
+      float* accum = s[0];
+      float* linear = s[1];
+      const float gs = g + two_shrink * var;
+      const float new_accum = *accum + g * g;
+      const float new_root = power == -0.5f ? std::sqrt(new_accum) : std::pow(new_accum, -power);
+      const float old_root = power == -0.5f ? std::sqrt(*accum) : std::pow(*accum, -power);
+      *linear += gs - (new_root - old_root) / lr * var;
+      const float x = l1 * Sign(*linear) - *linear;
+      const float y = new_root / lr + two_l2;
+      var = std::fabs(*linear) > l1 ? x / y : 0.0f;
+      *accum = new_accum;
+      return;
+    }
+  }
+}
+
+}  // namespace
+
 TEST_CASE("ApplyRows equals the scalar formulas bit for bit at every length") {
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  struct Case {
-    OptimizerKind kind;
-    const char* name;
+  std::vector<std::pair<std::string, OptimizerSpec>> specs;
+  auto add = [&](const std::string& name, OptimizerKind kind, auto&& tweak) {
+    OptimizerSpec spec = Make(kind, 0.01);
+    tweak(spec);
+    specs.emplace_back(name, spec);
   };
-  for (const Case c : {Case{OptimizerKind::kSgd, "sgd"}, Case{OptimizerKind::kAdagrad, "adagrad"},
-                       Case{OptimizerKind::kAdam, "adam"}, Case{OptimizerKind::kRmsprop, "rmsprop"}}) {
-    for (size_t n : {1, 3, 4, 7, 8, 9, 15, 16, 17, 31, 64, 100}) {
-      INFO(c.name << ", " << n << " elements");
-      OptimizerSpec spec = Make(c.kind, 0.01);
+  add("sgd", OptimizerKind::kSgd, [](OptimizerSpec&) {});
+  add("sgd momentum", OptimizerKind::kSgd, [](OptimizerSpec& s) { s.momentum = 0.9; });
+  add("sgd nesterov", OptimizerKind::kSgd, [](OptimizerSpec& s) { s.momentum = 0.9, s.nesterov = true; });
+  add("adagrad", OptimizerKind::kAdagrad, [](OptimizerSpec&) {});
+  add("adam", OptimizerKind::kAdam, [](OptimizerSpec&) {});
+  add("rmsprop", OptimizerKind::kRmsprop, [](OptimizerSpec&) {});
+  add("rmsprop centered", OptimizerKind::kRmsprop, [](OptimizerSpec& s) { s.centered = true; });
+  add("rmsprop momentum", OptimizerKind::kRmsprop, [](OptimizerSpec& s) { s.momentum = 0.5; });
+  add("rmsprop momentum centered", OptimizerKind::kRmsprop, [](OptimizerSpec& s) { s.momentum = 0.5, s.centered = true; });
+  add("ftrl", OptimizerKind::kFtrl, [](OptimizerSpec& s) { s.l1 = 0.01, s.l2 = 0.001, s.l2_shrinkage = 0.001, s.beta = 0.1; });
+  add("ftrl power -0.3", OptimizerKind::kFtrl, [](OptimizerSpec& s) { s.learning_rate_power = -0.3, s.l1 = 0.01; });
+  for (const auto& [name, spec] : specs) {
+    REQUIRE(ValidateOptimizer(spec, "spec").ok());
+    for (size_t n = 1; n <= 40; ++n) {
+      INFO(name << ", " << n << " elements");
       Run r(spec, std::vector<float>(n));
       std::vector<float> grad(n);
       for (size_t i = 0; i < n; ++i) {
         r.var[i] = u(rng);
         grad[i] = u(rng);
-        for (auto& slot : r.slots) slot[i] = std::abs(u(rng));  // accumulators are not negative
+        // Accumulators in [0.5, 1), so a centered RMSprop's ms - mg^2 stays positive (mg,
+        // its last slot, in [-0.5, 0.5)).
+        for (auto& slot : r.slots) slot[i] = 0.75f + 0.25f * u(rng);
+        if (spec.kind == OptimizerKind::kRmsprop && spec.centered) r.slots.back()[i] = 0.5f * u(rng);
       }
       std::vector<float> var = r.var;
       std::vector<std::vector<float>> slots = r.slots;
       const int64_t step = 41;
       const float lr = static_cast<float>(LearningRate(spec, step));
       r.Steps(grad, 1, step);
-      const auto eps = static_cast<float>(spec.epsilon);
       for (size_t i = 0; i < n; ++i) {
-        float g = grad[i];
-        switch (c.kind) {
-          case OptimizerKind::kSgd:
-            var[i] -= g * lr;
-            break;
-          case OptimizerKind::kAdagrad:
-            slots[0][i] += g * g;
-            var[i] -= g * lr / (std::sqrt(slots[0][i]) + eps);
-            break;
-          case OptimizerKind::kAdam: {
-            const float t = static_cast<float>(step + 1);
-            const auto b1 = static_cast<float>(spec.beta_1), b2 = static_cast<float>(spec.beta_2);
-            const float alpha = lr * std::sqrt(1.0f - std::pow(b2, t)) / (1.0f - std::pow(b1, t));
-            slots[0][i] += (g - slots[0][i]) * (1.0f - b1);
-            slots[1][i] += (g * g - slots[1][i]) * (1.0f - b2);
-            var[i] -= (slots[0][i] * alpha) / (std::sqrt(slots[1][i]) + eps);
-            break;
-          }
-          case OptimizerKind::kRmsprop: {
-            const auto rho = static_cast<float>(spec.rho);
-            slots[0][i] = rho * slots[0][i] + (1.0f - rho) * (g * g);
-            var[i] -= lr * g / (std::sqrt(slots[0][i]) + eps);
-            break;
-          }
-          default:
-            FAIL("no reference for this kind");
-        }
+        std::vector<float*> at;
+        for (auto& slot : slots) at.push_back(&slot[i]);
+        Reference(spec, lr, step, var[i], at, grad[i]);
       }
       CHECK(std::memcmp(var.data(), r.var.data(), n * sizeof(float)) == 0);
-      for (size_t k = 0; k < slots.size(); ++k) CHECK(std::memcmp(slots[k].data(), r.slots[k].data(), n * sizeof(float)) == 0);
+      for (size_t k = 0; k < slots.size(); ++k) {
+        CHECK(std::memcmp(slots[k].data(), r.slots[k].data(), n * sizeof(float)) == 0);
+      }
     }
   }
 }
