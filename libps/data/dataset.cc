@@ -1,6 +1,11 @@
 #include "libps/data/dataset.h"
 
+#include <atomic>
+#include <condition_variable>
 #include <filesystem>
+#include <mutex>
+#include <optional>
+#include <thread>
 
 #include "libps/data/libsvm.h"
 #include "libps/data/random.h"
@@ -336,6 +341,92 @@ Result<model::Batch> InMemoryDataset::Next(int64_t batch_size) {
   batch.labels.reserve(picked_.size());
   table_.AppendTo(picked_, &batch);
   return batch;
+}
+
+namespace {
+
+class ReadAheadDataset : public Dataset {
+ public:
+  explicit ReadAheadDataset(std::unique_ptr<Dataset> inner)
+      : inner_(std::move(inner)), done_(inner_->done()), skipped_(inner_->skipped()) {}
+  ~ReadAheadDataset() override {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (reader_.joinable()) reader_.join();
+  }
+
+  Result<model::Batch> Next(int64_t batch_size) override {
+    if (batch_size <= 0) {
+      return InvalidArgument("batch size must be positive, got " + std::to_string(batch_size));
+    }
+    std::unique_lock lock(mu_);
+    if (batch_size_ == 0) {
+      batch_size_ = batch_size;
+      wanted_ = true;
+      reader_ = std::thread([this] { Read(); });
+    } else if (batch_size != batch_size_) {
+      return InvalidArgument("batch size " + std::to_string(batch_size) + " after " + std::to_string(batch_size_) +
+                             " from a data set that reads ahead");
+    }
+    cv_.wait(lock, [&] { return ready_.has_value(); });
+    Ready r = std::move(*ready_);
+    ready_.reset();
+    wanted_ = true;  // the next batch, while the caller uses this one
+    lock.unlock();
+    cv_.notify_all();
+    if (r.batch.ok()) seen_.fetch_add(r.batch->size, std::memory_order_relaxed);
+    done_.store(r.done, std::memory_order_relaxed);
+    skipped_.store(r.skipped, std::memory_order_relaxed);
+    return std::move(r.batch);
+  }
+  const DatasetInfo& info() const override { return inner_->info(); }
+  int64_t examples_seen() const override { return seen_.load(std::memory_order_relaxed); }
+  bool done() const override { return done_.load(std::memory_order_relaxed); }
+  int64_t skipped() const override { return skipped_.load(std::memory_order_relaxed); }
+
+ private:
+  struct Ready {
+    Result<model::Batch> batch;
+    bool done;          // inner's, right after this batch
+    int64_t skipped;    // likewise
+  };
+
+  // The reader thread: one batch each time one is wanted. inner_ is used by this thread
+  // only, once it has started.
+  void Read() {
+    std::unique_lock lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stop_ || wanted_; });
+      if (stop_) return;
+      wanted_ = false;
+      lock.unlock();
+      Ready r{inner_->Next(batch_size_), inner_->done(), inner_->skipped()};
+      lock.lock();
+      ready_.emplace(std::move(r));
+      cv_.notify_all();
+    }
+  }
+
+  const std::unique_ptr<Dataset> inner_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int64_t batch_size_ = 0;    // the first Next's; guarded by mu_ (fixed once set)
+  bool wanted_ = false;       // guarded by mu_: the reader should read a batch
+  bool stop_ = false;         // guarded by mu_
+  std::optional<Ready> ready_;  // guarded by mu_
+  std::thread reader_;
+  std::atomic<int64_t> seen_{0};
+  std::atomic<bool> done_{false};
+  std::atomic<int64_t> skipped_{0};
+};
+
+}  // namespace
+
+std::unique_ptr<Dataset> ReadAhead(std::unique_ptr<Dataset> inner) {
+  return std::make_unique<ReadAheadDataset>(std::move(inner));
 }
 
 }  // namespace ps::data

@@ -154,6 +154,16 @@ class InMemoryDataset : public Dataset {
   std::vector<int64_t> picked_;  // Next's examples (kept: its capacity is reused)
 };
 
+// Wraps an in-memory data set for training: while the caller uses a batch, a thread of
+// its own fills the next one (tf.data's prefetch(1)), so reading a batch overlaps the
+// step that uses the one before. Batches come in the same order with the same contents
+// as from `inner`; done(), examples_seen() and skipped() describe the batches returned,
+// not the one read ahead. Every call must ask for the batch size of the first
+// (InvalidArgument otherwise: the batch read ahead has that size). Not for streamed data
+// sets: their readers already run ahead on threads of their own. Destroying it waits for
+// a read under way.
+std::unique_ptr<Dataset> ReadAhead(std::unique_ptr<Dataset> inner);
+
 // Opens this worker's shard of the data set `config` describes (see the top of this
 // file): loads it whole ("path"), or starts streaming it ("files": the first record is
 // parsed before this returns, so an unreadable or mismatched first record fails here).

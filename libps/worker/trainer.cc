@@ -611,6 +611,9 @@ Result<std::unique_ptr<Trainer>> MakeTrainer(const job::JobSpec& job, int worker
   opts.num_shards = num_workers;
   opts.seed = job.seed;
   PS_ASSIGN_OR_RETURN(auto dataset, data::OpenDataset(job.train_data, "job.train_data", opts));
+  // In memory (its size known): the next batch is filled while a step runs. A streamed
+  // data set's readers run ahead already.
+  if (dataset->info().examples > 0) dataset = data::ReadAhead(std::move(dataset));
   PS_ASSIGN_OR_RETURN(auto fetcher, ParamFetcher::Create(plan, std::move(links)));
   fetcher->SetUpdateMode(job.update.StepMode(), worker_index);
   if (job.fake_compute_ms) {

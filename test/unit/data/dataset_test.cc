@@ -240,6 +240,58 @@ TEST_CASE("SkipTo continues the same sequence") {
   CHECK(c->Next(5)->size == 0);
 }
 
+TEST_CASE("ReadAhead returns the wrapped data set's batches, in order, and counts only those returned") {
+  DatasetOptions o;
+  o.seed = 5;
+  o.num_shards = 2;
+  o.shard_index = 1;
+  auto plain = Open(37, o);  // 18 examples in this shard; 7 does not divide it
+  auto ahead = ps::data::ReadAhead(Open(37, o));
+  for (int i = 0; i < 12; ++i) {  // almost five epochs
+    INFO("batch " << i);
+    auto want = plain->Next(7);
+    auto got = ahead->Next(7);
+    REQUIRE(want.ok());
+    REQUIRE(got.ok());
+    CHECK(got->dense == want->dense);
+    CHECK(got->labels == want->labels);
+    CHECK(got->sparse[0].ids == want->sparse[0].ids);
+    CHECK(got->sparse[0].offsets == want->sparse[0].offsets);
+    CHECK(ahead->examples_seen() == plain->examples_seen());
+  }
+  CHECK(ahead->Next(8).status().code() == Code::kInvalidArgument);  // the size read ahead is 7
+  CHECK(ahead->Next(0).status().code() == Code::kInvalidArgument);
+  CHECK(ahead->info().examples == 37);
+
+  SECTION("a single pass: done only once its last example was returned") {
+    o.repeat = false;
+    auto single = ps::data::ReadAhead(Open(37, o));
+    CHECK_FALSE(single->done());
+    std::vector<int64_t> seen;
+    std::vector<int64_t> sizes;
+    for (int i = 0; i < 4; ++i) {
+      auto b = single->Next(7);
+      REQUIRE(b.ok());
+      sizes.push_back(b->size);
+      auto idx = Indices(*b);
+      seen.insert(seen.end(), idx.begin(), idx.end());
+      CHECK(single->done() == (i >= 2));  // the reader is a batch ahead by now
+    }
+    CHECK(sizes == std::vector<int64_t>{7, 7, 4, 0});
+    std::sort(seen.begin(), seen.end());
+    CHECK(seen.size() == 18u);
+    CHECK(std::adjacent_find(seen.begin(), seen.end()) == seen.end());
+    CHECK(single->examples_seen() == 18);
+  }
+  SECTION("destroyed while reading ahead, and before its first batch") {
+    auto busy = ps::data::ReadAhead(Open(37, o));
+    REQUIRE(busy->Next(7).ok());
+    busy.reset();  // joins the reader, which is filling the next batch
+    auto idle = ps::data::ReadAhead(Open(37, o));
+    idle.reset();  // no reader was started
+  }
+}
+
 TEST_CASE("bad options are errors, not crashes") {
   DatasetOptions o;
   o.num_shards = 0;
