@@ -5,8 +5,10 @@
 #include <filesystem>
 #include <mutex>
 #include <optional>
+#include <system_error>
 #include <thread>
 
+#include "libps/core/log.h"
 #include "libps/data/libsvm.h"
 #include "libps/data/random.h"
 #include "libps/data/readers.h"
@@ -366,17 +368,31 @@ class ReadAheadDataset : public Dataset {
     if (batch_size_ == 0) {
       batch_size_ = batch_size;
       wanted_ = true;
-      reader_ = std::thread([this] { Read(); });
+      try {
+        reader_ = std::thread([this] { Read(); });
+      } catch (const std::system_error& e) {
+        // No thread to be had (a process or cgroup limit): read on the caller's thread.
+        PS_LOG(Warning) << "cannot start a thread to read training data ahead (" << e.what()
+                        << "); reading each batch when it is needed";
+        wanted_ = false;
+        direct_ = true;
+      }
     } else if (batch_size != batch_size_) {
       return InvalidArgument("batch size " + std::to_string(batch_size) + " after " + std::to_string(batch_size_) +
                              " from a data set that reads ahead");
     }
-    cv_.wait(lock, [&] { return ready_.has_value(); });
-    Ready r = std::move(*ready_);
-    ready_.reset();
-    wanted_ = true;  // the next batch, while the caller uses this one
-    lock.unlock();
-    cv_.notify_all();
+    Ready r;
+    if (direct_) {
+      lock.unlock();  // no reader thread: inner_ is the caller's alone
+      r = Ready{inner_->Next(batch_size), inner_->done(), inner_->skipped()};
+    } else {
+      cv_.wait(lock, [&] { return ready_.has_value(); });
+      r = std::move(*ready_);
+      ready_.reset();
+      wanted_ = true;  // the next batch, while the caller uses this one
+      lock.unlock();
+      cv_.notify_all();
+    }
     if (r.batch.ok()) seen_.fetch_add(r.batch->size, std::memory_order_relaxed);
     done_.store(r.done, std::memory_order_relaxed);
     skipped_.store(r.skipped, std::memory_order_relaxed);
@@ -389,9 +405,9 @@ class ReadAheadDataset : public Dataset {
 
  private:
   struct Ready {
-    Result<model::Batch> batch;
-    bool done;          // inner's, right after this batch
-    int64_t skipped;    // likewise
+    Result<model::Batch> batch = model::Batch{};
+    bool done = false;    // inner's, right after this batch
+    int64_t skipped = 0;  // likewise
   };
 
   // The reader thread: one batch each time one is wanted. inner_ is used by this thread
@@ -416,6 +432,7 @@ class ReadAheadDataset : public Dataset {
   int64_t batch_size_ = 0;    // the first Next's; guarded by mu_ (fixed once set)
   bool wanted_ = false;       // guarded by mu_: the reader should read a batch
   bool stop_ = false;         // guarded by mu_
+  bool direct_ = false;       // guarded by mu_ (fixed once set): no reader thread, read in Next
   std::optional<Ready> ready_;  // guarded by mu_
   std::thread reader_;
   std::atomic<int64_t> seen_{0};

@@ -275,7 +275,7 @@ TEST_CASE("ReadAhead returns the wrapped data set's batches, in order, and count
       sizes.push_back(b->size);
       auto idx = Indices(*b);
       seen.insert(seen.end(), idx.begin(), idx.end());
-      CHECK(single->done() == (i >= 2));  // the reader is a batch ahead by now
+      CHECK(single->done() == (i >= 2));  // as of the batches returned, not the one read ahead
     }
     CHECK(sizes == std::vector<int64_t>{7, 7, 4, 0});
     std::sort(seen.begin(), seen.end());
