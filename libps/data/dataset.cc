@@ -384,7 +384,7 @@ class ReadAheadDataset : public Dataset {
     Ready r;
     if (direct_) {
       lock.unlock();  // no reader thread: inner_ is the caller's alone
-      r = Ready{inner_->Next(batch_size), inner_->done(), inner_->skipped()};
+      r = ReadOne();
     } else {
       cv_.wait(lock, [&] { return ready_.has_value(); });
       r = std::move(*ready_);
@@ -410,6 +410,9 @@ class ReadAheadDataset : public Dataset {
     int64_t skipped = 0;  // likewise
   };
 
+  // The next batch of inner_, with inner_'s state right after it.
+  Ready ReadOne() { return Ready{inner_->Next(batch_size_), inner_->done(), inner_->skipped()}; }
+
   // The reader thread: one batch each time one is wanted. inner_ is used by this thread
   // only, once it has started.
   void Read() {
@@ -419,7 +422,7 @@ class ReadAheadDataset : public Dataset {
       if (stop_) return;
       wanted_ = false;
       lock.unlock();
-      Ready r{inner_->Next(batch_size_), inner_->done(), inner_->skipped()};
+      Ready r = ReadOne();
       lock.lock();
       ready_.emplace(std::move(r));
       cv_.notify_all();

@@ -47,6 +47,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "test/bench/bench_util.h"
@@ -313,8 +314,9 @@ int CompareJobs(const Options& opt, const ps::job::JobSpec& base, const ps::job:
 }
 
 // One round: (a), then each cluster followed by (a) again; prints its tables and returns
-// the summary's ratios in order ((b)/(a), (c)/(a), ..., then (c)/(b), ...).
-std::vector<double> RunRound(const Options& opt, const ps::job::JobSpec& job, std::string* summary_out) {
+// the summary's ratios, named, in order ((b)/(a), (c)/(a), ..., then (c)/(b), ...).
+std::vector<std::pair<std::string, double>> RunRound(const Options& opt, const ps::job::JobSpec& job,
+                                                     std::string* summary_out) {
   auto local = [&] { return RunLocal(job, opt.warmup_steps, opt.local_steps, opt.cluster.log_every); };
   std::vector<RunResult> locals{local()};
   std::vector<std::pair<int, RunResult>> clusters;
@@ -333,7 +335,7 @@ std::vector<double> RunRound(const Options& opt, const ps::job::JobSpec& job, st
   };
   row("(a) local, run 1", locals[0], "");
   std::string summary = "summary:";
-  std::vector<double> ratios;
+  std::vector<std::pair<std::string, double>> ratios;
   char label = 'b';
   for (size_t i = 0; i < clusters.size(); ++i) {
     const auto& [w, r] = clusters[i];
@@ -348,7 +350,7 @@ std::vector<double> RunRound(const Options& opt, const ps::job::JobSpec& job, st
     std::snprintf(buf, sizeof buf, "%s (%c)/(a) = %.2f (%.0f vs %.0f ex/s)", i == 0 ? "" : ";", label, ratio,
                   r.examples_per_sec, base);
     summary += buf;
-    ratios.push_back(ratio);
+    ratios.emplace_back(std::string("(") + label + ")/(a)", ratio);
     ++label;
   }
   // Scaling: every cluster against the first one (1 worker when --workers starts with 1).
@@ -358,7 +360,8 @@ std::vector<double> RunRound(const Options& opt, const ps::job::JobSpec& job, st
                   clusters[i].second.examples_per_sec / clusters[0].second.examples_per_sec, clusters[i].first,
                   clusters[0].first);
     summary += buf;
-    ratios.push_back(clusters[i].second.examples_per_sec / clusters[0].second.examples_per_sec);
+    ratios.emplace_back(std::string("(") + static_cast<char>('b' + i) + ")/(b)",
+                        clusters[i].second.examples_per_sec / clusters[0].second.examples_per_sec);
   }
   // Where the CPU goes: what a target needs against what 2 cores can give.
   std::printf("CPU ms per global step, each process over the timed windows (2 cores give at most 2 CPU ms per ms):\n");
@@ -400,7 +403,7 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   if (!opt.compare_job.empty()) return CompareJobs(opt, job, LoadJob(opt, opt.compare_job));
 
-  std::vector<std::vector<double>> ratios;  // [round][ratio]
+  std::vector<std::vector<std::pair<std::string, double>>> ratios;  // [round][ratio]
   std::string summary;
   for (int round = 0; round < opt.rounds; ++round) {
     if (opt.rounds > 1) std::printf("round %d of %d\n", round + 1, opt.rounds);
@@ -410,16 +413,12 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   }
   if (opt.rounds > 1) {
-    // Which ratio is which: the last round's summary names them in this order.
-    std::vector<std::string> names;
-    for (size_t i = 0; i < opt.workers.size(); ++i) names.push_back(std::string("(") + static_cast<char>('b' + i) + ")/(a)");
-    for (size_t i = 1; i < opt.workers.size(); ++i) names.push_back(std::string("(") + static_cast<char>('b' + i) + ")/(b)");
     std::string line = "summary over " + std::to_string(opt.rounds) + " rounds, median (lowest-highest):";
-    for (size_t k = 0; k < names.size(); ++k) {
+    for (size_t k = 0; k < ratios[0].size(); ++k) {
       std::vector<double> v;
-      for (const auto& r : ratios) v.push_back(r[k]);
+      for (const auto& r : ratios) v.push_back(r[k].second);
       char buf[96];
-      std::snprintf(buf, sizeof buf, "%s %s = %.2f (%.2f-%.2f)", k == 0 ? "" : ";", names[k].c_str(), Median(v),
+      std::snprintf(buf, sizeof buf, "%s %s = %.2f (%.2f-%.2f)", k == 0 ? "" : ";", ratios[0][k].first.c_str(), Median(v),
                     *std::min_element(v.begin(), v.end()), *std::max_element(v.begin(), v.end()));
       line += buf;
     }
