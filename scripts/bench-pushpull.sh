@@ -2,8 +2,8 @@
 # Push/pull throughput of one ps and one worker process over 127.0.0.1 against raw TCP
 # on the same loopback, for 4 KiB .. 64 MiB tensors (see test/bench/pushpull_bench.cc),
 # and over mutual TLS (throw-away certificates from scripts/make-certs.sh; PSTRAIN_BENCH_TLS=0
-# leaves TLS out). Extra arguments go to bench_pushpull (--sizes 4k,1m,16m,64m --seconds 0.5
-# --rounds 3).
+# leaves TLS out). Extra arguments go to bench_pushpull (--sizes 4k,1m,16m,64m; --seconds 1
+# --rounds 5 by default).
 #
 #   scripts/bench-pushpull.sh --compare BASE_BUILD_DIR [PAIRS] [bench args...]
 # compares with another build instead (e.g. of an earlier commit): runs BASE_BUILD_DIR's

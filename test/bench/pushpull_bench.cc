@@ -20,7 +20,7 @@
 // column's GB/s and of each round's rpc/raw ratio. Slices are 1 s by default: on this
 // project's VM a loopback round trip takes ~15 µs when both threads share a core and ~55-60
 // µs across cores, and in 0.1 s slices the raw pair often ran on one core, so its 4 KiB
-// figure moved between 30 and 60 µs from run to run; in 1 s slices it measured 55-58 µs,
+// figure moved between 30 and 60 µs from run to run; in 1 s slices it measured 55-59 µs,
 // the cross-core figure (two processes on two hosts never share a core); README,
 // Performance. A second table splits the time per transfer (from the median GB/s): the ps
 // handler's mean time (apply or copy, measured in the ps process) and the rest (transport,
