@@ -4,6 +4,9 @@
 #include <cstdlib>
 #include <mutex>
 
+#include <boost/asio/post.hpp>
+#include <boost/asio/thread_pool.hpp>
+
 #include "libps/core/log.h"
 #include "libps/server/ps_status.h"
 
@@ -12,6 +15,11 @@ namespace ps::server {
 Status RunPsTask(const daemon::DaemonContext& ctx, const PsTaskOptions& ps_options,
                  const CheckpointerFactory& make_checkpointer, daemon::SignalWatcher& signals) {
   Store store;
+  // Eviction sweeps of lazy shards run on a thread of their own, so the push that finds
+  // one due does not wait for a scan of its whole shard. Declared after the store and
+  // before the server: it stops (a sweep under way finishes) once no push can come.
+  boost::asio::thread_pool sweeper(1);
+  store.SetSweepRunner([&sweeper](std::function<void()> work) { boost::asio::post(sweeper, std::move(work)); });
   std::unique_ptr<Checkpointer> checkpointer = make_checkpointer(&store, ctx.tf.task.index);
   Service service(&store, checkpointer.get());
   service.SetInlineMaxBytes(ps_options.inline_max_bytes);

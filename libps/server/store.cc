@@ -372,15 +372,38 @@ Status Store::ApplyLazy(Shard& s, std::span<const int64_t> rows, std::span<const
   return Status::Ok();
 }
 
-void Store::MaybeSweep(Shard& s) {
-  const int64_t now = row_clock();
+bool Store::SweepDue(const Shard& s, int64_t now) {
   const model::RowPolicy& p = s.def.row_policy;
   const bool ttl_due = p.ttl_steps > 0 && now >= s.next_ttl_sweep.load(std::memory_order_relaxed);
   const bool rows_due = s.max_rows > 0 && s.live.load(std::memory_order_relaxed) > s.max_rows + s.max_rows / 16;
-  if (!ttl_due && !rows_due) return;
+  return ttl_due || rows_due;
+}
+
+void Store::MaybeSweep(Shard& s) {
+  const int64_t now = row_clock();
+  if (!SweepDue(s, now)) return;
+  if (sweep_runner_) {
+    if (s.sweep_handed_over.exchange(true, std::memory_order_acq_rel)) return;  // one is waiting
+    sweep_runner_([this, key = s.def.key()] { SweepHandedOver(key); });
+    return;
+  }
   std::unique_lock lock(s.sweep_mu, std::try_to_lock);
   if (!lock.owns_lock()) return;  // another thread sweeps it
   Sweep(s, now, false);
+}
+
+void Store::SweepHandedOver(const ShardKey& key) {
+  std::shared_lock lock(mu_);
+  auto it = shards_.find(key);
+  if (it == shards_.end()) return;
+  Shard& s = *it->second;
+  {
+    // Waits for an EvictRows that holds it; after one, the sweep is usually no longer due.
+    std::lock_guard sweeping(s.sweep_mu);
+    const int64_t now = row_clock();
+    if (SweepDue(s, now)) Sweep(s, now, false);
+  }
+  s.sweep_handed_over.store(false, std::memory_order_release);
 }
 
 void Store::Sweep(Shard& s, int64_t now, bool exact) {

@@ -326,6 +326,14 @@ class Store {
   // beyond max_rows (least recently pushed first) are evicted. Checkpoints call it before
   // writing, so they hold only live rows. Takes one stripe lock at a time.
   void EvictRows();
+  // Where the sweeps that pushes find due run. By default the push that finds one sweeps
+  // the shard before it returns (a scan of every row of the shard). With a runner, that
+  // push hands the sweep to `run` instead and returns at once; `run` must call the work
+  // it is given once, on another thread, while the store exists. At most one sweep per
+  // shard is handed over at a time. Set before the store serves other threads (a ps sets
+  // it at start); null restores the default. EvictRows is unaffected.
+  using SweepRunner = std::function<void(std::function<void()>)>;
+  void SetSweepRunner(SweepRunner run) { sweep_runner_ = std::move(run); }
 
   // Change epochs, for delta checkpoints. Every push stamps the rows it changes with the
   // current epoch (dense: a u32 per row; lazy: a u32 in the row's table entry); an eviction is
@@ -366,8 +374,12 @@ class Store {
   // Counts a request's bytes and rows (and the request unless `request` is false: a later
   // part of one), or a failure.
   Status Count(Status st, bool pull, uint64_t bytes, uint64_t rows, bool request = true);
-  // After a lazy push: sweeps `shard` if a sweep is due and no other thread sweeps it.
+  // After a lazy push: when a sweep of `shard` is due, sweeps it unless another thread
+  // does, or hands it to the sweep runner unless one is handed over already.
   void MaybeSweep(Shard& shard);
+  static bool SweepDue(const Shard& shard, int64_t now);
+  // The runner's work for the shard of `key`: sweeps it if a sweep is still due.
+  void SweepHandedOver(const ShardKey& key);
   // One sweep at row clock `now`; sweep_mu held. `exact`: down to max_rows (else to
   // max_rows only once it is exceeded by more than a sixteenth).
   void Sweep(Shard& shard, int64_t now, bool exact);
@@ -380,6 +392,7 @@ class Store {
 
   std::atomic<int64_t> global_step_{0};
   std::atomic<int64_t> row_clock_{0};
+  SweepRunner sweep_runner_;
   std::atomic<uint32_t> epoch_{1};
   std::atomic<uint64_t> rows_admitted_{0}, rows_not_admitted_{0}, evicted_ttl_{0}, evicted_max_rows_{0};
   size_t lazy_chunk_limit_ = SIZE_MAX;

@@ -40,6 +40,7 @@ struct Store::Shard {
   std::atomic<int64_t> live{0};         // lazy: created rows now
   std::atomic<int64_t> next_ttl_sweep{0};
   std::mutex sweep_mu;                  // held by the one thread sweeping this shard
+  std::atomic<bool> sweep_handed_over{false};  // a sweep waits for the store's sweep runner
 
   // Change tracking for delta checkpoints (store.h, "Change epochs"). Dense: the epoch
   // of each row's last push ([rows], under its stripe lock). Lazy: the epoch is in the
