@@ -8,7 +8,9 @@
 # test/bench/bench_sparse_ps.cc). Extra arguments go to bench_sparse_ps (--rows, --dim,
 # --batch, --ids, --zipf, --clients, --seconds, --variants: dense, lazy, lazy-evict = lazy
 # with the 4-byte last-push stamp of a table with "evict", index-bound and hash-bound =
-# upper bounds for a lazy table (a direct index; a perfect hash table), in-process only;
+# upper bounds for a lazy table (a direct index; a perfect hash table), in-process only,
+# sweep = push times while eviction sweeps of the whole shard run, on the pushing thread
+# and on a sweeper thread as in pstrain-ps;
 # --cpu-time 1: in-process rates in the thread's CPU time, for a machine shared with other
 # jobs; --pool-only 1: the ps hands every request to its handler thread instead of
 # answering requests up to 1 MiB on its I/O thread as pstrain-ps does).

@@ -5,7 +5,7 @@
 //                   [--clients 2] [--seconds 2] [--variants dense,lazy] [--prefill 1] [--cpu-time 0]
 //                   [--prefill-batch 65536] [--pool-only 0]
 //                   (variants: dense, lazy, lazy-evict: lazy with the 4-byte last-push stamp;
-//                   index-bound, hash-bound: see below)
+//                   index-bound, hash-bound, sweep: see below)
 //
 // Workload: --batch examples x --ids ids each, drawn Zipf(--zipf) over the table's rows
 // (continuous inverse-CDF approximation, rank k -> row (k * 1000003) mod rows so hot rows
@@ -47,19 +47,32 @@
 // prefetch pipeline); pulls copy the values, pushes apply Adagrad with the ApplyRows the
 // Store uses. Printed against the dense variant's in-process rates of the same run when it
 // ran first (e.g. --variants dense,index-bound,hash-bound,lazy).
+//
+// sweep (in-process only): what an eviction sweep costs the push that finds it due. A lazy
+// shard with every row created at step 0 and ttl_steps 3200, so a sweep of every row is due
+// every 400 steps and none is old enough to go, gets 3200 pushes of the batches, at steps
+// 1 ... 3200; each push's wall time is recorded. Twice: sweeps on the pushing thread (an
+// in-process Store's default) and handed to a sweeper thread (Store::SetSweepRunner, as
+// pstrain-ps does). Printed: the median, 99th percentile and largest push time, and the
+// pushes' total.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <condition_variable>
 #include <cstring>
 #include <ctime>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <boost/asio/post.hpp>
+#include <boost/asio/thread_pool.hpp>
 
 #include "test/bench/bench_util.h"
 #include "libps/model/blas.h"
@@ -128,8 +141,8 @@ Options Parse(int argc, char** argv) {
       o.prefill_batch < 1)
     Die("bad flag value");
   for (const auto& v : o.variants)
-    if (v != "dense" && v != "lazy" && v != "lazy-evict" && v != "index-bound" && v != "hash-bound")
-      Die("--variants: dense, lazy, lazy-evict, index-bound, hash-bound, got " + v);
+    if (v != "dense" && v != "lazy" && v != "lazy-evict" && v != "index-bound" && v != "hash-bound" && v != "sweep")
+      Die("--variants: dense, lazy, lazy-evict, index-bound, hash-bound, sweep, got " + v);
   return o;
 }
 
@@ -429,6 +442,86 @@ void RunBound(const Options& o, const std::string& variant, const std::vector<st
 
 }  // namespace
 
+void RunSweep(const Options& o, const std::vector<std::vector<int64_t>>& batches) {
+  constexpr int64_t kTtl = 3200;  // a sweep every kTtl / 8 = 400 steps
+  std::printf("\nsweep: lazy shard %lld x %lld float32, adagrad, ttl_steps %lld: every row created at step 0, "
+              "then %lld pushes (a sweep of every row due every %lld; none evicts)\n",
+              static_cast<long long>(o.rows), static_cast<long long>(o.dim), static_cast<long long>(kTtl),
+              static_cast<long long>(kTtl), static_cast<long long>(kTtl / 8));
+  std::printf("  %-22s %10s %10s %10s %12s\n", "sweeps run", "median ms", "p99 ms", "max ms", "total s");
+  for (const bool handed_over : {false, true}) {
+    ps::server::Store store;
+    boost::asio::thread_pool sweeper(1);  // after the store: stops first
+    std::mutex mu;
+    std::condition_variable cv;
+    int handed = 0, swept = 0;  // guarded by mu
+    auto wait_for_sweeps = [&] {
+      std::unique_lock lock(mu);
+      cv.wait(lock, [&] { return swept == handed; });
+    };
+    if (handed_over) {
+      store.SetSweepRunner([&](std::function<void()> work) {
+        {
+          std::lock_guard lock(mu);
+          ++handed;
+        }
+        boost::asio::post(sweeper, [&, work = std::move(work)] {
+          work();
+          std::lock_guard lock(mu);
+          ++swept;
+          cv.notify_all();
+        });
+      });
+    }
+    ps::server::OptimizerSpec spec = ps::server::DefaultOptimizer(ps::server::OptimizerKind::kAdagrad);
+    spec.learning_rate = 0.01;
+    Check(store.Configure(spec), "Configure");
+    ps::server::ShardDef def{.layout = {.var = "emb/embeddings",
+                                        .shard = 0,
+                                        .num_shards = 1,
+                                        .row_begin = 0,
+                                        .rows = o.rows,
+                                        .cols = o.dim,
+                                        .full_shape = {o.rows, o.dim},
+                                        .lazy = true},
+                             .init = {ps::model::InitKind::kUniform, -0.05, 0.05},
+                             .seed = 1,
+                             .row_policy = {.ttl_steps = kTtl}};
+    Check(store.Create(def), "Create");
+    const auto dim = static_cast<size_t>(o.dim);
+    {
+      std::vector<int64_t> rows;
+      const int64_t step = std::min(o.rows, o.prefill_batch);
+      std::vector<float> zeros(static_cast<size_t>(step) * dim, 0.0f);
+      for (int64_t first = 0; first < o.rows; first += step) {
+        rows.clear();
+        for (int64_t r = first; r < std::min(o.rows, first + step); ++r) rows.push_back(r);
+        Check(store.PushRows(def.key(), rows, std::span(zeros).first(rows.size() * dim), 0), "prefill");
+      }
+    }
+    wait_for_sweeps();  // the prefill's (due at step 0)
+    const int before = handed;
+    size_t max_rows = 0;
+    for (const auto& b : batches) max_rows = std::max(max_rows, b.size());
+    const std::vector<float> grad(max_rows * dim, 0.001f);
+    std::vector<double> ms;
+    for (int64_t step = 1; step <= kTtl; ++step) {
+      const auto& rows = batches[static_cast<size_t>(step) % batches.size()];
+      const auto t = Clock::now();
+      Check(store.PushRows(def.key(), rows, std::span(grad).first(rows.size() * dim), step), "PushRows");
+      ms.push_back(1e3 * Seconds(t, Clock::now()));
+    }
+    wait_for_sweeps();
+    double total = 0;
+    for (double m : ms) total += m / 1e3;
+    std::sort(ms.begin(), ms.end());
+    auto at = [&](double q) { return ms[std::min(ms.size() - 1, static_cast<size_t>(q * static_cast<double>(ms.size())))]; };
+    const std::string sweeps_run =
+        handed_over ? "sweeper thread (" + std::to_string(handed - before) + ")" : std::string("pushing thread");
+    std::printf("  %-22s %10.2f %10.2f %10.2f %12.3f\n", sweeps_run.c_str(), at(0.5), at(0.99), ms.back(), total);
+  }
+}
+
 int main(int argc, char** argv) {
   const Options o = Parse(argc, argv);
   ps::model::SetBlasThreads(1);
@@ -443,6 +536,8 @@ int main(int argc, char** argv) {
   for (const auto& v : o.variants) {
     if (v == "index-bound" || v == "hash-bound") {
       RunBound(o, v, batches);
+    } else if (v == "sweep") {
+      RunSweep(o, batches);
     } else {
       RunVariant(o, v, batches);
     }
