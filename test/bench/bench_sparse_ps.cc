@@ -212,6 +212,35 @@ void Row(const char* what, const Rate& r, const Rate* base) {
 // The dense variant's in-process rates, for index-bound's comparison (zero: not run yet).
 Rate g_dense_pull, g_dense_push;
 
+// The benchmark's table: one shard of rows x dim float32.
+ps::server::ShardDef TableDef(const Options& o, bool lazy, ps::model::RowPolicy policy = {}) {
+  return {.layout = {.var = "emb/embeddings",
+                     .shard = 0,
+                     .num_shards = 1,
+                     .row_begin = 0,
+                     .rows = o.rows,
+                     .cols = o.dim,
+                     .full_shape = {o.rows, o.dim},
+                     .lazy = lazy},
+          .init = {ps::model::InitKind::kUniform, -0.05, 0.05},
+          .seed = 1,
+          .row_policy = policy};
+}
+
+// Creates every row of a lazy shard: pushes of --prefill-batch rows of zero gradients
+// (which leave Adagrad's values and accumulators unchanged) at step 0.
+void Prefill(ps::server::Store& store, const ps::server::ShardDef& def, const Options& o) {
+  std::vector<int64_t> rows;
+  const int64_t step = std::min(o.rows, o.prefill_batch);
+  std::vector<float> zeros(static_cast<size_t>(step * o.dim), 0.0f);
+  for (int64_t first = 0; first < o.rows; first += step) {
+    rows.clear();
+    for (int64_t r = first; r < std::min(o.rows, first + step); ++r) rows.push_back(r);
+    Check(store.PushRows(def.key(), rows, std::span(zeros).first(rows.size() * static_cast<size_t>(o.dim)), 0),
+          "prefill");
+  }
+}
+
 // variant: "dense", "lazy", or "lazy-evict" (lazy with a ttl too long to evict anything:
 // what the last-push stamp of an evicting table costs).
 void RunVariant(const Options& o, const std::string& variant, const std::vector<std::vector<int64_t>>& batches) {
@@ -220,31 +249,12 @@ void RunVariant(const Options& o, const std::string& variant, const std::vector<
   ps::server::OptimizerSpec spec = ps::server::DefaultOptimizer(ps::server::OptimizerKind::kAdagrad);
   spec.learning_rate = 0.01;
   Check(store.Configure(spec), "Configure");
-  ps::server::ShardDef def{.layout = {.var = "emb/embeddings",
-                                      .shard = 0,
-                                      .num_shards = 1,
-                                      .row_begin = 0,
-                                      .rows = o.rows,
-                                      .cols = o.dim,
-                                      .full_shape = {o.rows, o.dim},
-                                      .lazy = lazy},
-                           .init = {ps::model::InitKind::kUniform, -0.05, 0.05},
-                           .seed = 1,
-                           .row_policy = {}};
-  if (variant == "lazy-evict") def.row_policy.ttl_steps = int64_t{1} << 31;
+  ps::model::RowPolicy policy;
+  if (variant == "lazy-evict") policy.ttl_steps = int64_t{1} << 31;
+  const ps::server::ShardDef def = TableDef(o, lazy, policy);
   auto t0 = Clock::now();
   Check(store.Create(def), "Create");
-  if (lazy && o.prefill) {
-    std::vector<int64_t> rows;
-    const int64_t step = std::min(o.rows, o.prefill_batch);
-    std::vector<float> zeros(static_cast<size_t>(step * o.dim), 0.0f);
-    for (int64_t first = 0; first < o.rows; first += step) {
-      rows.clear();
-      for (int64_t r = first; r < std::min(o.rows, first + step); ++r) rows.push_back(r);
-      Check(store.PushRows(def.key(), rows, std::span(zeros).first(rows.size() * static_cast<size_t>(o.dim)), 0),
-            "prefill");
-    }
-  }
+  if (lazy && o.prefill) Prefill(store, def, o);
   const double create_s = Seconds(t0, Clock::now());
   const ps::server::ShardKey key = def.key();
   const auto dim = static_cast<size_t>(o.dim);
@@ -476,29 +486,10 @@ void RunSweep(const Options& o, const std::vector<std::vector<int64_t>>& batches
     ps::server::OptimizerSpec spec = ps::server::DefaultOptimizer(ps::server::OptimizerKind::kAdagrad);
     spec.learning_rate = 0.01;
     Check(store.Configure(spec), "Configure");
-    ps::server::ShardDef def{.layout = {.var = "emb/embeddings",
-                                        .shard = 0,
-                                        .num_shards = 1,
-                                        .row_begin = 0,
-                                        .rows = o.rows,
-                                        .cols = o.dim,
-                                        .full_shape = {o.rows, o.dim},
-                                        .lazy = true},
-                             .init = {ps::model::InitKind::kUniform, -0.05, 0.05},
-                             .seed = 1,
-                             .row_policy = {.ttl_steps = kTtl}};
+    const ps::server::ShardDef def = TableDef(o, true, {.ttl_steps = kTtl});
     Check(store.Create(def), "Create");
     const auto dim = static_cast<size_t>(o.dim);
-    {
-      std::vector<int64_t> rows;
-      const int64_t step = std::min(o.rows, o.prefill_batch);
-      std::vector<float> zeros(static_cast<size_t>(step) * dim, 0.0f);
-      for (int64_t first = 0; first < o.rows; first += step) {
-        rows.clear();
-        for (int64_t r = first; r < std::min(o.rows, first + step); ++r) rows.push_back(r);
-        Check(store.PushRows(def.key(), rows, std::span(zeros).first(rows.size() * dim), 0), "prefill");
-      }
-    }
+    Prefill(store, def, o);
     wait_for_sweeps();  // the prefill's (due at step 0)
     const int before = handed;
     size_t max_rows = 0;
