@@ -49,6 +49,8 @@ Status ShardCheckpointer::Restore(const proto::Restore& m) {
   PS_ASSIGN_OR_RETURN(CheckpointInfo c, LoadCheckpointAt(m.model_dir, m.global_step));
   RestoreStats stats;
   epochs_.clear();  // the store's rows are replaced: no delta may build on what it saved before
+  // No eviction sweep until the restored rows are stamped with the checkpoint's step.
+  auto sweeps_paused = store_->PauseSweeps();
   PS_RETURN_IF_ERROR(RestoreStore(store_, c, &stats));
   store_->SetGlobalStep(m.global_step);
   store_->ResetRowClock(m.global_step);  // restored rows count as pushed at the checkpoint's step

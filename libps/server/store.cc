@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
 #include <limits>
 
+#include "libps/core/log.h"
 #include "libps/server/store_shard.h"
 
 namespace ps::server {
@@ -384,7 +386,13 @@ void Store::MaybeSweep(Shard& s) {
   if (!SweepDue(s, now)) return;
   if (sweep_runner_) {
     if (s.sweep_handed_over.exchange(true, std::memory_order_acq_rel)) return;  // one is waiting
-    sweep_runner_([this, key = s.def.key()] { SweepHandedOver(key); });
+    try {
+      sweep_runner_([this, key = s.def.key()] { SweepHandedOver(key); });
+    } catch (const std::exception& e) {
+      // The push itself is applied; the sweep stays due and the next push hands it over.
+      s.sweep_handed_over.store(false, std::memory_order_release);
+      PS_LOG(Warning) << "could not hand over the eviction sweep of " << s.def.key().ToString() << ": " << e.what();
+    }
     return;
   }
   std::unique_lock lock(s.sweep_mu, std::try_to_lock);
@@ -393,15 +401,22 @@ void Store::MaybeSweep(Shard& s) {
 }
 
 void Store::SweepHandedOver(const ShardKey& key) {
+  std::shared_lock unpaused(sweeps_mu_, std::try_to_lock);  // else a restore is under way (PauseSweeps)
   std::shared_lock lock(mu_);
   auto it = shards_.find(key);
   if (it == shards_.end()) return;
   Shard& s = *it->second;
-  {
-    // Waits for an EvictRows that holds it; after one, the sweep is usually no longer due.
-    std::lock_guard sweeping(s.sweep_mu);
-    const int64_t now = row_clock();
-    if (SweepDue(s, now)) Sweep(s, now, false);
+  if (unpaused.owns_lock()) {
+    try {
+      // Waits for an EvictRows that holds it; after one, the sweep is usually no longer due.
+      std::lock_guard sweeping(s.sweep_mu);
+      const int64_t now = row_clock();
+      if (SweepDue(s, now)) Sweep(s, now, false);
+    } catch (const std::exception& e) {
+      // Out of memory, say: the rows evicted so far stay evicted; the next push hands the
+      // sweep over again. On the runner's thread an exception would end the process.
+      PS_LOG(Warning) << "eviction sweep of " << key.ToString() << " failed: " << e.what();
+    }
   }
   s.sweep_handed_over.store(false, std::memory_order_release);
 }
@@ -410,7 +425,7 @@ void Store::Sweep(Shard& s, int64_t now, bool exact) {
   // Stripes are swept last to first, against the order in which pushes and pulls take
   // them: a request that meets the sweep waits for one stripe's scan, then passes it.
   // In the same order it would wait at every stripe after that one, for the rest of the
-  // sweep (bench_sparse_ps --variants sweep: 250 ms behind a sweep of 10 M rows).
+  // sweep.
   const model::RowPolicy& p = s.def.row_policy;
   std::vector<int64_t> victims;
   if (p.ttl_steps > 0) {
@@ -433,6 +448,7 @@ void Store::Sweep(Shard& s, int64_t now, bool exact) {
   // The cut: the stamp of the excess-th least recently pushed row. Rows pushed meanwhile
   // get newer stamps, so they are not counted as older than the cut.
   std::vector<uint32_t> stamps;
+  stamps.reserve(static_cast<size_t>(std::max<int64_t>(0, s.live.load(std::memory_order_relaxed))));
   for (int64_t k = s.num_stripes - 1; k >= 0; --k) {
     std::lock_guard g(s.stripes[k]);
     s.lazy[k].ForEach(*s.arena, [&](int64_t, const float* record, uint32_t) { stamps.push_back(s.Stamp(record)); });

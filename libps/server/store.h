@@ -62,13 +62,15 @@
 //    most occupancy^4 <= 6.25%); aging halves a stripe's counters when over half are
 //    non-zero, which may delay an id that is pushed rarely. Pulls do not count.
 //  - Eviction (ttl_steps T, max_rows M): records then carry the row clock at their last
-//    push (4 bytes after the slots; a late push of an old step counts as recent). After a lazy push, a shard is swept when its ttl
-//    sweep is due (every max(1, T / 8) steps of the row clock) or when it holds more
-//    than M' + M' / 16 rows, M' = ceil(M / num_shards); the pushing thread sweeps, one
-//    stripe lock at a time, while other threads keep pulling and pushing (a thread that
-//    finds a sweep running goes on). A sweep evicts the rows whose last push is more than
-//    T steps behind the row clock, then the least recently pushed rows beyond M' (ties in
-//    stripe order). EvictRows sweeps exactly (checkpoints call it). An evicted row's
+//    push (4 bytes after the slots; a late push of an old step counts as recent). After
+//    a lazy push, a shard is swept when its ttl sweep is due (every max(1, T / 8) steps
+//    of the row clock) or when it holds more than M' + M' / 16 rows, M' = ceil(M /
+//    num_shards): by the pushing thread, or by the sweep runner's thread when one is set
+//    (SetSweepRunner; pstrain-ps sets one), one stripe lock at a time, last stripe first,
+//    while other threads keep pulling and pushing (a pushing thread that finds a sweep
+//    running goes on). A sweep evicts the rows whose last push is more than T steps
+//    behind the row clock, then the least recently pushed rows beyond M' (ties broken by
+//    stripe, last first). EvictRows sweeps exactly (checkpoints call it). An evicted row's
 //    record is reused; the row pulls its initial value again and, with admission, must
 //    be admitted anew.
 //  - Restore (ShardFill::DropRows) clears the shard's sketch (pending counts are lost);
@@ -334,6 +336,11 @@ class Store {
   // it at start); null restores the default. EvictRows is unaffected.
   using SweepRunner = std::function<void(std::function<void()>)>;
   void SetSweepRunner(SweepRunner run) { sweep_runner_ = std::move(run); }
+  // Holds off the sweeps handed over while it is held: it waits for one under way, and a
+  // handed-over sweep that starts meanwhile does nothing (the next push hands it over
+  // again). A restore holds it until ResetRowClock has stamped the restored rows: before
+  // that they carry step 0 and a sweep at the old row clock would evict them.
+  [[nodiscard]] std::unique_lock<std::shared_mutex> PauseSweeps() { return std::unique_lock(sweeps_mu_); }
 
   // Change epochs, for delta checkpoints. Every push stamps the rows it changes with the
   // current epoch (dense: a u32 per row; lazy: a u32 in the row's table entry); an eviction is
@@ -393,6 +400,7 @@ class Store {
   std::atomic<int64_t> global_step_{0};
   std::atomic<int64_t> row_clock_{0};
   SweepRunner sweep_runner_;
+  std::shared_mutex sweeps_mu_;  // PauseSweeps (unique), a handed-over sweep (shared); before mu_
   std::atomic<uint32_t> epoch_{1};
   std::atomic<uint64_t> rows_admitted_{0}, rows_not_admitted_{0}, evicted_ttl_{0}, evicted_max_rows_{0};
   size_t lazy_chunk_limit_ = SIZE_MAX;

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <functional>
 #include <mutex>
+#include <new>
 #include <random>
 #include <set>
 #include <thread>
@@ -187,6 +188,63 @@ TEST_CASE("with a sweep runner a push hands a due sweep over and returns; one pe
   CHECK(capped.stats().rows_evicted_max_rows == 4);
 }
 
+TEST_CASE("a sweep handed over does nothing while sweeps are paused (a restore), and is handed over again") {
+  Store store;
+  std::vector<std::function<void()>> handed;
+  store.SetSweepRunner([&](std::function<void()> work) { handed.push_back(std::move(work)); });
+  const ShardDef def = Def({.ttl_steps = 100});
+  Build(&store, def);
+  const ShardKey key = def.key();
+  Push(store, key, {1, 2}, 1.0f, 1);
+  REQUIRE(handed.size() == 1);
+  handed[0]();                        // the next is due at 13
+  Push(store, key, {1}, 1.0f, 500);  // due: handed over, not run yet
+  REQUIRE(handed.size() == 2);
+  {
+    auto paused = store.PauseSweeps();
+    // A restore: the rows are replaced, stamped 0 until ResetRowClock.
+    auto fill = store.Fill(key);
+    REQUIRE(fill.ok());
+    REQUIRE((*fill)->DropRows().ok());
+    Store::CreatedRows created;
+    const std::vector<int64_t> restored = {5, 6, 7};
+    REQUIRE((*fill)->CreateRows(restored, &created).ok());
+    fill->reset();
+    // The sweep runs meanwhile (on another thread, as the sweeper's would): at row clock
+    // 500 it would evict rows stamped 0.
+    std::thread([&] { handed[1](); }).join();
+    store.ResetRowClock(400);
+  }
+  CHECK(Created(store, key) == std::vector<int64_t>{5, 6, 7});
+  CHECK(store.stats().live_rows == 3);
+  CHECK(store.stats().rows_evicted_ttl == 0);
+  Push(store, key, {5}, 1.0f, 401);  // ResetRowClock made a sweep due: handed over again
+  REQUIRE(handed.size() == 3);
+  handed[2]();
+  CHECK(Created(store, key) == std::vector<int64_t>{5, 6, 7});  // stamped 400: none goes
+}
+
+TEST_CASE("a runner that cannot take the sweep: the push is applied, and the next push hands it over") {
+  Store store;
+  int calls = 0;
+  std::vector<std::function<void()>> handed;
+  store.SetSweepRunner([&](std::function<void()> work) {
+    if (++calls == 1) throw std::bad_alloc();
+    handed.push_back(std::move(work));
+  });
+  const ShardDef def = Def({.ttl_steps = 5});
+  Build(&store, def);
+  const ShardKey key = def.key();
+  Store plain;
+  Build(&plain, Def({}));
+  Push(store, key, {100}, 1.0f, 1);  // due: the runner throws; the gradient is applied
+  Push(plain, key, {100}, 1.0f, 1);
+  CHECK(BitEqual(Pull(store, key, {100}), Pull(plain, key, {100})));
+  CHECK(handed.empty());
+  Push(store, key, {100}, 1.0f, 2);
+  CHECK(handed.size() == 1);
+}
+
 TEST_CASE("ttl eviction: sweeps run every ttl/8 steps; EvictRows is exact") {
   Store store;
   const ShardDef def = Def({.ttl_steps = 80});
@@ -340,9 +398,16 @@ TEST_CASE("eviction while other threads pull and push: counts add up, pulls see 
   // as a ps does (each sweep handed over runs on a new thread, joined before the checks).
   const bool handed_over = GENERATE(false, true);
   CAPTURE(handed_over);
+  Store store;
   std::mutex sweepers_mu;
   std::vector<std::thread> sweepers;
-  Store store;
+  struct JoinAll {  // before the store goes, also when a check throws
+    std::vector<std::thread>& threads;
+    ~JoinAll() {
+      for (auto& th : threads)
+        if (th.joinable()) th.join();
+    }
+  } join_sweepers{sweepers};
   if (handed_over) {
     store.SetSweepRunner([&](std::function<void()> work) {
       std::lock_guard lock(sweepers_mu);
