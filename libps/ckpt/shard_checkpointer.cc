@@ -52,6 +52,7 @@ Status ShardCheckpointer::Restore(const proto::Restore& m) {
   // No eviction sweep until the restored rows are stamped with the checkpoint's step.
   auto sweeps_paused = store_->PauseSweeps();
   PS_RETURN_IF_ERROR(RestoreStore(store_, c, &stats));
+  if (restore_hook_) restore_hook_();
   store_->SetGlobalStep(m.global_step);
   store_->ResetRowClock(m.global_step);  // restored rows count as pushed at the checkpoint's step
   epochs_[m.global_step] = store_->BeginEpoch();

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 
 #include "libps/server/service.h"
@@ -37,7 +38,11 @@ class ShardCheckpointer : public server::Checkpointer {
   // evicted over about two checkpoint intervals, whether or not deltas are used.
   static constexpr size_t kKeptEpochs = 2;
 
+  // Tests: called by Restore after it filled the store, before it restamps the rows.
+  void SetRestoreHookForTesting(std::function<void()> hook) { restore_hook_ = std::move(hook); }
+
  private:
+  std::function<void()> restore_hook_;
   server::Store* store_;
   int index_;
   // Step of a checkpoint this ps saved or restored -> the change epoch that ended then.

@@ -81,7 +81,9 @@ struct RestoreStats {
 // read and verified but dropped, and the store's slots the record lacks start at their
 // initial values (RestoreStats names both). Records of variables the store does not hold are ignored (the chief
 // checks the variables against the MANIFEST before it restores). On any error the
-// shards hold partial data: restore another checkpoint. Training must be paused.
+// shards hold partial data: restore another checkpoint. Training must be paused, and
+// so must a store's handed-over eviction sweeps (Store::PauseSweeps) until its row clock
+// is reset (Store::ResetRowClock): restored rows are stamped 0 until then.
 //
 // With RestoreSlots::kSkip (a store configured without slots) the records' slots are not
 // compared with the store's, and their blocks are read and verified but not stored.

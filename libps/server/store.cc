@@ -391,7 +391,10 @@ void Store::MaybeSweep(Shard& s) {
     } catch (const std::exception& e) {
       // The push itself is applied; the sweep stays due and the next push hands it over.
       s.sweep_handed_over.store(false, std::memory_order_release);
-      PS_LOG(Warning) << "could not hand over the eviction sweep of " << s.def.key().ToString() << ": " << e.what();
+      try {
+        PS_LOG(Warning) << "could not hand over the eviction sweep of " << s.def.key().ToString() << ": " << e.what();
+      } catch (...) {
+      }
     }
     return;
   }
@@ -406,19 +409,25 @@ void Store::SweepHandedOver(const ShardKey& key) {
   auto it = shards_.find(key);
   if (it == shards_.end()) return;
   Shard& s = *it->second;
-  if (unpaused.owns_lock()) {
+  struct Clear {  // however this returns: the shard may hand a sweep over again
+    std::atomic<bool>& flag;
+    ~Clear() { flag.store(false, std::memory_order_release); }
+  } clear{s.sweep_handed_over};
+  if (!unpaused.owns_lock()) return;
+  try {
+    // Waits for an EvictRows that holds it; after one, the sweep is usually no longer due.
+    std::lock_guard sweeping(s.sweep_mu);
+    const int64_t now = row_clock();
+    if (SweepDue(s, now)) Sweep(s, now, false);
+  } catch (const std::exception& e) {
+    // Out of memory, say. The rows evicted so far are evicted, logged and counted (Evict);
+    // the sweep comes due again (a ttl sweep T/8 steps later). On the runner's thread an
+    // exception would end the process.
     try {
-      // Waits for an EvictRows that holds it; after one, the sweep is usually no longer due.
-      std::lock_guard sweeping(s.sweep_mu);
-      const int64_t now = row_clock();
-      if (SweepDue(s, now)) Sweep(s, now, false);
-    } catch (const std::exception& e) {
-      // Out of memory, say: the rows evicted so far stay evicted; the next push hands the
-      // sweep over again. On the runner's thread an exception would end the process.
       PS_LOG(Warning) << "eviction sweep of " << key.ToString() << " failed: " << e.what();
+    } catch (...) {
     }
   }
-  s.sweep_handed_over.store(false, std::memory_order_release);
 }
 
 void Store::Sweep(Shard& s, int64_t now, bool exact) {
@@ -430,17 +439,14 @@ void Store::Sweep(Shard& s, int64_t now, bool exact) {
   std::vector<int64_t> victims;
   if (p.ttl_steps > 0) {
     s.next_ttl_sweep.store(now + std::max<int64_t>(1, p.ttl_steps / 8), std::memory_order_relaxed);
-    uint64_t evicted = 0;
     for (int64_t k = s.num_stripes - 1; k >= 0; --k) {
       std::lock_guard g(s.stripes[k]);
       victims.clear();
       s.lazy[k].ForEach(*s.arena, [&](int64_t row, const float* record, uint32_t) {
         if (now - static_cast<int64_t>(s.Stamp(record)) > p.ttl_steps) victims.push_back(row);
       });
-      evicted += Evict(s, k, victims);
+      Evict(s, k, victims, evicted_ttl_);
     }
-    s.live.fetch_sub(static_cast<int64_t>(evicted), std::memory_order_relaxed);
-    evicted_ttl_.fetch_add(evicted, std::memory_order_relaxed);
   }
   if (s.max_rows == 0) return;
   const int64_t limit = exact ? s.max_rows : s.max_rows + s.max_rows / 16;
@@ -459,7 +465,6 @@ void Store::Sweep(Shard& s, int64_t now, bool exact) {
   const uint32_t cut = stamps[excess - 1];
   size_t at_cut = 0;  // rows stamped `cut` that may go: excess minus those older than it
   for (size_t i = 0; i < excess; ++i) at_cut += stamps[i] == cut ? 1 : 0;
-  uint64_t evicted = 0;
   for (int64_t k = s.num_stripes - 1; k >= 0; --k) {
     std::lock_guard g(s.stripes[k]);
     victims.clear();
@@ -472,20 +477,24 @@ void Store::Sweep(Shard& s, int64_t now, bool exact) {
         --at_cut;
       }
     });
-    evicted += Evict(s, k, victims);
+    Evict(s, k, victims, evicted_max_rows_);
   }
-  s.live.fetch_sub(static_cast<int64_t>(evicted), std::memory_order_relaxed);
-  evicted_max_rows_.fetch_add(evicted, std::memory_order_relaxed);
 }
 
-uint64_t Store::Evict(Shard& s, int64_t k, std::span<const int64_t> victims) {
+uint64_t Store::Evict(Shard& s, int64_t k, std::span<const int64_t> victims, std::atomic<uint64_t>& counter) {
   const uint32_t epoch = this->epoch();
+  // Room for the log before any row goes, so nothing can fail once one has (doubling, as
+  // push_back would: the log grows by a stripe's victims at a time).
+  const size_t need = s.evicted.size() + victims.size();
+  if (need > s.evicted.capacity()) s.evicted.reserve(std::max(need, 2 * s.evicted.capacity()));
   uint64_t evicted = 0;
   for (int64_t row : victims) {
     if (!s.lazy[k].Erase(row, HashRow(row), *s.arena)) continue;
     ++evicted;
     s.evicted.emplace_back(row, epoch);  // a delta checkpoint records it as deleted
   }
+  s.live.fetch_sub(static_cast<int64_t>(evicted), std::memory_order_relaxed);
+  counter.fetch_add(evicted, std::memory_order_relaxed);
   return evicted;
 }
 

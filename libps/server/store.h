@@ -261,7 +261,8 @@ class Store {
   // Rows a ShardFill::CreateRows made, in its order: their records, for WriteRows. Valid
   // until that shard is next pushed, swept or has its rows dropped (server::Service runs a
   // Restore holding both its inline gate and its push fence exclusively, so no push of
-  // any kind happens while it fills). Movable.
+  // any kind happens while it fills, and ShardCheckpointer::Restore holds PauseSweeps, so
+  // no handed-over sweep runs). Movable.
   class CreatedRows {
    public:
     size_t size() const { return records_.size(); }
@@ -391,7 +392,9 @@ class Store {
   // max_rows only once it is exceeded by more than a sixteenth).
   void Sweep(Shard& shard, int64_t now, bool exact);
   // Erases `victims` from stripe k (its lock held), logging each for delta checkpoints.
-  uint64_t Evict(Shard& shard, int64_t k, std::span<const int64_t> victims);
+  // Counts them in the shard's live rows and in `counter` (evicted_ttl_ or
+  // evicted_max_rows_); nothing throws once a row is erased.
+  uint64_t Evict(Shard& shard, int64_t k, std::span<const int64_t> victims, std::atomic<uint64_t>& counter);
 
   mutable std::shared_mutex mu_;  // guards shards_ (structure) and spec_
   std::optional<OptimizerSpec> spec_;

@@ -3,7 +3,9 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <functional>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "libps/ckpt/checkpoint_dir.h"
@@ -206,6 +208,48 @@ TEST_CASE("a lazy shard of 200,000 rows (tables grown many times) round-trips bi
   CHECK(Snapshot(a) == Snapshot(b));
   Train(&a, 8, 5);
   Train(&b, 8, 5);
+  CHECK(Snapshot(a) == Snapshot(b));
+}
+
+TEST_CASE("a sweep handed over before a restore does not run before the restored rows are restamped") {
+  TempDir dir;
+  auto policy_defs = [] {
+    auto defs = Defs();
+    defs[0].row_policy.ttl_steps = 1000;
+    return defs;
+  };
+  OptimizerSpec spec = DefaultOptimizer(OptimizerKind::kAdagrad);
+  Store a;
+  REQUIRE(a.Configure(spec).ok());
+  for (const auto& d : policy_defs()) REQUIRE(a.Create(d).ok());
+  const ShardKey key = policy_defs()[0].key();
+  std::vector<float> grad(4, 0.5f);
+  for (int64_t r = 0; r < 40; ++r) REQUIRE(a.PushRows(key, std::vector<int64_t>{r * 7919}, grad, r).ok());
+  ps::ckpt::ShardCheckpointer saver(&a, 0);
+  auto saved = saver.Save({.model_dir = dir.path(), .global_step = 40});
+  REQUIRE(saved.ok());
+  ps::ckpt::Manifest manifest;
+  manifest.global_step = 40;
+  manifest.num_ps = 1;
+  manifest.shards = {{saved->file, saved->bytes, saved->digest}};
+  REQUIRE(ps::ckpt::CommitCheckpoint(dir.path(), manifest).ok());
+
+  // A ps that had trained on to step 5000 (say, before the chief fell back to this
+  // checkpoint), with a sweep handed over to its sweeper and not run yet.
+  Store b;
+  std::vector<std::function<void()>> handed;
+  b.SetSweepRunner([&](std::function<void()> work) { handed.push_back(std::move(work)); });
+  REQUIRE(b.Configure(spec).ok());
+  for (const auto& d : policy_defs()) REQUIRE(b.Create(d).ok());
+  REQUIRE(b.PushRows(key, std::vector<int64_t>{3}, grad, 5000).ok());
+  REQUIRE(handed.size() == 1);
+  ps::ckpt::ShardCheckpointer loader(&b, 0);
+  // The sweeper runs it while the restored rows are still stamped 0 (at row clock 5000
+  // they would all be older than ttl_steps).
+  loader.SetRestoreHookForTesting([&] { std::thread(handed[0]).join(); });
+  REQUIRE(loader.Restore({.model_dir = dir.path(), .global_step = 40}).ok());
+  CHECK(b.stats().rows_evicted_ttl == 0);
+  CHECK(b.stats().live_rows == 40);
   CHECK(Snapshot(a) == Snapshot(b));
 }
 

@@ -7,9 +7,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <future>
 #include <mutex>
 #include <new>
 #include <random>
@@ -212,7 +214,8 @@ TEST_CASE("a sweep handed over does nothing while sweeps are paused (a restore),
     fill->reset();
     // The sweep runs meanwhile (on another thread, as the sweeper's would): at row clock
     // 500 it would evict rows stamped 0.
-    std::thread([&] { handed[1](); }).join();
+    auto sweep = std::async(std::launch::async, [&] { handed[1](); });
+    REQUIRE(sweep.wait_for(std::chrono::seconds(30)) == std::future_status::ready);  // it must not wait
     store.ResetRowClock(400);
   }
   CHECK(Created(store, key) == std::vector<int64_t>{5, 6, 7});
@@ -456,7 +459,17 @@ TEST_CASE("eviction while other threads pull and push: counts add up, pulls see 
   for (auto& th : threads) th.join();
   for (auto& th : sweepers) th.join();  // no push is left to add any
   CHECK_FALSE(bad);
-  if (handed_over) CHECK(sweepers.size() > 1);
+  if (handed_over) {
+    // Every sweep handed over has run and let its shard hand over again: a push that finds
+    // one due now hands over exactly one more.
+    const size_t ran = sweepers.size();
+    REQUIRE(ran >= 1);
+    std::vector<float> grad(3, 1.0f);
+    const std::vector<int64_t> row = {0};
+    REQUIRE(store.PushRows(key, row, grad, step.load() + 100).ok());
+    REQUIRE(sweepers.size() == ran + 1);
+    sweepers.back().join();
+  }
   const StoreStats st = store.stats();
   CHECK(static_cast<int64_t>(st.rows_admitted) - static_cast<int64_t>(st.rows_evicted_ttl + st.rows_evicted_max_rows) ==
         st.live_rows);
