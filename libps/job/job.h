@@ -57,7 +57,8 @@ struct JobSpec {
   int steps_per_dispatch = 10;
   int dispatches_per_worker = 2;
   // Pull the next step's parameters while this step computes: faster, but a step may see
-  // parameters up to two of its own steps stale (see test/bench/HISTORY.md, "Training throughput").
+  // parameters up to two of its own steps stale (see test/bench/HISTORY.md, "Training
+  // throughput").
   bool prefetch = true;
   // Async mode: a step's push carries the pull of a later step (the next one's without
   // prefetch, the one after it with), so each ps gets one request a step instead of two.

@@ -279,9 +279,10 @@ struct ClientOptions {
   // Over plain TCP, while no Call or CallAsync has been made on this client: a CallSync
   // made when no other call is waiting for a reply reads its reply on the calling thread
   // (poll and recv) instead of being handed it by an I/O thread, which saves a thread
-  // wake-up per call (~the cost of a small call's transport: test/bench/HISTORY.md, "Push/pull"). The
-  // I/O thread's reader then waits (parked) while nothing is expected, so a peer that
-  // closes the connection is noticed at the next call or heartbeat rather than at once.
+  // wake-up per call (~the cost of a small call's transport: test/bench/HISTORY.md,
+  // "Push/pull"). The I/O thread's reader then waits (parked) while nothing is expected,
+  // so a peer that closes the connection is noticed at the next call or heartbeat rather
+  // than at once.
   // false: every reply is read by the I/O thread (and no extra descriptor is held).
   bool caller_reads = true;
 };
