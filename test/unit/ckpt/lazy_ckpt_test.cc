@@ -99,6 +99,19 @@ ps::ckpt::CheckpointInfo SaveOnePs(const Store& store, const std::string& model_
   return {step, ps::ckpt::CheckpointPath(model_dir, step), m, {}};
 }
 
+// Saves `store` as the one ps of a checkpoint at `step` through the ps's checkpointer
+// (which sweeps evicting shards first) and commits it.
+void SaveAndCommit(Store& store, const std::string& model_dir, int64_t step) {
+  ps::ckpt::ShardCheckpointer saver(&store, 0);
+  auto saved = saver.Save({.model_dir = model_dir, .global_step = step});
+  REQUIRE(saved.ok());
+  ps::ckpt::Manifest manifest;
+  manifest.global_step = step;
+  manifest.num_ps = 1;
+  manifest.shards = {{saved->file, saved->bytes, saved->digest}};
+  REQUIRE(ps::ckpt::CommitCheckpoint(model_dir, manifest).ok());
+}
+
 }  // namespace
 
 TEST_CASE("lazy shard checkpoint round trip is bit-exact with slots (adagrad, ftrl)") {
@@ -225,14 +238,7 @@ TEST_CASE("a sweep handed over before a restore does not run before the restored
   const ShardKey key = policy_defs()[0].key();
   std::vector<float> grad(4, 0.5f);
   for (int64_t r = 0; r < 40; ++r) REQUIRE(a.PushRows(key, std::vector<int64_t>{r * 7919}, grad, r).ok());
-  ps::ckpt::ShardCheckpointer saver(&a, 0);
-  auto saved = saver.Save({.model_dir = dir.path(), .global_step = 40});
-  REQUIRE(saved.ok());
-  ps::ckpt::Manifest manifest;
-  manifest.global_step = 40;
-  manifest.num_ps = 1;
-  manifest.shards = {{saved->file, saved->bytes, saved->digest}};
-  REQUIRE(ps::ckpt::CommitCheckpoint(dir.path(), manifest).ok());
+  SaveAndCommit(a, dir.path(), 40);
 
   // A ps that had trained on to step 5000 (say, before the chief fell back to this
   // checkpoint), with a sweep handed over to its sweeper and not run yet.
@@ -271,14 +277,7 @@ TEST_CASE("a lazy shard with evict: the saved checkpoint holds only live rows; a
   // 41 rows, one a step: over 40 but within the sixteenth a sweep waits for.
   for (int64_t r = 0; r < 41; ++r) REQUIRE(a.PushRows(key, std::vector<int64_t>{r * 7919}, grad, r).ok());
   REQUIRE(a.Memory(key)->rows == 41);
-  ps::ckpt::ShardCheckpointer saver(&a, 0);
-  auto saved = saver.Save({.model_dir = dir.path(), .global_step = 41});
-  REQUIRE(saved.ok());
-  ps::ckpt::Manifest manifest;
-  manifest.global_step = 41;
-  manifest.num_ps = 1;
-  manifest.shards = {{saved->file, saved->bytes, saved->digest}};
-  REQUIRE(ps::ckpt::CommitCheckpoint(dir.path(), manifest).ok());
+  SaveAndCommit(a, dir.path(), 41);
   CHECK(a.Memory(key)->rows == 40);  // Save swept first: row 0 (the least recently pushed) went
   auto summary = ps::ckpt::Inspect(ps::ckpt::CheckpointPath(dir.path(), 41) + "/ps-0.shard", true);
   REQUIRE(summary.ok());

@@ -69,6 +69,11 @@ std::vector<int64_t> Created(Store& store, const ShardKey& key) {
   return ids;
 }
 
+// A sweep runner that keeps the work handed over, for the test to run when it chooses.
+Store::SweepRunner Keep(std::vector<std::function<void()>>& handed) {
+  return [&handed](std::function<void()> work) { handed.push_back(std::move(work)); };
+}
+
 bool BitEqual(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
@@ -153,7 +158,7 @@ TEST_CASE("ttl eviction: a row not pushed for more than ttl_steps steps is evict
 TEST_CASE("with a sweep runner a push hands a due sweep over and returns; one per shard at a time") {
   Store store;
   std::vector<std::function<void()>> handed;
-  store.SetSweepRunner([&](std::function<void()> work) { handed.push_back(std::move(work)); });
+  store.SetSweepRunner(Keep(handed));
   const ShardDef def = Def({.ttl_steps = 5});
   Build(&store, def);
   const ShardKey key = def.key();
@@ -177,7 +182,7 @@ TEST_CASE("with a sweep runner a push hands a due sweep over and returns; one pe
   // max_rows: a push that takes the shard past max_rows and a sixteenth hands a sweep over.
   Store capped;
   std::vector<std::function<void()>> capped_handed;
-  capped.SetSweepRunner([&](std::function<void()> work) { capped_handed.push_back(std::move(work)); });
+  capped.SetSweepRunner(Keep(capped_handed));
   const ShardDef capped_def = Def({.max_rows = 16});
   Build(&capped, capped_def);
   std::vector<int64_t> rows(20);
@@ -193,7 +198,7 @@ TEST_CASE("with a sweep runner a push hands a due sweep over and returns; one pe
 TEST_CASE("a sweep handed over does nothing while sweeps are paused (a restore), and is handed over again") {
   Store store;
   std::vector<std::function<void()>> handed;
-  store.SetSweepRunner([&](std::function<void()> work) { handed.push_back(std::move(work)); });
+  store.SetSweepRunner(Keep(handed));
   const ShardDef def = Def({.ttl_steps = 100});
   Build(&store, def);
   const ShardKey key = def.key();
