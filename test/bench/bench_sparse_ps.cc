@@ -461,10 +461,10 @@ void RunSweep(const Options& o, const std::vector<std::vector<int64_t>>& batches
   std::printf("  %-22s %10s %10s %10s %12s\n", "sweeps run", "median ms", "p99 ms", "max ms", "total s");
   for (const bool handed_over : {false, true}) {
     ps::server::Store store;
-    boost::asio::thread_pool sweeper(1);  // after the store: stops first
     std::mutex mu;
     std::condition_variable cv;
     int handed = 0, swept = 0;  // guarded by mu
+    boost::asio::thread_pool sweeper(1);  // after the store and what its work uses: stops first
     auto wait_for_sweeps = [&] {
       std::unique_lock lock(mu);
       cv.wait(lock, [&] { return swept == handed; });
