@@ -11,10 +11,10 @@
 #include <variant>
 
 #include "launcher/status_text.h"
-#include "libps/obs/status.h"
 #include "libps/daemon/daemon.h"
 #include "libps/net/auth.h"
 #include "libps/net/transport.h"
+#include "libps/obs/status.h"
 
 namespace ps::launcher {
 
@@ -22,7 +22,8 @@ using daemon::kExitFailure;
 using daemon::kExitOk;
 using daemon::kExitUsage;
 
-Result<proto::Body> CallChief(const cluster::HostPort& chief, const std::optional<std::string>& secret,
+Result<proto::Body> CallChief(const cluster::HostPort& chief,
+                              const std::optional<std::string>& secret,
                               std::chrono::milliseconds timeout, proto::Body request,
                               std::shared_ptr<net::TlsContext> tls) {
   const std::string where = chief.ToString();
@@ -83,8 +84,8 @@ std::optional<Reply> Ask(const std::string& sub, const ChiefTarget& target, prot
     return std::nullopt;
   }
   if (auto* r = std::get_if<Reply>(&*reply)) return std::move(*r);
-  PrintErr("pstrain " + sub + ": the chief at " + target.chief.ToString() + " answered " + asked + " with " +
-           proto::BodyName(*reply) + " instead of " + proto::BodyName(Reply{}));
+  PrintErr("pstrain " + sub + ": the chief at " + target.chief.ToString() + " answered " + asked +
+           " with " + proto::BodyName(*reply) + " instead of " + proto::BodyName(Reply{}));
   *exit_code = kExitFailure;
   return std::nullopt;
 }
@@ -94,8 +95,10 @@ std::optional<Reply> Ask(const std::string& sub, const ChiefTarget& target, prot
 int RunStop(const StopCommand& command) {
   int rc = kExitOk;
   if (!Ask<proto::Ack>("stop", command.target, proto::Stop{command.reason}, &rc)) return rc;
-  std::printf("pstrain stop: the chief at %s acknowledged; it stops scheduling steps, writes the "
-              "final checkpoint, shuts every task down and exits\n", command.target.chief.ToString().c_str());
+  std::printf(
+      "pstrain stop: the chief at %s acknowledged; it stops scheduling steps, writes the "
+      "final checkpoint, shuts every task down and exits\n",
+      command.target.chief.ToString().c_str());
   return kExitOk;
 }
 
@@ -125,15 +128,17 @@ int WatchStatus(const StatusCommand& command) {
       if (!reply) return rc;
     } else {
       auto secret = LoadSecret(command.target.secret_file);
-      auto tls = net::TlsFromFlags(command.target.tls_cert, command.target.tls_key, command.target.tls_ca);
+      auto tls =
+          net::TlsFromFlags(command.target.tls_cert, command.target.tls_key, command.target.tls_ca);
       if (!secret.ok() || !tls.ok()) return kExitUsage;
-      auto r = CallChief(command.target.chief, *secret, command.target.timeout, proto::GetStatus{}, *tls);
+      auto r = CallChief(command.target.chief, *secret, command.target.timeout, proto::GetStatus{},
+                         *tls);
       if (r.ok()) {
         if (auto* s = std::get_if<proto::ChiefStatusReply>(&*r)) reply = std::move(*s);
       }
       if (!reply) {
-        std::printf("%s the chief at %s no longer answers: the job has ended (%s)\n", LocalClock().c_str(),
-                    command.target.chief.ToString().c_str(),
+        std::printf("%s the chief at %s no longer answers: the job has ended (%s)\n",
+                    LocalClock().c_str(), command.target.chief.ToString().c_str(),
                     r.ok() ? "unexpected reply" : r.status().message().c_str());
         std::fflush(stdout);
         return kExitOk;
@@ -157,7 +162,9 @@ int RunStatus(const StatusCommand& command) {
   auto reply = Ask<proto::ChiefStatusReply>("status", command.target, proto::GetStatus{}, &rc);
   if (!reply) return rc;
   if (command.json) {
-    std::printf("%s\n", obs::ToJson(reply->status).dump(-1, ' ', false, Json::error_handler_t::replace).c_str());
+    std::printf(
+        "%s\n",
+        obs::ToJson(reply->status).dump(-1, ' ', false, Json::error_handler_t::replace).c_str());
     return kExitOk;
   }
   const std::string text = FormatStatus(reply->status);

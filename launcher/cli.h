@@ -51,7 +51,7 @@ struct HelpCommand {
 
 struct TfConfigCommand {
   std::string cluster_file;  // empty with --from-slurm
-  bool json = false;  // --format json: JSON Lines, one object per task (see FormatTfConfigs)
+  bool json = false;         // --format json: JSON Lines, one object per task (see FormatTfConfigs)
   std::optional<cluster::SlurmRoles> slurm;  // --from-slurm: only this Slurm task's TF_CONFIG
 };
 
@@ -69,7 +69,7 @@ struct SlurmTaskCommand {
 struct ChiefTarget {
   cluster::HostPort chief;
   std::optional<std::string> secret_file;
-  std::string tls_cert, tls_key, tls_ca;  // all or none: mutual TLS
+  std::string tls_cert, tls_key, tls_ca;     // all or none: mutual TLS
   std::chrono::milliseconds timeout{10000};  // connect deadline and call deadline
 };
 
@@ -93,11 +93,11 @@ struct LocalCommand {
   std::string model_dir;                   // empty: not passed
   std::optional<std::string> secret_file;  // passed to every daemon
   std::optional<std::string> bin_dir;
-  std::string log_level;                   // empty: not passed
+  std::string log_level;  // empty: not passed
   RestartPolicy restart = RestartPolicy::kNever;
-  int max_restarts = 3;                    // per task
+  int max_restarts = 3;  // per task
   std::chrono::milliseconds shutdown_grace{30000};
-  std::vector<std::string> extra_args;     // everything after "--", given to every daemon
+  std::vector<std::string> extra_args;  // everything after "--", given to every daemon
 };
 
 struct ReportCommand {
@@ -121,7 +121,7 @@ struct GenCtrCommand {
   std::optional<uint64_t> seed;
   std::optional<int64_t> train_examples;
   std::optional<int64_t> eval_examples;
-  bool gzip = false;  // --gzip: compress (otherwise the spec's "gzip")
+  bool gzip = false;       // --gzip: compress (otherwise the spec's "gzip")
   data::CtrOutput output;  // --format LIST, --files N
 };
 
@@ -141,9 +141,9 @@ struct PredictCommand {
   std::string metrics_out;      // the metrics as JSON; empty: not written
 };
 
-using Command = std::variant<HelpCommand, TfConfigCommand, StopCommand, StatusCommand,
-                             LocalCommand, ReportCommand, InspectCommand, GenCtrCommand,
-                             SlurmTaskCommand, ExportCommand, PredictCommand>;
+using Command = std::variant<HelpCommand, TfConfigCommand, StopCommand, StatusCommand, LocalCommand,
+                             ReportCommand, InspectCommand, GenCtrCommand, SlurmTaskCommand,
+                             ExportCommand, PredictCommand>;
 
 // `args` is argv without the program name. Every error is a one-line usage error
 // ("pstrain stop: --chief: \"x\" has no port") meant for exit code 2.

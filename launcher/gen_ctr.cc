@@ -49,17 +49,21 @@ int RunGenCtr(const GenCtrCommand& command) {
     offsets += (i ? ", " : "") + std::to_string(r.field_offsets[i]);
   }
   std::printf("wrote %lld train and %lld eval examples in %.1f s (%.0f examples/s)\n",
-              static_cast<long long>(spec.train_examples), static_cast<long long>(spec.eval_examples),
-              r.seconds, r.seconds > 0 ? static_cast<double>(examples) / r.seconds : 0.0);
+              static_cast<long long>(spec.train_examples),
+              static_cast<long long>(spec.eval_examples), r.seconds,
+              r.seconds > 0 ? static_cast<double>(examples) / r.seconds : 0.0);
   for (const data::CtrFiles& f : r.outputs) {
-    const std::string more = f.train.size() > 1 ? " (+" + std::to_string(f.train.size() - 1) + " more)" : "";
-    std::printf("  train: %s%s\n  eval:  %s%s\n", f.train[0].c_str(), more.c_str(), f.eval[0].c_str(), more.c_str());
+    const std::string more =
+        f.train.size() > 1 ? " (+" + std::to_string(f.train.size() - 1) + " more)" : "";
+    std::printf("  train: %s%s\n  eval:  %s%s\n", f.train[0].c_str(), more.c_str(),
+                f.eval[0].c_str(), more.c_str());
   }
   std::printf("  spec:  %s\n", r.json_path.c_str());
   std::printf("num_features: %lld  field_offsets: [%s]\n", static_cast<long long>(r.num_features),
               offsets.c_str());
   std::printf("click rate: train %.4f, eval %.4f\n", r.train_click_rate, r.eval_click_rate);
-  std::printf("ground truth on eval: auc %.4f logloss %.4f\n", r.truth_eval_auc, r.truth_eval_logloss);
+  std::printf("ground truth on eval: auc %.4f logloss %.4f\n", r.truth_eval_auc,
+              r.truth_eval_logloss);
   return kExitOk;
 }
 

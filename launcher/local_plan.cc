@@ -7,8 +7,8 @@
 #include <filesystem>
 
 #include "libps/core/json.h"
-#include "libps/daemon/daemon.h"
 #include "libps/core/text.h"
+#include "libps/daemon/daemon.h"
 
 namespace ps::launcher {
 
@@ -17,7 +17,9 @@ using cluster::TaskType;
 
 // ---- the plan ----------------------------------------------------------------------
 
-std::string DaemonName(TaskType type) { return std::string("pstrain-") + cluster::TaskTypeName(type); }
+std::string DaemonName(TaskType type) {
+  return std::string("pstrain-") + cluster::TaskTypeName(type);
+}
 
 Result<std::string> FindDaemon(TaskType type, const std::optional<std::string>& bin_dir,
                                const std::string& self_dir, const std::string& path_env,
@@ -44,9 +46,8 @@ Result<std::string> FindDaemon(TaskType type, const std::optional<std::string>& 
   size_t start = 0;
   for (;;) {
     size_t colon = path_env.find(':', start);
-    std::string_view dir = std::string_view(path_env).substr(start, colon == std::string::npos
-                                                                          ? std::string::npos
-                                                                          : colon - start);
+    std::string_view dir = std::string_view(path_env).substr(
+        start, colon == std::string::npos ? std::string::npos : colon - start);
     if (dir.empty()) dir = ".";
     std::string p = (fs::path(dir) / name).string();
     if (!path_env.empty() && is_executable(p)) return p;
@@ -59,12 +60,15 @@ Result<std::string> FindDaemon(TaskType type, const std::optional<std::string>& 
                   "and PATH); build it (ninja -C build) or pass --bin-dir DIR");
 }
 
-Result<std::vector<TaskPlan>> PlanLocal(const LocalCommand& command, const cluster::ClusterSpec& spec,
+Result<std::vector<TaskPlan>> PlanLocal(const LocalCommand& command,
+                                        const cluster::ClusterSpec& spec,
                                         const std::function<std::string(TaskType)>& executable,
-                                        bool openblas_threads_set, const std::string& job_model_dir) {
+                                        bool openblas_threads_set,
+                                        const std::string& job_model_dir) {
   if (spec.count(TaskType::kChief) != 1) {
-    return InvalidArgument(command.cluster_file +
-                           ": the cluster has no chief; pstrain local needs one to coordinate training");
+    return InvalidArgument(
+        command.cluster_file +
+        ": the cluster has no chief; pstrain local needs one to coordinate training");
   }
   if (spec.count(TaskType::kPs) == 0) {
     return InvalidArgument(command.cluster_file + ": the cluster has no ps task");
@@ -74,8 +78,9 @@ Result<std::vector<TaskPlan>> PlanLocal(const LocalCommand& command, const clust
   }
   const std::string& eval_dir = command.model_dir.empty() ? job_model_dir : command.model_dir;
   if (spec.count(TaskType::kEvaluator) > 0 && eval_dir.empty()) {
-    return InvalidArgument("--model-dir DIR is required: the cluster lists an evaluator, which "
-                           "evaluates the checkpoints in the model dir, and the job file names none");
+    return InvalidArgument(
+        "--model-dir DIR is required: the cluster lists an evaluator, which "
+        "evaluates the checkpoints in the model dir, and the job file names none");
   }
   std::vector<TaskPlan> plan;
   for (TaskType type : {TaskType::kPs, TaskType::kWorker, TaskType::kChief, TaskType::kEvaluator}) {
@@ -91,7 +96,8 @@ Result<std::vector<TaskPlan>> PlanLocal(const LocalCommand& command, const clust
       }
       if (type == TaskType::kEvaluator) t.argv.insert(t.argv.end(), {"--model-dir", eval_dir});
       if (command.secret_file) t.argv.insert(t.argv.end(), {"--secret-file", *command.secret_file});
-      if (!command.log_level.empty()) t.argv.insert(t.argv.end(), {"--log-level", command.log_level});
+      if (!command.log_level.empty())
+        t.argv.insert(t.argv.end(), {"--log-level", command.log_level});
       t.argv.insert(t.argv.end(), command.extra_args.begin(), command.extra_args.end());
       t.env.emplace_back("TF_CONFIG", cluster::ToTfConfigJson(spec, t.id));
       if (!openblas_threads_set) t.env.emplace_back("OPENBLAS_NUM_THREADS", "1");
@@ -136,24 +142,34 @@ RestartDecision DecideRestart(RestartPolicy policy, int max_restarts, const Rest
     return {false, "not restarted: the chief has exited"};
   }
   if (!daemon::IsRetryableExit(q.exit_status)) {
-    return {false, "not restarted: " + DescribeExit(q.exit_status) +
-                       " is permanent (only 138 and >= 128 are retryable, as for Kubeflow's ExitCode policy)"};
+    return {
+        false,
+        "not restarted: " + DescribeExit(q.exit_status) +
+            " is permanent (only 138 and >= 128 are retryable, as for Kubeflow's ExitCode policy)"};
   }
   if (q.restarts_done >= max_restarts) {
     return {false, "not restarted: already restarted " + std::to_string(q.restarts_done) +
                        " times (--max-restarts " + std::to_string(max_restarts) + ")"};
   }
-  return {true, "restart " + std::to_string(q.restarts_done + 1) + " of " + std::to_string(max_restarts)};
+  return {true,
+          "restart " + std::to_string(q.restarts_done + 1) + " of " + std::to_string(max_restarts)};
 }
 
 std::string DescribeExit(int exit_status) {
   // pstrain's retryable code; a task killed by SIGUSR1 (also 138) is rare enough.
   if (exit_status == daemon::kExitRetryable) return "exit 138 (retryable)";
   if (exit_status > 128 && exit_status < 128 + 65) {
-    static constexpr std::array<std::pair<int, const char*>, 11> kNames = {{
-        {SIGHUP, "SIGHUP"}, {SIGINT, "SIGINT"}, {SIGQUIT, "SIGQUIT"}, {SIGILL, "SIGILL"},
-        {SIGABRT, "SIGABRT"}, {SIGFPE, "SIGFPE"}, {SIGKILL, "SIGKILL"}, {SIGSEGV, "SIGSEGV"},
-        {SIGPIPE, "SIGPIPE"}, {SIGALRM, "SIGALRM"}, {SIGTERM, "SIGTERM"}}};
+    static constexpr std::array<std::pair<int, const char*>, 11> kNames = {{{SIGHUP, "SIGHUP"},
+                                                                            {SIGINT, "SIGINT"},
+                                                                            {SIGQUIT, "SIGQUIT"},
+                                                                            {SIGILL, "SIGILL"},
+                                                                            {SIGABRT, "SIGABRT"},
+                                                                            {SIGFPE, "SIGFPE"},
+                                                                            {SIGKILL, "SIGKILL"},
+                                                                            {SIGSEGV, "SIGSEGV"},
+                                                                            {SIGPIPE, "SIGPIPE"},
+                                                                            {SIGALRM, "SIGALRM"},
+                                                                            {SIGTERM, "SIGTERM"}}};
     int sig = exit_status - 128;
     std::string name = "signal " + std::to_string(sig);
     for (const auto& [n, s] : kNames) {
@@ -171,7 +187,8 @@ std::string FormatFailureSummary(const std::vector<TaskOutcome>& outcomes) {
   for (const auto& o : outcomes) {
     if (!Failed(o)) continue;
     std::string what = DescribeExit(o.exit_status);
-    if (o.restarts > 0) what += " after " + std::to_string(o.restarts) + (o.restarts == 1 ? " restart" : " restarts");
+    if (o.restarts > 0)
+      what += " after " + std::to_string(o.restarts) + (o.restarts == 1 ? " restart" : " restarts");
     if (!o.note.empty()) what += ": " + o.note;
     rows.push_back({"  " + o.task.ToString(), what});
   }

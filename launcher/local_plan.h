@@ -36,7 +36,7 @@ Result<std::string> FindDaemon(cluster::TaskType type, const std::optional<std::
 
 struct TaskPlan {
   cluster::TaskId id;
-  std::vector<std::string> argv;  // argv[0]: the executable
+  std::vector<std::string> argv;                         // argv[0]: the executable
   std::vector<std::pair<std::string, std::string>> env;  // added to the launcher's own
 };
 
@@ -47,11 +47,10 @@ struct TaskPlan {
 // `job_model_dir`, the job file's "model_dir"); --secret-file and --log-level to
 // everyone (when given); then the extra args. `executable(type)` gives argv[0].
 // Errors (usage, exit 2): no chief, no ps or worker, an evaluator without a model dir.
-Result<std::vector<TaskPlan>> PlanLocal(const LocalCommand& command,
-                                        const cluster::ClusterSpec& spec,
-                                        const std::function<std::string(cluster::TaskType)>& executable,
-                                        bool openblas_threads_set,
-                                        const std::string& job_model_dir = "");
+Result<std::vector<TaskPlan>> PlanLocal(
+    const LocalCommand& command, const cluster::ClusterSpec& spec,
+    const std::function<std::string(cluster::TaskType)>& executable, bool openblas_threads_set,
+    const std::string& job_model_dir = "");
 
 // The job file's "model_dir", or "" when it has none or cannot be read (the chief
 // reports a bad job file itself).

@@ -2,9 +2,9 @@
 
 #include <chrono>
 #include <cstdio>
-#include <thread>
 #include <filesystem>
 #include <string>
+#include <thread>
 
 #include "libps/core/files.h"
 #include "libps/daemon/daemon.h"
@@ -17,17 +17,20 @@ using daemon::kExitFailure;
 using daemon::kExitOk;
 
 int RunReport(const ReportCommand& command) {
-  std::string out = command.out.empty() ? (std::filesystem::path(command.model_dir) / obs::kReportFile).string()
-                                        : command.out;
+  std::string out = command.out.empty()
+                        ? (std::filesystem::path(command.model_dir) / obs::kReportFile).string()
+                        : command.out;
   for (bool first = true;; first = false) {
-    const auto next = std::chrono::steady_clock::now() + std::chrono::duration<double>(command.watch_sec.value_or(0));
+    const auto next = std::chrono::steady_clock::now() +
+                      std::chrono::duration<double>(command.watch_sec.value_or(0));
     auto history = obs::ReadMetrics(command.model_dir);
     if (!history.ok()) {
       PrintErr("pstrain report: " + history.status().message());
       return kExitFailure;
     }
     // tmp + fsync + rename: a browser never shows a half-written page.
-    if (Status st = WriteFileAtomic(out, obs::RenderReportHtml(*history, command.model_dir)); !st.ok()) {
+    if (Status st = WriteFileAtomic(out, obs::RenderReportHtml(*history, command.model_dir));
+        !st.ok()) {
       PrintErr("pstrain report: " + st.message());
       return kExitFailure;
     }

@@ -88,7 +88,8 @@ std::string FormatScoreLine(const model::EvalOutput& out, int64_t i) {
     const auto& p = out.heads[h].predictions;
     const size_t k = out.examples > 0 ? p.size() / static_cast<size_t>(out.examples) : 0;
     for (size_t j = 0; j < k; ++j) {
-      std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(p[static_cast<size_t>(i) * k + j]));
+      std::snprintf(buf, sizeof buf, "%.9g",
+                    static_cast<double>(p[static_cast<size_t>(i) * k + j]));
       if (!line.empty()) line += (j == 0 ? '\t' : ' ');
       line += buf;
     }
@@ -107,7 +108,8 @@ Result<std::pair<Json, std::string>> ReadDataArg(const std::string& arg) {
 }
 
 int RunExport(const ExportCommand& command) {
-  serving::ExportOptions options{.model_dir = command.model_dir, .step = command.step, .out_dir = command.out_dir};
+  serving::ExportOptions options{
+      .model_dir = command.model_dir, .step = command.step, .out_dir = command.out_dir};
   auto r = serving::ExportBundle(options);
   if (!r.ok()) {
     PrintErr("pstrain export: " + r.status().message());
@@ -116,10 +118,11 @@ int RunExport(const ExportCommand& command) {
   for (const auto& w : r->warnings) PrintErr("pstrain export: warning: " + w);
   int64_t rows = 0;
   for (const auto& v : r->info.variables) rows += v.lazy ? v.stored_rows : 0;
-  std::printf("exported step %lld%s of %s to %s: %zu variables (%lld live rows of lazy tables), %.1f MiB\n",
-              static_cast<long long>(r->info.source_step), r->info.source_final ? " (final)" : "",
-              r->info.source_model_dir.c_str(), r->info.dir.c_str(), r->info.variables.size(),
-              static_cast<long long>(rows), static_cast<double>(r->bytes) / (1 << 20));
+  std::printf(
+      "exported step %lld%s of %s to %s: %zu variables (%lld live rows of lazy tables), %.1f MiB\n",
+      static_cast<long long>(r->info.source_step), r->info.source_final ? " (final)" : "",
+      r->info.source_model_dir.c_str(), r->info.dir.c_str(), r->info.variables.size(),
+      static_cast<long long>(rows), static_cast<double>(r->bytes) / (1 << 20));
   return kExitOk;
 }
 
@@ -159,7 +162,8 @@ int RunPredict(const PredictCommand& command) {
   std::error_code ec;
   const bool is_bundle = fs::exists(fs::path(command.model) / serving::kBundleManifest, ec);
   if (is_bundle && command.step) {
-    return usage("--step: " + command.model + " is a bundle (of one checkpoint); --step is for a model dir");
+    return usage("--step: " + command.model +
+                 " is a bundle (of one checkpoint); --step is for a model dir");
   }
   if (!is_bundle && !fs::exists(fs::path(command.model) / "job.json", ec)) {
     return fail(NotFound(command.model + ": neither a bundle (no " + serving::kBundleManifest +
@@ -172,25 +176,27 @@ int RunPredict(const PredictCommand& command) {
   for (const auto& w : warnings) PrintErr("pstrain predict: warning: " + w);
   auto sink = ScoreSink::Open(command.out);
   if (!sink.ok()) return fail(sink.status());
-  auto pass = serving::ScoreData(loaded->loaded, *loaded->model, data->first, data->second, "--data",
-                                 [&](const model::Batch&, const model::EvalOutput& out) -> Status {
-                                   for (int64_t i = 0; i < out.examples; ++i) {
-                                     PS_RETURN_IF_ERROR((*sink)->Write(FormatScoreLine(out, i)));
-                                   }
-                                   return Status::Ok();
-                                 });
+  auto pass =
+      serving::ScoreData(loaded->loaded, *loaded->model, data->first, data->second, "--data",
+                         [&](const model::Batch&, const model::EvalOutput& out) -> Status {
+                           for (int64_t i = 0; i < out.examples; ++i) {
+                             PS_RETURN_IF_ERROR((*sink)->Write(FormatScoreLine(out, i)));
+                           }
+                           return Status::Ok();
+                         });
   if (!pass.ok()) return fail(pass.status());
   if (Status st = (*sink)->Commit(); !st.ok()) return fail(st);
-  const std::string what =
-      is_bundle ? "bundle " + command.model
-                : "checkpoint " + command.model + "/" +
-                      ckpt::CheckpointRelPath(loaded->info.source_base_step, loaded->info.source_step);
+  const std::string what = is_bundle ? "bundle " + command.model
+                                     : "checkpoint " + command.model + "/" +
+                                           ckpt::CheckpointRelPath(loaded->info.source_base_step,
+                                                                   loaded->info.source_step);
   if (pass->metrics) {
-    PrintErr("pstrain predict: " + std::to_string(pass->examples) + " examples scored with " + what + " (step " +
-             std::to_string(loaded->info.source_step) + "): " + Figures(*pass->metrics));
+    PrintErr("pstrain predict: " + std::to_string(pass->examples) + " examples scored with " +
+             what + " (step " + std::to_string(loaded->info.source_step) +
+             "): " + Figures(*pass->metrics));
   } else {
-    PrintErr("pstrain predict: " + std::to_string(pass->examples) + " examples scored with " + what +
-             " (the data has no labels: no metrics)");
+    PrintErr("pstrain predict: " + std::to_string(pass->examples) + " examples scored with " +
+             what + " (the data has no labels: no metrics)");
   }
   if (!command.metrics_out.empty()) {
     auto note = WriteMetricsFile(command.metrics_out, loaded->info.source_step, pass->metrics);

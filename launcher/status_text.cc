@@ -24,15 +24,16 @@ std::string WorkersTable(const std::vector<proto::WorkerLoad>& workers) {
       {"worker", "state", "steps", "ex/s", "step_ms", "data", "pull", "compute", "push"}};
   for (const auto& w : workers) {
     rows.push_back({w.task, w.state, std::to_string(w.steps), Cell(w.examples_per_s, "%.0f"),
-                    Cell(w.step_ms, "%.1f"), Cell(w.data_frac, "%.0f%%", 100), Cell(w.pull_frac, "%.0f%%", 100),
-                    Cell(w.compute_frac, "%.0f%%", 100), Cell(w.push_frac, "%.0f%%", 100)});
+                    Cell(w.step_ms, "%.1f"), Cell(w.data_frac, "%.0f%%", 100),
+                    Cell(w.pull_frac, "%.0f%%", 100), Cell(w.compute_frac, "%.0f%%", 100),
+                    Cell(w.push_frac, "%.0f%%", 100)});
   }
   return TableText(rows);
 }
 
 std::string PsTable(const std::vector<proto::PsLoad>& ps) {
-  std::vector<std::vector<std::string>> rows = {{"ps", "address", "state", "req/s", "in/s", "out/s", "rows/s",
-                                                 "queue", "max_queue", "held", "shards"}};
+  std::vector<std::vector<std::string>> rows = {{"ps", "address", "state", "req/s", "in/s", "out/s",
+                                                 "rows/s", "queue", "max_queue", "held", "shards"}};
   std::string errors;
   for (const auto& p : ps) {
     if (!p.answered()) {
@@ -40,10 +41,13 @@ std::string PsTable(const std::vector<proto::PsLoad>& ps) {
       errors += p.task + ": " + p.error + "\n";
       continue;
     }
-    auto rate = [](double bytes_per_s) { return HumanBytes(static_cast<uint64_t>(bytes_per_s + 0.5)) + "/s"; };
-    rows.push_back({p.task, p.address, p.state, Cell(p.requests_per_s, "%.0f"), rate(p.bytes_in_per_s),
-                    rate(p.bytes_out_per_s), Cell(p.rows_per_s, "%.0f"), std::to_string(p.queue_depth),
-                    std::to_string(p.max_queue_depth), HumanBytes(p.bytes_held), std::to_string(p.shards)});
+    auto rate = [](double bytes_per_s) {
+      return HumanBytes(static_cast<uint64_t>(bytes_per_s + 0.5)) + "/s";
+    };
+    rows.push_back({p.task, p.address, p.state, Cell(p.requests_per_s, "%.0f"),
+                    rate(p.bytes_in_per_s), rate(p.bytes_out_per_s), Cell(p.rows_per_s, "%.0f"),
+                    std::to_string(p.queue_depth), std::to_string(p.max_queue_depth),
+                    HumanBytes(p.bytes_held), std::to_string(p.shards)});
   }
   // Lazy tables' row life cycle (admission and eviction), for the ps that hold any.
   std::vector<std::vector<std::string>> lazy = {
@@ -113,8 +117,8 @@ std::string FormatStatus(const proto::ChiefStatus& s) {
 
 std::string WatchScreen(const proto::ChiefStatus& s, const std::string& chief, double every_sec,
                         const std::string& time) {
-  return "\x1b[H\x1b[2J\x1b[1mpstrain status\x1b[0m  " + chief + "  every " + Fixed(every_sec, 1) + " s  " + time +
-         "  (Ctrl-C quits; the job is not affected)\n\n" + FormatStatus(s);
+  return "\x1b[H\x1b[2J\x1b[1mpstrain status\x1b[0m  " + chief + "  every " + Fixed(every_sec, 1) +
+         " s  " + time + "  (Ctrl-C quits; the job is not affected)\n\n" + FormatStatus(s);
 }
 
 std::string WatchLines(const proto::ChiefStatus& s, const std::string& time) {
@@ -123,9 +127,10 @@ std::string WatchLines(const proto::ChiefStatus& s, const std::string& time) {
   for (const auto& w : s.workers) {
     line += "  " + w.task + " ";
     if (w.step_ms) {
-      line += Fixed(*w.step_ms, 1) + " ms/step (data " + Cell(w.data_frac, "%.0f%%", 100) + " pull " +
-              Cell(w.pull_frac, "%.0f%%", 100) + " compute " + Cell(w.compute_frac, "%.0f%%", 100) + " push " +
-              Cell(w.push_frac, "%.0f%%", 100) + ")";
+      line += Fixed(*w.step_ms, 1) + " ms/step (data " + Cell(w.data_frac, "%.0f%%", 100) +
+              " pull " + Cell(w.pull_frac, "%.0f%%", 100) + " compute " +
+              Cell(w.compute_frac, "%.0f%%", 100) + " push " + Cell(w.push_frac, "%.0f%%", 100) +
+              ")";
     } else {
       line += w.state;
     }

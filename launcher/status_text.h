@@ -21,8 +21,8 @@ std::string FormatStatus(const proto::ChiefStatus& status);
 // `pstrain status --watch` on a terminal: one screen, "\x1b[H\x1b[2J" (home, clear) then
 // a heading "pstrain status  CHIEF  every N s  TIME  (Ctrl-C quits; the job is not
 // affected)", a blank line and FormatStatus.
-std::string WatchScreen(const proto::ChiefStatus& status, const std::string& chief, double every_sec,
-                        const std::string& time);
+std::string WatchScreen(const proto::ChiefStatus& status, const std::string& chief,
+                        double every_sec, const std::string& time);
 // The same when stdout is not a terminal: one line per poll,
 //   "TIME state running  step 1200/9000  ex/s 35784  worker:0 12.5 ms/step (pull 30%) ...  ps:0 800 req/s 1.4 MB/s q1 ..."
 // then LoadHints' lines, each prefixed with "TIME ".

@@ -124,7 +124,8 @@ std::optional<int> Subprocess::WaitFor(std::chrono::milliseconds timeout) {
   if (auto s = Reap(false)) return s;
   auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) return Reap(false);
     if (pidfd_ >= 0) {
       pollfd p{pidfd_, POLLIN, 0};

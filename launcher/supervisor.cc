@@ -87,9 +87,12 @@ bool LooksLocal(const std::string& host) {
 
 class Supervisor {
  public:
-  Supervisor(const LocalCommand& command, const cluster::ClusterSpec& spec, std::vector<TaskPlan> plan,
-             std::optional<std::string> secret, int sigfd)
-      : command_(command), spec_(spec), secret_(std::move(secret)), sigfd_(sigfd),
+  Supervisor(const LocalCommand& command, const cluster::ClusterSpec& spec,
+             std::vector<TaskPlan> plan, std::optional<std::string> secret, int sigfd)
+      : command_(command),
+        spec_(spec),
+        secret_(std::move(secret)),
+        sigfd_(sigfd),
         out_(LabelWidth(plan)) {
     for (auto& p : plan) {
       Task t;
@@ -187,7 +190,8 @@ class Supervisor {
     }
     t.proc = std::move(*p);
     t.pidfd = static_cast<int>(::syscall(SYS_pidfd_open, t.proc->pid(), 0));
-    out_.Say("started " + t.name() + " (pid " + std::to_string(t.proc->pid()) + "): " + t.plan.argv[0]);
+    out_.Say("started " + t.name() + " (pid " + std::to_string(t.proc->pid()) +
+             "): " + t.plan.argv[0]);
   }
 
   void WaitForEvent() {
@@ -207,7 +211,9 @@ class Supervisor {
     milliseconds wait = all_pidfds ? milliseconds(1000) : milliseconds(100);
     if (stop_.valid()) wait = std::min(wait, milliseconds(100));
     auto until = [&](Clock::time_point t) {
-      wait = std::min(wait, std::max(milliseconds(0), std::chrono::duration_cast<milliseconds>(t - now) + milliseconds(1)));
+      wait = std::min(
+          wait, std::max(milliseconds(0),
+                         std::chrono::duration_cast<milliseconds>(t - now) + milliseconds(1)));
     };
     for (const auto& t : tasks_) {
       if (t.restart_at) until(*t.restart_at);
@@ -236,7 +242,8 @@ class Supervisor {
     }
     Task* chief = Chief();
     if (signals_ == 1 && chief != nullptr && chief->running()) {
-      out_.Say(name + ": asking the chief to stop (it writes the final checkpoint and shuts every task "
+      out_.Say(name +
+               ": asking the chief to stop (it writes the final checkpoint and shuts every task "
                "down); signal again to send SIGTERM to every task, a third time to SIGKILL them");
       cluster::HostPort addr = ControlAddress();
       std::optional<std::string> secret = secret_;
@@ -266,8 +273,9 @@ class Supervisor {
       out_.Say("the chief acknowledged the stop; waiting for the tasks to shut down");
       return;
     }
-    std::string why = reply.ok() ? std::string("answered ") + proto::BodyName(*reply) + " instead of Ack"
-                                 : reply.status().message();
+    std::string why = reply.ok()
+                          ? std::string("answered ") + proto::BodyName(*reply) + " instead of Ack"
+                          : reply.status().message();
     out_.Say("WARNING: stop request failed: " + why);
     if (chief != nullptr && chief->running()) {
       out_.Say("sending SIGTERM to the chief instead (it stops gracefully on SIGTERM)");
@@ -321,7 +329,8 @@ class Supervisor {
       if (!t.restart_at || *t.restart_at > now) continue;
       t.restart_at.reset();
       if (t.plan.id.type == TaskType::kChief && ClusterShutDown()) {
-        out_.Say(t.name() + " not restarted: it shut the cluster down (every ps and worker exited 0)");
+        out_.Say(t.name() +
+                 " not restarted: it shut the cluster down (every ps and worker exited 0)");
         continue;
       }
       out_.Say("WARNING: restarting " + t.name() + " (restart " + std::to_string(t.restarts) + ")");
@@ -348,11 +357,14 @@ class Supervisor {
     }
     grace_deadline_ = Clock::now() + command_.shutdown_grace;
     if (!others.empty()) {
-      out_.Say("the chief has exited; waiting up to " + Secs(command_.shutdown_grace) + " for " + others);
+      out_.Say("the chief has exited; waiting up to " + Secs(command_.shutdown_grace) + " for " +
+               others);
     }
   }
 
-  static std::string Secs(milliseconds ms) { return FormatDuration(static_cast<double>(ms.count()) / 1000.0); }
+  static std::string Secs(milliseconds ms) {
+    return FormatDuration(static_cast<double>(ms.count()) / 1000.0);
+  }
 
   void CheckDeadlines() {
     auto now = Clock::now();
@@ -379,7 +391,8 @@ class Supervisor {
       kill_deadline_.reset();
       for (auto& t : tasks_) {
         if (!t.running()) continue;
-        out_.Say("ERROR: " + t.name() + " ignored SIGTERM for " + Secs(kKillGrace) + ". Sending SIGKILL");
+        out_.Say("ERROR: " + t.name() + " ignored SIGTERM for " + Secs(kKillGrace) +
+                 ". Sending SIGKILL");
         t.proc->Signal(SIGKILL);
       }
     }
@@ -410,7 +423,8 @@ class Supervisor {
   bool stopping_ = false;
   std::future<Result<proto::Body>> stop_;
   std::optional<Clock::time_point> grace_deadline_;
-  std::string grace_reason_;  // why the others are stopped without a grace period; empty: the usual grace
+  std::string
+      grace_reason_;  // why the others are stopped without a grace period; empty: the usual grace
   bool grace_fired_ = false;
   std::optional<Clock::time_point> kill_deadline_;
 };
@@ -461,9 +475,9 @@ int RunLocal(const LocalCommand& command) {
     if (!p.ok()) return fail(p.status().message());
     exe[static_cast<size_t>(type)] = *p;
   }
-  auto plan = PlanLocal(command, *spec,
-                        [&](TaskType type) { return exe[static_cast<size_t>(type)]; },
-                        std::getenv("OPENBLAS_NUM_THREADS") != nullptr, JobModelDir(command.job_file));
+  auto plan = PlanLocal(
+      command, *spec, [&](TaskType type) { return exe[static_cast<size_t>(type)]; },
+      std::getenv("OPENBLAS_NUM_THREADS") != nullptr, JobModelDir(command.job_file));
   if (!plan.ok()) return fail(plan.status().message());
 
   // Signals are read from a signalfd in the loop; blocked before any thread exists so

@@ -105,9 +105,11 @@ int RunSlurmTask(const SlurmTaskCommand& command) {
   }
   const TaskId task = config->task;
   std::error_code ec;
-  const std::string self_dir = std::filesystem::read_symlink("/proc/self/exe", ec).parent_path().string();
+  const std::string self_dir =
+      std::filesystem::read_symlink("/proc/self/exe", ec).parent_path().string();
   const char* path_env = std::getenv("PATH");
-  auto exe = FindDaemon(task.type, command.bin_dir, self_dir, path_env ? path_env : "", IsExecutable);
+  auto exe =
+      FindDaemon(task.type, command.bin_dir, self_dir, path_env ? path_env : "", IsExecutable);
   if (!exe.ok()) {
     PrintErr("pstrain slurm-task: " + exe.status().message());
     return 127;
@@ -135,8 +137,10 @@ int RunSlurmTask(const SlurmTaskCommand& command) {
   // retryable failure, so they have it blocked.
   const bool shielded = task.type == TaskType::kPs || task.type == TaskType::kWorker;
   PrintErr("pstrain slurm-task: " + task.ToString() +
-           (config->cluster.has(task) ? " at " + config->cluster.address(task).ToString() : std::string()) +
-           (shielded ? "; SIGTERM/SIGINT blocked: the chief shuts this task down" : "") + "; exec " + *exe);
+           (config->cluster.has(task) ? " at " + config->cluster.address(task).ToString()
+                                      : std::string()) +
+           (shielded ? "; SIGTERM/SIGINT blocked: the chief shuts this task down" : "") +
+           "; exec " + *exe);
   if (shielded) {
     // Kept across exec: the daemon's handlers never see the step's SIGTERM.
     sigset_t set;

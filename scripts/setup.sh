@@ -15,6 +15,7 @@ TEST_PACKAGES=(
   python3-yaml      # kubernetes_manifests: deploy/kubernetes/*.yaml rendered and checked
   prometheus # prometheus: a real Prometheus scrapes a local cluster; promtool checks deploy/prometheus
   iproute2 nftables   # netns: a cluster across network namespaces, shaped and partitioned
+  clang-format      # format: every C++ file as .clang-format says
 )
 if [ "${PSTRAIN_WITH_TEST_TOOLS:-0}" = 1 ]; then PACKAGES+=("${TEST_PACKAGES[@]}"); fi
 # What only scripts/fuzz.sh needs (it sets PSTRAIN_WITH_FUZZ_TOOLS=1); the normal build

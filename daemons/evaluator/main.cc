@@ -18,20 +18,23 @@ int main(int argc, char** argv) {
   evaluator::EvaluatorOptions options;
   po::options_description desc("Options");
   daemon::AddDaemonOptions(desc, &flags);
-  desc.add_options()
-      ("model-dir", po::value(&options.model_dir)->value_name("DIR")->required(), "the chief's model directory")
-      ("once", po::bool_switch(&options.once), "evaluate one checkpoint (the newest, or --step) and exit")
-      ("step", po::value(&options.step)->value_name("N"), "with --once: the checkpoint's global step")
-      ("poll-seconds", po::value(&options.poll_seconds)->value_name("S")->default_value(2),
-       "how often to look for new checkpoints")
-      ("stop-grace", po::value(&options.stop_grace_seconds)->value_name("S")->default_value(0),
-       "on SIGTERM/SIGINT, go on for up to S seconds until the final checkpoint is evaluated (a second signal "
-       "stops at once); 0: stop at once");
-  if (auto rc = daemon::ParseCommandLine(argc, argv,
-                                 "Usage: pstrain-evaluator --model-dir DIR [options]\n"
-                                 "Evaluates every checkpoint in DIR on the job's eval_data; appends to "
-                                 "DIR/eval/metrics.jsonl.",
-                                 desc)) {
+  desc.add_options()("model-dir", po::value(&options.model_dir)->value_name("DIR")->required(),
+                     "the chief's model directory")(
+      "once", po::bool_switch(&options.once),
+      "evaluate one checkpoint (the newest, or --step) and exit")(
+      "step", po::value(&options.step)->value_name("N"),
+      "with --once: the checkpoint's global step")(
+      "poll-seconds", po::value(&options.poll_seconds)->value_name("S")->default_value(2),
+      "how often to look for new checkpoints")(
+      "stop-grace", po::value(&options.stop_grace_seconds)->value_name("S")->default_value(0),
+      "on SIGTERM/SIGINT, go on for up to S seconds until the final checkpoint is evaluated (a second signal "
+      "stops at once); 0: stop at once");
+  if (auto rc = daemon::ParseCommandLine(
+          argc, argv,
+          "Usage: pstrain-evaluator --model-dir DIR [options]\n"
+          "Evaluates every checkpoint in DIR on the job's eval_data; appends to "
+          "DIR/eval/metrics.jsonl.",
+          desc)) {
     return *rc;
   }
   // The evaluator is outside the training cluster; TF_CONFIG only names it.
@@ -57,5 +60,6 @@ int main(int argc, char** argv) {
     metrics = *m;
   }
   options.metrics = metrics.registry;
-  return daemon::FinishDaemon("pstrain-evaluator", evaluator::RunEvaluator(options, signals), signals);
+  return daemon::FinishDaemon("pstrain-evaluator", evaluator::RunEvaluator(options, signals),
+                              signals);
 }

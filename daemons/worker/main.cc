@@ -15,12 +15,13 @@ int main(int argc, char** argv) {
   boost::program_options::options_description desc("Options");
   daemon::AddDaemonOptions(desc, &flags);
   daemon::AddServingTaskOptions(desc, &flags);
-  desc.add_options()("blas-threads", boost::program_options::value(&options.blas_threads)->default_value(1),
+  desc.add_options()("blas-threads",
+                     boost::program_options::value(&options.blas_threads)->default_value(1),
                      "OpenBLAS threads for the model math (keep 1 when tasks share cores)");
   if (auto rc = daemon::ParseCommandLine(argc, argv,
-                                 "Usage: pstrain-worker [options]\n"
-                                 "A worker task. Reads TF_CONFIG (task type \"worker\").",
-                                 desc)) {
+                                         "Usage: pstrain-worker [options]\n"
+                                         "A worker task. Reads TF_CONFIG (task type \"worker\").",
+                                         desc)) {
     return *rc;
   }
   if (options.blas_threads < 1 || options.blas_threads > 256) {
@@ -33,5 +34,6 @@ int main(int argc, char** argv) {
     return daemon::ExitCodeFor(ctx.status());
   }
   if (flags.check_config) return daemon::CheckedConfig("pstrain-worker", *ctx);
-  return daemon::FinishDaemon("pstrain-worker", worker::RunWorkerTask(*ctx, options, signals), signals);
+  return daemon::FinishDaemon("pstrain-worker", worker::RunWorkerTask(*ctx, options, signals),
+                              signals);
 }

@@ -18,14 +18,17 @@ using pstrain::plugin::Context;
 
 class Prelu final : public pstrain::plugin::Layer {
  public:
-  Prelu(std::vector<int64_t> shape, double alpha_init) : shape_(std::move(shape)), alpha_init_(alpha_init) {
+  Prelu(std::vector<int64_t> shape, double alpha_init)
+      : shape_(std::move(shape)), alpha_init_(alpha_init) {
     channels_ = shape_.back();
     size_ = 1;
     for (int64_t d : shape_) size_ *= d;
   }
   std::vector<int64_t> OutputShape() const override { return shape_; }
   std::vector<pstrain::plugin::VariableSpec> Variables() const override {
-    return {{"alpha", {channels_}, nlohmann::json{{"type", "constant"}, {"value", alpha_init_}}.dump()}};
+    return {{"alpha",
+             {channels_},
+             nlohmann::json{{"type", "constant"}, {"value", alpha_init_}}.dump()}};
   }
   void Forward(const Context& ctx, std::span<const std::span<const float>> in,
                std::span<const std::span<const float>> vars, std::span<float> out) override {
@@ -35,8 +38,9 @@ class Prelu final : public pstrain::plugin::Layer {
     for (int64_t i = 0; i < n; ++i) out[i] = x[i] > 0 ? x[i] : alpha[i % channels_] * x[i];
   }
   void Backward(const Context& ctx, std::span<const std::span<const float>> in,
-                std::span<const std::span<const float>> vars, std::span<const float>, std::span<const float> dout,
-                std::span<const std::span<float>> din, std::span<const std::span<float>> dvars) override {
+                std::span<const std::span<const float>> vars, std::span<const float>,
+                std::span<const float> dout, std::span<const std::span<float>> din,
+                std::span<const std::span<float>> dvars) override {
     const float* x = in[0].data();
     const float* alpha = vars[0].data();
     float* dalpha = dvars[0].data();

@@ -33,9 +33,10 @@ int Fail(const ps::Status& st) {
 int main(int argc, char** argv) {
   std::string refresh_from;
   if (argc >= 2 && std::string(argv[1]) == "--help") {
-    std::printf("usage: serving_example [--refresh-from MODEL_DIR] BUNDLE_DIR DATA_FILE [N]\n"
-                "Loads an inference bundle, optionally refreshes it from MODEL_DIR's newer delta\n"
-                "checkpoints, and prints the scores of the first N (256) examples of DATA_FILE.\n");
+    std::printf(
+        "usage: serving_example [--refresh-from MODEL_DIR] BUNDLE_DIR DATA_FILE [N]\n"
+        "Loads an inference bundle, optionally refreshes it from MODEL_DIR's newer delta\n"
+        "checkpoints, and prints the scores of the first N (256) examples of DATA_FILE.\n");
     return 0;
   }
   if (argc >= 3 && std::string(argv[1]) == "--refresh-from") {
@@ -44,7 +45,8 @@ int main(int argc, char** argv) {
     argc -= 2;
   }
   if (argc < 3 || argc > 4) {
-    std::fprintf(stderr, "usage: serving_example [--refresh-from MODEL_DIR] BUNDLE_DIR DATA_FILE [N]\n");
+    std::fprintf(stderr,
+                 "usage: serving_example [--refresh-from MODEL_DIR] BUNDLE_DIR DATA_FILE [N]\n");
     return 2;
   }
   const long n = argc == 4 ? std::strtol(argv[3], nullptr, 10) : 256;
@@ -68,10 +70,14 @@ int main(int argc, char** argv) {
     // parameters wholly before or after the refresh.
     auto refreshed = (*bundle)->Refresh(refresh_from);
     if (!refreshed.ok()) return Fail(refreshed.status());  // e.g. a newer full checkpoint: reload
-    for (const auto& w : refreshed->warnings) std::fprintf(stderr, "serving_example: warning: %s\n", w.c_str());
-    std::fprintf(stderr, "serving_example: refreshed from step %lld to %lld (%zu deltas of ckpt-%lld; scoring paused %.3f s)\n",
-                 static_cast<long long>(refreshed->from_step), static_cast<long long>(refreshed->to_step),
-                 refreshed->applied.size(), static_cast<long long>(refreshed->base_step), refreshed->paused_seconds);
+    for (const auto& w : refreshed->warnings)
+      std::fprintf(stderr, "serving_example: warning: %s\n", w.c_str());
+    std::fprintf(
+        stderr,
+        "serving_example: refreshed from step %lld to %lld (%zu deltas of ckpt-%lld; scoring paused %.3f s)\n",
+        static_cast<long long>(refreshed->from_step), static_cast<long long>(refreshed->to_step),
+        refreshed->applied.size(), static_cast<long long>(refreshed->base_step),
+        refreshed->paused_seconds);
   }
   const ps::serving::BundleInfo info = (*bundle)->info();  // a snapshot
   // Once per thread.
@@ -93,7 +99,8 @@ int main(int argc, char** argv) {
       const auto outputs = static_cast<size_t>(info.heads[h].outputs);
       for (size_t j = 0; j < outputs; ++j) {
         char buf[32];
-        std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(scores->heads[h][static_cast<size_t>(i) * outputs + j]));
+        std::snprintf(buf, sizeof buf, "%.9g",
+                      static_cast<double>(scores->heads[h][static_cast<size_t>(i) * outputs + j]));
         if (!line.empty()) line += j == 0 ? '\t' : ' ';
         line += buf;
       }
@@ -101,8 +108,10 @@ int main(int argc, char** argv) {
     std::printf("%s\n", line.c_str());
   }
   std::fflush(stdout);  // the scores before the summary, when both go to one pipe
-  std::fprintf(stderr, "serving_example: scored %lld examples with the bundle of step %lld (%zu variables)\n",
-               static_cast<long long>(scores->examples), static_cast<long long>(info.source_step),
-               info.variables.size());
+  std::fprintf(
+      stderr,
+      "serving_example: scored %lld examples with the bundle of step %lld (%zu variables)\n",
+      static_cast<long long>(scores->examples), static_cast<long long>(info.source_step),
+      info.variables.size());
   return 0;
 }

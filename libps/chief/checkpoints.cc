@@ -5,8 +5,8 @@
 #include "libps/chief/shell.h"
 #include "libps/core/files.h"
 #include "libps/core/log.h"
-#include "libps/obs/status.h"
 #include "libps/core/text.h"
+#include "libps/obs/status.h"
 #include "libps/worker/trainer.h"
 
 namespace ps::chief {
@@ -20,15 +20,18 @@ uint64_t ManifestBytes(const ckpt::Manifest& m) {
 }  // namespace
 
 Status Chief::PrepareModelDir() {
-  if (job_.model_dir.empty()) return InvalidArgument("job.model_dir: not set (or pass --model-dir DIR)");
+  if (job_.model_dir.empty())
+    return InvalidArgument("job.model_dir: not set (or pass --model-dir DIR)");
   std::error_code ec;
   // The ps tasks write into model_dir from their own working directories: send them an
   // absolute path.
   job_.model_dir = std::filesystem::absolute(job_.model_dir, ec).lexically_normal().string();
   if (ec) return IoError("model_dir " + job_.model_dir + ": " + ec.message());
   if (!job_.checkpoint.init_from.empty()) {
-    job_.checkpoint.init_from = std::filesystem::absolute(job_.checkpoint.init_from, ec).lexically_normal().string();
-    if (ec) return IoError("checkpoint.init_from " + job_.checkpoint.init_from + ": " + ec.message());
+    job_.checkpoint.init_from =
+        std::filesystem::absolute(job_.checkpoint.init_from, ec).lexically_normal().string();
+    if (ec)
+      return IoError("checkpoint.init_from " + job_.checkpoint.init_from + ": " + ec.message());
   }
   std::filesystem::create_directories(job_.model_dir, ec);
   if (ec) return IoError("model_dir " + job_.model_dir + ": " + ec.message());
@@ -53,9 +56,12 @@ Json Chief::PlanJson() const {
     Json shards = Json::array();
     for (const auto& s : plan_.shards) {
       const cluster::ShardLayout& l = s.layout;
-      if (l.var == v.name) shards.push_back({{"shard", l.shard}, {"ps", s.ps}, {"row_begin", l.row_begin}, {"rows", l.rows}});
+      if (l.var == v.name)
+        shards.push_back(
+            {{"shard", l.shard}, {"ps", s.ps}, {"row_begin", l.row_begin}, {"rows", l.rows}});
     }
-    vars.push_back({{"name", v.name}, {"shape", v.shape}, {"sparse", v.sparse}, {"shards", shards}});
+    vars.push_back(
+        {{"name", v.name}, {"shape", v.shape}, {"sparse", v.sparse}, {"shards", shards}});
   }
   return vars;
 }
@@ -86,7 +92,8 @@ Status Chief::CheckVariablesMatch(const ckpt::CheckpointInfo& c) const {
     }
     if (w->value("shape", Json()) != v["shape"] || sparse(*w) != sparse(v)) {
       return FailedPrecondition(c.dir + ": variable " + v["name"].dump() + " is " + text(*w) +
-                                " in the checkpoint and " + text(v) + " in this job (was the model changed?)");
+                                " in the checkpoint and " + text(v) +
+                                " in this job (was the model changed?)");
     }
   }
   for (const auto& w : *written) {
@@ -113,7 +120,8 @@ Status Chief::RestoreNewest() {
     for (const auto& w : warnings) PS_LOG(Warning) << w;
     if (!found.ok()) return found.status().WithContext("job.checkpoint.init_from");
     if (!found->has_value()) {
-      return FailedPrecondition("job.checkpoint.init_from: " + dir + " holds no checkpoint to start from");
+      return FailedPrecondition("job.checkpoint.init_from: " + dir +
+                                " holds no checkpoint to start from");
     }
   }
   if (!found->has_value()) {
@@ -131,19 +139,22 @@ Status Chief::RestoreNewest() {
   PS_ASSIGN_OR_RETURN(auto all, ckpt::ListCheckpoints(dir));
   std::reverse(all.begin(), all.end());  // newest first
   for (auto& c : all) {
-    if (c.global_step < (**found).global_step) candidates.push_back(std::move(c));  // newer ones failed verification
+    if (c.global_step < (**found).global_step)
+      candidates.push_back(std::move(c));  // newer ones failed verification
   }
   for (const auto& c : candidates) {
     const int64_t step = c.restored_step();
     const std::string name =
         c.dir + (c.deltas.empty() ? std::string()
-                                  : " + " + std::to_string(c.deltas.size()) + " delta(s) to step " + std::to_string(step));
+                                  : " + " + std::to_string(c.deltas.size()) + " delta(s) to step " +
+                                        std::to_string(step));
     // Any ps count and partitioning: each ps reads the rows of its shards from whichever
     // shard files hold them (ckpt::RestoreStore).
     PS_RETURN_IF_ERROR(CheckVariablesMatch(c));
     SetState("restoring");
     std::vector<std::string> failed;
-    Status st = CallAll(ps_, proto::Restore{dir, step}, net::Millis(std::chrono::minutes(30)), &failed);
+    Status st =
+        CallAll(ps_, proto::Restore{dir, step}, net::Millis(std::chrono::minutes(30)), &failed);
     if (st.ok()) {
       global_step_ = step;
       // A warm start has no checkpoint in model_dir yet: the state machine saves one.
@@ -155,10 +166,11 @@ Status Chief::RestoreNewest() {
         for (const auto& d : c.deltas) chain_.delta_bytes += ManifestBytes(d.manifest);
       }
       PS_LOG(Info) << (warm ? "warm-started from " : "restored ") << name
-                   << ((c.deltas.empty() ? c.manifest : c.deltas.back().manifest).final ? " (final)" : "")
+                   << ((c.deltas.empty() ? c.manifest : c.deltas.back().manifest).final ? " (final)"
+                                                                                        : "")
                    << (c.manifest.num_ps != static_cast<int>(ps_.size())
-                           ? " (written by " + std::to_string(c.manifest.num_ps) + " ps task(s), resharded onto " +
-                                 std::to_string(ps_.size()) + ")"
+                           ? " (written by " + std::to_string(c.manifest.num_ps) +
+                                 " ps task(s), resharded onto " + std::to_string(ps_.size()) + ")"
                            : std::string())
                    << ": resuming at step " << step;
       return Status::Ok();
@@ -168,11 +180,13 @@ Status Chief::RestoreNewest() {
     PS_LOG(Warning) << "falling back to the checkpoint before " << name;
   }
   if (warm) {
-    return DataLoss("job.checkpoint.init_from: no checkpoint in " + dir +
-                    " could be restored; refusing to start from scratch (fix or remove checkpoint.init_from to do that)");
+    return DataLoss(
+        "job.checkpoint.init_from: no checkpoint in " + dir +
+        " could be restored; refusing to start from scratch (fix or remove checkpoint.init_from to do that)");
   }
-  return DataLoss("no checkpoint in " + dir +
-                  " could be restored; refusing to start from scratch (move the directory away to do that)");
+  return DataLoss(
+      "no checkpoint in " + dir +
+      " could be restored; refusing to start from scratch (move the directory away to do that)");
 }
 
 Status Chief::SaveCheckpoint(bool final, bool delta) {
@@ -187,17 +201,21 @@ Status Chief::SaveCheckpoint(bool final, bool delta) {
   }
   // A delta extends the chain last_saved_ ends, within its bounds; else a full checkpoint.
   const job::CheckpointSpec& spec = job_.checkpoint;
-  delta = delta && !final && last_saved_ && last_saved_->global_step < step && chain_.deltas < spec.max_deltas &&
-          static_cast<double>(chain_.delta_bytes) <= spec.delta_max_fraction * static_cast<double>(chain_.base_bytes);
+  delta = delta && !final && last_saved_ && last_saved_->global_step < step &&
+          chain_.deltas < spec.max_deltas &&
+          static_cast<double>(chain_.delta_bytes) <=
+              spec.delta_max_fraction * static_cast<double>(chain_.base_bytes);
   const std::optional<int64_t> base =
-      delta ? std::optional<int64_t>(last_saved_->base.value_or(last_saved_->global_step)) : std::nullopt;
+      delta ? std::optional<int64_t>(last_saved_->base.value_or(last_saved_->global_step))
+            : std::nullopt;
   const std::string name = ckpt::CheckpointRelPath(base.value_or(step), step);
   SetState("checkpointing");
   auto t0 = Clock::now();
   std::vector<std::future<Result<net::Reply>>> futs;
   for (const auto& p : ps_) {
-    futs.push_back(p->Call(proto::Save{job_.model_dir, step, base.value_or(-1), delta ? last_saved_->global_step : -1},
-                           {}, {}, net::Millis(std::chrono::minutes(30))));
+    futs.push_back(p->Call(
+        proto::Save{job_.model_dir, step, base.value_or(-1), delta ? last_saved_->global_step : -1},
+        {}, {}, net::Millis(std::chrono::minutes(30))));
   }
   ckpt::Manifest m;
   m.global_step = step;
@@ -209,12 +227,15 @@ Status Chief::SaveCheckpoint(bool final, bool delta) {
   Status failed;  // the first ps that failed; every reply is awaited
   for (size_t p = 0; p < ps_.size(); ++p) {
     auto r = futs[p].get();
-    const proto::SaveReply* reply = r.ok() ? std::get_if<proto::SaveReply>(&r->envelope.body) : nullptr;
+    const proto::SaveReply* reply =
+        r.ok() ? std::get_if<proto::SaveReply>(&r->envelope.body) : nullptr;
     if (!failed.ok()) continue;
     if (!r.ok()) {
-      failed = r.status().WithContext("checkpoint " + std::to_string(step) + " on " + ps_[p]->peer_name());
+      failed = r.status().WithContext("checkpoint " + std::to_string(step) + " on " +
+                                      ps_[p]->peer_name());
     } else if (reply == nullptr) {
-      failed = ProtocolError(ps_[p]->peer_name() + " answered Save with " + proto::BodyName(r->envelope.body));
+      failed = ProtocolError(ps_[p]->peer_name() + " answered Save with " +
+                             proto::BodyName(r->envelope.body));
     } else {
       m.shards.push_back({reply->file, reply->bytes, reply->digest});
       bytes += reply->bytes;
@@ -227,7 +248,8 @@ Status Chief::SaveCheckpoint(bool final, bool delta) {
     RemoveFailedCheckpoint();
     if (delta && failed.code() == Code::kFailedPrecondition) {
       // A ps cannot write this delta (it holds no record of the parent): a full one instead.
-      PS_LOG(Warning) << "delta checkpoint " << name << " not written (" << failed.message() << "): saving in full";
+      PS_LOG(Warning) << "delta checkpoint " << name << " not written (" << failed.message()
+                      << "): saving in full";
       return SaveCheckpoint(final, false);
     }
     return failed;
@@ -244,15 +266,19 @@ Status Chief::SaveCheckpoint(bool final, bool delta) {
   Status kept = ckpt::ApplyMaxToKeep(job_.model_dir, job_.checkpoint.max_to_keep, &removed);
   if (!kept.ok()) PS_LOG(Warning) << "max_to_keep: " << kept.message();
   double sec = std::chrono::duration<double>(Clock::now() - t0).count();
-  PS_LOG(Info) << (delta ? "delta checkpoint " : "checkpoint ") << name << (final ? " (final)" : "") << " committed: "
-               << Fixed(bytes / 1048576.0, 1) << " MiB in " << Fixed(sec, 2) << " s"
-               << (removed.empty() ? "" : ", deleted the oldest (max_to_keep " +
-                                             std::to_string(job_.checkpoint.max_to_keep) + ")");
+  PS_LOG(Info) << (delta ? "delta checkpoint " : "checkpoint ") << name << (final ? " (final)" : "")
+               << " committed: " << Fixed(bytes / 1048576.0, 1) << " MiB in " << Fixed(sec, 2)
+               << " s"
+               << (removed.empty() ? ""
+                                   : ", deleted the oldest (max_to_keep " +
+                                         std::to_string(job_.checkpoint.max_to_keep) + ")");
   WriteMetricsLine(
-      {{"checkpoint", {{"step", step}, {"final", final}, {"delta", delta}, {"bytes", bytes}, {"seconds", sec}}}});
+      {{"checkpoint",
+        {{"step", step}, {"final", final}, {"delta", delta}, {"bytes", bytes}, {"seconds", sec}}}});
   std::lock_guard lock(events_mu_);
   if (events_) {
-    Status st = obs::AddCheckpointScalars(*events_, step, sec, static_cast<int64_t>(bytes), UnixTime());
+    Status st =
+        obs::AddCheckpointScalars(*events_, step, sec, static_cast<int64_t>(bytes), UnixTime());
     EventsWritten(st);
   }
   return Status::Ok();
@@ -275,7 +301,8 @@ Status Chief::FinalEvaluation() {
   std::vector<std::unique_ptr<worker::PsLink>> links;
   for (const auto& p : ps_) links.push_back(worker::RemotePsLink(p));
   PS_ASSIGN_OR_RETURN(auto fetcher, worker::ParamFetcher::Create(plan_, std::move(links)));
-  PS_ASSIGN_OR_RETURN(worker::EvalMetrics m, worker::Evaluate(job_, job_.eval_data, *model, *fetcher));
+  PS_ASSIGN_OR_RETURN(worker::EvalMetrics m,
+                      worker::Evaluate(job_, job_.eval_data, *model, *fetcher));
   PS_LOG(Info) << "final evaluation at step " << global_step_ << " on " << m.examples
                << " examples: accuracy " << Fixed(m.accuracy, 4) << "  loss " << Fixed(m.loss, 4)
                << (m.auc >= 0 ? "  auc " + Fixed(m.auc, 4) : std::string());

@@ -50,15 +50,15 @@ Chief::~Chief() {
 
 Status Chief::Run(daemon::SignalWatcher& signals) {
   start_ = Clock::now();
-  auto watching_signals = signals.Start([this](int sig) {
-    RequestStop(std::string(sig == SIGINT ? "SIGINT" : "SIGTERM"));
-  });
+  auto watching_signals = signals.Start(
+      [this](int sig) { RequestStop(std::string(sig == SIGINT ? "SIGINT" : "SIGTERM")); });
   job_.update.num_workers = ctx_.tf.cluster.count(cluster::TaskType::kWorker);
   PS_RETURN_IF_ERROR(ps::server::ValidateUpdate(job_.update, "job.update"));
   PS_RETURN_IF_ERROR(PrepareModelDir());
   PS_RETURN_IF_ERROR(StartControl());
   auto rpc_metrics = daemon::ExportServerStats(*ctx_.metrics.registry, *control_);
-  auto chief_metrics = ctx_.metrics.registry->AddCollector([this](prom::Writer& w) { WriteMetrics(w); });
+  auto chief_metrics =
+      ctx_.metrics.registry->AddCollector([this](prom::Writer& w) { WriteMetrics(w); });
   machine_.emplace(MachineConfigFor());
   Status outcome = Drive();
   control_->Close();
@@ -113,7 +113,8 @@ void Chief::Deliver(const Event& e) {
 
 void Chief::Apply(const Event& e) {
   if (exit_) return;
-  if (const auto* back = std::get_if<ev::PsBack>(&e)) reported_lost_ps_.erase(static_cast<size_t>(back->ps));
+  if (const auto* back = std::get_if<ev::PsBack>(&e))
+    reported_lost_ps_.erase(static_cast<size_t>(back->ps));
   CountEvent(e);
   auto actions = machine_->Step(Now(), e);
   global_step_ = machine_->step();
@@ -138,8 +139,10 @@ std::vector<Event> Chief::ObserveCluster() {
   for (size_t w = 0; w < workers.size() && w < reported_alive_.size(); ++w) {
     if (workers[w].alive == reported_alive_[w]) continue;
     reported_alive_[w] = workers[w].alive;
-    if (workers[w].alive) out.push_back(ev::WorkerBack{static_cast<int>(w)});
-    else out.push_back(ev::WorkerLost{static_cast<int>(w)});
+    if (workers[w].alive)
+      out.push_back(ev::WorkerBack{static_cast<int>(w)});
+    else
+      out.push_back(ev::WorkerLost{static_cast<int>(w)});
   }
   return out;
 }
@@ -156,7 +159,8 @@ void Chief::Execute(const Action& action) {
         if constexpr (std::is_same_v<A, act::Connect>) {
           RunIo([this] {
             Status st = Connect();
-            if (st.ok()) st = data::CheckStreamedData(job_.eval_data, "job.eval_data", job_.base_dir);
+            if (st.ok())
+              st = data::CheckStreamedData(job_.eval_data, "job.eval_data", job_.base_dir);
             if (st.ok()) st = CreateVariables();
             return Outcome<ev::Connected, ev::StartFailed>(st);
           });
@@ -166,9 +170,9 @@ void Chief::Execute(const Action& action) {
             Status st = RestoreNewest();
             if (!st.ok()) return ev::RestoreFailed{st};
             RecordEvent(started_ ? "restored" : "chief_start", "",
-                        last_saved_   ? "restored ckpt-" + std::to_string(last_saved_->global_step)
-                        : warm_started_ ? "warm-started from " + job_.checkpoint.init_from + "/ckpt-" +
-                                              std::to_string(global_step_.load())
+                        last_saved_ ? "restored ckpt-" + std::to_string(last_saved_->global_step)
+                        : warm_started_ ? "warm-started from " + job_.checkpoint.init_from +
+                                              "/ckpt-" + std::to_string(global_step_.load())
                                         : "fresh");
             started_ = true;
             if (warm_started_) return ev::Restored{true, global_step_, false, true};
@@ -179,7 +183,8 @@ void Chief::Execute(const Action& action) {
           RunIo([this, a]() -> Event {
             Status st = SaveCheckpoint(a.final, a.delta);
             if (!st.ok()) return ev::CheckpointFailed{st};
-            return ev::CheckpointCommitted{a.step, a.final, last_saved_ && last_saved_->base.has_value()};
+            return ev::CheckpointCommitted{a.step, a.final,
+                                           last_saved_ && last_saved_->base.has_value()};
           });
         } else if constexpr (std::is_same_v<A, act::StartWorkers>) {
           RunIo([this] { return Outcome<ev::WorkersStarted, ev::StartFailed>(StartWorkers()); });
@@ -197,7 +202,9 @@ void Chief::Execute(const Action& action) {
         } else if constexpr (std::is_same_v<A, act::Shutdown>) {
           if (a.group == TaskGroup::kWorkers) SetState("shutting down");
           RunIo([this, a]() -> Event {
-            return ShutdownTasks(a.group, proto::Shutdown{a.reason, daemon::ExitCodeFor(a.outcome) == daemon::kExitRetryable});
+            return ShutdownTasks(
+                a.group, proto::Shutdown{a.reason,
+                                         daemon::ExitCodeFor(a.outcome) == daemon::kExitRetryable});
           });
         } else if constexpr (std::is_same_v<A, act::OpenDispatch>) {
           OpenDispatch();
@@ -251,8 +258,9 @@ void Chief::OpenDispatch() {
     return;
   }
   dispatch_opened_ = true;
-  PS_LOG(Info) << "training " << job_.steps << " steps of batch " << job_.batch_size << " on " << workers_.size()
-               << " worker(s), " << job_.steps_per_dispatch << " steps per dispatch";
+  PS_LOG(Info) << "training " << job_.steps << " steps of batch " << job_.batch_size << " on "
+               << workers_.size() << " worker(s), " << job_.steps_per_dispatch
+               << " steps per dispatch";
 }
 
 void Chief::Schedule(const act::ScheduleRange& a) {
@@ -291,8 +299,11 @@ void Chief::CloseDispatch() {
 void Chief::Watchdog(Time silent_for) {
   std::string waiting;
   for (const auto& s : coordinator_->Snapshot()) {
-    if (s.in_flight > 0) waiting += (waiting.empty() ? "" : ", ") + s.name + " (" + std::to_string(s.in_flight) + " pack(s))";
-    else if (!s.alive) waiting += (waiting.empty() ? "" : ", ") + s.name + " (lost)";
+    if (s.in_flight > 0)
+      waiting +=
+          (waiting.empty() ? "" : ", ") + s.name + " (" + std::to_string(s.in_flight) + " pack(s))";
+    else if (!s.alive)
+      waiting += (waiting.empty() ? "" : ", ") + s.name + " (lost)";
   }
   std::vector<std::shared_ptr<net::Client>> ps;
   {
@@ -303,11 +314,12 @@ void Chief::Watchdog(Time silent_for) {
     if (!p->health().ok()) waiting += (waiting.empty() ? "" : ", ") + p->peer_name() + " (lost)";
   }
   PS_LOG(Warning) << "watchdog: no step completed for "
-                  << std::chrono::duration_cast<std::chrono::seconds>(silent_for).count() << " s; waiting on "
-                  << (waiting.empty() ? "nothing in flight" : waiting);
+                  << std::chrono::duration_cast<std::chrono::seconds>(silent_for).count()
+                  << " s; waiting on " << (waiting.empty() ? "nothing in flight" : waiting);
 }
 
-Status RunChief(const daemon::DaemonContext& ctx, job::JobSpec job, const ChiefOptions& options, daemon::SignalWatcher& signals) {
+Status RunChief(const daemon::DaemonContext& ctx, job::JobSpec job, const ChiefOptions& options,
+                daemon::SignalWatcher& signals) {
   Chief chief(ctx, std::move(job), options);
   return chief.Run(signals);
 }

@@ -10,14 +10,16 @@
 namespace ps::chief {
 
 struct ChiefOptions {
-  net::Millis shutdown_timeout{30000};       // per task, for the Shutdown acknowledgement
-  net::Millis heartbeat_timeout{2000};       // a silent ps or worker is declared lost after this
-  net::Millis ps_recovery_timeout{600000};   // how long to wait for a lost ps to come back
-  net::Millis worker_recovery_timeout{600000};  // how long steps wait for a worker when none is alive
-  net::Millis watchdog{300000};              // warn when no step completed for this long
+  net::Millis shutdown_timeout{30000};      // per task, for the Shutdown acknowledgement
+  net::Millis heartbeat_timeout{2000};      // a silent ps or worker is declared lost after this
+  net::Millis ps_recovery_timeout{600000};  // how long to wait for a lost ps to come back
+  net::Millis worker_recovery_timeout{
+      600000};                   // how long steps wait for a worker when none is alive
+  net::Millis watchdog{300000};  // warn when no step completed for this long
 };
 
 // Runs the whole job. OK after the last step or a graceful stop.
-Status RunChief(const daemon::DaemonContext& ctx, job::JobSpec job, const ChiefOptions& options, daemon::SignalWatcher& signals);
+Status RunChief(const daemon::DaemonContext& ctx, job::JobSpec job, const ChiefOptions& options,
+                daemon::SignalWatcher& signals);
 
 }  // namespace ps::chief

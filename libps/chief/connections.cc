@@ -9,18 +9,21 @@ namespace ps::chief {
 
 Status Chief::StartControl() {
   net::ServerOptions o = ctx_.ServerFor({proto::Role::kClient});
-  PS_ASSIGN_OR_RETURN(control_, net::Server::Start(runtime_, o, [this](net::Request req, net::Responder resp) {
-    if (auto* m = std::get_if<proto::Stop>(&req.envelope.body)) {
-      RequestStop(m->reason.empty() ? "stop command from " + req.peer.address : m->reason);
-      return resp.Reply(proto::Ack{});
-    }
-    if (std::holds_alternative<proto::GetStatus>(req.envelope.body)) {
-      return resp.Reply(proto::ChiefStatusReply{CurrentStatus()});
-    }
-    resp.Fail(ProtocolError(std::string("the chief does not handle ") + proto::BodyName(req.envelope.body)));
-  }));
-  PS_LOG(Info) << "control on " << ctx_.listen_host << ":" << control_->port() << " (pstrain stop --chief "
-               << ctx_.tf.cluster.address(ctx_.tf.task).ToString() << ")";
+  PS_ASSIGN_OR_RETURN(
+      control_, net::Server::Start(runtime_, o, [this](net::Request req, net::Responder resp) {
+        if (auto* m = std::get_if<proto::Stop>(&req.envelope.body)) {
+          RequestStop(m->reason.empty() ? "stop command from " + req.peer.address : m->reason);
+          return resp.Reply(proto::Ack{});
+        }
+        if (std::holds_alternative<proto::GetStatus>(req.envelope.body)) {
+          return resp.Reply(proto::ChiefStatusReply{CurrentStatus()});
+        }
+        resp.Fail(ProtocolError(std::string("the chief does not handle ") +
+                                proto::BodyName(req.envelope.body)));
+      }));
+  PS_LOG(Info) << "control on " << ctx_.listen_host << ":" << control_->port()
+               << " (pstrain stop --chief " << ctx_.tf.cluster.address(ctx_.tf.task).ToString()
+               << ")";
   return Status::Ok();
 }
 
@@ -28,11 +31,15 @@ Status Chief::Connect() {
   SetState("connecting");
   const auto& cl = ctx_.tf.cluster;
   std::vector<cluster::TaskId> tasks;
-  for (int i = 0; i < cl.count(cluster::TaskType::kPs); ++i) tasks.push_back({cluster::TaskType::kPs, i});
-  for (int i = 0; i < cl.count(cluster::TaskType::kWorker); ++i) tasks.push_back({cluster::TaskType::kWorker, i});
+  for (int i = 0; i < cl.count(cluster::TaskType::kPs); ++i)
+    tasks.push_back({cluster::TaskType::kPs, i});
+  for (int i = 0; i < cl.count(cluster::TaskType::kWorker); ++i)
+    tasks.push_back({cluster::TaskType::kWorker, i});
   std::vector<std::future<Result<std::shared_ptr<net::Client>>>> futs;
   for (const auto& t : tasks) {
-    futs.push_back(std::async(std::launch::async, [this, t] { return net::Client::Connect(runtime_, ClientOptionsFor(t)); }));
+    futs.push_back(std::async(std::launch::async, [this, t] {
+      return net::Client::Connect(runtime_, ClientOptionsFor(t));
+    }));
   }
   Status first;
   std::vector<std::shared_ptr<net::Client>> ps, workers;
@@ -42,8 +49,10 @@ Status Chief::Connect() {
       if (first.ok()) first = c.status();
       continue;
     }
-    if (tasks[i].type == cluster::TaskType::kPs) ps.push_back(*c);
-    else workers.push_back(*c);
+    if (tasks[i].type == cluster::TaskType::kPs)
+      ps.push_back(*c);
+    else
+      workers.push_back(*c);
   }
   {
     std::lock_guard lock(mu_);  // the run's thread looks for lost ps tasks meanwhile
@@ -51,7 +60,8 @@ Status Chief::Connect() {
     workers_ = std::move(workers);
   }
   if (!first.ok()) return first;
-  PS_LOG(Info) << "connected to " << ps_.size() << " ps and " << workers_.size() << " worker task(s)";
+  PS_LOG(Info) << "connected to " << ps_.size() << " ps and " << workers_.size()
+               << " worker task(s)";
   for (size_t i = 0; i < ps_.size(); ++i) WatchPs(i);
   return Status::Ok();
 }
@@ -96,7 +106,9 @@ void Chief::ReleasePulls(const Status& why) {
   for (const auto& c : live) {
     c->CallAsync(proto::ReleasePulls{why.message()}, {}, {}, net::Millis{0},
                  [name = c->peer_name()](Result<net::Reply> r) {
-                   if (!r.ok()) PS_LOG(Warning) << "releasing the waiting pulls of " << name << ": " << r.status().message();
+                   if (!r.ok())
+                     PS_LOG(Warning) << "releasing the waiting pulls of " << name << ": "
+                                     << r.status().message();
                  });
   }
 }
@@ -108,14 +120,15 @@ Event Chief::ReconnectPs(int i, Time deadline) {
   auto left = std::chrono::duration_cast<net::Millis>(deadline - Now());
   if (left.count() <= 0) left = net::Millis(1);
   o.connect_deadline = left;
-  PS_LOG(Warning) << "training paused: waiting up to " << left.count() / 1000 << " s for " << o.peer_name
-                  << " (" << o.host << ":" << o.port << ") to come back";
+  PS_LOG(Warning) << "training paused: waiting up to " << left.count() / 1000 << " s for "
+                  << o.peer_name << " (" << o.host << ":" << o.port << ") to come back";
   auto c = net::Client::Connect(runtime_, o);
   if (!c.ok()) {
-    return ev::RecoveryFailed{Unavailable(o.peer_name + " did not come back within " +
-                                          std::to_string(options_.ps_recovery_timeout.count() / 1000) + " s (" +
-                                          c.status().message() + "); the committed checkpoints in " +
-                                          job_.model_dir + " are intact: restart the cluster to resume")};
+    return ev::RecoveryFailed{
+        Unavailable(o.peer_name + " did not come back within " +
+                    std::to_string(options_.ps_recovery_timeout.count() / 1000) + " s (" +
+                    c.status().message() + "); the committed checkpoints in " + job_.model_dir +
+                    " are intact: restart the cluster to resume")};
   }
   {
     std::lock_guard lock(mu_);
@@ -124,7 +137,8 @@ Event Chief::ReconnectPs(int i, Time deadline) {
   }
   WatchPs(index);
   auto r = ps_[index]->CallSync(create_msgs_[index]);
-  if (!r.ok()) return ev::RecoveryFailed{r.status().WithContext("recreating variables on " + o.peer_name)};
+  if (!r.ok())
+    return ev::RecoveryFailed{r.status().WithContext("recreating variables on " + o.peer_name)};
   PS_LOG(Info) << o.peer_name << " is back";
   RecordEvent("ps_back", o.peer_name, "");
   return ev::PsBack{i};
@@ -147,7 +161,8 @@ void Chief::RejoinLoop() {
       auto r = (*c)->CallSync(proto::StartJob{job_.raw.dump(), static_cast<int32_t>(w),
                                               static_cast<int32_t>(snapshot.size())});
       if (!r.ok()) {
-        PS_LOG(Warning) << o.peer_name << " is back but cannot start the job: " << r.status().message();
+        PS_LOG(Warning) << o.peer_name
+                        << " is back but cannot start the job: " << r.status().message();
         continue;
       }
       (*c)->OnBroken([this, w, name = o.peer_name](const Status& why) {
@@ -166,15 +181,17 @@ void Chief::RejoinLoop() {
   }
 }
 
-Status Chief::CallAll(const std::vector<std::shared_ptr<net::Client>>& clients, const proto::Body& msg,
-                      net::Millis timeout, std::vector<std::string>* failed) {
+Status Chief::CallAll(const std::vector<std::shared_ptr<net::Client>>& clients,
+                      const proto::Body& msg, net::Millis timeout,
+                      std::vector<std::string>* failed) {
   std::vector<std::future<Result<net::Reply>>> futs;
   for (const auto& c : clients) futs.push_back(c->Call(msg, {}, {}, timeout));
   Status first;
   for (size_t i = 0; i < clients.size(); ++i) {
     auto r = futs[i].get();
     if (!r.ok()) {
-      if (failed != nullptr) failed->push_back(clients[i]->peer_name() + " (" + r.status().message() + ")");
+      if (failed != nullptr)
+        failed->push_back(clients[i]->peer_name() + " (" + r.status().message() + ")");
       if (first.ok()) first = r.status();
     }
   }

@@ -39,7 +39,8 @@ Coordinator::~Coordinator() {
 std::future<Result<PackResult>> Coordinator::Schedule(int64_t first_step, int count, int worker) {
   auto promise = std::make_shared<std::promise<Result<PackResult>>>();
   auto fut = promise->get_future();
-  Schedule(first_step, count, worker, [promise](Result<PackResult> r) { promise->set_value(std::move(r)); });
+  Schedule(first_step, count, worker,
+           [promise](Result<PackResult> r) { promise->set_value(std::move(r)); });
   return fut;
 }
 
@@ -98,25 +99,28 @@ double Coordinator::TimeoutSeconds() const {
 }
 
 bool Coordinator::AnyAlive() const {
-  return std::any_of(state_.begin(), state_.end(), [](const obs::WorkerSnapshot& w) { return w.alive; });
+  return std::any_of(state_.begin(), state_.end(),
+                     [](const obs::WorkerSnapshot& w) { return w.alive; });
 }
 
 void Coordinator::NoteLoss(const Status& why) {
   last_loss_ = why;
   if (AnyAlive() || none_alive_since_) return;
   none_alive_since_ = std::chrono::steady_clock::now();
-  PS_LOG(Warning) << "no live worker: steps wait up to " << FormatDuration(TimeoutSeconds()) << " for one to rejoin";
+  PS_LOG(Warning) << "no live worker: steps wait up to " << FormatDuration(TimeoutSeconds())
+                  << " for one to rejoin";
 }
 
 void Coordinator::FailIfAbandoned() {
-  if (!none_alive_since_ || std::chrono::steady_clock::now() - *none_alive_since_ < options_.worker_recovery_timeout) {
+  if (!none_alive_since_ ||
+      std::chrono::steady_clock::now() - *none_alive_since_ < options_.worker_recovery_timeout) {
     return;
   }
   while (!queue_.empty()) {
     Pack p = std::move(queue_.front());
     queue_.pop_front();
-    Finish(p, Unavailable("no worker came back within " + FormatDuration(TimeoutSeconds()) + " (last lost: " +
-                          last_loss_.message() + ")"));
+    Finish(p, Unavailable("no worker came back within " + FormatDuration(TimeoutSeconds()) +
+                          " (last lost: " + last_loss_.message() + ")"));
   }
 }
 
@@ -174,7 +178,8 @@ int Coordinator::Choose(const Pack& pack) const {
   int chosen = -1;
   for (size_t w = 0; w < state_.size(); ++w) {
     if (!free(w)) continue;
-    if (chosen < 0 || state_[w].in_flight < state_[static_cast<size_t>(chosen)].in_flight) chosen = static_cast<int>(w);
+    if (chosen < 0 || state_[w].in_flight < state_[static_cast<size_t>(chosen)].in_flight)
+      chosen = static_cast<int>(w);
   }
   return chosen;
 }
@@ -199,7 +204,8 @@ void Coordinator::DispatchLoop() {
     while (!ready()) {
       if (none_alive_since_ && !queue_.empty()) {
         // Nobody can take the queue: wait for a rejoin, then give up on it.
-        if (cv_.wait_until(lock, *none_alive_since_ + options_.worker_recovery_timeout) == std::cv_status::timeout) {
+        if (cv_.wait_until(lock, *none_alive_since_ + options_.worker_recovery_timeout) ==
+            std::cv_status::timeout) {
           FailIfAbandoned();
         }
       } else {
@@ -229,7 +235,8 @@ void Coordinator::OnReply(int worker, Pack pack, Result<net::Reply> reply) {
   if (reply.ok()) {
     const auto* r = std::get_if<proto::RunStepsReply>(&reply->envelope.body);
     if (r == nullptr) {
-      Finish(pack, ProtocolError(s.name + " answered RunSteps with " + proto::BodyName(reply->envelope.body)));
+      Finish(pack, ProtocolError(s.name + " answered RunSteps with " +
+                                 proto::BodyName(reply->envelope.body)));
       return;
     }
     s.packs_done += 1;
@@ -250,7 +257,8 @@ void Coordinator::OnReply(int worker, Pack pack, Result<net::Reply> reply) {
   }
   if (pack.pinned >= 0 && Retryable(st) && !closing_ && !paused_ && !cancelled_) {
     // Only this worker can run it: wait for it to rejoin, in step order among its packs.
-    auto pos = std::find_if(queue_.begin(), queue_.end(), [&](const Pack& q) { return q.first_step > pack.first_step; });
+    auto pos = std::find_if(queue_.begin(), queue_.end(),
+                            [&](const Pack& q) { return q.first_step > pack.first_step; });
     queue_.insert(pos, std::move(pack));
     cv_.notify_all();
     return;
@@ -260,15 +268,16 @@ void Coordinator::OnReply(int worker, Pack pack, Result<net::Reply> reply) {
     pack.attempts -= 1;
     if (cancelled_) {
       // A stop or an earlier failure drains the dispatch: nobody is left to run it.
-      Finish(pack, Aborted("no live worker to run steps " + std::to_string(pack.first_step) + ".." +
-                           std::to_string(pack.first_step + pack.count - 1) + " (" + st.message() + ")"));
+      Finish(pack,
+             Aborted("no live worker to run steps " + std::to_string(pack.first_step) + ".." +
+                     std::to_string(pack.first_step + pack.count - 1) + " (" + st.message() + ")"));
       return;
     }
   }
   // With no live worker the pack waits for a rejoin (FailIfAbandoned bounds the wait).
   if (Retryable(st) && pack.attempts < options_.max_attempts && !closing_ && !paused_) {
-    PS_LOG(Warning) << "steps " << pack.first_step << ".." << pack.first_step + pack.count - 1 << " failed on "
-                    << s.name << " (" << st.message() << "); re-queued";
+    PS_LOG(Warning) << "steps " << pack.first_step << ".." << pack.first_step + pack.count - 1
+                    << " failed on " << s.name << " (" << st.message() << "); re-queued";
     queue_.push_front(std::move(pack));
     cv_.notify_all();
     return;

@@ -39,7 +39,6 @@ struct PackResult {
   proto::RunStepsReply reply;
 };
 
-
 class Coordinator {
  public:
   struct Options {
@@ -88,8 +87,8 @@ class Coordinator {
   void DispatchLoop();
   void OnReply(int worker, Pack pack, Result<net::Reply> reply);
   void Finish(Pack& pack, Result<PackResult> result);  // mu_ held
-  bool AnyAlive() const;  // mu_ held
-  double TimeoutSeconds() const;  // worker_recovery_timeout
+  bool AnyAlive() const;                               // mu_ held
+  double TimeoutSeconds() const;                       // worker_recovery_timeout
   // Starts the no-live-worker clock when the last worker is gone. mu_ held.
   void NoteLoss(const Status& why);
   // With no live worker for worker_recovery_timeout: fails what is queued. mu_ held.
@@ -99,13 +98,13 @@ class Coordinator {
   Options options_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Pack> queue_;              // guarded by mu_
-  std::vector<obs::WorkerSnapshot> state_;   // guarded by mu_
-  int outstanding_ = 0;                 // queued + in flight; guarded by mu_
-  Status first_error_;                  // guarded by mu_
-  bool closing_ = false;                // guarded by mu_
-  bool paused_ = false;                 // guarded by mu_
-  bool cancelled_ = false;              // CancelQueued since the last Resume; guarded by mu_
+  std::deque<Pack> queue_;                  // guarded by mu_
+  std::vector<obs::WorkerSnapshot> state_;  // guarded by mu_
+  int outstanding_ = 0;                     // queued + in flight; guarded by mu_
+  Status first_error_;                      // guarded by mu_
+  bool closing_ = false;                    // guarded by mu_
+  bool paused_ = false;                     // guarded by mu_
+  bool cancelled_ = false;                  // CancelQueued since the last Resume; guarded by mu_
   // Since when no worker is alive, and the last loss's reason; guarded by mu_.
   std::optional<std::chrono::steady_clock::time_point> none_alive_since_;
   Status last_loss_;

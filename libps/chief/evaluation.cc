@@ -49,7 +49,8 @@ Event Chief::EvaluateOnWorkers(int64_t step) {
     }
     const auto* reply = std::get_if<proto::EvaluateShardReply>(&r->envelope.body);
     if (reply == nullptr) {
-      failed = ProtocolError(who + " answered EvaluateShard with " + proto::BodyName(r->envelope.body));
+      failed =
+          ProtocolError(who + " answered EvaluateShard with " + proto::BodyName(r->envelope.body));
       continue;
     }
     auto sums = worker::SumsFromWire(*reply, r->payload.bytes());
@@ -61,10 +62,11 @@ Event Chief::EvaluateOnWorkers(int64_t step) {
   if (!m.ok()) return ev::EvaluationFailed{m.status()};
   const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
   PS_LOG(Info) << "evaluation at step " << step << " on " << m->examples << " examples (" << n
-               << " worker(s), " << Fixed(sec, 1) << " s): accuracy " << Fixed(m->accuracy, 4) << "  loss "
-               << Fixed(m->loss, 4) << (m->auc >= 0 ? "  auc " + Fixed(m->auc, 4) : std::string());
-  Json figures = {{"step", step}, {"examples", m->examples}, {"accuracy", m->accuracy}, {"loss", m->loss},
-                  {"seconds", sec}, {"workers", n}};
+               << " worker(s), " << Fixed(sec, 1) << " s): accuracy " << Fixed(m->accuracy, 4)
+               << "  loss " << Fixed(m->loss, 4)
+               << (m->auc >= 0 ? "  auc " + Fixed(m->auc, 4) : std::string());
+  Json figures = {{"step", step},    {"examples", m->examples}, {"accuracy", m->accuracy},
+                  {"loss", m->loss}, {"seconds", sec},          {"workers", n}};
   if (m->auc >= 0) figures["auc"] = m->auc;
   if (!m->heads.is_null()) figures["heads"] = m->heads;
   WriteMetricsLine({{"eval", figures}});

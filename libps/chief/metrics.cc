@@ -13,9 +13,10 @@ prom::Counter& Lost(prom::Registry& r, const char* type) {
                    {{"peer_type", type}});
 }
 prom::Counter& Recovered(prom::Registry& r, const char* type) {
-  return r.Counter("pstrain_chief_recovered_tasks_total",
-                   "Times a lost task came back (a ps reconnected and restored, a worker rejoined).",
-                   {{"peer_type", type}});
+  return r.Counter(
+      "pstrain_chief_recovered_tasks_total",
+      "Times a lost task came back (a ps reconnected and restored, a worker rejoined).",
+      {{"peer_type", type}});
 }
 prom::Counter& Checkpoints(prom::Registry& r) {
   return r.Counter("pstrain_chief_checkpoints_total", "Checkpoints this chief committed.");
@@ -58,14 +59,17 @@ void Chief::WriteMetrics(prom::Writer& w) {
     examples_per_sec = examples_per_sec_;
     tasks = TaskStates();
   }
-  w.Gauge("pstrain_chief_global_step", "Steps completed (the global step).", static_cast<double>(global_step_.load()));
+  w.Gauge("pstrain_chief_global_step", "Steps completed (the global step).",
+          static_cast<double>(global_step_.load()));
   w.Gauge("pstrain_chief_total_steps", "The job's last step.", static_cast<double>(job_.steps));
-  w.Gauge("pstrain_chief_examples_per_second", "Examples per second over the last progress window (log_every_steps).",
-          examples_per_sec);
-  w.Gauge("pstrain_chief_state", "The chief's state: 1 for the current one.", 1, {{"state", state}});
+  w.Gauge("pstrain_chief_examples_per_second",
+          "Examples per second over the last progress window (log_every_steps).", examples_per_sec);
+  w.Gauge("pstrain_chief_state", "The chief's state: 1 for the current one.", 1,
+          {{"state", state}});
   for (const auto& t : tasks) {
     const char* type = t.task.rfind("ps:", 0) == 0 ? "ps" : "worker";
-    w.Gauge("pstrain_chief_task_up", "1 while the chief's connection to the task is healthy, 0 when it is lost.",
+    w.Gauge("pstrain_chief_task_up",
+            "1 while the chief's connection to the task is healthy, 0 when it is lost.",
             t.state == "lost" ? 0 : 1, {{"peer", t.task}, {"peer_type", type}});
   }
   const double last = last_checkpoint_unix_.load();
@@ -73,10 +77,12 @@ void Chief::WriteMetrics(prom::Writer& w) {
     w.Gauge("pstrain_chief_last_checkpoint_timestamp_seconds",
             "Unix time the newest checkpoint (committed or restored) was committed.", last);
   }
-  const double since = last > 0 ? last : UnixTime() - std::chrono::duration<double>(Clock::now() - start_).count();
-  w.Gauge("pstrain_chief_checkpoint_age_seconds",
-          "Seconds since the newest checkpoint was committed (since the chief started when there is none).",
-          UnixTime() - since);
+  const double since =
+      last > 0 ? last : UnixTime() - std::chrono::duration<double>(Clock::now() - start_).count();
+  w.Gauge(
+      "pstrain_chief_checkpoint_age_seconds",
+      "Seconds since the newest checkpoint was committed (since the chief started when there is none).",
+      UnixTime() - since);
 }
 
 }  // namespace ps::chief

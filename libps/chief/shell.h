@@ -110,8 +110,9 @@ class Chief {
   // Reconnects lost workers (a restarted worker rejoins): once a second, until stopped.
   void RejoinLoop();
   // Calls `msg` on every client at once; the first error names the task.
-  static Status CallAll(const std::vector<std::shared_ptr<net::Client>>& clients, const proto::Body& msg,
-                        net::Millis timeout, std::vector<std::string>* failed = nullptr);
+  static Status CallAll(const std::vector<std::shared_ptr<net::Client>>& clients,
+                        const proto::Body& msg, net::Millis timeout,
+                        std::vector<std::string>* failed = nullptr);
   Status StartWorkers();
   // Shutdown to every live worker (the first call: after detaching the failure callbacks
   // and ending the coordinator), then to every ps that was live then; the second call
@@ -191,14 +192,16 @@ class Chief {
   job::JobSpec job_;
   ChiefOptions options_;
   Inbox inbox_;  // outlives everything that posts to it
-  const uint64_t generation_ = static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+  const uint64_t generation_ =
+      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                std::chrono::system_clock::now().time_since_epoch())
+                                .count());
   net::Runtime runtime_;
   std::unique_ptr<net::Server> control_;
   std::vector<std::shared_ptr<net::Client>> ps_, workers_;
   job::VariablePlan plan_;
   std::vector<proto::CreateShards> create_msgs_;  // [ps]: recreates a restarted ps's shards
-  std::optional<ckpt::Manifest> last_saved_;  // the newest committed checkpoint (or delta)
+  std::optional<ckpt::Manifest> last_saved_;      // the newest committed checkpoint (or delta)
   // The delta chain last_saved_ ends: its base's bytes, the deltas after it and their bytes.
   struct Chain {
     uint64_t base_bytes = 0;
@@ -214,34 +217,38 @@ class Chief {
   bool dispatch_opened_ = false;              // OpenDispatch ran before (the next one reopens)
   std::thread rejoiner_;                      // RejoinLoop while dispatch is open
   std::vector<std::shared_ptr<net::Client>> shutdown_ps_;  // the ps tasks live when shutdown began
-  AppendOnlyFile metrics_;                      // train_metrics.jsonl, guarded by metrics_mu_
+  AppendOnlyFile metrics_;  // train_metrics.jsonl, guarded by metrics_mu_
   bool metrics_failing_ = false;
-  bool events_failing_ = false;              // guarded by events_mu_             // the last append failed (logged once), metrics_mu_
+  bool events_failing_ =
+      false;  // guarded by events_mu_             // the last append failed (logged once), metrics_mu_
   int64_t skipped_records_ = 0;  // bad records the workers skipped; the run's thread (Report)
   EarlyStopper early_stopper_{job_.early_stopping};  // the I/O thread (EvaluateOnWorkers)
-  std::optional<obs::EvalLog> eval_log_;             // model_dir/eval (inline and final evaluations); the I/O thread
-  std::mutex metrics_mu_;                    // held while a line is written to metrics_
-  bool started_ = false;                     // the first restore was recorded; the I/O action thread
-  std::mutex events_mu_;                     // the training and metrics threads both write events
-  std::optional<obs::EventWriter> events_;  // model_dir/events.out.tfevents.*; optional; guarded by events_mu_
+  std::optional<obs::EvalLog>
+      eval_log_;           // model_dir/eval (inline and final evaluations); the I/O thread
+  std::mutex metrics_mu_;  // held while a line is written to metrics_
+  bool started_ = false;   // the first restore was recorded; the I/O action thread
+  std::mutex events_mu_;   // the training and metrics threads both write events
+  std::optional<obs::EventWriter>
+      events_;  // model_dir/events.out.tfevents.*; optional; guarded by events_mu_
   Clock::time_point start_;
   std::atomic<int64_t> global_step_{0};
-  std::atomic<double> last_checkpoint_unix_{0};  // the newest committed checkpoint's MANIFEST time; 0: none
+  std::atomic<double> last_checkpoint_unix_{
+      0};  // the newest committed checkpoint's MANIFEST time; 0: none
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::string state_ = "starting";            // guarded by mu_
-  std::optional<std::string> stop_reason_;    // guarded by mu_
-  std::set<size_t> lost_ps_;                  // guarded by mu_
-  bool rejoin_stop_ = false;                  // guarded by mu_
-  double examples_per_sec_ = 0;               // guarded by mu_
+  std::string state_ = "starting";          // guarded by mu_
+  std::optional<std::string> stop_reason_;  // guarded by mu_
+  std::set<size_t> lost_ps_;                // guarded by mu_
+  bool rejoin_stop_ = false;                // guarded by mu_
+  double examples_per_sec_ = 0;             // guarded by mu_
 
   struct LoadSample {
     Clock::time_point at;
     std::vector<std::optional<proto::PsStatus>> ps;  // [ps]; nullopt: no answer
     std::vector<obs::WorkerSnapshot> workers;
   };
-  std::mutex load_mu_;  // serialises SampleLoad; taken before mu_
+  std::mutex load_mu_;                   // serialises SampleLoad; taken before mu_
   std::deque<LoadSample> load_history_;  // oldest first; guarded by load_mu_
   Clock::time_point last_hint_log_;      // metrics thread only (one at a time)
   // The progress line being completed off the training thread (Report).

@@ -7,15 +7,24 @@ namespace ps::chief {
 
 const char* PhaseName(Phase phase) {
   switch (phase) {
-    case Phase::kStarting: return "starting";
-    case Phase::kTraining: return "training";
-    case Phase::kCheckpointing: return "checkpointing";
-    case Phase::kEvaluating: return "evaluating";
-    case Phase::kRecovering: return "recovering";
-    case Phase::kDraining: return "draining";
-    case Phase::kFinishing: return "finishing";
-    case Phase::kStopping: return "stopping";
-    case Phase::kDone: return "done";
+    case Phase::kStarting:
+      return "starting";
+    case Phase::kTraining:
+      return "training";
+    case Phase::kCheckpointing:
+      return "checkpointing";
+    case Phase::kEvaluating:
+      return "evaluating";
+    case Phase::kRecovering:
+      return "recovering";
+    case Phase::kDraining:
+      return "draining";
+    case Phase::kFinishing:
+      return "finishing";
+    case Phase::kStopping:
+      return "stopping";
+    case Phase::kDone:
+      return "done";
   }
   return "?";
 }
@@ -24,8 +33,8 @@ ChiefMachine::ChiefMachine(MachineConfig config)
     : config_(config), worker_alive_(static_cast<size_t>(std::max(config.num_workers, 0)), true) {}
 
 bool ChiefMachine::dispatching() const {
-  return phase_ == Phase::kTraining || phase_ == Phase::kCheckpointing || phase_ == Phase::kEvaluating ||
-         phase_ == Phase::kRecovering || phase_ == Phase::kDraining;
+  return phase_ == Phase::kTraining || phase_ == Phase::kCheckpointing ||
+         phase_ == Phase::kEvaluating || phase_ == Phase::kRecovering || phase_ == Phase::kDraining;
 }
 
 std::vector<Action> ChiefMachine::Step(Time now, const Event& event) {
@@ -66,8 +75,10 @@ void ChiefMachine::On(const ev::Restored& e) {
   if (!Answer(Io::kRestore)) return;
   if (e.found) {
     step_ = e.step;
-    if (e.warm) committed_.reset();  // saved into model_dir first, as ckpt-0 is
-    else committed_ = Committed{e.step, e.final};
+    if (e.warm)
+      committed_.reset();  // saved into model_dir first, as ckpt-0 is
+    else
+      committed_ = Committed{e.step, e.final};
   } else {
     committed_.reset();  // the step stays: nothing was restored
   }
@@ -83,8 +94,10 @@ void ChiefMachine::On(const ev::Restored& e) {
     return;
   }
   // Recovering: a ps lost meanwhile means another round.
-  if (!lost_ps_.empty()) ReconnectNext();
-  else FinishRecovery();
+  if (!lost_ps_.empty())
+    ReconnectNext();
+  else
+    FinishRecovery();
 }
 
 void ChiefMachine::On(const ev::RestoreFailed& e) {
@@ -167,15 +180,17 @@ void ChiefMachine::On(const ev::CheckpointFailed& e) {
     return;
   }
   if (phase_ == Phase::kCheckpointing) {
-    Log(log::Level::kError, "checkpoint " + step + " failed " + std::to_string(checkpoint_failures_) +
+    Log(log::Level::kError, "checkpoint " + step + " failed " +
+                                std::to_string(checkpoint_failures_) +
                                 " times in a row: stopping the run");
   }
   if (phase_ == Phase::kFinishing && stop_reason_) {
     // Not retryable: a restarted chief would resume from the newest committed checkpoint
     // and train past the stop that was asked for.
-    Fail(FailedPrecondition("stopped (" + *stop_reason_ + "), but the final checkpoint " + step + " failed: " +
-                            e.why.message() + "; the newest committed checkpoint is " +
-                            (committed_ ? "step " + std::to_string(committed_->step) : std::string("none"))));
+    Fail(FailedPrecondition(
+        "stopped (" + *stop_reason_ + "), but the final checkpoint " + step +
+        " failed: " + e.why.message() + "; the newest committed checkpoint is " +
+        (committed_ ? "step " + std::to_string(committed_->step) : std::string("none"))));
     return;
   }
   // At the start, or the final checkpoint with every ps up.
@@ -214,7 +229,8 @@ void ChiefMachine::ScheduleOne() {
     // Every live worker runs every update; R of them must finish it. With fewer live
     // than R, the lost ones' packs wait for them to rejoin.
     r.need = config_.replicas;
-    const int alive = static_cast<int>(std::count(worker_alive_.begin(), worker_alive_.end(), true));
+    const int alive =
+        static_cast<int>(std::count(worker_alive_.begin(), worker_alive_.end(), true));
     for (size_t w = 0; w < worker_alive_.size(); ++w) {
       if (worker_alive_[w] || alive < r.need) s.workers.push_back(static_cast<int>(w));
     }
@@ -227,17 +243,19 @@ void ChiefMachine::ScheduleOne() {
 
 void ChiefMachine::Advance() {
   if (!dispatching()) return;
-  if (!ranges_.empty() && now_ - last_progress_ >= config_.watchdog && now_ - last_watchdog_ >= config_.watchdog) {
+  if (!ranges_.empty() && now_ - last_progress_ >= config_.watchdog &&
+      now_ - last_watchdog_ >= config_.watchdog) {
     last_watchdog_ = now_;
     Emit(act::Watchdog{now_ - last_progress_});
   }
   const int64_t total = config_.total_steps;
   if (phase_ == Phase::kTraining && next_ < total) {
     const bool by_time = config_.checkpoint_every_seconds > 0 &&
-                         std::chrono::duration<double>(now_ - last_full_time_).count() >= config_.checkpoint_every_seconds;
-    const bool by_delta =
-        config_.checkpoint_delta_every_seconds > 0 &&
-        std::chrono::duration<double>(now_ - last_ckpt_time_).count() >= config_.checkpoint_delta_every_seconds;
+                         std::chrono::duration<double>(now_ - last_full_time_).count() >=
+                             config_.checkpoint_every_seconds;
+    const bool by_delta = config_.checkpoint_delta_every_seconds > 0 &&
+                          std::chrono::duration<double>(now_ - last_ckpt_time_).count() >=
+                              config_.checkpoint_delta_every_seconds;
     if (next_ >= next_ckpt_ || by_time || by_delta) {
       phase_ = Phase::kCheckpointing;
       delta_due_ = !(next_ >= next_ckpt_ || by_time);
@@ -245,8 +263,8 @@ void ChiefMachine::Advance() {
       phase_ = Phase::kEvaluating;
     }
   }
-  const size_t max_outstanding =
-      static_cast<size_t>(config_.num_workers) * static_cast<size_t>(config_.dispatches_per_worker + 1);
+  const size_t max_outstanding = static_cast<size_t>(config_.num_workers) *
+                                 static_cast<size_t>(config_.dispatches_per_worker + 1);
   while (phase_ == Phase::kTraining && next_ < total && ranges_.size() < max_outstanding) {
     ScheduleOne();
     // The last step's checkpoint (evaluation) is the final one (Finishing).
@@ -289,7 +307,8 @@ void ChiefMachine::Advance() {
 }
 
 void ChiefMachine::On(const ev::PackDone& e) {
-  auto it = std::find_if(ranges_.begin(), ranges_.end(), [&](const Range& r) { return r.id == e.range; });
+  auto it =
+      std::find_if(ranges_.begin(), ranges_.end(), [&](const Range& r) { return r.id == e.range; });
   if (it == ranges_.end()) return;  // a backup's pack of a range already decided
   Range& r = *it;
   r.reported += 1;
@@ -312,7 +331,8 @@ void ChiefMachine::RangeDecided(Range& r) {
   if (r.ok < r.need) {
     const Status& failed = r.failed;
     if (draining_ && failed.code() == Code::kAborted) return;  // cancelled by the stop
-    if (phase_ == Phase::kRecovering) return;  // the steps after the checkpoint are run again anyway
+    if (phase_ == Phase::kRecovering)
+      return;  // the steps after the checkpoint are run again anyway
     if (error_.ok()) error_ = failed;
     if (!draining_) StartDraining(Aborted("stopping after a failure"));
     return;
@@ -339,19 +359,24 @@ void ChiefMachine::RangeDecided(Range& r) {
 // others waiting for its gradients).
 void ChiefMachine::StartDraining(Status why) {
   draining_ = true;
-  if (!why.ok()) Emit(act::CancelQueued{std::move(why)});
-  else if (!config_.sync) Emit(act::CancelQueued{Aborted("stopping")});
-  if (phase_ == Phase::kTraining || phase_ == Phase::kCheckpointing || phase_ == Phase::kEvaluating) {
+  if (!why.ok())
+    Emit(act::CancelQueued{std::move(why)});
+  else if (!config_.sync)
+    Emit(act::CancelQueued{Aborted("stopping")});
+  if (phase_ == Phase::kTraining || phase_ == Phase::kCheckpointing ||
+      phase_ == Phase::kEvaluating) {
     phase_ = Phase::kDraining;
   }
 }
 
 void ChiefMachine::On(const ev::WorkerLost& e) {
-  if (e.worker >= 0 && static_cast<size_t>(e.worker) < worker_alive_.size()) worker_alive_[static_cast<size_t>(e.worker)] = false;
+  if (e.worker >= 0 && static_cast<size_t>(e.worker) < worker_alive_.size())
+    worker_alive_[static_cast<size_t>(e.worker)] = false;
 }
 
 void ChiefMachine::On(const ev::WorkerBack& e) {
-  if (e.worker >= 0 && static_cast<size_t>(e.worker) < worker_alive_.size()) worker_alive_[static_cast<size_t>(e.worker)] = true;
+  if (e.worker >= 0 && static_cast<size_t>(e.worker) < worker_alive_.size())
+    worker_alive_[static_cast<size_t>(e.worker)] = true;
 }
 
 void ChiefMachine::On(const ev::StopRequested& e) {
@@ -380,7 +405,9 @@ void ChiefMachine::On(const ev::PsLost& e) {
   // Starting, Finishing, Stopping: noted only (the start or the final checkpoint fails
   // instead). A save in progress answers first.
   // An inline evaluation fails or ends first (AfterInlineEvaluation recovers).
-  if (!dispatching() || phase_ == Phase::kRecovering || io_ == Io::kSave || io_ == Io::kEvaluateWorkers) return;
+  if (!dispatching() || phase_ == Phase::kRecovering || io_ == Io::kSave ||
+      io_ == Io::kEvaluateWorkers)
+    return;
   EnterRecovering();
 }
 
@@ -439,7 +466,8 @@ void ChiefMachine::On(const ev::DispatchClosed&) {
     return;
   }
   if (stop_reason_) {
-    Log(log::Level::kInfo, "stopped at step " + std::to_string(step_) + " of " + std::to_string(config_.total_steps));
+    Log(log::Level::kInfo,
+        "stopped at step " + std::to_string(step_) + " of " + std::to_string(config_.total_steps));
   }
   FinalCheckpoint();
 }
@@ -469,13 +497,15 @@ void ChiefMachine::On(const ev::Evaluated&) {
 void ChiefMachine::On(const ev::EvaluationFailed& e) {
   if (Answer(Io::kEvaluate)) {
     // The final checkpoint is committed; a lost ps is restored from it and evaluated again.
-    if (!lost_ps_.empty()) RecoverFromFailedIo("final evaluation failed", e.why);
-    else Fail(e.why);
+    if (!lost_ps_.empty())
+      RecoverFromFailedIo("final evaluation failed", e.why);
+    else
+      Fail(e.why);
     return;
   }
   if (!Answer(Io::kEvaluateWorkers)) return;
-  Log(log::Level::kWarning, "evaluation at step " + std::to_string(step_) + " failed: " + e.why.message() +
-                                "; training goes on");
+  Log(log::Level::kWarning, "evaluation at step " + std::to_string(step_) +
+                                " failed: " + e.why.message() + "; training goes on");
   AfterInlineEvaluation();
 }
 
@@ -507,9 +537,12 @@ void ChiefMachine::Fail(Status why) {
 
 void ChiefMachine::BeginShutdown() {
   phase_ = Phase::kStopping;
-  if (!error_.ok()) shutdown_reason_ = "job failed: " + error_.message();
-  else if (stop_reason_) shutdown_reason_ = "stopped: " + *stop_reason_;
-  else shutdown_reason_ = "job finished";
+  if (!error_.ok())
+    shutdown_reason_ = "job failed: " + error_.message();
+  else if (stop_reason_)
+    shutdown_reason_ = "stopped: " + *stop_reason_;
+  else
+    shutdown_reason_ = "job finished";
   io_ = Io::kShutdownWorkers;
   Emit(act::Shutdown{TaskGroup::kWorkers, shutdown_reason_, error_});
 }
@@ -529,11 +562,13 @@ void ChiefMachine::On(const ev::ShutdownReplied& e) {
     std::string names;
     for (const auto& f : not_acknowledged_) names += (names.empty() ? "" : ", ") + f;
     // Not retryable (exit 1): the job is over, a restart would not make the task listen.
-    Emit(act::Exit{error_.ok() ? FailedPrecondition("did not acknowledge Shutdown: " + names) : error_});
+    Emit(act::Exit{error_.ok() ? FailedPrecondition("did not acknowledge Shutdown: " + names)
+                               : error_});
     return;
   }
-  Log(log::Level::kInfo, "cluster shut down: " + std::to_string(shutdown_asked_[0]) + " worker(s) and " +
-                             std::to_string(shutdown_asked_[1]) + " ps task(s) acknowledged");
+  Log(log::Level::kInfo, "cluster shut down: " + std::to_string(shutdown_asked_[0]) +
+                             " worker(s) and " + std::to_string(shutdown_asked_[1]) +
+                             " ps task(s) acknowledged");
   Emit(act::Exit{error_});
 }
 

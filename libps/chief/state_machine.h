@@ -71,16 +71,16 @@ namespace ps::chief {
 using Time = std::chrono::milliseconds;
 
 struct MachineConfig {
-  int64_t total_steps = 0;         // the job's last step is total_steps - 1
-  int steps_per_dispatch = 1;      // steps per range (one RunSteps)
-  int dispatches_per_worker = 1;   // packs in flight per worker
+  int64_t total_steps = 0;        // the job's last step is total_steps - 1
+  int steps_per_dispatch = 1;     // steps per range (one RunSteps)
+  int dispatches_per_worker = 1;  // packs in flight per worker
   int num_workers = 1;
   // Sync: every range is pinned to every live worker and `replicas` of its packs must
   // succeed. Otherwise (async, bounded staleness) a range is one pack for any worker.
   bool sync = false;
   int replicas = 1;
-  int64_t checkpoint_every_steps = 0;    // 0: never by steps
-  double checkpoint_every_seconds = 0;   // 0: never by time
+  int64_t checkpoint_every_steps = 0;   // 0: never by steps
+  double checkpoint_every_seconds = 0;  // 0: never by time
   // Delta checkpoints: due this long after the previous checkpoint of any kind (0: none),
   // unless a full one is due. The shell may write a full one instead (CheckpointCommitted.delta).
   double checkpoint_delta_every_seconds = 0;
@@ -89,13 +89,23 @@ struct MachineConfig {
   // the run with that error.
   int max_checkpoint_failures = 3;
   int64_t log_every_steps = 100;
-  Time watchdog{300000};                 // warn when no range was decided for this long
-  Time ps_recovery_timeout{600000};      // how long a lost ps may take to come back
-  bool evaluate_final = false;           // job.eval_data is set
-  int64_t eval_every_steps = 0;          // inline evaluation on the workers; 0: never
+  Time watchdog{300000};             // warn when no range was decided for this long
+  Time ps_recovery_timeout{600000};  // how long a lost ps may take to come back
+  bool evaluate_final = false;       // job.eval_data is set
+  int64_t eval_every_steps = 0;      // inline evaluation on the workers; 0: never
 };
 
-enum class Phase { kStarting, kTraining, kCheckpointing, kEvaluating, kRecovering, kDraining, kFinishing, kStopping, kDone };
+enum class Phase {
+  kStarting,
+  kTraining,
+  kCheckpointing,
+  kEvaluating,
+  kRecovering,
+  kDraining,
+  kFinishing,
+  kStopping,
+  kDone
+};
 const char* PhaseName(Phase phase);
 
 enum class TaskGroup { kWorkers, kPs };
@@ -123,73 +133,149 @@ struct Window {
 };
 
 namespace ev {
-struct Start {};                                  // the control server is up
-struct Connected {};                              // every task connected, variables created
-struct StartFailed { Status why; };               // connecting, creating variables or StartJob failed
+struct Start {};      // the control server is up
+struct Connected {};  // every task connected, variables created
+struct StartFailed {
+  Status why;
+};  // connecting, creating variables or StartJob failed
 // found: a checkpoint was restored. warm: from checkpoint.init_from, not model_dir (which
 // then holds none yet: one is saved at `step` before the workers start).
-struct Restored { bool found = false; int64_t step = 0; bool final = false; bool warm = false; };
-struct RestoreFailed { Status why; };
-struct CheckpointCommitted { int64_t step = 0; bool final = false; bool delta = false; };
-struct CheckpointFailed { Status why; };
+struct Restored {
+  bool found = false;
+  int64_t step = 0;
+  bool final = false;
+  bool warm = false;
+};
+struct RestoreFailed {
+  Status why;
+};
+struct CheckpointCommitted {
+  int64_t step = 0;
+  bool final = false;
+  bool delta = false;
+};
+struct CheckpointFailed {
+  Status why;
+};
 struct WorkersStarted {};
-struct PackDone { uint64_t range = 0; Status status; PackStats stats; };  // one pack of a range
-struct WorkerLost { int worker = 0; };
-struct WorkerBack { int worker = 0; };            // rejoined: it may get pinned packs again
-struct PsLost { int ps = 0; };
-struct PsBack { int ps = 0; };                    // reconnected, its shards recreated
-struct RecoveryFailed { Status why; };            // a lost ps did not come back in time
-struct StopRequested { std::string reason; };     // operator (`pstrain stop`) or a signal
-struct Tick {};                                   // nothing happened; time passed
-struct DispatchClosed {};                         // every pack finished
+struct PackDone {
+  uint64_t range = 0;
+  Status status;
+  PackStats stats;
+};  // one pack of a range
+struct WorkerLost {
+  int worker = 0;
+};
+struct WorkerBack {
+  int worker = 0;
+};  // rejoined: it may get pinned packs again
+struct PsLost {
+  int ps = 0;
+};
+struct PsBack {
+  int ps = 0;
+};  // reconnected, its shards recreated
+struct RecoveryFailed {
+  Status why;
+};  // a lost ps did not come back in time
+struct StopRequested {
+  std::string reason;
+};                         // operator (`pstrain stop`) or a signal
+struct Tick {};            // nothing happened; time passed
+struct DispatchClosed {};  // every pack finished
 struct Evaluated {};
-struct EvaluationFailed { Status why; };          // the final or an inline evaluation
+struct EvaluationFailed {
+  Status why;
+};  // the final or an inline evaluation
 // The inline evaluation at `step` is done; `early_stop`: why training should end (early
 // stopping on its metric), empty to go on.
-struct WorkersEvaluated { int64_t step = 0; std::string early_stop; };
+struct WorkersEvaluated {
+  int64_t step = 0;
+  std::string early_stop;
+};
 // `failed`: "ps:1 (why)" per task that did not acknowledge; `asked`: the live tasks asked.
-struct ShutdownReplied { TaskGroup group = TaskGroup::kWorkers; int asked = 0; std::vector<std::string> failed; };
+struct ShutdownReplied {
+  TaskGroup group = TaskGroup::kWorkers;
+  int asked = 0;
+  std::vector<std::string> failed;
+};
 }  // namespace ev
 
-using Event = std::variant<ev::Start, ev::Connected, ev::StartFailed, ev::Restored, ev::RestoreFailed,
-                           ev::CheckpointCommitted, ev::CheckpointFailed, ev::WorkersStarted, ev::PackDone,
-                           ev::WorkerLost, ev::WorkerBack, ev::PsLost, ev::PsBack, ev::RecoveryFailed,
-                           ev::StopRequested, ev::Tick, ev::DispatchClosed, ev::Evaluated, ev::EvaluationFailed,
-                           ev::WorkersEvaluated, ev::ShutdownReplied>;
+using Event =
+    std::variant<ev::Start, ev::Connected, ev::StartFailed, ev::Restored, ev::RestoreFailed,
+                 ev::CheckpointCommitted, ev::CheckpointFailed, ev::WorkersStarted, ev::PackDone,
+                 ev::WorkerLost, ev::WorkerBack, ev::PsLost, ev::PsBack, ev::RecoveryFailed,
+                 ev::StopRequested, ev::Tick, ev::DispatchClosed, ev::Evaluated,
+                 ev::EvaluationFailed, ev::WorkersEvaluated, ev::ShutdownReplied>;
 
 namespace act {
 // I/O: each is answered by the events named.
-struct Connect {};                                  // → Connected | StartFailed
-struct RestoreNewest {};                            // → Restored | RestoreFailed
+struct Connect {};        // → Connected | StartFailed
+struct RestoreNewest {};  // → Restored | RestoreFailed
 // delta: a delta checkpoint may be written (the shell decides: the chain's bounds).
-struct SaveCheckpoint { int64_t step = 0; bool final = false; bool delta = false; };  // → CheckpointCommitted | CheckpointFailed
-struct StartWorkers {};                             // → WorkersStarted | StartFailed
-struct ReconnectPs { int ps = 0; Time deadline{0}; };  // → PsBack | RecoveryFailed
-struct CloseDispatch {};                            // cancel what is queued, wait for every pack → DispatchClosed
-struct Evaluate { int64_t step = 0; };              // → Evaluated | EvaluationFailed
-struct EvaluateOnWorkers { int64_t step = 0; };     // → WorkersEvaluated | EvaluationFailed
+struct SaveCheckpoint {
+  int64_t step = 0;
+  bool final = false;
+  bool delta = false;
+};                       // → CheckpointCommitted | CheckpointFailed
+struct StartWorkers {};  // → WorkersStarted | StartFailed
+struct ReconnectPs {
+  int ps = 0;
+  Time deadline{0};
+};                        // → PsBack | RecoveryFailed
+struct CloseDispatch {};  // cancel what is queued, wait for every pack → DispatchClosed
+struct Evaluate {
+  int64_t step = 0;
+};  // → Evaluated | EvaluationFailed
+struct EvaluateOnWorkers {
+  int64_t step = 0;
+};  // → WorkersEvaluated | EvaluationFailed
 // `outcome`: the run's error (OK: finished or stopped); a retryable one makes the tasks
 // exit retryable too.
-struct Shutdown { TaskGroup group = TaskGroup::kWorkers; std::string reason; Status outcome; };  // → ShutdownReplied
+struct Shutdown {
+  TaskGroup group = TaskGroup::kWorkers;
+  std::string reason;
+  Status outcome;
+};  // → ShutdownReplied
 // Immediate.
-struct OpenDispatch {};                             // create the coordinator; workers may rejoin
+struct OpenDispatch {};  // create the coordinator; workers may rejoin
 // One pack for any worker (`workers` empty), or one pinned pack per listed worker.
 // Each pack is answered by a PackDone carrying `id`.
-struct ScheduleRange { uint64_t id = 0; int64_t first = 0; int count = 0; std::vector<int> workers; };
-struct CancelQueued { Status why; };                // queued packs fail with `why`
-struct PauseDispatch { Status why; };               // cancel queued, send nothing, retry nothing
+struct ScheduleRange {
+  uint64_t id = 0;
+  int64_t first = 0;
+  int count = 0;
+  std::vector<int> workers;
+};
+struct CancelQueued {
+  Status why;
+};  // queued packs fail with `why`
+struct PauseDispatch {
+  Status why;
+};  // cancel queued, send nothing, retry nothing
 struct ResumeDispatch {};
-struct Report { int64_t step = 0; int64_t total = 0; Window window; };  // a progress line
-struct Watchdog { Time silent_for{0}; };            // name what is in flight
-struct Log { log::Level level = log::Level::kInfo; std::string text; };
-struct Exit { Status status; };                     // the run's outcome; nothing follows
+struct Report {
+  int64_t step = 0;
+  int64_t total = 0;
+  Window window;
+};  // a progress line
+struct Watchdog {
+  Time silent_for{0};
+};  // name what is in flight
+struct Log {
+  log::Level level = log::Level::kInfo;
+  std::string text;
+};
+struct Exit {
+  Status status;
+};  // the run's outcome; nothing follows
 }  // namespace act
 
-using Action = std::variant<act::Connect, act::RestoreNewest, act::SaveCheckpoint, act::StartWorkers,
-                            act::ReconnectPs, act::CloseDispatch, act::Evaluate, act::EvaluateOnWorkers,
-                            act::Shutdown, act::OpenDispatch,
-                            act::ScheduleRange, act::CancelQueued, act::PauseDispatch, act::ResumeDispatch,
-                            act::Report, act::Watchdog, act::Log, act::Exit>;
+using Action = std::variant<act::Connect, act::RestoreNewest, act::SaveCheckpoint,
+                            act::StartWorkers, act::ReconnectPs, act::CloseDispatch, act::Evaluate,
+                            act::EvaluateOnWorkers, act::Shutdown, act::OpenDispatch,
+                            act::ScheduleRange, act::CancelQueued, act::PauseDispatch,
+                            act::ResumeDispatch, act::Report, act::Watchdog, act::Log, act::Exit>;
 
 class ChiefMachine {
  public:
@@ -210,8 +296,17 @@ class ChiefMachine {
 
  private:
   enum class Io {
-    kNone, kConnect, kRestore, kSave, kStartWorkers, kReconnect, kClose, kEvaluate, kEvaluateWorkers,
-    kShutdownWorkers, kShutdownPs
+    kNone,
+    kConnect,
+    kRestore,
+    kSave,
+    kStartWorkers,
+    kReconnect,
+    kClose,
+    kEvaluate,
+    kEvaluateWorkers,
+    kShutdownWorkers,
+    kShutdownPs
   };
   // A range of steps in flight: one pack, or in sync mode one pinned pack per worker, of
   // which `need` must succeed (every update of the range is then applied).
@@ -221,7 +316,7 @@ class ChiefMachine {
     int count = 0;
     int need = 1, packs = 1, reported = 0, ok = 0;
     Status failed;  // the first failure reported
-    Window sums;  // of the packs that succeeded
+    Window sums;    // of the packs that succeeded
   };
 
   void On(const ev::Start&);
@@ -279,8 +374,8 @@ class ChiefMachine {
   Time now_{0};
   std::vector<Action> out_;
 
-  int64_t step_ = 0;   // every step before it is applied
-  int64_t next_ = 0;   // the first step not yet scheduled
+  int64_t step_ = 0;  // every step before it is applied
+  int64_t next_ = 0;  // the first step not yet scheduled
   int64_t next_ckpt_ = 0, next_log_ = 0, next_eval_ = 0;
   Time last_ckpt_time_{0}, last_progress_{0}, last_watchdog_{0};
   Time last_full_time_{0};  // of the last full checkpoint (every_seconds counts from it)
@@ -290,13 +385,16 @@ class ChiefMachine {
   uint64_t next_range_id_ = 1;
   std::vector<bool> worker_alive_;  // [worker]
   std::set<int> lost_ps_;
-  bool draining_ = false;           // a stop or a failure: nothing new is scheduled
+  bool draining_ = false;  // a stop or a failure: nothing new is scheduled
   std::optional<std::string> stop_reason_;
-  Status error_;                    // the run's first error
-  struct Committed { int64_t step; bool final; };
+  Status error_;  // the run's first error
+  struct Committed {
+    int64_t step;
+    bool final;
+  };
   std::optional<Committed> committed_;  // the newest committed checkpoint
   int checkpoint_failures_ = 0;         // periodic saves failed in a row (every ps up)
-  bool recovery_started_ = false;   // Recovering: reconnecting or restoring
+  bool recovery_started_ = false;       // Recovering: reconnecting or restoring
   Time recovery_deadline_{0};
   int64_t step_before_recovery_ = 0;
   std::string shutdown_reason_;

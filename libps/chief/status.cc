@@ -23,11 +23,17 @@ void Chief::Report(const Window& w, int64_t total) {
   }
   PS_LOG(Info) << "step " << global_step_ << "/" << total << "  loss " << Fixed(loss, 4) << "  acc "
                << Fixed(acc, 4) << "  " << Fixed(eps, 0) << " ex/s  "
-               << (job_.update.StepMode() == ps::server::UpdateMode::kSync ? "stale " + std::to_string(w.stale) + "  " : "")
-               << "elapsed " << FormatDuration(now) << "  eta "
-               << FormatDuration(eta);
-  Json line = {{"step", global_step_.load()}, {"total_steps", total}, {"loss", loss}, {"accuracy", acc},
-               {"examples_per_sec", eps}, {"elapsed_sec", now}, {"unix_time", UnixTime()}};
+               << (job_.update.StepMode() == ps::server::UpdateMode::kSync
+                       ? "stale " + std::to_string(w.stale) + "  "
+                       : "")
+               << "elapsed " << FormatDuration(now) << "  eta " << FormatDuration(eta);
+  Json line = {{"step", global_step_.load()},
+               {"total_steps", total},
+               {"loss", loss},
+               {"accuracy", acc},
+               {"examples_per_sec", eps},
+               {"elapsed_sec", now},
+               {"unix_time", UnixTime()}};
   if (job_.update.StepMode() == ps::server::UpdateMode::kSync) line["stale_steps"] = w.stale;
   // Bad records the workers skipped (data "on_error": "skip"): in this window and so far.
   skipped_records_ += w.skipped_records;
@@ -35,8 +41,9 @@ void Chief::Report(const Window& w, int64_t total) {
     line["skipped_records"] = w.skipped_records;
     line["skipped_records_total"] = skipped_records_;
     if (w.skipped_records > 0) {
-      PS_LOG(Warning) << w.skipped_records << " bad record(s) skipped since the last progress line ("
-                      << skipped_records_ << " in all)";
+      PS_LOG(Warning) << w.skipped_records
+                      << " bad record(s) skipped since the last progress line (" << skipped_records_
+                      << " in all)";
     }
   }
   // The load figures wait for the ps tasks' answers: the line is completed and written
@@ -54,7 +61,8 @@ void Chief::Report(const Window& w, int64_t total) {
     AppendMetrics(line.dump(-1, ' ', false, Json::error_handler_t::replace));
     std::lock_guard lock(events_mu_);
     if (events_) {
-      Status st = obs::AddLoadScalars(*events_, status, line["step"].get<int64_t>(), line["unix_time"].get<double>());
+      Status st = obs::AddLoadScalars(*events_, status, line["step"].get<int64_t>(),
+                                      line["unix_time"].get<double>());
       EventsWritten(st);
     }
   });
@@ -70,7 +78,9 @@ void Chief::Report(const Window& w, int64_t total) {
 
 void Chief::EventsWritten(const Status& st) {
   if (st.ok() && events_failing_) PS_LOG(Info) << "TensorBoard events: writing again";
-  if (!st.ok() && !events_failing_) PS_LOG(Warning) << "TensorBoard events: " << st.message() << ": scalars are lost until it works again";
+  if (!st.ok() && !events_failing_)
+    PS_LOG(Warning) << "TensorBoard events: " << st.message()
+                    << ": scalars are lost until it works again";
   events_failing_ = !st.ok();
 }
 
@@ -87,11 +97,13 @@ void Chief::AppendMetrics(const std::string& line) {
   std::lock_guard lock(metrics_mu_);
   Status st = metrics_.Append(line + "\n");
   if (st.ok() && metrics_failing_) PS_LOG(Info) << metrics_.path() << ": writing again";
-  if (!st.ok() && !metrics_failing_) PS_LOG(Warning) << st.message() << ": metrics lines are lost until it works again";
+  if (!st.ok() && !metrics_failing_)
+    PS_LOG(Warning) << st.message() << ": metrics lines are lost until it works again";
   metrics_failing_ = !st.ok();
 }
 
-void Chief::RecordEvent(const std::string& kind, const std::string& task, const std::string& detail) {
+void Chief::RecordEvent(const std::string& kind, const std::string& task,
+                        const std::string& detail) {
   Json e = {{"kind", kind}, {"step", global_step_.load()}, {"unix_time", UnixTime()}};
   if (!task.empty()) e["task"] = task;
   if (!detail.empty()) e["detail"] = detail;
@@ -128,20 +140,23 @@ void Chief::SampleLoad(proto::ChiefStatus* status) {
       status->ps.push_back(obs::PsLoadOf(ps[i]->peer_name(), address, reply->status, prev));
       sample.ps[i] = reply->status;
     } else {
-      status->ps.push_back(obs::PsNoAnswer(ps[i]->peer_name(), address,
-                                           std::string("answered GetStatus with ") +
-                                               proto::BodyName(r->envelope.body)));
+      status->ps.push_back(obs::PsNoAnswer(
+          ps[i]->peer_name(), address,
+          std::string("answered GetStatus with ") + proto::BodyName(r->envelope.body)));
     }
   }
-  const double window = std::chrono::duration<double>(now - (base != nullptr ? base->at : start_)).count();
+  const double window =
+      std::chrono::duration<double>(now - (base != nullptr ? base->at : start_)).count();
   for (size_t w = 0; w < workers.size(); ++w) {
-    const obs::WorkerSnapshot* prev = base != nullptr && w < base->workers.size() ? &base->workers[w] : nullptr;
+    const obs::WorkerSnapshot* prev =
+        base != nullptr && w < base->workers.size() ? &base->workers[w] : nullptr;
     status->workers.push_back(obs::WorkerLoadOf(workers[w], prev, window, job_.batch_size));
   }
   status->load_window_sec = window;
   load_history_.push_back(std::move(sample));
   // Keep the newest sample at least kMinLoadWindow old and everything after it.
-  while (load_history_.size() >= 2 && now - load_history_[1].at >= kMinLoadWindow) load_history_.pop_front();
+  while (load_history_.size() >= 2 && now - load_history_[1].at >= kMinLoadWindow)
+    load_history_.pop_front();
 }
 
 double Chief::UnixTime() {
@@ -166,7 +181,9 @@ proto::ChiefStatus Chief::CurrentStatus() {
 
 std::vector<proto::TaskState> Chief::TaskStates() {
   std::vector<proto::TaskState> tasks;
-  for (const auto& p : ps_) tasks.push_back({.task = p->peer_name(), .state = p->health().ok() ? "ready" : "lost", .last_error = ""});
+  for (const auto& p : ps_)
+    tasks.push_back(
+        {.task = p->peer_name(), .state = p->health().ok() ? "ready" : "lost", .last_error = ""});
   if (coordinator_) {
     for (const auto& w : coordinator_->Snapshot()) {
       tasks.push_back({.task = w.name,
@@ -174,7 +191,8 @@ std::vector<proto::TaskState> Chief::TaskStates() {
                        .last_error = w.last_error});
     }
   } else {
-    for (const auto& w : workers_) tasks.push_back({.task = w->peer_name(), .state = "connected", .last_error = ""});
+    for (const auto& w : workers_)
+      tasks.push_back({.task = w->peer_name(), .state = "connected", .last_error = ""});
   }
   return tasks;
 }

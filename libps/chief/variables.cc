@@ -21,8 +21,11 @@ Status Chief::CreateVariables() {
     auto v = std::find_if(plan_.variables.begin(), plan_.variables.end(),
                           [&](const auto& d) { return d.name == s.layout.var; });
     per_ps[static_cast<size_t>(s.ps)].shards.push_back(
-        ps::server::ShardDefToWire(
-            {.layout = s.layout, .init = v->init, .seed = job_.seed, .row_policy = v->rows, .sparse = v->sparse}));
+        ps::server::ShardDefToWire({.layout = s.layout,
+                                    .init = v->init,
+                                    .seed = job_.seed,
+                                    .row_policy = v->rows,
+                                    .sparse = v->sparse}));
   }
   create_msgs_ = per_ps;
   std::vector<std::future<Result<net::Reply>>> futs;
@@ -35,17 +38,22 @@ Status Chief::CreateVariables() {
   int lazy = 0;
   int64_t sparse = 0;  // ShardDef::sparse_class
   for (const auto& v : plan_.variables) {
-    if (v.lazy) ++lazy;
-    else bytes += v.num_elements() * 4;
+    if (v.lazy)
+      ++lazy;
+    else
+      bytes += v.num_elements() * 4;
     if (v.sparse || v.lazy) ++sparse;
   }
   const auto vars = static_cast<int64_t>(plan_.variables.size());
-  if (auto warning = ps::server::OneClassWarning(job_.update, vars - sparse, sparse, "job.update"); !warning.empty()) {
+  if (auto warning = ps::server::OneClassWarning(job_.update, vars - sparse, sparse, "job.update");
+      !warning.empty()) {
     PS_LOG(Warning) << warning;
   }
   PS_LOG(Info) << plan_.variables.size() << " variables in " << plan_.shards.size() << " shards ("
                << Fixed(bytes / 1048576.0, 1) << " MiB"
-               << (lazy > 0 ? " + " + std::to_string(lazy) + " lazy table(s), rows created on first push" : "")
+               << (lazy > 0
+                       ? " + " + std::to_string(lazy) + " lazy table(s), rows created on first push"
+                       : "")
                << ") created on " << ps_.size() << " ps task(s)";
   return Status::Ok();
 }

@@ -80,8 +80,8 @@ Result<std::vector<std::pair<int64_t, std::string>>> CheckpointDirs(const std::s
 }
 
 struct Scan {
-  std::vector<CheckpointInfo> committed;                  // oldest first
-  std::vector<std::pair<int64_t, std::string>> damaged;   // step, problem (names the file)
+  std::vector<CheckpointInfo> committed;                     // oldest first
+  std::vector<std::pair<int64_t, std::string>> damaged;      // step, problem (names the file)
   std::vector<std::pair<int64_t, std::string>> uncommitted;  // step, dir
 };
 
@@ -191,17 +191,19 @@ std::string DeltaPath(const std::string& model_dir, int64_t base, int64_t step) 
 }
 
 std::string CheckpointRelPath(int64_t base, int64_t step) {
-  return base == step ? CheckpointDirName(step) : CheckpointDirName(base) + "/" + DeltaDirName(step);
+  return base == step ? CheckpointDirName(step)
+                      : CheckpointDirName(base) + "/" + DeltaDirName(step);
 }
 
 std::string ManifestDir(const std::string& model_dir, const Manifest& m) {
-  return m.base ? DeltaPath(model_dir, *m.base, m.global_step) : CheckpointPath(model_dir, m.global_step);
+  return m.base ? DeltaPath(model_dir, *m.base, m.global_step)
+                : CheckpointPath(model_dir, m.global_step);
 }
 
 Result<std::string> CreateDeltaDir(const std::string& model_dir, int64_t base, int64_t step) {
   if (step <= base || base < 0) {
-    return InvalidArgument(model_dir + ": delta step " + std::to_string(step) + " not after its base " +
-                           std::to_string(base));
+    return InvalidArgument(model_dir + ": delta step " + std::to_string(step) +
+                           " not after its base " + std::to_string(base));
   }
   const std::string parent = CheckpointPath(model_dir, base);
   const std::string dir = DeltaPath(model_dir, base, step);
@@ -217,7 +219,8 @@ Result<std::string> CreateDeltaDir(const std::string& model_dir, int64_t base, i
 }
 
 Result<std::string> CreateCheckpointDir(const std::string& model_dir, int64_t step) {
-  if (step < 0) return InvalidArgument(model_dir + ": negative global step " + std::to_string(step));
+  if (step < 0)
+    return InvalidArgument(model_dir + ": negative global step " + std::to_string(step));
   const std::string dir = CheckpointPath(model_dir, step);
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -232,9 +235,13 @@ Json ManifestToJson(const Manifest& m) {
   for (const auto& s : m.shards) {
     shards.push_back(Json{{"name", s.name}, {"bytes", s.bytes}, {"digest", s.digest}});
   }
-  Json j{{"format", kManifestFormat}, {"version", kManifestVersion},
-         {"global_step", m.global_step}, {"unix_time", m.unix_time},
-         {"final", m.final}, {"num_ps", m.num_ps}, {"shards", std::move(shards)},
+  Json j{{"format", kManifestFormat},
+         {"version", kManifestVersion},
+         {"global_step", m.global_step},
+         {"unix_time", m.unix_time},
+         {"final", m.final},
+         {"num_ps", m.num_ps},
+         {"shards", std::move(shards)},
          {"extra", m.extra}};
   if (m.base) {
     j["base"] = *m.base;
@@ -305,8 +312,10 @@ Result<Manifest> ReadManifest(const std::string& ckpt_dir) {
   const std::string name = fs::path(ckpt_dir).filename().string();
   auto step = ParseCheckpointDirName(name);
   const auto delta_step = ParseDeltaDirName(name);
-  if (step && m->base) return DataLoss(path + ": a delta's MANIFEST in a full checkpoint's directory");
-  if (delta_step && !m->base) return DataLoss(path + ": a full checkpoint's MANIFEST in a delta's directory");
+  if (step && m->base)
+    return DataLoss(path + ": a delta's MANIFEST in a full checkpoint's directory");
+  if (delta_step && !m->base)
+    return DataLoss(path + ": a full checkpoint's MANIFEST in a delta's directory");
   if (delta_step) step = delta_step;
   if (step && *step != m->global_step) {
     return DataLoss(path + ": global_step " + std::to_string(m->global_step) +
@@ -362,19 +371,20 @@ Result<std::vector<CheckpointInfo>> ListCheckpoints(const std::string& model_dir
   return std::move(scan.committed);
 }
 
-Status CheckAgainstManifest(const ShardReader& reader, const ShardFileInfo& info, int ps, int64_t step) {
+Status CheckAgainstManifest(const ShardReader& reader, const ShardFileInfo& info, int ps,
+                            int64_t step) {
   const std::string& path = reader.path();
   if (reader.file_bytes() != info.bytes) {
-    return DataLoss(path + ": " + std::to_string(reader.file_bytes()) + " bytes, the MANIFEST says " +
-                    std::to_string(info.bytes));
+    return DataLoss(path + ": " + std::to_string(reader.file_bytes()) +
+                    " bytes, the MANIFEST says " + std::to_string(info.bytes));
   }
   if (reader.digest() != info.digest) {
     return DataLoss(path + ": digest differs from the MANIFEST's (a different file)");
   }
   if (reader.ps_index() != ps || reader.global_step() != step) {
     return DataLoss(path + ": written by ps " + std::to_string(reader.ps_index()) + " at step " +
-                    std::to_string(reader.global_step()) + ", expected ps " + std::to_string(ps) + " at step " +
-                    std::to_string(step));
+                    std::to_string(reader.global_step()) + ", expected ps " + std::to_string(ps) +
+                    " at step " + std::to_string(step));
   }
   return Status::Ok();
 }
@@ -402,8 +412,8 @@ Status VerifyCheckpoint(const CheckpointInfo& c, Verify level) {
     }
     PS_RETURN_IF_ERROR(CheckAgainstManifest(*reader, info, i, c.global_step));
     if (level == Verify::kFull) {
-      PS_RETURN_IF_ERROR(reader->ReadAll(
-          [](const RecordMeta&, std::string_view) -> Result<std::span<float>> {
+      PS_RETURN_IF_ERROR(
+          reader->ReadAll([](const RecordMeta&, std::string_view) -> Result<std::span<float>> {
             return std::span<float>();
           }));
     }
@@ -431,8 +441,8 @@ Result<std::optional<CheckpointInfo>> FindRestorable(const std::string& model_di
   auto pointer = ReadCheckpointPointer(model_dir);
   if (!pointer.ok()) {
     if (pointer.status().code() != Code::kNotFound) {
-      warn.push_back(pointer.status().message() +
-                     "; using the checkpoints found by scanning " + model_dir);
+      warn.push_back(pointer.status().message() + "; using the checkpoints found by scanning " +
+                     model_dir);
     } else if (any) {
       warn.push_back(model_dir + "/" + kPointerFile +
                      ": missing; using the checkpoints found by scanning " + model_dir);
@@ -443,7 +453,8 @@ Result<std::optional<CheckpointInfo>> FindRestorable(const std::string& model_di
     if (!found) {
       warn.push_back(model_dir + "/" + kPointerFile + ": names " + CheckpointDirName(*pointer) +
                      ", which is not a committed checkpoint; using the checkpoints found by "
-                     "scanning " + model_dir);
+                     "scanning " +
+                     model_dir);
     }
   }
 
@@ -482,7 +493,8 @@ Result<std::vector<std::pair<int64_t, std::string>>> DeltaDirs(const std::string
     std::string name = it->path().filename().string();
     auto step = ParseDeltaDirName(name);
     std::error_code sec;
-    if (step && fs::is_directory(it->symlink_status(sec))) out.emplace_back(*step, dir + "/" + name);
+    if (step && fs::is_directory(it->symlink_status(sec)))
+      out.emplace_back(*step, dir + "/" + name);
   }
   if (ec) return IoError(dir + ": cannot list directory: " + ec.message());
   std::sort(out.begin(), out.end());
@@ -507,14 +519,15 @@ Status LoadDeltaChain(CheckpointInfo* base, Verify level, std::vector<std::strin
     if (options.upto && step > *options.upto) break;
     auto manifest = ReadManifest(dir);
     if (!manifest.ok() && manifest.status().code() == Code::kNotFound) continue;  // not committed
-    const std::string stop = "; the delta chain of " + CheckpointDirName(base->global_step) + " stops at step " +
-                             std::to_string(at);
+    const std::string stop = "; the delta chain of " + CheckpointDirName(base->global_step) +
+                             " stops at step " + std::to_string(at);
     if (!manifest.ok()) {
       warn(manifest.status().message() + stop);
       break;
     }
     if (*manifest->base != base->global_step) {
-      warn(dir + "/" + kManifestFile + ": base " + std::to_string(*manifest->base) + " is not its directory's" + stop);
+      warn(dir + "/" + kManifestFile + ": base " + std::to_string(*manifest->base) +
+           " is not its directory's" + stop);
       break;
     }
     if (manifest->parent != at) continue;  // a delta of a branch the chain left (its parent failed)
@@ -544,13 +557,15 @@ Result<CheckpointInfo> LoadCheckpointAt(const std::string& model_dir, int64_t st
   for (auto it = scan.committed.rbegin(); it != scan.committed.rend(); ++it) {
     if (it->global_step >= step) continue;
     auto delta = ReadManifest(it->dir + "/" + DeltaDirName(step));
-    if (!delta.ok() && delta.status().code() == Code::kNotFound) continue;  // none, or not committed
+    if (!delta.ok() && delta.status().code() == Code::kNotFound)
+      continue;  // none, or not committed
     CheckpointInfo base = std::move(*it);
     PS_RETURN_IF_ERROR(LoadDeltaChain(&base, Verify::kFooters, nullptr, {.upto = step}));
     if (base.restored_step() != step) {
-      return DataLoss(DeltaPath(model_dir, base.global_step, step) + ": not restorable (its delta chain from " +
-                      CheckpointDirName(base.global_step) + " stops at step " + std::to_string(base.restored_step()) +
-                      ")");
+      return DataLoss(DeltaPath(model_dir, base.global_step, step) +
+                      ": not restorable (its delta chain from " +
+                      CheckpointDirName(base.global_step) + " stops at step " +
+                      std::to_string(base.restored_step()) + ")");
     }
     return base;
   }
@@ -568,7 +583,8 @@ Status RemoveStray(const std::string& dir, std::vector<std::string>* removed) {
   for (; it != fs::directory_iterator(); it.increment(ec)) {
     std::string name = it->path().filename().string();
     std::error_code sec;
-    if (fs::is_regular_file(it->symlink_status(sec)) && (IsShardTmpName(name) || name == ManifestTmpName())) {
+    if (fs::is_regular_file(it->symlink_status(sec)) &&
+        (IsShardTmpName(name) || name == ManifestTmpName())) {
       stray.push_back(dir + "/" + name);
     }
   }

@@ -141,7 +141,8 @@ enum class Verify {
 Status VerifyCheckpoint(const CheckpointInfo& checkpoint, Verify level);
 // DataLoss naming the file unless the file `reader` opened is the one a MANIFEST lists as
 // `info`, shard file `ps` of the checkpoint of `step`: its size, digest, ps index and step.
-Status CheckAgainstManifest(const ShardReader& reader, const ShardFileInfo& info, int ps, int64_t step);
+Status CheckAgainstManifest(const ShardReader& reader, const ShardFileInfo& info, int ps,
+                            int64_t step);
 // Reads ckpt_dir/MANIFEST and verifies against it.
 Status VerifyCheckpoint(const std::string& ckpt_dir, Verify level = Verify::kFull);
 

@@ -5,8 +5,8 @@
 namespace ps::ckpt {
 
 std::string RecordMeta::Describe(const std::string& path) const {
-  return path + ": record " + std::to_string(index) + " (var " + format::Quote(layout.var) + " shard " +
-         std::to_string(layout.shard) + ")";
+  return path + ": record " + std::to_string(index) + " (var " + format::Quote(layout.var) +
+         " shard " + std::to_string(layout.shard) + ")";
 }
 
 std::string ShardFileName(int ps_index) { return "ps-" + std::to_string(ps_index) + ".shard"; }
@@ -15,7 +15,8 @@ namespace format {
 
 namespace {
 
-static_assert(kMaxNameBytes == cluster::kMaxVarNameBytes, "one bound for every name in the metadata");
+static_assert(kMaxNameBytes == cluster::kMaxVarNameBytes,
+              "one bound for every name in the metadata");
 
 void AppendU32(std::string* s, uint32_t v) { s->append(reinterpret_cast<const char*>(&v), 4); }
 void AppendU64(std::string* s, uint64_t v) { s->append(reinterpret_cast<const char*>(&v), 8); }
@@ -53,15 +54,15 @@ class MetaCursor {
 
 }  // namespace
 
-std::string CheckRecord(const cluster::ShardLayout& layout, const std::vector<std::string>& slot_names,
-                        int64_t stored_rows) {
+std::string CheckRecord(const cluster::ShardLayout& layout,
+                        const std::vector<std::string>& slot_names, int64_t stored_rows) {
   if (Status valid = cluster::ValidateShardLayout(layout); !valid.ok()) return valid.message();
   if (stored_rows < 0 || stored_rows > layout.rows) {
     return "stored rows " + std::to_string(stored_rows) + " outside [0, rows]";
   }
   if (layout.lazy && stored_rows > cluster::kMaxShardElements / layout.cols) {
-    return "stored rows x cols: " + std::to_string(stored_rows) + " x " + std::to_string(layout.cols) +
-           " elements is more than 2^40";
+    return "stored rows x cols: " + std::to_string(stored_rows) + " x " +
+           std::to_string(layout.cols) + " elements is more than 2^40";
   }
   if (slot_names.size() > kMaxSlots) return "more than 64 slots";
   std::set<std::string> seen;
@@ -102,8 +103,8 @@ std::string ParseMeta(std::string_view blob, uint32_t kind, RecordMeta* m) {
   int32_t num_shards = 0;
   uint32_t rank = 0;
   uint32_t num_slots = 0;
-  if (!c.Name(&l.var) || !c.I32(&shard) || !c.I32(&num_shards) || !c.I64(&l.row_begin) || !c.I64(&l.rows) ||
-      !c.I64(&l.cols) || !c.U32(&rank)) {
+  if (!c.Name(&l.var) || !c.I32(&shard) || !c.I32(&num_shards) || !c.I64(&l.row_begin) ||
+      !c.I64(&l.rows) || !c.I64(&l.cols) || !c.U32(&rank)) {
     return "metadata truncated";
   }
   if (rank > cluster::kMaxRank) return "rank " + std::to_string(rank) + " above 32";

@@ -58,8 +58,9 @@ inline std::string Quote(const std::string& s) { return "\"" + s + "\""; }
 
 // The metadata of a record: layout, slot names and, for a sparse (lazy) record, the
 // number of stored rows. Precondition: CheckRecord(layout, slot_names, stored_rows) is OK.
-std::string EncodeMeta(const cluster::ShardLayout& layout, const std::vector<std::string>& slot_names,
-                       int64_t stored_rows, bool delta = false, int64_t deleted_rows = 0);
+std::string EncodeMeta(const cluster::ShardLayout& layout,
+                       const std::vector<std::string>& slot_names, int64_t stored_rows,
+                       bool delta = false, int64_t deleted_rows = 0);
 // Parses a metadata blob of a record of kind `kind` into `meta` (index untouched) and
 // checks it with CheckRecord. Empty string on success, else what is wrong.
 std::string ParseMeta(std::string_view blob, uint32_t kind, RecordMeta* meta);
@@ -69,7 +70,7 @@ std::string ParseMeta(std::string_view blob, uint32_t kind, RecordMeta* meta);
 // sparse record stored_rows in [0, rows] with stored_rows * cols within 2^40 elements.
 // Empty string when consistent, else the problem (ValidateShardLayout's message for a bad
 // layout).
-std::string CheckRecord(const cluster::ShardLayout& layout, const std::vector<std::string>& slot_names,
-                        int64_t stored_rows);
+std::string CheckRecord(const cluster::ShardLayout& layout,
+                        const std::vector<std::string>& slot_names, int64_t stored_rows);
 
 }  // namespace ps::ckpt::format

@@ -123,7 +123,7 @@ struct RecordMeta {
   // stored_rows rows, whose ids are in the record, are stored).
   cluster::ShardLayout layout;
   std::vector<std::string> slot_names;
-  int64_t stored_rows = 0;  // rows in each block: layout.rows, or n for a sparse record
+  int64_t stored_rows = 0;   // rows in each block: layout.rows, or n for a sparse record
   bool delta = false;        // kind 3: stored rows are the changed ones (ids in the record)
   int64_t deleted_rows = 0;  // kind 3: d, the deleted row ids in the record
 
@@ -135,17 +135,17 @@ struct RecordMeta {
 // A record read into owned memory.
 struct ShardRecord {
   RecordMeta meta;
-  std::vector<int64_t> row_ids;                                     // sparse records: [stored_rows]
-  std::vector<int64_t> deleted_ids;                                 // delta records: [deleted_rows]
-  std::vector<float> values;                                        // [stored_rows * cols]
-  std::vector<std::pair<std::string, std::vector<float>>> slots;    // each [stored_rows * cols]
+  std::vector<int64_t> row_ids;                                   // sparse records: [stored_rows]
+  std::vector<int64_t> deleted_ids;                               // delta records: [deleted_rows]
+  std::vector<float> values;                                      // [stored_rows * cols]
+  std::vector<std::pair<std::string, std::vector<float>>> slots;  // each [stored_rows * cols]
 };
 
 // What the MANIFEST says about one shard file.
 struct ShardFileInfo {
-  std::string name;    // file name inside the checkpoint directory, e.g. "ps-0.shard"
-  uint64_t bytes = 0;  // file size
-  uint32_t digest = 0; // the footer's digest
+  std::string name;     // file name inside the checkpoint directory, e.g. "ps-0.shard"
+  uint64_t bytes = 0;   // file size
+  uint32_t digest = 0;  // the footer's digest
 };
 
 // "ps-<i>.shard"
@@ -186,7 +186,7 @@ class ShardWriter {
   UniqueFd fd_;
   std::vector<unsigned char> buffer_;  // staging for headers, metadata and small blocks
   size_t buffered_ = 0;
-  uint64_t offset_ = 0;   // bytes of the file so far, staged ones included
+  uint64_t offset_ = 0;  // bytes of the file so far, staged ones included
   uint64_t records_ = 0;
   uint32_t digest_ = 0;
   Status error_;
@@ -199,7 +199,7 @@ struct RecordSummary {
   uint64_t offset = 0;      // of the record header in the file
   uint64_t data_bytes = 0;  // all blocks, checksums excluded
   bool data_checked = false;
-  std::string data_error;   // empty unless a data block failed its checksum
+  std::string data_error;  // empty unless a data block failed its checksum
 };
 
 struct ShardSummary {
@@ -220,8 +220,8 @@ class ShardReader {
   // the block's rows * cols floats: a span of exactly that size, or an empty span to skip
   // the block (it is still read and verified). An error status aborts the read and is
   // returned as is. On any error, memory already handed out holds unspecified data.
-  using Sink = std::function<Result<std::span<float>>(const RecordMeta& meta,
-                                                      std::string_view block)>;
+  using Sink =
+      std::function<Result<std::span<float>>(const RecordMeta& meta, std::string_view block)>;
   // Sparse records (kind 2) do not go to the Sink: `rows` gets the record's row ids
   // (verified: checksum, ascending, in range) before its blocks, then `data` gets each
   // block in pieces, in order: stored rows [first, first + data.size() / cols). A piece
@@ -256,7 +256,9 @@ class ShardReader {
     // ([range.count * cols] floats, valid until the next call), or an empty span to
     // read and verify them only. Unset: verify only. As with Sink, memory handed out holds
     // unspecified data after an error.
-    std::function<Result<std::span<float>>(const RecordMeta& meta, std::string_view block, RowRange range)> dense;
+    std::function<Result<std::span<float>>(const RecordMeta& meta, std::string_view block,
+                                           RowRange range)>
+        dense;
     SparseSink sparse;  // an unset `rows` verifies and skips sparse records
   };
 

@@ -56,8 +56,9 @@ Result<ShardReader> ShardReader::Open(std::string path) {
   unsigned char f[kFooterBytes];
   PS_RETURN_IF_ERROR(PreadAll(r.fd_.get(), f, sizeof(f), size - kFooterBytes, p));
   if (std::memcmp(f, kFooterMagic, 8) != 0 || GetU32(f + 28) != Checksum(f, 28)) {
-    return DataLoss(p + ": footer missing or corrupt (the file is truncated, has bytes "
-                        "appended, or was never committed)");
+    return DataLoss(p +
+                    ": footer missing or corrupt (the file is truncated, has bytes "
+                    "appended, or was never committed)");
   }
   if (GetU64(f + 16) != size) {
     return DataLoss(p + ": footer says " + std::to_string(GetU64(f + 16)) +
@@ -105,7 +106,8 @@ Status ShardReader::Walk(DataMode mode, const Visitor* visitor, const RecordDone
     }
     unsigned char h[kRecordHeaderBytes];
     PS_RETURN_IF_ERROR(PreadAll(fd, h, sizeof(h), off, p));
-    if (std::memcmp(h, kRecordMagic, 4) != 0) return DataLoss(AtRecord(p, i, off) + ": bad record magic");
+    if (std::memcmp(h, kRecordMagic, 4) != 0)
+      return DataLoss(AtRecord(p, i, off) + ": bad record magic");
     if (GetU32(h + 28) != Checksum(h, 28)) {
       return DataLoss(AtRecord(p, i, off) + ": record header checksum mismatch");
     }
@@ -145,8 +147,8 @@ Status ShardReader::Walk(DataMode mode, const Visitor* visitor, const RecordDone
     // A forged header can make rows * cols overflow: check before comparing sizes.
     uint64_t elements = 0;
     if (meta.stored_rows < 0 || meta.layout.cols < 0 ||
-        __builtin_mul_overflow(static_cast<uint64_t>(meta.stored_rows), static_cast<uint64_t>(meta.layout.cols),
-                               &elements) ||
+        __builtin_mul_overflow(static_cast<uint64_t>(meta.stored_rows),
+                               static_cast<uint64_t>(meta.layout.cols), &elements) ||
         elements > UINT64_MAX / sizeof(float) || num_blocks != 1 + meta.slot_names.size() ||
         block_bytes != elements * sizeof(float)) {
       return DataLoss(meta.Describe(p) + ": record header disagrees with the metadata");
@@ -166,7 +168,9 @@ Status ShardReader::Walk(DataMode mode, const Visitor* visitor, const RecordDone
         for (const RowRange& r : ranges) {
           if (is_sparse) break;  // its rows all go to the SparseSink
           if (r.first < next || r.count < 0 || r.first > meta.stored_rows - r.count) {
-            return InvalidArgument(meta.Describe(p) + ": selected rows are not ascending and disjoint within the record");
+            return InvalidArgument(
+                meta.Describe(p) +
+                ": selected rows are not ascending and disjoint within the record");
           }
           next = r.first + r.count;
         }
@@ -174,14 +178,14 @@ Status ShardReader::Walk(DataMode mode, const Visitor* visitor, const RecordDone
     }
     std::string data_error;
     uint64_t id_bytes = 0;
-    const SparseSink* sparse = mode == DataMode::kSink && visitor->sparse.rows ? &visitor->sparse : nullptr;
+    const SparseSink* sparse =
+        mode == DataMode::kSink && visitor->sparse.rows ? &visitor->sparse : nullptr;
     const bool to_sparse_sink = is_sparse && !skip_data && sparse != nullptr;
     if (is_sparse) {
       const uint64_t stored = static_cast<uint64_t>(meta.stored_rows);
       const uint64_t n = stored + static_cast<uint64_t>(meta.deleted_rows);  // ids in the record
       const uint64_t room = end - off;
-      if (n > room / 8 || n * 8 + 4 > room ||
-          num_blocks > (room - n * 8 - 4) / (block_bytes + 4)) {
+      if (n > room / 8 || n * 8 + 4 > room || num_blocks > (room - n * 8 - 4) / (block_bytes + 4)) {
         return DataLoss(meta.Describe(p) + ": " + std::to_string(n) +
                         " stored rows do not fit in the file (truncated?)");
       }
@@ -198,7 +202,8 @@ Status ShardReader::Walk(DataMode mode, const Visitor* visitor, const RecordDone
         bool order_ok = true;
         for (uint64_t k = 0; k < n && order_ok; ++k) {
           // Stored and deleted ids are each ascending.
-          order_ok = ids[k] >= 0 && ids[k] < meta.layout.rows && (k == 0 || k == stored || ids[k] > ids[k - 1]);
+          order_ok = ids[k] >= 0 && ids[k] < meta.layout.rows &&
+                     (k == 0 || k == stored || ids[k] > ids[k - 1]);
         }
         if (mode == DataMode::kSink) {
           if (!crc_ok) return DataLoss(meta.Describe(p) + ": row ids checksum mismatch");
@@ -229,14 +234,16 @@ Status ShardReader::Walk(DataMode mode, const Visitor* visitor, const RecordDone
         const uint64_t cols = static_cast<uint64_t>(meta.layout.cols);
         const uint64_t piece_rows = std::max<uint64_t>(1, kChunkBytes / 4 / cols);
         std::vector<float> piece;
-        for (uint64_t first = 0; first < static_cast<uint64_t>(meta.stored_rows); first += piece_rows) {
+        for (uint64_t first = 0; first < static_cast<uint64_t>(meta.stored_rows);
+             first += piece_rows) {
           const uint64_t n = std::min(piece_rows, static_cast<uint64_t>(meta.stored_rows) - first);
           piece.resize(n * cols);
           const size_t bytes = piece.size() * sizeof(float);
           PS_RETURN_IF_ERROR(PreadAll(fd, piece.data(), bytes, off, p));
           crc = Crc32c(crc, piece.data(), bytes);
           off += bytes;
-          if (sparse->data) PS_RETURN_IF_ERROR(sparse->data(meta, name, static_cast<int64_t>(first), piece));
+          if (sparse->data)
+            PS_RETURN_IF_ERROR(sparse->data(meta, name, static_cast<int64_t>(first), piece));
         }
       } else if (mode == DataMode::kSink && !is_sparse && visitor->dense) {
         // The selected ranges straight into the visitor's memory, the rows between them
@@ -245,24 +252,28 @@ Status ShardReader::Walk(DataMode mode, const Visitor* visitor, const RecordDone
         int64_t pos = 0;
         for (const RowRange& r : ranges) {
           if (r.count == 0) continue;
-          PS_RETURN_IF_ERROR(read_block_part(nullptr, static_cast<uint64_t>(r.first - pos) * row_bytes, &crc));
+          PS_RETURN_IF_ERROR(
+              read_block_part(nullptr, static_cast<uint64_t>(r.first - pos) * row_bytes, &crc));
           PS_ASSIGN_OR_RETURN(std::span<float> dst, visitor->dense(meta, name, r));
-          const uint64_t want = static_cast<uint64_t>(r.count) * static_cast<uint64_t>(meta.layout.cols);
+          const uint64_t want =
+              static_cast<uint64_t>(r.count) * static_cast<uint64_t>(meta.layout.cols);
           if (!dst.empty() && dst.size() != want) {
             const bool whole = r.first == 0 && r.count == meta.stored_rows;
-            return InvalidArgument(meta.Describe(p) + ": sink gave " + std::to_string(dst.size()) + " floats for " +
-                                   label +
-                                   (whole ? ", the block has "
-                                          : " rows [" + std::to_string(r.first) + ", " +
-                                                std::to_string(r.first + r.count) + "), they have ") +
+            return InvalidArgument(meta.Describe(p) + ": sink gave " + std::to_string(dst.size()) +
+                                   " floats for " + label +
+                                   (whole
+                                        ? ", the block has "
+                                        : " rows [" + std::to_string(r.first) + ", " +
+                                              std::to_string(r.first + r.count) + "), they have ") +
                                    std::to_string(want));
           }
-          PS_RETURN_IF_ERROR(read_block_part(dst.empty() ? nullptr : reinterpret_cast<unsigned char*>(dst.data()),
-                                             want * sizeof(float), &crc));
+          PS_RETURN_IF_ERROR(
+              read_block_part(dst.empty() ? nullptr : reinterpret_cast<unsigned char*>(dst.data()),
+                              want * sizeof(float), &crc));
           pos = r.first + r.count;
         }
-        PS_RETURN_IF_ERROR(
-            read_block_part(nullptr, static_cast<uint64_t>(meta.stored_rows - pos) * row_bytes, &crc));
+        PS_RETURN_IF_ERROR(read_block_part(
+            nullptr, static_cast<uint64_t>(meta.stored_rows - pos) * row_bytes, &crc));
       } else {
         PS_RETURN_IF_ERROR(read_block_part(nullptr, block_bytes, &crc));
       }
@@ -290,12 +301,16 @@ Status ShardReader::Walk(DataMode mode, const Visitor* visitor, const RecordDone
 
 Status ShardReader::ReadAll(const Sink& sink, const SparseSink* sparse) {
   Visitor v;
-  v.dense = [&sink](const RecordMeta& meta, std::string_view block, RowRange) { return sink(meta, block); };
+  v.dense = [&sink](const RecordMeta& meta, std::string_view block, RowRange) {
+    return sink(meta, block);
+  };
   if (sparse != nullptr) v.sparse = *sparse;
   return Walk(DataMode::kSink, &v, nullptr);
 }
 
-Status ShardReader::Read(const Visitor& visitor) { return Walk(DataMode::kSink, &visitor, nullptr); }
+Status ShardReader::Read(const Visitor& visitor) {
+  return Walk(DataMode::kSink, &visitor, nullptr);
+}
 
 Result<std::vector<ShardRecord>> ShardReader::ReadRecords(bool values_only) {
   std::vector<ShardRecord> out;
@@ -306,9 +321,11 @@ Result<std::vector<ShardRecord>> ShardReader::ReadRecords(bool values_only) {
     for (const auto& s : meta.slot_names) slots.emplace_back(s, std::vector<float>(n));
     return slots;
   };
-  Sink sink = [&out, values_only](const RecordMeta& meta, std::string_view block) -> Result<std::span<float>> {
+  Sink sink = [&out, values_only](const RecordMeta& meta,
+                                  std::string_view block) -> Result<std::span<float>> {
     if (out.empty() || out.back().meta.index != meta.index) {
-      out.push_back(ShardRecord{.meta = meta, .row_ids = {}, .deleted_ids = {}, .values = {}, .slots = {}});
+      out.push_back(
+          ShardRecord{.meta = meta, .row_ids = {}, .deleted_ids = {}, .values = {}, .slots = {}});
     }
     ShardRecord& r = out.back();
     const auto n = static_cast<size_t>(meta.elements());
@@ -326,14 +343,21 @@ Result<std::vector<ShardRecord>> ShardReader::ReadRecords(bool values_only) {
       out.back().row_ids.assign(ids.begin(), ids.end());
       return Status::Ok();
     }
-    ShardRecord r{.meta = meta, .row_ids = {ids.begin(), ids.end()}, .deleted_ids = {}, .values = {},
+    ShardRecord r{.meta = meta,
+                  .row_ids = {ids.begin(), ids.end()},
+                  .deleted_ids = {},
+                  .values = {},
                   .slots = slots_of(meta, static_cast<size_t>(meta.elements()))};
     r.values.resize(static_cast<size_t>(meta.elements()));
     out.push_back(std::move(r));
     return Status::Ok();
   };
-  sparse.deleted = [&out, &slots_of](const RecordMeta& meta, std::span<const int64_t> ids) -> Status {
-    ShardRecord r{.meta = meta, .row_ids = {}, .deleted_ids = {ids.begin(), ids.end()}, .values = {},
+  sparse.deleted = [&out, &slots_of](const RecordMeta& meta,
+                                     std::span<const int64_t> ids) -> Status {
+    ShardRecord r{.meta = meta,
+                  .row_ids = {},
+                  .deleted_ids = {ids.begin(), ids.end()},
+                  .values = {},
                   .slots = slots_of(meta, static_cast<size_t>(meta.elements()))};
     r.values.resize(static_cast<size_t>(meta.elements()));
     out.push_back(std::move(r));
@@ -355,11 +379,17 @@ Result<std::vector<ShardRecord>> ShardReader::ReadRecords(bool values_only) {
   // A sparse record without stored rows never reaches a sink; pick it up here.
   RecordDone done = [&out, &slots_of](const RecordMeta& meta, uint64_t, uint64_t, std::string) {
     if (out.empty() || out.back().meta.index != meta.index) {
-      out.push_back(ShardRecord{.meta = meta, .row_ids = {}, .deleted_ids = {}, .values = {}, .slots = slots_of(meta, 0)});
+      out.push_back(ShardRecord{.meta = meta,
+                                .row_ids = {},
+                                .deleted_ids = {},
+                                .values = {},
+                                .slots = slots_of(meta, 0)});
     }
   };
   Visitor v;
-  v.dense = [&sink](const RecordMeta& meta, std::string_view block, RowRange) { return sink(meta, block); };
+  v.dense = [&sink](const RecordMeta& meta, std::string_view block, RowRange) {
+    return sink(meta, block);
+  };
   v.sparse = std::move(sparse);
   PS_RETURN_IF_ERROR(Walk(DataMode::kSink, &v, done));
   return out;
@@ -376,8 +406,7 @@ Result<ShardSummary> ShardReader::Summarize(bool verify_data) {
                                       std::string error) {
     s.records.push_back(RecordSummary{meta, offset, bytes, verify_data, std::move(error)});
   };
-  PS_RETURN_IF_ERROR(
-      Walk(verify_data ? DataMode::kVerifyCollect : DataMode::kSkip, nullptr, done));
+  PS_RETURN_IF_ERROR(Walk(verify_data ? DataMode::kVerifyCollect : DataMode::kSkip, nullptr, done));
   return s;
 }
 

@@ -121,8 +121,8 @@ Status ShardWriter::Append(const ShardRecordView& r) {
   const cluster::ShardLayout& l = r.layout;
   const bool sparse = l.lazy || r.delta;
   const int64_t stored_rows = sparse ? static_cast<int64_t>(r.row_ids.size()) : l.rows;
-  const std::string what = path_ + ": record " + std::to_string(records_) + " (var " + Quote(l.var) +
-                           " shard " + std::to_string(l.shard) + ")";
+  const std::string what = path_ + ": record " + std::to_string(records_) + " (var " +
+                           Quote(l.var) + " shard " + std::to_string(l.shard) + ")";
   if (std::string problem = CheckRecord(l, slot_names, stored_rows); !problem.empty()) {
     return InvalidArgument(what + ": " + problem);
   }
@@ -138,7 +138,8 @@ Status ShardWriter::Append(const ShardRecordView& r) {
   if (!r.deleted_ids.empty() && (!r.delta || !l.lazy)) {
     return InvalidArgument(what + ": deleted_ids need a delta record of a lazy shard");
   }
-  if (!ascending(r.deleted_ids)) return InvalidArgument(what + ": deleted_ids must be strictly ascending in [0, rows)");
+  if (!ascending(r.deleted_ids))
+    return InvalidArgument(what + ": deleted_ids must be strictly ascending in [0, rows)");
   const bool gathered = sparse && r.gather != nullptr;
   const auto elements = static_cast<uint64_t>(stored_rows * l.cols);
   if (!gathered && r.values.size() != elements) {
@@ -148,8 +149,8 @@ Status ShardWriter::Append(const ShardRecordView& r) {
   for (const auto& [name, span] : r.slots) {
     if (!gathered && span.size() != elements) {
       return InvalidArgument(what + ": slot " + Quote(name) + " has " +
-                             std::to_string(span.size()) + " floats, rows * cols = " +
-                             std::to_string(elements));
+                             std::to_string(span.size()) +
+                             " floats, rows * cols = " + std::to_string(elements));
     }
   }
 
@@ -184,7 +185,8 @@ Status ShardWriter::Append(const ShardRecordView& r) {
   std::vector<float> piece;
   auto put_gathered = [&](size_t block) -> Status {
     const size_t cols = static_cast<size_t>(l.cols);
-    const size_t piece_rows = std::max<size_t>(1, kChunkBytes / sizeof(float) / std::max<size_t>(cols, 1));
+    const size_t piece_rows =
+        std::max<size_t>(1, kChunkBytes / sizeof(float) / std::max<size_t>(cols, 1));
     uint32_t crc = 0;
     for (size_t first = 0; first < r.row_ids.size() && cols > 0; first += piece_rows) {
       const size_t n = std::min(piece_rows, r.row_ids.size() - first);
@@ -202,7 +204,8 @@ Status ShardWriter::Append(const ShardRecordView& r) {
   if (st.ok() && sparse) {
     const size_t id_bytes = r.row_ids.size() * sizeof(int64_t);
     const size_t deleted_bytes = r.deleted_ids.size() * sizeof(int64_t);
-    uint32_t crc = MaskedCrc32c(Crc32c(Crc32c(0, r.row_ids.data(), id_bytes), r.deleted_ids.data(), deleted_bytes));
+    uint32_t crc = MaskedCrc32c(
+        Crc32c(Crc32c(0, r.row_ids.data(), id_bytes), r.deleted_ids.data(), deleted_bytes));
     digest = ExtendDigest(digest, crc);
     st = Put(r.row_ids.data(), id_bytes);
     if (st.ok() && deleted_bytes > 0) st = Put(r.deleted_ids.data(), deleted_bytes);

@@ -50,16 +50,23 @@ Status AppendDelta(ShardWriter* writer, const server::ShardView& shard, uint32_t
     }
   }
   if (ids.empty() && deleted.empty()) return Status::Ok();
-  ShardRecordView rec{.layout = shard.def.layout, .values = {}, .slots = {}, .row_ids = ids, .gather = {},
-                      .delta = true, .deleted_ids = deleted};
-  for (const auto& [name, span] : shard.slots) rec.slots.emplace_back(name, std::span<const float>());
+  ShardRecordView rec{.layout = shard.def.layout,
+                      .values = {},
+                      .slots = {},
+                      .row_ids = ids,
+                      .gather = {},
+                      .delta = true,
+                      .deleted_ids = deleted};
+  for (const auto& [name, span] : shard.slots)
+    rec.slots.emplace_back(name, std::span<const float>());
   rec.gather = [&](size_t block, size_t first, std::span<float> out) {
     for (size_t i = 0; i < out.size() / cols; ++i) {
       std::span<const float> row;
       if (shard.def.layout.lazy) {
         row = shard.row(index[first + i], block);
       } else {
-        const std::span<const float> all = block == 0 ? shard.values : shard.slots[block - 1].second;
+        const std::span<const float> all =
+            block == 0 ? shard.values : shard.slots[block - 1].second;
         row = all.subspan(static_cast<size_t>(ids[first + i]) * cols, cols);
       }
       std::copy(row.begin(), row.end(), out.begin() + static_cast<std::ptrdiff_t>(i * cols));
@@ -70,8 +77,8 @@ Status AppendDelta(ShardWriter* writer, const server::ShardView& shard, uint32_t
 
 }  // namespace
 
-Result<ShardFileInfo> WriteStoreFile(const Store& store, const std::string& path, int ps_index, int64_t global_step,
-                                     std::optional<uint32_t> changed_since) {
+Result<ShardFileInfo> WriteStoreFile(const Store& store, const std::string& path, int ps_index,
+                                     int64_t global_step, std::optional<uint32_t> changed_since) {
   PS_ASSIGN_OR_RETURN(ShardWriter writer, ShardWriter::Create(path, ps_index, global_step));
   Status st;
   store.ForEachShard([&](const server::ShardView& shard) {
@@ -80,8 +87,13 @@ Result<ShardFileInfo> WriteStoreFile(const Store& store, const std::string& path
       st = AppendDelta(&writer, shard, *changed_since);
       return;
     }
-    ShardRecordView rec{
-        .layout = shard.def.layout, .values = shard.values, .slots = shard.slots, .row_ids = {}, .gather = {}, .delta = false, .deleted_ids = {}};
+    ShardRecordView rec{.layout = shard.def.layout,
+                        .values = shard.values,
+                        .slots = shard.slots,
+                        .row_ids = {},
+                        .gather = {},
+                        .delta = false,
+                        .deleted_ids = {}};
     if (shard.def.layout.lazy) {
       rec.row_ids = shard.row_ids;
       const auto cols = static_cast<size_t>(shard.def.layout.cols);
@@ -127,7 +139,8 @@ struct Part {
 // nullopt when it records none, or in a form this build does not know: read every file.
 // Only an optimisation: the placement is not checksummed, so RestoreStore reads the other
 // files too before it calls a row missing.
-std::optional<std::set<int>> FilesWithRows(const Manifest& m, const std::map<std::string, std::vector<Target>>& targets) {
+std::optional<std::set<int>> FilesWithRows(
+    const Manifest& m, const std::map<std::string, std::vector<Target>>& targets) {
   auto vars = m.extra.find("variables");
   if (vars == m.extra.end() || !vars->is_array()) return std::nullopt;
   std::set<int> files;
@@ -139,7 +152,8 @@ std::optional<std::set<int>> FilesWithRows(const Manifest& m, const std::map<std
     auto t = targets.find(v["name"].get<std::string>());
     for (const Json& s : v["shards"]) {
       if (!s.is_object() || !s.contains("ps") || !s.contains("row_begin") || !s.contains("rows") ||
-          !s["ps"].is_number_integer() || !s["row_begin"].is_number_integer() || !s["rows"].is_number_integer()) {
+          !s["ps"].is_number_integer() || !s["row_begin"].is_number_integer() ||
+          !s["rows"].is_number_integer()) {
         return std::nullopt;
       }
       const int64_t ps = s["ps"].get<int64_t>();
@@ -180,7 +194,8 @@ class Restorer {
       targets_[def.layout.var].push_back(Target{std::move(def), {}});
     }
     for (auto& [var, list] : targets_) {
-      std::sort(list.begin(), list.end(), [](const Target& a, const Target& b) { return a.begin() < b.begin(); });
+      std::sort(list.begin(), list.end(),
+                [](const Target& a, const Target& b) { return a.begin() < b.begin(); });
     }
     return Status::Ok();
   }
@@ -197,10 +212,16 @@ class Restorer {
     v.dense = [this](const RecordMeta& meta, std::string_view block, RowRange range) {
       return Dense(meta, block, range);
     };
-    v.sparse.rows = [this](const RecordMeta& meta, std::span<const int64_t> ids) { return SparseRows(meta, ids); };
-    v.sparse.deleted = [this](const RecordMeta& meta, std::span<const int64_t> ids) { return Deleted(meta, ids); };
+    v.sparse.rows = [this](const RecordMeta& meta, std::span<const int64_t> ids) {
+      return SparseRows(meta, ids);
+    };
+    v.sparse.deleted = [this](const RecordMeta& meta, std::span<const int64_t> ids) {
+      return Deleted(meta, ids);
+    };
     v.sparse.data = [this](const RecordMeta& meta, std::string_view block, int64_t first,
-                           std::span<const float> data) { return SparseData(meta, block, first, data); };
+                           std::span<const float> data) {
+      return SparseData(meta, block, first, data);
+    };
     Status st = reader.Read(v);
     Close();
     ++stats_->files_read;
@@ -262,7 +283,8 @@ class Restorer {
     if (!ranges) return Status::Ok();
     const auto cols = static_cast<size_t>(meta.layout.cols);
     std::vector<std::pair<std::string_view, std::span<const float>>> blocks{{"values", rec.values}};
-    for (const auto& [name, data] : rec.slots) blocks.emplace_back(name, data);  // none when read values-only
+    for (const auto& [name, data] : rec.slots)
+      blocks.emplace_back(name, data);  // none when read values-only
     if (!meta.layout.lazy && !meta.delta) {
       for (const auto& [name, data] : blocks) {
         for (const RowRange& r : *ranges) {
@@ -273,7 +295,9 @@ class Restorer {
           if (dst.size() != n || data.size() < (static_cast<size_t>(r.first) * cols) + n) {
             return Internal(meta.Describe(path_) + ": " + std::string(name) + " rows do not fit");
           }
-          std::copy_n(data.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(r.first) * cols), n, dst.begin());
+          std::copy_n(
+              data.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(r.first) * cols), n,
+              dst.begin());
         }
       }
       return Status::Ok();
@@ -296,11 +320,14 @@ class Restorer {
     const cluster::ShardLayout& mine = it->second.front().def.layout;
     const std::string where = meta.Describe(path_) + ": variable \"" + rec.var + "\"";
     if (rec.full_shape != mine.full_shape) {
-      return FailedPrecondition(where + " has shape " + cluster::ShapeString(rec.full_shape) + " in the checkpoint and " +
-                                cluster::ShapeString(mine.full_shape) + " in this job (was the model changed?)");
+      return FailedPrecondition(where + " has shape " + cluster::ShapeString(rec.full_shape) +
+                                " in the checkpoint and " + cluster::ShapeString(mine.full_shape) +
+                                " in this job (was the model changed?)");
     }
     if (rec.lazy != mine.lazy) {
-      return FailedPrecondition(where + (rec.lazy ? " is lazy in the checkpoint and dense" : " is dense in the checkpoint and lazy") +
+      return FailedPrecondition(where +
+                                (rec.lazy ? " is lazy in the checkpoint and dense"
+                                          : " is dense in the checkpoint and lazy") +
                                 " in this job (was the model's \"lazy\" setting changed?)");
     }
     // Another optimizer wrote the checkpoint: its slots this store lacks are read and
@@ -312,7 +339,8 @@ class Restorer {
         if (!HasSlot(name)) stats_->slots_dropped.insert(name);
       }
       for (const std::string& name : slots_) {
-        if (std::find(meta.slot_names.begin(), meta.slot_names.end(), name) == meta.slot_names.end()) {
+        if (std::find(meta.slot_names.begin(), meta.slot_names.end(), name) ==
+            meta.slot_names.end()) {
           missing.push_back(name);
           stats_->slots_initialised.insert(name);
         }
@@ -327,8 +355,8 @@ class Restorer {
       if (b >= e) continue;
       for (const auto& [cb, ce] : t.covered) {
         if (!meta.delta && cb < e && b < ce) {  // a delta's rows overwrite the base's
-          return DataLoss(meta.Describe(path_) + ": rows [" + std::to_string(std::max(b, cb)) + ", " +
-                          std::to_string(std::min(e, ce)) + ") of " + t.def.layout.Name() +
+          return DataLoss(meta.Describe(path_) + ": rows [" + std::to_string(std::max(b, cb)) +
+                          ", " + std::to_string(std::min(e, ce)) + ") of " + t.def.layout.Name() +
                           " are in two records of the checkpoint");
         }
       }
@@ -336,7 +364,8 @@ class Restorer {
       if (!missing.empty() && !t.def.layout.lazy) {
         PS_ASSIGN_OR_RETURN(Store::ShardFill * fill, Open(&t));
         for (const std::string& name : missing) {
-          PS_RETURN_IF_ERROR(fill->InitSlot(name, b - t.begin(), e - b).WithContext(meta.Describe(path_)));
+          PS_RETURN_IF_ERROR(
+              fill->InitSlot(name, b - t.begin(), e - b).WithContext(meta.Describe(path_)));
         }
       }
       parts_.push_back(Part{&t, RowRange{b - rb, e - b}, 0, {}, {}});
@@ -370,12 +399,14 @@ class Restorer {
   }
 
   Result<std::span<float>> Dense(const RecordMeta& meta, std::string_view block, RowRange range) {
-    auto part = std::find_if(parts_.begin(), parts_.end(), [&](const Part& p) { return p.rows.first == range.first; });
+    auto part = std::find_if(parts_.begin(), parts_.end(),
+                             [&](const Part& p) { return p.rows.first == range.first; });
     if (part == parts_.end()) return Internal(meta.Describe(path_) + ": rows not selected");
     Target* t = part->target;
     PS_ASSIGN_OR_RETURN(Store::ShardFill * fill, Open(t));
     const auto cols = static_cast<size_t>(t->def.layout.cols);
-    const auto offset = static_cast<size_t>(meta.layout.row_begin + range.first - t->begin()) * cols;
+    const auto offset =
+        static_cast<size_t>(meta.layout.row_begin + range.first - t->begin()) * cols;
     const auto n = static_cast<size_t>(range.count) * cols;
     if (block == "values") return fill->values().subspan(offset, n);
     if (skip_slots_ || !HasSlot(block)) return std::span<float>();  // read and verified, not stored
@@ -390,7 +421,8 @@ class Restorer {
     auto first = std::lower_bound(ids.begin(), ids.end(), part.rows.first);
     auto last = std::lower_bound(first, ids.end(), part.rows.first + part.rows.count);
     part.stored_first = first - ids.begin();
-    const int64_t shift = meta.layout.row_begin - part.target->begin();  // record-local id -> target-local
+    const int64_t shift =
+        meta.layout.row_begin - part.target->begin();  // record-local id -> target-local
     std::vector<int64_t> local;
     for (auto id = first; id != last; ++id) local.push_back(*id + shift);
     return local;
@@ -404,7 +436,8 @@ class Restorer {
         continue;
       }
       PS_ASSIGN_OR_RETURN(Store::ShardFill * fill, Open(part.target));
-      Status st = meta.delta ? fill->UpsertRows(local, &part.created) : fill->CreateRows(local, &part.created);
+      Status st = meta.delta ? fill->UpsertRows(local, &part.created)
+                             : fill->CreateRows(local, &part.created);
       PS_RETURN_IF_ERROR(st.WithContext(meta.Describe(path_)));
     }
     return Status::Ok();
@@ -420,13 +453,16 @@ class Restorer {
     return Status::Ok();
   }
 
-  Status SparseData(const RecordMeta& meta, std::string_view block, int64_t first, std::span<const float> data) {
-    if (block != "values" && (skip_slots_ || !HasSlot(block))) return Status::Ok();  // verified by the reader, not stored
+  Status SparseData(const RecordMeta& meta, std::string_view block, int64_t first,
+                    std::span<const float> data) {
+    if (block != "values" && (skip_slots_ || !HasSlot(block)))
+      return Status::Ok();  // verified by the reader, not stored
     const auto cols = static_cast<size_t>(meta.layout.cols);
     const int64_t n = static_cast<int64_t>(data.size() / cols);
     const bool dense = meta.delta && !meta.layout.lazy;
     for (Part& part : parts_) {
-      const auto stored = static_cast<int64_t>(dense ? part.dense_rows.size() : part.created.size());
+      const auto stored =
+          static_cast<int64_t>(dense ? part.dense_rows.size() : part.created.size());
       const int64_t b = std::max(first, part.stored_first);
       const int64_t e = std::min(first + n, part.stored_first + stored);
       if (b >= e) continue;
@@ -439,9 +475,11 @@ class Restorer {
           dst = *slot;
         }
         for (int64_t i = b; i < e; ++i) {
-          const auto row = static_cast<size_t>(part.dense_rows[static_cast<size_t>(i - part.stored_first)]);
-          std::copy_n(data.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(i - first) * cols), cols,
-                      dst.begin() + static_cast<std::ptrdiff_t>(row * cols));
+          const auto row =
+              static_cast<size_t>(part.dense_rows[static_cast<size_t>(i - part.stored_first)]);
+          std::copy_n(
+              data.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(i - first) * cols),
+              cols, dst.begin() + static_cast<std::ptrdiff_t>(row * cols));
         }
         continue;
       }
@@ -453,7 +491,9 @@ class Restorer {
     return Status::Ok();
   }
 
-  bool HasSlot(std::string_view name) const { return std::binary_search(slots_.begin(), slots_.end(), name); }
+  bool HasSlot(std::string_view name) const {
+    return std::binary_search(slots_.begin(), slots_.end(), name);
+  }
 
   Store* store_;
   RestoreStats* stats_;
@@ -482,7 +522,8 @@ Status ReadDeltas(Restorer& restorer, std::span<const CheckpointInfo> deltas, Re
 
 }  // namespace
 
-Status RestoreStore(Store* store, const CheckpointInfo& c, RestoreStats* stats, RestoreSlots slots) {
+Status RestoreStore(Store* store, const CheckpointInfo& c, RestoreStats* stats,
+                    RestoreSlots slots) {
   RestoreStats local;
   RestoreStats& s = stats != nullptr ? *stats : local;
   s = RestoreStats{};
@@ -509,19 +550,22 @@ Status RestoreStore(Store* store, const CheckpointInfo& c, RestoreStats* stats, 
 }
 
 Result<DeltaRecords> ReadDelta(const CheckpointInfo& delta, RestoreSlots slots) {
-  DeltaRecords out{.checkpoint = {delta.global_step, delta.dir, delta.manifest, {}}, .paths = {}, .files = {}};
+  DeltaRecords out{
+      .checkpoint = {delta.global_step, delta.dir, delta.manifest, {}}, .paths = {}, .files = {}};
   for (int ps = 0; ps < static_cast<int>(delta.manifest.shards.size()); ++ps) {
     const ShardFileInfo& info = delta.manifest.shards[static_cast<size_t>(ps)];
     out.paths.push_back(delta.dir + "/" + info.name);
     PS_ASSIGN_OR_RETURN(ShardReader reader, ShardReader::Open(out.paths.back()));
     PS_RETURN_IF_ERROR(CheckAgainstManifest(reader, info, ps, delta.global_step));
-    PS_ASSIGN_OR_RETURN(auto records, reader.ReadRecords(/*values_only=*/slots == RestoreSlots::kSkip));
+    PS_ASSIGN_OR_RETURN(auto records,
+                        reader.ReadRecords(/*values_only=*/slots == RestoreSlots::kSkip));
     out.files.push_back(std::move(records));
   }
   return out;
 }
 
-Status ApplyDeltas(Store* store, std::span<const DeltaRecords> deltas, RestoreStats* stats, RestoreSlots slots) {
+Status ApplyDeltas(Store* store, std::span<const DeltaRecords> deltas, RestoreStats* stats,
+                   RestoreSlots slots) {
   RestoreStats local;
   RestoreStats& s = stats != nullptr ? *stats : local;
   s = RestoreStats{};

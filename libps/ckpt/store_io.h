@@ -20,8 +20,8 @@ namespace ps::ckpt {
 // created rows, as a sparse record) to
 // <model_dir>/ckpt-<step>/ps-<ps_index>.shard (tmp + fsync + rename). Training must be
 // paused: each shard is read under its locks, but shards are read one after another.
-Result<ShardFileInfo> SaveStore(const ps::server::Store& store, const std::string& model_dir, int ps_index,
-                                int64_t global_step);
+Result<ShardFileInfo> SaveStore(const ps::server::Store& store, const std::string& model_dir,
+                                int ps_index, int64_t global_step);
 // The same into the shard file `path` (tmp + fsync + rename), wherever it is: SaveStore
 // and the serving bundle (libps/serving) write stores through this one function. A store
 // configured without optimizer slots (plain SGD) writes records without slot blocks.
@@ -30,8 +30,9 @@ Result<ShardFileInfo> SaveStore(const ps::server::Store& store, const std::strin
 // checkpoint whose change epoch ended at *changed_since (Store::BeginEpoch) is written:
 // per shard one kind-3 record of its rows stamped later and (lazy) the rows evicted
 // later, as deleted; a shard with neither gets no record.
-Result<ShardFileInfo> WriteStoreFile(const ps::server::Store& store, const std::string& path, int ps_index,
-                                     int64_t global_step, std::optional<uint32_t> changed_since = std::nullopt);
+Result<ShardFileInfo> WriteStoreFile(const ps::server::Store& store, const std::string& path,
+                                     int ps_index, int64_t global_step,
+                                     std::optional<uint32_t> changed_since = std::nullopt);
 
 // What RestoreStore reads of each record.
 enum class RestoreSlots {
@@ -91,8 +92,8 @@ struct RestoreStats {
 // Then each of checkpoint.deltas, in order, is applied on top (shard_file.h: kind-3
 // records), with the same checks of the files against their MANIFEST; stats count the
 // files and records of the base and every delta.
-Status RestoreStore(ps::server::Store* store, const CheckpointInfo& checkpoint, RestoreStats* stats = nullptr,
-                    RestoreSlots slots = RestoreSlots::kAll);
+Status RestoreStore(ps::server::Store* store, const CheckpointInfo& checkpoint,
+                    RestoreStats* stats = nullptr, RestoreSlots slots = RestoreSlots::kAll);
 
 // A delta checkpoint's records, read into memory by ReadDelta so that ApplyDeltas can
 // write them without touching the disk (a serving bundle's refresh reads beside its
@@ -107,7 +108,8 @@ struct DeltaRecords {
 // index, step) and every checksum verified (DataLoss naming the file), as
 // VerifyCheckpoint(kFull) does. With RestoreSlots::kSkip the slot blocks are verified and
 // not kept (memory: the delta's values).
-Result<DeltaRecords> ReadDelta(const CheckpointInfo& delta, RestoreSlots slots = RestoreSlots::kAll);
+Result<DeltaRecords> ReadDelta(const CheckpointInfo& delta,
+                               RestoreSlots slots = RestoreSlots::kAll);
 
 // Applies `deltas` (ReadDelta's, of one chain, oldest first) on top of what `store`
 // holds, exactly as RestoreStore applies a checkpoint's deltas after its base (the same
@@ -118,7 +120,7 @@ Result<DeltaRecords> ReadDelta(const CheckpointInfo& delta, RestoreSlots slots =
 // before the call, with it true part of a delta. The serving bundle's refresh
 // (libps/serving) calls it while no batch is being scored; each shard is written under
 // all its stripe locks (Store::ShardFill) all the same.
-Status ApplyDeltas(ps::server::Store* store, std::span<const DeltaRecords> deltas, RestoreStats* stats = nullptr,
-                   RestoreSlots slots = RestoreSlots::kAll);
+Status ApplyDeltas(ps::server::Store* store, std::span<const DeltaRecords> deltas,
+                   RestoreStats* stats = nullptr, RestoreSlots slots = RestoreSlots::kAll);
 
 }  // namespace ps::ckpt

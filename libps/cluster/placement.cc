@@ -87,15 +87,16 @@ Result<int> NumShards(const PartitionerSpec& spec, std::span<const int64_t> shap
       return 1;
     case PartitionerSpec::kFixed: {
       if (spec.num_shards < 1) {
-        return InvalidArgument("fixed partitioner: num_shards " +
-                               std::to_string(spec.num_shards) + " must be >= 1");
+        return InvalidArgument("fixed partitioner: num_shards " + std::to_string(spec.num_shards) +
+                               " must be >= 1");
       }
       return static_cast<int>(std::min<int64_t>(spec.num_shards, rc.rows));
     }
     case PartitionerSpec::kMinSize: {
       if (spec.min_shard_bytes < 1 || spec.max_shards < 1) {
-        return InvalidArgument("min_size partitioner: min_shard_bytes and max_shards must be "
-                               ">= 1");
+        return InvalidArgument(
+            "min_size partitioner: min_shard_bytes and max_shards must be "
+            ">= 1");
       }
       const int64_t wanted = CeilDiv(rc.total_bytes, spec.min_shard_bytes);
       return static_cast<int>(
@@ -103,15 +104,18 @@ Result<int> NumShards(const PartitionerSpec& spec, std::span<const int64_t> shap
     }
     case PartitionerSpec::kMaxSize: {
       if (spec.max_shard_bytes < 1 || spec.max_shards < 0) {
-        return InvalidArgument("max_size partitioner: max_shard_bytes must be >= 1 and "
-                               "max_shards >= 0");
+        return InvalidArgument(
+            "max_size partitioner: max_shard_bytes must be >= 1 and "
+            "max_shards >= 0");
       }
       const int64_t rows_per_shard = std::max<int64_t>(1, spec.max_shard_bytes / rc.row_bytes);
       int64_t shards = CeilDiv(rc.rows, rows_per_shard);
       if (spec.max_shards > 0) shards = std::min<int64_t>(shards, spec.max_shards);
       if (shards > INT_MAX) {
-        return InvalidArgument("shape " + ShapeString(shape) + ": max_size partitioner would "
-                               "create " + std::to_string(shards) + " shards");
+        return InvalidArgument("shape " + ShapeString(shape) +
+                               ": max_size partitioner would "
+                               "create " +
+                               std::to_string(shards) + " shards");
       }
       return static_cast<int>(shards);
     }
@@ -186,15 +190,19 @@ Json PartitionerToJson(const PartitionerSpec& spec) {
 
 const char* PlacementStrategyName(PlacementStrategy strategy) {
   switch (strategy) {
-    case PlacementStrategy::kRoundRobin: return "round_robin";
-    case PlacementStrategy::kGreedyBytes: return "greedy_bytes";
-    case PlacementStrategy::kBalanced: return "balanced";
+    case PlacementStrategy::kRoundRobin:
+      return "round_robin";
+    case PlacementStrategy::kGreedyBytes:
+      return "greedy_bytes";
+    case PlacementStrategy::kBalanced:
+      return "balanced";
   }
   return "unknown";
 }
 
 std::optional<PlacementStrategy> ParsePlacementStrategy(std::string_view name) {
-  for (auto s : {PlacementStrategy::kRoundRobin, PlacementStrategy::kGreedyBytes, PlacementStrategy::kBalanced}) {
+  for (auto s : {PlacementStrategy::kRoundRobin, PlacementStrategy::kGreedyBytes,
+                 PlacementStrategy::kBalanced}) {
     if (name == PlacementStrategyName(s)) return s;
   }
   return std::nullopt;
@@ -211,8 +219,7 @@ Result<std::vector<ShardPlacement>> Place(std::span<const VarShape> vars,
                                           const PartitionerSpec& partitioner, int num_ps,
                                           PlacementStrategy strategy) {
   if (num_ps < 1) {
-    return InvalidArgument("placement needs at least one ps task, got " +
-                           std::to_string(num_ps));
+    return InvalidArgument("placement needs at least one ps task, got " + std::to_string(num_ps));
   }
   // Shards per variable: the partitioner's, or kBalanced's split of the heaviest ones.
   std::vector<int> shards(vars.size());
@@ -235,7 +242,8 @@ Result<std::vector<ShardPlacement>> Place(std::span<const VarShape> vars,
                         ? std::numeric_limits<int64_t>::max()
                         : total_traffic + traffic[v];
   }
-  if (strategy == PlacementStrategy::kBalanced && partitioner.kind == PartitionerSpec::kNone && num_ps > 1) {
+  if (strategy == PlacementStrategy::kBalanced && partitioner.kind == PartitionerSpec::kNone &&
+      num_ps > 1) {
     const int64_t share = std::max<int64_t>(1, CeilDiv(total_traffic, num_ps));
     for (size_t v = 0; v < vars.size(); ++v) {
       if (traffic[v] <= share) continue;
@@ -245,8 +253,8 @@ Result<std::vector<ShardPlacement>> Place(std::span<const VarShape> vars,
   }
 
   std::vector<ShardPlacement> out;
-  std::vector<int64_t> bytes;        // [out.size()] held
-  std::vector<int64_t> step_bytes;   // [out.size()] traffic per step
+  std::vector<int64_t> bytes;       // [out.size()] held
+  std::vector<int64_t> step_bytes;  // [out.size()] traffic per step
   for (size_t v = 0; v < vars.size(); ++v) {
     const VarShape& var = vars[v];
     const int n = shards[v];
@@ -290,8 +298,9 @@ Result<std::vector<ShardPlacement>> Place(std::span<const VarShape> vars,
   for (size_t i : order) {
     size_t best = 0;
     for (size_t p = 1; p < load.size(); ++p) {
-      const bool less = by_traffic ? (busy[p] < busy[best] || (busy[p] == busy[best] && load[p] < load[best]))
-                                   : load[p] < load[best];
+      const bool less =
+          by_traffic ? (busy[p] < busy[best] || (busy[p] == busy[best] && load[p] < load[best]))
+                     : load[p] < load[best];
       if (less) best = p;
     }
     out[i].ps = static_cast<int>(best);
@@ -304,8 +313,9 @@ Result<std::vector<ShardPlacement>> Place(std::span<const VarShape> vars,
 namespace {
 // Sums per_shard(variable, shard layout) over the shards each ps holds.
 template <typename PerShard>
-std::vector<int64_t> SumPerPs(std::span<const VarShape> vars, std::span<const ShardPlacement> placement,
-                              int num_ps, PerShard per_shard) {
+std::vector<int64_t> SumPerPs(std::span<const VarShape> vars,
+                              std::span<const ShardPlacement> placement, int num_ps,
+                              PerShard per_shard) {
   std::map<std::string, const VarShape*, std::less<>> by_name;
   for (const VarShape& v : vars) by_name.emplace(v.name, &v);
   std::vector<int64_t> out(static_cast<size_t>(std::max(num_ps, 0)), 0);

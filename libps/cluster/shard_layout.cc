@@ -17,14 +17,15 @@ Status ValidateShardLayout(const ShardLayout& l) {
   using std::to_string;
   if (l.var.empty()) return InvalidArgument("shard layout: var must not be empty");
   if (l.var.size() > kMaxVarNameBytes) {
-    return InvalidArgument("shard layout: var is " + to_string(l.var.size()) + " bytes, more than " +
-                           to_string(kMaxVarNameBytes));
+    return InvalidArgument("shard layout: var is " + to_string(l.var.size()) +
+                           " bytes, more than " + to_string(kMaxVarNameBytes));
   }
   const std::string name = l.Name();
   auto bad = [&name](const std::string& problem) { return InvalidArgument(name + ": " + problem); };
   if (l.num_shards < 1) return bad("num_shards " + to_string(l.num_shards) + " must be >= 1");
   if (l.shard < 0 || l.shard >= l.num_shards) {
-    return bad("shard " + to_string(l.shard) + " is outside [0, num_shards " + to_string(l.num_shards) + ")");
+    return bad("shard " + to_string(l.shard) + " is outside [0, num_shards " +
+               to_string(l.num_shards) + ")");
   }
   if (l.row_begin < 0) return bad("row_begin " + to_string(l.row_begin) + " must be >= 0");
   if (l.rows <= 0 || l.cols <= 0) {
@@ -33,15 +34,16 @@ Status ValidateShardLayout(const ShardLayout& l) {
   if (l.lazy) {
     if (l.full_shape.empty()) return bad("lazy: a lazy shard needs a variable of rank >= 1");
     if (l.rows > kMaxLazyRows || l.cols > kMaxLazyCols) {
-      return bad("lazy: a lazy shard has at most 2^40 rows of 2^24 columns, got " + to_string(l.rows) + " x " +
-                 to_string(l.cols));
+      return bad("lazy: a lazy shard has at most 2^40 rows of 2^24 columns, got " +
+                 to_string(l.rows) + " x " + to_string(l.cols));
     }
   } else if (l.cols > kMaxShardElements / l.rows) {
     return bad("rows x cols: " + to_string(l.rows) + " x " + to_string(l.cols) +
                " elements is more than 2^40");
   }
   if (l.full_shape.size() > kMaxRank) {
-    return bad("full_shape has rank " + to_string(l.full_shape.size()) + ", more than " + to_string(kMaxRank));
+    return bad("full_shape has rank " + to_string(l.full_shape.size()) + ", more than " +
+               to_string(kMaxRank));
   }
   if (l.full_shape.empty()) {
     if (l.num_shards != 1 || l.row_begin != 0 || l.rows != 1 || l.cols != 1) {
@@ -60,10 +62,11 @@ Status ValidateShardLayout(const ShardLayout& l) {
   if (cols != l.cols) {
     return bad("cols " + to_string(l.cols) + " != product of full_shape[1:] = " + to_string(cols));
   }
-  if (l.row_begin > l.full_shape[0] - l.rows) {  // row_begin + rows > full_shape[0], without overflow
+  if (l.row_begin >
+      l.full_shape[0] - l.rows) {  // row_begin + rows > full_shape[0], without overflow
     const uint64_t end = static_cast<uint64_t>(l.row_begin) + static_cast<uint64_t>(l.rows);
-    return bad("rows [" + to_string(l.row_begin) + ", " + to_string(end) + ") exceed full_shape[0] = " +
-               to_string(l.full_shape[0]));
+    return bad("rows [" + to_string(l.row_begin) + ", " + to_string(end) +
+               ") exceed full_shape[0] = " + to_string(l.full_shape[0]));
   }
   return Status::Ok();
 }

@@ -25,12 +25,12 @@ inline constexpr int64_t kMaxLazyRows = int64_t{1} << 40;
 inline constexpr int64_t kMaxLazyCols = int64_t{1} << 24;
 
 struct ShardLayout {
-  std::string var;                  // the variable's name: non-empty, <= kMaxVarNameBytes
-  int shard = 0;                    // in [0, num_shards)
-  int num_shards = 1;               // how many shards the variable is split into, >= 1
-  int64_t row_begin = 0;            // global row of the shard's first row, >= 0
-  int64_t rows = 0;                 // > 0; row_begin + rows <= full_shape[0]
-  int64_t cols = 1;                 // floats per row: product of full_shape[1:] (1 for rank <= 1)
+  std::string var;        // the variable's name: non-empty, <= kMaxVarNameBytes
+  int shard = 0;          // in [0, num_shards)
+  int num_shards = 1;     // how many shards the variable is split into, >= 1
+  int64_t row_begin = 0;  // global row of the shard's first row, >= 0
+  int64_t rows = 0;       // > 0; row_begin + rows <= full_shape[0]
+  int64_t cols = 1;       // floats per row: product of full_shape[1:] (1 for rank <= 1)
   // The whole variable's shape, rank <= kMaxRank, every dimension > 0. {} is a scalar,
   // held as one unsharded 1 x 1 shard.
   std::vector<int64_t> full_shape;

@@ -27,13 +27,14 @@ Result<std::vector<std::string>> ExpandRanges(std::string_view ranges, const std
   size_t start = 0;
   while (start <= ranges.size()) {
     size_t comma = ranges.find(',', start);
-    std::string_view item = ranges.substr(start, comma == std::string_view::npos ? std::string_view::npos
-                                                                                 : comma - start);
+    std::string_view item = ranges.substr(
+        start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
     size_t dash = item.find('-');
     std::string_view lo_text = item.substr(0, dash);
     std::string_view hi_text = dash == std::string_view::npos ? lo_text : item.substr(dash + 1);
     auto lo = Number(lo_text), hi = Number(hi_text);
-    if (!lo || !hi) return InvalidArgument(where + ": " + Quoted(item) + " is not a number or a range a-b");
+    if (!lo || !hi)
+      return InvalidArgument(where + ": " + Quoted(item) + " is not a number or a range a-b");
     if (*hi < *lo) return InvalidArgument(where + ": range " + std::string(item) + " is reversed");
     if (out.size() + static_cast<size_t>(*hi - *lo) >= kMaxHosts) {
       return InvalidArgument(where + ": more than " + std::to_string(kMaxHosts) + " hosts");
@@ -65,7 +66,8 @@ Status ExpandPart(std::string_view part, const std::string& where, std::vector<s
   const std::string_view prefix = part.substr(0, open);
   for (const auto& v : values) {
     for (const auto& t : tails) {
-      if (out->size() >= kMaxHosts) return InvalidArgument(where + ": more than " + std::to_string(kMaxHosts) + " hosts");
+      if (out->size() >= kMaxHosts)
+        return InvalidArgument(where + ": more than " + std::to_string(kMaxHosts) + " hosts");
       out->push_back(std::string(prefix) + v + t);
     }
   }
@@ -116,8 +118,8 @@ Result<std::vector<int>> ExpandSlurmTasksPerNode(std::string_view text, std::str
   size_t start = 0;
   for (;;) {
     size_t comma = text.find(',', start);
-    std::string_view item = text.substr(start, comma == std::string_view::npos ? std::string_view::npos
-                                                                               : comma - start);
+    std::string_view item = text.substr(
+        start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
     std::string_view count_text = item, repeat_text = "1";
     size_t paren = item.find('(');
     if (paren != std::string_view::npos) {
@@ -153,19 +155,23 @@ Result<SlurmStep> SlurmStepFromEnvironment() {
 Result<TfConfig> TfConfigFromSlurm(const SlurmStep& step, const SlurmRoles& roles) {
   if (roles.ps < 1) return InvalidArgument("--ps: must be >= 1");
   if (roles.workers < 1) return InvalidArgument("--workers: must be >= 1");
-  if (roles.base_port < 1 || roles.base_port > 65535) return InvalidArgument("--base-port: must be in 1..65535");
+  if (roles.base_port < 1 || roles.base_port > 65535)
+    return InvalidArgument("--base-port: must be in 1..65535");
   PS_ASSIGN_OR_RETURN(auto hosts, ExpandSlurmHostList(step.nodelist, "SLURM_STEP_NODELIST"));
-  PS_ASSIGN_OR_RETURN(auto per_node, ExpandSlurmTasksPerNode(step.tasks_per_node, "SLURM_STEP_TASKS_PER_NODE"));
+  PS_ASSIGN_OR_RETURN(auto per_node,
+                      ExpandSlurmTasksPerNode(step.tasks_per_node, "SLURM_STEP_TASKS_PER_NODE"));
   if (hosts.size() != per_node.size()) {
-    return InvalidArgument("SLURM_STEP_TASKS_PER_NODE: " + std::to_string(per_node.size()) + " node(s), but " +
-                           "SLURM_STEP_NODELIST has " + std::to_string(hosts.size()));
+    return InvalidArgument("SLURM_STEP_TASKS_PER_NODE: " + std::to_string(per_node.size()) +
+                           " node(s), but " + "SLURM_STEP_NODELIST has " +
+                           std::to_string(hosts.size()));
   }
   // Every task of the step, node by node: host:(base_port + slot on the node).
   std::vector<HostPort> addresses;
   for (size_t n = 0; n < hosts.size(); ++n) {
     if (roles.base_port + per_node[n] - 1 > 65535) {
       return InvalidArgument("--base-port: " + std::to_string(roles.base_port) + " + " +
-                             std::to_string(per_node[n]) + " tasks on " + hosts[n] + " passes port 65535");
+                             std::to_string(per_node[n]) + " tasks on " + hosts[n] +
+                             " passes port 65535");
     }
     for (int slot = 0; slot < per_node[n]; ++slot) {
       addresses.push_back({hosts[n], static_cast<uint16_t>(roles.base_port + slot)});
@@ -177,14 +183,15 @@ Result<TfConfig> TfConfigFromSlurm(const SlurmStep& step, const SlurmRoles& role
   }
   const int wanted = 1 + (roles.evaluator ? 1 : 0) + roles.ps + roles.workers;
   if (wanted != step.num_tasks) {
-    return InvalidArgument("--ps " + std::to_string(roles.ps) + " --workers " + std::to_string(roles.workers) +
-                           (roles.evaluator ? " --evaluator" : "") + " and one chief need " +
-                           std::to_string(wanted) + " tasks; the step has " + std::to_string(step.num_tasks) +
-                           " (srun -n " + std::to_string(wanted) + ")");
+    return InvalidArgument("--ps " + std::to_string(roles.ps) + " --workers " +
+                           std::to_string(roles.workers) + (roles.evaluator ? " --evaluator" : "") +
+                           " and one chief need " + std::to_string(wanted) +
+                           " tasks; the step has " + std::to_string(step.num_tasks) + " (srun -n " +
+                           std::to_string(wanted) + ")");
   }
   if (step.procid < 0 || step.procid >= step.num_tasks) {
-    return InvalidArgument("SLURM_PROCID: " + std::to_string(step.procid) + " is not below SLURM_STEP_NUM_TASKS " +
-                           std::to_string(step.num_tasks));
+    return InvalidArgument("SLURM_PROCID: " + std::to_string(step.procid) +
+                           " is not below SLURM_STEP_NUM_TASKS " + std::to_string(step.num_tasks));
   }
   // Ranks by role in TF's order (sorted job names): chief, evaluator, ps, worker.
   TfConfig config;

@@ -35,10 +35,10 @@ Result<std::vector<std::string>> ExpandSlurmHostList(std::string_view text, std:
 Result<std::vector<int>> ExpandSlurmTasksPerNode(std::string_view text, std::string_view what);
 
 struct SlurmStep {
-  int procid = 0;               // SLURM_PROCID: this task's rank in the step
-  int num_tasks = 0;            // SLURM_STEP_NUM_TASKS
-  std::string nodelist;         // SLURM_STEP_NODELIST
-  std::string tasks_per_node;   // SLURM_STEP_TASKS_PER_NODE
+  int procid = 0;              // SLURM_PROCID: this task's rank in the step
+  int num_tasks = 0;           // SLURM_STEP_NUM_TASKS
+  std::string nodelist;        // SLURM_STEP_NODELIST
+  std::string tasks_per_node;  // SLURM_STEP_TASKS_PER_NODE
 };
 
 // The four variables; an error names the one that is missing or malformed and says

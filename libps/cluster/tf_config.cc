@@ -17,13 +17,13 @@ std::string Quote(std::string_view text) {
 }
 
 bool IsHostNameChar(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-         c == '-' || c == '.' || c == '_';
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+         c == '.' || c == '_';
 }
 
 bool IsIpv6Char(char c) {
-  return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F') ||
-         c == ':' || c == '.';
+  return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F') || c == ':' ||
+         c == '.';
 }
 
 std::string Lower(std::string_view s) {
@@ -46,7 +46,8 @@ Status CheckTask(const ClusterSpec& spec, TaskId task, const std::string& type_p
   // training cluster); its index must then be 0.
   if (task.type == TaskType::kEvaluator && spec.count(task.type) == 0) {
     if (task.index != 0) {
-      return InvalidArgument(index_path + ": must be 0 for an evaluator that is not listed in " + cluster_path);
+      return InvalidArgument(index_path + ": must be 0 for an evaluator that is not listed in " +
+                             cluster_path);
     }
     return Status::Ok();
   }
@@ -55,9 +56,8 @@ Status CheckTask(const ClusterSpec& spec, TaskId task, const std::string& type_p
                            cluster_path);
   }
   if (!spec.has(task)) {
-    return InvalidArgument(index_path + ": " + std::to_string(task.index) +
-                           " is out of range (" + CountPhrase(spec.count(task.type), task.type) +
-                           ")");
+    return InvalidArgument(index_path + ": " + std::to_string(task.index) + " is out of range (" +
+                           CountPhrase(spec.count(task.type), task.type) + ")");
   }
   return Status::Ok();
 }
@@ -89,7 +89,8 @@ Status ReadTaskIndex(const Json& value, const std::string& path, int* out) {
       return InvalidArgument(path + ": " + Quote(text) + " is not an integer");
     }
     for (char c : digits) {
-      if (c < '0' || c > '9') return InvalidArgument(path + ": " + Quote(text) + " is not an integer");
+      if (c < '0' || c > '9')
+        return InvalidArgument(path + ": " + Quote(text) + " is not an integer");
       index = index * 10 + (c - '0');
     }
     if (negative) index = -index;
@@ -101,14 +102,16 @@ Status ReadTaskIndex(const Json& value, const std::string& path, int* out) {
     return InvalidArgument(path + ": expected an integer, got " + std::string(value.type_name()));
   }
   if (index < 0) return InvalidArgument(path + ": must be >= 0, got " + std::to_string(index));
-  if (index > 1000000) return InvalidArgument(path + ": " + std::to_string(index) + " is too large");
+  if (index > 1000000)
+    return InvalidArgument(path + ": " + std::to_string(index) + " is too large");
   *out = static_cast<int>(index);
   return Status::Ok();
 }
 
 // Keys of `object` outside `known`, as warnings "<path>.<key>: unknown key, ignored".
 void WarnUnknownKeys(const Json& object, const std::string& path,
-                     std::initializer_list<std::string_view> known, std::vector<std::string>* warnings) {
+                     std::initializer_list<std::string_view> known,
+                     std::vector<std::string>* warnings) {
   for (auto it = object.begin(); it != object.end(); ++it) {
     bool is_known = false;
     for (std::string_view k : known) is_known = is_known || it.key() == k;
@@ -120,10 +123,14 @@ void WarnUnknownKeys(const Json& object, const std::string& path,
 
 const char* TaskTypeName(TaskType type) {
   switch (type) {
-    case TaskType::kChief: return "chief";
-    case TaskType::kWorker: return "worker";
-    case TaskType::kPs: return "ps";
-    case TaskType::kEvaluator: return "evaluator";
+    case TaskType::kChief:
+      return "chief";
+    case TaskType::kWorker:
+      return "worker";
+    case TaskType::kPs:
+      return "ps";
+    case TaskType::kEvaluator:
+      return "evaluator";
   }
   return "unknown";
 }
@@ -170,8 +177,9 @@ Result<HostPort> ParseHostPort(std::string_view text) {
     size_t colon = text.find(':');
     if (colon == std::string_view::npos) return InvalidArgument(q + " has no port");
     if (text.find(':', colon + 1) != std::string_view::npos) {
-      return InvalidArgument(q + " looks like an IPv6 address without brackets (write it as "
-                                 "\"[::1]:2222\")");
+      return InvalidArgument(q +
+                             " looks like an IPv6 address without brackets (write it as "
+                             "\"[::1]:2222\")");
     }
     host = text.substr(0, colon);
     rest = text.substr(colon);
@@ -242,14 +250,14 @@ Status ValidateClusterSpec(const ClusterSpec& spec, const std::string& path) {
     // A spec built in code gets the same checks as one parsed from text.
     auto reparsed = ParseHostPort(hp.ToString());
     if (!reparsed.ok() || !(*reparsed == hp)) {
-      return InvalidArgument(where + ": " +
-                             (reparsed.ok() ? Quote(hp.host) + " is not a valid host"
-                                            : reparsed.status().message()));
+      return InvalidArgument(
+          where + ": " +
+          (reparsed.ok() ? Quote(hp.host) + " is not a valid host" : reparsed.status().message()));
     }
     auto [it, inserted] = seen.emplace(std::make_pair(Lower(hp.host), hp.port), id);
     if (!inserted) {
-      return InvalidArgument(where + ": address " + Quote(hp.ToString()) +
-                             " is already used by " + it->second.ToString());
+      return InvalidArgument(where + ": address " + Quote(hp.ToString()) + " is already used by " +
+                             it->second.ToString());
     }
   }
   return Status::Ok();
@@ -260,7 +268,8 @@ Result<ClusterSpec> ParseClusterSpec(const Json& cluster, const std::string& pat
   PS_RETURN_IF_ERROR(r.status());
   ClusterSpec spec;
   if (r.Has("chief") && r.Has(kLegacyChiefName)) {
-    return InvalidArgument(r.Path(kLegacyChiefName) + ": \"master\" is the legacy name of the chief; "
+    return InvalidArgument(r.Path(kLegacyChiefName) +
+                           ": \"master\" is the legacy name of the chief; "
                            "list the chief under \"chief\" or \"master\", not both");
   }
   for (auto it = cluster.begin(); it != cluster.end(); ++it) {
@@ -315,8 +324,8 @@ Result<TfConfig> ParseTfConfigJson(const Json& json, const std::string& root) {
   const Json* index = task.Find("index");
   if (index == nullptr) return InvalidArgument(task.Path("index") + ": required key is missing");
   PS_RETURN_IF_ERROR(ReadTaskIndex(*index, task.Path("index"), &config.task.index));
-  PS_RETURN_IF_ERROR(CheckTask(config.cluster, config.task, task.Path("type"),
-                               task.Path("index"), r.Path("cluster")));
+  PS_RETURN_IF_ERROR(CheckTask(config.cluster, config.task, task.Path("type"), task.Path("index"),
+                               r.Path("cluster")));
 
   PS_RETURN_IF_ERROR(r.GetOr("rpc_layer", &config.rpc_layer));
   PS_RETURN_IF_ERROR(r.GetOr("environment", &config.environment));

@@ -83,8 +83,8 @@ struct ClusterSpec {
 struct TfConfig {
   ClusterSpec cluster;
   TaskId task;
-  std::string rpc_layer;    // accepted and ignored
-  std::string environment;  // accepted and ignored ("cloud" from Kubeflow)
+  std::string rpc_layer;       // accepted and ignored
+  std::string environment;     // accepted and ignored ("cloud" from Kubeflow)
   std::string session_master;  // accepted and ignored
   // Unknown keys, one line each ("TF_CONFIG.job: unknown key, ignored"): the daemon logs them.
   std::vector<std::string> warnings;

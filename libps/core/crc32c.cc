@@ -47,9 +47,8 @@ uint32_t Crc32cPortable(uint32_t init, const void* data, size_t n) {
   while (n >= 8) {
     uint32_t lo = LoadLe32(p) ^ crc;
     uint32_t hi = LoadLe32(p + 4);
-    crc = kTables[7][lo & 0xFFu] ^ kTables[6][(lo >> 8) & 0xFFu] ^
-          kTables[5][(lo >> 16) & 0xFFu] ^ kTables[4][lo >> 24] ^
-          kTables[3][hi & 0xFFu] ^ kTables[2][(hi >> 8) & 0xFFu] ^
+    crc = kTables[7][lo & 0xFFu] ^ kTables[6][(lo >> 8) & 0xFFu] ^ kTables[5][(lo >> 16) & 0xFFu] ^
+          kTables[4][lo >> 24] ^ kTables[3][hi & 0xFFu] ^ kTables[2][(hi >> 8) & 0xFFu] ^
           kTables[1][(hi >> 16) & 0xFFu] ^ kTables[0][hi >> 24];
     p += 8;
     n -= 8;
@@ -70,7 +69,7 @@ bool HasHardwareCrc32c() {
 }
 
 __attribute__((target("sse4.2"))) uint32_t Crc32cHardware(uint32_t init, const void* data,
-                                                           size_t n) {
+                                                          size_t n) {
   const auto* p = static_cast<const unsigned char*>(data);
   uint32_t crc = ~init;
   while (n > 0 && (reinterpret_cast<uintptr_t>(p) & 7u) != 0) {

@@ -16,9 +16,7 @@ uint32_t Crc32c(uint32_t init, const void* data, size_t n);
 
 // TensorFlow's masked form, stored next to data that may itself contain CRCs
 // (TFRecord framing): rotate right by 15 and add a constant.
-inline uint32_t MaskedCrc32c(uint32_t crc) {
-  return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
-}
+inline uint32_t MaskedCrc32c(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
 inline uint32_t UnmaskCrc32c(uint32_t masked) {
   uint32_t rot = masked - 0xa282ead8u;
   return (rot >> 17) | (rot << 15);

@@ -124,7 +124,8 @@ Result<std::string> ReadSmallFile(const std::string& path, size_t max_bytes) {
 
 Result<AppendOnlyFile> AppendOnlyFile::Open(const std::string& path, bool create_new) {
   AppendOnlyFile a;
-  a.fd_ = UniqueFd(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (create_new ? O_EXCL : 0), 0644));
+  a.fd_ = UniqueFd(::open(
+      path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (create_new ? O_EXCL : 0), 0644));
   if (!a.fd_.valid()) {
     const int err = errno;
     if (err == EEXIST) return Status(Code::kAlreadyExists, path + ": exists");
@@ -139,12 +140,14 @@ Status AppendOnlyFile::Append(std::string_view bytes) {
   const off_t end = ::lseek(fd_.get(), 0, SEEK_END);
   Status st = WriteAll(fd_.get(), bytes.data(), bytes.size(), path_);
   if (!st.ok() && end >= 0 && ::ftruncate(fd_.get(), end) != 0) {
-    st = Status(st.code(), st.message() + " (and a partial record may remain: truncate: " + std::strerror(errno) + ")");
+    st = Status(st.code(), st.message() + " (and a partial record may remain: truncate: " +
+                               std::strerror(errno) + ")");
   }
   return st;
 }
 
-Status ReadChunks(const std::string& path, const std::function<Status(std::span<const unsigned char>)>& chunk) {
+Status ReadChunks(const std::string& path,
+                  const std::function<Status(std::span<const unsigned char>)>& chunk) {
   constexpr size_t kChunk = size_t{4} << 20;
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd.valid()) return ErrnoStatus(path, "open", errno);

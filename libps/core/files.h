@@ -72,7 +72,8 @@ class AppendOnlyFile {
 
 // Reads `path` to its end in chunks of a few MiB, passing each to `chunk` (which may
 // fail the read).
-Status ReadChunks(const std::string& path, const std::function<Status(std::span<const unsigned char>)>& chunk);
+Status ReadChunks(const std::string& path,
+                  const std::function<Status(std::span<const unsigned char>)>& chunk);
 // Size and masked CRC-32C (libps/core/crc32c.h) of a whole file.
 struct FileSum {
   uint64_t bytes = 0;

@@ -14,10 +14,14 @@ std::atomic<int> g_level{static_cast<int>(Level::kInfo)};
 
 char LevelChar(Level level) {
   switch (level) {
-    case Level::kDebug: return 'D';
-    case Level::kInfo: return 'I';
-    case Level::kWarning: return 'W';
-    case Level::kError: return 'E';
+    case Level::kDebug:
+      return 'D';
+    case Level::kInfo:
+      return 'I';
+    case Level::kWarning:
+      return 'W';
+    case Level::kError:
+      return 'E';
   }
   return '?';
 }
@@ -31,11 +35,16 @@ void SetTag(std::string tag) {
 void SetLevel(Level level) { g_level.store(static_cast<int>(level)); }
 
 bool ParseLevel(std::string_view text, Level* level) {
-  if (text == "debug") *level = Level::kDebug;
-  else if (text == "info") *level = Level::kInfo;
-  else if (text == "warning") *level = Level::kWarning;
-  else if (text == "error") *level = Level::kError;
-  else return false;
+  if (text == "debug")
+    *level = Level::kDebug;
+  else if (text == "info")
+    *level = Level::kInfo;
+  else if (text == "warning")
+    *level = Level::kWarning;
+  else if (text == "error")
+    *level = Level::kError;
+  else
+    return false;
   return true;
 }
 

@@ -23,7 +23,10 @@ class Line {
   explicit Line(Level level) : level_(level) {}
   ~Line() { Write(level_, stream_.str()); }
   template <typename T>
-  Line& operator<<(const T& v) { stream_ << v; return *this; }
+  Line& operator<<(const T& v) {
+    stream_ << v;
+    return *this;
+  }
 
  private:
   Level level_;
@@ -40,6 +43,7 @@ struct Voidify {
 }  // namespace ps::log
 
 // PS_LOG(Info) << "text " << value;  — evaluates the operands only when the level is on.
-#define PS_LOG(level)                                          \
-  !::ps::log::Enabled(::ps::log::Level::k##level) ? (void)0 \
-                                                   : ::ps::log::Voidify() & ::ps::log::Line(::ps::log::Level::k##level)
+#define PS_LOG(level)                             \
+  !::ps::log::Enabled(::ps::log::Level::k##level) \
+      ? (void)0                                   \
+      : ::ps::log::Voidify() & ::ps::log::Line(::ps::log::Level::k##level)

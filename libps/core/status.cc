@@ -7,20 +7,34 @@ namespace ps {
 
 const char* CodeName(Code code) {
   switch (code) {
-    case Code::kOk: return "OK";
-    case Code::kInvalidArgument: return "InvalidArgument";
-    case Code::kNotFound: return "NotFound";
-    case Code::kAlreadyExists: return "AlreadyExists";
-    case Code::kOutOfRange: return "OutOfRange";
-    case Code::kDataLoss: return "DataLoss";
-    case Code::kUnavailable: return "Unavailable";
-    case Code::kDeadlineExceeded: return "DeadlineExceeded";
-    case Code::kProtocol: return "ProtocolError";
-    case Code::kPermissionDenied: return "PermissionDenied";
-    case Code::kAborted: return "Aborted";
-    case Code::kFailedPrecondition: return "FailedPrecondition";
-    case Code::kIo: return "IoError";
-    case Code::kInternal: return "Internal";
+    case Code::kOk:
+      return "OK";
+    case Code::kInvalidArgument:
+      return "InvalidArgument";
+    case Code::kNotFound:
+      return "NotFound";
+    case Code::kAlreadyExists:
+      return "AlreadyExists";
+    case Code::kOutOfRange:
+      return "OutOfRange";
+    case Code::kDataLoss:
+      return "DataLoss";
+    case Code::kUnavailable:
+      return "Unavailable";
+    case Code::kDeadlineExceeded:
+      return "DeadlineExceeded";
+    case Code::kProtocol:
+      return "ProtocolError";
+    case Code::kPermissionDenied:
+      return "PermissionDenied";
+    case Code::kAborted:
+      return "Aborted";
+    case Code::kFailedPrecondition:
+      return "FailedPrecondition";
+    case Code::kIo:
+      return "IoError";
+    case Code::kInternal:
+      return "Internal";
   }
   return "Unknown";
 }

@@ -11,18 +11,18 @@ namespace ps {
 
 enum class Code : int {
   kOk = 0,
-  kInvalidArgument,   // bad user input: config, flags, job file
+  kInvalidArgument,  // bad user input: config, flags, job file
   kNotFound,
   kAlreadyExists,
   kOutOfRange,
-  kDataLoss,          // corrupt or truncated file/frame
-  kUnavailable,       // peer unreachable or disconnected; retrying may help
+  kDataLoss,     // corrupt or truncated file/frame
+  kUnavailable,  // peer unreachable or disconnected; retrying may help
   kDeadlineExceeded,
   kProtocol,          // peer violated the wire protocol
   kPermissionDenied,  // wrong cluster id or secret
   kAborted,           // operation cancelled (shutdown, stale generation)
   kFailedPrecondition,
-  kIo,                // local disk/OS error
+  kIo,  // local disk/OS error
   kInternal,
 };
 
@@ -56,7 +56,9 @@ inline Status DeadlineExceeded(std::string m) { return {Code::kDeadlineExceeded,
 inline Status ProtocolError(std::string m) { return {Code::kProtocol, std::move(m)}; }
 inline Status PermissionDenied(std::string m) { return {Code::kPermissionDenied, std::move(m)}; }
 inline Status Aborted(std::string m) { return {Code::kAborted, std::move(m)}; }
-inline Status FailedPrecondition(std::string m) { return {Code::kFailedPrecondition, std::move(m)}; }
+inline Status FailedPrecondition(std::string m) {
+  return {Code::kFailedPrecondition, std::move(m)};
+}
 inline Status IoError(std::string m) { return {Code::kIo, std::move(m)}; }
 inline Status Internal(std::string m) { return {Code::kInternal, std::move(m)}; }
 
@@ -75,7 +77,7 @@ namespace internal {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : value_(std::move(value)) {}         // NOLINT: implicit by design
   Result(Status status) : status_(std::move(status)) {  // NOLINT: implicit by design
     if (status_.ok()) [[unlikely]] {
       internal::AssertFail("Result constructed from an OK status", __FILE__, __LINE__);
@@ -84,9 +86,18 @@ class [[nodiscard]] Result {
 
   bool ok() const { return status_.ok(); }
   const Status& status() const { return status_; }
-  T& value() & { CheckValue(); return *value_; }
-  const T& value() const& { CheckValue(); return *value_; }
-  T&& value() && { CheckValue(); return std::move(*value_); }
+  T& value() & {
+    CheckValue();
+    return *value_;
+  }
+  const T& value() const& {
+    CheckValue();
+    return *value_;
+  }
+  T&& value() && {
+    CheckValue();
+    return std::move(*value_);
+  }
   T& operator*() & { return value(); }
   const T& operator*() const& { return value(); }
   T* operator->() { return &value(); }
@@ -95,7 +106,8 @@ class [[nodiscard]] Result {
 
  private:
   void CheckValue() const {
-    if (!ok()) [[unlikely]] internal::ValueOfError(status_);
+    if (!ok()) [[unlikely]]
+      internal::ValueOfError(status_);
   }
 
   Status status_;
@@ -107,10 +119,10 @@ class [[nodiscard]] Result {
 #define PS_CONCAT_INNER(a, b) a##b
 #define PS_CONCAT(a, b) PS_CONCAT_INNER(a, b)
 
-#define PS_RETURN_IF_ERROR(expr)            \
-  do {                                      \
-    ::ps::Status _ps_st = (expr);           \
-    if (!_ps_st.ok()) return _ps_st;        \
+#define PS_RETURN_IF_ERROR(expr)     \
+  do {                               \
+    ::ps::Status _ps_st = (expr);    \
+    if (!_ps_st.ok()) return _ps_st; \
   } while (0)
 
 #define PS_ASSIGN_OR_RETURN_IMPL(tmp, lhs, rexpr) \
@@ -123,7 +135,7 @@ class [[nodiscard]] Result {
   PS_ASSIGN_OR_RETURN_IMPL(PS_CONCAT(_ps_result_, __LINE__), lhs, rexpr)
 
 // For impossible states only — never to validate input (STYLE.md, Errors).
-#define PS_ASSERT(cond)                                                        \
-  do {                                                                         \
-    if (!(cond)) ::ps::internal::AssertFail(#cond, __FILE__, __LINE__);        \
+#define PS_ASSERT(cond)                                                 \
+  do {                                                                  \
+    if (!(cond)) ::ps::internal::AssertFail(#cond, __FILE__, __LINE__); \
   } while (0)

@@ -24,7 +24,8 @@ std::string HumanBytes(uint64_t bytes) {
   return Fixed(v, 1) + " " + units[u];
 }
 
-std::string TableText(const std::vector<std::vector<std::string>>& rows, const std::string& indent) {
+std::string TableText(const std::vector<std::vector<std::string>>& rows,
+                      const std::string& indent) {
   std::vector<size_t> width;
   for (const auto& row : rows) {
     if (width.size() < row.size()) width.resize(row.size(), 0);

@@ -16,6 +16,7 @@ std::string HumanBytes(uint64_t bytes);
 std::string FormatDuration(double seconds);
 // Rows as aligned columns (two spaces apart), each line prefixed by `indent`, trailing
 // spaces trimmed, one "\n" per row.
-std::string TableText(const std::vector<std::vector<std::string>>& rows, const std::string& indent = "");
+std::string TableText(const std::vector<std::vector<std::string>>& rows,
+                      const std::string& indent = "");
 
 }  // namespace ps

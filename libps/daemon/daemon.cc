@@ -1,19 +1,19 @@
 #include "libps/daemon/daemon.h"
 
-#include <signal.h>
-#include <sys/eventfd.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
-#include <mutex>
-#include <stop_token>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdio>
 #include <iostream>
+#include <mutex>
+#include <stop_token>
 
 #include <boost/program_options.hpp>
 
@@ -29,11 +29,15 @@ namespace po = boost::program_options;
 
 int ExitCodeFor(const Status& status) {
   switch (status.code()) {
-    case Code::kOk: return kExitOk;
-    case Code::kInvalidArgument: return kExitUsage;
+    case Code::kOk:
+      return kExitOk;
+    case Code::kInvalidArgument:
+      return kExitUsage;
     case Code::kUnavailable:
-    case Code::kIo: return kExitRetryable;
-    default: return kExitFailure;
+    case Code::kIo:
+      return kExitRetryable;
+    default:
+      return kExitFailure;
   }
 }
 
@@ -60,16 +64,17 @@ int CheckedConfig(const char* program, const DaemonContext& ctx) {
 int FinishDaemon(const char* program, const Status& status, const SignalWatcher& signals) {
   if (status.ok()) return kExitOk;
   std::fprintf(stderr, "%s: %s\n", program, status.message().c_str());
-  if (status.code() == Code::kAborted && signals.last_signal() != 0) return 128 + signals.last_signal();
+  if (status.code() == Code::kAborted && signals.last_signal() != 0)
+    return 128 + signals.last_signal();
   return ExitCodeFor(status);
 }
 
 void AddServingTaskOptions(po::options_description& desc, DaemonFlags* f) {
-  desc.add_options()
-      ("chief-timeout", po::value(&f->chief_timeout_sec)->value_name("SECONDS")->default_value(0),
-       "exit 138 (retryable) when no chief has been heard from for this long, from the start or its last "
-       "message (a live chief pings every 0.5 s); for launchers that end nothing else when a chief dies, such as a "
-       "Slurm step. 0: wait forever, as TensorFlow's tasks do");
+  desc.add_options()(
+      "chief-timeout", po::value(&f->chief_timeout_sec)->value_name("SECONDS")->default_value(0),
+      "exit 138 (retryable) when no chief has been heard from for this long, from the start or its last "
+      "message (a live chief pings every 0.5 s); for launchers that end nothing else when a chief dies, such as a "
+      "Slurm step. 0: wait forever, as TensorFlow's tasks do");
 }
 
 std::jthread WatchChief(const DaemonContext& ctx, const net::Server& server,
@@ -79,8 +84,8 @@ std::jthread WatchChief(const DaemonContext& ctx, const net::Server& server,
   return std::jthread([&server, timeout, on_timeout = std::move(on_timeout)](std::stop_token stop) {
     std::mutex mu;
     std::condition_variable_any cv;
-    const auto step = std::clamp<std::chrono::milliseconds>(timeout / 4, std::chrono::milliseconds(10),
-                                                            std::chrono::seconds(1));
+    const auto step = std::clamp<std::chrono::milliseconds>(
+        timeout / 4, std::chrono::milliseconds(10), std::chrono::seconds(1));
     std::unique_lock lock(mu);
     for (;;) {
       // Wakes early only when the task ends (the jthread's stop request).
@@ -88,7 +93,8 @@ std::jthread WatchChief(const DaemonContext& ctx, const net::Server& server,
       const auto silent = std::chrono::steady_clock::now() - server.last_chief_frame();
       if (silent < timeout) continue;
       const std::string why = "no chief heard from for " +
-                              FormatDuration(std::chrono::duration<double>(silent).count()) + " (--chief-timeout)";
+                              FormatDuration(std::chrono::duration<double>(silent).count()) +
+                              " (--chief-timeout)";
       PS_LOG(Error) << why << ": exiting 138 so that the job is restarted";
       on_timeout(proto::Shutdown{why, true});
       return;
@@ -97,33 +103,36 @@ std::jthread WatchChief(const DaemonContext& ctx, const net::Server& server,
 }
 
 void AddDaemonOptions(po::options_description& desc, DaemonFlags* f) {
-  desc.add_options()
-      ("tf-config", po::value(&f->tf_config_file)->value_name("FILE"),
-       "read TF_CONFIG from FILE instead of the TF_CONFIG environment variable")
-      ("task-type", po::value(&f->task_type)->value_name("TYPE"), "override TF_CONFIG's task.type")
-      ("task-index", po::value(&f->task_index)->value_name("N"), "override TF_CONFIG's task.index")
-      ("secret-file", po::value(&f->secret_file)->value_name("FILE"),
-       "cluster secret: peers must prove it (HMAC-SHA256) in the handshake")
-      ("bind", po::value(&f->bind)->value_name("HOST"),
-       "address to listen on (default: the TF_CONFIG host if it is a loopback address, else 0.0.0.0)")
-      ("connect-timeout", po::value(&f->connect_timeout_sec)->value_name("SECONDS")->default_value(180),
-       "how long to keep retrying to reach a peer at start-up")
-      ("log-level", po::value(&f->log_level)->value_name("LEVEL")->default_value("info"),
-       "debug, info, warning or error")
-      ("io-threads", po::value(&f->io_threads)->value_name("N")->default_value(2), "network I/O threads")
-      ("max-connections", po::value(&f->max_connections)->value_name("N")->default_value(1024),
-       "open connections this task accepts; more are refused")
-      ("payload-budget-mb", po::value(&f->payload_budget_mb)->value_name("MIB")->default_value(1024),
-       "memory for inbound tensor payloads; frames wait for room, a larger single frame is an error")
-      ("tls-cert", po::value(&f->tls_cert)->value_name("FILE"), "mutual TLS: this task's certificate (PEM)")
-      ("tls-key", po::value(&f->tls_key)->value_name("FILE"), "mutual TLS: its private key (PEM)")
-      ("tls-ca", po::value(&f->tls_ca)->value_name("FILE"), "mutual TLS: the cluster CA that signs every peer (PEM)")
-      ("check-config", po::bool_switch(&f->check_config),
-       "check the flags and TF_CONFIG (the chief: and the job file), print this task's identity and exit (0 valid, 2 not)")
-      ("metrics-port", po::value(&f->metrics_port)->value_name("PORT"),
-       "serve Prometheus metrics at http://HOST:PORT/metrics (default: no endpoint; 0: any free port, logged)")
-      ("metrics-host", po::value(&f->metrics_host)->value_name("HOST"),
-       "address of the metrics endpoint (default: the --bind rule's address; the evaluator's: 0.0.0.0)");
+  desc.add_options()("tf-config", po::value(&f->tf_config_file)->value_name("FILE"),
+                     "read TF_CONFIG from FILE instead of the TF_CONFIG environment variable")(
+      "task-type", po::value(&f->task_type)->value_name("TYPE"), "override TF_CONFIG's task.type")(
+      "task-index", po::value(&f->task_index)->value_name("N"), "override TF_CONFIG's task.index")(
+      "secret-file", po::value(&f->secret_file)->value_name("FILE"),
+      "cluster secret: peers must prove it (HMAC-SHA256) in the handshake")(
+      "bind", po::value(&f->bind)->value_name("HOST"),
+      "address to listen on (default: the TF_CONFIG host if it is a loopback address, else 0.0.0.0)")(
+      "connect-timeout",
+      po::value(&f->connect_timeout_sec)->value_name("SECONDS")->default_value(180),
+      "how long to keep retrying to reach a peer at start-up")(
+      "log-level", po::value(&f->log_level)->value_name("LEVEL")->default_value("info"),
+      "debug, info, warning or error")("io-threads",
+                                       po::value(&f->io_threads)->value_name("N")->default_value(2),
+                                       "network I/O threads")(
+      "max-connections", po::value(&f->max_connections)->value_name("N")->default_value(1024),
+      "open connections this task accepts; more are refused")(
+      "payload-budget-mb", po::value(&f->payload_budget_mb)->value_name("MIB")->default_value(1024),
+      "memory for inbound tensor payloads; frames wait for room, a larger single frame is an error")(
+      "tls-cert", po::value(&f->tls_cert)->value_name("FILE"),
+      "mutual TLS: this task's certificate (PEM)")(
+      "tls-key", po::value(&f->tls_key)->value_name("FILE"), "mutual TLS: its private key (PEM)")(
+      "tls-ca", po::value(&f->tls_ca)->value_name("FILE"),
+      "mutual TLS: the cluster CA that signs every peer (PEM)")(
+      "check-config", po::bool_switch(&f->check_config),
+      "check the flags and TF_CONFIG (the chief: and the job file), print this task's identity and exit (0 valid, 2 not)")(
+      "metrics-port", po::value(&f->metrics_port)->value_name("PORT"),
+      "serve Prometheus metrics at http://HOST:PORT/metrics (default: no endpoint; 0: any free port, logged)")(
+      "metrics-host", po::value(&f->metrics_host)->value_name("HOST"),
+      "address of the metrics endpoint (default: the --bind rule's address; the evaluator's: 0.0.0.0)");
 }
 
 std::optional<int> ParseCommandLine(int argc, char** argv, const std::string& usage,
@@ -134,10 +143,12 @@ std::optional<int> ParseCommandLine(int argc, char** argv, const std::string& us
   try {
     po::store(po::command_line_parser(argc, argv).options(all).run(), vm);
     if (vm.count("help")) {
-      std::cout << usage << "\n\n" << all << "\n"
-                << "Exit codes: 0 success (also after a graceful stop), 1 failure a restart cannot fix,\n"
-                << "2 bad flags, TF_CONFIG or job file, 138 retryable (a peer or the model dir was\n"
-                << "lost: a restarted task resumes from the newest checkpoint), 128+N signal N.\n";
+      std::cout
+          << usage << "\n\n"
+          << all << "\n"
+          << "Exit codes: 0 success (also after a graceful stop), 1 failure a restart cannot fix,\n"
+          << "2 bad flags, TF_CONFIG or job file, 138 retryable (a peer or the model dir was\n"
+          << "lost: a restarted task resumes from the newest checkpoint), 128+N signal N.\n";
       return kExitOk;
     }
     po::notify(vm);
@@ -161,13 +172,14 @@ Result<DaemonContext> Bootstrap(const DaemonFlags& flags, cluster::TaskType expe
   }
   log::SetLevel(level);
   if (flags.connect_timeout_sec <= 0) return InvalidArgument("--connect-timeout: must be > 0");
-  if (flags.io_threads < 1 || flags.io_threads > 64) return InvalidArgument("--io-threads: must be in 1..64");
+  if (flags.io_threads < 1 || flags.io_threads > 64)
+    return InvalidArgument("--io-threads: must be in 1..64");
   if (flags.max_connections < 1) return InvalidArgument("--max-connections: must be >= 1");
   if (flags.payload_budget_mb < 1) return InvalidArgument("--payload-budget-mb: must be >= 1");
 
   DaemonContext ctx;
-  PS_ASSIGN_OR_RETURN(ctx.tf, cluster::LoadTfConfig(flags.tf_config_file.empty() ? nullptr
-                                                                                   : &flags.tf_config_file));
+  PS_ASSIGN_OR_RETURN(ctx.tf, cluster::LoadTfConfig(
+                                  flags.tf_config_file.empty() ? nullptr : &flags.tf_config_file));
   cluster::TaskOverrides overrides;
   if (!flags.task_type.empty()) overrides.task_type = flags.task_type;
   if (flags.task_index >= 0) overrides.task_index = flags.task_index;
@@ -179,7 +191,8 @@ Result<DaemonContext> Bootstrap(const DaemonFlags& flags, cluster::TaskType expe
                            cluster::TaskTypeName(expected) + ", but the task is " +
                            ctx.tf.task.ToString());
   }
-  if (expected != cluster::TaskType::kEvaluator && ctx.tf.cluster.count(cluster::TaskType::kChief) != 1) {
+  if (expected != cluster::TaskType::kEvaluator &&
+      ctx.tf.cluster.count(cluster::TaskType::kChief) != 1) {
     return InvalidArgument("TF_CONFIG.cluster.chief: pstrain needs exactly one chief");
   }
   log::SetTag(ctx.tf.task.ToString());
@@ -201,7 +214,8 @@ Result<DaemonContext> Bootstrap(const DaemonFlags& flags, cluster::TaskType expe
     ctx.listen_port = me.port;
     ctx.listen_host = !flags.bind.empty() ? flags.bind : IsLoopback(me.host) ? me.host : "0.0.0.0";
   }
-  ctx.connect_timeout = std::chrono::milliseconds(static_cast<int64_t>(flags.connect_timeout_sec * 1000));
+  ctx.connect_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(flags.connect_timeout_sec * 1000));
   PS_ASSIGN_OR_RETURN(ctx.tls, net::TlsFromFlags(flags.tls_cert, flags.tls_key, flags.tls_ca));
   ctx.io_threads = flags.io_threads;
   ctx.max_connections = flags.max_connections;
@@ -209,17 +223,21 @@ Result<DaemonContext> Bootstrap(const DaemonFlags& flags, cluster::TaskType expe
   if (!(flags.chief_timeout_sec >= 0 && flags.chief_timeout_sec <= 1e6)) {
     return InvalidArgument("--chief-timeout: must be in 0..1000000 seconds");
   }
-  ctx.chief_timeout = std::chrono::milliseconds(static_cast<int64_t>(flags.chief_timeout_sec * 1000));
+  ctx.chief_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(flags.chief_timeout_sec * 1000));
   PS_ASSIGN_OR_RETURN(ctx.metrics, StartMetrics(flags, ctx.tf.task, ctx.listen_host));
   return ctx;
 }
 
-Result<Metrics> StartMetrics(const DaemonFlags& flags, cluster::TaskId task, const std::string& listen_host) {
-  if (flags.metrics_port < -1 || flags.metrics_port > 65535) return InvalidArgument("--metrics-port: must be in 0..65535");
-  if (flags.metrics_port < 0 && !flags.metrics_host.empty()) return InvalidArgument("--metrics-host: needs --metrics-port");
+Result<Metrics> StartMetrics(const DaemonFlags& flags, cluster::TaskId task,
+                             const std::string& listen_host) {
+  if (flags.metrics_port < -1 || flags.metrics_port > 65535)
+    return InvalidArgument("--metrics-port: must be in 0..65535");
+  if (flags.metrics_port < 0 && !flags.metrics_host.empty())
+    return InvalidArgument("--metrics-host: needs --metrics-port");
   Metrics m;
-  m.registry = std::make_shared<prom::Registry>(
-      prom::Labels{{"task_type", cluster::TaskTypeName(task.type)}, {"task_index", std::to_string(task.index)}});
+  m.registry = std::make_shared<prom::Registry>(prom::Labels{
+      {"task_type", cluster::TaskTypeName(task.type)}, {"task_index", std::to_string(task.index)}});
   // For the life of the registry: the process figures are the process's.
   m.registry->AddCollector(prom::WriteProcessMetrics).Release();
   // --check-config: the flags are checked above; nothing listens.
@@ -229,7 +247,9 @@ Result<Metrics> StartMetrics(const DaemonFlags& flags, cluster::TaskId task, con
                            : !listen_host.empty()      ? listen_host
                            : !flags.bind.empty()       ? flags.bind
                                                        : "0.0.0.0";
-  PS_ASSIGN_OR_RETURN(auto server, prom::MetricsServer::Start(host, static_cast<uint16_t>(flags.metrics_port), m.registry));
+  PS_ASSIGN_OR_RETURN(
+      auto server,
+      prom::MetricsServer::Start(host, static_cast<uint16_t>(flags.metrics_port), m.registry));
   PS_LOG(Info) << "metrics at http://" << host << ":" << server->port() << "/metrics";
   m.server = std::move(server);
   return m;
@@ -239,20 +259,24 @@ prom::Registry::Collection ExportServerStats(prom::Registry& registry, const net
   return registry.AddCollector([&server](prom::Writer& w) {
     const net::Server::Stats s = server.stats(/*reset_max=*/false);
     auto d = [](uint64_t v) { return static_cast<double>(v); };
-    w.Counter("pstrain_rpc_requests_total", "Requests this task's RPC server handed to its handlers.", d(s.requests));
-    w.Counter("pstrain_rpc_inline_requests_total",
-              "Of those, requests handled on the I/O thread that read them (small pulls and pushes).",
-              d(s.inline_requests));
-    w.Counter("pstrain_rpc_received_bytes_total", "Bytes of whole frames this task's RPC server read.",
-              d(s.bytes_received));
-    w.Counter("pstrain_rpc_sent_bytes_total", "Bytes of whole frames this task's RPC server queued for sending.",
-              d(s.bytes_sent));
-    w.Gauge("pstrain_rpc_queue_depth", "Requests admitted but not yet started by a handler thread.", d(s.queue_depth));
-    w.Gauge("pstrain_rpc_connections", "Open connections to this task's RPC server, handshakes included.",
-            d(s.connections));
-    w.Counter("pstrain_rpc_refused_connections_total", "Connections refused over --max-connections.",
-              d(s.refused_connections));
-    w.Gauge("pstrain_rpc_write_queue_bytes", "Reply bytes waiting to be written.", d(s.write_queue_bytes));
+    w.Counter("pstrain_rpc_requests_total",
+              "Requests this task's RPC server handed to its handlers.", d(s.requests));
+    w.Counter(
+        "pstrain_rpc_inline_requests_total",
+        "Of those, requests handled on the I/O thread that read them (small pulls and pushes).",
+        d(s.inline_requests));
+    w.Counter("pstrain_rpc_received_bytes_total",
+              "Bytes of whole frames this task's RPC server read.", d(s.bytes_received));
+    w.Counter("pstrain_rpc_sent_bytes_total",
+              "Bytes of whole frames this task's RPC server queued for sending.", d(s.bytes_sent));
+    w.Gauge("pstrain_rpc_queue_depth", "Requests admitted but not yet started by a handler thread.",
+            d(s.queue_depth));
+    w.Gauge("pstrain_rpc_connections",
+            "Open connections to this task's RPC server, handshakes included.", d(s.connections));
+    w.Counter("pstrain_rpc_refused_connections_total",
+              "Connections refused over --max-connections.", d(s.refused_connections));
+    w.Gauge("pstrain_rpc_write_queue_bytes", "Reply bytes waiting to be written.",
+            d(s.write_queue_bytes));
   });
 }
 
@@ -280,7 +304,8 @@ net::ServerOptions DaemonContext::ServerFor(std::vector<proto::Role> roles) cons
     for (auto r : roles) {
       if (h.role == r) return Status::Ok();
     }
-    return PermissionDenied(std::string("a ") + proto::RoleName(h.role) + " may not connect to " + me);
+    return PermissionDenied(std::string("a ") + proto::RoleName(h.role) + " may not connect to " +
+                            me);
   };
   return o;
 }

@@ -29,10 +29,10 @@ namespace ps::daemon {
 // restartPolicy ExitCode: 1 and 2 permanent, >= 128 retryable; `pstrain local --restart
 // on-failure` and scripts/slurm follow the same rule).
 inline constexpr int kExitOk = 0;
-inline constexpr int kExitFailure = 1;     // a failure a restart cannot fix (corrupt checkpoint, ...)
-inline constexpr int kExitUsage = 2;       // bad flags, TF_CONFIG, job file: permanent
-inline constexpr int kExitRetryable = 138; // a restart fixes it: a peer that never came back,
-                                           // an unreachable model dir (Kubeflow's user-defined retryable)
+inline constexpr int kExitFailure = 1;  // a failure a restart cannot fix (corrupt checkpoint, ...)
+inline constexpr int kExitUsage = 2;    // bad flags, TF_CONFIG, job file: permanent
+inline constexpr int kExitRetryable = 138;  // a restart fixes it: a peer that never came back,
+    // an unreachable model dir (Kubeflow's user-defined retryable)
 // 128 + N: ended by signal N before the work was done (143 SIGTERM, 130 SIGINT): retryable.
 
 // kOk 0; kInvalidArgument 2; kUnavailable (a peer unreachable or lost for longer than its
@@ -47,21 +47,21 @@ class SignalWatcher;
 int FinishDaemon(const char* program, const Status& status, const SignalWatcher& signals);
 
 struct DaemonFlags {
-  std::string tf_config_file;   // empty: the TF_CONFIG environment variable
-  std::string task_type;        // empty: TF_CONFIG's
-  int task_index = -1;          // -1: TF_CONFIG's
-  std::string secret_file;      // empty: no cluster secret
-  std::string bind;             // empty: see ListenHost()
+  std::string tf_config_file;        // empty: the TF_CONFIG environment variable
+  std::string task_type;             // empty: TF_CONFIG's
+  int task_index = -1;               // -1: TF_CONFIG's
+  std::string secret_file;           // empty: no cluster secret
+  std::string bind;                  // empty: see ListenHost()
   double connect_timeout_sec = 180;  // like TF's ~3 minutes of start-up retries
   std::string log_level = "info";
   int io_threads = 2;
-  int max_connections = 1024;    // per daemon (net::ServerOptions)
-  int payload_budget_mb = 1024;  // inbound payload memory per daemon, MiB
+  int max_connections = 1024;             // per daemon (net::ServerOptions)
+  int payload_budget_mb = 1024;           // inbound payload memory per daemon, MiB
   std::string tls_cert, tls_key, tls_ca;  // all or none: mutual TLS
-  bool check_config = false;  // --check-config: Bootstrap only, then CheckedConfig
-  int metrics_port = -1;         // -1: no /metrics endpoint; 0: the kernel picks (logged)
-  std::string metrics_host;      // empty: the listen host (see StartMetrics)
-  double chief_timeout_sec = 0;  // ps and worker only (AddServingTaskOptions); 0: never
+  bool check_config = false;              // --check-config: Bootstrap only, then CheckedConfig
+  int metrics_port = -1;                  // -1: no /metrics endpoint; 0: the kernel picks (logged)
+  std::string metrics_host;               // empty: the listen host (see StartMetrics)
+  double chief_timeout_sec = 0;           // ps and worker only (AddServingTaskOptions); 0: never
 };
 
 // Adds the flags every daemon takes to `desc`.
@@ -81,11 +81,13 @@ struct Metrics {
 // daemon's RPC address), else --bind, else 0.0.0.0 (a task with no listen address: the
 // evaluator). Logs the endpoint's address. Unavailable when it cannot listen; bad flags
 // are InvalidArgument. Bootstrap calls it.
-Result<Metrics> StartMetrics(const DaemonFlags& flags, cluster::TaskId task, const std::string& listen_host);
+Result<Metrics> StartMetrics(const DaemonFlags& flags, cluster::TaskId task,
+                             const std::string& listen_host);
 
 // Exports `server`'s counters (net::Server::Stats) as pstrain_rpc_* until the returned
 // handle is destroyed; destroy it before `server`.
-[[nodiscard]] prom::Registry::Collection ExportServerStats(prom::Registry& registry, const net::Server& server);
+[[nodiscard]] prom::Registry::Collection ExportServerStats(prom::Registry& registry,
+                                                           const net::Server& server);
 
 struct DaemonContext {
   cluster::TfConfig tf;

@@ -26,12 +26,14 @@ Result<std::unique_ptr<ByteStream>> ByteStream::Open(const std::string& path) {
   // Sniff the magic from the first raw bytes.
   s->in_.resize(kChunk);
   size_t n = std::fread(s->in_.data(), 1, s->in_.size(), s->file_);
-  if (n < s->in_.size() && std::ferror(s->file_)) return IoError(path + ": read failed: " + std::strerror(errno));
+  if (n < s->in_.size() && std::ferror(s->file_))
+    return IoError(path + ": read failed: " + std::strerror(errno));
   s->in_.resize(n);
   s->compressed_read_ = n;
   if (n >= 2 && std::memcmp(s->in_.data(), "\x1f\x8b", 2) == 0) {
     s->gzip_ = true;
-    if (inflateInit2(&s->zs_, 15 + 16) != Z_OK) return Internal(path + ": gzip: inflateInit2 failed");
+    if (inflateInit2(&s->zs_, 15 + 16) != Z_OK)
+      return Internal(path + ": gzip: inflateInit2 failed");
     s->zs_open_ = true;
     s->zs_.next_in = reinterpret_cast<Bytef*>(s->in_.data());
     s->zs_.avail_in = static_cast<uInt>(n);
@@ -58,7 +60,8 @@ Result<bool> ByteStream::FillInput() {
   if (zs_.avail_in > 0) return true;
   in_.resize(kChunk);
   size_t n = std::fread(in_.data(), 1, in_.size(), file_);
-  if (n < in_.size() && std::ferror(file_)) return IoError(path_ + ": read failed: " + std::strerror(errno));
+  if (n < in_.size() && std::ferror(file_))
+    return IoError(path_ + ": read failed: " + std::strerror(errno));
   compressed_read_ += n;
   zs_.next_in = reinterpret_cast<Bytef*>(in_.data());
   zs_.avail_in = static_cast<uInt>(n);
@@ -77,7 +80,8 @@ Result<bool> ByteStream::Fill() {
   const size_t room = buf_.size() - end_;
   if (!gzip_) {
     size_t n = std::fread(dst, 1, room, file_);
-    if (n < room && std::ferror(file_)) return IoError(path_ + ": read failed: " + std::strerror(errno));
+    if (n < room && std::ferror(file_))
+      return IoError(path_ + ": read failed: " + std::strerror(errno));
     end_ += n;
     if (n == 0) eof_ = true;
     return n > 0;
@@ -103,7 +107,8 @@ Result<bool> ByteStream::Fill() {
                          " trailing bytes after the gzip stream");
       }
     } else if (rc != Z_OK && rc != Z_BUF_ERROR) {
-      return GzipError(zs_.msg != nullptr ? std::string(zs_.msg) : "inflate error " + std::to_string(rc));
+      return GzipError(zs_.msg != nullptr ? std::string(zs_.msg)
+                                          : "inflate error " + std::to_string(rc));
     }
     if (produced > 0) return true;
     if (eof_) return false;

@@ -47,14 +47,14 @@ class ByteStream {
 
   std::string path_;
   std::FILE* file_ = nullptr;
-  uint64_t file_size_ = 0;     // for error messages only
+  uint64_t file_size_ = 0;  // for error messages only
   bool gzip_ = false;
-  bool eof_ = false;           // no more content after buf_
+  bool eof_ = false;  // no more content after buf_
   z_stream zs_{};
   bool zs_open_ = false;
-  std::string in_;             // compressed input (gzip only); zs_ points into it
+  std::string in_;                // compressed input (gzip only); zs_ points into it
   uint64_t compressed_read_ = 0;  // bytes of the file read into in_ so far
-  std::string buf_;            // content; [pos_, end_) unread
+  std::string buf_;               // content; [pos_, end_) unread
   size_t pos_ = 0, end_ = 0;
   uint64_t consumed_ = 0;
 };

@@ -39,20 +39,23 @@ class CriteoReader : public TextRecordReader {
     size_t pos = 0;
     for (;;) {
       size_t tab = line_.find('\t', pos);
-      cells_.push_back(line_.substr(pos, tab == std::string_view::npos ? std::string_view::npos : tab - pos));
+      cells_.push_back(
+          line_.substr(pos, tab == std::string_view::npos ? std::string_view::npos : tab - pos));
       if (tab == std::string_view::npos) break;
       pos = tab + 1;
     }
     const size_t want = 1 + static_cast<size_t>(spec.integer_columns + spec.categorical_columns);
     if (cells_.size() != want) {
-      return InvalidArgument(Where() + ": expected " + std::to_string(want) + " tab-separated fields (label, " +
+      return InvalidArgument(Where() + ": expected " + std::to_string(want) +
+                             " tab-separated fields (label, " +
                              std::to_string(spec.integer_columns) + " integer, " +
                              std::to_string(spec.categorical_columns) + " categorical), got " +
                              std::to_string(cells_.size()));
     }
     int64_t label;
     if (!ParseLabel(cells_[0], &label) || (label != 0 && label != 1)) {
-      return InvalidArgument(Where() + ": label: expected 0 or 1, got '" + std::string(cells_[0]) + "'");
+      return InvalidArgument(Where() + ": label: expected 0 or 1, got '" + std::string(cells_[0]) +
+                             "'");
     }
     row->label = static_cast<float>(label);
     if (spec.dense != DenseMode::kDrop) {
@@ -60,11 +63,12 @@ class CriteoReader : public TextRecordReader {
         std::string_view cell = cells_[1 + static_cast<size_t>(i)];
         int64_t v = 0;
         if (!cell.empty() && !ParseInt(cell, &v)) {
-          return InvalidArgument(Where() + ": column I" + std::to_string(i + 1) + ": expected an integer, got '" +
-                                 std::string(cell) + "'");
+          return InvalidArgument(Where() + ": column I" + std::to_string(i + 1) +
+                                 ": expected an integer, got '" + std::string(cell) + "'");
         }
-        row->dense.push_back(spec.dense == DenseMode::kRaw ? static_cast<float>(v)
-                                                           : static_cast<float>(std::log1p(v > 0 ? v : 0)));
+        row->dense.push_back(spec.dense == DenseMode::kRaw
+                                 ? static_cast<float>(v)
+                                 : static_cast<float>(std::log1p(v > 0 ? v : 0)));
       }
     }
     const size_t first_cat = 1 + static_cast<size_t>(spec.integer_columns);
@@ -73,14 +77,15 @@ class CriteoReader : public TextRecordReader {
         std::string_view cell = cells_[first_cat + static_cast<size_t>(c)];
         if (cell.empty()) continue;
         if (spec.ids == IdMode::kHash) {
-          row->ids.push_back(static_cast<int64_t>(HashBytes(cell) % static_cast<uint64_t>(f.buckets)));
+          row->ids.push_back(
+              static_cast<int64_t>(HashBytes(cell) % static_cast<uint64_t>(f.buckets)));
           continue;
         }
         uint64_t id;
         if (!ParseHex(cell, &id) || id >= static_cast<uint64_t>(f.buckets)) {
-          return InvalidArgument(Where() + ": column C" + std::to_string(c + 1) + " (field '" + f.name +
-                                 "'): expected a hex id below " + std::to_string(f.buckets) + ", got '" +
-                                 std::string(cell) + "'");
+          return InvalidArgument(Where() + ": column C" + std::to_string(c + 1) + " (field '" +
+                                 f.name + "'): expected a hex id below " +
+                                 std::to_string(f.buckets) + ", got '" + std::string(cell) + "'");
         }
         row->ids.push_back(static_cast<int64_t>(id));
       }
@@ -96,7 +101,8 @@ class CriteoReader : public TextRecordReader {
 
 class CriteoFormat : public RecordFormat {
  public:
-  explicit CriteoFormat(CriteoSpec spec) : spec_(std::make_shared<const CriteoSpec>(std::move(spec))) {
+  explicit CriteoFormat(CriteoSpec spec)
+      : spec_(std::make_shared<const CriteoSpec>(std::move(spec))) {
     info_.classes = 2;
     info_.dense_dim = spec_->dense == DenseMode::kDrop ? 0 : spec_->integer_columns;
     for (const CriteoField& f : spec_->fields) {
@@ -130,7 +136,8 @@ Status ReadColumn(const Json& j, const std::string& path, int columns, int* out)
     return InvalidArgument(path + ": expected a categorical column \"C<k>\" or its number k");
   }
   if (c < 1 || c > columns) {
-    return InvalidArgument(path + ": column " + std::to_string(c) + " is not in C1..C" + std::to_string(columns));
+    return InvalidArgument(path + ": column " + std::to_string(c) + " is not in C1..C" +
+                           std::to_string(columns));
   }
   *out = static_cast<int>(c - 1);
   return Status::Ok();
@@ -157,7 +164,8 @@ Result<std::unique_ptr<RecordFormat>> MakeCriteoFormat(JsonReader& r) {
   } else if (dense == "drop") {
     spec.dense = DenseMode::kDrop;
   } else {
-    return InvalidArgument(r.Path("dense") + ": must be \"log1p\", \"raw\" or \"drop\", got \"" + dense + "\"");
+    return InvalidArgument(r.Path("dense") + ": must be \"log1p\", \"raw\" or \"drop\", got \"" +
+                           dense + "\"");
   }
   PS_RETURN_IF_ERROR(r.GetOr("categorical_ids", &ids));
   if (ids == "hash") {
@@ -165,12 +173,15 @@ Result<std::unique_ptr<RecordFormat>> MakeCriteoFormat(JsonReader& r) {
   } else if (ids == "hex") {
     spec.ids = IdMode::kHex;
   } else {
-    return InvalidArgument(r.Path("categorical_ids") + ": must be \"hash\" or \"hex\", got \"" + ids + "\"");
+    return InvalidArgument(r.Path("categorical_ids") + ": must be \"hash\" or \"hex\", got \"" +
+                           ids + "\"");
   }
   const Json* fields = r.Find("fields");
   if (fields != nullptr && !fields->is_null()) {
-    if (r.Has("buckets")) return InvalidArgument(r.Path("buckets") + ": give it per field when \"fields\" is set");
-    if (!fields->is_array() || fields->empty()) return InvalidArgument(r.Path("fields") + ": expected a non-empty array");
+    if (r.Has("buckets"))
+      return InvalidArgument(r.Path("buckets") + ": give it per field when \"fields\" is set");
+    if (!fields->is_array() || fields->empty())
+      return InvalidArgument(r.Path("fields") + ": expected a non-empty array");
     for (size_t i = 0; i < fields->size(); ++i) {
       JsonReader fr((*fields)[i], r.Path("fields") + "[" + std::to_string(i) + "]");
       PS_RETURN_IF_ERROR(fr.status());
@@ -180,10 +191,12 @@ Result<std::unique_ptr<RecordFormat>> MakeCriteoFormat(JsonReader& r) {
       PS_RETURN_IF_ERROR(CheckBuckets(fr.Path("buckets"), f.buckets));
       const Json* cols = fr.Find("columns");
       if (cols == nullptr || !cols->is_array() || cols->empty()) {
-        return InvalidArgument(fr.Path("columns") + ": expected a non-empty array of columns (\"C1\" …)");
+        return InvalidArgument(fr.Path("columns") +
+                               ": expected a non-empty array of columns (\"C1\" …)");
       }
       for (size_t k = 0; k < cols->size(); ++k) {
-        PS_RETURN_IF_ERROR(ReadColumn((*cols)[k], fr.Path("columns") + "[" + std::to_string(k) + "]",
+        PS_RETURN_IF_ERROR(ReadColumn((*cols)[k],
+                                      fr.Path("columns") + "[" + std::to_string(k) + "]",
                                       spec.categorical_columns, &f.columns.emplace_back()));
       }
       PS_RETURN_IF_ERROR(fr.Finish());
@@ -196,8 +209,9 @@ Result<std::unique_ptr<RecordFormat>> MakeCriteoFormat(JsonReader& r) {
     } else {
       PS_RETURN_IF_ERROR(r.Get("buckets", &buckets));
       if (buckets.size() != static_cast<size_t>(spec.categorical_columns)) {
-        return InvalidArgument(r.Path("buckets") + ": expected one integer, or one per categorical column (" +
-                               std::to_string(spec.categorical_columns) + "), got " + std::to_string(buckets.size()));
+        return InvalidArgument(
+            r.Path("buckets") + ": expected one integer, or one per categorical column (" +
+            std::to_string(spec.categorical_columns) + "), got " + std::to_string(buckets.size()));
       }
     }
     for (int c = 0; c < spec.categorical_columns; ++c) {

@@ -108,7 +108,8 @@ Status ReadField(const Json& j, const std::string& path, CtrField* out) {
       for (int64_t n : range) {
         if (n < 1 || n > kMaxCtrIdsPerField) {
           return InvalidArgument(r.Path("ids") + ": must be in [1, " +
-                                 std::to_string(kMaxCtrIdsPerField) + "], got " + std::to_string(n));
+                                 std::to_string(kMaxCtrIdsPerField) + "], got " +
+                                 std::to_string(n));
         }
       }
       out->min_ids = static_cast<int>(range[0]);
@@ -124,14 +125,10 @@ CtrSpec DefaultCtrSpec() {
   CtrSpec s;
   //            name            vocab      zipf  ids   scale
   s.fields = {
-      {"device_type", 10, 1.0, 1, 1, 0.6},
-      {"hour", 24, 0.0, 1, 1, 0.5},
-      {"site_category", 100, 1.1, 1, 1, 0.7},
-      {"app", 1000, 1.2, 1, 1, 0.6},
-      {"site", 10'000, 1.3, 1, 1, 0.35},
-      {"ad", 100'000, 1.4, 1, 1, 0.3},
-      {"user", 1'000'000, 1.5, 1, 1, 0.2},
-      {"interests", 5000, 1.2, 1, 5, 0.1},
+      {"device_type", 10, 1.0, 1, 1, 0.6},    {"hour", 24, 0.0, 1, 1, 0.5},
+      {"site_category", 100, 1.1, 1, 1, 0.7}, {"app", 1000, 1.2, 1, 1, 0.6},
+      {"site", 10'000, 1.3, 1, 1, 0.35},      {"ad", 100'000, 1.4, 1, 1, 0.3},
+      {"user", 1'000'000, 1.5, 1, 1, 0.2},    {"interests", 5000, 1.2, 1, 5, 0.1},
   };
   return s;
 }
@@ -159,9 +156,9 @@ Status ValidateCtrSpec(const CtrSpec& spec, const std::string& path) {
       return InvalidArgument(fp + ".zipf: must be in [0, 10], got " + std::to_string(c.zipf));
     }
     if (c.min_ids < 1 || c.max_ids < c.min_ids || c.max_ids > kMaxCtrIdsPerField) {
-      return InvalidArgument(fp + ".ids: need 1 <= min <= max <= " +
-                             std::to_string(kMaxCtrIdsPerField) + ", got [" +
-                             std::to_string(c.min_ids) + ", " + std::to_string(c.max_ids) + "]");
+      return InvalidArgument(
+          fp + ".ids: need 1 <= min <= max <= " + std::to_string(kMaxCtrIdsPerField) + ", got [" +
+          std::to_string(c.min_ids) + ", " + std::to_string(c.max_ids) + "]");
     }
     if (!(c.weight_scale >= 0.0 && c.weight_scale <= 100.0)) {
       return InvalidArgument(fp + ".weight_scale: must be in [0, 100], got " +
@@ -308,8 +305,8 @@ double CtrTruth::Logit(std::span<const int64_t> ids, std::span<const float> valu
   if (spec_.interactions.empty()) return z;
   std::vector<double> sums(latent_.size() * kInteractionDim, 0.0);  // [slots * dim]
   for (size_t i = 0; i < ids.size(); ++i) {
-    const auto f = static_cast<size_t>(
-        std::upper_bound(offsets_.begin(), offsets_.end(), ids[i]) - offsets_.begin() - 1);
+    const auto f = static_cast<size_t>(std::upper_bound(offsets_.begin(), offsets_.end(), ids[i]) -
+                                       offsets_.begin() - 1);
     const int slot = latent_slot_[f];
     if (slot < 0) continue;
     const double v = values.empty() ? 1.0 : values[i];
@@ -379,9 +376,12 @@ double CtrAuc(std::span<const float> scores, std::span<const uint8_t> labels) {
 
 const char* CtrFormatName(CtrFormat format) {
   switch (format) {
-    case CtrFormat::kLibSvm: return "libsvm";
-    case CtrFormat::kTfRecord: return "tfrecord";
-    case CtrFormat::kCriteoTsv: return "criteo_tsv";
+    case CtrFormat::kLibSvm:
+      return "libsvm";
+    case CtrFormat::kTfRecord:
+      return "tfrecord";
+    case CtrFormat::kCriteoTsv:
+      return "criteo_tsv";
   }
   return "?";
 }
@@ -390,16 +390,20 @@ Result<CtrFormat> ParseCtrFormat(std::string_view name) {
   for (CtrFormat f : {CtrFormat::kLibSvm, CtrFormat::kTfRecord, CtrFormat::kCriteoTsv}) {
     if (name == CtrFormatName(f)) return f;
   }
-  return InvalidArgument("unknown format '" + std::string(name) + "' (expected libsvm, tfrecord or criteo_tsv)");
+  return InvalidArgument("unknown format '" + std::string(name) +
+                         "' (expected libsvm, tfrecord or criteo_tsv)");
 }
 
 namespace {
 
 const char* Extension(CtrFormat format) {
   switch (format) {
-    case CtrFormat::kLibSvm: return ".libsvm";
-    case CtrFormat::kTfRecord: return ".tfrecord";
-    case CtrFormat::kCriteoTsv: return ".tsv";
+    case CtrFormat::kLibSvm:
+      return ".libsvm";
+    case CtrFormat::kTfRecord:
+      return ".tfrecord";
+    case CtrFormat::kCriteoTsv:
+      return ".tsv";
   }
   return "";
 }
@@ -415,7 +419,8 @@ std::string FileName(const std::string& split, CtrFormat format, int index, int 
 Status CheckOutput(const CtrSpec& spec, const CtrOutput& output) {
   if (output.formats.empty()) return InvalidArgument("gen-ctr: no output format");
   if (output.files < 1 || output.files > 100000) {
-    return InvalidArgument("gen-ctr: files must be in 1..100000, got " + std::to_string(output.files));
+    return InvalidArgument("gen-ctr: files must be in 1..100000, got " +
+                           std::to_string(output.files));
   }
   for (CtrFormat f : output.formats) {
     if (f == CtrFormat::kCriteoTsv) PS_RETURN_IF_ERROR(CheckCriteoColumns(spec));
@@ -425,8 +430,9 @@ Status CheckOutput(const CtrSpec& spec, const CtrOutput& output) {
       bool clash = name.empty() || name == "label";
       for (size_t j = 0; j < i; ++j) clash |= spec.fields[j].name == name;
       if (clash) {
-        return InvalidArgument("gen-ctr: tfrecord: fields[" + std::to_string(i) + "].name '" + name +
-                               "' must be non-empty, unique and not \"label\" (it names the feature)");
+        return InvalidArgument(
+            "gen-ctr: tfrecord: fields[" + std::to_string(i) + "].name '" + name +
+            "' must be non-empty, unique and not \"label\" (it names the feature)");
       }
     }
   }
@@ -436,11 +442,13 @@ Status CheckOutput(const CtrSpec& spec, const CtrOutput& output) {
 // Writes one split into every format, output.files files each (examples split in
 // contiguous runs); calls visit(p, label) per example.
 template <typename Visit>
-Status WriteSplit(const CtrSpec& spec, const CtrTruth& truth, const std::vector<ZipfSampler>& samplers,
-                  uint64_t seed, int64_t examples, const CtrOutput& output, const std::filesystem::path& dir,
+Status WriteSplit(const CtrSpec& spec, const CtrTruth& truth,
+                  const std::vector<ZipfSampler>& samplers, uint64_t seed, int64_t examples,
+                  const CtrOutput& output, const std::filesystem::path& dir,
                   const std::string& split, std::vector<CtrFiles>* files, Visit visit) {
   std::vector<std::unique_ptr<CtrFileWriter>> writers;
-  for (CtrFormat f : output.formats) writers.push_back(std::make_unique<CtrFileWriter>(f, spec, truth.offsets()));
+  for (CtrFormat f : output.formats)
+    writers.push_back(std::make_unique<CtrFileWriter>(f, spec, truth.offsets()));
   ExampleDrawer w(spec, truth, samplers, seed);
   int64_t i = 0;
   for (int k = 0; k < output.files; ++k) {
@@ -462,7 +470,8 @@ Status WriteSplit(const CtrSpec& spec, const CtrTruth& truth, const std::vector<
 
 }  // namespace
 
-Result<CtrReport> GenerateCtr(const CtrSpec& spec, const std::string& out_dir, const CtrOutput& output) {
+Result<CtrReport> GenerateCtr(const CtrSpec& spec, const std::string& out_dir,
+                              const CtrOutput& output) {
   PS_ASSIGN_OR_RETURN(CtrTruth truth, CtrTruth::Create(spec));
   PS_RETURN_IF_ERROR(CheckOutput(spec, output));
   std::error_code ec;
@@ -481,21 +490,24 @@ Result<CtrReport> GenerateCtr(const CtrSpec& spec, const std::string& out_dir, c
   for (CtrFormat f : output.formats) report.outputs.push_back({f, {}, {}});
 
   int64_t train_clicks = 0;
-  PS_RETURN_IF_ERROR(WriteSplit(spec, truth, samplers, TrainSeed(spec.seed), spec.train_examples, output, dir,
-                                "train", &report.outputs, [&](float, uint8_t y) { train_clicks += y; }));
+  PS_RETURN_IF_ERROR(WriteSplit(spec, truth, samplers, TrainSeed(spec.seed), spec.train_examples,
+                                output, dir, "train", &report.outputs,
+                                [&](float, uint8_t y) { train_clicks += y; }));
   if (spec.train_examples > 0) {
-    report.train_click_rate = static_cast<double>(train_clicks) / static_cast<double>(spec.train_examples);
+    report.train_click_rate =
+        static_cast<double>(train_clicks) / static_cast<double>(spec.train_examples);
   }
   std::vector<float> probs;
   std::vector<uint8_t> labels;
   probs.reserve(static_cast<size_t>(spec.eval_examples));
   labels.reserve(probs.capacity());
   double logloss = 0, prob_sum = 0, clicks = 0;
-  PS_RETURN_IF_ERROR(WriteSplit(spec, truth, samplers, EvalSeed(spec.seed), spec.eval_examples, output, dir,
-                                "eval", &report.outputs, [&](float p, uint8_t y) {
+  PS_RETURN_IF_ERROR(WriteSplit(spec, truth, samplers, EvalSeed(spec.seed), spec.eval_examples,
+                                output, dir, "eval", &report.outputs, [&](float p, uint8_t y) {
                                   probs.push_back(p);
                                   labels.push_back(y);
-                                  const double pc = std::clamp(static_cast<double>(p), 1e-7, 1.0 - 1e-7);
+                                  const double pc =
+                                      std::clamp(static_cast<double>(p), 1e-7, 1.0 - 1e-7);
                                   logloss -= y ? std::log(pc) : std::log(1.0 - pc);
                                   prob_sum += p;
                                   clicks += y;
@@ -511,12 +523,14 @@ Result<CtrReport> GenerateCtr(const CtrSpec& spec, const std::string& out_dir, c
 
   const auto relative = [&](const std::vector<std::string>& paths) {
     std::vector<std::string> names;
-    for (const std::string& p : paths) names.push_back(std::filesystem::path(p).filename().string());
+    for (const std::string& p : paths)
+      names.push_back(std::filesystem::path(p).filename().string());
     return names;
   };
   Json j = Json::object();
   j["spec"] = CtrSpecToJson(spec);
-  j["files"] = Json{{"train", relative({report.train_path})[0]}, {"eval", relative({report.eval_path})[0]}};
+  j["files"] =
+      Json{{"train", relative({report.train_path})[0]}, {"eval", relative({report.eval_path})[0]}};
   j["num_features"] = report.num_features;
   j["field_offsets"] = report.field_offsets;
   if (output.formats[0] == CtrFormat::kLibSvm && output.files == 1) {

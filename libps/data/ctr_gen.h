@@ -103,10 +103,10 @@ class CtrTruth {
 
  private:
   CtrSpec spec_;
-  std::vector<int64_t> offsets_;                 // [fields + 1]
-  std::vector<float> weights_;                   // [num_features]
-  std::vector<int> latent_slot_;                 // [fields]: index into latent_, or -1
-  std::vector<std::vector<float>> latent_;       // [slots][vocab_f * kInteractionDim]
+  std::vector<int64_t> offsets_;            // [fields + 1]
+  std::vector<float> weights_;              // [num_features]
+  std::vector<int> latent_slot_;            // [fields]: index into latent_, or -1
+  std::vector<std::vector<float>> latent_;  // [slots][vocab_f * kInteractionDim]
 };
 
 // Draws local ids of a field by inverse CDF (binary search); deterministic.
@@ -139,9 +139,9 @@ struct CtrFiles {
 
 struct CtrReport {
   int64_t num_features = 0;
-  std::vector<int64_t> field_offsets;  // [fields + 1]
+  std::vector<int64_t> field_offsets;            // [fields + 1]
   std::string train_path, eval_path, json_path;  // the first format's first files
-  std::vector<CtrFiles> outputs;                  // [output.formats]
+  std::vector<CtrFiles> outputs;                 // [output.formats]
   double truth_eval_auc = 0;      // the ground-truth probabilities on the eval examples written
   double truth_eval_logloss = 0;  // mean, natural log
   double train_click_rate = 0;    // fraction of label 1 (0 when there are no train examples)
@@ -155,7 +155,8 @@ struct CtrReport {
 // O(train_examples). The default output is train.libsvm and eval.libsvm.
 // Errors: InvalidArgument (spec, or a format the spec does not fit), IoError naming
 // the file.
-Result<CtrReport> GenerateCtr(const CtrSpec& spec, const std::string& out_dir, const CtrOutput& output = {});
+Result<CtrReport> GenerateCtr(const CtrSpec& spec, const std::string& out_dir,
+                              const CtrOutput& output = {});
 
 // AUC of scores for 0/1 labels, ties counting half; -1 when a class is absent.
 double CtrAuc(std::span<const float> scores, std::span<const uint8_t> labels);

@@ -45,7 +45,8 @@ Status OutFile::Flush() {
     if (std::fwrite(buf_.data(), 1, buf_.size(), plain_) != buf_.size()) {
       return IoError(tmp_ + ": write failed: " + std::strerror(errno));
     }
-  } else if (gzwrite(gz_, buf_.data(), static_cast<unsigned>(buf_.size())) != static_cast<int>(buf_.size())) {
+  } else if (gzwrite(gz_, buf_.data(), static_cast<unsigned>(buf_.size())) !=
+             static_cast<int>(buf_.size())) {
     return IoError(tmp_ + ": gzip write failed");
   }
   buf_.clear();
@@ -74,14 +75,16 @@ Status CheckCriteoColumns(const CtrSpec& spec) {
   int columns = 0;
   for (const CtrField& f : spec.fields) columns += f.max_ids;
   if (columns > kCriteoCategoricalColumns) {
-    return InvalidArgument("criteo_tsv: the spec's fields need " + std::to_string(columns) +
-                           " categorical columns (one per id an example can have), Criteo's layout has " +
-                           std::to_string(kCriteoCategoricalColumns));
+    return InvalidArgument(
+        "criteo_tsv: the spec's fields need " + std::to_string(columns) +
+        " categorical columns (one per id an example can have), Criteo's layout has " +
+        std::to_string(kCriteoCategoricalColumns));
   }
   return Status::Ok();
 }
 
-CtrFileWriter::CtrFileWriter(CtrFormat format, const CtrSpec& spec, const std::vector<int64_t>& offsets)
+CtrFileWriter::CtrFileWriter(CtrFormat format, const CtrSpec& spec,
+                             const std::vector<int64_t>& offsets)
     : format_(format), spec_(spec), offsets_(offsets) {
   int column = 0;
   for (const CtrField& f : spec.fields) {
@@ -90,7 +93,8 @@ CtrFileWriter::CtrFileWriter(CtrFormat format, const CtrSpec& spec, const std::v
   }
 }
 
-Status CtrFileWriter::Write(uint8_t label, std::span<const int64_t> ids, std::span<const float> counts) {
+Status CtrFileWriter::Write(uint8_t label, std::span<const int64_t> ids,
+                            std::span<const float> counts) {
   std::string& out = out_.buffer();
   if (format_ == CtrFormat::kLibSvm) {
     out.push_back(label ? '1' : '0');
@@ -152,7 +156,8 @@ Json CtrDataConfig(CtrFormat format, const CtrSpec& spec, const std::vector<int6
   } else if (format == CtrFormat::kTfRecord) {
     d["label"] = "label";
     Json sparse = Json::array();
-    for (const CtrField& f : spec.fields) sparse.push_back({{"feature", f.name}, {"type", "int64"}, {"vocab", f.vocab}});
+    for (const CtrField& f : spec.fields)
+      sparse.push_back({{"feature", f.name}, {"type", "int64"}, {"vocab", f.vocab}});
     d["sparse"] = std::move(sparse);
   } else {
     d["dense"] = "drop";

@@ -65,7 +65,7 @@ class CtrFileWriter {
   std::vector<int> first_column_;  // [fields] Criteo: the field's first categorical column
   OutFile out_;
   TfExampleBuilder example_;
-  std::vector<int64_t> local_;     // one field's ids, repeated by count
+  std::vector<int64_t> local_;  // one field's ids, repeated by count
   std::string record_;
 };
 

@@ -20,12 +20,12 @@ namespace {
 
 std::string Resolve(const std::string& base_dir, const std::string& p) {
   std::filesystem::path path(p);
-  if (path.is_relative() && !base_dir.empty()) return (std::filesystem::path(base_dir) / path).string();
+  if (path.is_relative() && !base_dir.empty())
+    return (std::filesystem::path(base_dir) / path).string();
   return p;
 }
 
-Status GetPath(JsonReader& r, std::string_view key, const std::string& base_dir,
-               std::string* out) {
+Status GetPath(JsonReader& r, std::string_view key, const std::string& base_dir, std::string* out) {
   PS_RETURN_IF_ERROR(r.Get(key, out));
   if (out->empty()) return InvalidArgument(r.Path(key) + ": must not be empty");
   *out = Resolve(base_dir, *out);
@@ -148,10 +148,12 @@ Result<ExampleTable> LoadRecords(JsonReader& r, const RecordFormat& format, cons
   for (SparseColumn& c : t.sparse) c.offsets.push_back(0);
   ErrorPolicy policy(skip_errors, r.path());
   Row row;
-  PS_RETURN_IF_ERROR(ReadRecords(format, file, 0, [](size_t, int64_t) { return true; }, policy, &row, [&](Row& x) {
-    AppendRow(x, format.has_values(), &t);
-    return true;
-  }));
+  PS_RETURN_IF_ERROR(ReadRecords(
+      format, file, 0, [](size_t, int64_t) { return true; }, policy, &row,
+      [&](Row& x) {
+        AppendRow(x, format.has_values(), &t);
+        return true;
+      }));
   PS_RETURN_IF_ERROR(t.Validate());
   return t;
 }
@@ -160,7 +162,8 @@ Status GetOnError(JsonReader& r, bool* skip) {
   std::string on_error = "fail";
   PS_RETURN_IF_ERROR(r.GetOr("on_error", &on_error));
   if (on_error != "fail" && on_error != "skip") {
-    return InvalidArgument(r.Path("on_error") + ": must be \"fail\" or \"skip\", got \"" + on_error + "\"");
+    return InvalidArgument(r.Path("on_error") + ": must be \"fail\" or \"skip\", got \"" +
+                           on_error + "\"");
   }
   *skip = on_error == "skip";
   return Status::Ok();
@@ -187,13 +190,15 @@ Result<ExampleTable> LoadExamples(const Json& config, const std::string& path,
   PS_RETURN_IF_ERROR(r.Get("format", &format));
   PS_RETURN_IF_ERROR(r.GetOr("limit", &limit));
   if (limit < 0) {
-    return InvalidArgument(r.Path("limit") + ": must not be negative, got " + std::to_string(limit));
+    return InvalidArgument(r.Path("limit") + ": must not be negative, got " +
+                           std::to_string(limit));
   }
   if (r.Has("files")) {
-    return InvalidArgument(r.Path("files") + ": a streamed data set cannot be loaded whole; use \"path\"");
+    return InvalidArgument(r.Path("files") +
+                           ": a streamed data set cannot be loaded whole; use \"path\"");
   }
-  Result<ExampleTable> table = InvalidArgument(r.Path("format") + ": unknown format '" + format + "' (expected " +
-                                               kFormats + ")");
+  Result<ExampleTable> table = InvalidArgument(r.Path("format") + ": unknown format '" + format +
+                                               "' (expected " + kFormats + ")");
   if (format == "idx") {
     table = LoadIdx(r, base_dir);
   } else if (format == "libsvm") {
@@ -224,13 +229,15 @@ struct StreamPlan {
   StreamOptions options;
 };
 
-Result<StreamPlan> PlanStream(const Json& config, const std::string& path, const std::string& base_dir) {
+Result<StreamPlan> PlanStream(const Json& config, const std::string& path,
+                              const std::string& base_dir) {
   JsonReader r(config, path);
   PS_RETURN_IF_ERROR(r.status());
   StreamPlan plan;
   std::string format;
   PS_RETURN_IF_ERROR(r.Get("format", &format));
-  if (r.Has("path")) return InvalidArgument(path + ": give \"path\" (in memory) or \"files\" (streamed), not both");
+  if (r.Has("path"))
+    return InvalidArgument(path + ": give \"path\" (in memory) or \"files\" (streamed), not both");
   if (r.Has("limit")) return InvalidArgument(r.Path("limit") + ": not supported with \"files\"");
   StreamOptions& stream = plan.options;
   stream.path = path;
@@ -265,8 +272,9 @@ Result<std::unique_ptr<Dataset>> OpenDataset(const Json& config, std::string pat
     return std::unique_ptr<Dataset>(std::move(d));
   }
   PS_ASSIGN_OR_RETURN(StreamPlan plan, PlanStream(config, path, options.base_dir));
-  PS_ASSIGN_OR_RETURN(auto d, StreamingDataset::Create(std::move(plan.format), std::move(plan.files),
-                                                       std::move(plan.options), std::move(options)));
+  PS_ASSIGN_OR_RETURN(auto d,
+                      StreamingDataset::Create(std::move(plan.format), std::move(plan.files),
+                                               std::move(plan.options), std::move(options)));
   return std::unique_ptr<Dataset>(std::move(d));
 }
 
@@ -282,7 +290,8 @@ InMemoryDataset::InMemoryDataset(ExampleTable table, DatasetOptions options)
   }
 }
 
-Result<std::unique_ptr<InMemoryDataset>> InMemoryDataset::Create(ExampleTable table, DatasetOptions options) {
+Result<std::unique_ptr<InMemoryDataset>> InMemoryDataset::Create(ExampleTable table,
+                                                                 DatasetOptions options) {
   if (options.num_shards < 1) {
     return InvalidArgument("num_shards must be at least 1, got " +
                            std::to_string(options.num_shards));
@@ -296,7 +305,8 @@ Result<std::unique_ptr<InMemoryDataset>> InMemoryDataset::Create(ExampleTable ta
   std::unique_ptr<InMemoryDataset> d(new InMemoryDataset(std::move(table), std::move(options)));
   if (d->options_.repeat && d->shard_.empty()) {
     return InvalidArgument("shard " + std::to_string(d->options_.shard_index) + " of " +
-                           std::to_string(d->options_.num_shards) + " has no examples (the data set has " +
+                           std::to_string(d->options_.num_shards) +
+                           " has no examples (the data set has " +
                            std::to_string(d->table_.size()) + ")");
   }
   d->StartEpoch(0);
@@ -378,8 +388,8 @@ class ReadAheadDataset : public Dataset {
         direct_ = true;
       }
     } else if (batch_size != batch_size_) {
-      return InvalidArgument("batch size " + std::to_string(batch_size) + " after " + std::to_string(batch_size_) +
-                             " from a data set that reads ahead");
+      return InvalidArgument("batch size " + std::to_string(batch_size) + " after " +
+                             std::to_string(batch_size_) + " from a data set that reads ahead");
     }
     Ready r;
     if (direct_) {
@@ -432,10 +442,10 @@ class ReadAheadDataset : public Dataset {
   const std::unique_ptr<Dataset> inner_;
   std::mutex mu_;
   std::condition_variable cv_;
-  int64_t batch_size_ = 0;    // the first Next's; guarded by mu_ (fixed once set)
-  bool wanted_ = false;       // guarded by mu_: the reader should read a batch
-  bool stop_ = false;         // guarded by mu_
-  bool direct_ = false;       // guarded by mu_ (fixed once set): no reader thread, read in Next
+  int64_t batch_size_ = 0;      // the first Next's; guarded by mu_ (fixed once set)
+  bool wanted_ = false;         // guarded by mu_: the reader should read a batch
+  bool stop_ = false;           // guarded by mu_
+  bool direct_ = false;         // guarded by mu_ (fixed once set): no reader thread, read in Next
   std::optional<Ready> ready_;  // guarded by mu_
   std::thread reader_;
   std::atomic<int64_t> seen_{0};

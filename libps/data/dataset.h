@@ -87,10 +87,10 @@ struct DatasetOptions {
   int64_t shard_index = 0;  // in memory: example i belongs to shard i % num_shards;
                             // streamed: files (or records) are split, see stream.h
   int64_t num_shards = 1;
-  bool shuffle = true;      // reshuffle the shard every epoch
-  uint64_t seed = 0;        // shuffle seed; epoch e uses DeriveSeed(seed, e, shard_index)
-                            // (streamed: for the file order; the buffer has its own stream)
-  bool repeat = true;       // true: endless epochs (training); false: one pass (evaluation)
+  bool shuffle = true;  // reshuffle the shard every epoch
+  uint64_t seed = 0;    // shuffle seed; epoch e uses DeriveSeed(seed, e, shard_index)
+                        // (streamed: for the file order; the buffer has its own stream)
+  bool repeat = true;   // true: endless epochs (training); false: one pass (evaluation)
 };
 
 // What the trainer and the evaluation read batches from. Not thread-safe: one reading
@@ -121,7 +121,8 @@ class InMemoryDataset : public Dataset {
  public:
   // Errors: InvalidArgument for a bad shard_index/num_shards, or when repeat is set and
   // the shard is empty (Next could never fill a batch).
-  static Result<std::unique_ptr<InMemoryDataset>> Create(ExampleTable table, DatasetOptions options);
+  static Result<std::unique_ptr<InMemoryDataset>> Create(ExampleTable table,
+                                                         DatasetOptions options);
 
   Result<model::Batch> Next(int64_t batch_size) override;
   const DatasetInfo& info() const override { return table_.info; }

@@ -61,7 +61,9 @@ void ExampleTable::Truncate(int64_t n) {
 
 model::Batch ExampleTable::StartBatch() const { return data::StartBatch(info); }
 
-void ExampleTable::AppendTo(int64_t index, model::Batch* batch) const { AppendTo(std::span(&index, 1), batch); }
+void ExampleTable::AppendTo(int64_t index, model::Batch* batch) const {
+  AppendTo(std::span(&index, 1), batch);
+}
 
 void ExampleTable::AppendTo(std::span<const int64_t> indices, model::Batch* batch) const {
   const auto d = static_cast<size_t>(info.dense_dim);
@@ -80,7 +82,8 @@ void ExampleTable::AppendTo(std::span<const int64_t> indices, model::Batch* batc
     auto prefetch = [&](const void* p) {
       const auto first = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63};
       const uintptr_t end = reinterpret_cast<uintptr_t>(p) + std::min<size_t>(row_bytes, 4096);
-      for (uintptr_t line = first; line < end; line += 64) __builtin_prefetch(reinterpret_cast<const void*>(line));
+      for (uintptr_t line = first; line < end; line += 64)
+        __builtin_prefetch(reinterpret_cast<const void*>(line));
     };
     size_t at = batch->dense.size();
     batch->dense.resize(at + indices.size() * d);

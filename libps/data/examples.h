@@ -37,11 +37,11 @@ struct SparseColumn {
 
 struct ExampleTable {
   DatasetInfo info;
-  std::vector<uint8_t> dense_u8;   // [examples * dense_dim] or empty
+  std::vector<uint8_t> dense_u8;  // [examples * dense_dim] or empty
   float dense_u8_scale = 1.0f / 255.0f;
-  std::vector<float> dense_f32;    // [examples * dense_dim] or empty
+  std::vector<float> dense_f32;      // [examples * dense_dim] or empty
   std::vector<SparseColumn> sparse;  // [info.field_vocab_sizes.size()]
-  std::vector<float> labels;       // [examples]
+  std::vector<float> labels;         // [examples]
 
   int64_t size() const { return info.examples; }
   // Checks that every array has the size the info says and ids are in range.

@@ -31,7 +31,8 @@ class LibSvmReader : public TextRecordReader {
       if (first) {
         first = false;
         int64_t label;
-        if (!ParseLabel(tok, &label)) return InvalidArgument(Where() + ": bad label '" + std::string(tok) + "'");
+        if (!ParseLabel(tok, &label))
+          return InvalidArgument(Where() + ": bad label '" + std::string(tok) + "'");
         PS_RETURN_IF_ERROR(MapLabel(label, &row->label));
         continue;
       }
@@ -44,8 +45,9 @@ class LibSvmReader : public TextRecordReader {
         return InvalidArgument(Where() + ": bad feature '" + std::string(tok) + "'");
       }
       if (id - shift < 0 || id - shift >= o.num_features) {
-        return InvalidArgument(Where() + ": feature id " + std::to_string(id) + " is out of range [" +
-                               std::to_string(shift) + ", " + std::to_string(o.num_features - 1 + shift) + "]" +
+        return InvalidArgument(Where() + ": feature id " + std::to_string(id) +
+                               " is out of range [" + std::to_string(shift) + ", " +
+                               std::to_string(o.num_features - 1 + shift) + "]" +
                                (o.zero_based ? "" : " (ids are 1-based)"));
       }
       ids_.push_back(id - shift);
@@ -62,7 +64,8 @@ class LibSvmReader : public TextRecordReader {
     // sort; gen-ctr's ascending ids are grouped already).
     field_.resize(ids_.size());
     for (size_t i = 0; i < ids_.size(); ++i) {
-      field_[i] = static_cast<uint32_t>(std::upper_bound(fo.begin(), fo.end(), ids_[i]) - fo.begin() - 1);
+      field_[i] =
+          static_cast<uint32_t>(std::upper_bound(fo.begin(), fo.end(), ids_[i]) - fo.begin() - 1);
     }
     row->ends.assign(fo.size(), 0);
     for (uint32_t f : field_) ++row->ends[f];
@@ -89,8 +92,9 @@ class LibSvmReader : public TextRecordReader {
     } else if (classes > 2 && label >= 0 && label < classes) {
       *out = static_cast<float>(label);
     } else {
-      return InvalidArgument(Where() + ": label " + std::to_string(label) + " is out of range for " +
-                             std::to_string(classes) + " classes" + (classes == 2 ? " (expected -1, 0 or 1)" : ""));
+      return InvalidArgument(Where() + ": label " + std::to_string(label) +
+                             " is out of range for " + std::to_string(classes) + " classes" +
+                             (classes == 2 ? " (expected -1, 0 or 1)" : ""));
     }
     return Status::Ok();
   }
@@ -136,19 +140,22 @@ DatasetInfo LibSvmInfo(const LibSvmOptions& o) {
 
 Status CheckLibSvmOptions(const LibSvmOptions& o, const std::string& prefix) {
   if (o.num_features <= 0) {
-    return InvalidArgument(prefix + "num_features: must be positive, got " + std::to_string(o.num_features));
+    return InvalidArgument(prefix + "num_features: must be positive, got " +
+                           std::to_string(o.num_features));
   }
   const std::vector<int64_t>& fo = o.field_offsets;
   for (size_t i = 0; i < fo.size(); ++i) {
     if ((i == 0 && fo[0] != 0) || (i > 0 && fo[i] <= fo[i - 1]) || fo[i] >= o.num_features) {
-      return InvalidArgument(prefix + "field_offsets[" + std::to_string(i) + "]: " + std::to_string(fo[i]) +
-                             (i == 0 && fo[0] != 0 ? " (the first offset must be 0)" : "") +
-                             ": offsets must start at 0, ascend strictly and stay below num_features (" +
-                             std::to_string(o.num_features) + ")");
+      return InvalidArgument(
+          prefix + "field_offsets[" + std::to_string(i) + "]: " + std::to_string(fo[i]) +
+          (i == 0 && fo[0] != 0 ? " (the first offset must be 0)" : "") +
+          ": offsets must start at 0, ascend strictly and stay below num_features (" +
+          std::to_string(o.num_features) + ")");
     }
   }
   if (o.classes < 0 || o.classes == 1) {
-    return InvalidArgument(prefix + "classes: must be 0 (infer) or at least 2, got " + std::to_string(o.classes));
+    return InvalidArgument(prefix + "classes: must be 0 (infer) or at least 2, got " +
+                           std::to_string(o.classes));
   }
   return Status::Ok();
 }
@@ -170,8 +177,10 @@ Result<std::unique_ptr<RecordFormat>> MakeLibSvmFormat(JsonReader& r) {
   }
   PS_RETURN_IF_ERROR(r.GetOr("classes", &o.classes));
   if (o.classes < 2) {
-    return InvalidArgument(r.Path("classes") + ": must be at least 2 when streaming (the labels cannot be "
-                           "counted before training), got " + std::to_string(o.classes));
+    return InvalidArgument(r.Path("classes") +
+                           ": must be at least 2 when streaming (the labels cannot be "
+                           "counted before training), got " +
+                           std::to_string(o.classes));
   }
   PS_RETURN_IF_ERROR(CheckLibSvmOptions(o, r.path() + "."));
   return std::unique_ptr<RecordFormat>(new LibSvmFormat(std::move(o)));

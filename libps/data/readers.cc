@@ -71,21 +71,20 @@ Result<IdxHeader> ParseIdxHeader(const std::string& path, const std::string& d, 
   const uint64_t got = d.size() - header;
   if (total > got) {
     return DataLoss(path + ": offset " + std::to_string(header) + ": truncated: expected " +
-                    std::to_string(total) + " bytes of " + what +
-                    ", got " + std::to_string(got));
+                    std::to_string(total) + " bytes of " + what + ", got " + std::to_string(got));
   }
   if (total < got) {
-    return DataLoss(path + ": offset " + std::to_string(header + total) +
-                    ": " + std::to_string(got - total) +
-                    " trailing bytes after the " + what);
+    return DataLoss(path + ": offset " + std::to_string(header + total) + ": " +
+                    std::to_string(got - total) + " trailing bytes after the " + what);
   }
   return h;
 }
 
 // Maps raw integer labels to 0..classes-1 (see readers.h); where[i] locates label i
 // ("file:line") for error messages.
-Result<int> MapLabels(const std::vector<int64_t>& raw, const std::function<std::string(size_t)>& where,
-                      int classes, std::vector<float>* labels) {
+Result<int> MapLabels(const std::vector<int64_t>& raw,
+                      const std::function<std::string(size_t)>& where, int classes,
+                      std::vector<float>* labels) {
   labels->resize(raw.size());
   bool has_minus_one = std::find(raw.begin(), raw.end(), -1) != raw.end();
   if (classes == 0) {
@@ -95,8 +94,7 @@ Result<int> MapLabels(const std::vector<int64_t>& raw, const std::function<std::
       int64_t max = 0;
       for (size_t i = 0; i < raw.size(); ++i) {
         if (raw[i] < 0) {
-          return InvalidArgument(where(i) + ": label " + std::to_string(raw[i]) +
-                                 " is negative");
+          return InvalidArgument(where(i) + ": label " + std::to_string(raw[i]) + " is negative");
         }
         max = std::max(max, raw[i]);
       }
@@ -269,8 +267,11 @@ Result<ExampleTable> ReadLibSvm(const std::string& path, const LibSvmOptions& op
     for (SparseColumn& c : t.sparse) c.offsets.push_back(0);
   }
   std::vector<int64_t> raw(t.labels.begin(), t.labels.end());
-  PS_ASSIGN_OR_RETURN(t.info.classes, MapLabels(raw, [&](size_t i) { return path + ":" + std::to_string(line_numbers[i]); },
-                                                options.classes, &t.labels));
+  PS_ASSIGN_OR_RETURN(
+      t.info.classes,
+      MapLabels(
+          raw, [&](size_t i) { return path + ":" + std::to_string(line_numbers[i]); },
+          options.classes, &t.labels));
   PS_RETURN_IF_ERROR(t.Validate());
   return t;
 }
@@ -339,8 +340,8 @@ Result<ExampleTable> ReadCsv(const std::string& path, const CsvOptions& options)
       if (id == Vocabulary::kUnknown) {
         std::string known;
         for (const auto& t : label_vocab->tokens()) known += (known.empty() ? "" : ", ") + t;
-        return InvalidArgument(lat + ": unknown label '" + lf.text + "' (label vocabulary: " +
-                               known + ")");
+        return InvalidArgument(lat + ": unknown label '" + lf.text +
+                               "' (label vocabulary: " + known + ")");
       }
       labels_from_vocab.push_back(static_cast<float>(id));
     } else {
@@ -377,8 +378,9 @@ Result<ExampleTable> ReadCsv(const std::string& path, const CsvOptions& options)
                              std::to_string(label_vocab->size()) + " labels");
     }
   } else {
-    PS_ASSIGN_OR_RETURN(t.info.classes, MapLabels(raw_labels, [&](size_t i) { return where[i]; },
-                                                  options.classes, &t.labels));
+    PS_ASSIGN_OR_RETURN(t.info.classes, MapLabels(
+                                            raw_labels, [&](size_t i) { return where[i]; },
+                                            options.classes, &t.labels));
   }
   const auto n = static_cast<int64_t>(t.labels.size());
   t.info.examples = n;

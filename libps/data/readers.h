@@ -53,9 +53,9 @@ struct CsvCategorical {
   std::optional<std::vector<std::string>> vocabulary;
 };
 struct CsvOptions {
-  std::string label;                          // label column name
-  std::vector<std::string> dense;             // numeric columns, in dense feature order
-  std::vector<CsvCategorical> categorical;    // one sparse field each, in this order
+  std::string label;                        // label column name
+  std::vector<std::string> dense;           // numeric columns, in dense feature order
+  std::vector<CsvCategorical> categorical;  // one sparse field each, in this order
   // When set, the label column holds these strings (mapped to 0..k-1, unknown = error);
   // otherwise it holds integers (label parsing above).
   std::optional<std::vector<std::string>> label_vocabulary;

@@ -16,7 +16,9 @@ Result<bool> TextRecordReader::Advance() {
   }
 }
 
-std::string TextRecordReader::Where() const { return stream_->path() + ":" + std::to_string(line_no_); }
+std::string TextRecordReader::Where() const {
+  return stream_->path() + ":" + std::to_string(line_no_);
+}
 
 Result<std::unique_ptr<RecordFormat>> MakeRecordFormat(const std::string& format, JsonReader& r) {
   if (format == "tfrecord") return MakeTfExampleFormat(r);

@@ -55,7 +55,7 @@ class TextRecordReader : public RecordReader {
  public:
   Result<bool> Advance() override;
   bool resumable() const override { return resumable_; }
-  std::string Where() const override;  // "<file>:<line>"
+  std::string Where() const override;           // "<file>:<line>"
   int64_t line_no() const { return line_no_; }  // 1-based, of the current record
 
  protected:

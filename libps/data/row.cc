@@ -12,7 +12,8 @@ void AppendFields(const Row& row, bool has_values, std::vector<Column>& columns)
     Column& out = columns[f];
     const uint32_t end = row.ends[f];
     out.ids.insert(out.ids.end(), row.ids.begin() + begin, row.ids.begin() + end);
-    if (has_values) out.values.insert(out.values.end(), row.values.begin() + begin, row.values.begin() + end);
+    if (has_values)
+      out.values.insert(out.values.end(), row.values.begin() + begin, row.values.begin() + end);
     out.offsets.push_back(static_cast<int64_t>(out.ids.size()));
     begin = end;
   }
@@ -60,7 +61,8 @@ void AppendRows(const model::Batch& src, int64_t begin, int64_t count, model::Ba
     const int64_t shift = static_cast<int64_t>(out.ids.size()) - first;
     out.ids.insert(out.ids.end(), in.ids.begin() + first, in.ids.begin() + in.offsets[e]);
     if (!in.values.empty()) {
-      out.values.insert(out.values.end(), in.values.begin() + first, in.values.begin() + in.offsets[e]);
+      out.values.insert(out.values.end(), in.values.begin() + first,
+                        in.values.begin() + in.offsets[e]);
     }
     for (size_t i = b + 1; i <= e; ++i) out.offsets.push_back(in.offsets[i] + shift);
   }

@@ -19,8 +19,8 @@ constexpr int64_t kAutoPrefetchExamples = 16384;
 
 }  // namespace
 
-Result<std::vector<std::string>> ExpandFiles(const std::vector<std::string>& patterns, const std::string& base_dir,
-                                             const std::string& path) {
+Result<std::vector<std::string>> ExpandFiles(const std::vector<std::string>& patterns,
+                                             const std::string& base_dir, const std::string& path) {
   if (patterns.empty()) return InvalidArgument(path + ": needs at least one file or pattern");
   std::vector<std::string> files;
   for (size_t i = 0; i < patterns.size(); ++i) {
@@ -41,7 +41,8 @@ Result<std::vector<std::string>> ExpandFiles(const std::vector<std::string>& pat
       }
     }
     ::globfree(&g);
-    if (rc == GLOB_ABORTED) return IoError(where + ": '" + p.string() + "': cannot read a directory on the way");
+    if (rc == GLOB_ABORTED)
+      return IoError(where + ": '" + p.string() + "': cannot read a directory on the way");
     if (rc == GLOB_NOSPACE) return Internal(where + ": glob: out of memory");
     if (found == 0) return InvalidArgument(where + ": '" + p.string() + "' matches no file");
   }
@@ -84,8 +85,9 @@ Status ReadRecords(const RecordFormat& format, const std::string& file, size_t f
   }
 }
 
-StreamingDataset::StreamingDataset(std::shared_ptr<const RecordFormat> format, std::vector<std::string> files,
-                                   StreamOptions stream, DatasetOptions options)
+StreamingDataset::StreamingDataset(std::shared_ptr<const RecordFormat> format,
+                                   std::vector<std::string> files, StreamOptions stream,
+                                   DatasetOptions options)
     : format_(std::move(format)),
       files_(std::move(files)),
       stream_(std::move(stream)),
@@ -100,19 +102,23 @@ StreamingDataset::StreamingDataset(std::shared_ptr<const RecordFormat> format, s
       shard_index_.push_back(i);
     }
   }
-  rng_ = Rng(DeriveSeed(options_.seed, kShuffleBufferStream, static_cast<uint64_t>(options_.shard_index)));
+  rng_ = Rng(
+      DeriveSeed(options_.seed, kShuffleBufferStream, static_cast<uint64_t>(options_.shard_index)));
 }
 
-Result<std::unique_ptr<StreamingDataset>> StreamingDataset::Create(std::shared_ptr<const RecordFormat> format,
-                                                                   std::vector<std::string> files,
-                                                                   StreamOptions stream, DatasetOptions options) {
-  if (options.num_shards < 1 || options.shard_index < 0 || options.shard_index >= options.num_shards) {
-    return InvalidArgument("shard_index " + std::to_string(options.shard_index) + " is out of range for " +
-                           std::to_string(options.num_shards) + " shards");
+Result<std::unique_ptr<StreamingDataset>> StreamingDataset::Create(
+    std::shared_ptr<const RecordFormat> format, std::vector<std::string> files,
+    StreamOptions stream, DatasetOptions options) {
+  if (options.num_shards < 1 || options.shard_index < 0 ||
+      options.shard_index >= options.num_shards) {
+    return InvalidArgument("shard_index " + std::to_string(options.shard_index) +
+                           " is out of range for " + std::to_string(options.num_shards) +
+                           " shards");
   }
-  if (stream.prefetch_batches < 0) return InvalidArgument(stream.path + ": prefetch_batches must not be negative");
-  std::unique_ptr<StreamingDataset> d(
-      new StreamingDataset(std::move(format), std::move(files), std::move(stream), std::move(options)));
+  if (stream.prefetch_batches < 0)
+    return InvalidArgument(stream.path + ": prefetch_batches must not be negative");
+  std::unique_ptr<StreamingDataset> d(new StreamingDataset(std::move(format), std::move(files),
+                                                           std::move(stream), std::move(options)));
   d->thread_ = std::thread([p = d.get()] { p->Run(); });
   std::unique_lock lock(d->mu_);
   d->cv_.wait(lock, [&] { return d->first_row_ || d->finished_; });
@@ -143,7 +149,8 @@ Status StreamingDataset::Produce() {
   const auto shard = static_cast<size_t>(options_.shard_index);
   // While stopping, every record is "kept" so that emit sees it and ends the read.
   const auto keep = [&](size_t file, int64_t record) {
-    return !by_record_ || (file + static_cast<size_t>(record)) % shards == shard || stopping_.load();
+    return !by_record_ || (file + static_cast<size_t>(record)) % shards == shard ||
+           stopping_.load();
   };
   Row row;
   bool stopped = false;
@@ -160,22 +167,25 @@ Status StreamingDataset::Produce() {
     std::vector<size_t> order(shard_files_.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
     if (options_.shuffle) {
-      Rng rng(DeriveSeed(options_.seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(options_.shard_index)));
+      Rng rng(DeriveSeed(options_.seed, static_cast<uint64_t>(epoch),
+                         static_cast<uint64_t>(options_.shard_index)));
       Shuffle(order, rng);
     }
     const bool had_rows = first_row_;
     for (size_t i : order) {
-      PS_RETURN_IF_ERROR(ReadRecords(*format_, shard_files_[i], shard_index_[i], keep, policy_, &row, emit));
+      PS_RETURN_IF_ERROR(
+          ReadRecords(*format_, shard_files_[i], shard_index_[i], keep, policy_, &row, emit));
       if (stopped) return Aborted("stopped");
     }
     if (!options_.repeat) break;
     if (!had_rows && !first_row_) {
-      return InvalidArgument(stream_.path + ": shard " + std::to_string(options_.shard_index) + " of " +
-                             std::to_string(options_.num_shards) + " has no examples (" +
-                             std::to_string(shard_files_.size()) + " of " + std::to_string(files_.size()) +
-                             " file(s)" + (by_record_ ? ", split by record" : "") +
-                             (policy_.skipped() > 0 ? ", " + std::to_string(policy_.skipped()) + " skipped" : "") +
-                             ")");
+      return InvalidArgument(
+          stream_.path + ": shard " + std::to_string(options_.shard_index) + " of " +
+          std::to_string(options_.num_shards) + " has no examples (" +
+          std::to_string(shard_files_.size()) + " of " + std::to_string(files_.size()) +
+          " file(s)" + (by_record_ ? ", split by record" : "") +
+          (policy_.skipped() > 0 ? ", " + std::to_string(policy_.skipped()) + " skipped" : "") +
+          ")");
     }
   }
   // The end of a single pass: drain the buffer in random order, then the open batch.
@@ -218,9 +228,10 @@ bool StreamingDataset::AddToBatch(const Row& row) {
 
 bool StreamingDataset::Flush() {
   std::unique_lock lock(mu_);
-  const int64_t capacity = stream_.prefetch_batches > 0
-                               ? stream_.prefetch_batches
-                               : std::clamp<int64_t>((kAutoPrefetchExamples + batch_size_ - 1) / batch_size_, 2, 64);
+  const int64_t capacity =
+      stream_.prefetch_batches > 0
+          ? stream_.prefetch_batches
+          : std::clamp<int64_t>((kAutoPrefetchExamples + batch_size_ - 1) / batch_size_, 2, 64);
   cv_.wait(lock, [&] { return static_cast<int64_t>(queue_.size()) < capacity || stop_; });
   if (stop_) return false;
   queue_.push_back(std::move(open_));
@@ -235,7 +246,8 @@ bool StreamingDataset::done() const {
 }
 
 Result<model::Batch> StreamingDataset::Next(int64_t batch_size) {
-  if (batch_size <= 0) return InvalidArgument("batch size must be positive, got " + std::to_string(batch_size));
+  if (batch_size <= 0)
+    return InvalidArgument("batch size must be positive, got " + std::to_string(batch_size));
   std::unique_lock lock(mu_);
   if (batch_size_ == 0) {
     batch_size_ = batch_size;
@@ -250,7 +262,8 @@ Result<model::Batch> StreamingDataset::Next(int64_t batch_size) {
     if (cursor_ == 0 && out.size == 0 && front.size == batch_size) {
       out = std::move(front);
     } else {
-      const int64_t take = std::min(batch_size - out.size, front.size - static_cast<int64_t>(cursor_));
+      const int64_t take =
+          std::min(batch_size - out.size, front.size - static_cast<int64_t>(cursor_));
       AppendRows(front, static_cast<int64_t>(cursor_), take, &out);
       cursor_ += static_cast<size_t>(take);
       if (cursor_ < static_cast<size_t>(front.size)) continue;

@@ -36,15 +36,15 @@ namespace ps::data {
 // Expands patterns (glob(7); relative ones resolved against base_dir) into a sorted
 // list of distinct files. Error (InvalidArgument): "<path>[i]: '<pattern>' matches no
 // file", or an empty pattern list.
-Result<std::vector<std::string>> ExpandFiles(const std::vector<std::string>& patterns, const std::string& base_dir,
-                                             const std::string& path);
+Result<std::vector<std::string>> ExpandFiles(const std::vector<std::string>& patterns,
+                                             const std::string& base_dir, const std::string& path);
 
 struct StreamOptions {
-  std::string path;             // "job.train_data", for log lines
+  std::string path;                // "job.train_data", for log lines
   int64_t shuffle_buffer = 10000;  // rows; <= 1: no shuffling beyond the file order
-  bool skip_errors = false;     // "on_error": "skip": count and log bad records, go on
-  int prefetch_batches = 0;     // batches read ahead of Next; 0: about 16384 examples' worth
-                                // (2 to 64 batches)
+  bool skip_errors = false;        // "on_error": "skip": count and log bad records, go on
+  int prefetch_batches = 0;        // batches read ahead of Next; 0: about 16384 examples' worth
+                                   // (2 to 64 batches)
 };
 
 // Counts records skipped under "on_error": "skip" and logs them (each of the first
@@ -74,9 +74,9 @@ class StreamingDataset : public Dataset {
   // Starts the reader thread and waits until it has parsed its first row, so that a
   // file that cannot be opened, a first record that does not fit the spec, or a shard
   // without any example fails here. Errors name the file and record.
-  static Result<std::unique_ptr<StreamingDataset>> Create(std::shared_ptr<const RecordFormat> format,
-                                                          std::vector<std::string> files, StreamOptions stream,
-                                                          DatasetOptions options);
+  static Result<std::unique_ptr<StreamingDataset>> Create(
+      std::shared_ptr<const RecordFormat> format, std::vector<std::string> files,
+      StreamOptions stream, DatasetOptions options);
   ~StreamingDataset() override;  // stops and joins the reader thread
 
   Result<model::Batch> Next(int64_t batch_size) override;
@@ -93,11 +93,11 @@ class StreamingDataset : public Dataset {
  private:
   StreamingDataset(std::shared_ptr<const RecordFormat> format, std::vector<std::string> files,
                    StreamOptions stream, DatasetOptions options);
-  void Run();                 // the reader thread
-  Status Produce();           // its body; Aborted when stopped
-  bool Emit(Row& row);        // through the shuffle buffer; false when stopped
+  void Run();           // the reader thread
+  Status Produce();     // its body; Aborted when stopped
+  bool Emit(Row& row);  // through the shuffle buffer; false when stopped
   bool AddToBatch(const Row& row);
-  bool Flush();               // queues the open batch; false when stopped
+  bool Flush();  // queues the open batch; false when stopped
 
   const std::shared_ptr<const RecordFormat> format_;
   const std::vector<std::string> files_;  // the whole data set, sorted
@@ -111,15 +111,15 @@ class StreamingDataset : public Dataset {
   // Reader thread only.
   std::vector<Row> buffer_;  // the shuffle buffer
   Rng rng_{0};
-  model::Batch open_;        // the batch being filled
+  model::Batch open_;  // the batch being filled
 
   std::atomic<bool> stopping_{false};  // the destructor has begun
   mutable std::mutex mu_;
-  std::condition_variable cv_;        // any change below
-  int64_t batch_size_ = 0;            // set by the first Next; the reader waits for it
-  std::deque<model::Batch> queue_;    // at most stream_.prefetch_batches
-  bool first_row_ = false;            // a row has been parsed
-  bool finished_ = false;             // the reader is done (end of a single pass or error)
+  std::condition_variable cv_;      // any change below
+  int64_t batch_size_ = 0;          // set by the first Next; the reader waits for it
+  std::deque<model::Batch> queue_;  // at most stream_.prefetch_batches
+  bool first_row_ = false;          // a row has been parsed
+  bool finished_ = false;           // the reader is done (end of a single pass or error)
   Status error_;
   bool stop_ = false;
 

@@ -16,7 +16,7 @@ namespace ps::data {
 // "avenger" = 1 ... "wonder_woman" = 7 (8 ids). Label ids follow
 // StringLookup(num_oov_indices=0): "yes" = 0, "no" = 1.
 inline const std::vector<std::string>& StringFeatureVocabulary() {
-  static const std::vector<std::string> v = {"avenger", "ironman",  "batman",      "hulk",
+  static const std::vector<std::string> v = {"avenger",   "ironman",  "batman",      "hulk",
                                              "spiderman", "kingkong", "wonder_woman"};
   return v;
 }

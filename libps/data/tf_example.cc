@@ -22,11 +22,13 @@ Status ReadDense(const Json& j, const std::string& path, TfDenseSpec* out) {
   PS_RETURN_IF_ERROR(r.status());
   PS_RETURN_IF_ERROR(r.Get("feature", &out->feature));
   PS_RETURN_IF_ERROR(r.Get("shape", &out->shape));
-  if (out->shape.empty()) return InvalidArgument(r.Path("shape") + ": must not be empty (use [1] for a scalar)");
+  if (out->shape.empty())
+    return InvalidArgument(r.Path("shape") + ": must not be empty (use [1] for a scalar)");
   out->size = 1;
   for (int64_t d : out->shape) {
     if (d < 1 || out->size * d > (int64_t{1} << 24)) {
-      return InvalidArgument(r.Path("shape") + ": dimensions must be positive, with at most 2^24 values in all");
+      return InvalidArgument(r.Path("shape") +
+                             ": dimensions must be positive, with at most 2^24 values in all");
     }
     out->size *= d;
   }
@@ -46,22 +48,26 @@ Status ReadSparse(const Json& j, const std::string& path, TfSparseSpec* out) {
   } else if (type == "bytes") {
     out->type = TfSparseSpec::Type::kBytes;
   } else {
-    return InvalidArgument(r.Path("type") + ": must be \"int64\" or \"bytes\", got \"" + type + "\"");
+    return InvalidArgument(r.Path("type") + ": must be \"int64\" or \"bytes\", got \"" + type +
+                           "\"");
   }
   const int given = int{r.Has("vocab")} + int{r.Has("hash_buckets")} + int{r.Has("vocabulary")};
   if (given != 1) {
-    return InvalidArgument(path + ": needs exactly one of vocab (int64 ids as they are), hash_buckets, "
+    return InvalidArgument(path +
+                           ": needs exactly one of vocab (int64 ids as they are), hash_buckets, "
                            "vocabulary (bytes)");
   }
   if (r.Has("vocab")) {
-    if (out->type != TfSparseSpec::Type::kInt64) return InvalidArgument(r.Path("vocab") + ": needs type int64");
+    if (out->type != TfSparseSpec::Type::kInt64)
+      return InvalidArgument(r.Path("vocab") + ": needs type int64");
     out->map = TfSparseSpec::Map::kIdentity;
     PS_RETURN_IF_ERROR(r.Get("vocab", &out->size));
   } else if (r.Has("hash_buckets")) {
     out->map = TfSparseSpec::Map::kHash;
     PS_RETURN_IF_ERROR(r.Get("hash_buckets", &out->size));
   } else {
-    if (out->type != TfSparseSpec::Type::kBytes) return InvalidArgument(r.Path("vocabulary") + ": needs type bytes");
+    if (out->type != TfSparseSpec::Type::kBytes)
+      return InvalidArgument(r.Path("vocabulary") + ": needs type bytes");
     out->map = TfSparseSpec::Map::kVocabulary;
     std::vector<std::string> tokens;
     PS_RETURN_IF_ERROR(r.Get("vocabulary", &tokens));
@@ -71,7 +77,8 @@ Status ReadSparse(const Json& j, const std::string& path, TfSparseSpec* out) {
     out->size = out->vocabulary.size();
   }
   if (out->size < 1 || out->size > kMaxSize) {
-    return InvalidArgument(path + ": the field's size must be in [1, 2^31], got " + std::to_string(out->size));
+    return InvalidArgument(path + ": the field's size must be in [1, 2^31], got " +
+                           std::to_string(out->size));
   }
   PS_RETURN_IF_ERROR(r.GetOr("weights", &out->weights));
   PS_RETURN_IF_ERROR(r.GetOr("optional", &out->optional));
@@ -114,7 +121,8 @@ class TfExampleReader : public RecordReader {
 
 class TfExampleFormat : public RecordFormat {
  public:
-  explicit TfExampleFormat(TfExampleSpec spec) : spec_(std::make_shared<const TfExampleSpec>(std::move(spec))) {
+  explicit TfExampleFormat(TfExampleSpec spec)
+      : spec_(std::make_shared<const TfExampleSpec>(std::move(spec))) {
     info_.classes = spec_->classes;
     for (const TfDenseSpec& d : spec_->dense) info_.dense_dim += d.size;
     for (const TfSparseSpec& s : spec_->sparse) {
@@ -173,7 +181,7 @@ struct TfExampleDecoder::Impl {
   std::vector<std::string> names;
   std::vector<const tfx::Feature*> found;
   std::vector<int> dense_slot, sparse_slot, weight_slot;  // -1: no weights
-  std::vector<int> guess;  // [entry position] the slot that entry held in the last record
+  std::vector<int> guess;   // [entry position] the slot that entry held in the last record
   bool has_values = false;  // some field has weights: rows carry values (1 where none)
 
   int Slot(const std::string& name) {
@@ -197,10 +205,12 @@ struct TfExampleDecoder::Impl {
   }
 };
 
-TfExampleDecoder::TfExampleDecoder(std::shared_ptr<const TfExampleSpec> spec) : impl_(std::make_unique<Impl>()) {
+TfExampleDecoder::TfExampleDecoder(std::shared_ptr<const TfExampleSpec> spec)
+    : impl_(std::make_unique<Impl>()) {
   impl_->spec = std::move(spec);
   impl_->Slot(impl_->spec->label);
-  for (const TfDenseSpec& d : impl_->spec->dense) impl_->dense_slot.push_back(impl_->Slot(d.feature));
+  for (const TfDenseSpec& d : impl_->spec->dense)
+    impl_->dense_slot.push_back(impl_->Slot(d.feature));
   for (const TfSparseSpec& s : impl_->spec->sparse) {
     impl_->sparse_slot.push_back(impl_->Slot(s.feature));
     impl_->weight_slot.push_back(s.weights.empty() ? -1 : impl_->Slot(s.weights));
@@ -222,7 +232,8 @@ Status TfExampleDecoder::Decode(std::string_view record, Row* row) {
   const auto& entries = m.example.features().feature();
   for (int i = 0; i < entries.size(); ++i) {
     int k = m.Find(entries[i].key(), static_cast<size_t>(i));
-    if (k >= 0) m.found[static_cast<size_t>(k)] = &entries[i].value();  // a repeated key: the last wins
+    if (k >= 0)
+      m.found[static_cast<size_t>(k)] = &entries[i].value();  // a repeated key: the last wins
   }
   for (size_t k = 0; k < m.found.size(); ++k) {
     if (m.found[k] != nullptr && Kinds(*m.found[k]) > 1) {
@@ -238,8 +249,9 @@ Status TfExampleDecoder::Decode(std::string_view record, Row* row) {
   } else if (lf->has_float_list() && lf->float_list().value_size() == 1) {
     label = lf->float_list().value(0);
   } else {
-    return Bad(spec.label, std::string("the label must be an int64_list or float_list of one value, got ") +
-                               KindName(*lf));
+    return Bad(spec.label,
+               std::string("the label must be an int64_list or float_list of one value, got ") +
+                   KindName(*lf));
   }
   if (!(label >= 0 && label < spec.classes && std::floor(label) == label)) {
     return Bad(spec.label, "label " + std::to_string(label) + " is not a class index in 0.." +
@@ -251,10 +263,12 @@ Status TfExampleDecoder::Decode(std::string_view record, Row* row) {
     const TfDenseSpec& ds = spec.dense[d];
     const tfx::Feature* f = m.found[static_cast<size_t>(m.dense_slot[d])];
     if (f == nullptr) return Bad(ds.feature, "missing");
-    if (!f->has_float_list()) return Bad(ds.feature, std::string("expected float_list, got ") + KindName(*f));
+    if (!f->has_float_list())
+      return Bad(ds.feature, std::string("expected float_list, got ") + KindName(*f));
     const auto& v = f->float_list().value();
     if (v.size() != ds.size) {
-      return Bad(ds.feature, "expected " + std::to_string(ds.size) + " values, got " + std::to_string(v.size()));
+      return Bad(ds.feature, "expected " + std::to_string(ds.size) + " values, got " +
+                                 std::to_string(v.size()));
     }
     row->dense.insert(row->dense.end(), v.begin(), v.end());
   }
@@ -268,34 +282,43 @@ Status TfExampleDecoder::Decode(std::string_view record, Row* row) {
     } else if (Kinds(*f) == 0) {
       // An empty Feature: no values of any type.
     } else if (ss.type == TfSparseSpec::Type::kInt64) {
-      if (!f->has_int64_list()) return Bad(ss.feature, std::string("expected int64_list, got ") + KindName(*f));
+      if (!f->has_int64_list())
+        return Bad(ss.feature, std::string("expected int64_list, got ") + KindName(*f));
       for (int64_t id : f->int64_list().value()) {
         if (ss.map == TfSparseSpec::Map::kHash) {
           id = static_cast<int64_t>(HashInt(id) % static_cast<uint64_t>(ss.size));
         } else if (id < 0 || id >= ss.size) {
-          return Bad(ss.feature, "id " + std::to_string(id) + " is out of range [0, " + std::to_string(ss.size) + ")");
+          return Bad(ss.feature, "id " + std::to_string(id) + " is out of range [0, " +
+                                     std::to_string(ss.size) + ")");
         }
         row->ids.push_back(id);
       }
     } else {
-      if (!f->has_bytes_list()) return Bad(ss.feature, std::string("expected bytes_list, got ") + KindName(*f));
+      if (!f->has_bytes_list())
+        return Bad(ss.feature, std::string("expected bytes_list, got ") + KindName(*f));
       for (const std::string& token : f->bytes_list().value()) {
-        row->ids.push_back(ss.map == TfSparseSpec::Map::kHash
-                               ? static_cast<int64_t>(HashBytes(token) % static_cast<uint64_t>(ss.size))
-                               : ss.vocabulary.Lookup(token));
+        row->ids.push_back(
+            ss.map == TfSparseSpec::Map::kHash
+                ? static_cast<int64_t>(HashBytes(token) % static_cast<uint64_t>(ss.size))
+                : ss.vocabulary.Lookup(token));
       }
     }
     row->EndField();
     const size_t count = row->ids.size() - before;
     if (m.weight_slot[s] >= 0) {
       const tfx::Feature* w = m.found[static_cast<size_t>(m.weight_slot[s])];
-      if (w == nullptr && count > 0) return Bad(ss.weights, "missing (weights of '" + ss.feature + "')");
-      if (w != nullptr && (!w->has_float_list() || static_cast<size_t>(w->float_list().value_size()) != count) &&
+      if (w == nullptr && count > 0)
+        return Bad(ss.weights, "missing (weights of '" + ss.feature + "')");
+      if (w != nullptr &&
+          (!w->has_float_list() || static_cast<size_t>(w->float_list().value_size()) != count) &&
           !(count == 0 && Kinds(*w) == 0)) {
-        return Bad(ss.weights, "expected a float_list of " + std::to_string(count) + " weights (one per id of '" +
-                                   ss.feature + "'), got " + KindName(*w));
+        return Bad(ss.weights, "expected a float_list of " + std::to_string(count) +
+                                   " weights (one per id of '" + ss.feature + "'), got " +
+                                   KindName(*w));
       }
-      if (count > 0) row->values.insert(row->values.end(), w->float_list().value().begin(), w->float_list().value().end());
+      if (count > 0)
+        row->values.insert(row->values.end(), w->float_list().value().begin(),
+                           w->float_list().value().end());
     } else if (m.has_values) {
       row->values.insert(row->values.end(), count, 1.0f);
     }

@@ -30,18 +30,18 @@ struct TfSparseSpec {
   // (0 = out of vocabulary; size = tokens + 1).
   enum class Map { kIdentity, kHash, kVocabulary };
   std::string feature;
-  std::string name;        // the sparse field's name (DatasetInfo::field_names)
+  std::string name;  // the sparse field's name (DatasetInfo::field_names)
   Type type = Type::kInt64;
   Map map = Map::kIdentity;
-  int64_t size = 0;        // the field's vocabulary size: ids lie in [0, size)
-  Vocabulary vocabulary;   // kVocabulary only
-  std::string weights;     // optional float_list feature: one value per id
-  bool optional = false;   // a missing feature is no ids (else an error)
+  int64_t size = 0;       // the field's vocabulary size: ids lie in [0, size)
+  Vocabulary vocabulary;  // kVocabulary only
+  std::string weights;    // optional float_list feature: one value per id
+  bool optional = false;  // a missing feature is no ids (else an error)
 };
 
 struct TfExampleSpec {
-  std::string label;       // int64_list or float_list of one value
-  int classes = 2;         // 2: label 0 or 1; k > 2: label in 0..k-1
+  std::string label;  // int64_list or float_list of one value
+  int classes = 2;    // 2: label 0 or 1; k > 2: label in 0..k-1
   std::vector<TfDenseSpec> dense;
   std::vector<TfSparseSpec> sparse;
 };

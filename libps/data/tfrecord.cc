@@ -8,7 +8,8 @@
 namespace ps::data {
 namespace {
 
-static_assert(std::endian::native == std::endian::little, "TFRecord framing is read and written in place");
+static_assert(std::endian::native == std::endian::little,
+              "TFRecord framing is read and written in place");
 
 uint32_t LoadLe32(const char* p) {
   uint32_t v;
@@ -40,7 +41,8 @@ Result<bool> TfRecordReader::Next(std::string_view* record) {
     return false;
   }
   if (header.size() < 12) {
-    return DataLoss(Where() + ": truncated header: " + std::to_string(header.size()) + " of 12 bytes");
+    return DataLoss(Where() + ": truncated header: " + std::to_string(header.size()) +
+                    " of 12 bytes");
   }
   const uint64_t length = LoadLe64(header.data());
   if (UnmaskCrc32c(LoadLe32(header.data() + 8)) != Crc32c(0, header.data(), 8)) {
@@ -58,7 +60,8 @@ Result<bool> TfRecordReader::Next(std::string_view* record) {
   resumable_ = true;
   const auto n = static_cast<size_t>(length);
   if (UnmaskCrc32c(LoadLe32(body.data() + n)) != Crc32c(0, body.data(), n)) {
-    return DataLoss(Where() + ": data CRC mismatch (corrupt record of " + std::to_string(length) + " bytes)");
+    return DataLoss(Where() + ": data CRC mismatch (corrupt record of " + std::to_string(length) +
+                    " bytes)");
   }
   *record = body.substr(0, n);
   return true;

@@ -19,7 +19,8 @@ inline constexpr uint64_t kMaxTfRecordBytes = uint64_t{64} << 20;
 // Not thread-safe.
 class TfRecordReader {
  public:
-  explicit TfRecordReader(std::unique_ptr<ByteStream> stream, uint64_t max_record_bytes = kMaxTfRecordBytes)
+  explicit TfRecordReader(std::unique_ptr<ByteStream> stream,
+                          uint64_t max_record_bytes = kMaxTfRecordBytes)
       : stream_(std::move(stream)), max_record_bytes_(max_record_bytes) {}
 
   // The next record's data, valid until the next call; false at the end of the file.

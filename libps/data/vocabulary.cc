@@ -13,8 +13,7 @@ Result<Vocabulary> Vocabulary::Create(std::vector<std::string> tokens, int num_o
   Vocabulary v;
   v.num_oov_ = num_oov_indices;
   for (size_t i = 0; i < tokens.size(); ++i) {
-    auto [it, inserted] =
-        v.index_.emplace(tokens[i], static_cast<int64_t>(i) + num_oov_indices);
+    auto [it, inserted] = v.index_.emplace(tokens[i], static_cast<int64_t>(i) + num_oov_indices);
     if (!inserted) return InvalidArgument("duplicate vocabulary token '" + tokens[i] + "'");
   }
   v.tokens_ = std::move(tokens);
@@ -27,7 +26,9 @@ int64_t Vocabulary::Lookup(std::string_view token) const {
   return num_oov_ == 1 ? 0 : kUnknown;
 }
 
-bool Vocabulary::Contains(std::string_view token) const { return index_.find(token) != index_.end(); }
+bool Vocabulary::Contains(std::string_view token) const {
+  return index_.find(token) != index_.end();
+}
 
 const std::string& Vocabulary::Token(int64_t id) const {
   static const std::string kOov = "[UNK]";

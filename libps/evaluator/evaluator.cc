@@ -2,11 +2,11 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
-#include <algorithm>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -36,7 +36,8 @@ class Evaluator {
     std::lock_guard lock(mu_);
     const auto now = std::chrono::steady_clock::now();
     if (grace > 0 && !stop_at_) {
-      stop_at_ = now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(grace));
+      stop_at_ = now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                           std::chrono::duration<double>(grace));
     } else {
       stop_at_ = now;
     }
@@ -94,7 +95,8 @@ class Evaluator {
                           std::chrono::duration<double>(options_.poll_seconds));
     // A deadline set or moved by a signal meanwhile wakes this wait; the next one honours it.
     const auto seen = stop_at_;
-    cv_.wait_until(lock, stop_at_ ? std::min(next, *stop_at_) : next, [&] { return due() || stop_at_ != seen; });
+    cv_.wait_until(lock, stop_at_ ? std::min(next, *stop_at_) : next,
+                   [&] { return due() || stop_at_ != seen; });
     return due();
   }
 
@@ -108,7 +110,8 @@ class Evaluator {
       if (Wait()) return Aborted("stopped by a signal before the job started");
     }
     PS_ASSIGN_OR_RETURN(job_, serving::ReadModelDirJob(options_.model_dir));
-    if (job_.eval_data.is_null()) return InvalidArgument(path + ": job.eval_data: the job has no eval data");
+    if (job_.eval_data.is_null())
+      return InvalidArgument(path + ": job.eval_data: the job has no eval data");
     PS_ASSIGN_OR_RETURN(model_, model::BuildModel(job_.model, "job.model"));
     return Status::Ok();
   }
@@ -134,7 +137,8 @@ class Evaluator {
     while (std::getline(in, line)) {
       auto j = ParseJson(line, "eval/metrics.jsonl");
       if (j.ok() && j->contains("step") && (*j)["step"].is_number_integer()) {
-        const bool final = j->contains("final") && (*j)["final"].is_boolean() && (*j)["final"].get<bool>();
+        const bool final =
+            j->contains("final") && (*j)["final"].is_boolean() && (*j)["final"].get<bool>();
         bool& was_final = done_[(*j)["step"].get<int64_t>()];
         was_final = was_final || final;
       }
@@ -149,13 +153,16 @@ class Evaluator {
       PS_ASSIGN_OR_RETURN(worker::EvalMetrics m, EvaluateCheckpoint(*it));
       return Append(*it, m);
     }
-    return NotFound(options_.step >= 0 ? "no committed checkpoint at step " + std::to_string(options_.step)
-                                       : "no committed checkpoint in " + options_.model_dir);
+    return NotFound(options_.step >= 0
+                        ? "no committed checkpoint at step " + std::to_string(options_.step)
+                        : "no committed checkpoint in " + options_.model_dir);
   }
 
-  static void RecordMetrics(prom::Registry& r, int64_t step, const worker::EvalMetrics& m, double sec) {
+  static void RecordMetrics(prom::Registry& r, int64_t step, const worker::EvalMetrics& m,
+                            double sec) {
     r.Counter("pstrain_evaluator_evaluations_total", "Checkpoints evaluated.").Add();
-    r.Gauge("pstrain_evaluator_step", "Global step of the newest checkpoint evaluated.").Set(static_cast<double>(step));
+    r.Gauge("pstrain_evaluator_step", "Global step of the newest checkpoint evaluated.")
+        .Set(static_cast<double>(step));
     r.Gauge("pstrain_evaluator_accuracy", "Accuracy of the newest evaluation.").Set(m.accuracy);
     r.Gauge("pstrain_evaluator_loss", "Mean loss of the newest evaluation.").Set(m.loss);
     r.Gauge("pstrain_evaluator_duration_seconds", "How long the newest evaluation took.").Set(sec);
@@ -167,16 +174,18 @@ class Evaluator {
   Result<worker::EvalMetrics> EvaluateCheckpoint(const ckpt::CheckpointInfo& c) {
     auto t0 = std::chrono::steady_clock::now();
     PS_ASSIGN_OR_RETURN(serving::LoadedModel loaded, serving::LoadCheckpoint(job_, *model_, c));
-    PS_ASSIGN_OR_RETURN(serving::PassResult pass,
-                        serving::ScoreData(loaded, *model_, job_.eval_data, job_.base_dir, "job.eval_data"));
+    PS_ASSIGN_OR_RETURN(
+        serving::PassResult pass,
+        serving::ScoreData(loaded, *model_, job_.eval_data, job_.base_dir, "job.eval_data"));
     const worker::EvalMetrics& m = *pass.metrics;
     double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (options_.metrics) RecordMetrics(*options_.metrics, c.global_step, m, sec);
     char buf[256];
-    std::snprintf(buf, sizeof buf, "step %lld%s: accuracy %.4f  loss %.4f%s  (%lld examples, %.1f s)",
-                  static_cast<long long>(c.global_step), c.manifest.final ? " (final)" : "", m.accuracy, m.loss,
-                  m.auc >= 0 ? ("  auc " + std::to_string(m.auc).substr(0, 6)).c_str() : "",
-                  static_cast<long long>(m.examples), sec);
+    std::snprintf(
+        buf, sizeof buf, "step %lld%s: accuracy %.4f  loss %.4f%s  (%lld examples, %.1f s)",
+        static_cast<long long>(c.global_step), c.manifest.final ? " (final)" : "", m.accuracy,
+        m.loss, m.auc >= 0 ? ("  auc " + std::to_string(m.auc).substr(0, 6)).c_str() : "",
+        static_cast<long long>(m.examples), sec);
     PS_LOG(Info) << buf;
     return m;
   }
@@ -186,7 +195,8 @@ class Evaluator {
     line.update(worker::EvalMetricsToJson(m));
     line["final"] = c.manifest.final;
     line["checkpoint"] = ckpt::CheckpointDirName(c.global_step);
-    line["unix_time"] = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    line["unix_time"] =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     return eval_log_.Append(line);
   }
 

@@ -14,7 +14,7 @@ namespace ps::evaluator {
 
 struct EvaluatorOptions {
   std::string model_dir;
-  bool once = false;        // evaluate one checkpoint (`step`, or the newest) and exit
+  bool once = false;  // evaluate one checkpoint (`step`, or the newest) and exit
   int64_t step = -1;
   double poll_seconds = 2;  // how often to look for new checkpoints
   // After SIGTERM/SIGINT: how long to go on until the final checkpoint is evaluated (a

@@ -21,11 +21,13 @@ Status ParseEarlyStopping(JsonReader& r, JobSpec& job) {
   EarlyStoppingSpec& s = job.early_stopping;
   PS_RETURN_IF_ERROR(e.Get("metric", &s.metric));
   if (s.metric != "auc" && s.metric != "accuracy" && s.metric != "loss") {
-    return InvalidArgument(e.Path("metric") + ": must be \"auc\", \"accuracy\" or \"loss\", got \"" + s.metric + "\"");
+    return InvalidArgument(e.Path("metric") +
+                           ": must be \"auc\", \"accuracy\" or \"loss\", got \"" + s.metric + "\"");
   }
   std::string mode = s.metric == "loss" ? "min" : "max";
   PS_RETURN_IF_ERROR(e.GetOr("mode", &mode));
-  if (mode != "min" && mode != "max") return InvalidArgument(e.Path("mode") + ": must be \"min\" or \"max\"");
+  if (mode != "min" && mode != "max")
+    return InvalidArgument(e.Path("mode") + ": must be \"min\" or \"max\"");
   s.maximize = mode == "max";
   PS_RETURN_IF_ERROR(e.GetOr("patience", &s.patience));
   PS_RETURN_IF_ERROR(Range(e, "patience", s.patience, 1, 1000000));
@@ -33,7 +35,8 @@ Status ParseEarlyStopping(JsonReader& r, JobSpec& job) {
   if (!(s.min_delta >= 0)) return InvalidArgument(e.Path("min_delta") + ": must be >= 0");
   PS_RETURN_IF_ERROR(e.Finish());
   if (job.eval_every_steps == 0) {
-    return InvalidArgument("job.early_stopping: needs job.eval_every_steps (the evaluations it watches)");
+    return InvalidArgument(
+        "job.early_stopping: needs job.eval_every_steps (the evaluations it watches)");
   }
   return Status::Ok();
 }
@@ -88,8 +91,9 @@ Result<JobSpec> ParseJob(const Json& json, const std::string& default_base_dir) 
   PS_RETURN_IF_ERROR(r.GetOr("placement", &placement));
   auto strategy = cluster::ParsePlacementStrategy(placement);
   if (!strategy) {
-    return InvalidArgument("job.placement: must be \"balanced\", \"round_robin\" or \"greedy_bytes\", got \"" +
-                           placement + "\"");
+    return InvalidArgument(
+        "job.placement: must be \"balanced\", \"round_robin\" or \"greedy_bytes\", got \"" +
+        placement + "\"");
   }
   job.placement = *strategy;
   if (r.Has("checkpoint")) {
@@ -113,8 +117,10 @@ Result<JobSpec> ParseJob(const Json& json, const std::string& default_base_dir) 
     }
     PS_RETURN_IF_ERROR(c.GetOr("max_to_keep", &job.checkpoint.max_to_keep));
     PS_RETURN_IF_ERROR(Range(c, "max_to_keep", job.checkpoint.max_to_keep, 1, 1000000));
-    PS_RETURN_IF_ERROR(c.GetOr("max_consecutive_failures", &job.checkpoint.max_consecutive_failures));
-    PS_RETURN_IF_ERROR(Range(c, "max_consecutive_failures", job.checkpoint.max_consecutive_failures, 1, 1000000));
+    PS_RETURN_IF_ERROR(
+        c.GetOr("max_consecutive_failures", &job.checkpoint.max_consecutive_failures));
+    PS_RETURN_IF_ERROR(
+        Range(c, "max_consecutive_failures", job.checkpoint.max_consecutive_failures, 1, 1000000));
     PS_RETURN_IF_ERROR(c.GetOr("init_from", &job.checkpoint.init_from));
     PS_RETURN_IF_ERROR(c.Finish());
   }
@@ -157,7 +163,11 @@ Result<VariablePlan> PlanVariables(const JobSpec& job, const model::Model& model
   std::vector<cluster::VarShape> shapes;
   // A sparse table's rows per step: one id per example (a one-hot field), at most its rows.
   for (const auto& v : plan.variables) {
-    shapes.push_back({.name = v.name, .shape = v.shape, .elem_bytes = 4, .lazy = v.lazy, .sparse = v.sparse,
+    shapes.push_back({.name = v.name,
+                      .shape = v.shape,
+                      .elem_bytes = 4,
+                      .lazy = v.lazy,
+                      .sparse = v.sparse,
                       .rows_per_step = v.sparse ? job.batch_size : 0});
   }
   PS_ASSIGN_OR_RETURN(plan.shards, cluster::Place(shapes, job.partitioner, num_ps, job.placement));

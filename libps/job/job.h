@@ -41,16 +41,16 @@ struct CheckpointSpec {
 // evaluation's `metric` has not improved by more than `min_delta` for `patience`
 // evaluations in a row (Keras' EarlyStopping).
 struct EarlyStoppingSpec {
-  std::string metric;     // "auc", "accuracy" or "loss"; empty: off
-  bool maximize = true;   // "mode": "max" or "min" (default: min for loss, else max)
+  std::string metric;    // "auc", "accuracy" or "loss"; empty: off
+  bool maximize = true;  // "mode": "max" or "min" (default: min for loss, else max)
   int patience = 3;
   double min_delta = 0;
 };
 
 struct JobSpec {
-  Json model;                  // BuildModel's config
-  Json train_data;             // OpenDataset's config
-  Json eval_data;              // null when absent
+  Json model;       // BuildModel's config
+  Json train_data;  // OpenDataset's config
+  Json eval_data;   // null when absent
   ps::server::OptimizerSpec optimizer;
   int64_t batch_size = 128;
   int64_t steps = 0;
@@ -70,8 +70,8 @@ struct JobSpec {
   cluster::PlacementStrategy placement = cluster::PlacementStrategy::kBalanced;
   uint64_t seed = 0;
   int64_t log_every_steps = 100;
-  std::string model_dir;       // may be empty until --model-dir fills it
-  std::string base_dir;        // relative data paths resolve against this
+  std::string model_dir;  // may be empty until --model-dir fills it
+  std::string base_dir;   // relative data paths resolve against this
   CheckpointSpec checkpoint;
   // Inline distributed evaluation every this many steps (0: off): training pauses and the
   // workers evaluate eval_data, each its shard; needs eval_data.
@@ -81,7 +81,7 @@ struct JobSpec {
   // ms per step instead and push zero gradients of the right shapes, so that scaling
   // benchmarks run many workers on few cores. nullopt: real compute.
   std::optional<double> fake_compute_ms;
-  Json raw;                    // the whole job, as sent to workers (base_dir made explicit)
+  Json raw;  // the whole job, as sent to workers (base_dir made explicit)
 };
 
 // Strict: unknown keys and out-of-range values are errors naming "job.<key>".
@@ -90,8 +90,8 @@ Result<JobSpec> ParseJob(const Json& json, const std::string& default_base_dir);
 Result<JobSpec> ReadJobFile(const std::string& path);
 
 struct VariablePlan {
-  std::vector<model::VariableDef> variables;       // in the model's order
-  std::vector<cluster::ShardPlacement> shards;     // all shards of all variables
+  std::vector<model::VariableDef> variables;    // in the model's order
+  std::vector<cluster::ShardPlacement> shards;  // all shards of all variables
 };
 // The variables of the job's model and where their shards live. Deterministic: the
 // chief and every worker compute the same plan independently.

@@ -14,9 +14,9 @@ struct SparseField {
 };
 
 struct Batch {
-  int64_t size = 0;               // number of examples
-  int64_t dense_dim = 0;          // 0 when the batch has no dense features
-  std::vector<float> dense;       // [size * dense_dim], row-major
+  int64_t size = 0;                 // number of examples
+  int64_t dense_dim = 0;            // 0 when the batch has no dense features
+  std::vector<float> dense;         // [size * dense_dim], row-major
   std::vector<SparseField> sparse;  // one entry per sparse field, in the job's field order
   // [size] class index (0..classes-1) for softmax models, 0.0 / 1.0 for binary models.
   std::vector<float> labels;

@@ -46,8 +46,8 @@ void Gemv(Trans trans_a, int64_t m, int64_t n, float alpha, const float* a, int6
     for (int64_t i = 0; i < len; ++i) y[i] = beta == 0.0f ? 0.0f : beta * y[i];
     return;
   }
-  cblas_sgemv(CblasRowMajor, ToCblas(trans_a), ToInt(m), ToInt(n), alpha, a, ToInt(lda), x, 1,
-              beta, y, 1);
+  cblas_sgemv(CblasRowMajor, ToCblas(trans_a), ToInt(m), ToInt(n), alpha, a, ToInt(lda), x, 1, beta,
+              y, 1);
 }
 
 void Axpy(int64_t n, float alpha, const float* x, float* y) {

@@ -33,7 +33,8 @@ int64_t ChunkPixels(int64_t padded_filters) { return std::max<int64_t>(4, 2048 /
 
 // The first n (1..8) lanes set.
 [[gnu::target("avx2,fma")]] __m256i LaneMask(int64_t n) {
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)),
+                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
 // Output pixels px[0..P) x filter groups [0, G) of a block: y rows are ldy apart; w rows
@@ -41,33 +42,34 @@ int64_t ChunkPixels(int64_t padded_filters) { return std::max<int64_t>(4, 2048 /
 // the lanes of `tail` when partial. relu: the tile's z > 0 bits go to mask, a byte per
 // pixel and group, rows ldm apart.
 template <int P, int G>
-[[gnu::target("avx2,fma")]] void ForwardTile(const float* const* px, const int64_t* tap_off, int64_t taps,
-                                             const float* w, int64_t ldw, const float* bias, bool relu,
-                                             bool partial, __m256i tail, float* y, int64_t ldy, uint8_t* mask,
+[[gnu::target("avx2,fma")]] void ForwardTile(const float* const* px, const int64_t* tap_off,
+                                             int64_t taps, const float* w, int64_t ldw,
+                                             const float* bias, bool relu, bool partial,
+                                             __m256i tail, float* y, int64_t ldy, uint8_t* mask,
                                              int64_t ldm) {
   __m256 acc[P][G];
-  #pragma GCC unroll 16
+#pragma GCC unroll 16
   for (int g = 0; g < G; ++g) {
     const __m256 b = _mm256_loadu_ps(bias + 8 * g);
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int p = 0; p < P; ++p) acc[p][g] = b;
   }
   for (int64_t t = 0; t < taps; ++t) {
     const int64_t o = tap_off[t];
     __m256 wv[G];
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int g = 0; g < G; ++g) wv[g] = _mm256_loadu_ps(w + t * ldw + 8 * g);
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int p = 0; p < P; ++p) {
       const __m256 x = _mm256_broadcast_ss(px[p] + o);
-      #pragma GCC unroll 16
+#pragma GCC unroll 16
       for (int g = 0; g < G; ++g) acc[p][g] = _mm256_fmadd_ps(x, wv[g], acc[p][g]);
     }
   }
   const __m256 zero = _mm256_setzero_ps();
-  #pragma GCC unroll 16
+#pragma GCC unroll 16
   for (int p = 0; p < P; ++p) {
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int g = 0; g < G; ++g) {
       // max(z, 0) returns 0 for a NaN z, as the scalar z > 0 ? z : 0 does.
       const __m256 v = relu ? _mm256_max_ps(acc[p][g], zero) : acc[p][g];
@@ -87,8 +89,9 @@ template <int P, int G>
 
 // All pixels of one image for filter groups [g0, g0 + G).
 template <int G>
-[[gnu::target("avx2,fma")]] void ForwardBlock(const DirectConvShape& s, const float* img, const float* w,
-                                              const float* bias, bool relu, int64_t g0, float* y, uint8_t* mask) {
+[[gnu::target("avx2,fma")]] void ForwardBlock(const DirectConvShape& s, const float* img,
+                                              const float* w, const float* bias, bool relu,
+                                              int64_t g0, float* y, uint8_t* mask) {
   constexpr int P = G >= 3 ? 2 : 4;  // P*G accumulators + G kernel rows + a broadcast <= 16
   const bool partial = g0 + G == s.padded_filters / 8 && s.filters < s.padded_filters;
   const __m256i tail = LaneMask(s.filters - (s.padded_filters - 8));
@@ -100,15 +103,15 @@ template <int G>
   int64_t p0 = 0;
   for (; p0 + P <= s.pixels; p0 += P) {
     const float* px[P];
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int p = 0; p < P; ++p) px[p] = img + s.pixel_off[p0 + p];
-    ForwardTile<P, G>(px, s.tap_off, s.taps, wb, s.padded_filters, bb, relu, partial, tail, yb + p0 * s.filters,
-                      s.filters, relu ? mb + p0 * groups : nullptr, groups);
+    ForwardTile<P, G>(px, s.tap_off, s.taps, wb, s.padded_filters, bb, relu, partial, tail,
+                      yb + p0 * s.filters, s.filters, relu ? mb + p0 * groups : nullptr, groups);
   }
   for (; p0 < s.pixels; ++p0) {
     const float* px[1] = {img + s.pixel_off[p0]};
-    ForwardTile<1, G>(px, s.tap_off, s.taps, wb, s.padded_filters, bb, relu, partial, tail, yb + p0 * s.filters,
-                      s.filters, relu ? mb + p0 * groups : nullptr, groups);
+    ForwardTile<1, G>(px, s.tap_off, s.taps, wb, s.padded_filters, bb, relu, partial, tail,
+                      yb + p0 * s.filters, s.filters, relu ? mb + p0 * groups : nullptr, groups);
   }
 }
 
@@ -120,27 +123,27 @@ template <int T, int G>
                                           const float* d, int64_t ldd, float* dw, int64_t ldw) {
   __m256 acc[T][G];
   int64_t off[T];
-  #pragma GCC unroll 16
+#pragma GCC unroll 16
   for (int t = 0; t < T; ++t) {
     off[t] = tap_off[t];
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int g = 0; g < G; ++g) acc[t][g] = _mm256_loadu_ps(dw + t * ldw + 8 * g);
   }
   for (int64_t p = 0; p < n; ++p) {
     __m256 dv[G];
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int g = 0; g < G; ++g) dv[g] = _mm256_loadu_ps(d + p * ldd + 8 * g);
     const float* x = px[p];
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int t = 0; t < T; ++t) {
       const __m256 xv = _mm256_broadcast_ss(x + off[t]);
-      #pragma GCC unroll 16
+#pragma GCC unroll 16
       for (int g = 0; g < G; ++g) acc[t][g] = _mm256_fmadd_ps(xv, dv[g], acc[t][g]);
     }
   }
-  #pragma GCC unroll 16
+#pragma GCC unroll 16
   for (int t = 0; t < T; ++t) {
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int g = 0; g < G; ++g) _mm256_storeu_ps(dw + t * ldw + 8 * g, acc[t][g]);
   }
 }
@@ -149,8 +152,9 @@ template <int T, int G>
 // 6 with G = 2 (12 accumulators + 2 gradient rows + a broadcast) or 12 with G = 1; a
 // smaller last block from T = 1 up.
 template <int G, int T = 1>
-[[gnu::target("avx2,fma")]] void GradBlock(const float* const* px, int64_t n, const int64_t* tap_off, int64_t taps,
-                                           const float* d, int64_t ldd, float* dw, int64_t ldw) {
+[[gnu::target("avx2,fma")]] void GradBlock(const float* const* px, int64_t n,
+                                           const int64_t* tap_off, int64_t taps, const float* d,
+                                           int64_t ldd, float* dw, int64_t ldw) {
   constexpr int kMaxT = G == 2 ? 6 : 12;
   if constexpr (T < kMaxT) {
     if (taps > T) {
@@ -179,23 +183,35 @@ bool DirectConvCpuSupported() {
 void SetDirectConvAllowed(bool allowed) { g_allowed.store(allowed, std::memory_order_relaxed); }
 bool DirectConvAllowed() { return g_allowed.load(std::memory_order_relaxed); }
 
-int64_t DirectConvScratch(const DirectConvShape& s) { return ChunkPixels(s.padded_filters) * s.padded_filters; }
+int64_t DirectConvScratch(const DirectConvShape& s) {
+  return ChunkPixels(s.padded_filters) * s.padded_filters;
+}
 
-[[gnu::target("avx2,fma")]] void DirectConvForward(const DirectConvShape& s, const float* img, const float* w,
-                                                   const float* bias, bool relu, float* y, uint8_t* mask) {
+[[gnu::target("avx2,fma")]] void DirectConvForward(const DirectConvShape& s, const float* img,
+                                                   const float* w, const float* bias, bool relu,
+                                                   float* y, uint8_t* mask) {
   const int64_t groups = s.padded_filters / 8;
   for (int64_t g0 = 0; g0 < groups; g0 += 4) {
     switch (std::min<int64_t>(4, groups - g0)) {
-      case 1: ForwardBlock<1>(s, img, w, bias, relu, g0, y, mask); break;
-      case 2: ForwardBlock<2>(s, img, w, bias, relu, g0, y, mask); break;
-      case 3: ForwardBlock<3>(s, img, w, bias, relu, g0, y, mask); break;
-      default: ForwardBlock<4>(s, img, w, bias, relu, g0, y, mask); break;
+      case 1:
+        ForwardBlock<1>(s, img, w, bias, relu, g0, y, mask);
+        break;
+      case 2:
+        ForwardBlock<2>(s, img, w, bias, relu, g0, y, mask);
+        break;
+      case 3:
+        ForwardBlock<3>(s, img, w, bias, relu, g0, y, mask);
+        break;
+      default:
+        ForwardBlock<4>(s, img, w, bias, relu, g0, y, mask);
+        break;
     }
   }
 }
 
-[[gnu::target("avx2,fma")]] void DirectConvBackward(const DirectConvShape& s, const float* img, const uint8_t* mask,
-                                                    float* dy, bool write_d, float* dw, float* db, float* scratch) {
+[[gnu::target("avx2,fma")]] void DirectConvBackward(const DirectConvShape& s, const float* img,
+                                                    const uint8_t* mask, float* dy, bool write_d,
+                                                    float* dw, float* db, float* scratch) {
   const int64_t f = s.filters, ldd = s.padded_filters, groups = ldd / 8;
   const int64_t chunk = ChunkPixels(ldd);
   const __m256i tail = LaneMask(f - (ldd - 8));
@@ -231,8 +247,10 @@ int64_t DirectConvScratch(const DirectConvShape& s) { return ChunkPixels(s.padde
     }
     for (int64_t p = 0; p < n; ++p) px[p] = img + s.pixel_off[p0 + p];
     int64_t g0 = 0;
-    for (; g0 + 2 <= groups; g0 += 2) GradBlock<2>(px, n, s.tap_off, s.taps, scratch + 8 * g0, ldd, dw + 8 * g0, ldd);
-    if (g0 < groups) GradBlock<1>(px, n, s.tap_off, s.taps, scratch + 8 * g0, ldd, dw + 8 * g0, ldd);
+    for (; g0 + 2 <= groups; g0 += 2)
+      GradBlock<2>(px, n, s.tap_off, s.taps, scratch + 8 * g0, ldd, dw + 8 * g0, ldd);
+    if (g0 < groups)
+      GradBlock<1>(px, n, s.tap_off, s.taps, scratch + 8 * g0, ldd, dw + 8 * g0, ldd);
   }
 }
 

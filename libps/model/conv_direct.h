@@ -31,10 +31,12 @@ bool DirectConvAllowed();
 
 // One image as the kernels see it.
 struct DirectConvShape {
-  int64_t taps = 0;                  // k_h * k_w * c, in [1, kDirectConvMaxTaps]
-  const int64_t* tap_off = nullptr;  // [taps] floats from a window's origin to tap (ki, kj, ch), kernel row order
-  int64_t pixels = 0;                // output pixels of one image (out_h * out_w)
-  const int64_t* pixel_off = nullptr;  // [pixels] floats from the image's start to each output pixel's window
+  int64_t taps = 0;  // k_h * k_w * c, in [1, kDirectConvMaxTaps]
+  const int64_t* tap_off =
+      nullptr;         // [taps] floats from a window's origin to tap (ki, kj, ch), kernel row order
+  int64_t pixels = 0;  // output pixels of one image (out_h * out_w)
+  const int64_t* pixel_off =
+      nullptr;  // [pixels] floats from the image's start to each output pixel's window
   int64_t filters = 0;
   int64_t padded_filters = 0;  // filters rounded up to a multiple of 8
 };
@@ -50,15 +52,15 @@ int64_t DirectConvScratch(const DirectConvShape& s);
 // `filters`. With relu, mask [pixels * padded_filters / 8] gets the bits y > 0, a byte per
 // pixel and group of 8 filters (bit i: filter 8 * group + i); unused (may be null)
 // otherwise. Needs DirectConvCpuSupported().
-void DirectConvForward(const DirectConvShape& s, const float* img, const float* w, const float* bias, bool relu,
-                       float* y, uint8_t* mask);
+void DirectConvForward(const DirectConvShape& s, const float* img, const float* w,
+                       const float* bias, bool relu, float* y, uint8_t* mask);
 
 // One image, after DirectConvForward: d = dy masked by the forward pass's mask (relu) or
 // dy (mask null: the identity); d is written back into dy [pixels * filters] when write_d.
 // Adds windows(img)ᵀ · d to dw [taps * padded_filters] and the column sums of d to db
 // [padded_filters] (their padding columns stay as they were). scratch:
 // [DirectConvScratch(s)]. Needs DirectConvCpuSupported().
-void DirectConvBackward(const DirectConvShape& s, const float* img, const uint8_t* mask, float* dy, bool write_d,
-                        float* dw, float* db, float* scratch);
+void DirectConvBackward(const DirectConvShape& s, const float* img, const uint8_t* mask, float* dy,
+                        bool write_d, float* dw, float* db, float* scratch);
 
 }  // namespace ps::model

@@ -22,10 +22,10 @@ namespace ps::model {
 
 struct GraphNode {
   std::string name;
-  std::unique_ptr<Op> op;  // null for graph inputs
-  std::vector<int> inputs; // node indices, all smaller than this node's
-  Shape shape;             // per example; empty for sparse inputs
-  int64_t size = 0;        // NumElements(shape); 0 for sparse inputs
+  std::unique_ptr<Op> op;   // null for graph inputs
+  std::vector<int> inputs;  // node indices, all smaller than this node's
+  Shape shape;              // per example; empty for sparse inputs
+  int64_t size = 0;         // NumElements(shape); 0 for sparse inputs
   // Graph inputs only.
   bool sparse = false;
   int64_t dense_offset = 0;  // dense/image: first column in batch.dense

@@ -10,9 +10,12 @@ namespace ps::model {
 
 const char* LossKindName(LossKind k) {
   switch (k) {
-    case LossKind::kSoftmaxCrossEntropy: return "softmax_cross_entropy";
-    case LossKind::kSigmoidCrossEntropy: return "sigmoid_cross_entropy";
-    case LossKind::kMeanSquaredError: return "mean_squared_error";
+    case LossKind::kSoftmaxCrossEntropy:
+      return "softmax_cross_entropy";
+    case LossKind::kSigmoidCrossEntropy:
+      return "sigmoid_cross_entropy";
+    case LossKind::kMeanSquaredError:
+      return "mean_squared_error";
   }
   return "unknown";
 }
@@ -24,9 +27,11 @@ constexpr int64_t kMaxWidth = int64_t{1} << 24;
 Status CheckName(const std::string& name, const std::string& where) {
   if (name.empty()) return InvalidArgument(where + ": must not be empty");
   for (char c : name) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-                    c == '-' || c == '.';
-    if (!ok) return InvalidArgument(where + ": \"" + name + "\" may hold only letters, digits, '_', '-' and '.'");
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '_' || c == '-' || c == '.';
+    if (!ok)
+      return InvalidArgument(where + ": \"" + name +
+                             "\" may hold only letters, digits, '_', '-' and '.'");
   }
   return Status::Ok();
 }
@@ -39,7 +44,8 @@ struct LayerEntry {
   std::vector<int> inputs;  // index into the combined name table (inputs, then layers)
 };
 
-Status ReadGraphInput(const Json& j, const std::string& index_path, GraphNode* node, std::string* path) {
+Status ReadGraphInput(const Json& j, const std::string& index_path, GraphNode* node,
+                      std::string* path) {
   JsonReader r(j, index_path);
   PS_RETURN_IF_ERROR(r.status());
   PS_RETURN_IF_ERROR(r.Get("name", &node->name));
@@ -54,7 +60,8 @@ Status ReadGraphInput(const Json& j, const std::string& index_path, GraphNode* n
     int64_t field = 0;
     PS_RETURN_IF_ERROR(in.Get("field", &field));
     if (field < 0 || field >= 65536) {
-      return InvalidArgument(in.Path("field") + ": must be in [0, 65536), got " + std::to_string(field));
+      return InvalidArgument(in.Path("field") + ": must be in [0, 65536), got " +
+                             std::to_string(field));
     }
     node->field.field = static_cast<int>(field);
     PS_RETURN_IF_ERROR(in.GetOr("weighted", &node->field.weighted));
@@ -70,23 +77,28 @@ Status ReadGraphInput(const Json& j, const std::string& index_path, GraphNode* n
                                ShapeString(node->shape));
       }
       for (int64_t d : node->shape) {
-        if (d < 1 || d > 65536) return InvalidArgument(in.Path("shape") + ": dimensions must be in [1, 65536]");
+        if (d < 1 || d > 65536)
+          return InvalidArgument(in.Path("shape") + ": dimensions must be in [1, 65536]");
       }
     }
     node->size = NumElements(node->shape);
-    if (node->size > kMaxWidth) return InvalidArgument(in.Path("shape") + ": more than 2^24 values");
+    if (node->size > kMaxWidth)
+      return InvalidArgument(in.Path("shape") + ": more than 2^24 values");
     PS_RETURN_IF_ERROR(in.GetOr("offset", &node->dense_offset));
     if (node->dense_offset < 0 || node->dense_offset > kMaxWidth) {
-      return InvalidArgument(in.Path("offset") + ": must be in [0, 2^24], got " + std::to_string(node->dense_offset));
+      return InvalidArgument(in.Path("offset") + ": must be in [0, 2^24], got " +
+                             std::to_string(node->dense_offset));
     }
   } else {
-    return InvalidArgument(in.Path("type") + ": unknown input type \"" + type + "\" (expected dense, image or sparse)");
+    return InvalidArgument(in.Path("type") + ": unknown input type \"" + type +
+                           "\" (expected dense, image or sparse)");
   }
   return in.Finish();
 }
 
-Status ReadHead(const Json& j, const std::string& path, const std::map<std::string, int>& layer_index,
-                GraphHead* head, std::string* layer) {
+Status ReadHead(const Json& j, const std::string& path,
+                const std::map<std::string, int>& layer_index, GraphHead* head,
+                std::string* layer) {
   JsonReader r(j, path);
   PS_RETURN_IF_ERROR(r.status());
   PS_RETURN_IF_ERROR(r.Get("layer", layer));
@@ -105,12 +117,14 @@ Status ReadHead(const Json& j, const std::string& path, const std::map<std::stri
   } else if (loss == LossKindName(LossKind::kMeanSquaredError)) {
     head->info.loss = LossKind::kMeanSquaredError;
   } else {
-    return InvalidArgument(r.Path("loss") + ": unknown loss \"" + loss +
-                           "\" (expected softmax_cross_entropy, sigmoid_cross_entropy or mean_squared_error)");
+    return InvalidArgument(
+        r.Path("loss") + ": unknown loss \"" + loss +
+        "\" (expected softmax_cross_entropy, sigmoid_cross_entropy or mean_squared_error)");
   }
   PS_RETURN_IF_ERROR(r.GetOr("weight", &head->info.weight));
   if (!(head->info.weight >= 0.0 && head->info.weight <= 1e6)) {
-    return InvalidArgument(r.Path("weight") + ": must be in [0, 1e6], got " + std::to_string(head->info.weight));
+    return InvalidArgument(r.Path("weight") + ": must be in [0, 1e6], got " +
+                           std::to_string(head->info.weight));
   }
   PS_RETURN_IF_ERROR(r.GetOr("label_column", &head->label_column));
   if (r.Has("label_column") && (head->label_column < 0 || head->label_column >= kMaxWidth)) {
@@ -122,8 +136,8 @@ Status ReadHead(const Json& j, const std::string& path, const std::map<std::stri
 
 // A cycle among the layers not yet ordered (each has an unordered input): walk inputs
 // until a layer repeats. Returns "a -> b -> a" in data-flow order.
-std::string DescribeCycle(const std::vector<LayerEntry>& layers, size_t first_layer, const std::vector<bool>& done,
-                          size_t start) {
+std::string DescribeCycle(const std::vector<LayerEntry>& layers, size_t first_layer,
+                          const std::vector<bool>& done, size_t start) {
   std::vector<size_t> walk;
   std::map<size_t, size_t> seen;
   size_t at = start;
@@ -161,7 +175,8 @@ Result<GraphPlan> BuildGraphPlan(const Json& config, const std::string& path) {
   for (size_t i = 0; i < inputs->size(); ++i) {
     GraphNode node;
     std::string ipath;
-    PS_RETURN_IF_ERROR(ReadGraphInput((*inputs)[i], r.Path("inputs") + "[" + std::to_string(i) + "]", &node, &ipath));
+    PS_RETURN_IF_ERROR(ReadGraphInput(
+        (*inputs)[i], r.Path("inputs") + "[" + std::to_string(i) + "]", &node, &ipath));
     if (!index.emplace(node.name, static_cast<int>(i)).second) {
       return InvalidArgument(ipath + ": the name is used twice");
     }
@@ -201,8 +216,8 @@ Result<GraphPlan> BuildGraphPlan(const Json& config, const std::string& path) {
     for (size_t k = 0; k < e.input_names.size(); ++k) {
       auto it = index.find(e.input_names[k]);
       if (it == index.end()) {
-        return InvalidArgument(e.path + ".inputs[" + std::to_string(k) + "]: unknown input \"" + e.input_names[k] +
-                               "\" (no input or layer has that name)");
+        return InvalidArgument(e.path + ".inputs[" + std::to_string(k) + "]: unknown input \"" +
+                               e.input_names[k] + "\" (no input or layer has that name)");
       }
       e.inputs.push_back(it->second);
     }
@@ -251,14 +266,16 @@ Result<GraphPlan> BuildGraphPlan(const Json& config, const std::string& path) {
     if (!progressed) {
       size_t start = 0;
       while (done[start]) ++start;
-      return InvalidArgument(layers[start].path + ".inputs: cycle " + DescribeCycle(layers, first_layer, done, start));
+      return InvalidArgument(layers[start].path + ".inputs: cycle " +
+                             DescribeCycle(layers, first_layer, done, start));
     }
   }
 
   // Layers whose output reaches a head.
   std::vector<bool> used(first_layer + layers.size(), false);
   std::vector<int> stack;
-  for (const std::string& h : head_layers) stack.push_back(static_cast<int>(first_layer) + layer_index[h]);
+  for (const std::string& h : head_layers)
+    stack.push_back(static_cast<int>(first_layer) + layer_index[h]);
   while (!stack.empty()) {
     const int at = stack.back();
     stack.pop_back();
@@ -301,7 +318,8 @@ Result<GraphPlan> BuildGraphPlan(const Json& config, const std::string& path) {
     node.shape = node.op->shape();
     node.size = node.op->size();
     if (node.size < 1 || node.size > kMaxWidth) {
-      return InvalidArgument(e.path + ": output shape " + ShapeString(node.shape) + " must hold 1 to 2^24 values");
+      return InvalidArgument(e.path + ": output shape " + ShapeString(node.shape) +
+                             " must hold 1 to 2^24 values");
     }
     node.needs_grad = node.needs_grad || node.op->has_variables();
     plan.nodes.push_back(std::move(node));
@@ -314,13 +332,14 @@ Result<GraphPlan> BuildGraphPlan(const Json& config, const std::string& path) {
     const bool softmax = head.info.loss == LossKind::kSoftmaxCrossEntropy;
     if (softmax ? n.size < 2 : n.size != 1) {
       return InvalidArgument(hpath + ".loss: " + LossKindName(head.info.loss) + " needs " +
-                             (softmax ? "at least 2 outputs (one per class)" : "1 output") + ", layer \"" + n.name +
-                             "\" has shape " + ShapeString(n.shape));
+                             (softmax ? "at least 2 outputs (one per class)" : "1 output") +
+                             ", layer \"" + n.name + "\" has shape " + ShapeString(n.shape));
     }
     head.info.outputs = n.size;
   }
   plan.variables = vars.Release();
-  if (plan.variables.empty()) return InvalidArgument(r.Path("layers") + ": the model has no variables to train");
+  if (plan.variables.empty())
+    return InvalidArgument(r.Path("layers") + ": the model has no variables to train");
   return plan;
 }
 

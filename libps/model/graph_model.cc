@@ -16,18 +16,20 @@ std::string FieldPath(size_t f) { return "batch.sparse[" + std::to_string(f) + "
 // Checks the batch's structure against what the model reads. bound[f]: ids of field f
 // must lie in [0, bound[f]).
 Status ValidateStructure(const Batch& b, std::span<const int64_t> bound, int64_t dense_dim) {
-  if (b.size < 0) return InvalidArgument("batch.size: must not be negative, got " + std::to_string(b.size));
+  if (b.size < 0)
+    return InvalidArgument("batch.size: must not be negative, got " + std::to_string(b.size));
   if (b.dense_dim != dense_dim) {
-    return InvalidArgument("batch.dense_dim: " + std::to_string(b.dense_dim) + " does not match the model's " +
-                           std::to_string(dense_dim));
+    return InvalidArgument("batch.dense_dim: " + std::to_string(b.dense_dim) +
+                           " does not match the model's " + std::to_string(dense_dim));
   }
   if (static_cast<int64_t>(b.dense.size()) != b.size * b.dense_dim) {
-    return InvalidArgument("batch.dense: has " + std::to_string(b.dense.size()) +
-                           " values, expected size * dense_dim = " + std::to_string(b.size * b.dense_dim));
+    return InvalidArgument(
+        "batch.dense: has " + std::to_string(b.dense.size()) +
+        " values, expected size * dense_dim = " + std::to_string(b.size * b.dense_dim));
   }
   if (b.sparse.size() != bound.size()) {
-    return InvalidArgument("batch.sparse: has " + std::to_string(b.sparse.size()) + " fields, the model reads " +
-                           std::to_string(bound.size()));
+    return InvalidArgument("batch.sparse: has " + std::to_string(b.sparse.size()) +
+                           " fields, the model reads " + std::to_string(bound.size()));
   }
   for (size_t f = 0; f < b.sparse.size(); ++f) {
     const SparseField& s = b.sparse[f];
@@ -38,7 +40,8 @@ Status ValidateStructure(const Batch& b, std::span<const int64_t> bound, int64_t
     if (s.offsets[0] != 0) return InvalidArgument(FieldPath(f) + ".offsets[0]: must be 0");
     for (int64_t i = 0; i < b.size; ++i) {
       if (s.offsets[i + 1] < s.offsets[i]) {
-        return InvalidArgument(FieldPath(f) + ".offsets[" + std::to_string(i + 1) + "]: offsets must not decrease");
+        return InvalidArgument(FieldPath(f) + ".offsets[" + std::to_string(i + 1) +
+                               "]: offsets must not decrease");
       }
     }
     if (s.offsets.back() != static_cast<int64_t>(s.ids.size())) {
@@ -46,14 +49,16 @@ Status ValidateStructure(const Batch& b, std::span<const int64_t> bound, int64_t
                              "]: must equal ids.size() = " + std::to_string(s.ids.size()));
     }
     if (!s.values.empty() && s.values.size() != s.ids.size()) {
-      return InvalidArgument(FieldPath(f) + ".values: has " + std::to_string(s.values.size()) +
-                             " entries, expected 0 or ids.size() = " + std::to_string(s.ids.size()));
+      return InvalidArgument(
+          FieldPath(f) + ".values: has " + std::to_string(s.values.size()) +
+          " entries, expected 0 or ids.size() = " + std::to_string(s.ids.size()));
     }
     for (size_t j = 0; j < s.ids.size(); ++j) {
       if (s.ids[j] < 0 || s.ids[j] >= bound[f]) {
-        return InvalidArgument(FieldPath(f) + ".ids[" + std::to_string(j) + "]: " + std::to_string(s.ids[j]) +
-                               (s.ids[j] < 0 ? " is negative" : " is outside the table's " + std::to_string(bound[f]) +
-                                                                    " rows"));
+        return InvalidArgument(
+            FieldPath(f) + ".ids[" + std::to_string(j) + "]: " + std::to_string(s.ids[j]) +
+            (s.ids[j] < 0 ? " is negative"
+                          : " is outside the table's " + std::to_string(bound[f]) + " rows"));
       }
     }
   }
@@ -82,8 +87,8 @@ Status ValidateLabel(const HeadInfo& h, float y, const std::string& where) {
 
 Status ValidateParams(const std::vector<VariableDef>& vars, const Params& p) {
   if (p.values.size() != vars.size()) {
-    return InvalidArgument("params.values: has " + std::to_string(p.values.size()) + " variables, the model has " +
-                           std::to_string(vars.size()));
+    return InvalidArgument("params.values: has " + std::to_string(p.values.size()) +
+                           " variables, the model has " + std::to_string(vars.size()));
   }
   for (size_t v = 0; v < vars.size(); ++v) {
     const VariableDef& def = vars[v];
@@ -92,13 +97,15 @@ Status ValidateParams(const std::vector<VariableDef>& vars, const Params& p) {
       if (v >= p.rows.size()) return InvalidArgument("params.rows: missing rows of " + def.name);
       std::span<const int64_t> rows = p.rows[v];
       for (size_t k = 1; k < rows.size(); ++k) {
-        if (rows[k] <= rows[k - 1]) return InvalidArgument("params.rows[" + def.name + "]: must be sorted and unique");
+        if (rows[k] <= rows[k - 1])
+          return InvalidArgument("params.rows[" + def.name + "]: must be sorted and unique");
       }
       want = static_cast<int64_t>(rows.size()) * def.row_elements();
     }
     if (static_cast<int64_t>(p.values[v].size()) != want) {
-      return InvalidArgument("params.values[" + def.name + "]: has " + std::to_string(p.values[v].size()) +
-                             " floats, expected " + std::to_string(want));
+      return InvalidArgument("params.values[" + def.name + "]: has " +
+                             std::to_string(p.values[v].size()) + " floats, expected " +
+                             std::to_string(want));
     }
   }
   return Status::Ok();
@@ -134,7 +141,8 @@ class GraphModel final : public Model {
     return Status::Ok();
   }
 
-  Result<StepOutput> ForwardBackward(const Batch& batch, const Params& params, Grads* grads) override {
+  Result<StepOutput> ForwardBackward(const Batch& batch, const Params& params,
+                                     Grads* grads) override {
     PS_RETURN_IF_ERROR(ValidateStructure(batch, bound_, plan_.dense_dim));
     PS_RETURN_IF_ERROR(ValidateLabels(batch, true));
     if (batch.size == 0) return InvalidArgument("batch.size: must be > 0 for a training step");
@@ -149,7 +157,8 @@ class GraphModel final : public Model {
       if (variables_[v].sparse) std::fill(grads->values[v].begin(), grads->values[v].end(), 0.0f);
     }
     for (size_t i = 0; i < plan_.nodes.size(); ++i) {
-      if (plan_.nodes[i].needs_grad) grads_[i].assign(static_cast<size_t>(batch.size * plan_.nodes[i].size), 0.0f);
+      if (plan_.nodes[i].needs_grad)
+        grads_[i].assign(static_cast<size_t>(batch.size * plan_.nodes[i].size), 0.0f);
     }
     StepOutput out{0, batch.size, 0};
     for (size_t h = 0; h < plan_.heads.size(); ++h) {
@@ -159,7 +168,8 @@ class GraphModel final : public Model {
       LossOutput loss = ApplyLoss(head, batch, d, {});
       out.loss_sum += head.info.weight * loss.loss_sum;
       if (h == 0) out.correct = loss.correct;
-      if (!plan_.nodes[static_cast<size_t>(head.node)].needs_grad) continue;  // nothing to train below it
+      if (!plan_.nodes[static_cast<size_t>(head.node)].needs_grad)
+        continue;  // nothing to train below it
       std::vector<float>& g = grads_[static_cast<size_t>(head.node)];
       const float w = static_cast<float>(head.info.weight);
       for (size_t i = 0; i < d.size(); ++i) g[i] += w * d[i];
@@ -171,7 +181,8 @@ class GraphModel final : public Model {
       dins_.clear();
       for (int in : n.inputs) {
         ins_.push_back(values_[in]);
-        dins_.push_back(plan_.nodes[in].needs_grad ? std::span<float>(grads_[in]) : std::span<float>());
+        dins_.push_back(plan_.nodes[in].needs_grad ? std::span<float>(grads_[in])
+                                                   : std::span<float>());
       }
       n.op->Backward(ctx, ins_, grads_[i], dins_);
     }
@@ -188,7 +199,8 @@ class GraphModel final : public Model {
     out.has_labels = !batch.labels.empty() || !UsesBatchLabels();
     out.heads.resize(plan_.heads.size());
     for (size_t h = 0; h < plan_.heads.size(); ++h) {
-      out.heads[h].predictions.resize(static_cast<size_t>(batch.size * plan_.heads[h].info.outputs));
+      out.heads[h].predictions.resize(
+          static_cast<size_t>(batch.size * plan_.heads[h].info.outputs));
     }
     if (batch.size > 0) {
       OpContext ctx{&batch, &params, nullptr, batch.size, false, steps_};
@@ -212,7 +224,8 @@ class GraphModel final : public Model {
 
  private:
   bool UsesBatchLabels() const {
-    return std::any_of(plan_.heads.begin(), plan_.heads.end(), [](const GraphHead& h) { return h.label_column < 0; });
+    return std::any_of(plan_.heads.begin(), plan_.heads.end(),
+                       [](const GraphHead& h) { return h.label_column < 0; });
   }
 
   // Labels of a head: batch.labels, or a column of batch.dense gathered into scratch.
@@ -230,13 +243,14 @@ class GraphModel final : public Model {
       return Status::Ok();
     }
     if (UsesBatchLabels() && static_cast<int64_t>(b.labels.size()) != b.size) {
-      return InvalidArgument("batch.labels: has " + std::to_string(b.labels.size()) + " entries, expected size = " +
-                             std::to_string(b.size));
+      return InvalidArgument("batch.labels: has " + std::to_string(b.labels.size()) +
+                             " entries, expected size = " + std::to_string(b.size));
     }
     for (const GraphHead& h : plan_.heads) {
       if (h.label_column >= 0) continue;
       for (int64_t i = 0; i < b.size; ++i) {
-        PS_RETURN_IF_ERROR(ValidateLabel(h.info, b.labels[i], "batch.labels[" + std::to_string(i) + "]"));
+        PS_RETURN_IF_ERROR(
+            ValidateLabel(h.info, b.labels[i], "batch.labels[" + std::to_string(i) + "]"));
       }
     }
     return CheckLabelColumns(b);
@@ -247,14 +261,16 @@ class GraphModel final : public Model {
       if (h.label_column < 0) continue;
       for (int64_t i = 0; i < b.size; ++i) {
         PS_RETURN_IF_ERROR(ValidateLabel(h.info, b.dense[i * b.dense_dim + h.label_column],
-                                         "batch.dense[" + std::to_string(i) + "][" + std::to_string(h.label_column) +
+                                         "batch.dense[" + std::to_string(i) + "][" +
+                                             std::to_string(h.label_column) +
                                              "] (label of head \"" + h.info.name + "\")"));
       }
     }
     return Status::Ok();
   }
 
-  LossOutput ApplyLoss(const GraphHead& h, const Batch& b, std::span<float> dlogits, std::span<float> probs) {
+  LossOutput ApplyLoss(const GraphHead& h, const Batch& b, std::span<float> dlogits,
+                       std::span<float> probs) {
     std::span<const float> logits = values_[static_cast<size_t>(h.node)];
     std::span<const float> labels;
     if (h.label_column >= 0 || !b.labels.empty()) labels = Labels(h, b);
@@ -285,7 +301,8 @@ class GraphModel final : public Model {
         std::vector<float>& buf = buffers_[i];
         buf.resize(static_cast<size_t>(b.size * n.size));
         for (int64_t e = 0; e < b.size; ++e) {
-          std::copy_n(b.dense.data() + e * b.dense_dim + n.dense_offset, n.size, buf.data() + e * n.size);
+          std::copy_n(b.dense.data() + e * b.dense_dim + n.dense_offset, n.size,
+                      buf.data() + e * n.size);
         }
         values_[i] = buf;
       }
@@ -308,6 +325,8 @@ class GraphModel final : public Model {
 
 }  // namespace
 
-std::unique_ptr<Model> MakeGraphModel(GraphPlan plan) { return std::make_unique<GraphModel>(std::move(plan)); }
+std::unique_ptr<Model> MakeGraphModel(GraphPlan plan) {
+  return std::make_unique<GraphModel>(std::move(plan));
+}
 
 }  // namespace ps::model

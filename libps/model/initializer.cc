@@ -47,15 +47,19 @@ struct Context {
   }
 
   float Value(int64_t global_row, int64_t col) const {
-    ElementStream s{Mix(Mix(var_key ^ static_cast<uint64_t>(global_row)) ^
-                        static_cast<uint64_t>(col))};
+    ElementStream s{
+        Mix(Mix(var_key ^ static_cast<uint64_t>(global_row)) ^ static_cast<uint64_t>(col))};
     switch (spec.kind) {
-      case InitKind::kZeros: return 0.0f;
-      case InitKind::kOnes: return 1.0f;
-      case InitKind::kConstant: return static_cast<float>(spec.a);
+      case InitKind::kZeros:
+        return 0.0f;
+      case InitKind::kOnes:
+        return 1.0f;
+      case InitKind::kConstant:
+        return static_cast<float>(spec.a);
       case InitKind::kUniform:
         return static_cast<float>(spec.a + (spec.b - spec.a) * s.Uniform(0));
-      case InitKind::kNormal: return static_cast<float>(spec.a + spec.b * s.Normal(0));
+      case InitKind::kNormal:
+        return static_cast<float>(spec.a + spec.b * s.Normal(0));
       case InitKind::kTruncatedNormal: {
         // Resample beyond 2 stddev, as tf.random.truncated_normal does. P(reject) ≈ 0.0455,
         // so 64 attempts fail with probability ~1e-86; then the mean is used.
@@ -76,13 +80,20 @@ struct Context {
 
 const char* InitKindName(InitKind kind) {
   switch (kind) {
-    case InitKind::kZeros: return "zeros";
-    case InitKind::kOnes: return "ones";
-    case InitKind::kConstant: return "constant";
-    case InitKind::kUniform: return "uniform";
-    case InitKind::kNormal: return "normal";
-    case InitKind::kTruncatedNormal: return "truncated_normal";
-    case InitKind::kGlorotUniform: return "glorot_uniform";
+    case InitKind::kZeros:
+      return "zeros";
+    case InitKind::kOnes:
+      return "ones";
+    case InitKind::kConstant:
+      return "constant";
+    case InitKind::kUniform:
+      return "uniform";
+    case InitKind::kNormal:
+      return "normal";
+    case InitKind::kTruncatedNormal:
+      return "truncated_normal";
+    case InitKind::kGlorotUniform:
+      return "glorot_uniform";
   }
   return "?";
 }
@@ -107,7 +118,8 @@ Status ValidateInit(const InitSpec& spec, const std::string& path) {
         return InvalidArgument(path + ".stddev: must be finite and >= 0, got " +
                                std::to_string(spec.b));
       break;
-    default: break;
+    default:
+      break;
   }
   return Status::Ok();
 }
@@ -179,12 +191,12 @@ std::pair<double, double> ComputeFans(std::span<const int64_t> shape) {
 }
 
 void FillInitial(const InitSpec& spec, uint64_t seed, std::string_view var,
-                 std::span<const int64_t> full_shape, int64_t row_begin, int64_t rows,
-                 int64_t cols, std::span<float> out) {
+                 std::span<const int64_t> full_shape, int64_t row_begin, int64_t rows, int64_t cols,
+                 std::span<float> out) {
   PS_ASSERT(out.size() == static_cast<size_t>(rows * cols));
   if (spec.kind == InitKind::kZeros || spec.kind == InitKind::kOnes ||
       spec.kind == InitKind::kConstant) {
-    float v = spec.kind == InitKind::kZeros ? 0.0f
+    float v = spec.kind == InitKind::kZeros  ? 0.0f
               : spec.kind == InitKind::kOnes ? 1.0f
                                              : static_cast<float>(spec.a);
     std::fill(out.begin(), out.end(), v);

@@ -38,7 +38,15 @@
 
 namespace ps::model {
 
-enum class InitKind { kZeros, kOnes, kConstant, kUniform, kNormal, kTruncatedNormal, kGlorotUniform };
+enum class InitKind {
+  kZeros,
+  kOnes,
+  kConstant,
+  kUniform,
+  kNormal,
+  kTruncatedNormal,
+  kGlorotUniform
+};
 
 // a, b by kind: constant (value, -), uniform (minval, maxval), normal and
 // truncated_normal (mean, stddev); unused for zeros, ones, glorot_uniform.
@@ -77,8 +85,8 @@ std::pair<double, double> ComputeFans(std::span<const int64_t> full_shape);
 // [row_begin, row_begin + rows) of variable `var` whose full shape is `full_shape`.
 // Precondition: out.size() == rows * cols; `spec` valid.
 void FillInitial(const InitSpec& spec, uint64_t seed, std::string_view var,
-                 std::span<const int64_t> full_shape, int64_t row_begin, int64_t rows,
-                 int64_t cols, std::span<float> out);
+                 std::span<const int64_t> full_shape, int64_t row_begin, int64_t rows, int64_t cols,
+                 std::span<float> out);
 
 // The value of one element; FillInitial is this applied to every element.
 float InitialValue(const InitSpec& spec, uint64_t seed, std::string_view var,

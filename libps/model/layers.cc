@@ -10,18 +10,23 @@ namespace ps::model {
 
 const char* ActivationName(Activation a) {
   switch (a) {
-    case Activation::kLinear: return "linear";
-    case Activation::kRelu: return "relu";
-    case Activation::kTanh: return "tanh";
-    case Activation::kSigmoid: return "sigmoid";
-    case Activation::kGelu: return "gelu";
+    case Activation::kLinear:
+      return "linear";
+    case Activation::kRelu:
+      return "relu";
+    case Activation::kTanh:
+      return "tanh";
+    case Activation::kSigmoid:
+      return "sigmoid";
+    case Activation::kGelu:
+      return "gelu";
   }
   return "unknown";
 }
 
 bool ParseActivation(std::string_view name, Activation* out) {
-  for (Activation a : {Activation::kLinear, Activation::kRelu, Activation::kTanh, Activation::kSigmoid,
-                       Activation::kGelu}) {
+  for (Activation a : {Activation::kLinear, Activation::kRelu, Activation::kTanh,
+                       Activation::kSigmoid, Activation::kGelu}) {
     if (name == ActivationName(a)) {
       *out = a;
       return true;
@@ -89,16 +94,18 @@ void ActivationBackward(Activation act, const float* z, const float* y, float* d
 
 const char* CombinerName(Combiner c) {
   switch (c) {
-    case Combiner::kSum: return "sum";
-    case Combiner::kMean: return "mean";
-    case Combiner::kSqrtN: return "sqrtn";
+    case Combiner::kSum:
+      return "sum";
+    case Combiner::kMean:
+      return "mean";
+    case Combiner::kSqrtN:
+      return "sqrtn";
   }
   return "unknown";
 }
 
 std::span<const float> DenseLayer::Forward(std::span<const float> x, int64_t batch,
-                                           std::span<const float> w,
-                                           std::span<const float> b) {
+                                           std::span<const float> w, std::span<const float> b) {
   PS_ASSERT(static_cast<int64_t>(x.size()) >= batch * in_);
   PS_ASSERT(static_cast<int64_t>(w.size()) == in_ * out_ && static_cast<int64_t>(b.size()) == out_);
   batch_ = batch;
@@ -113,18 +120,19 @@ std::span<const float> DenseLayer::Forward(std::span<const float> x, int64_t bat
   return output();
 }
 
-void DenseLayer::Backward(std::span<const float> x, std::span<float> dy,
-                          std::span<const float> w, std::span<float> dw, std::span<float> db,
-                          std::span<float> dx, bool accumulate_dx) const {
+void DenseLayer::Backward(std::span<const float> x, std::span<float> dy, std::span<const float> w,
+                          std::span<float> dw, std::span<float> db, std::span<float> dx,
+                          bool accumulate_dx) const {
   const int64_t n = batch_ * out_;
   PS_ASSERT(static_cast<int64_t>(dy.size()) >= n);
-  PS_ASSERT(static_cast<int64_t>(dw.size()) == in_ * out_ && static_cast<int64_t>(db.size()) == out_);
+  PS_ASSERT(static_cast<int64_t>(dw.size()) == in_ * out_ &&
+            static_cast<int64_t>(db.size()) == out_);
   const float* y = y_.data();
   float* d = dy.data();
   ActivationBackward(act_, z_.data(), y, d, n);
   // dW [in, out] = x^T [in, batch] · dz [batch, out]
-  Gemm(Trans::kYes, Trans::kNo, in_, out_, batch_, 1.0f, x.data(), in_, d, out_, 0.0f,
-       dw.data(), out_);
+  Gemm(Trans::kYes, Trans::kNo, in_, out_, batch_, 1.0f, x.data(), in_, d, out_, 0.0f, dw.data(),
+       out_);
   // db [out] = column sums of dz
   std::fill(db.begin(), db.end(), 0.0f);
   for (int64_t i = 0; i < batch_; ++i) {
@@ -157,8 +165,8 @@ float CombinerScale(const SparseField& field, int64_t example, Combiner combiner
 }
 
 void EmbeddingBagForward(const SparseField& field, std::span<const int64_t> local,
-                         std::span<const float> table, int64_t dim, Combiner combiner,
-                         float* out, int64_t stride, bool use_values) {
+                         std::span<const float> table, int64_t dim, Combiner combiner, float* out,
+                         int64_t stride, bool use_values) {
   const int64_t size = static_cast<int64_t>(field.offsets.size()) - 1;
   const bool weighted = use_values && !field.values.empty();
   const float* t = table.data();
@@ -175,8 +183,8 @@ void EmbeddingBagForward(const SparseField& field, std::span<const int64_t> loca
   }
 }
 
-void EmbeddingBagBackward(const SparseField& field, std::span<const int64_t> local,
-                          int64_t dim, Combiner combiner, const float* dout, int64_t stride,
+void EmbeddingBagBackward(const SparseField& field, std::span<const int64_t> local, int64_t dim,
+                          Combiner combiner, const float* dout, int64_t stride,
                           std::span<float> dtable, bool use_values) {
   const int64_t size = static_cast<int64_t>(field.offsets.size()) - 1;
   const bool weighted = use_values && !field.values.empty();
@@ -229,8 +237,7 @@ LossOutput SoftmaxCrossEntropy(std::span<const float> logits, std::span<const fl
 }
 
 LossOutput SigmoidCrossEntropy(std::span<const float> logits, std::span<const float> labels,
-                               int64_t batch, std::span<float> dlogits,
-                               std::span<float> probs) {
+                               int64_t batch, std::span<float> dlogits, std::span<float> probs) {
   LossOutput r;
   const bool has_labels = !labels.empty();
   const double inv_batch = batch > 0 ? 1.0 / static_cast<double>(batch) : 0.0;

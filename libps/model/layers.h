@@ -38,8 +38,8 @@ class DenseLayer {
 
   // x: [batch * in]. Returns y [batch * out], owned by the layer and valid until the
   // next Forward.
-  std::span<const float> Forward(std::span<const float> x, int64_t batch,
-                                 std::span<const float> w, std::span<const float> b);
+  std::span<const float> Forward(std::span<const float> x, int64_t batch, std::span<const float> w,
+                                 std::span<const float> b);
   std::span<const float> output() const { return {y_.data(), static_cast<size_t>(batch_ * out_)}; }
 
   // After Forward with the same x and w. dy [batch * out] is d(loss)/dy on entry and is
@@ -70,13 +70,13 @@ const char* CombinerName(Combiner c);
 // The field's CSR must be valid (offsets[0] == 0, non-decreasing, back() == ids.size()).
 // weighted = false ignores field.values (every w_j = 1).
 void EmbeddingBagForward(const SparseField& field, std::span<const int64_t> local,
-                         std::span<const float> table, int64_t dim, Combiner combiner,
-                         float* out, int64_t stride, bool weighted = true);
+                         std::span<const float> table, int64_t dim, Combiner combiner, float* out,
+                         int64_t stride, bool weighted = true);
 
 // Accumulates (+=) the gradient of the pooled output into dtable [n_rows * dim]:
 // dtable[local_j] += (w_j / divisor_i) * dout[i * stride, +dim). Duplicate ids add up.
-void EmbeddingBagBackward(const SparseField& field, std::span<const int64_t> local,
-                          int64_t dim, Combiner combiner, const float* dout, int64_t stride,
+void EmbeddingBagBackward(const SparseField& field, std::span<const int64_t> local, int64_t dim,
+                          Combiner combiner, const float* dout, int64_t stride,
                           std::span<float> dtable, bool weighted = true);
 
 // 1 / divisor of the combiner for one example (1 for sum; 0 when the divisor is 0).
@@ -102,8 +102,7 @@ LossOutput SoftmaxCrossEntropy(std::span<const float> logits, std::span<const fl
 // logits form max(z, 0) - z*y + log1p(exp(-|z|)). dlogits = (sigmoid(z) - y) / batch;
 // probs = sigmoid(z). Same conventions as above.
 LossOutput SigmoidCrossEntropy(std::span<const float> logits, std::span<const float> labels,
-                               int64_t batch, std::span<float> dlogits,
-                               std::span<float> probs);
+                               int64_t batch, std::span<float> dlogits, std::span<float> probs);
 
 // Squared error over predictions [batch] and labels [batch]: loss (p - y)^2 per example,
 // dpred = 2 (p - y) / batch; probs (if non-empty) receives the predictions. correct stays 0.

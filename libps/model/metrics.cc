@@ -32,7 +32,8 @@ double Auc(std::span<const float> scores, std::span<const float> labels) {
   return (rank_sum - p * (p + 1) / 2) / (p * n);
 }
 
-HeadMetrics::HeadMetrics(std::vector<HeadInfo> heads) : heads_(std::move(heads)), sums_(heads_.size()) {}
+HeadMetrics::HeadMetrics(std::vector<HeadInfo> heads)
+    : heads_(std::move(heads)), sums_(heads_.size()) {}
 
 void HeadMetrics::Add(const EvalOutput& out) {
   for (size_t h = 0; h < heads_.size() && h < out.heads.size(); ++h) {
@@ -50,12 +51,13 @@ void HeadMetrics::Add(const EvalOutput& out) {
 
 Status HeadMetrics::Merge(const std::vector<Sums>& other) {
   if (other.size() != sums_.size()) {
-    return InvalidArgument("evaluation sums for " + std::to_string(other.size()) + " head(s); the model has " +
-                           std::to_string(sums_.size()));
+    return InvalidArgument("evaluation sums for " + std::to_string(other.size()) +
+                           " head(s); the model has " + std::to_string(sums_.size()));
   }
   for (size_t h = 0; h < sums_.size(); ++h) {
     const Sums& o = other[h];
-    if (o.scores.size() != o.labels.size()) return InvalidArgument("evaluation sums: scores and labels differ in count");
+    if (o.scores.size() != o.labels.size())
+      return InvalidArgument("evaluation sums: scores and labels differ in count");
     Sums& s = sums_[h];
     s.examples += o.examples;
     s.loss_sum += o.loss_sum;

@@ -25,10 +25,10 @@ struct HeadFigures {
   std::string name;
   LossKind loss = LossKind::kSigmoidCrossEntropy;
   int64_t examples = 0;
-  double mean_loss = 0;              // log-loss for the cross-entropies, MSE otherwise
-  std::optional<double> accuracy;    // cross-entropy heads
-  std::optional<double> auc;         // sigmoid heads with both classes present
-  std::optional<double> rmse;        // mean squared error heads
+  double mean_loss = 0;            // log-loss for the cross-entropies, MSE otherwise
+  std::optional<double> accuracy;  // cross-entropy heads
+  std::optional<double> auc;       // sigmoid heads with both classes present
+  std::optional<double> rmse;      // mean squared error heads
 };
 
 class HeadMetrics {

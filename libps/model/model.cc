@@ -54,7 +54,9 @@ void AddRowPolicy(const RowPolicy& p, Json* layer) {
 }
 
 Json Output(const std::string& layer, int64_t classes) {
-  return Json::array({{{"layer", layer}, {"loss", classes == 1 ? "sigmoid_cross_entropy" : "softmax_cross_entropy"}}});
+  return Json::array(
+      {{{"layer", layer},
+        {"loss", classes == 1 ? "sigmoid_cross_entropy" : "softmax_cross_entropy"}}});
 }
 
 // The graph an mlp / embedding_mlp stands for: field i -> embedding layer "pool_<i>"
@@ -70,8 +72,11 @@ Json EmbeddingMlpGraph(const EmbeddingMlpSpec& spec) {
     inputs.push_back({{"name", field}, {"type", "sparse"}, {"field", f}});
     const EmbeddingFieldSpec& fs = spec.fields[f];
     const EmbeddingTableSpec& t = spec.tables[static_cast<size_t>(fs.table)];
-    Json layer = {{"name", "pool_" + std::to_string(f)}, {"type", "embedding"}, {"inputs", {field}},
-                  {"table", t.name}, {"combiner", CombinerName(fs.combiner)}};
+    Json layer = {{"name", "pool_" + std::to_string(f)},
+                  {"type", "embedding"},
+                  {"inputs", {field}},
+                  {"table", t.name},
+                  {"combiner", CombinerName(fs.combiner)}};
     if (!declared[static_cast<size_t>(fs.table)]) {
       declared[static_cast<size_t>(fs.table)] = true;
       layer["vocab"] = t.vocab;
@@ -95,12 +100,17 @@ Json EmbeddingMlpGraph(const EmbeddingMlpSpec& spec) {
   for (size_t l = 0; l <= spec.hidden.size(); ++l) {
     const bool last = l == spec.hidden.size();
     const std::string name = "dense_" + std::to_string(l);
-    layers.push_back({{"name", name}, {"type", "dense"}, {"inputs", {x}},
+    layers.push_back({{"name", name},
+                      {"type", "dense"},
+                      {"inputs", {x}},
                       {"units", last ? spec.classes : spec.hidden[l]},
                       {"activation", last ? "linear" : ActivationName(spec.activation)}});
     x = name;
   }
-  return {{"type", "graph"}, {"inputs", inputs}, {"layers", layers}, {"outputs", Output(x, spec.classes)}};
+  return {{"type", "graph"},
+          {"inputs", inputs},
+          {"layers", layers},
+          {"outputs", Output(x, spec.classes)}};
 }
 
 // logistic_regression: one linear layer "linear" over every field. `rows_key`: "vocab"
@@ -113,9 +123,13 @@ Json LogisticRegressionGraph(const char* rows_key, int64_t rows, int64_t num_fie
     inputs.push_back({{"name", "field_" + std::to_string(f)}, {"type", "sparse"}, {"field", f}});
     fields.push_back("field_" + std::to_string(f));
   }
-  Json linear = {{"name", "linear"}, {"type", "linear"}, {"inputs", fields}, {rows_key, rows}, {"lazy", lazy}};
+  Json linear = {
+      {"name", "linear"}, {"type", "linear"}, {"inputs", fields}, {rows_key, rows}, {"lazy", lazy}};
   AddRowPolicy(row_policy, &linear);
-  return {{"type", "graph"}, {"inputs", inputs}, {"layers", Json::array({linear})}, {"outputs", Output("linear", 1)}};
+  return {{"type", "graph"},
+          {"inputs", inputs},
+          {"layers", Json::array({linear})},
+          {"outputs", Output("linear", 1)}};
 }
 
 Result<std::unique_ptr<Model>> BuildGraph(const Json& graph, const std::string& path) {
@@ -129,11 +143,13 @@ constexpr int64_t kMaxRows = int64_t{1} << 40;
 
 Status CheckRange(const std::string& path, int64_t v, int64_t lo, int64_t hi) {
   if (v < lo) {
-    return InvalidArgument(path + (lo == 1 ? ": must be > 0" : ": must be >= " + std::to_string(lo)) +
+    return InvalidArgument(path +
+                           (lo == 1 ? ": must be > 0" : ": must be >= " + std::to_string(lo)) +
                            ", got " + std::to_string(v));
   }
   if (v > hi) {
-    return InvalidArgument(path + ": must be <= " + std::to_string(hi) + ", got " + std::to_string(v));
+    return InvalidArgument(path + ": must be <= " + std::to_string(hi) + ", got " +
+                           std::to_string(v));
   }
   return Status::Ok();
 }
@@ -163,8 +179,8 @@ Status ReadCombiner(JsonReader& r, Combiner* out) {
 Status ReadHead(JsonReader& r, EmbeddingMlpSpec* spec) {
   PS_RETURN_IF_ERROR(r.GetOr("hidden", &spec->hidden));
   for (size_t i = 0; i < spec->hidden.size(); ++i) {
-    PS_RETURN_IF_ERROR(CheckRange(r.Path("hidden") + "[" + std::to_string(i) + "]",
-                                  spec->hidden[i], 1, kMaxWidth));
+    PS_RETURN_IF_ERROR(CheckRange(r.Path("hidden") + "[" + std::to_string(i) + "]", spec->hidden[i],
+                                  1, kMaxWidth));
   }
   PS_RETURN_IF_ERROR(ReadActivation(r, &spec->activation));
   PS_RETURN_IF_ERROR(r.Get("classes", &spec->classes));
@@ -224,20 +240,23 @@ Result<std::unique_ptr<Model>> BuildEmbeddingMlp(JsonReader& r) {
       PS_RETURN_IF_ERROR(f.GetOr("vocab", &vocab));
       if (vocab != t.vocab) {
         return InvalidArgument(f.Path("vocab") + ": " + std::to_string(vocab) + " differs from " +
-                               std::to_string(t.vocab) + " of table \"" + table + "\" (" + first + ")");
+                               std::to_string(t.vocab) + " of table \"" + table + "\" (" + first +
+                               ")");
       }
       PS_RETURN_IF_ERROR(f.GetOr("dim", &dim));
       if (dim != t.dim) {
         return InvalidArgument(f.Path("dim") + ": " + std::to_string(dim) + " differs from " +
-                               std::to_string(t.dim) + " of table \"" + table + "\" (" + first + ")");
+                               std::to_string(t.dim) + " of table \"" + table + "\" (" + first +
+                               ")");
       }
       if (f.Has("init")) {
-        return InvalidArgument(f.Path("init") + ": table \"" + table + "\" is initialised by " + first);
+        return InvalidArgument(f.Path("init") + ": table \"" + table + "\" is initialised by " +
+                               first);
       }
       for (const char* key : {"lazy", "admit", "evict"}) {
         if (f.Has(key)) {
-          return InvalidArgument(f.Path(key) + ": set on the first field of table \"" + table + "\" (" + first +
-                                 ") only");
+          return InvalidArgument(f.Path(key) + ": set on the first field of table \"" + table +
+                                 "\" (" + first + ") only");
         }
       }
       field.table = static_cast<int>(it->second);
@@ -261,7 +280,8 @@ Result<std::unique_ptr<Model>> BuildLogisticRegression(JsonReader& r) {
   bool lazy = false;
   const char* rows_key = r.Has("num_buckets") ? "num_buckets" : "num_features";
   if (r.Has("num_buckets") && r.Has("num_features")) {
-    return InvalidArgument(r.Path("num_buckets") + ": give either num_features or num_buckets, not both");
+    return InvalidArgument(r.Path("num_buckets") +
+                           ": give either num_features or num_buckets, not both");
   }
   PS_RETURN_IF_ERROR(r.Get(rows_key, &rows));
   PS_RETURN_IF_ERROR(CheckRange(r.Path(rows_key), rows, 1, kMaxRows));
@@ -272,8 +292,9 @@ Result<std::unique_ptr<Model>> BuildLogisticRegression(JsonReader& r) {
   PS_RETURN_IF_ERROR(ReadRowPolicy(r, lazy, &row_policy));
   PS_RETURN_IF_ERROR(r.Finish());
   const bool hashed = std::string_view(rows_key) == "num_buckets";
-  return BuildGraph(LogisticRegressionGraph(hashed ? "num_buckets" : "vocab", rows, num_fields, lazy, row_policy),
-                    r.path());
+  return BuildGraph(
+      LogisticRegressionGraph(hashed ? "num_buckets" : "vocab", rows, num_fields, lazy, row_policy),
+      r.path());
 }
 
 }  // namespace

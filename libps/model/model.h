@@ -101,7 +101,7 @@ struct VariableDef {
   std::string name;            // unique within the model, e.g. "dense_0/kernel"
   std::vector<int64_t> shape;  // row-major; sparse variables are [rows, row_dim...]
   InitSpec init;
-  bool sparse = false;         // pulled/pushed by rows (axis 0) instead of whole
+  bool sparse = false;  // pulled/pushed by rows (axis 0) instead of whole
   // Sparse only: the ps creates rows on first push (cluster::ShardLayout::lazy); nothing is
   // allocated up front, so shape[0] may be a hashed id space up to 2^40.
   bool lazy = false;
@@ -138,7 +138,7 @@ struct StepOutput {
   // Σ_h weight_h * loss_h (the objective whose mean is differentiated).
   double loss_sum = 0;
   int64_t examples = 0;
-  int64_t correct = 0;   // see the output rule above; the first head's
+  int64_t correct = 0;  // see the output rule above; the first head's
 };
 
 enum class LossKind { kSoftmaxCrossEntropy, kSigmoidCrossEntropy, kMeanSquaredError };
@@ -168,7 +168,7 @@ struct EvalOutput {
   std::vector<float> probabilities;  // [examples * outputs], row-major
   // Only when the batch has labels (labels.size() == size); otherwise 0.
   bool has_labels = false;
-  double loss_sum = 0;   // as StepOutput::loss_sum
+  double loss_sum = 0;  // as StepOutput::loss_sum
   int64_t correct = 0;
   std::vector<HeadEval> heads;  // [model.heads().size()]; heads[0].predictions == probabilities
 };

@@ -33,8 +33,8 @@ struct OpContext {
   const Params* params = nullptr;
   Grads* grads = nullptr;  // sized by ResizeGrads; null in Forward-only passes
   int64_t batch_size = 0;
-  bool training = false;   // dropout is active only when true
-  uint64_t step = 0;       // number of training passes before this one (dropout masks)
+  bool training = false;  // dropout is active only when true
+  uint64_t step = 0;      // number of training passes before this one (dropout masks)
 };
 
 // The model's variables while a graph is built: layers add theirs, embedding tables are
@@ -45,14 +45,14 @@ class VarSet {
   Result<size_t> Add(VariableDef def, const std::string& path);
 
   struct Table {
-    std::string name;        // variable "<name>/embeddings"
+    std::string name;  // variable "<name>/embeddings"
     int64_t rows = 0;
     int64_t dim = 0;
     InitSpec init;
     bool lazy = false;
     RowPolicy row_policy = {};
-    bool hashed = false;     // declared with num_buckets: ids are hashed into rows
-    std::string first;       // the layer path that declared it first
+    bool hashed = false;  // declared with num_buckets: ids are hashed into rows
+    std::string first;    // the layer path that declared it first
     size_t var = 0;
   };
   // Declares (first use) or re-declares a shared embedding table. On a re-declaration the
@@ -128,11 +128,11 @@ class Op {
 // inputs) and the variables built so far.
 struct OpBuild {
   JsonReader* config = nullptr;
-  std::string name;                    // the layer's name (variable prefix)
-  std::string path;                    // "job.model.layers.<name>" for messages
+  std::string name;  // the layer's name (variable prefix)
+  std::string path;  // "job.model.layers.<name>" for messages
   std::vector<Shape> in_shapes;
   std::vector<std::string> in_names;
-  std::vector<SparseInput> sparse;     // [inputs]; meaningful where in_sparse[i]
+  std::vector<SparseInput> sparse;  // [inputs]; meaningful where in_sparse[i]
   std::vector<bool> in_sparse;
   VarSet* vars = nullptr;
 };

@@ -24,7 +24,8 @@ std::string ShapeString(const Shape& s) {
 
 Result<size_t> VarSet::Add(VariableDef def, const std::string& path) {
   for (const VariableDef& d : defs_) {
-    if (d.name == def.name) return InvalidArgument(path + ": variable \"" + def.name + "\" is defined twice");
+    if (d.name == def.name)
+      return InvalidArgument(path + ": variable \"" + def.name + "\" is defined twice");
   }
   defs_.push_back(std::move(def));
   return defs_.size() - 1;
@@ -33,24 +34,27 @@ Result<size_t> VarSet::Add(VariableDef def, const std::string& path) {
 Result<VarSet::Table> VarSet::DeclareTable(const TableDecl& d, const std::string& path) {
   auto not_lazy = [&](bool lazy) -> Status {
     if (!d.row_policy_given || lazy) return Status::Ok();
-    return InvalidArgument(path + (d.row_policy.evicts() && !d.row_policy.admits() ? ".evict" : ".admit") +
-                           ": applies to lazy tables only (set \"lazy\": true on table \"" + d.name + "\")");
+    return InvalidArgument(
+        path + (d.row_policy.evicts() && !d.row_policy.admits() ? ".evict" : ".admit") +
+        ": applies to lazy tables only (set \"lazy\": true on table \"" + d.name + "\")");
   };
   for (const Table& t : tables_) {
     if (t.name != d.name) continue;
     PS_RETURN_IF_ERROR(not_lazy(t.lazy));
     auto differs = [&](const std::string& key, const std::string& given, const std::string& first) {
-      return InvalidArgument(path + "." + key + ": " + given + " differs from " + first + " of table \"" +
-                             t.name + "\" (" + t.first + ")");
+      return InvalidArgument(path + "." + key + ": " + given + " differs from " + first +
+                             " of table \"" + t.name + "\" (" + t.first + ")");
     };
     if (d.rows_given && (d.rows_key == "num_buckets") != t.hashed) {
-      return InvalidArgument(path + "." + d.rows_key + ": table \"" + t.name + "\" is declared with " +
-                             (t.hashed ? "num_buckets" : "vocab") + " by " + t.first);
+      return InvalidArgument(path + "." + d.rows_key + ": table \"" + t.name +
+                             "\" is declared with " + (t.hashed ? "num_buckets" : "vocab") +
+                             " by " + t.first);
     }
     if (d.rows_given && d.rows != t.rows) {
       return differs(d.rows_key, std::to_string(d.rows), std::to_string(t.rows));
     }
-    if (d.dim_given && d.dim != t.dim) return differs("dim", std::to_string(d.dim), std::to_string(t.dim));
+    if (d.dim_given && d.dim != t.dim)
+      return differs("dim", std::to_string(d.dim), std::to_string(t.dim));
     if (d.init_given && !(d.init == t.init)) {
       return differs("init", InitToJson(d.init).dump(), InitToJson(t.init).dump());
     }
@@ -58,16 +62,20 @@ Result<VarSet::Table> VarSet::DeclareTable(const TableDecl& d, const std::string
       return differs("lazy", d.lazy ? "true" : "false", t.lazy ? "true" : "false");
     }
     if (d.row_policy_given && !(d.row_policy == t.row_policy)) {
-      return differs("admit/evict", RowPolicyToJson(d.row_policy).dump(), RowPolicyToJson(t.row_policy).dump());
+      return differs("admit/evict", RowPolicyToJson(d.row_policy).dump(),
+                     RowPolicyToJson(t.row_policy).dump());
     }
     return t;
   }
-  if (!d.rows_given) return InvalidArgument(path + ".vocab: required key is missing (or num_buckets)");
+  if (!d.rows_given)
+    return InvalidArgument(path + ".vocab: required key is missing (or num_buckets)");
   if (!d.dim_given) return InvalidArgument(path + ".dim: required key is missing");
   PS_RETURN_IF_ERROR(not_lazy(d.lazy));
-  Table t{d.name, d.rows, d.dim, d.init, d.lazy, d.row_policy, d.rows_key == "num_buckets", path, 0};
-  PS_ASSIGN_OR_RETURN(t.var,
-                      Add({d.name + "/embeddings", {d.rows, d.dim}, d.init, true, d.lazy, d.row_policy}, path));
+  Table t{d.name, d.rows, d.dim, d.init, d.lazy, d.row_policy, d.rows_key == "num_buckets",
+          path,   0};
+  PS_ASSIGN_OR_RETURN(
+      t.var,
+      Add({d.name + "/embeddings", {d.rows, d.dim}, d.init, true, d.lazy, d.row_policy}, path));
   tables_.push_back(t);
   return t;
 }
@@ -84,15 +92,17 @@ Status RequireDenseInputs(const OpBuild& b, size_t min_inputs, size_t max_inputs
   const size_t n = b.in_shapes.size();
   if (n < min_inputs || n > max_inputs) {
     std::string want = min_inputs == max_inputs ? std::to_string(min_inputs)
-                       : max_inputs == SIZE_MAX ? "at least " + std::to_string(min_inputs)
-                                                : std::to_string(min_inputs) + " to " + std::to_string(max_inputs);
-    return InvalidArgument(b.path + ".inputs: takes " + want + " input" + (want == "1" ? "" : "s") + ", got " +
-                           std::to_string(n));
+                       : max_inputs == SIZE_MAX
+                           ? "at least " + std::to_string(min_inputs)
+                           : std::to_string(min_inputs) + " to " + std::to_string(max_inputs);
+    return InvalidArgument(b.path + ".inputs: takes " + want + " input" + (want == "1" ? "" : "s") +
+                           ", got " + std::to_string(n));
   }
   for (size_t i = 0; i < n; ++i) {
     if (b.in_sparse[i]) {
-      return InvalidArgument(b.path + ".inputs[" + std::to_string(i) + "]: \"" + b.in_names[i] +
-                             "\" is a sparse input; only embedding and linear layers read sparse inputs");
+      return InvalidArgument(
+          b.path + ".inputs[" + std::to_string(i) + "]: \"" + b.in_names[i] +
+          "\" is a sparse input; only embedding and linear layers read sparse inputs");
     }
   }
   return Status::Ok();
@@ -106,7 +116,8 @@ Status ReadPositive(JsonReader& r, const char* key, int64_t* out, bool required,
   }
   if (*out < 1) return InvalidArgument(r.Path(key) + ": must be > 0, got " + std::to_string(*out));
   if (*out > max) {
-    return InvalidArgument(r.Path(key) + ": must be <= " + std::to_string(max) + ", got " + std::to_string(*out));
+    return InvalidArgument(r.Path(key) + ": must be <= " + std::to_string(max) + ", got " +
+                           std::to_string(*out));
   }
   return Status::Ok();
 }
@@ -147,12 +158,15 @@ class DenseOp final : public Op {
     SetShape({units});
     has_variables_ = true;
   }
-  Result<std::span<const float>> Forward(const OpContext& ctx, std::span<const std::span<const float>> in) override {
-    return layer_.Forward(in[0], ctx.batch_size, ctx.params->values[kernel_], ctx.params->values[bias_]);
+  Result<std::span<const float>> Forward(const OpContext& ctx,
+                                         std::span<const std::span<const float>> in) override {
+    return layer_.Forward(in[0], ctx.batch_size, ctx.params->values[kernel_],
+                          ctx.params->values[bias_]);
   }
-  void Backward(const OpContext& ctx, std::span<const std::span<const float>> in, std::span<float> dout,
-                std::span<const std::span<float>> din) override {
-    layer_.Backward(in[0], dout, ctx.params->values[kernel_], Grad(ctx, kernel_), Grad(ctx, bias_), din[0], true);
+  void Backward(const OpContext& ctx, std::span<const std::span<const float>> in,
+                std::span<float> dout, std::span<const std::span<float>> din) override {
+    layer_.Backward(in[0], dout, ctx.params->values[kernel_], Grad(ctx, kernel_), Grad(ctx, bias_),
+                    din[0], true);
   }
 
  private:
@@ -164,7 +178,8 @@ class DenseOp final : public Op {
 class ActivationOp final : public Op {
  public:
   ActivationOp(Shape s, Activation act) : act_(act) { SetShape(std::move(s)); }
-  Result<std::span<const float>> Forward(const OpContext& ctx, std::span<const std::span<const float>> in) override {
+  Result<std::span<const float>> Forward(const OpContext& ctx,
+                                         std::span<const std::span<const float>> in) override {
     y_.resize(static_cast<size_t>(ctx.batch_size * size_));
     ApplyActivation(act_, in[0].data(), y_.data(), static_cast<int64_t>(y_.size()));
     return std::span<const float>(y_);
@@ -186,8 +201,11 @@ class ActivationOp final : public Op {
 // (seed, step, i). Outside training the identity.
 class DropoutOp final : public Op {
  public:
-  DropoutOp(Shape s, double rate, uint64_t seed) : rate_(rate), seed_(seed) { SetShape(std::move(s)); }
-  Result<std::span<const float>> Forward(const OpContext& ctx, std::span<const std::span<const float>> in) override {
+  DropoutOp(Shape s, double rate, uint64_t seed) : rate_(rate), seed_(seed) {
+    SetShape(std::move(s));
+  }
+  Result<std::span<const float>> Forward(const OpContext& ctx,
+                                         std::span<const std::span<const float>> in) override {
     active_ = ctx.training && rate_ > 0;
     if (!active_) return in[0];
     const size_t n = static_cast<size_t>(ctx.batch_size * size_);
@@ -223,12 +241,14 @@ class DropoutOp final : public Op {
 // layer_norm over the last axis (width d): y = gamma * (x - mean) / sqrt(var + eps) + beta.
 class LayerNormOp final : public Op {
  public:
-  LayerNormOp(Shape s, double eps, size_t gamma, size_t beta) : eps_(eps), gamma_(gamma), beta_(beta) {
+  LayerNormOp(Shape s, double eps, size_t gamma, size_t beta)
+      : eps_(eps), gamma_(gamma), beta_(beta) {
     d_ = s.back();
     SetShape(std::move(s));
     has_variables_ = true;
   }
-  Result<std::span<const float>> Forward(const OpContext& ctx, std::span<const std::span<const float>> in) override {
+  Result<std::span<const float>> Forward(const OpContext& ctx,
+                                         std::span<const std::span<const float>> in) override {
     const int64_t rows = ctx.batch_size * size_ / d_;
     y_.resize(static_cast<size_t>(rows * d_));
     xhat_.resize(y_.size());
@@ -252,8 +272,8 @@ class LayerNormOp final : public Op {
     }
     return std::span<const float>(y_);
   }
-  void Backward(const OpContext& ctx, std::span<const std::span<const float>>, std::span<float> dout,
-                std::span<const std::span<float>> din) override {
+  void Backward(const OpContext& ctx, std::span<const std::span<const float>>,
+                std::span<float> dout, std::span<const std::span<float>> din) override {
     const int64_t rows = static_cast<int64_t>(inv_.size());
     std::span<float> dg = Grad(ctx, gamma_), db = Grad(ctx, beta_);
     std::fill(dg.begin(), dg.end(), 0.0f);
@@ -296,7 +316,8 @@ class ConcatOp final : public Op {
     for (int64_t s : sizes_) n += s;
     SetShape({n});
   }
-  Result<std::span<const float>> Forward(const OpContext& ctx, std::span<const std::span<const float>> in) override {
+  Result<std::span<const float>> Forward(const OpContext& ctx,
+                                         std::span<const std::span<const float>> in) override {
     const int64_t b = ctx.batch_size;
     y_.resize(static_cast<size_t>(b * size_));
     int64_t off = 0;
@@ -309,8 +330,8 @@ class ConcatOp final : public Op {
     }
     return std::span<const float>(y_);
   }
-  void Backward(const OpContext& ctx, std::span<const std::span<const float>>, std::span<float> dout,
-                std::span<const std::span<float>> din) override {
+  void Backward(const OpContext& ctx, std::span<const std::span<const float>>,
+                std::span<float> dout, std::span<const std::span<float>> din) override {
     int64_t off = 0;
     for (size_t k = 0; k < sizes_.size(); ++k) {
       const int64_t s = sizes_[k];
@@ -334,7 +355,8 @@ class ConcatOp final : public Op {
 class AddOp final : public Op {
  public:
   AddOp(Shape s, size_t n, bool multiply) : n_(n), multiply_(multiply) { SetShape(std::move(s)); }
-  Result<std::span<const float>> Forward(const OpContext& ctx, std::span<const std::span<const float>> in) override {
+  Result<std::span<const float>> Forward(const OpContext& ctx,
+                                         std::span<const std::span<const float>> in) override {
     const size_t len = static_cast<size_t>(ctx.batch_size * size_);
     y_.assign(in[0].begin(), in[0].begin() + static_cast<std::ptrdiff_t>(len));
     for (size_t k = 1; k < n_; ++k) {
@@ -370,7 +392,8 @@ class AddOp final : public Op {
 class ReshapeOp final : public Op {
  public:
   explicit ReshapeOp(Shape s) { SetShape(std::move(s)); }
-  Result<std::span<const float>> Forward(const OpContext&, std::span<const std::span<const float>> in) override {
+  Result<std::span<const float>> Forward(const OpContext&,
+                                         std::span<const std::span<const float>> in) override {
     return in[0];
   }
   void Backward(const OpContext&, std::span<const std::span<const float>>, std::span<float> dout,
@@ -392,15 +415,19 @@ Result<std::unique_ptr<Op>> MakeDenseOp(OpBuild& b) {
   PS_RETURN_IF_ERROR(ReadInitKey(r, "kernel_init", &kernel_init));
   PS_RETURN_IF_ERROR(r.Finish());
   const int64_t in = NumElements(b.in_shapes[0]);
-  PS_ASSIGN_OR_RETURN(size_t k, b.vars->Add({b.name + "/kernel", {in, units}, kernel_init, false}, b.path));
-  PS_ASSIGN_OR_RETURN(size_t bias, b.vars->Add({b.name + "/bias", {units}, InitSpec{InitKind::kZeros}, false}, b.path));
+  PS_ASSIGN_OR_RETURN(size_t k,
+                      b.vars->Add({b.name + "/kernel", {in, units}, kernel_init, false}, b.path));
+  PS_ASSIGN_OR_RETURN(
+      size_t bias,
+      b.vars->Add({b.name + "/bias", {units}, InitSpec{InitKind::kZeros}, false}, b.path));
   return std::unique_ptr<Op>(std::make_unique<DenseOp>(in, units, act, k, bias));
 }
 
 Result<std::unique_ptr<Op>> MakeActivationOp(OpBuild& b) {
   PS_RETURN_IF_ERROR(RequireDenseInputs(b, 1, 1));
   JsonReader& r = *b.config;
-  if (!r.Has("activation")) return InvalidArgument(r.Path("activation") + ": required key is missing");
+  if (!r.Has("activation"))
+    return InvalidArgument(r.Path("activation") + ": required key is missing");
   Activation act = Activation::kLinear;
   PS_RETURN_IF_ERROR(ReadActivationKey(r, &act));
   PS_RETURN_IF_ERROR(r.Finish());
@@ -427,12 +454,15 @@ Result<std::unique_ptr<Op>> MakeLayerNormOp(OpBuild& b) {
   double eps = 1e-3;  // Keras LayerNormalization
   PS_RETURN_IF_ERROR(r.GetOr("epsilon", &eps));
   if (!(eps > 0.0 && std::isfinite(eps))) {
-    return InvalidArgument(r.Path("epsilon") + ": must be finite and > 0, got " + std::to_string(eps));
+    return InvalidArgument(r.Path("epsilon") + ": must be finite and > 0, got " +
+                           std::to_string(eps));
   }
   PS_RETURN_IF_ERROR(r.Finish());
   const int64_t d = b.in_shapes[0].back();
-  PS_ASSIGN_OR_RETURN(size_t g, b.vars->Add({b.name + "/gamma", {d}, InitSpec{InitKind::kOnes}, false}, b.path));
-  PS_ASSIGN_OR_RETURN(size_t beta, b.vars->Add({b.name + "/beta", {d}, InitSpec{InitKind::kZeros}, false}, b.path));
+  PS_ASSIGN_OR_RETURN(
+      size_t g, b.vars->Add({b.name + "/gamma", {d}, InitSpec{InitKind::kOnes}, false}, b.path));
+  PS_ASSIGN_OR_RETURN(
+      size_t beta, b.vars->Add({b.name + "/beta", {d}, InitSpec{InitKind::kZeros}, false}, b.path));
   return std::unique_ptr<Op>(std::make_unique<LayerNormOp>(b.in_shapes[0], eps, g, beta));
 }
 
@@ -446,8 +476,8 @@ Result<std::unique_ptr<Op>> MakeConcatOp(OpBuild& b) {
     total += sizes.back();
   }
   if (total > kMaxWidth) {
-    return InvalidArgument(b.path + ".inputs: concatenated width " + std::to_string(total) + " exceeds " +
-                           std::to_string(kMaxWidth));
+    return InvalidArgument(b.path + ".inputs: concatenated width " + std::to_string(total) +
+                           " exceeds " + std::to_string(kMaxWidth));
   }
   return std::unique_ptr<Op>(std::make_unique<ConcatOp>(std::move(sizes)));
 }
@@ -457,8 +487,9 @@ Result<std::unique_ptr<Op>> MakeAddOp(OpBuild& b, bool multiply) {
   PS_RETURN_IF_ERROR(b.config->Finish());
   for (size_t i = 1; i < b.in_shapes.size(); ++i) {
     if (b.in_shapes[i] != b.in_shapes[0]) {
-      return InvalidArgument(b.path + ".inputs[" + std::to_string(i) + "]: shape " + ShapeString(b.in_shapes[i]) +
-                             " of \"" + b.in_names[i] + "\" differs from " + ShapeString(b.in_shapes[0]) + " of \"" +
+      return InvalidArgument(b.path + ".inputs[" + std::to_string(i) + "]: shape " +
+                             ShapeString(b.in_shapes[i]) + " of \"" + b.in_names[i] +
+                             "\" differs from " + ShapeString(b.in_shapes[0]) + " of \"" +
                              b.in_names[0] + "\"");
     }
   }
@@ -479,16 +510,18 @@ Result<std::unique_ptr<Op>> MakeReshapeOp(OpBuild& b, bool flatten) {
       if (shape[i] == -1 && unknown < 0) {
         unknown = static_cast<int>(i);
       } else if (shape[i] < 1) {
-        return InvalidArgument(r.Path("shape") + "[" + std::to_string(i) + "]: must be > 0 (or one -1), got " +
-                               std::to_string(shape[i]));
+        return InvalidArgument(r.Path("shape") + "[" + std::to_string(i) +
+                               "]: must be > 0 (or one -1), got " + std::to_string(shape[i]));
       } else {
         known *= shape[i];
       }
     }
-    if (unknown >= 0 && known > 0 && n % known == 0) shape[static_cast<size_t>(unknown)] = n / known;
+    if (unknown >= 0 && known > 0 && n % known == 0)
+      shape[static_cast<size_t>(unknown)] = n / known;
     if (NumElements(shape) != n || (unknown >= 0 && shape[static_cast<size_t>(unknown)] == -1)) {
-      return InvalidArgument(r.Path("shape") + ": " + ShapeString(shape) + " does not hold the " + std::to_string(n) +
-                             " values of input shape " + ShapeString(b.in_shapes[0]));
+      return InvalidArgument(r.Path("shape") + ": " + ShapeString(shape) + " does not hold the " +
+                             std::to_string(n) + " values of input shape " +
+                             ShapeString(b.in_shapes[0]));
     }
   }
   PS_RETURN_IF_ERROR(r.Finish());
@@ -519,8 +552,8 @@ Result<std::unique_ptr<Op>> MakeOp(const std::string& type, OpBuild& b) {
   if (type == "max_pool2d") return MakePool2dOp(b, true);
   if (type == "avg_pool2d") return MakePool2dOp(b, false);
   if (const pstrain::plugin::LayerType* t = FindPluginLayer(type)) return MakePluginOp(*t, b);
-  return InvalidArgument(b.path + ".type: unknown layer type \"" + type + "\" (expected " + OpTypeList() +
-                         ", or a type of a plug-in in the job's \"plugins\")");
+  return InvalidArgument(b.path + ".type: unknown layer type \"" + type + "\" (expected " +
+                         OpTypeList() + ", or a type of a plug-in in the job's \"plugins\")");
 }
 
 }  // namespace ps::model

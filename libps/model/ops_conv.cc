@@ -21,7 +21,8 @@ struct Axis {
   int64_t in = 0, k = 0, stride = 1, out = 0, pad = 0;  // pad: before the first element
 };
 
-Status MakeAxis(int64_t in, int64_t k, int64_t stride, bool same, const std::string& where, Axis* a) {
+Status MakeAxis(int64_t in, int64_t k, int64_t stride, bool same, const std::string& where,
+                Axis* a) {
   a->in = in;
   a->k = k;
   a->stride = stride;
@@ -30,8 +31,9 @@ Status MakeAxis(int64_t in, int64_t k, int64_t stride, bool same, const std::str
     a->pad = std::max<int64_t>((a->out - 1) * stride + k - in, 0) / 2;
   } else {
     if (in < k) {
-      return InvalidArgument(where + ": window " + std::to_string(k) + " is larger than the input's " +
-                             std::to_string(in) + " with padding \"valid\"");
+      return InvalidArgument(where + ": window " + std::to_string(k) +
+                             " is larger than the input's " + std::to_string(in) +
+                             " with padding \"valid\"");
     }
     a->out = (in - k) / stride + 1;
     a->pad = 0;
@@ -121,11 +123,13 @@ class Conv2dOp final : public Op {
       : g_(g), f_(filters), act_(act), kernel_(kernel), bias_(bias) {
     SetShape({g_.h.out, g_.w.out, filters});
     has_variables_ = true;
-    direct_ = Taps() <= kDirectConvMaxTaps && (act_ == Activation::kRelu || act_ == Activation::kLinear) &&
-              DirectConvAllowed() && DirectConvCpuSupported();
+    direct_ = Taps() <= kDirectConvMaxTaps &&
+              (act_ == Activation::kRelu || act_ == Activation::kLinear) && DirectConvAllowed() &&
+              DirectConvCpuSupported();
     if (direct_) SetUpDirect();
   }
-  Result<std::span<const float>> Forward(const OpContext& ctx, std::span<const std::span<const float>> in) override {
+  Result<std::span<const float>> Forward(const OpContext& ctx,
+                                         std::span<const std::span<const float>> in) override {
     if (direct_) {
       ForwardDirect(ctx, in[0].data());
       return std::span<const float>(y_);
@@ -135,8 +139,8 @@ class Conv2dOp final : public Op {
     cols_.resize(static_cast<size_t>(rows * k));
     Im2Col(g_, ctx.batch_size, in[0].data(), cols_.data());
     y_.resize(static_cast<size_t>(rows * f_));
-    Gemm(Trans::kNo, Trans::kNo, rows, f_, k, 1.0f, cols_.data(), k, ctx.params->values[kernel_].data(), f_, 0.0f,
-         y_.data(), f_);
+    Gemm(Trans::kNo, Trans::kNo, rows, f_, k, 1.0f, cols_.data(), k,
+         ctx.params->values[kernel_].data(), f_, 0.0f, y_.data(), f_);
     // One pass: + bias, then the activation (keeping the pre-activation for gelu).
     std::span<const float> bias = ctx.params->values[bias_];
     const bool keep_z = ActivationNeedsInput(act_);
@@ -156,8 +160,8 @@ class Conv2dOp final : public Op {
     }
     return std::span<const float>(y_);
   }
-  void Backward(const OpContext& ctx, std::span<const std::span<const float>> in, std::span<float> dout,
-                std::span<const std::span<float>> din) override {
+  void Backward(const OpContext& ctx, std::span<const std::span<const float>> in,
+                std::span<float> dout, std::span<const std::span<float>> din) override {
     const int64_t rows = ctx.batch_size * g_.h.out * g_.w.out;
     const int64_t k = Taps();
     if (direct_) {
@@ -183,8 +187,8 @@ class Conv2dOp final : public Op {
     // The columns are no longer needed (the direct path never made them): reuse them for
     // d(loss)/d(cols).
     cols_.resize(static_cast<size_t>(rows * k));
-    Gemm(Trans::kNo, Trans::kYes, rows, k, f_, 1.0f, dout.data(), f_, ctx.params->values[kernel_].data(), f_, 0.0f,
-         cols_.data(), k);
+    Gemm(Trans::kNo, Trans::kYes, rows, k, f_, 1.0f, dout.data(), f_,
+         ctx.params->values[kernel_].data(), f_, 0.0f, cols_.data(), k);
     Col2ImAdd(g_, ctx.batch_size, cols_.data(), din[0].data());
   }
 
@@ -210,7 +214,12 @@ class Conv2dOp final : public Op {
   }
 
   DirectConvShape DirectShape() const {
-    return {Taps(), tap_off_.data(), g_.h.out * g_.w.out, pixel_off_.data(), f_, DirectConvPaddedFilters(f_)};
+    return {Taps(),
+            tap_off_.data(),
+            g_.h.out * g_.w.out,
+            pixel_off_.data(),
+            f_,
+            DirectConvPaddedFilters(f_)};
   }
 
   // The batch's images as the direct kernels read them: [batch, pad_h_, pad_w_, c].
@@ -233,7 +242,8 @@ class Conv2dOp final : public Op {
     const DirectConvShape s = DirectShape();
     const float* kernel = ctx.params->values[kernel_].data();
     w_.assign(static_cast<size_t>(s.taps * s.padded_filters), 0.0f);
-    for (int64_t t = 0; t < s.taps; ++t) std::copy_n(kernel + t * f_, f_, w_.data() + t * s.padded_filters);
+    for (int64_t t = 0; t < s.taps; ++t)
+      std::copy_n(kernel + t * f_, f_, w_.data() + t * s.padded_filters);
     b_.assign(static_cast<size_t>(s.padded_filters), 0.0f);
     std::copy_n(ctx.params->values[bias_].data(), f_, b_.data());
     const float* img = DirectInput(ctx.batch_size, x, true);
@@ -243,7 +253,8 @@ class Conv2dOp final : public Op {
     if (relu) relu_mask_.resize(static_cast<size_t>(ctx.batch_size * s.pixels * groups));
     const int64_t image = pad_h_ * pad_w_ * g_.c;
     for (int64_t e = 0; e < ctx.batch_size; ++e) {
-      DirectConvForward(s, img + e * image, w_.data(), b_.data(), relu, y_.data() + e * s.pixels * f_,
+      DirectConvForward(s, img + e * image, w_.data(), b_.data(), relu,
+                        y_.data() + e * s.pixels * f_,
                         relu ? relu_mask_.data() + e * s.pixels * groups : nullptr);
     }
   }
@@ -260,11 +271,13 @@ class Conv2dOp final : public Op {
     const bool relu = act_ == Activation::kRelu;
     const int64_t groups = s.padded_filters / 8;
     for (int64_t e = 0; e < ctx.batch_size; ++e) {
-      DirectConvBackward(s, img + e * image, relu ? relu_mask_.data() + e * s.pixels * groups : nullptr,
+      DirectConvBackward(s, img + e * image,
+                         relu ? relu_mask_.data() + e * s.pixels * groups : nullptr,
                          dout + e * s.pixels * f_, write_d, w_.data(), b_.data(), scratch_.data());
     }
     float* dk = ctx.grads->values[kernel_].data();
-    for (int64_t t = 0; t < s.taps; ++t) std::copy_n(w_.data() + t * s.padded_filters, f_, dk + t * f_);
+    for (int64_t t = 0; t < s.taps; ++t)
+      std::copy_n(w_.data() + t * s.padded_filters, f_, dk + t * f_);
     std::copy_n(b_.data(), f_, ctx.grads->values[bias_].data());
   }
 
@@ -282,7 +295,8 @@ class Conv2dOp final : public Op {
   std::vector<int64_t> tap_off_;    // [taps]
   std::vector<int64_t> pixel_off_;  // [out_h * out_w]
   std::vector<float> padded_x_;     // [batch, pad_h_, pad_w_, c], from Forward to Backward
-  std::vector<float> w_, b_;        // [taps, padded filters], [padded filters]: kernel and bias, then their gradients
+  std::vector<float> w_,
+      b_;  // [taps, padded filters], [padded filters]: kernel and bias, then their gradients
   std::vector<float> scratch_;
   std::vector<uint8_t> relu_mask_;  // relu: [batch * out_h * out_w, padded filters / 8] bits y > 0
 };
@@ -291,7 +305,8 @@ class Conv2dOp final : public Op {
 class Pool2dOp final : public Op {
  public:
   Pool2dOp(Window g, bool max) : g_(g), max_(max) { SetShape({g_.h.out, g_.w.out, g_.c}); }
-  Result<std::span<const float>> Forward(const OpContext& ctx, std::span<const std::span<const float>> in) override {
+  Result<std::span<const float>> Forward(const OpContext& ctx,
+                                         std::span<const std::span<const float>> in) override {
     const int64_t c = g_.c, in_size = g_.h.in * g_.w.in * c;
     y_.resize(static_cast<size_t>(ctx.batch_size * size_));
     if (max_) arg_.resize(y_.size());
@@ -334,8 +349,8 @@ class Pool2dOp final : public Op {
     }
     return std::span<const float>(y_);
   }
-  void Backward(const OpContext& ctx, std::span<const std::span<const float>>, std::span<float> dout,
-                std::span<const std::span<float>> din) override {
+  void Backward(const OpContext& ctx, std::span<const std::span<const float>>,
+                std::span<float> dout, std::span<const std::span<float>> din) override {
     if (din[0].empty()) return;
     const int64_t c = g_.c, in_size = g_.h.in * g_.w.in * c;
     for (int64_t e = 0; e < ctx.batch_size; ++e) {
@@ -377,7 +392,8 @@ class Pool2dOp final : public Op {
   Window g_;
   bool max_;
   std::vector<float> y_;
-  std::vector<int32_t> arg_;  // max: [batch * size] input offset (within the example, < 2^24) of the max
+  std::vector<int32_t>
+      arg_;  // max: [batch * size] input offset (within the example, < 2^24) of the max
 };
 
 // An int or a pair of ints at key (Keras' kernel_size / strides / pool_size forms).
@@ -390,7 +406,8 @@ Status ReadPair(JsonReader& r, const char* key, bool required, int64_t def, int6
   }
   if (j->is_number_integer()) {
     out[0] = out[1] = j->get<int64_t>();
-  } else if (j->is_array() && j->size() == 2 && (*j)[0].is_number_integer() && (*j)[1].is_number_integer()) {
+  } else if (j->is_array() && j->size() == 2 && (*j)[0].is_number_integer() &&
+             (*j)[1].is_number_integer()) {
     out[0] = (*j)[0].get<int64_t>();
     out[1] = (*j)[1].get<int64_t>();
   } else {
@@ -409,8 +426,8 @@ Status ReadWindow(OpBuild& b, const char* size_key, bool size_required, Window* 
   JsonReader& r = *b.config;
   const Shape& s = b.in_shapes[0];
   if (s.size() != 3) {
-    return InvalidArgument(b.path + ".inputs[0]: \"" + b.in_names[0] + "\" has shape " + ShapeString(s) +
-                           "; expected an image [height, width, channels]");
+    return InvalidArgument(b.path + ".inputs[0]: \"" + b.in_names[0] + "\" has shape " +
+                           ShapeString(s) + "; expected an image [height, width, channels]");
   }
   int64_t k[2], st[2];
   PS_RETURN_IF_ERROR(ReadPair(r, size_key, size_required, 2, k));
@@ -419,7 +436,8 @@ Status ReadWindow(OpBuild& b, const char* size_key, bool size_required, Window* 
   std::string padding = "valid";
   PS_RETURN_IF_ERROR(r.GetOr("padding", &padding));
   if (padding != "valid" && padding != "same") {
-    return InvalidArgument(r.Path("padding") + ": unknown padding \"" + padding + "\" (expected valid or same)");
+    return InvalidArgument(r.Path("padding") + ": unknown padding \"" + padding +
+                           "\" (expected valid or same)");
   }
   const bool same = padding == "same";
   PS_RETURN_IF_ERROR(MakeAxis(s[0], k[0], st[0], same, r.Path(size_key), &g->h));
@@ -446,8 +464,12 @@ Result<std::unique_ptr<Op>> MakeConv2dOp(OpBuild& b) {
     return InvalidArgument(b.path + ".filters: output " + ShapeString({g.h.out, g.w.out, filters}) +
                            " exceeds 2^24 values per example");
   }
-  PS_ASSIGN_OR_RETURN(size_t kernel, b.vars->Add({b.name + "/kernel", {g.h.k, g.w.k, g.c, filters}, init, false}, b.path));
-  PS_ASSIGN_OR_RETURN(size_t bias, b.vars->Add({b.name + "/bias", {filters}, InitSpec{InitKind::kZeros}, false}, b.path));
+  PS_ASSIGN_OR_RETURN(
+      size_t kernel,
+      b.vars->Add({b.name + "/kernel", {g.h.k, g.w.k, g.c, filters}, init, false}, b.path));
+  PS_ASSIGN_OR_RETURN(
+      size_t bias,
+      b.vars->Add({b.name + "/bias", {filters}, InitSpec{InitKind::kZeros}, false}, b.path));
   return std::unique_ptr<Op>(std::make_unique<Conv2dOp>(g, filters, act, kernel, bias));
 }
 

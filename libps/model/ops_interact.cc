@@ -29,7 +29,8 @@ class StackOp : public Op {
     }
   }
   // Adds dv [batch * n * d] to the inputs' gradients.
-  void Scatter(int64_t batch, std::span<const float> dv, std::span<const std::span<float>> din) const {
+  void Scatter(int64_t batch, std::span<const float> dv,
+               std::span<const std::span<float>> din) const {
     for (int64_t i = 0; i < batch; ++i) {
       const float* src = dv.data() + i * n_ * d_;
       for (size_t k = 0; k < counts_.size(); ++k) {
@@ -55,7 +56,8 @@ class StackOp : public Op {
 class FmOp final : public StackOp {
  public:
   FmOp(std::vector<int64_t> counts, int64_t d) : StackOp(std::move(counts), d) { SetShape({1}); }
-  Result<std::span<const float>> Forward(const OpContext& ctx, std::span<const std::span<const float>> in) override {
+  Result<std::span<const float>> Forward(const OpContext& ctx,
+                                         std::span<const std::span<const float>> in) override {
     const int64_t b = ctx.batch_size;
     Gather(b, in);
     sum_.assign(static_cast<size_t>(b * d_), 0.0f);
@@ -76,8 +78,8 @@ class FmOp final : public StackOp {
     }
     return std::span<const float>(y_);
   }
-  void Backward(const OpContext& ctx, std::span<const std::span<const float>>, std::span<float> dout,
-                std::span<const std::span<float>> din) override {
+  void Backward(const OpContext& ctx, std::span<const std::span<const float>>,
+                std::span<float> dout, std::span<const std::span<float>> din) override {
     const int64_t b = ctx.batch_size;
     dv_.resize(v_.size());
     for (int64_t e = 0; e < b; ++e) {
@@ -100,13 +102,15 @@ class FmOp final : public StackOp {
 // in the order (1,0), (2,0), (2,1), (3,0), ... (DLRM's lower triangle).
 class DotInteractionOp final : public StackOp {
  public:
-  DotInteractionOp(std::vector<int64_t> counts, int64_t d, bool self) : StackOp(std::move(counts), d), self_(self) {
+  DotInteractionOp(std::vector<int64_t> counts, int64_t d, bool self)
+      : StackOp(std::move(counts), d), self_(self) {
     for (int64_t i = 0; i < n_; ++i) {
       for (int64_t j = 0; j < (self_ ? i + 1 : i); ++j) pairs_.emplace_back(i, j);
     }
     SetShape({static_cast<int64_t>(pairs_.size())});
   }
-  Result<std::span<const float>> Forward(const OpContext& ctx, std::span<const std::span<const float>> in) override {
+  Result<std::span<const float>> Forward(const OpContext& ctx,
+                                         std::span<const std::span<const float>> in) override {
     const int64_t b = ctx.batch_size;
     Gather(b, in);
     y_.resize(static_cast<size_t>(b * size_));
@@ -118,8 +122,8 @@ class DotInteractionOp final : public StackOp {
     }
     return std::span<const float>(y_);
   }
-  void Backward(const OpContext& ctx, std::span<const std::span<const float>>, std::span<float> dout,
-                std::span<const std::span<float>> din) override {
+  void Backward(const OpContext& ctx, std::span<const std::span<const float>>,
+                std::span<float> dout, std::span<const std::span<float>> din) override {
     const int64_t b = ctx.batch_size;
     dv_.assign(v_.size(), 0.0f);
     for (int64_t e = 0; e < b; ++e) {
@@ -146,12 +150,14 @@ class DotInteractionOp final : public StackOp {
 // input x_0 [d]. Full rank: W_l = kernel_l [d, d]; low rank r: W_l = u_l [d, r] · v_l [r, d].
 class CrossOp final : public Op {
  public:
-  CrossOp(int64_t d, int64_t rank, std::vector<size_t> a, std::vector<size_t> v, std::vector<size_t> bias)
+  CrossOp(int64_t d, int64_t rank, std::vector<size_t> a, std::vector<size_t> v,
+          std::vector<size_t> bias)
       : d_(d), rank_(rank), a_(std::move(a)), v_(std::move(v)), bias_(std::move(bias)) {
     SetShape({d});
     has_variables_ = true;
   }
-  Result<std::span<const float>> Forward(const OpContext& ctx, std::span<const std::span<const float>> in) override {
+  Result<std::span<const float>> Forward(const OpContext& ctx,
+                                         std::span<const std::span<const float>> in) override {
     const int64_t b = ctx.batch_size, n = b * d_;
     const size_t layers = a_.size();
     x_.resize(layers + 1);
@@ -164,22 +170,22 @@ class CrossOp final : public Op {
       std::span<const float> bias = ctx.params->values[bias_[l]];
       for (int64_t i = 0; i < b; ++i) std::copy(bias.begin(), bias.end(), z.begin() + i * d_);
       if (rank_ == 0) {
-        Gemm(Trans::kNo, Trans::kNo, b, d_, d_, 1.0f, x_[l].data(), d_, ctx.params->values[a_[l]].data(), d_, 1.0f,
-             z.data(), d_);
+        Gemm(Trans::kNo, Trans::kNo, b, d_, d_, 1.0f, x_[l].data(), d_,
+             ctx.params->values[a_[l]].data(), d_, 1.0f, z.data(), d_);
       } else {
         h_[l].resize(static_cast<size_t>(b * rank_));
-        Gemm(Trans::kNo, Trans::kNo, b, rank_, d_, 1.0f, x_[l].data(), d_, ctx.params->values[a_[l]].data(), rank_,
-             0.0f, h_[l].data(), rank_);
-        Gemm(Trans::kNo, Trans::kNo, b, d_, rank_, 1.0f, h_[l].data(), rank_, ctx.params->values[v_[l]].data(), d_,
-             1.0f, z.data(), d_);
+        Gemm(Trans::kNo, Trans::kNo, b, rank_, d_, 1.0f, x_[l].data(), d_,
+             ctx.params->values[a_[l]].data(), rank_, 0.0f, h_[l].data(), rank_);
+        Gemm(Trans::kNo, Trans::kNo, b, d_, rank_, 1.0f, h_[l].data(), rank_,
+             ctx.params->values[v_[l]].data(), d_, 1.0f, z.data(), d_);
       }
       x_[l + 1].resize(static_cast<size_t>(n));
       for (int64_t i = 0; i < n; ++i) x_[l + 1][i] = x_[0][i] * z[i] + x_[l][i];
     }
     return std::span<const float>(x_[layers]);
   }
-  void Backward(const OpContext& ctx, std::span<const std::span<const float>>, std::span<float> dout,
-                std::span<const std::span<float>> din) override {
+  void Backward(const OpContext& ctx, std::span<const std::span<const float>>,
+                std::span<float> dout, std::span<const std::span<float>> din) override {
     const int64_t b = ctx.batch_size, n = b * d_;
     g_.assign(dout.begin(), dout.end());  // d(loss)/d(x_l), from l = layers down
     gx0_.assign(static_cast<size_t>(n), 0.0f);
@@ -198,16 +204,19 @@ class CrossOp final : public Op {
       if (rank_ == 0) {
         Gemm(Trans::kYes, Trans::kNo, d_, d_, b, 1.0f, x_[l].data(), d_, dz_.data(), d_, 0.0f,
              ctx.grads->values[a_[l]].data(), d_);
-        Gemm(Trans::kNo, Trans::kYes, b, d_, d_, 1.0f, dz_.data(), d_, a.data(), d_, 1.0f, g_.data(), d_);
+        Gemm(Trans::kNo, Trans::kYes, b, d_, d_, 1.0f, dz_.data(), d_, a.data(), d_, 1.0f,
+             g_.data(), d_);
       } else {
         std::span<const float> v = ctx.params->values[v_[l]];
         Gemm(Trans::kYes, Trans::kNo, rank_, d_, b, 1.0f, h_[l].data(), rank_, dz_.data(), d_, 0.0f,
              ctx.grads->values[v_[l]].data(), d_);
         dh_.resize(static_cast<size_t>(b * rank_));
-        Gemm(Trans::kNo, Trans::kYes, b, rank_, d_, 1.0f, dz_.data(), d_, v.data(), d_, 0.0f, dh_.data(), rank_);
+        Gemm(Trans::kNo, Trans::kYes, b, rank_, d_, 1.0f, dz_.data(), d_, v.data(), d_, 0.0f,
+             dh_.data(), rank_);
         Gemm(Trans::kYes, Trans::kNo, d_, rank_, b, 1.0f, x_[l].data(), d_, dh_.data(), rank_, 0.0f,
              ctx.grads->values[a_[l]].data(), rank_);
-        Gemm(Trans::kNo, Trans::kYes, b, d_, rank_, 1.0f, dh_.data(), rank_, a.data(), rank_, 1.0f, g_.data(), d_);
+        Gemm(Trans::kNo, Trans::kYes, b, d_, rank_, 1.0f, dh_.data(), rank_, a.data(), rank_, 1.0f,
+             g_.data(), d_);
       }
     }
     if (din[0].empty()) return;
@@ -216,8 +225,8 @@ class CrossOp final : public Op {
 
  private:
   int64_t d_;
-  int64_t rank_;                    // 0: full rank
-  std::vector<size_t> a_, v_, bias_;  // per layer: kernel (or u), v (low rank), bias
+  int64_t rank_;                       // 0: full rank
+  std::vector<size_t> a_, v_, bias_;   // per layer: kernel (or u), v (low rank), bias
   std::vector<std::vector<float>> x_;  // [layers + 1][batch * d]
   std::vector<std::vector<float>> z_;  // [layers][batch * d]: x_l W_l + b_l
   std::vector<std::vector<float>> h_;  // [layers][batch * rank]: x_l u_l
@@ -236,9 +245,9 @@ Result<std::vector<int64_t>> StackCounts(const OpBuild& b, int64_t* d) {
     }
     if (i == 0) *d = s.back();
     if (s.back() != *d) {
-      return InvalidArgument(where + ": \"" + b.in_names[i] + "\" has shape " + ShapeString(s) + ", its last dimension " +
-                             std::to_string(s.back()) + " differs from " + std::to_string(*d) + " of \"" +
-                             b.in_names[0] + "\"");
+      return InvalidArgument(where + ": \"" + b.in_names[i] + "\" has shape " + ShapeString(s) +
+                             ", its last dimension " + std::to_string(s.back()) + " differs from " +
+                             std::to_string(*d) + " of \"" + b.in_names[0] + "\"");
     }
     counts.push_back(s.size() == 1 ? 1 : s[0]);
   }
@@ -264,8 +273,10 @@ Result<std::unique_ptr<Op>> MakeDotInteractionOp(OpBuild& b) {
   PS_ASSIGN_OR_RETURN(std::vector<int64_t> counts, StackCounts(b, &d));
   int64_t n = 0;
   for (int64_t c : counts) n += c;
-  if (n > 4096) return InvalidArgument(b.path + ".inputs: " + std::to_string(n) + " vectors exceed 4096");
-  if (n < 2 && !self) return InvalidArgument(b.path + ".inputs: needs at least 2 vectors (or self_interaction)");
+  if (n > 4096)
+    return InvalidArgument(b.path + ".inputs: " + std::to_string(n) + " vectors exceed 4096");
+  if (n < 2 && !self)
+    return InvalidArgument(b.path + ".inputs: needs at least 2 vectors (or self_interaction)");
   return std::unique_ptr<Op>(std::make_unique<DotInteractionOp>(std::move(counts), d, self));
 }
 
@@ -277,10 +288,11 @@ Result<std::unique_ptr<Op>> MakeCrossOp(OpBuild& b) {
   int64_t rank = 0;
   PS_RETURN_IF_ERROR(r.GetOr("rank", &rank));
   const int64_t d = NumElements(b.in_shapes[0]);
-  if (d > 65536) return InvalidArgument(b.path + ".inputs: width " + std::to_string(d) + " exceeds 65536");
+  if (d > 65536)
+    return InvalidArgument(b.path + ".inputs: width " + std::to_string(d) + " exceeds 65536");
   if (rank < 0 || rank > d) {
-    return InvalidArgument(r.Path("rank") + ": must be in [0, " + std::to_string(d) + "] (0: full rank), got " +
-                           std::to_string(rank));
+    return InvalidArgument(r.Path("rank") + ": must be in [0, " + std::to_string(d) +
+                           "] (0: full rank), got " + std::to_string(rank));
   }
   PS_RETURN_IF_ERROR(r.Finish());
   std::vector<size_t> a, v, bias;
@@ -289,18 +301,24 @@ Result<std::unique_ptr<Op>> MakeCrossOp(OpBuild& b) {
     s += std::to_string(l);
     const InitSpec glorot{InitKind::kGlorotUniform};
     if (rank == 0) {
-      PS_ASSIGN_OR_RETURN(size_t k, b.vars->Add({b.name + "/kernel" + s, {d, d}, glorot, false}, b.path));
+      PS_ASSIGN_OR_RETURN(size_t k,
+                          b.vars->Add({b.name + "/kernel" + s, {d, d}, glorot, false}, b.path));
       a.push_back(k);
     } else {
-      PS_ASSIGN_OR_RETURN(size_t u, b.vars->Add({b.name + "/u" + s, {d, rank}, glorot, false}, b.path));
-      PS_ASSIGN_OR_RETURN(size_t vv, b.vars->Add({b.name + "/v" + s, {rank, d}, glorot, false}, b.path));
+      PS_ASSIGN_OR_RETURN(size_t u,
+                          b.vars->Add({b.name + "/u" + s, {d, rank}, glorot, false}, b.path));
+      PS_ASSIGN_OR_RETURN(size_t vv,
+                          b.vars->Add({b.name + "/v" + s, {rank, d}, glorot, false}, b.path));
       a.push_back(u);
       v.push_back(vv);
     }
-    PS_ASSIGN_OR_RETURN(size_t bb, b.vars->Add({b.name + "/bias" + s, {d}, InitSpec{InitKind::kZeros}, false}, b.path));
+    PS_ASSIGN_OR_RETURN(
+        size_t bb,
+        b.vars->Add({b.name + "/bias" + s, {d}, InitSpec{InitKind::kZeros}, false}, b.path));
     bias.push_back(bb);
   }
-  return std::unique_ptr<Op>(std::make_unique<CrossOp>(d, rank, std::move(a), std::move(v), std::move(bias)));
+  return std::unique_ptr<Op>(
+      std::make_unique<CrossOp>(d, rank, std::move(a), std::move(v), std::move(bias)));
 }
 
 }  // namespace ps::model

@@ -16,7 +16,9 @@ constexpr int64_t kMaxDim = int64_t{1} << 16;
 
 // The table row of a raw id: the id itself, or a hash of it into `rows` buckets.
 int64_t RowOf(int64_t id, bool hashed, int64_t rows) {
-  return hashed ? static_cast<int64_t>(SplitMix64(static_cast<uint64_t>(id)) % static_cast<uint64_t>(rows)) : id;
+  return hashed ? static_cast<int64_t>(SplitMix64(static_cast<uint64_t>(id)) %
+                                       static_cast<uint64_t>(rows))
+                : id;
 }
 
 class SparseOp : public Op {
@@ -25,7 +27,12 @@ class SparseOp : public Op {
   // `first` means every input addresses the whole table (rows).
   SparseOp(std::vector<SparseInput> inputs, size_t var, int64_t rows, int64_t dim, bool hashed,
            std::vector<int64_t> first = {})
-      : inputs_(std::move(inputs)), var_(var), rows_(rows), dim_(dim), hashed_(hashed), local_(inputs_.size()) {
+      : inputs_(std::move(inputs)),
+        var_(var),
+        rows_(rows),
+        dim_(dim),
+        hashed_(hashed),
+        local_(inputs_.size()) {
     has_variables_ = true;
     if (first.empty()) {
       first_.assign(inputs_.size(), 0);
@@ -41,7 +48,8 @@ class SparseOp : public Op {
   void CollectRows(const Batch& batch, std::vector<std::vector<int64_t>>* rows) const override {
     std::vector<int64_t>& out = (*rows)[var_];
     for (size_t k = 0; k < inputs_.size(); ++k) {
-      for (int64_t id : batch.sparse[static_cast<size_t>(inputs_[k].field)].ids) out.push_back(Row(k, id));
+      for (int64_t id : batch.sparse[static_cast<size_t>(inputs_[k].field)].ids)
+        out.push_back(Row(k, id));
     }
   }
   void LimitIds(std::vector<int64_t>* bound) const override {
@@ -91,11 +99,13 @@ class SparseOp : public Op {
 class EmbeddingOp final : public SparseOp {
  public:
   EmbeddingOp(std::vector<SparseInput> inputs, const VarSet::Table& t, Combiner combiner)
-      : SparseOp(std::move(inputs), t.var, t.rows, t.dim, t.hashed), var_name_(t.name + "/embeddings"),
+      : SparseOp(std::move(inputs), t.var, t.rows, t.dim, t.hashed),
+        var_name_(t.name + "/embeddings"),
         combiner_(combiner) {
     SetShape(inputs_.size() == 1 ? Shape{dim_} : Shape{static_cast<int64_t>(inputs_.size()), dim_});
   }
-  Result<std::span<const float>> Forward(const OpContext& ctx, std::span<const std::span<const float>>) override {
+  Result<std::span<const float>> Forward(const OpContext& ctx,
+                                         std::span<const std::span<const float>>) override {
     PS_RETURN_IF_ERROR(MapIds(ctx, var_name_));
     y_.resize(static_cast<size_t>(ctx.batch_size * size_));
     for (size_t k = 0; k < inputs_.size(); ++k) {
@@ -104,11 +114,12 @@ class EmbeddingOp final : public SparseOp {
     }
     return std::span<const float>(y_);
   }
-  void Backward(const OpContext& ctx, std::span<const std::span<const float>>, std::span<float> dout,
-                std::span<const std::span<float>>) override {
+  void Backward(const OpContext& ctx, std::span<const std::span<const float>>,
+                std::span<float> dout, std::span<const std::span<float>>) override {
     for (size_t k = 0; k < inputs_.size(); ++k) {
-      EmbeddingBagBackward(Field(ctx, k), local_[k], dim_, combiner_, dout.data() + static_cast<int64_t>(k) * dim_,
-                           size_, ctx.grads->values[var_], inputs_[k].weighted);
+      EmbeddingBagBackward(Field(ctx, k), local_[k], dim_, combiner_,
+                           dout.data() + static_cast<int64_t>(k) * dim_, size_,
+                           ctx.grads->values[var_], inputs_[k].weighted);
     }
   }
 
@@ -120,19 +131,22 @@ class EmbeddingOp final : public SparseOp {
 // linear: y[u] = bias[u] + Σ_inputs Σ_j w_j * weights[row(id_j), u].
 class LinearOp final : public SparseOp {
  public:
-  LinearOp(std::vector<SparseInput> inputs, std::string name, size_t weights, size_t bias, int64_t rows,
-           int64_t units, bool hashed, std::vector<int64_t> first)
-      : SparseOp(std::move(inputs), weights, rows, units, hashed, std::move(first)), var_name_(std::move(name)),
+  LinearOp(std::vector<SparseInput> inputs, std::string name, size_t weights, size_t bias,
+           int64_t rows, int64_t units, bool hashed, std::vector<int64_t> first)
+      : SparseOp(std::move(inputs), weights, rows, units, hashed, std::move(first)),
+        var_name_(std::move(name)),
         bias_(bias) {
     SetShape({units});
   }
-  Result<std::span<const float>> Forward(const OpContext& ctx, std::span<const std::span<const float>>) override {
+  Result<std::span<const float>> Forward(const OpContext& ctx,
+                                         std::span<const std::span<const float>>) override {
     PS_RETURN_IF_ERROR(MapIds(ctx, var_name_));
     const int64_t u = dim_;
     std::span<const float> bias = ctx.params->values[bias_];
     std::span<const float> w = ctx.params->values[var_];
     y_.resize(static_cast<size_t>(ctx.batch_size * u));
-    for (int64_t i = 0; i < ctx.batch_size; ++i) std::copy(bias.begin(), bias.end(), y_.begin() + i * u);
+    for (int64_t i = 0; i < ctx.batch_size; ++i)
+      std::copy(bias.begin(), bias.end(), y_.begin() + i * u);
     for (size_t k = 0; k < inputs_.size(); ++k) {
       const SparseField& f = Field(ctx, k);
       const bool weighted = inputs_[k].weighted && !f.values.empty();
@@ -147,8 +161,8 @@ class LinearOp final : public SparseOp {
     }
     return std::span<const float>(y_);
   }
-  void Backward(const OpContext& ctx, std::span<const std::span<const float>>, std::span<float> dout,
-                std::span<const std::span<float>>) override {
+  void Backward(const OpContext& ctx, std::span<const std::span<const float>>,
+                std::span<float> dout, std::span<const std::span<float>>) override {
     const int64_t u = dim_;
     std::span<float> db = ctx.grads->values[bias_];
     std::fill(db.begin(), db.end(), 0.0f);
@@ -192,7 +206,8 @@ Status ReadRows(JsonReader& r, VarSet::TableDecl* d, bool* hashed) {
 }  // namespace
 
 Result<std::unique_ptr<Op>> MakeEmbeddingOp(OpBuild& b, bool linear) {
-  if (b.in_shapes.empty()) return InvalidArgument(b.path + ".inputs: takes at least 1 sparse input, got 0");
+  if (b.in_shapes.empty())
+    return InvalidArgument(b.path + ".inputs: takes at least 1 sparse input, got 0");
   std::vector<SparseInput> inputs;
   for (size_t i = 0; i < b.in_shapes.size(); ++i) {
     if (!b.in_sparse[i]) {
@@ -213,24 +228,26 @@ Result<std::unique_ptr<Op>> MakeEmbeddingOp(OpBuild& b, bool linear) {
       std::vector<int64_t> vocabs;
       PS_RETURN_IF_ERROR(r.Get("vocab", &vocabs));
       if (vocabs.size() != inputs.size()) {
-        return InvalidArgument(r.Path("vocab") + ": has " + std::to_string(vocabs.size()) + " entries for " +
-                               std::to_string(inputs.size()) + " inputs");
+        return InvalidArgument(r.Path("vocab") + ": has " + std::to_string(vocabs.size()) +
+                               " entries for " + std::to_string(inputs.size()) + " inputs");
       }
       d.rows = 0;
       for (size_t k = 0; k < vocabs.size(); ++k) {
         if (vocabs[k] < 1 || vocabs[k] > kMaxRows) {
-          return InvalidArgument(r.Path("vocab") + "[" + std::to_string(k) + "]: must be in [1, 2^40], got " +
-                                 std::to_string(vocabs[k]));
+          return InvalidArgument(r.Path("vocab") + "[" + std::to_string(k) +
+                                 "]: must be in [1, 2^40], got " + std::to_string(vocabs[k]));
         }
         first.push_back(d.rows);
         d.rows += vocabs[k];
       }
-      if (d.rows > kMaxRows) return InvalidArgument(r.Path("vocab") + ": more than 2^40 rows in all");
+      if (d.rows > kMaxRows)
+        return InvalidArgument(r.Path("vocab") + ": more than 2^40 rows in all");
       d.rows_given = true;
     } else {
       PS_RETURN_IF_ERROR(ReadRows(r, &d, &hashed));
     }
-    if (!d.rows_given) return InvalidArgument(r.Path("vocab") + ": required key is missing (or num_buckets)");
+    if (!d.rows_given)
+      return InvalidArgument(r.Path("vocab") + ": required key is missing (or num_buckets)");
     int64_t units = 1;
     PS_RETURN_IF_ERROR(ReadPositive(r, "units", &units, false, kMaxDim));
     InitSpec init{InitKind::kZeros};
@@ -241,10 +258,13 @@ Result<std::unique_ptr<Op>> MakeEmbeddingOp(OpBuild& b, bool linear) {
     PS_RETURN_IF_ERROR(ReadRowPolicy(r, lazy, &row_policy));
     PS_RETURN_IF_ERROR(r.Finish());
     const std::string wname = b.name + "/weights";
-    PS_ASSIGN_OR_RETURN(size_t w, b.vars->Add({wname, {d.rows, units}, init, true, lazy, row_policy}, b.path));
-    PS_ASSIGN_OR_RETURN(size_t bias, b.vars->Add({b.name + "/bias", {units}, InitSpec{InitKind::kZeros}, false}, b.path));
-    return std::unique_ptr<Op>(
-        std::make_unique<LinearOp>(std::move(inputs), wname, w, bias, d.rows, units, hashed, std::move(first)));
+    PS_ASSIGN_OR_RETURN(
+        size_t w, b.vars->Add({wname, {d.rows, units}, init, true, lazy, row_policy}, b.path));
+    PS_ASSIGN_OR_RETURN(
+        size_t bias,
+        b.vars->Add({b.name + "/bias", {units}, InitSpec{InitKind::kZeros}, false}, b.path));
+    return std::unique_ptr<Op>(std::make_unique<LinearOp>(std::move(inputs), wname, w, bias, d.rows,
+                                                          units, hashed, std::move(first)));
   }
   PS_RETURN_IF_ERROR(ReadRows(r, &d, &hashed));
   PS_RETURN_IF_ERROR(r.GetOr("table", &d.name));

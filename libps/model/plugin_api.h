@@ -63,9 +63,9 @@ class Layer {
 // Builds a layer from its config (the layer's JSON object without name, type and inputs,
 // as text) and its inputs' shapes. On a bad config returns null and sets *error to a
 // one-line message (pstrain prefixes it with the layer's path).
-using LayerFactory = std::unique_ptr<Layer> (*)(const std::string& config_json,
-                                                const std::vector<std::vector<int64_t>>& input_shapes,
-                                                std::string* error);
+using LayerFactory = std::unique_ptr<Layer> (*)(
+    const std::string& config_json, const std::vector<std::vector<int64_t>>& input_shapes,
+    std::string* error);
 
 struct LayerType {
   const char* type;  // the "type" of a layer in the job file; must not be a built-in one
@@ -77,10 +77,10 @@ struct LayerType {
 // Exports the plug-in's layer types and the API version it was built against. Use once,
 // at namespace scope, in one source file of the plug-in:
 //   PSTRAIN_PLUGIN_LAYERS({"swish", &MakeSwish}, {"prelu", &MakePrelu})
-#define PSTRAIN_PLUGIN_LAYERS(...)                                                        \
-  extern "C" int pstrain_plugin_api_version() { return PSTRAIN_PLUGIN_API_VERSION; }    \
-  extern "C" const ::pstrain::plugin::LayerType* pstrain_plugin_layers(int* count) {    \
-    static const ::pstrain::plugin::LayerType kTypes[] = {__VA_ARGS__};                 \
-    *count = static_cast<int>(sizeof(kTypes) / sizeof(kTypes[0]));                      \
-    return kTypes;                                                                      \
+#define PSTRAIN_PLUGIN_LAYERS(...)                                                   \
+  extern "C" int pstrain_plugin_api_version() { return PSTRAIN_PLUGIN_API_VERSION; } \
+  extern "C" const ::pstrain::plugin::LayerType* pstrain_plugin_layers(int* count) { \
+    static const ::pstrain::plugin::LayerType kTypes[] = {__VA_ARGS__};              \
+    *count = static_cast<int>(sizeof(kTypes) / sizeof(kTypes[0]));                   \
+    return kTypes;                                                                   \
   }

@@ -24,10 +24,10 @@ using Content = std::pair<uint64_t, uint32_t>;  // size, masked CRC-32C
 
 struct Registry {
   std::mutex mu;
-  std::set<std::string> loaded;                               // paths
-  std::map<Content, std::string> libraries;                   // content -> first path
-  std::map<std::string, pstrain::plugin::LayerType> types;    // type -> entry
-  std::map<std::string, std::string> owner;                   // type -> path
+  std::set<std::string> loaded;                             // paths
+  std::map<Content, std::string> libraries;                 // content -> first path
+  std::map<std::string, pstrain::plugin::LayerType> types;  // type -> entry
+  std::map<std::string, std::string> owner;                 // type -> path
 };
 
 Registry& GetRegistry() {
@@ -48,22 +48,25 @@ class PluginOp final : public Op {
     SetShape(std::move(shape));
     has_variables_ = !vars_.empty();
   }
-  Result<std::span<const float>> Forward(const OpContext& ctx, std::span<const std::span<const float>> in) override {
+  Result<std::span<const float>> Forward(const OpContext& ctx,
+                                         std::span<const std::span<const float>> in) override {
     y_.resize(static_cast<size_t>(ctx.batch_size * size_));
     var_values_.clear();
     for (size_t v : vars_) var_values_.push_back(ctx.params->values[v]);
     layer_->Forward(Context(ctx), in, var_values_, y_);
     return std::span<const float>(y_);
   }
-  void Backward(const OpContext& ctx, std::span<const std::span<const float>> in, std::span<float> dout,
-                std::span<const std::span<float>> din) override {
+  void Backward(const OpContext& ctx, std::span<const std::span<const float>> in,
+                std::span<float> dout, std::span<const std::span<float>> din) override {
     var_grads_.clear();
     for (size_t v : vars_) var_grads_.push_back(ctx.grads->values[v]);
     layer_->Backward(Context(ctx), in, var_values_, y_, dout, din, var_grads_);
   }
 
  private:
-  static pstrain::plugin::Context Context(const OpContext& ctx) { return {ctx.batch_size, ctx.training, ctx.step}; }
+  static pstrain::plugin::Context Context(const OpContext& ctx) {
+    return {ctx.batch_size, ctx.training, ctx.step};
+  }
 
   std::unique_ptr<pstrain::plugin::Layer> layer_;
   std::vector<size_t> vars_;
@@ -102,8 +105,9 @@ Status LoadPlugin(const std::string& path, const std::string& where) {
   if (version() != PSTRAIN_PLUGIN_API_VERSION) {
     const int v = version();
     dlclose(handle);
-    return InvalidArgument(at + ": built against plug-in API version " + std::to_string(v) + ", this pstrain has " +
-                           std::to_string(PSTRAIN_PLUGIN_API_VERSION) + "; rebuild it against this pstrain's plugin_api.h");
+    return InvalidArgument(at + ": built against plug-in API version " + std::to_string(v) +
+                           ", this pstrain has " + std::to_string(PSTRAIN_PLUGIN_API_VERSION) +
+                           "; rebuild it against this pstrain's plugin_api.h");
   }
   int count = 0;
   const pstrain::plugin::LayerType* types = layers(&count);
@@ -114,7 +118,8 @@ Status LoadPlugin(const std::string& path, const std::string& where) {
     }
     if (IsBuiltIn(type)) return InvalidArgument(at + ": layer type \"" + type + "\" is built in");
     if (auto it = reg.owner.find(type); it != reg.owner.end()) {
-      return InvalidArgument(at + ": layer type \"" + type + "\" is already registered by " + it->second);
+      return InvalidArgument(at + ": layer type \"" + type + "\" is already registered by " +
+                             it->second);
     }
   }
   for (int i = 0; i < count; ++i) {
@@ -140,25 +145,31 @@ Result<std::unique_ptr<Op>> MakePluginOp(const pstrain::plugin::LayerType& type,
   std::string error;
   std::unique_ptr<pstrain::plugin::Layer> layer = type.factory(config.dump(), b.in_shapes, &error);
   if (layer == nullptr) {
-    return InvalidArgument(b.path + ": " + (error.empty() ? "the plug-in refused the config" : error));
+    return InvalidArgument(b.path + ": " +
+                           (error.empty() ? "the plug-in refused the config" : error));
   }
   Shape shape = layer->OutputShape();
   for (int64_t d : shape) {
-    if (d < 1) return InvalidArgument(b.path + ": the plug-in's output shape " + ShapeString(shape) + " is invalid");
+    if (d < 1)
+      return InvalidArgument(b.path + ": the plug-in's output shape " + ShapeString(shape) +
+                             " is invalid");
   }
   std::vector<size_t> vars;
   for (const pstrain::plugin::VariableSpec& v : layer->Variables()) {
     const std::string where = b.path + ".variables." + v.name;
     PS_ASSIGN_OR_RETURN(Json init_json, ParseJson(v.init_json, where + ".init"));
     PS_ASSIGN_OR_RETURN(InitSpec init, ParseInit(init_json, where + ".init"));
-    if (v.name.empty() || v.shape.empty()) return InvalidArgument(where + ": needs a name and a shape");
+    if (v.name.empty() || v.shape.empty())
+      return InvalidArgument(where + ": needs a name and a shape");
     for (int64_t d : v.shape) {
       if (d < 1) return InvalidArgument(where + ": shape " + ShapeString(v.shape) + " is invalid");
     }
-    PS_ASSIGN_OR_RETURN(size_t index, b.vars->Add({b.name + "/" + v.name, v.shape, init, false}, b.path));
+    PS_ASSIGN_OR_RETURN(size_t index,
+                        b.vars->Add({b.name + "/" + v.name, v.shape, init, false}, b.path));
     vars.push_back(index);
   }
-  return std::unique_ptr<Op>(std::make_unique<PluginOp>(std::move(layer), std::move(shape), std::move(vars)));
+  return std::unique_ptr<Op>(
+      std::make_unique<PluginOp>(std::move(layer), std::move(shape), std::move(vars)));
 }
 
 }  // namespace ps::model

@@ -8,8 +8,8 @@ constexpr int64_t kMaxPolicyRows = int64_t{1} << 40;
 
 Status Range(const std::string& path, int64_t v, int64_t lo, int64_t hi) {
   if (v < lo || v > hi) {
-    return InvalidArgument(path + ": must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " +
-                           std::to_string(v));
+    return InvalidArgument(path + ": must be in [" + std::to_string(lo) + ", " +
+                           std::to_string(hi) + "], got " + std::to_string(v));
   }
   return Status::Ok();
 }
@@ -17,8 +17,10 @@ Status Range(const std::string& path, int64_t v, int64_t lo, int64_t hi) {
 
 Status ValidateRowPolicy(const RowPolicy& p, const std::string& path) {
   PS_RETURN_IF_ERROR(Range(path + ".admit.min_count", p.admit_min_count, 1, kMaxAdmitCount));
-  if (p.ttl_steps != 0) PS_RETURN_IF_ERROR(Range(path + ".evict.ttl_steps", p.ttl_steps, 1, kMaxSteps));
-  if (p.max_rows != 0) PS_RETURN_IF_ERROR(Range(path + ".evict.max_rows", p.max_rows, 1, kMaxPolicyRows));
+  if (p.ttl_steps != 0)
+    PS_RETURN_IF_ERROR(Range(path + ".evict.ttl_steps", p.ttl_steps, 1, kMaxSteps));
+  if (p.max_rows != 0)
+    PS_RETURN_IF_ERROR(Range(path + ".evict.max_rows", p.max_rows, 1, kMaxPolicyRows));
   return Status::Ok();
 }
 
@@ -29,7 +31,8 @@ Status ReadRowPolicy(JsonReader& r, bool lazy, RowPolicy* out, bool* given) {
     if (!r.Has(key)) continue;
     any = true;
     if (!lazy) {
-      return InvalidArgument(r.Path(key) + ": applies to lazy tables only (set \"lazy\": true on this table)");
+      return InvalidArgument(r.Path(key) +
+                             ": applies to lazy tables only (set \"lazy\": true on this table)");
     }
   }
   if (r.Has("admit")) {

@@ -47,9 +47,9 @@ class PayloadBudget : public std::enable_shared_from_this<PayloadBudget> {
   };
   const uint64_t capacity_;
   mutable std::mutex mu_;
-  uint64_t in_use_ = 0;          // guarded by mu_
-  uint64_t next_ticket_ = 1;     // guarded by mu_
-  std::deque<Waiter> waiting_;   // oldest first; guarded by mu_
+  uint64_t in_use_ = 0;         // guarded by mu_
+  uint64_t next_ticket_ = 1;    // guarded by mu_
+  std::deque<Waiter> waiting_;  // oldest first; guarded by mu_
 };
 
 // Decides whether a log line about `key` (a peer's IP address) may be written: at most

@@ -23,7 +23,8 @@ using asio::use_awaitable;
 // ---------------------------------------------------------------- Client
 
 struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
-  Impl(Runtime& rt, ClientOptions o) : runtime(rt), options(std::move(o)), generation(options.generation) {}
+  Impl(Runtime& rt, ClientOptions o)
+      : runtime(rt), options(std::move(o)), generation(options.generation) {}
 
   struct Pending {
     std::function<void(Result<Reply>)> done;  // runs on the connection's strand
@@ -39,17 +40,17 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   std::shared_ptr<Conn> conn;
   std::string name;  // "ps:1 (127.0.0.1:2224)"
   std::atomic<uint64_t> next_id{1};
-  std::atomic<uint64_t> generation{0};  // stamped on every request; starts at options.generation
-  std::atomic<Clock::time_point> last_rx;        // a frame last arrived (the reader or a caller)
-  bool closing = false;                           // strand only
-  std::atomic<bool> closed_by_user{false};        // Close() was called (read by a reading caller)
+  std::atomic<uint64_t> generation{0};     // stamped on every request; starts at options.generation
+  std::atomic<Clock::time_point> last_rx;  // a frame last arrived (the reader or a caller)
+  bool closing = false;                    // strand only
+  std::atomic<bool> closed_by_user{false};  // Close() was called (read by a reading caller)
   // A call is registered by the calling thread and finished on the strand (reply, break
   // or deadline), so the map is shared; every critical section is a lookup or two.
   mutable std::mutex mu;
-  std::unordered_map<uint64_t, Pending> pending;         // guarded by mu
-  std::atomic<bool> broken{false};                       // written under mu
-  Status health_;                                        // guarded by mu
-  std::function<void(const Status&)> on_broken;          // guarded by mu
+  std::unordered_map<uint64_t, Pending> pending;  // guarded by mu
+  std::atomic<bool> broken{false};                // written under mu
+  Status health_;                                 // guarded by mu
+  std::function<void(const Status&)> on_broken;   // guarded by mu
   // The deadline sweeper's timer (strand only) and when it fires next (guarded by mu): a
   // call due earlier wakes it.
   std::unique_ptr<asio::steady_timer> sweep_timer;
@@ -70,16 +71,17 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   // Guarded by mu: Pings sent whose Ack (a reply with request id 0) nobody has read yet;
   // the reader does not park while there are any, so every Ack is read when it comes.
   uint64_t pings_unanswered = 0;
-  bool read_failed = false;       // guarded by mu: a caller's read broke the stream; Break comes
+  bool read_failed = false;  // guarded by mu: a caller's read broke the stream; Break comes
   std::unique_ptr<asio::steady_timer> park_timer;  // strand only
-  std::atomic<uint64_t> caller_read_calls{0};  // Client::caller_reads_for_testing
+  std::atomic<uint64_t> caller_read_calls{0};      // Client::caller_reads_for_testing
 
   // mu held. Whether ReadLoop should wait (at a frame boundary) rather than read: only a
   // sync-only client's, with no call or Ping waiting for an answer and nothing broken.
   bool ShouldPark() const {
     return read_owner == ReadOwner::kCaller ||
-           (options.caller_reads && conn->blocking_fd() >= 0 && sync_only.load(std::memory_order_relaxed) &&
-            pending.empty() && pings_unanswered == 0 && !broken && !read_failed && !closing && !conn->closed()) ||
+           (options.caller_reads && conn->blocking_fd() >= 0 &&
+            sync_only.load(std::memory_order_relaxed) && pending.empty() && pings_unanswered == 0 &&
+            !broken && !read_failed && !closing && !conn->closed()) ||
            (read_failed && !broken);
   }
   // Wakes ReadLoop if parked: it re-checks ShouldPark. Any thread.
@@ -94,13 +96,15 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
     auto results = co_await resolver.async_resolve(options.host, std::to_string(options.port),
                                                    asio::redirect_error(use_awaitable, ec));
     if (ec) co_return Unavailable("cannot resolve " + options.host + ": " + ec.message());
-    conn = std::make_shared<Conn>(tcp::socket(ex), ConnOptions{options.limits, options.max_write_queue_bytes, 0,
-                                                               nullptr, nullptr, options.tls, options.caller_reads});
+    conn = std::make_shared<Conn>(
+        tcp::socket(ex), ConnOptions{options.limits, options.max_write_queue_bytes, 0, nullptr,
+                                     nullptr, options.tls, options.caller_reads});
     auto watchdog = Watchdog(conn, budget);
     co_await asio::async_connect(conn->socket(), results, asio::redirect_error(use_awaitable, ec));
     if (ec) {
       watchdog->cancel();
-      co_return Unavailable(ec == asio::error::operation_aborted ? "connect timed out" : ec.message());
+      co_return Unavailable(ec == asio::error::operation_aborted ? "connect timed out"
+                                                                 : ec.message());
     }
     // Conn's constructor could not set this: the socket opens in async_connect.
     conn->socket().set_option(tcp::no_delay(true), ec);
@@ -112,7 +116,8 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
       // Under TLS 1.3 a server that rejects our certificate says so (an alert) only
       // after our side of the TLS handshake completed: we read it here.
       if (e.code().category() == asio::error::get_ssl_category()) {
-        st = PermissionDenied(options.peer_name + " refused the TLS connection: " + e.code().message());
+        st = PermissionDenied(options.peer_name +
+                              " refused the TLS connection: " + e.code().message());
       } else if (e.code() == asio::error::eof && !options.tls) {
         st = Unavailable("handshake failed: " + options.peer_name +
                          " closed the connection (does it require TLS, --tls-cert?)");
@@ -141,7 +146,9 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
     if (const auto* e = BodyAs<proto::Error>(*first)) {
       // Unavailable (too many connections) is worth retrying; anything else is final.
       Status st = StatusFromError(*e);
-      Code code = st.code() == Code::kProtocol || st.code() == Code::kUnavailable ? st.code() : Code::kPermissionDenied;
+      Code code = st.code() == Code::kProtocol || st.code() == Code::kUnavailable
+                      ? st.code()
+                      : Code::kPermissionDenied;
       co_return Status(code, options.peer_name + " refused the connection: " + st.message());
     }
     const auto* reply = BodyAs<proto::HelloReply>(*first);
@@ -154,19 +161,22 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
     }
     bool operator_tool = me.role == proto::Role::kClient && me.cluster_id == 0;
     if (!operator_tool && server.cluster_id != me.cluster_id) {
-      co_return PermissionDenied(options.peer_name + " belongs to a different cluster (different TF_CONFIG)");
+      co_return PermissionDenied(options.peer_name +
+                                 " belongs to a different cluster (different TF_CONFIG)");
     }
     proto::HelloProof proof;
     Status verdict;
     if (me.secret && !reply->secret_required) {
-      verdict = PermissionDenied("cluster secret mismatch: " + options.peer_name + " has no secret configured");
+      verdict = PermissionDenied("cluster secret mismatch: " + options.peer_name +
+                                 " has no secret configured");
     } else if (!me.secret && reply->secret_required) {
       verdict = PermissionDenied("cluster secret mismatch: " + options.peer_name +
                                  " requires a cluster secret (--secret-file)");
     } else if (me.secret) {
       auto want = Proof(*me.secret, "pstrain-server", hello.nonce, server.nonce, me.cluster_id);
       if (!ProofEquals(want, reply->proof)) {
-        verdict = PermissionDenied("cluster secret mismatch: " + options.peer_name + " did not prove the secret");
+        verdict = PermissionDenied("cluster secret mismatch: " + options.peer_name +
+                                   " did not prove the secret");
       }
       proof.proof = Proof(*me.secret, "pstrain-client", hello.nonce, server.nonce, me.cluster_id);
     }
@@ -181,9 +191,11 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
     if (!second.ok()) co_return second.status();
     if (!second->status.ok()) co_return second->status;
     if (const auto* e = BodyAs<proto::Error>(*second)) {
-      co_return PermissionDenied(options.peer_name + " refused the connection: " + StatusFromError(*e).message());
+      co_return PermissionDenied(options.peer_name +
+                                 " refused the connection: " + StatusFromError(*e).message());
     }
-    if (BodyAs<proto::Ack>(*second) == nullptr) co_return ProtocolError(options.peer_name + ": expected Ack");
+    if (BodyAs<proto::Ack>(*second) == nullptr)
+      co_return ProtocolError(options.peer_name + ": expected Ack");
     co_return Status::Ok();
   }
 
@@ -199,23 +211,28 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
     }
     conn->StartWriter();
     auto self = shared_from_this();
-    asio::co_spawn(conn->executor(), [self] { return self->ReadLoop(); }, asio::detached);
-    asio::co_spawn(conn->executor(), [self] { return self->SweepLoop(); }, asio::detached);
+    asio::co_spawn(
+        conn->executor(), [self] { return self->ReadLoop(); }, asio::detached);
+    asio::co_spawn(
+        conn->executor(), [self] { return self->SweepLoop(); }, asio::detached);
     if (options.heartbeat_interval.count() > 0) {
-      asio::co_spawn(conn->executor(), [self] { return self->HeartbeatLoop(); }, asio::detached);
+      asio::co_spawn(
+          conn->executor(), [self] { return self->HeartbeatLoop(); }, asio::detached);
     }
   }
 
   // Whether a reply's payload of `bytes` goes straight into a call's `into`: a reply, and
   // `into` given with exactly that size.
-  static bool FitsInto(const std::vector<std::span<std::byte>>& into, const proto::Envelope& env, uint64_t bytes) {
+  static bool FitsInto(const std::vector<std::span<std::byte>>& into, const proto::Envelope& env,
+                       uint64_t bytes) {
     if (into.empty() || !env.reply) return false;
     uint64_t total = 0;
     for (auto s : into) total += s.size();
     return total == bytes;
   }
 
-  std::optional<std::vector<std::span<std::byte>>> Sink(const proto::Envelope& env, uint64_t bytes) {
+  std::optional<std::vector<std::span<std::byte>>> Sink(const proto::Envelope& env,
+                                                        uint64_t bytes) {
     std::lock_guard lock(mu);
     auto it = pending.find(env.request_id);
     if (it == pending.end() || !FitsInto(it->second.into, env, bytes)) return std::nullopt;
@@ -225,8 +242,8 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
 
   // DeadlineExceeded for call `what` after `timeout` (+ why, when there is more to say).
   Status Expired(const char* what, Millis timeout, const std::string& why = "") const {
-    return DeadlineExceeded(name + ": " + what + " did not complete within " + std::to_string(timeout.count()) +
-                            " ms" + why);
+    return DeadlineExceeded(name + ": " + what + " did not complete within " +
+                            std::to_string(timeout.count()) + " ms" + why);
   }
 
   // Strand only: returns once ReadLoop owns the reads (at once unless ShouldPark).
@@ -254,7 +271,8 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   void Deliver(InFrame& frame, bool on_strand) {
     if (!frame.status.ok() || !frame.env.reply) {
       PS_LOG(Warning) << name << " sent a bad frame: "
-                      << (frame.status.ok() ? "a request on a client connection" : frame.status.message());
+                      << (frame.status.ok() ? "a request on a client connection"
+                                            : frame.status.message());
       return;
     }
     const auto* error = BodyAs<proto::Error>(frame);
@@ -275,11 +293,13 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
       p = std::move(it->second);
       pending.erase(it);
     }
-    Result<Reply> r = error != nullptr ? Result<Reply>(StatusFromError(*error))
-                                       : Result<Reply>(Reply{std::move(frame.env), std::move(frame.payload),
-                                                             frame.in_place});
+    Result<Reply> r =
+        error != nullptr
+            ? Result<Reply>(StatusFromError(*error))
+            : Result<Reply>(Reply{std::move(frame.env), std::move(frame.payload), frame.in_place});
     if (on_strand) return p.done(std::move(r));
-    asio::post(conn->executor(), [done = std::move(p.done), r = std::move(r)]() mutable { done(std::move(r)); });
+    asio::post(conn->executor(),
+               [done = std::move(p.done), r = std::move(r)]() mutable { done(std::move(r)); });
   }
 
   awaitable<void> ReadLoop() {
@@ -406,8 +426,8 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   bool reader_done = false;  // strand only
 
   // Client::CallAsync, without ending sync_only (CallSync's fallback uses it too).
-  void Call(proto::Body body, OutPayload payload, std::vector<std::span<std::byte>> reply_into, Millis timeout,
-            std::function<void(Result<Reply>)> done) {
+  void Call(proto::Body body, OutPayload payload, std::vector<std::span<std::byte>> reply_into,
+            Millis timeout, std::function<void(Result<Reply>)> done) {
     Pending p;
     p.into = std::move(reply_into);
     p.what = proto::BodyName(body);
@@ -418,7 +438,8 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
     if (timeout.count() <= 0) timeout = options.call_timeout;
     p.timeout = timeout;
     p.deadline = Clock::now() + timeout;
-    StartCall(id, std::move(p), proto::Envelope{id, false, generation.load(), std::move(body)}, std::move(payload));
+    StartCall(id, std::move(p), proto::Envelope{id, false, generation.load(), std::move(body)},
+              std::move(payload));
   }
 
   // The deadline of pending call `id` (min() when there is none).
@@ -432,8 +453,8 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   // (false: someone else reads, take the ordinary path).
   bool TakeReads() {
     std::lock_guard lock(mu);
-    if (read_owner != ReadOwner::kParked || !sync_only.load(std::memory_order_relaxed) || broken || read_failed ||
-        closed_by_user) {
+    if (read_owner != ReadOwner::kParked || !sync_only.load(std::memory_order_relaxed) || broken ||
+        read_failed || closed_by_user) {
       return false;
     }
     read_owner = ReadOwner::kCaller;
@@ -444,8 +465,8 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
   // then reads frames until its own reply is in, handing other calls' replies over as
   // ReadLoop would. The call is not in `pending`: its deadline is this thread's (poll's
   // timeout), and so is its failure when the connection breaks.
-  Result<Reply> CallReading(proto::Body body, OutPayload payload, std::vector<std::span<std::byte>>& into,
-                            Millis timeout) {
+  Result<Reply> CallReading(proto::Body body, OutPayload payload,
+                            std::vector<std::span<std::byte>>& into, Millis timeout) {
     caller_read_calls.fetch_add(1, std::memory_order_relaxed);
     const std::shared_ptr<Conn> c = conn;  // blocking_fd() stays open while we hold it
     const char* what = proto::BodyName(body);
@@ -501,10 +522,12 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
       if (failed.code() == Code::kDeadlineExceeded) {
         // Heartbeats off: this call's deadline passed inside a frame (perhaps another
         // call's reply). The call says so; the others learn only that the connection went.
-        result = Expired(what, timeout,
-                         ", and the deadline passed in the middle of a frame: the connection is dropped (the stream "
-                         "cannot be resynchronised)");
-        failed = Unavailable(name + ": connection dropped: a reply stopped in the middle of a frame");
+        result = Expired(
+            what, timeout,
+            ", and the deadline passed in the middle of a frame: the connection is dropped (the stream "
+            "cannot be resynchronised)");
+        failed =
+            Unavailable(name + ": connection dropped: a reply stopped in the middle of a frame");
       } else {
         failed = closed_by_user ? Aborted(name + ": connection closed") : failed.WithContext(name);
         result = failed;
@@ -524,8 +547,8 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
         }
       }
       read_owner = ReadOwner::kParked;
-      wake = failed.ok() && (!pending.empty() || pings_unanswered > 0 || broken || !sync_only.load() ||
-                             closed_by_user || c->closed());
+      wake = failed.ok() && (!pending.empty() || pings_unanswered > 0 || broken ||
+                             !sync_only.load() || closed_by_user || c->closed());
     }
     if (!failed.ok()) {
       // Break wakes the reader, which then exits.
@@ -557,7 +580,8 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
       asio::post(conn->executor(), [done = std::move(p.done), why]() { done(why); });
       return;
     }
-    if (wake_sweeper) asio::post(conn->executor(), [self = shared_from_this()] { self->sweep_timer->cancel(); });
+    if (wake_sweeper)
+      asio::post(conn->executor(), [self = shared_from_this()] { self->sweep_timer->cancel(); });
     if (wake_reader) WakeReader();
     conn->Send(env, std::move(payload));  // dropped if the connection is closed by then
   }
@@ -566,7 +590,8 @@ struct Client::Impl : std::enable_shared_from_this<Client::Impl> {
 Result<std::shared_ptr<Client>> Client::Connect(Runtime& runtime, ClientOptions options) {
   const auto deadline = Clock::now() + options.connect_deadline;
   Millis backoff = options.backoff_initial;
-  const std::string who = options.peer_name + " at " + options.host + ":" + std::to_string(options.port);
+  const std::string who =
+      options.peer_name + " at " + options.host + ":" + std::to_string(options.port);
   int attempts = 0;
   for (;;) {
     ++attempts;
@@ -574,8 +599,8 @@ Result<std::shared_ptr<Client>> Client::Connect(Runtime& runtime, ClientOptions 
     auto remaining = std::chrono::duration_cast<Millis>(deadline - Clock::now());
     Millis budget = std::max(Millis{100}, std::min(options.handshake_timeout, remaining));
     auto strand = asio::make_strand(runtime.impl().Next());
-    std::future<Status> fut =
-        asio::co_spawn(strand, [impl, budget] { return impl->Attempt(budget); }, asio::use_future);
+    std::future<Status> fut = asio::co_spawn(
+        strand, [impl, budget] { return impl->Attempt(budget); }, asio::use_future);
     Status st;
     try {
       st = fut.get();
@@ -645,8 +670,8 @@ void Client::CallAsync(proto::Body body, OutPayload payload,
   impl_->Call(std::move(body), std::move(payload), std::move(reply_into), timeout, std::move(done));
 }
 
-Result<Reply> Client::CallSync(proto::Body body, OutPayload payload, std::vector<std::span<std::byte>> reply_into,
-                               Millis timeout) {
+Result<Reply> Client::CallSync(proto::Body body, OutPayload payload,
+                               std::vector<std::span<std::byte>> reply_into, Millis timeout) {
   // std::promise::set_value costs a futex system call (call_once) on top of the wake-up.
   struct Waiter {
     std::atomic<uint32_t> done{0};
@@ -671,13 +696,15 @@ Result<Reply> Client::CallSync(proto::Body body, OutPayload payload, std::vector
   };
   if (impl_->options.caller_reads && !impl_->runtime.impl().RunningInThisThread()) {
     impl_->conn->WaitForRoom();
-    if (impl_->TakeReads()) return impl_->CallReading(std::move(body), std::move(payload), reply_into, timeout);
+    if (impl_->TakeReads())
+      return impl_->CallReading(std::move(body), std::move(payload), reply_into, timeout);
   }
-  auto w = std::make_shared<Waiter>();  // the callback may still run its notify after we return
+  auto w = std::make_shared<Waiter>();      // the callback may still run its notify after we return
   auto guard = std::make_shared<Guard>(w);  // std::function needs a copyable callable
-  impl_->Call(std::move(body), std::move(payload), std::move(reply_into), timeout, [guard](Result<Reply> r) {
-    if (auto w = std::move(guard->w)) w->Finish(std::move(r));
-  });
+  impl_->Call(std::move(body), std::move(payload), std::move(reply_into), timeout,
+              [guard](Result<Reply> r) {
+                if (auto w = std::move(guard->w)) w->Finish(std::move(r));
+              });
   while (w->done.load(std::memory_order_acquire) == 0) w->done.wait(0, std::memory_order_acquire);
   return std::move(*w->result);
 }
@@ -687,7 +714,8 @@ uint64_t Client::sweeps_for_testing() const { return impl_->sweeps.load(); }
 uint64_t Client::caller_reads_for_testing() const { return impl_->caller_read_calls.load(); }
 
 std::future<Result<Reply>> Client::Call(proto::Body body, OutPayload payload,
-                                        std::vector<std::span<std::byte>> reply_into, Millis timeout) {
+                                        std::vector<std::span<std::byte>> reply_into,
+                                        Millis timeout) {
   auto promise = std::make_shared<std::promise<Result<Reply>>>();
   auto fut = promise->get_future();
   CallAsync(std::move(body), std::move(payload), std::move(reply_into), timeout,

@@ -1,14 +1,14 @@
 #include "libps/net/conn.h"
 
+#include <algorithm>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/redirect_error.hpp>
-#include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/ssl/error.hpp>
+#include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
-#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -27,7 +27,8 @@ namespace ps::net {
 using asio::use_awaitable;
 
 proto::Envelope ErrorEnvelope(uint64_t request_id, const Status& st) {
-  return proto::Envelope{request_id, true, 0, proto::Error{static_cast<int32_t>(st.code()), st.message()}};
+  return proto::Envelope{request_id, true, 0,
+                         proto::Error{static_cast<int32_t>(st.code()), st.message()}};
 }
 
 Status StatusFromError(const proto::Error& e) {
@@ -47,14 +48,14 @@ struct TransferAllLarge {
 
 void RaiseMax(std::atomic<uint64_t>& max, uint64_t value) {
   uint64_t m = max.load(std::memory_order_relaxed);
-  while (value > m && !max.compare_exchange_weak(m, value, std::memory_order_relaxed)) {
-  }
+  while (value > m && !max.compare_exchange_weak(m, value, std::memory_order_relaxed)) {}
 }
 
 // A hint for a peer that fails the very first header: it may speak TLS when we do not.
 std::string FirstHeaderHint(const std::array<uint8_t, kFrameHeaderBytes>& hb, bool tls) {
   if (tls) return "";
-  if (hb[0] == 0x16 && hb[1] == 0x03) return " (the peer speaks TLS; this task runs without --tls-cert)";
+  if (hb[0] == 0x16 && hb[1] == 0x03)
+    return " (the peer speaks TLS; this task runs without --tls-cert)";
   if (hb[0] == 0x15 && hb[1] == 0x03) return " (a TLS alert; the peer requires TLS)";
   return "";
 }
@@ -73,7 +74,8 @@ Conn::Conn(tcp::socket socket, ConnOptions options)
     host_ = ep.address().to_string();
     address_ = host_ + ":" + std::to_string(ep.port());
   }
-  if (options_.tls) tls_ = std::make_unique<asio::ssl::stream<tcp::socket&>>(socket_, options_.tls->impl().ctx);
+  if (options_.tls)
+    tls_ = std::make_unique<asio::ssl::stream<tcp::socket&>>(socket_, options_.tls->impl().ctx);
   const auto ex = socket_.get_executor();  // target() points into this copy
   if (const auto* s = ex.target<asio::strand<asio::io_context::executor_type>>()) strand_ = *s;
 }
@@ -93,20 +95,24 @@ void Conn::Authenticated() {
     socket_.non_blocking(true, ec);
     direct_writes_ = !ec;
     direct_any_thread_ = direct_writes_ && options_.max_in_flight == 0 && !options_.budget;
-    if (direct_any_thread_ && options_.caller_reads) read_fd_ = ::fcntl(socket_.native_handle(), F_DUPFD_CLOEXEC, 0);
+    if (direct_any_thread_ && options_.caller_reads)
+      read_fd_ = ::fcntl(socket_.native_handle(), F_DUPFD_CLOEXEC, 0);
   }
 }
 
 awaitable<Status> Conn::SecureHandshake(bool as_server) {
   if (!tls_) co_return Status::Ok();
   error_code ec;
-  co_await tls_->async_handshake(as_server ? asio::ssl::stream_base::server : asio::ssl::stream_base::client,
-                                 asio::redirect_error(use_awaitable, ec));
+  co_await tls_->async_handshake(
+      as_server ? asio::ssl::stream_base::server : asio::ssl::stream_base::client,
+      asio::redirect_error(use_awaitable, ec));
   if (!ec) co_return Status::Ok();
   if (ec.category() != asio::error::get_ssl_category()) {
     if (closed_) co_return Unavailable("TLS handshake timed out");
-    if (ec == asio::error::eof || ec == asio::ssl::error::stream_truncated || ec == asio::error::connection_reset) {
-      co_return Unavailable("the peer closed the connection in the TLS handshake (does it use TLS?)");
+    if (ec == asio::error::eof || ec == asio::ssl::error::stream_truncated ||
+        ec == asio::error::connection_reset) {
+      co_return Unavailable(
+          "the peer closed the connection in the TLS handshake (does it use TLS?)");
     }
     co_return Unavailable("TLS handshake: " + ec.message());
   }
@@ -126,16 +132,21 @@ awaitable<void> Conn::ReadAll(const Buffers& buffers) {
 }
 
 awaitable<size_t> Conn::ReadAtLeast(asio::mutable_buffer into, size_t at_least) {
-  if (tls_) co_return co_await asio::async_read(*tls_, into, asio::transfer_at_least(at_least), use_awaitable);
-  co_return co_await asio::async_read(socket_, into, asio::transfer_at_least(at_least), use_awaitable);
+  if (tls_)
+    co_return co_await asio::async_read(*tls_, into, asio::transfer_at_least(at_least),
+                                        use_awaitable);
+  co_return co_await asio::async_read(socket_, into, asio::transfer_at_least(at_least),
+                                      use_awaitable);
 }
 
 template <typename Buffers>
 awaitable<void> Conn::WriteAll(const Buffers& buffers, error_code& ec) {
   if (tls_) {
-    co_await asio::async_write(*tls_, buffers, TransferAllLarge(), asio::redirect_error(use_awaitable, ec));
+    co_await asio::async_write(*tls_, buffers, TransferAllLarge(),
+                               asio::redirect_error(use_awaitable, ec));
   } else {
-    co_await asio::async_write(socket_, buffers, TransferAllLarge(), asio::redirect_error(use_awaitable, ec));
+    co_await asio::async_write(socket_, buffers, TransferAllLarge(),
+                               asio::redirect_error(use_awaitable, ec));
   }
 }
 
@@ -174,7 +185,8 @@ awaitable<void> Conn::ReadSpanWatched(std::span<std::byte> dst, PayloadWatcher& 
   TakeReadAhead(dst);
   for (;;) {
     if (!dst.empty()) {
-      dst = dst.subspan(co_await ReadAtLeast(asio::buffer(dst.data(), dst.size()), std::min(dst.size(), kWatchStepBytes)));
+      dst = dst.subspan(co_await ReadAtLeast(asio::buffer(dst.data(), dst.size()),
+                                             std::min(dst.size(), kWatchStepBytes)));
     }
     watcher.Arrived(all.first(all.size() - dst.size()));
     if (dst.empty()) co_return;
@@ -185,7 +197,8 @@ Result<FrameHeader> Conn::CheckHeader(const std::array<uint8_t, kFrameHeaderByte
   auto header = DecodeHeader(hb, limits_);
   if (!header.ok()) {
     if (authenticated_) return header.status();
-    return Status(header.status().code(), header.status().message() + FirstHeaderHint(hb, tls_ != nullptr));
+    return Status(header.status().code(),
+                  header.status().message() + FirstHeaderHint(hb, tls_ != nullptr));
   }
   if (ConnCounters* counters = options_.counters.get()) {
     counters->inbound_buffer_bytes.fetch_add(header->envelope_bytes, std::memory_order_relaxed);
@@ -193,7 +206,8 @@ Result<FrameHeader> Conn::CheckHeader(const std::array<uint8_t, kFrameHeaderByte
   return header;
 }
 
-bool Conn::DecodeEnvelope(const FrameHeader& header, const std::vector<uint8_t>& env_bytes, InFrame& frame) {
+bool Conn::DecodeEnvelope(const FrameHeader& header, const std::vector<uint8_t>& env_bytes,
+                          InFrame& frame) {
   frame.wire_bytes = kFrameHeaderBytes + uint64_t{header.envelope_bytes} + header.payload_bytes;
   uint64_t request_id = 0;
   auto env = proto::Decode(env_bytes, {}, &request_id);
@@ -206,7 +220,8 @@ bool Conn::DecodeEnvelope(const FrameHeader& header, const std::vector<uint8_t>&
   return true;
 }
 
-std::optional<std::vector<std::span<std::byte>>> Conn::SinkSpans(const PayloadSink& sink, InFrame& frame,
+std::optional<std::vector<std::span<std::byte>>> Conn::SinkSpans(const PayloadSink& sink,
+                                                                 InFrame& frame,
                                                                  uint64_t payload_bytes) {
   std::optional<std::vector<std::span<std::byte>>> into;
   if (sink) into = sink(frame.env, payload_bytes);
@@ -214,7 +229,8 @@ std::optional<std::vector<std::span<std::byte>>> Conn::SinkSpans(const PayloadSi
   return into;
 }
 
-void Conn::AllocatePayload(InFrame& frame, uint64_t payload_bytes, std::unique_ptr<BufferLease> lease) {
+void Conn::AllocatePayload(InFrame& frame, uint64_t payload_bytes,
+                           std::unique_ptr<BufferLease> lease) {
   if (ConnCounters* counters = options_.counters.get()) {
     counters->inbound_buffer_bytes.fetch_add(payload_bytes, std::memory_order_relaxed);
   }
@@ -263,7 +279,8 @@ awaitable<Result<InFrame>> Conn::ReadFrame(const PayloadSink& sink, const Payloa
   co_return frame;
 }
 
-Status Conn::ReadSpanBlocking(std::span<std::byte> dst, const BlockingDeadlines& deadlines, bool& started) {
+Status Conn::ReadSpanBlocking(std::span<std::byte> dst, const BlockingDeadlines& deadlines,
+                              bool& started) {
   // Right after a request its reply is not there yet, and a recv would only say so: the
   // frame's first byte is polled for first. Within a frame the socket is read at once,
   // and polled only when it has nothing.
@@ -275,13 +292,15 @@ Status Conn::ReadSpanBlocking(std::span<std::byte> dst, const BlockingDeadlines&
       const Clock::time_point until = started ? deadlines.frame : deadlines.start;
       int ms = -1;  // no deadline
       if (until != Clock::time_point::max()) {
-        const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now()).count();
+        const auto left =
+            std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now()).count();
         ms = static_cast<int>(std::clamp<int64_t>(left, 0, 1 << 30));
       }
       pollfd pfd{read_fd_, POLLIN, 0};
       const int ready = ::poll(&pfd, 1, ms);
       if (ready < 0 && errno != EINTR) {
-        return Unavailable("connection lost: " + error_code(errno, boost::system::system_category()).message());
+        return Unavailable("connection lost: " +
+                           error_code(errno, boost::system::system_category()).message());
       }
       if (ready == 0) return DeadlineExceeded("the deadline passed in the middle of a frame");
       if (ready < 0) continue;  // EINTR
@@ -297,7 +316,8 @@ Status Conn::ReadSpanBlocking(std::span<std::byte> dst, const BlockingDeadlines&
         wait = true;
         continue;
       }
-      return Unavailable("connection lost: " + error_code(errno, boost::system::system_category()).message());
+      return Unavailable("connection lost: " +
+                         error_code(errno, boost::system::system_category()).message());
     }
     wait = false;
     if (direct) {
@@ -310,8 +330,10 @@ Status Conn::ReadSpanBlocking(std::span<std::byte> dst, const BlockingDeadlines&
   }
 }
 
-Result<std::optional<InFrame>> Conn::ReadFrameBlocking(const PayloadSink& sink, const BlockingDeadlines& deadline) {
-  if (read_fd_ < 0 || options_.budget) return Internal("a blocking read needs plain TCP after the handshake, no budget");
+Result<std::optional<InFrame>> Conn::ReadFrameBlocking(const PayloadSink& sink,
+                                                       const BlockingDeadlines& deadline) {
+  if (read_fd_ < 0 || options_.budget)
+    return Internal("a blocking read needs plain TCP after the handshake, no budget");
   bool started = false;
   std::array<uint8_t, kFrameHeaderBytes> hb;
   Status st = ReadSpanBlocking(std::as_writable_bytes(std::span(hb)), deadline, started);
@@ -384,7 +406,8 @@ awaitable<void> Conn::Reserve(uint64_t bytes) {
 
 bool Conn::ReadBlocked() const {
   return (options_.max_in_flight > 0 && in_flight_ >= options_.max_in_flight) ||
-         (options_.max_write_queue_bytes > 0 && queued_bytes_.load() >= options_.max_write_queue_bytes);
+         (options_.max_write_queue_bytes > 0 &&
+          queued_bytes_.load() >= options_.max_write_queue_bytes);
 }
 
 awaitable<void> Conn::WaitReadable() {
@@ -422,7 +445,8 @@ void Conn::Queued(uint64_t bytes) {
   }
 }
 
-void Conn::Send(const proto::Envelope& env, OutPayload payload, bool close_after, bool ends_request) {
+void Conn::Send(const proto::Envelope& env, OutPayload payload, bool close_after,
+                bool ends_request) {
   Out out = Frame(env, payload.size());
   out.payload = std::move(payload);
   out.close_after = close_after;
@@ -431,7 +455,8 @@ void Conn::Send(const proto::Envelope& env, OutPayload payload, bool close_after
   std::unique_lock lock(write_mu_);
   if (!ends_request && !close_after && direct_any_thread_.load(std::memory_order_acquire)) {
     // A client's call: written from the calling thread when nothing is ahead of it.
-    if (!closed_ && !writing_ && queue_.empty() && posted_ == 0 && !out.env.empty() && !out.payload.progress) {
+    if (!closed_ && !writing_ && queue_.empty() && posted_ == 0 && !out.env.empty() &&
+        !out.payload.progress) {
       const bool ok = TryWrite(out);
       if (ok && out.sent == out.bytes) {
         lock.unlock();
@@ -501,7 +526,8 @@ void Conn::Enqueue(Out out, bool ends_request, bool posted) {
       lock.unlock();
       return Dequeued(out.bytes);
     }
-    if (direct_writes_ && !writing_ && queue_.empty() && !out.env.empty() && !out.payload.progress) {
+    if (direct_writes_ && !writing_ && queue_.empty() && !out.env.empty() &&
+        !out.payload.progress) {
       // Nothing ahead of it: write what the socket takes now, without waking the writer.
       if (!TryWrite(out)) {
         lock.unlock();
@@ -679,7 +705,8 @@ void Conn::WaitForRoom() {
 }
 
 void Conn::StartWriter() {
-  asio::co_spawn(executor(), [self = shared_from_this()] { return self->WriteLoop(); }, asio::detached);
+  asio::co_spawn(
+      executor(), [self = shared_from_this()] { return self->WriteLoop(); }, asio::detached);
 }
 
 awaitable<void> Conn::WriteLoop() {
@@ -698,8 +725,8 @@ awaitable<void> Conn::WriteLoop() {
       } else {
         // Taken off the queue while being written: CloseOnStrand counts only what is queued.
         // A payload still being filled ends the batch: what follows it waits for it.
-        while (!queue_.empty() && batch.size() < kMaxBatch && !queue_.front().env.empty() && !close &&
-               (batch.empty() || !batch.back().payload.progress)) {
+        while (!queue_.empty() && batch.size() < kMaxBatch && !queue_.front().env.empty() &&
+               !close && (batch.empty() || !batch.back().payload.progress)) {
           close = queue_.front().close_after;
           batch.push_back(std::move(queue_.front()));
           queue_.pop_front();

@@ -56,7 +56,9 @@ struct Runtime::Impl {
   std::vector<std::thread> threads;
   std::atomic<size_t> next{0};
   // The io_context for the next connection (or acceptor, resolver).
-  asio::io_context& Next() { return *ios[next.fetch_add(1, std::memory_order_relaxed) % ios.size()]; }
+  asio::io_context& Next() {
+    return *ios[next.fetch_add(1, std::memory_order_relaxed) % ios.size()];
+  }
   bool RunningInThisThread() const {
     for (const auto& io : ios) {
       if (io->get_executor().running_in_this_thread()) return true;
@@ -81,7 +83,7 @@ struct InFrame {
   proto::Envelope env;
   Buffer payload;
   bool in_place = false;
-  uint64_t wire_bytes = 0;  // header + envelope + payload as read
+  uint64_t wire_bytes = 0;                  // header + envelope + payload as read
   std::shared_ptr<PayloadWatcher> watcher;  // what the PayloadWatch chose (null: none)
 };
 
@@ -93,11 +95,12 @@ const T* BodyAs(const InFrame& f) {
 // Chooses where a frame's payload goes: a list of spans whose sizes sum to the payload
 // length, or nullopt for a fresh Buffer. Runs on the thread that reads the frame: the
 // connection's strand, or a client's caller that reads its own reply.
-using PayloadSink =
-    std::function<std::optional<std::vector<std::span<std::byte>>>(const proto::Envelope&, uint64_t)>;
+using PayloadSink = std::function<std::optional<std::vector<std::span<std::byte>>>(
+    const proto::Envelope&, uint64_t)>;
 // Chooses whether a payload read into a fresh Buffer is watched as it arrives (a server's
 // ServerOptions::watch_payload): null, or the watcher to tell. Runs on the strand.
-using PayloadWatch = std::function<std::shared_ptr<PayloadWatcher>(const proto::Envelope&, uint64_t)>;
+using PayloadWatch =
+    std::function<std::shared_ptr<PayloadWatcher>(const proto::Envelope&, uint64_t)>;
 
 // Figures a server shares with its connections (relaxed atomics; Server::Stats).
 struct ConnCounters {
@@ -164,7 +167,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
   // Reads one frame. Returns a non-OK Result when the stream cannot continue (bad
   // header); throws boost::system::system_error on socket errors and when the
   // connection closes while the frame waits for payload budget.
-  awaitable<Result<InFrame>> ReadFrame(const PayloadSink& sink, const PayloadWatch& watch = nullptr);
+  awaitable<Result<InFrame>> ReadFrame(const PayloadSink& sink,
+                                       const PayloadWatch& watch = nullptr);
   // The same on the calling thread, blocking (poll, then a non-blocking recv) on
   // blocking_fd(): for a client's caller that owns the reads (Client::Impl::read_owner;
   // the caller keeps a reference to this Conn). Returns nullopt when `deadline.start`
@@ -172,7 +176,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
   // DeadlineExceeded when `deadline.frame` passes in the middle of a frame, Unavailable ("connection
   // lost: ...") on a socket error or EOF, and ReadFrame's status for a bad header (the
   // stream cannot continue after any of these). Not with a payload budget (servers).
-  Result<std::optional<InFrame>> ReadFrameBlocking(const PayloadSink& sink, const BlockingDeadlines& deadline);
+  Result<std::optional<InFrame>> ReadFrameBlocking(const PayloadSink& sink,
+                                                   const BlockingDeadlines& deadline);
   // A dup() of the socket (close-on-exec) that Authenticated() makes for a client with
   // options.caller_reads over plain TCP (-1 otherwise), closed
   // only by the destructor: a thread reading it never sees its number reused, while
@@ -189,7 +194,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
   awaitable<void> WriteNow(const proto::Envelope& env);
   // Queues a frame. Thread-safe. The envelope is encoded on the calling thread. On the
   // connection's strand the frame is queued (or written) at once, else posted there.
-  void Send(const proto::Envelope& env, OutPayload payload, bool close_after = false, bool ends_request = false);
+  void Send(const proto::Envelope& env, OutPayload payload, bool close_after = false,
+            bool ends_request = false);
   // A frame for DirectReply (Responder::BeginDirect): the reply to `request_id`, header
   // and envelope encoded now, its payload of `payload_bytes` written as it is assembled.
   // Only on the strand, over plain TCP after the handshake, with nothing queued or being
@@ -252,7 +258,8 @@ class Conn : public std::enable_shared_from_this<Conn> {
   awaitable<void> ReadSpanWatched(std::span<std::byte> dst, PayloadWatcher& watcher);
   // ReadSpan on the calling thread (ReadFrameBlocking). `started`: set once a byte of
   // the frame is consumed. DeadlineExceeded once the deadline for where it is passes.
-  Status ReadSpanBlocking(std::span<std::byte> dst, const BlockingDeadlines& deadlines, bool& started);
+  Status ReadSpanBlocking(std::span<std::byte> dst, const BlockingDeadlines& deadlines,
+                          bool& started);
   // Moves what the read-ahead buffer holds of `dst` into it and drops that part of `dst`.
   size_t TakeReadAhead(std::span<std::byte>& dst);
   // The steps ReadFrame and ReadFrameBlocking share; only moving the bytes differs.
@@ -260,11 +267,13 @@ class Conn : public std::enable_shared_from_this<Conn> {
   Result<FrameHeader> CheckHeader(const std::array<uint8_t, kFrameHeaderBytes>& hb);
   // The envelope's bytes into `frame`; false when they do not decode (frame.status says
   // why, with the request id if it could be read): the payload is then to be discarded.
-  bool DecodeEnvelope(const FrameHeader& header, const std::vector<uint8_t>& env_bytes, InFrame& frame);
+  bool DecodeEnvelope(const FrameHeader& header, const std::vector<uint8_t>& env_bytes,
+                      InFrame& frame);
   // Where the payload goes when the sink takes it (frame.in_place); nullopt: a fresh
   // buffer (AllocatePayload).
-  static std::optional<std::vector<std::span<std::byte>>> SinkSpans(const PayloadSink& sink, InFrame& frame,
-                                                                     uint64_t payload_bytes);
+  static std::optional<std::vector<std::span<std::byte>>> SinkSpans(const PayloadSink& sink,
+                                                                    InFrame& frame,
+                                                                    uint64_t payload_bytes);
   void AllocatePayload(InFrame& frame, uint64_t payload_bytes, std::unique_ptr<BufferLease> lease);
   // Whole reads and writes through TLS when it is on, else on the socket.
   template <typename Buffers>
@@ -278,7 +287,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
   awaitable<void> WaitGate();
   awaitable<void> WriteLoop();
   bool ReadBlocked() const;
-  void Dequeued(uint64_t bytes);  // strand only
+  void Dequeued(uint64_t bytes);       // strand only
   void DequeuedBytes(uint64_t bytes);  // the counters only: any thread
 
   tcp::socket socket_;
@@ -287,31 +296,31 @@ class Conn : public std::enable_shared_from_this<Conn> {
   std::unique_ptr<asio::ssl::stream<tcp::socket&>> tls_;  // null: plain TCP
   Limits limits_ = kHandshakeLimits;
   bool authenticated_ = false;  // strand only
-  asio::steady_timer wake_;  // the writer waits on it for frames
-  asio::steady_timer gate_;  // the reader waits on it for room, in-flight slots or budget
+  asio::steady_timer wake_;     // the writer waits on it for frames
+  asio::steady_timer gate_;     // the reader waits on it for room, in-flight slots or budget
   std::string address_ = "?";
   std::string host_ = "?";
   // Guards queue_ and writing_, and the socket against being closed during a direct
   // write from another thread. Held for a non-blocking send at most, never across an
   // asynchronous operation.
   std::mutex write_mu_;
-  std::deque<Out> queue_;          // guarded by write_mu_
-  bool writing_ = false;           // guarded by write_mu_: the writer is writing frames
+  std::deque<Out> queue_;  // guarded by write_mu_
+  bool writing_ = false;   // guarded by write_mu_: the writer is writing frames
   // Guarded by write_mu_: frames Send posted to the strand that Enqueue has not taken
   // yet. While there are any, no frame is written directly from another thread: it would
   // overtake them (one thread's frames reach the wire in the order it sent them).
   uint64_t posted_ = 0;
-  bool direct_writes_ = false;     // strand only: plain TCP, authenticated (socket non-blocking)
+  bool direct_writes_ = false;  // strand only: plain TCP, authenticated (socket non-blocking)
   std::atomic<bool> direct_any_thread_{false};  // direct writes off the strand too (set once)
   // Read-ahead (allocated by Authenticated): bytes [read_pos_, read_end_) are unread.
   std::unique_ptr<std::byte[]> read_buf_;
   // Strand only, or the caller that owns a client's reads (the owner changes under the
   // client's mutex, which orders these).
   size_t read_pos_ = 0, read_end_ = 0;
-  int read_fd_ = -1;  // blocking_fd()
-  bool reader_waiting_ = false;    // strand only
-  int in_flight_ = 0;              // strand only
-  std::atomic<bool> closed_{false};  // written on the strand
+  int read_fd_ = -1;                       // blocking_fd()
+  bool reader_waiting_ = false;            // strand only
+  int in_flight_ = 0;                      // strand only
+  std::atomic<bool> closed_{false};        // written on the strand
   std::atomic<uint64_t> queued_bytes_{0};  // Send adds, the writer subtracts once written
   std::atomic<uint64_t> peak_queued_bytes_{0};
 };

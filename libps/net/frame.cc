@@ -41,7 +41,8 @@ Result<FrameHeader> DecodeHeader(const std::array<uint8_t, kFrameHeaderBytes>& b
   if (h.envelope_bytes == 0) return ProtocolError("frame: empty envelope");
   if (h.envelope_bytes > limits.max_envelope_bytes)
     return ProtocolError("frame: envelope of " + std::to_string(h.envelope_bytes) +
-                         " bytes exceeds the limit of " + std::to_string(limits.max_envelope_bytes));
+                         " bytes exceeds the limit of " +
+                         std::to_string(limits.max_envelope_bytes));
   if (h.payload_bytes > limits.max_payload_bytes)
     return ProtocolError("frame: payload of " + std::to_string(h.payload_bytes) +
                          " bytes exceeds the limit of " + std::to_string(limits.max_payload_bytes));

@@ -37,7 +37,8 @@ Responder::~Responder() {
 void Responder::Reply(proto::Body body, OutPayload payload) {
   if (!state_ || state_->done.exchange(true)) return;
   if (auto c = state_->conn.lock()) {
-    c->Send(proto::Envelope{state_->request_id, true, 0, std::move(body)}, std::move(payload), false,
+    c->Send(proto::Envelope{state_->request_id, true, 0, std::move(body)}, std::move(payload),
+            false,
             /*ends_request=*/true);
   }
 }
@@ -54,14 +55,18 @@ std::optional<DirectReply> Responder::BeginDirect(const proto::Body& body, uint6
 
 void Responder::Fail(const Status& status) {
   if (!state_ || state_->done.exchange(true)) return;
-  if (auto c = state_->conn.lock()) c->Send(ErrorEnvelope(state_->request_id, status), {}, false, /*ends_request=*/true);
+  if (auto c = state_->conn.lock())
+    c->Send(ErrorEnvelope(state_->request_id, status), {}, false, /*ends_request=*/true);
 }
 
 // ---------------------------------------------------------------- Server
 
 struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   Impl(Runtime& rt, ServerOptions o, RequestHandler h)
-      : options(std::move(o)), handler(std::move(h)), runtime(rt.impl()), acceptor(asio::make_strand(runtime.Next())),
+      : options(std::move(o)),
+        handler(std::move(h)),
+        runtime(rt.impl()),
+        acceptor(asio::make_strand(runtime.Next())),
         pool(static_cast<size_t>(std::max(1, options.handler_threads))),
         budget(std::make_shared<PayloadBudget>(options.payload_budget_bytes)) {}
 
@@ -80,10 +85,12 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   std::condition_variable all_gone;        // signalled when live drops to 0
   uint16_t port = 0;
   // Server::Stats counters not kept by the connections.
-  std::atomic<uint64_t> requests{0}, inline_requests{0}, queued{0}, max_queued{0}, bytes_received{0}, refused{0};
+  std::atomic<uint64_t> requests{0}, inline_requests{0}, queued{0}, max_queued{0},
+      bytes_received{0}, refused{0};
   std::atomic<int> goodbyes{0};  // refused connections still being told why
   // steady_clock ticks of the last frame from a chief (Start's time until one arrives).
-  std::atomic<int64_t> last_chief_frame{std::chrono::steady_clock::now().time_since_epoch().count()};
+  std::atomic<int64_t> last_chief_frame{
+      std::chrono::steady_clock::now().time_since_epoch().count()};
 
   // A warning about a peer that has not passed the handshake, at most one per address
   // per 10 s.
@@ -91,13 +98,15 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     uint64_t suppressed = 0;
     if (!strangers.Allow(host, Clock::now(), &suppressed)) return;
     PS_LOG(Warning) << text
-                    << (suppressed > 0 ? " (" + std::to_string(suppressed) + " similar from " + host + " not logged)"
+                    << (suppressed > 0 ? " (" + std::to_string(suppressed) + " similar from " +
+                                             host + " not logged)"
                                        : std::string());
   }
 
   ConnOptions ForConn() const {
-    return ConnOptions{options.limits, options.max_write_queue_bytes, options.max_in_flight, budget, counters,
-                       options.tls};
+    return ConnOptions{
+        options.limits, options.max_write_queue_bytes, options.max_in_flight, budget, counters,
+        options.tls};
   }
 
   awaitable<void> AcceptLoop() {
@@ -107,8 +116,8 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
       error_code ec;
       // A strand of an io_context itself (Conn::OnStrand recognises it), the I/O threads
       // taking connections in turn.
-      tcp::socket socket =
-          co_await acceptor.async_accept(asio::make_strand(runtime.Next()), asio::redirect_error(use_awaitable, ec));
+      tcp::socket socket = co_await acceptor.async_accept(asio::make_strand(runtime.Next()),
+                                                          asio::redirect_error(use_awaitable, ec));
       if (ec) {
         if (ec == asio::error::operation_aborted || !acceptor.is_open()) co_return;
         LogStranger("", "accept failed: " + ec.message());
@@ -129,7 +138,8 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
         }
       }
       if (conn) {
-        asio::co_spawn(conn->executor(), [self, conn] { return self->Serve(conn); }, asio::detached);
+        asio::co_spawn(
+            conn->executor(), [self, conn] { return self->Serve(conn); }, asio::detached);
         continue;
       }
       refused.fetch_add(1);
@@ -138,7 +148,8 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
       const std::string host = ignored ? "?" : ep.address().to_string();
       const Status why = Unavailable("too many connections (--max-connections " +
                                      std::to_string(options.max_connections) + ")");
-      LogStranger(host, "refused connection from " + host + ":" + std::to_string(ep.port()) + ": " + why.message());
+      LogStranger(host, "refused connection from " + host + ":" + std::to_string(ep.port()) + ": " +
+                            why.message());
       // A TLS peer could not read a plain goodbye: it is cut off like the excess ones.
       if (options.tls || goodbyes.fetch_add(1) >= kMaxGoodbyes) {
         if (!options.tls) goodbyes.fetch_sub(1);
@@ -146,7 +157,8 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
         continue;
       }
       auto s = std::make_shared<tcp::socket>(std::move(socket));
-      asio::co_spawn(s->get_executor(), [self, s, why] { return self->Goodbye(s, why); }, asio::detached);
+      asio::co_spawn(
+          s->get_executor(), [self, s, why] { return self->Goodbye(s, why); }, asio::detached);
     }
   }
 
@@ -167,7 +179,8 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     co_await asio::async_write(*s, bufs, asio::redirect_error(use_awaitable, ec));
     if (!ec) s->shutdown(tcp::socket::shutdown_send, ec);
     std::array<char, 4096> scratch;
-    while (!ec) co_await s->async_read_some(asio::buffer(scratch), asio::redirect_error(use_awaitable, ec));
+    while (!ec)
+      co_await s->async_read_some(asio::buffer(scratch), asio::redirect_error(use_awaitable, ec));
     deadline.cancel();
     s->close(ec);
     goodbyes.fetch_sub(1);
@@ -181,7 +194,8 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     if (!first->status.ok()) co_return first->status;
     const auto* hello = BodyAs<proto::Hello>(*first);
     if (hello == nullptr) {
-      Status st = ProtocolError("expected Hello, got " + std::string(proto::BodyName(first->env.body)));
+      Status st =
+          ProtocolError("expected Hello, got " + std::string(proto::BodyName(first->env.body)));
       proto::Envelope err = ErrorEnvelope(first->env.request_id, st);
       co_await c->WriteNow(err);
       co_return st;
@@ -199,7 +213,8 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     } else if (!(hello->role == proto::Role::kClient && hello->cluster_id == 0) &&
                hello->cluster_id != me.cluster_id) {
       char buf[96];
-      std::snprintf(buf, sizeof buf, "cluster id mismatch: %s is in cluster %016llx, this task in %016llx",
+      std::snprintf(buf, sizeof buf,
+                    "cluster id mismatch: %s is in cluster %016llx, this task in %016llx",
                     peer.Name().c_str(), static_cast<unsigned long long>(hello->cluster_id),
                     static_cast<unsigned long long>(me.cluster_id));
       refusal = PermissionDenied(std::string(buf) + " (different TF_CONFIG cluster)");
@@ -218,7 +233,8 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     reply.identity.nonce = RandomNonce();
     reply.secret_required = me.secret.has_value();
     if (me.secret) {
-      reply.proof = Proof(*me.secret, "pstrain-server", hello->nonce, reply.identity.nonce, hello->cluster_id);
+      reply.proof = Proof(*me.secret, "pstrain-server", hello->nonce, reply.identity.nonce,
+                          hello->cluster_id);
     }
     proto::Envelope reply_env{first->env.request_id, true, 0, reply};
     co_await c->WriteNow(reply_env);
@@ -232,9 +248,11 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     if (proof == nullptr) {
       refusal = ProtocolError("expected HelloProof");
     } else if (me.secret) {
-      auto want = Proof(*me.secret, "pstrain-client", hello->nonce, reply.identity.nonce, hello->cluster_id);
+      auto want = Proof(*me.secret, "pstrain-client", hello->nonce, reply.identity.nonce,
+                        hello->cluster_id);
       if (!ProofEquals(want, proof->proof)) {
-        refusal = PermissionDenied("cluster secret mismatch: " + peer.Name() + " did not prove the secret");
+        refusal = PermissionDenied("cluster secret mismatch: " + peer.Name() +
+                                   " did not prove the secret");
       }
     } else if (!proof->proof.empty()) {
       refusal = PermissionDenied(std::string("cluster secret mismatch: this ") +
@@ -273,8 +291,8 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
       peer = Unavailable(std::string("handshake: ") + e.what());
     }
     if (!peer.ok()) {
-      LogStranger(c->host(), "refused connection from " + c->address() + " in its handshake: " +
-                                 peer.status().message());
+      LogStranger(c->host(), "refused connection from " + c->address() +
+                                 " in its handshake: " + peer.status().message());
       c->CloseOnStrand();
       co_return;
     }
@@ -284,7 +302,8 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     int bad_frames = 0;
     PayloadWatch watch;
     if (options.watch_payload) {
-      watch = [this, &peer](const proto::Envelope& env, uint64_t payload_bytes) -> std::shared_ptr<PayloadWatcher> {
+      watch = [this, &peer](const proto::Envelope& env,
+                            uint64_t payload_bytes) -> std::shared_ptr<PayloadWatcher> {
         if (payload_bytes < options.watch_payload_min_bytes) return nullptr;
         return options.watch_payload(*peer, env, payload_bytes);
       };
@@ -300,7 +319,8 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
                                  std::memory_order_relaxed);
         }
         if (!frame.ok()) {
-          PS_LOG(Warning) << "closing connection of " << peer->Name() << ": " << frame.status().message();
+          PS_LOG(Warning) << "closing connection of " << peer->Name() << ": "
+                          << frame.status().message();
           c->Send(ErrorEnvelope(0, frame.status()), {}, /*close_after=*/true);
           co_return;
         }
@@ -319,7 +339,8 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
         auto state = std::make_shared<Responder::State>();
         state->conn = c;
         state->request_id = frame->env.request_id;
-        Request req{*peer, std::move(frame->env), std::move(frame->payload), std::move(frame->watcher)};
+        Request req{*peer, std::move(frame->env), std::move(frame->payload),
+                    std::move(frame->watcher)};
         c->BeginRequest();
         requests.fetch_add(1, std::memory_order_relaxed);
         if (std::shared_ptr<void> token = options.run_inline ? options.run_inline(req) : nullptr) {
@@ -330,8 +351,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
         }
         const uint64_t depth = queued.fetch_add(1) + 1;
         uint64_t max = max_queued.load();
-        while (depth > max && !max_queued.compare_exchange_weak(max, depth)) {
-        }
+        while (depth > max && !max_queued.compare_exchange_weak(max, depth)) {}
         asio::post(pool, [self, req = std::move(req), state]() mutable {
           self->queued.fetch_sub(1);
           self->handler(std::move(req), Responder(std::move(state)));
@@ -356,7 +376,8 @@ Result<std::unique_ptr<Server>> Server::Start(Runtime& runtime, ServerOptions op
   if (ec) {
     tcp::resolver resolver(runtime.impl().Next());
     auto results = resolver.resolve(impl->options.host, std::to_string(impl->options.port), ec);
-    if (ec || results.empty()) return InvalidArgument("listen address " + where + ": cannot resolve: " + ec.message());
+    if (ec || results.empty())
+      return InvalidArgument("listen address " + where + ": cannot resolve: " + ec.message());
     ep = results.begin()->endpoint();
   } else {
     ep = tcp::endpoint(addr, impl->options.port);
@@ -367,7 +388,8 @@ Result<std::unique_ptr<Server>> Server::Start(Runtime& runtime, ServerOptions op
   if (!ec) impl->acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) return Unavailable("cannot listen on " + where + ": " + ec.message());
   impl->port = impl->acceptor.local_endpoint().port();
-  asio::co_spawn(impl->acceptor.get_executor(), [impl] { return impl->AcceptLoop(); }, asio::detached);
+  asio::co_spawn(
+      impl->acceptor.get_executor(), [impl] { return impl->AcceptLoop(); }, asio::detached);
   return std::unique_ptr<Server>(new Server(std::move(impl)));
 }
 
@@ -385,8 +407,9 @@ Server::Stats Server::stats(bool reset_max) const {
   s.requests = impl_->requests.load();
   s.inline_requests = impl_->inline_requests.load();
   s.queue_depth = impl_->queued.load();
-  s.max_queue_depth = std::max(reset_max ? impl_->max_queued.exchange(s.queue_depth) : impl_->max_queued.load(),
-                               s.queue_depth);
+  s.max_queue_depth =
+      std::max(reset_max ? impl_->max_queued.exchange(s.queue_depth) : impl_->max_queued.load(),
+               s.queue_depth);
   s.bytes_received = impl_->bytes_received.load();
   const ConnCounters& c = *impl_->counters;
   s.bytes_sent = c.bytes_sent.load();
@@ -433,6 +456,5 @@ void Server::Close() {
     }
   }
 }
-
 
 }  // namespace ps::net

@@ -15,7 +15,8 @@ class TlsContext {
   // Loads this task's certificate (chain) and private key and the cluster CA, all PEM.
   // TLS 1.2 or newer; peers without a certificate signed by the CA are refused.
   // Errors name the file and OpenSSL's reason.
-  static Result<std::shared_ptr<TlsContext>> Load(const std::string& cert_file, const std::string& key_file,
+  static Result<std::shared_ptr<TlsContext>> Load(const std::string& cert_file,
+                                                  const std::string& key_file,
                                                   const std::string& ca_file);
   ~TlsContext();
   struct Impl;
@@ -28,7 +29,8 @@ class TlsContext {
 
 // All three of --tls-cert, --tls-key and --tls-ca, or none: nullptr when none is given.
 // Errors name the flag.
-Result<std::shared_ptr<TlsContext>> TlsFromFlags(const std::string& cert_file, const std::string& key_file,
+Result<std::shared_ptr<TlsContext>> TlsFromFlags(const std::string& cert_file,
+                                                 const std::string& key_file,
                                                  const std::string& ca_file);
 
 }  // namespace ps::net

@@ -32,7 +32,9 @@ class BufferPool {
 
   void Give(Buffer buffer) {
     buffer.DropLease();  // an idle buffer holds no budget
-    if (buffer.data() == nullptr || buffer.size() < kPooledMinBytes || buffer.size() > kPoolMaxBytes) return;
+    if (buffer.data() == nullptr || buffer.size() < kPooledMinBytes ||
+        buffer.size() > kPoolMaxBytes)
+      return;
     std::deque<Buffer> evicted;  // freed after unlocking
     std::lock_guard lock(mu_);
     while (idle_bytes_ + buffer.size() > kPoolMaxBytes) {

@@ -78,7 +78,7 @@ struct Identity {
 struct PeerInfo {
   proto::Role role = proto::Role::kUnknown;
   int32_t task_index = 0;
-  std::string address;  // "127.0.0.1:53122"
+  std::string address;       // "127.0.0.1:53122"
   std::string Name() const;  // "worker:1"
 };
 
@@ -182,7 +182,8 @@ struct ServerOptions {
   // request. If the connection breaks first, the watcher is dropped without the whole
   // payload (and the request never reaches a handler). Same rules as run_inline: quick,
   // never blocking. Unset or null: the payload is read whole first.
-  std::function<std::shared_ptr<PayloadWatcher>(const PeerInfo&, const proto::Envelope&, uint64_t payload_bytes)>
+  std::function<std::shared_ptr<PayloadWatcher>(const PeerInfo&, const proto::Envelope&,
+                                                uint64_t payload_bytes)>
       watch_payload;
   uint64_t watch_payload_min_bytes = uint64_t{1} << 20;
   Millis handshake_timeout{10000};
@@ -268,7 +269,7 @@ struct ClientOptions {
   Millis backoff_initial{20};
   Millis backoff_max{2000};
   Millis handshake_timeout{10000};
-  Millis call_timeout{120000};     // default deadline of a call
+  Millis call_timeout{120000};      // default deadline of a call
   Millis heartbeat_interval{1000};  // 0: no heartbeat
   Millis heartbeat_timeout{5000};   // silence longer than this breaks the connection
   uint64_t generation = 0;          // stamped on every request
@@ -289,7 +290,7 @@ struct ClientOptions {
 
 struct Reply {
   proto::Envelope envelope;
-  Buffer payload;         // empty when the payload went into the call's reply_into
+  Buffer payload;  // empty when the payload went into the call's reply_into
   bool payload_in_place = false;
 };
 
@@ -304,8 +305,8 @@ class Client {
   // given and its total size equals the reply payload, the payload is read straight
   // into it (the spans must stay valid until the future is ready). Thread-safe.
   std::future<Result<Reply>> Call(proto::Body body, OutPayload payload = {},
-                                   std::vector<std::span<std::byte>> reply_into = {},
-                                   Millis timeout = Millis{0});
+                                  std::vector<std::span<std::byte>> reply_into = {},
+                                  Millis timeout = Millis{0});
   // The same with a callback instead of a future: `done` runs exactly once, on an I/O
   // thread, and must not block.
   void CallAsync(proto::Body body, OutPayload payload, std::vector<std::span<std::byte>> reply_into,

@@ -14,9 +14,12 @@ Status EvalLog::Append(const Json& line) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return IoError(dir + ": " + ec.message());
-  PS_ASSIGN_OR_RETURN(AppendOnlyFile out, AppendOnlyFile::Open(model_dir_ + "/" + kEvalMetricsFile));
+  PS_ASSIGN_OR_RETURN(AppendOnlyFile out,
+                      AppendOnlyFile::Open(model_dir_ + "/" + kEvalMetricsFile));
   PS_RETURN_IF_ERROR(out.Append(line.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n"));
-  auto num = [&](const char* key) { return line.contains(key) && line[key].is_number() ? line[key].get<double>() : -1.0; };
+  auto num = [&](const char* key) {
+    return line.contains(key) && line[key].is_number() ? line[key].get<double>() : -1.0;
+  };
   AddScalars(line.at("step").get<int64_t>(), num("accuracy"), num("loss"), num("auc"),
              line.value("unix_time", WallTimeNow()));
   return Status::Ok();
@@ -26,8 +29,10 @@ void EvalLog::AddScalars(int64_t step, double accuracy, double loss, double auc,
   Status st;
   if (!events_) {
     auto w = EventWriter::Open(model_dir_ + "/eval");
-    if (w.ok()) events_.emplace(std::move(*w));
-    else st = w.status();
+    if (w.ok())
+      events_.emplace(std::move(*w));
+    else
+      st = w.status();
   }
   if (events_) st = AddEvalScalars(*events_, step, accuracy, loss, auc, wall_time);
   if (st.ok() && events_failing_) PS_LOG(Info) << "TensorBoard eval events: writing again";

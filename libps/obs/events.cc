@@ -36,7 +36,9 @@ void PutVarint(std::string* out, uint64_t v) {
   out->push_back(static_cast<char>(v));
 }
 
-void PutKey(std::string* out, uint32_t field, uint32_t wire_type) { PutVarint(out, (field << 3) | wire_type); }
+void PutKey(std::string* out, uint32_t field, uint32_t wire_type) {
+  PutVarint(out, (field << 3) | wire_type);
+}
 
 template <typename T>
 void PutFixed(std::string* out, T v) {
@@ -109,11 +111,16 @@ class Wire {
     uint32_t u32;
     std::string_view bytes;
     switch (wire_type) {
-      case kVarint: return ReadVarint(&u64);
-      case kFixed64: return ReadFixed(&u64);
-      case kLengthDelimited: return ReadBytes(&bytes);
-      case kFixed32: return ReadFixed(&u32);
-      default: return false;
+      case kVarint:
+        return ReadVarint(&u64);
+      case kFixed64:
+        return ReadFixed(&u64);
+      case kLengthDelimited:
+        return ReadBytes(&bytes);
+      case kFixed32:
+        return ReadFixed(&u32);
+      default:
+        return false;
     }
   }
   bool ReadKey(uint32_t* field, uint32_t* wire_type) {
@@ -150,7 +157,8 @@ std::string ForEachField(std::string_view data, std::string_view message, F on_f
     std::optional<std::string> err = on_field(field, type, &w);
     if (!err) {
       if (!w.Skip(type)) {
-        return std::string(message) + " field " + std::to_string(field) + ": truncated or bad wire type";
+        return std::string(message) + " field " + std::to_string(field) +
+               ": truncated or bad wire type";
       }
     } else if (!err->empty()) {
       return *err;
@@ -164,65 +172,74 @@ std::string DecodeValue(std::string_view data, DecodedEvent* event) {
   std::string tag;
   bool has_value = false;
   float value = 0;
-  std::string err = ForEachField(data, "Summary.Value",
-                                 [&](uint32_t field, uint32_t type, Wire* w) -> std::optional<std::string> {
-    if (field == 1 && type == kLengthDelimited) {
-      std::string_view t;
-      if (!w->ReadBytes(&t)) return "Summary.Value.tag: truncated";
-      tag = t;
-      return "";
-    }
-    if (field == 2 && type == kFixed32) {
-      if (!w->ReadFixed(&value)) return "Summary.Value.simple_value: truncated";
-      has_value = true;
-      return "";
-    }
-    if (field == 1 || field == 2) {
-      return "Summary.Value field " + std::to_string(field) + ": wrong wire type " + std::to_string(type);
-    }
-    return std::nullopt;
-  });
+  std::string err =
+      ForEachField(data, "Summary.Value",
+                   [&](uint32_t field, uint32_t type, Wire* w) -> std::optional<std::string> {
+                     if (field == 1 && type == kLengthDelimited) {
+                       std::string_view t;
+                       if (!w->ReadBytes(&t)) return "Summary.Value.tag: truncated";
+                       tag = t;
+                       return "";
+                     }
+                     if (field == 2 && type == kFixed32) {
+                       if (!w->ReadFixed(&value)) return "Summary.Value.simple_value: truncated";
+                       has_value = true;
+                       return "";
+                     }
+                     if (field == 1 || field == 2) {
+                       return "Summary.Value field " + std::to_string(field) +
+                              ": wrong wire type " + std::to_string(type);
+                     }
+                     return std::nullopt;
+                   });
   if (!err.empty()) return err;
   if (has_value) event->values.emplace_back(std::move(tag), value);
   return "";
 }
 
 std::string DecodeSummary(std::string_view data, DecodedEvent* event) {
-  return ForEachField(data, "Summary", [&](uint32_t field, uint32_t type, Wire* w) -> std::optional<std::string> {
-    if (field != 1) return std::nullopt;
-    if (type != kLengthDelimited) return "Summary.value: wrong wire type " + std::to_string(type);
-    std::string_view v;
-    if (!w->ReadBytes(&v)) return "Summary.value: truncated";
-    return DecodeValue(v, event);
-  });
+  return ForEachField(data, "Summary",
+                      [&](uint32_t field, uint32_t type, Wire* w) -> std::optional<std::string> {
+                        if (field != 1) return std::nullopt;
+                        if (type != kLengthDelimited)
+                          return "Summary.value: wrong wire type " + std::to_string(type);
+                        std::string_view v;
+                        if (!w->ReadBytes(&v)) return "Summary.value: truncated";
+                        return DecodeValue(v, event);
+                      });
 }
 
 std::string DecodeEvent(std::string_view data, DecodedEvent* event) {
-  return ForEachField(data, "Event", [&](uint32_t field, uint32_t type, Wire* w) -> std::optional<std::string> {
-    if (field == 1) {
-      if (type != kFixed64 || !w->ReadFixed(&event->wall_time)) return "Event.wall_time: bad or truncated";
-      return "";
-    }
-    if (field == 2) {
-      uint64_t v;
-      if (type != kVarint || !w->ReadVarint(&v)) return "Event.step: bad or truncated";
-      event->step = static_cast<int64_t>(v);
-      return "";
-    }
-    if (field == 3) {
-      std::string_view v;
-      if (type != kLengthDelimited || !w->ReadBytes(&v)) return "Event.file_version: bad or truncated";
-      event->has_file_version = true;
-      event->file_version = v;
-      return "";
-    }
-    if (field == 5) {
-      std::string_view v;
-      if (type != kLengthDelimited || !w->ReadBytes(&v)) return "Event.summary: bad or truncated";
-      return DecodeSummary(v, event);
-    }
-    return std::nullopt;
-  });
+  return ForEachField(data, "Event",
+                      [&](uint32_t field, uint32_t type, Wire* w) -> std::optional<std::string> {
+                        if (field == 1) {
+                          if (type != kFixed64 || !w->ReadFixed(&event->wall_time))
+                            return "Event.wall_time: bad or truncated";
+                          return "";
+                        }
+                        if (field == 2) {
+                          uint64_t v;
+                          if (type != kVarint || !w->ReadVarint(&v))
+                            return "Event.step: bad or truncated";
+                          event->step = static_cast<int64_t>(v);
+                          return "";
+                        }
+                        if (field == 3) {
+                          std::string_view v;
+                          if (type != kLengthDelimited || !w->ReadBytes(&v))
+                            return "Event.file_version: bad or truncated";
+                          event->has_file_version = true;
+                          event->file_version = v;
+                          return "";
+                        }
+                        if (field == 5) {
+                          std::string_view v;
+                          if (type != kLengthDelimited || !w->ReadBytes(&v))
+                            return "Event.summary: bad or truncated";
+                          return DecodeSummary(v, event);
+                        }
+                        return std::nullopt;
+                      });
 }
 
 uint32_t LoadU32(const char* p) {
@@ -238,8 +255,8 @@ double WallTimeNow() {
 }
 
 std::string EventFileName(double wall_time, std::string_view hostname) {
-  return "events.out.tfevents." + std::to_string(static_cast<int64_t>(std::floor(wall_time))) + "." +
-         std::string(hostname);
+  return "events.out.tfevents." + std::to_string(static_cast<int64_t>(std::floor(wall_time))) +
+         "." + std::string(hostname);
 }
 
 std::string EncodeFileVersionEvent(double wall_time, std::string_view file_version) {
@@ -281,18 +298,21 @@ Result<EventWriter> EventWriter::Open(const std::string& dir, double file_wall_t
   const std::string base = (fs::path(dir) / EventFileName(file_wall_time, Hostname())).string();
   EventWriter w;
   for (int attempt = 0; attempt < 1000; ++attempt) {
-    auto f = AppendOnlyFile::Open(attempt == 0 ? base : base + "." + std::to_string(attempt), /*create_new=*/true);
+    auto f = AppendOnlyFile::Open(attempt == 0 ? base : base + "." + std::to_string(attempt),
+                                  /*create_new=*/true);
     if (f.status().code() == Code::kAlreadyExists) continue;
     if (!f.ok()) return f.status();
     w.file_ = std::move(*f);
-    PS_RETURN_IF_ERROR(w.file_.Append(FrameRecord(EncodeFileVersionEvent(file_wall_time, kEventFileVersion))));
+    PS_RETURN_IF_ERROR(
+        w.file_.Append(FrameRecord(EncodeFileVersionEvent(file_wall_time, kEventFileVersion))));
     return w;
   }
   return IoError(base + ": too many event files with this name");
 }
 
 Status EventWriter::AddScalar(std::string_view tag, int64_t step, double value, double wall_time) {
-  return file_.Append(FrameRecord(EncodeScalarEvent(wall_time, step, tag, static_cast<float>(value))));
+  return file_.Append(
+      FrameRecord(EncodeScalarEvent(wall_time, step, tag, static_cast<float>(value))));
 }
 
 // ---- reading ---------------------------------------------------------------------------
@@ -307,8 +327,8 @@ Result<EventFileContents> ReadEventFile(const std::string& path) {
   size_t pos = 0;
   for (int record = 0; pos < bytes.size(); ++record) {
     auto fail = [&](const std::string& what) {
-      return DataLoss(path + ": record " + std::to_string(record) + " at offset " + std::to_string(pos) +
-                      ": " + what);
+      return DataLoss(path + ": record " + std::to_string(record) + " at offset " +
+                      std::to_string(pos) + ": " + what);
     };
     if (bytes.size() - pos < 12) return fail("truncated header");
     const char* p = bytes.data() + pos;
@@ -344,7 +364,8 @@ std::vector<std::string> ListEventFiles(const std::string& dir) {
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     std::string name = it->path().filename().string();
-    if (name.find("tfevents") != std::string::npos && it->is_regular_file(ec)) out.push_back(it->path().string());
+    if (name.find("tfevents") != std::string::npos && it->is_regular_file(ec))
+      out.push_back(it->path().string());
   }
   std::sort(out.begin(), out.end());
   return out;

@@ -21,8 +21,8 @@ std::string Rate(double bytes_per_s) {
 
 }  // namespace
 
-proto::PsLoad PsLoadOf(const std::string& task, const std::string& address, const proto::PsStatus& cur,
-                       const std::optional<proto::PsStatus>& prev) {
+proto::PsLoad PsLoadOf(const std::string& task, const std::string& address,
+                       const proto::PsStatus& cur, const std::optional<proto::PsStatus>& prev) {
   proto::PsStatus base;  // zeros: since the ps started
   const uint64_t rows = cur.rows_pulled + cur.rows_pushed;
   if (prev && prev->uptime_sec <= cur.uptime_sec && prev->requests <= cur.requests &&
@@ -54,7 +54,8 @@ proto::PsLoad PsLoadOf(const std::string& task, const std::string& address, cons
                        .rows = cur.rows.lazy_shards > 0 ? std::optional(cur.rows) : std::nullopt};
 }
 
-proto::PsLoad PsNoAnswer(const std::string& task, const std::string& address, const std::string& error) {
+proto::PsLoad PsNoAnswer(const std::string& task, const std::string& address,
+                         const std::string& error) {
   proto::PsLoad p;
   p.task = task;
   p.address = address;
@@ -63,8 +64,8 @@ proto::PsLoad PsNoAnswer(const std::string& task, const std::string& address, co
   return p;
 }
 
-proto::WorkerLoad WorkerLoadOf(const WorkerSnapshot& cur, const WorkerSnapshot* prev, double window_sec,
-                               int64_t batch_size) {
+proto::WorkerLoad WorkerLoadOf(const WorkerSnapshot& cur, const WorkerSnapshot* prev,
+                               double window_sec, int64_t batch_size) {
   WorkerSnapshot base;
   if (prev != nullptr && prev->steps_done <= cur.steps_done) base = *prev;
   const int64_t steps = cur.steps_done - base.steps_done;
@@ -113,12 +114,13 @@ std::vector<std::string> LoadHints(const std::vector<proto::WorkerLoad>& workers
         const double bytes_x = bytes_mean > 0 ? bytes / bytes_mean : 0;
         if (std::max(req_x, bytes_x) < kHintFactor) continue;
         std::string what = req_x >= bytes_x
-                               ? Fmt("%.1fx", req_x) + " the mean requests/s (" + Fmt("%.0f", req) + " vs " +
-                                     Fmt("%.0f", req_mean) + ")"
-                               : Fmt("%.1fx", bytes_x) + " the mean bytes/s (" + Rate(bytes) + " vs " +
-                                     Rate(bytes_mean) + ")";
-        hints.push_back("hint: " + p->task + " carries more load than the other ps tasks: " + what +
-                        "; a hot-spot variable? partition big variables or spread them over the ps tasks");
+                               ? Fmt("%.1fx", req_x) + " the mean requests/s (" + Fmt("%.0f", req) +
+                                     " vs " + Fmt("%.0f", req_mean) + ")"
+                               : Fmt("%.1fx", bytes_x) + " the mean bytes/s (" + Rate(bytes) +
+                                     " vs " + Rate(bytes_mean) + ")";
+        hints.push_back(
+            "hint: " + p->task + " carries more load than the other ps tasks: " + what +
+            "; a hot-spot variable? partition big variables or spread them over the ps tasks");
       }
     }
   }
@@ -161,9 +163,11 @@ std::vector<std::string> LoadHints(const std::vector<proto::WorkerLoad>& workers
                       " of their step time pulling and pushing while the ps queues stay near empty "
                       "(max depth <= 1): the network, not the ps, limits training");
     } else {
-      hints.push_back("hint: ps-bound: workers spend " + share + " of their step time pulling and pushing and " +
-                      deepest->task + " queued up to " + Fmt("%.0f", depth) +
-                      " requests: the ps tasks are the bottleneck (add ps tasks or partition the busiest variables)");
+      hints.push_back(
+          "hint: ps-bound: workers spend " + share +
+          " of their step time pulling and pushing and " + deepest->task + " queued up to " +
+          Fmt("%.0f", depth) +
+          " requests: the ps tasks are the bottleneck (add ps tasks or partition the busiest variables)");
     }
   }
   return hints;

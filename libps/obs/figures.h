@@ -45,19 +45,19 @@ struct WorkerSnapshot {
   std::string last_error;
 };
 
-
 // The "ps" entry: rates over cur.uptime_sec - prev.uptime_sec; over the whole uptime when
 // there is no prev, or prev is from before a restart of the ps (its uptime or a counter
 // went down). window_sec 0 gives rates of 0. `update` is cur's update figures.
-proto::PsLoad PsLoadOf(const std::string& task, const std::string& address, const proto::PsStatus& cur,
-                       const std::optional<proto::PsStatus>& prev);
-proto::PsLoad PsNoAnswer(const std::string& task, const std::string& address, const std::string& error);
+proto::PsLoad PsLoadOf(const std::string& task, const std::string& address,
+                       const proto::PsStatus& cur, const std::optional<proto::PsStatus>& prev);
+proto::PsLoad PsNoAnswer(const std::string& task, const std::string& address,
+                         const std::string& error);
 
 // The "workers" entry. `prev`: the same worker at the previous sample (nullptr: none, the
 // window is since training began); a steps_done lower than prev's counts as no prev.
 // `window_sec`: wall time since that sample.
-proto::WorkerLoad WorkerLoadOf(const WorkerSnapshot& cur, const WorkerSnapshot* prev, double window_sec,
-                               int64_t batch_size);
+proto::WorkerLoad WorkerLoadOf(const WorkerSnapshot& cur, const WorkerSnapshot* prev,
+                               double window_sec, int64_t batch_size);
 
 // The hint rules, over a status's (or a metrics line's) workers and ps:
 //  - hot ps: among >= 2 answering ps with a mean of >= kHintMinRequestsPerSec requests/s,

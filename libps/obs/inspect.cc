@@ -15,8 +15,8 @@
 #include "libps/cluster/shard_layout.h"
 #include "libps/core/json.h"
 #include "libps/core/text.h"
-#include "libps/obs/status.h"
 #include "libps/obs/metrics.h"
+#include "libps/obs/status.h"
 
 namespace ps::obs {
 
@@ -54,7 +54,6 @@ std::optional<Json> LastLoadLine(const std::string& model_dir) {
   return last;
 }
 
-
 }  // namespace
 
 Result<InspectReport> InspectModelDir(const std::string& model_dir, const InspectOptions& options) {
@@ -85,7 +84,8 @@ Result<InspectReport> InspectModelDir(const std::string& model_dir, const Inspec
   o << list.size() << (list.size() == 1 ? " committed checkpoint:\n" : " committed checkpoints:\n");
   // "deltas": the committed deltas restore would apply on top (ckpt-<step>/delta-<s>),
   // their count, newest step and size; a delta that breaks the chain is a warning.
-  std::vector<std::vector<std::string>> rows = {{"step", "time (UTC)", "size", "ps", "final", "deltas"}};
+  std::vector<std::vector<std::string>> rows = {
+      {"step", "time (UTC)", "size", "ps", "final", "deltas"}};
   for (const auto& c : list) {
     ckpt::CheckpointInfo chain = c;
     PS_RETURN_IF_ERROR(ckpt::LoadDeltaChain(&chain, ckpt::Verify::kFooters, &warnings));
@@ -93,11 +93,12 @@ Result<InspectReport> InspectModelDir(const std::string& model_dir, const Inspec
     if (!chain.deltas.empty()) {
       uint64_t bytes = 0;
       for (const auto& d : chain.deltas) bytes += TotalBytes(d.manifest);
-      deltas = std::to_string(chain.deltas.size()) + " to step " + std::to_string(chain.restored_step()) + ", " +
-               HumanBytes(bytes);
+      deltas = std::to_string(chain.deltas.size()) + " to step " +
+               std::to_string(chain.restored_step()) + ", " + HumanBytes(bytes);
     }
-    rows.push_back({std::to_string(c.global_step), UtcTime(c.manifest.unix_time), HumanBytes(TotalBytes(c.manifest)),
-                    std::to_string(c.manifest.num_ps), c.manifest.final ? "yes" : "no", deltas});
+    rows.push_back({std::to_string(c.global_step), UtcTime(c.manifest.unix_time),
+                    HumanBytes(TotalBytes(c.manifest)), std::to_string(c.manifest.num_ps),
+                    c.manifest.final ? "yes" : "no", deltas});
   }
   o << TableText(rows, "  ");
   if (!warnings.empty()) {
@@ -107,18 +108,20 @@ Result<InspectReport> InspectModelDir(const std::string& model_dir, const Inspec
 
   const ckpt::CheckpointInfo* chosen = &list.back();
   if (options.step) {
-    auto it = std::find_if(list.begin(), list.end(), [&](const auto& c) { return c.global_step == *options.step; });
+    auto it = std::find_if(list.begin(), list.end(),
+                           [&](const auto& c) { return c.global_step == *options.step; });
     if (it == list.end()) {
       std::string have;
       for (const auto& c : list) have += (have.empty() ? "" : ", ") + std::to_string(c.global_step);
-      return NotFound(model_dir + ": no committed checkpoint at step " + std::to_string(*options.step) +
-                      " (have " + have + ")");
+      return NotFound(model_dir + ": no committed checkpoint at step " +
+                      std::to_string(*options.step) + " (have " + have + ")");
     }
     chosen = &*it;
   }
   const ckpt::Manifest& m = chosen->manifest;
-  o << "\ncheckpoint " << ckpt::CheckpointDirName(chosen->global_step) << ": step " << chosen->global_step << ", "
-    << UtcTime(m.unix_time) << " UTC, " << (m.final ? "final" : "not final") << ", " << m.num_ps
+  o << "\ncheckpoint " << ckpt::CheckpointDirName(chosen->global_step) << ": step "
+    << chosen->global_step << ", " << UtcTime(m.unix_time) << " UTC, "
+    << (m.final ? "final" : "not final") << ", " << m.num_ps
     << (m.num_ps == 1 ? " ps task, " : " ps tasks, ") << HumanBytes(TotalBytes(m)) << "\n";
   Status files = ckpt::VerifyCheckpoint(*chosen, ckpt::Verify::kFooters);
   if (files.ok()) {
@@ -148,7 +151,8 @@ Result<InspectReport> InspectModelDir(const std::string& model_dir, const Inspec
            std::tie(b.rec.meta.layout.var, b.rec.meta.layout.shard);
   });
 
-  std::vector<std::vector<std::string>> vrows = {{"variable", "part", "rows", "shape", "ps", "slots", "bytes", "data"}};
+  std::vector<std::vector<std::string>> vrows = {
+      {"variable", "part", "rows", "shape", "ps", "slots", "bytes", "data"}};
   std::map<std::string, int> vars;
   std::map<int, uint64_t> ps_data;  // data bytes per ps
   uint64_t data_bytes = 0;
@@ -161,8 +165,9 @@ Result<InspectReport> InspectModelDir(const std::string& model_dir, const Inspec
     ps_data[ps] += rec.data_bytes;
     std::string slots;
     for (const auto& s : meta.slot_names) slots += (slots.empty() ? "" : ",") + s;
-    std::string rows_text =
-        l.num_shards > 1 ? std::to_string(l.row_begin) + "-" + std::to_string(l.row_begin + l.rows - 1) : "all";
+    std::string rows_text = l.num_shards > 1 ? std::to_string(l.row_begin) + "-" +
+                                                   std::to_string(l.row_begin + l.rows - 1)
+                                             : "all";
     if (l.lazy) rows_text += " (lazy: " + std::to_string(meta.stored_rows) + " created)";
     std::string data = "unchecked";
     if (!rec.data_error.empty()) {
@@ -172,8 +177,8 @@ Result<InspectReport> InspectModelDir(const std::string& model_dir, const Inspec
       data = "ok";
     }
     vrows.push_back({l.var, std::to_string(l.shard) + "/" + std::to_string(l.num_shards), rows_text,
-                     cluster::ShapeString(l.full_shape, ","), std::to_string(ps), slots.empty() ? "-" : slots,
-                     HumanBytes(rec.data_bytes), data});
+                     cluster::ShapeString(l.full_shape, ","), std::to_string(ps),
+                     slots.empty() ? "-" : slots, HumanBytes(rec.data_bytes), data});
   }
   o << TableText(vrows, "  ");
   o << vars.size() << (vars.size() == 1 ? " variable, " : " variables, ") << records.size()
@@ -195,7 +200,8 @@ Result<InspectReport> InspectModelDir(const std::string& model_dir, const Inspec
     for (const char* c : {"requests", "req/s", "in/s", "out/s"}) prows[0].push_back(c);
   }
   for (int i = 0; i < static_cast<int>(m.shards.size()); ++i) {
-    std::vector<std::string> row = {std::to_string(i), m.shards[i].name, HumanBytes(m.shards[i].bytes),
+    std::vector<std::string> row = {std::to_string(i), m.shards[i].name,
+                                    HumanBytes(m.shards[i].bytes),
                                     ps_data.contains(i) ? HumanBytes(ps_data[i]) : "-"};
     if (load) {
       const std::string task = "ps:" + std::to_string(i);

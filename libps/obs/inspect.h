@@ -16,8 +16,8 @@ struct InspectOptions {
 };
 
 struct InspectReport {
-  std::string text;      // what `pstrain inspect` prints
-  bool healthy = true;   // false: a damaged checkpoint, shard or record was found
+  std::string text;     // what `pstrain inspect` prints
+  bool healthy = true;  // false: a damaged checkpoint, shard or record was found
 };
 
 // Lists model_dir's committed checkpoints (step, UTC time, size, ps tasks, final, and

@@ -27,7 +27,8 @@ std::optional<int64_t> Integer(const Json& obj, const char* key) {
   if (it->is_number_integer()) return it->get<int64_t>();
   if (it->is_number_float()) {
     double v = it->get<double>();
-    if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 9e15) return static_cast<int64_t>(v);
+    if (std::isfinite(v) && v == std::floor(v) && std::fabs(v) < 9e15)
+      return static_cast<int64_t>(v);
   }
   return std::nullopt;
 }
@@ -37,17 +38,26 @@ std::optional<EvalPoint> ParseEvalPoint(const Json& obj) {
   auto step = Integer(obj, "step");
   if (!step) return std::nullopt;
   auto source = obj.find("source");
-  return EvalPoint{.step = *step, .accuracy = Number(obj, "accuracy"), .loss = Number(obj, "loss"),
-                   .auc = Number(obj, "auc"), .examples = Integer(obj, "examples"),
-                   .inline_eval = source != obj.end() && source->is_string() && source->get<std::string>() == "workers"};
+  return EvalPoint{.step = *step,
+                   .accuracy = Number(obj, "accuracy"),
+                   .loss = Number(obj, "loss"),
+                   .auc = Number(obj, "auc"),
+                   .examples = Integer(obj, "examples"),
+                   .inline_eval = source != obj.end() && source->is_string() &&
+                                  source->get<std::string>() == "workers"};
 }
 
 std::optional<TrainPoint> ParseTrainPoint(const Json& obj) {
   auto step = Integer(obj, "step");
   if (!step) return std::nullopt;
-  TrainPoint p{.step = *step, .total_steps = Integer(obj, "total_steps"), .loss = Number(obj, "loss"),
-               .accuracy = Number(obj, "accuracy"), .examples_per_sec = Number(obj, "examples_per_sec"),
-               .elapsed_sec = Number(obj, "elapsed_sec"), .unix_time = Number(obj, "unix_time"), .workers = {},
+  TrainPoint p{.step = *step,
+               .total_steps = Integer(obj, "total_steps"),
+               .loss = Number(obj, "loss"),
+               .accuracy = Number(obj, "accuracy"),
+               .examples_per_sec = Number(obj, "examples_per_sec"),
+               .elapsed_sec = Number(obj, "elapsed_sec"),
+               .unix_time = Number(obj, "unix_time"),
+               .workers = {},
                .ps = {}};
   if (obj.contains("workers") || obj.contains("ps")) {
     proto::ChiefStatus load = ChiefStatusFromJson(obj);
@@ -74,8 +84,10 @@ const char* TakeTrainLine(const Json& line, MetricsHistory* h) {
     auto step = Integer(*c, "step");
     if (!step) return "checkpoint without a numeric step";
     auto fin = c->find("final");
-    h->checkpoints.push_back({.step = *step, .final = fin != c->end() && fin->is_boolean() && fin->get<bool>(),
-                              .bytes = Integer(*c, "bytes"), .seconds = Number(*c, "seconds")});
+    h->checkpoints.push_back({.step = *step,
+                              .final = fin != c->end() && fin->is_boolean() && fin->get<bool>(),
+                              .bytes = Integer(*c, "bytes"),
+                              .seconds = Number(*c, "seconds")});
     return nullptr;
   }
   if (auto e = line.find("event"); e != line.end()) {
@@ -86,7 +98,10 @@ const char* TakeTrainLine(const Json& line, MetricsHistory* h) {
       auto it = e->find(key);
       return it != e->end() && it->is_string() ? it->get<std::string>() : std::string();
     };
-    h->events.push_back({.step = *step, .kind = text("kind"), .task = text("task"), .detail = text("detail"),
+    h->events.push_back({.step = *step,
+                         .kind = text("kind"),
+                         .task = text("task"),
+                         .detail = text("detail"),
                          .unix_time = Number(*e, "unix_time")});
     return nullptr;
   }
@@ -104,12 +119,15 @@ Status ReadMetricsFile(const std::string& model_dir, const char* file, const cha
   LineStats stats;
   PS_ASSIGN_OR_RETURN(bool found, ForEachJsonLine((fs::path(model_dir) / file).string(), &stats,
                                                   [&](const Json& line, int n) {
-                                                    if (const char* why = take(line)) stats.Skip(n, why);
+                                                    if (const char* why = take(line))
+                                                      stats.Skip(n, why);
                                                   }));
-  if (!found && missing_note != nullptr) h->notes.push_back(std::string(file) + ": " + missing_note);
+  if (!found && missing_note != nullptr)
+    h->notes.push_back(std::string(file) + ": " + missing_note);
   if (stats.skipped > 0) {
     h->notes.push_back(std::string(file) + ": " + std::to_string(stats.skipped) +
-                       (stats.skipped == 1 ? " line" : " lines") + " skipped (" + stats.first_problem + ")");
+                       (stats.skipped == 1 ? " line" : " lines") + " skipped (" +
+                       stats.first_problem + ")");
   }
   return Status::Ok();
 }
@@ -161,8 +179,10 @@ Result<MetricsHistory> ReadMetrics(const std::string& model_dir) {
                                        return nullptr;
                                      }));
 
-  std::stable_sort(h.train.begin(), h.train.end(), [](const auto& a, const auto& b) { return a.step < b.step; });
-  std::stable_sort(h.eval.begin(), h.eval.end(), [](const auto& a, const auto& b) { return a.step < b.step; });
+  std::stable_sort(h.train.begin(), h.train.end(),
+                   [](const auto& a, const auto& b) { return a.step < b.step; });
+  std::stable_sort(h.eval.begin(), h.eval.end(),
+                   [](const auto& a, const auto& b) { return a.step < b.step; });
   return h;
 }
 

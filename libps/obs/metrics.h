@@ -40,9 +40,9 @@ struct TrainPoint {
   int64_t step = 0;
   std::optional<int64_t> total_steps;
   std::optional<double> loss;
-  std::optional<double> accuracy;          // fraction in [0, 1]
+  std::optional<double> accuracy;  // fraction in [0, 1]
   std::optional<double> examples_per_sec;
-  std::optional<double> elapsed_sec;       // since the chief started training
+  std::optional<double> elapsed_sec;  // since the chief started training
   std::optional<double> unix_time;
   std::vector<proto::WorkerLoad> workers;  // the line's load figures (figures.h); may be empty
   std::vector<proto::PsLoad> ps;
@@ -52,13 +52,13 @@ struct CheckpointPoint {
   int64_t step = 0;
   bool final = false;
   std::optional<int64_t> bytes;
-  std::optional<double> seconds;           // shard writes + commit
+  std::optional<double> seconds;  // shard writes + commit
 };
 
 struct ClusterEvent {
   int64_t step = 0;
-  std::string kind;                        // chief_start, ps_lost, ps_back, worker_lost, worker_back, restored
-  std::string task;                        // "ps:1"; empty for chief_start
+  std::string kind;  // chief_start, ps_lost, ps_back, worker_lost, worker_back, restored
+  std::string task;  // "ps:1"; empty for chief_start
   std::string detail;
   std::optional<double> unix_time;
 };
@@ -67,18 +67,18 @@ struct EvalPoint {
   int64_t step = 0;
   std::optional<double> accuracy;
   std::optional<double> loss;
-  std::optional<double> auc;               // binary tasks only
+  std::optional<double> auc;  // binary tasks only
   std::optional<int64_t> examples;
-  bool inline_eval = false;                // "source": "workers" (eval_every_steps), else the evaluator's
+  bool inline_eval = false;  // "source": "workers" (eval_every_steps), else the evaluator's
 };
 
 struct MetricsHistory {
-  std::vector<TrainPoint> train;           // sorted by step (stable: file order within a step)
-  std::vector<EvalPoint> eval;             // the evaluator's and the inline ones, sorted by step
-  std::optional<EvalPoint> final_eval;     // the chief's final evaluation, if any
+  std::vector<TrainPoint> train;             // sorted by step (stable: file order within a step)
+  std::vector<EvalPoint> eval;               // the evaluator's and the inline ones, sorted by step
+  std::optional<EvalPoint> final_eval;       // the chief's final evaluation, if any
   std::vector<CheckpointPoint> checkpoints;  // in file order
   std::vector<ClusterEvent> events;          // in file order
-  std::vector<std::string> notes;          // "train_metrics.jsonl: 1 line skipped (line 12: ...)"
+  std::vector<std::string> notes;            // "train_metrics.jsonl: 1 line skipped (line 12: ...)"
 };
 
 // Reads the two metrics files. Missing files are not errors (they add a note); NotFound

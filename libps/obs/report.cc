@@ -32,7 +32,8 @@ constexpr char kGreen[] = "#2ca02c";
 constexpr char kRed[] = "#d62728";
 constexpr char kPurple[] = "#9467bd";
 constexpr char kGray[] = "#7f7f7f";
-constexpr const char* kPalette[] = {kBlue, kOrange, kGreen, kRed, kPurple, "#8c564b", "#e377c2", "#17becf"};
+constexpr const char* kPalette[] = {kBlue,   kOrange,   kGreen,    kRed,
+                                    kPurple, "#8c564b", "#e377c2", "#17becf"};
 
 const char* PaletteColor(size_t i) { return kPalette[i % (sizeof kPalette / sizeof kPalette[0])]; }
 
@@ -56,7 +57,8 @@ std::vector<FiredHint> FiredHints(const MetricsHistory& h) {
   for (const auto& p : h.train) {
     for (const auto& hint : LoadHints(p.workers, p.ps)) {
       const std::string key = HintKey(hint);
-      auto it = std::find_if(out.begin(), out.end(), [&](const FiredHint& f) { return f.key == key; });
+      auto it =
+          std::find_if(out.begin(), out.end(), [&](const FiredHint& f) { return f.key == key; });
       if (it == out.end()) {
         out.push_back({key, p.step, p.step, 0, hint});
         it = out.end() - 1;
@@ -71,11 +73,13 @@ std::vector<FiredHint> FiredHints(const MetricsHistory& h) {
 
 // What an event line means to a reader, and its marker.
 Marker EventMarker(const ClusterEvent& e, bool first_start) {
-  Marker m{.x = static_cast<double>(e.step), .kind = e.kind, .tag = "?", .label = e.kind, .color = kRed};
+  Marker m{
+      .x = static_cast<double>(e.step), .kind = e.kind, .tag = "?", .label = e.kind, .color = kRed};
   if (e.kind == "chief_start") {
     m.tag = first_start ? "S" : "R";
     m.color = first_start ? kGray : kPurple;
-    m.label = (first_start ? "chief started" : "chief restarted") + (e.detail.empty() ? "" : ": " + e.detail);
+    m.label = (first_start ? "chief started" : "chief restarted") +
+              (e.detail.empty() ? "" : ": " + e.detail);
   } else if (e.kind == "restored") {
     m.tag = "RB";
     m.color = kPurple;
@@ -120,17 +124,20 @@ std::string RenderReportHtml(const MetricsHistory& h, std::string_view title) {
         return p.step == h.final_eval->step;
       })) {
     eval.push_back(*h.final_eval);
-    std::stable_sort(eval.begin(), eval.end(), [](const auto& a, const auto& b) { return a.step < b.step; });
+    std::stable_sort(eval.begin(), eval.end(),
+                     [](const auto& a, const auto& b) { return a.step < b.step; });
   }
 
-  auto train_series = [&](std::string name, const char* color, std::optional<double> TrainPoint::*field) {
+  auto train_series = [&](std::string name, const char* color,
+                          std::optional<double> TrainPoint::*field) {
     Series s{std::move(name), color, {}};
     for (const auto& p : h.train) {
       if (p.*field) s.points.emplace_back(static_cast<double>(p.step), *(p.*field));
     }
     return s;
   };
-  auto eval_series = [&](std::string name, const char* color, std::optional<double> EvalPoint::*field) {
+  auto eval_series = [&](std::string name, const char* color,
+                         std::optional<double> EvalPoint::*field) {
     Series s{std::move(name), color, {}};
     for (const auto& p : eval) {
       if (p.*field) s.points.emplace_back(static_cast<double>(p.step), *(p.*field));
@@ -148,7 +155,8 @@ std::string RenderReportHtml(const MetricsHistory& h, std::string_view title) {
     if (last.elapsed_sec) rows.emplace_back("Training time", FormatDuration(*last.elapsed_sec));
     for (auto it = h.train.rbegin(); it != h.train.rend(); ++it) {
       if (it->loss) {
-        rows.emplace_back("Final training loss", Fixed(*it->loss, 4) + " (step " + Grouped(double(it->step)) + ")");
+        rows.emplace_back("Final training loss",
+                          Fixed(*it->loss, 4) + " (step " + Grouped(double(it->step)) + ")");
         break;
       }
     }
@@ -170,8 +178,8 @@ std::string RenderReportHtml(const MetricsHistory& h, std::string_view title) {
       }
     }
     if (n > 0) {
-      rows.emplace_back("Throughput", Grouped(sum / n) + " examples/s mean, " + Grouped(peak) + " peak (" +
-                                          std::to_string(n) + " intervals)");
+      rows.emplace_back("Throughput", Grouped(sum / n) + " examples/s mean, " + Grouped(peak) +
+                                          " peak (" + std::to_string(n) + " intervals)");
     }
   } else {
     rows.emplace_back("Steps", "no training metrics");
@@ -180,15 +188,20 @@ std::string RenderReportHtml(const MetricsHistory& h, std::string_view title) {
   for (const auto& p : eval) {
     if (p.accuracy && (best == nullptr || *p.accuracy > *best->accuracy)) best = &p;
   }
-  if (h.final_eval && h.final_eval->accuracy && (best == nullptr || *h.final_eval->accuracy > *best->accuracy)) {
+  if (h.final_eval && h.final_eval->accuracy &&
+      (best == nullptr || *h.final_eval->accuracy > *best->accuracy)) {
     best = &*h.final_eval;
   }
-  const auto inline_evals = std::count_if(h.eval.begin(), h.eval.end(), [](const EvalPoint& p) { return p.inline_eval; });
-  rows.emplace_back("Evaluations", std::to_string(h.eval.size() - static_cast<size_t>(inline_evals)) + " by the evaluator" +
-                                       (inline_evals > 0 ? ", " + std::to_string(inline_evals) + " inline on the workers" : "") +
-                                       (h.final_eval ? ", final evaluation by the chief" : ""));
+  const auto inline_evals =
+      std::count_if(h.eval.begin(), h.eval.end(), [](const EvalPoint& p) { return p.inline_eval; });
+  rows.emplace_back(
+      "Evaluations",
+      std::to_string(h.eval.size() - static_cast<size_t>(inline_evals)) + " by the evaluator" +
+          (inline_evals > 0 ? ", " + std::to_string(inline_evals) + " inline on the workers" : "") +
+          (h.final_eval ? ", final evaluation by the chief" : ""));
   if (best) {
-    rows.emplace_back("Best eval accuracy", Fixed(*best->accuracy, 4) + " (step " + Grouped(double(best->step)) + ")");
+    rows.emplace_back("Best eval accuracy",
+                      Fixed(*best->accuracy, 4) + " (step " + Grouped(double(best->step)) + ")");
   }
   const EvalPoint* fin = h.final_eval ? &*h.final_eval : (eval.empty() ? nullptr : &eval.back());
   if (fin) {
@@ -212,7 +225,8 @@ std::string RenderReportHtml(const MetricsHistory& h, std::string_view title) {
       << " s (keep it current with <code>pstrain report --watch</code>).</p>\n";
   }
   o << "<table class=\"summary\">\n";
-  for (const auto& [k, v] : rows) o << "<tr><th>" << HtmlEscape(k) << "</th><td>" << HtmlEscape(v) << "</td></tr>\n";
+  for (const auto& [k, v] : rows)
+    o << "<tr><th>" << HtmlEscape(k) << "</th><td>" << HtmlEscape(v) << "</td></tr>\n";
   o << "</table>\n";
   if (!h.notes.empty()) {
     o << "<ul class=\"notes\">\n";
@@ -223,12 +237,14 @@ std::string RenderReportHtml(const MetricsHistory& h, std::string_view title) {
   double last_step = 0;
   for (const auto& p : h.train) last_step = std::max(last_step, static_cast<double>(p.step));
   for (const auto& p : eval) last_step = std::max(last_step, static_cast<double>(p.step));
-  PlotOptions opt{.x_range = std::make_pair(0.0, std::max(last_step, 1.0)), .stacked = false, .markers = {}};
+  PlotOptions opt{
+      .x_range = std::make_pair(0.0, std::max(last_step, 1.0)), .stacked = false, .markers = {}};
   for (const auto& c : h.checkpoints) {
     std::string label = "checkpoint ckpt-" + std::to_string(c.step) + (c.final ? " (final)" : "");
     if (c.seconds) label += ", " + Fixed(*c.seconds, 2) + " s";
     if (c.bytes) label += ", " + HumanBytes(static_cast<uint64_t>(*c.bytes));
-    opt.markers.push_back({static_cast<double>(c.step), "checkpoint", c.final ? "F" : "C", label, kGray});
+    opt.markers.push_back(
+        {static_cast<double>(c.step), "checkpoint", c.final ? "F" : "C", label, kGray});
   }
   bool first_start = true;
   for (const auto& e : h.events) {
@@ -238,11 +254,14 @@ std::string RenderReportHtml(const MetricsHistory& h, std::string_view title) {
 
   o << "<div class=\"plots\">\n";
   o << SvgPlot("loss", "Training loss", "step", "loss",
-               {train_series("train", kBlue, &TrainPoint::loss), eval_series("eval", kOrange, &EvalPoint::loss)}, opt);
+               {train_series("train", kBlue, &TrainPoint::loss),
+                eval_series("eval", kOrange, &EvalPoint::loss)},
+               opt);
   o << SvgPlot("train-accuracy", "Training accuracy", "step", "accuracy",
                {train_series("train", kBlue, &TrainPoint::accuracy)}, opt);
   o << SvgPlot("eval", "Evaluation", "step", "accuracy / AUC",
-               {eval_series("accuracy", kOrange, &EvalPoint::accuracy), eval_series("AUC", kGreen, &EvalPoint::auc)},
+               {eval_series("accuracy", kOrange, &EvalPoint::accuracy),
+                eval_series("AUC", kGreen, &EvalPoint::auc)},
                opt);
   o << SvgPlot("throughput", "Throughput", "step", "examples/sec",
                {train_series("examples/sec", kBlue, &TrainPoint::examples_per_sec)}, opt);
@@ -253,12 +272,14 @@ std::string RenderReportHtml(const MetricsHistory& h, std::string_view title) {
   std::vector<std::string> ps_names;
   for (const auto& p : h.train) {
     for (const auto& w : p.workers) {
-      if (w.step_ms && std::find(worker_names.begin(), worker_names.end(), w.task) == worker_names.end()) {
+      if (w.step_ms &&
+          std::find(worker_names.begin(), worker_names.end(), w.task) == worker_names.end()) {
         worker_names.push_back(w.task);
       }
     }
     for (const auto& q : p.ps) {
-      if (std::find(ps_names.begin(), ps_names.end(), q.task) == ps_names.end()) ps_names.push_back(q.task);
+      if (std::find(ps_names.begin(), ps_names.end(), q.task) == ps_names.end())
+        ps_names.push_back(q.task);
     }
   }
   if (!worker_names.empty() || !ps_names.empty()) {
@@ -267,7 +288,8 @@ std::string RenderReportHtml(const MetricsHistory& h, std::string_view title) {
   PlotOptions stacked = opt;
   stacked.stacked = true;
   for (const auto& name : worker_names) {
-    Series parts[4] = {{"data", kGray, {}}, {"pull", kBlue, {}}, {"compute", kGreen, {}}, {"push", kOrange, {}}};
+    Series parts[4] = {
+        {"data", kGray, {}}, {"pull", kBlue, {}}, {"compute", kGreen, {}}, {"push", kOrange, {}}};
     for (const auto& p : h.train) {
       for (const auto& w : p.workers) {
         if (w.task != name || !w.step_ms) continue;
@@ -288,7 +310,8 @@ std::string RenderReportHtml(const MetricsHistory& h, std::string_view title) {
       Series s{ps_names[i], PaletteColor(i), {}};
       for (const auto& p : h.train) {
         for (const auto& q : p.ps) {
-          if (q.task == ps_names[i] && q.answered()) s.points.emplace_back(static_cast<double>(p.step), value(q));
+          if (q.task == ps_names[i] && q.answered())
+            s.points.emplace_back(static_cast<double>(p.step), value(q));
         }
       }
       series.push_back(std::move(s));
@@ -296,7 +319,8 @@ std::string RenderReportHtml(const MetricsHistory& h, std::string_view title) {
     o << SvgPlot(id, title, "step", unit, series, opt);
   };
   if (!ps_names.empty()) {
-    ps_plot("ps-requests", "ps requests/s", "requests/s", [](const proto::PsLoad& q) { return q.requests_per_s; });
+    ps_plot("ps-requests", "ps requests/s", "requests/s",
+            [](const proto::PsLoad& q) { return q.requests_per_s; });
     ps_plot("ps-bytes", "ps traffic (in + out)", "MB/s",
             [](const proto::PsLoad& q) { return (q.bytes_in_per_s + q.bytes_out_per_s) / 1e6; });
     ps_plot("ps-queue", "ps queue depth (max per interval)", "requests",
@@ -309,10 +333,11 @@ std::string RenderReportHtml(const MetricsHistory& h, std::string_view title) {
     o << "<h2>Checkpoints and cluster events</h2>\n<table class=\"summary events\">\n"
          "<tr><th>step</th><th>mark</th><th>what</th></tr>\n";
     std::vector<Marker> sorted = opt.markers;
-    std::stable_sort(sorted.begin(), sorted.end(), [](const Marker& a, const Marker& b) { return a.x < b.x; });
+    std::stable_sort(sorted.begin(), sorted.end(),
+                     [](const Marker& a, const Marker& b) { return a.x < b.x; });
     for (const auto& m : sorted) {
-      o << "<tr><td>" << Grouped(m.x) << "</td><td>" << HtmlEscape(m.tag) << "</td><td>" << HtmlEscape(m.label)
-        << "</td></tr>\n";
+      o << "<tr><td>" << Grouped(m.x) << "</td><td>" << HtmlEscape(m.tag) << "</td><td>"
+        << HtmlEscape(m.label) << "</td></tr>\n";
     }
     o << "</table>\n";
   }
@@ -324,8 +349,9 @@ std::string RenderReportHtml(const MetricsHistory& h, std::string_view title) {
     o << "<table class=\"summary hints\">\n<tr><th>first step</th><th>last step</th><th>intervals</th>"
          "<th>latest</th></tr>\n";
     for (const auto& f : hints) {
-      o << "<tr><td>" << Grouped(double(f.first_step)) << "</td><td>" << Grouped(double(f.last_step)) << "</td><td>"
-        << f.lines << "</td><td>" << HtmlEscape(f.latest) << "</td></tr>\n";
+      o << "<tr><td>" << Grouped(double(f.first_step)) << "</td><td>"
+        << Grouped(double(f.last_step)) << "</td><td>" << f.lines << "</td><td>"
+        << HtmlEscape(f.latest) << "</td></tr>\n";
     }
     o << "</table>\n";
   }
@@ -334,8 +360,8 @@ std::string RenderReportHtml(const MetricsHistory& h, std::string_view title) {
 }
 
 bool RunFinished(const MetricsHistory& h) {
-  return h.final_eval.has_value() ||
-         std::any_of(h.checkpoints.begin(), h.checkpoints.end(), [](const auto& c) { return c.final; });
+  return h.final_eval.has_value() || std::any_of(h.checkpoints.begin(), h.checkpoints.end(),
+                                                 [](const auto& c) { return c.final; });
 }
 
 Result<std::string> RenderReport(const std::string& model_dir) {

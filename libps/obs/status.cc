@@ -36,8 +36,12 @@ const Json& Array(const Json& j, const char* key) {
 }
 
 Json ToJson(const proto::PsUpdateFigures& u) {
-  return Json{{"mode", u.mode},           {"stale_dropped", u.stale_dropped}, {"waited_pulls", u.waited_pulls},
-              {"max_lead", u.max_lead},   {"min_version", u.min_version},     {"max_version", u.max_version},
+  return Json{{"mode", u.mode},
+              {"stale_dropped", u.stale_dropped},
+              {"waited_pulls", u.waited_pulls},
+              {"max_lead", u.max_lead},
+              {"min_version", u.min_version},
+              {"max_version", u.max_version},
               {"applied_on_arrival", u.applied_on_arrival}};
 }
 
@@ -52,9 +56,9 @@ proto::PsUpdateFigures UpdateFromJson(const Json& j) {
 }
 
 Json ToJson(const proto::PsRowFigures& r) {
-  return Json{{"lazy_shards", r.lazy_shards},   {"live_rows", r.live_rows},
-              {"admitted", r.admitted},         {"not_admitted", r.not_admitted},
-              {"evicted_ttl", r.evicted_ttl},   {"evicted_max_rows", r.evicted_max_rows}};
+  return Json{{"lazy_shards", r.lazy_shards}, {"live_rows", r.live_rows},
+              {"admitted", r.admitted},       {"not_admitted", r.not_admitted},
+              {"evicted_ttl", r.evicted_ttl}, {"evicted_max_rows", r.evicted_max_rows}};
 }
 
 proto::PsRowFigures RowsFromJson(const Json& j) {
@@ -85,7 +89,8 @@ Json ToJson(const proto::WorkerLoad& w) {
 }
 
 Json ToJson(const proto::PsLoad& p) {
-  if (!p.answered()) return Json{{"task", p.task}, {"address", p.address}, {"state", p.state}, {"error", p.error}};
+  if (!p.answered())
+    return Json{{"task", p.task}, {"address", p.address}, {"state", p.state}, {"error", p.error}};
   Json j = {{"task", p.task},
             {"address", p.address},
             {"state", p.state},
@@ -111,7 +116,9 @@ Json LoadJson(const proto::ChiefStatus& s) {
   for (const auto& w : s.workers) workers.push_back(ToJson(w));
   Json ps = Json::array();
   for (const auto& p : s.ps) ps.push_back(ToJson(p));
-  return Json{{"load_window_sec", s.load_window_sec}, {"workers", std::move(workers)}, {"ps", std::move(ps)}};
+  return Json{{"load_window_sec", s.load_window_sec},
+              {"workers", std::move(workers)},
+              {"ps", std::move(ps)}};
 }
 
 Json ToJson(const proto::ChiefStatus& s) {
@@ -170,8 +177,10 @@ proto::PsLoad PsLoadFromJson(const Json& j) {
                   .window_sec = Get<double>(j, "window_sec"),
                   .update = std::nullopt,
                   .rows = std::nullopt};
-  if (j.is_object() && j.contains("update") && j["update"].is_object()) p.update = UpdateFromJson(j["update"]);
-  if (j.is_object() && j.contains("rows") && j["rows"].is_object()) p.rows = RowsFromJson(j["rows"]);
+  if (j.is_object() && j.contains("update") && j["update"].is_object())
+    p.update = UpdateFromJson(j["update"]);
+  if (j.is_object() && j.contains("rows") && j["rows"].is_object())
+    p.rows = RowsFromJson(j["rows"]);
   return p;
 }
 
@@ -201,7 +210,10 @@ Status AddLoadScalars(EventWriter& events, const proto::ChiefStatus& s, int64_t 
   for (const auto& w : s.workers) {
     const std::string base = "step_time/" + w.task + "/";
     const std::pair<const char*, const std::optional<double>*> parts[] = {
-        {"data", &w.data_frac}, {"pull", &w.pull_frac}, {"compute", &w.compute_frac}, {"push", &w.push_frac},
+        {"data", &w.data_frac},
+        {"pull", &w.pull_frac},
+        {"compute", &w.compute_frac},
+        {"push", &w.push_frac},
         {"step_ms", &w.step_ms}};
     for (const auto& [name, value] : parts) {
       if (*value) PS_RETURN_IF_ERROR(add(base + name, **value));
@@ -221,7 +233,8 @@ Status AddLoadScalars(EventWriter& events, const proto::ChiefStatus& s, int64_t 
     PS_RETURN_IF_ERROR(add(rows + "admitted", static_cast<double>(p.rows->admitted)));
     PS_RETURN_IF_ERROR(add(rows + "not_admitted", static_cast<double>(p.rows->not_admitted)));
     PS_RETURN_IF_ERROR(add(rows + "evicted_ttl", static_cast<double>(p.rows->evicted_ttl)));
-    PS_RETURN_IF_ERROR(add(rows + "evicted_max_rows", static_cast<double>(p.rows->evicted_max_rows)));
+    PS_RETURN_IF_ERROR(
+        add(rows + "evicted_max_rows", static_cast<double>(p.rows->evicted_max_rows)));
   }
   return Status::Ok();
 }
@@ -234,7 +247,8 @@ Status AddEvalScalars(EventWriter& events, int64_t step, double accuracy, double
   return Status::Ok();
 }
 
-Status AddCheckpointScalars(EventWriter& events, int64_t step, double seconds, int64_t bytes, double wall) {
+Status AddCheckpointScalars(EventWriter& events, int64_t step, double seconds, int64_t bytes,
+                            double wall) {
   PS_RETURN_IF_ERROR(events.AddScalar("checkpoint/seconds", step, seconds, wall));
   return events.AddScalar("checkpoint/mib", step, static_cast<double>(bytes) / 1048576.0, wall);
 }

@@ -32,7 +32,8 @@ proto::ChiefStatus ChiefStatusFromJson(const Json& json);
 // "step_time/<task>/step_ms"; per answering ps "ps_load/<task>/{requests_per_s,
 // bytes_in_per_s,bytes_out_per_s,rows_per_s,max_queue_depth}". Figures a worker does not
 // have in this window are left out.
-Status AddLoadScalars(EventWriter& events, const proto::ChiefStatus& status, int64_t step, double wall_time);
+Status AddLoadScalars(EventWriter& events, const proto::ChiefStatus& status, int64_t step,
+                      double wall_time);
 
 // An evaluation as TensorBoard scalars "accuracy", "loss" and (auc >= 0) "auc" at `step`:
 // written to model_dir/eval (the run "eval") by the evaluator for every checkpoint, and by
@@ -41,6 +42,7 @@ Status AddEvalScalars(EventWriter& events, int64_t step, double accuracy, double
                       double wall_time);
 // A committed checkpoint: "checkpoint/seconds" (shard writes + commit) and
 // "checkpoint/mib" (shard bytes / 2^20) at its step.
-Status AddCheckpointScalars(EventWriter& events, int64_t step, double seconds, int64_t bytes, double wall_time);
+Status AddCheckpointScalars(EventWriter& events, int64_t step, double seconds, int64_t bytes,
+                            double wall_time);
 
 }  // namespace ps::obs

@@ -13,12 +13,23 @@ std::string HtmlEscape(std::string_view text) {
   std::string out;
   for (char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -91,22 +102,25 @@ std::string Coord(double v) { return Fixed(v, 1); }
 }  // namespace
 
 std::string SvgPlot(std::string_view id, std::string_view title, std::string_view x_label,
-                    std::string_view y_label, const std::vector<Series>& all_series, const PlotOptions& options) {
+                    std::string_view y_label, const std::vector<Series>& all_series,
+                    const PlotOptions& options) {
   std::vector<const Series*> series;
   for (const auto& s : all_series) {
     if (!s.points.empty()) series.push_back(&s);
   }
   std::ostringstream o;
-  o << "<svg class=\"plot\" id=\"" << HtmlEscape(id) << "\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << kWidth
-    << "\" height=\"" << kHeight << "\" viewBox=\"0 0 " << kWidth << " " << kHeight << "\" role=\"img\" aria-label=\""
+  o << "<svg class=\"plot\" id=\"" << HtmlEscape(id)
+    << "\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << kWidth << "\" height=\"" << kHeight
+    << "\" viewBox=\"0 0 " << kWidth << " " << kHeight << "\" role=\"img\" aria-label=\""
     << HtmlEscape(title) << "\">\n";
-  o << "<rect x=\"0\" y=\"0\" width=\"" << kWidth << "\" height=\"" << kHeight << "\" fill=\"#ffffff\"/>\n";
-  o << "<text class=\"title\" x=\"" << kWidth / 2 << "\" y=\"24\" text-anchor=\"middle\">" << HtmlEscape(title)
-    << "</text>\n";
+  o << "<rect x=\"0\" y=\"0\" width=\"" << kWidth << "\" height=\"" << kHeight
+    << "\" fill=\"#ffffff\"/>\n";
+  o << "<text class=\"title\" x=\"" << kWidth / 2 << "\" y=\"24\" text-anchor=\"middle\">"
+    << HtmlEscape(title) << "</text>\n";
   const double px0 = kLeft, px1 = kWidth - kRight, py0 = kHeight - kBottom, py1 = kTop;
   if (series.empty()) {
-    o << "<rect x=\"" << px0 << "\" y=\"" << py1 << "\" width=\"" << px1 - px0 << "\" height=\"" << py0 - py1
-      << "\" fill=\"#f6f6f6\" stroke=\"#cccccc\"/>\n";
+    o << "<rect x=\"" << px0 << "\" y=\"" << py1 << "\" width=\"" << px1 - px0 << "\" height=\""
+      << py0 - py1 << "\" fill=\"#f6f6f6\" stroke=\"#cccccc\"/>\n";
     o << "<text class=\"nodata\" x=\"" << (px0 + px1) / 2 << "\" y=\"" << (py0 + py1) / 2
       << "\" text-anchor=\"middle\" dominant-baseline=\"middle\">no data</text>\n</svg>\n";
     return o.str();
@@ -177,8 +191,9 @@ std::string SvgPlot(std::string_view id, std::string_view title, std::string_vie
     << "\" stroke=\"#333333\"/>\n";
   o << "<text class=\"label\" x=\"" << (px0 + px1) / 2 << "\" y=\"" << kHeight - 10
     << "\" text-anchor=\"middle\">" << HtmlEscape(x_label) << "</text>\n";
-  o << "<text class=\"label\" x=\"16\" y=\"" << (py0 + py1) / 2 << "\" text-anchor=\"middle\" transform=\"rotate(-90 16 "
-    << (py0 + py1) / 2 << ")\">" << HtmlEscape(y_label) << "</text>\n</g>\n";
+  o << "<text class=\"label\" x=\"16\" y=\"" << (py0 + py1) / 2
+    << "\" text-anchor=\"middle\" transform=\"rotate(-90 16 " << (py0 + py1) / 2 << ")\">"
+    << HtmlEscape(y_label) << "</text>\n</g>\n";
 
   // Markers, under the data.
   int drawn = 0;
@@ -188,19 +203,20 @@ std::string SvgPlot(std::string_view id, std::string_view title, std::string_vie
     // Tags inside the top of the area, right of the line, in three rows so that markers
     // at nearby steps (a ps lost and back) stay readable.
     const double tag_y = py1 + 11 + 11 * (drawn++ % 3);
-    o << "<g class=\"marker\" data-kind=\"" << HtmlEscape(m.kind) << "\"><title>" << HtmlEscape(m.label)
-      << "</title><line x1=\"" << x << "\" y1=\"" << py1 << "\" x2=\"" << x << "\" y2=\"" << py0 << "\" stroke=\""
-      << m.color << "\" stroke-width=\"1.5\" stroke-dasharray=\"4 3\"/><text class=\"tick\" x=\"" << Coord(X(m.x) + 2)
-      << "\" y=\"" << tag_y << "\" fill=\"" << m.color << "\">" << HtmlEscape(m.tag)
-      << "</text></g>\n";
+    o << "<g class=\"marker\" data-kind=\"" << HtmlEscape(m.kind) << "\"><title>"
+      << HtmlEscape(m.label) << "</title><line x1=\"" << x << "\" y1=\"" << py1 << "\" x2=\"" << x
+      << "\" y2=\"" << py0 << "\" stroke=\"" << m.color
+      << "\" stroke-width=\"1.5\" stroke-dasharray=\"4 3\"/><text class=\"tick\" x=\""
+      << Coord(X(m.x) + 2) << "\" y=\"" << tag_y << "\" fill=\"" << m.color << "\">"
+      << HtmlEscape(m.tag) << "</text></g>\n";
   }
 
   // Data.
   if (options.stacked) {
     for (size_t i = 0; i < series.size(); ++i) {
       const Series* s = series[i];
-      o << "<polygon class=\"area\" data-series=\"" << HtmlEscape(s->name) << "\" fill=\"" << s->color
-        << "\" fill-opacity=\"0.85\" stroke=\"" << s->color << "\" points=\"";
+      o << "<polygon class=\"area\" data-series=\"" << HtmlEscape(s->name) << "\" fill=\""
+        << s->color << "\" fill-opacity=\"0.85\" stroke=\"" << s->color << "\" points=\"";
       for (auto [x, y] : s->points) o << Coord(X(x)) << "," << Coord(Y(y)) << " ";
       // Back along the top of the area below (every top has the same x values).
       for (size_t k = s->points.size(); k-- > 0;) {
@@ -211,8 +227,9 @@ std::string SvgPlot(std::string_view id, std::string_view title, std::string_vie
     }
   }
   for (const Series* s : options.stacked ? std::vector<const Series*>{} : series) {
-    o << "<polyline class=\"series\" data-series=\"" << HtmlEscape(s->name) << "\" fill=\"none\" stroke=\""
-      << s->color << "\" stroke-width=\"2\" stroke-linejoin=\"round\" points=\"";
+    o << "<polyline class=\"series\" data-series=\"" << HtmlEscape(s->name)
+      << "\" fill=\"none\" stroke=\"" << s->color
+      << "\" stroke-width=\"2\" stroke-linejoin=\"round\" points=\"";
     bool first = true;
     for (auto [x, y] : s->points) {
       o << (first ? "" : " ") << Coord(X(x)) << "," << Coord(Y(y));
@@ -221,8 +238,8 @@ std::string SvgPlot(std::string_view id, std::string_view title, std::string_vie
     o << "\"/>\n";
     if (s->points.size() <= 40) {
       for (auto [x, y] : s->points) {
-        o << "<circle cx=\"" << Coord(X(x)) << "\" cy=\"" << Coord(Y(y)) << "\" r=\"3\" fill=\"" << s->color
-          << "\"/>";
+        o << "<circle cx=\"" << Coord(X(x)) << "\" cy=\"" << Coord(Y(y)) << "\" r=\"3\" fill=\""
+          << s->color << "\"/>";
       }
       o << "\n";
     }
@@ -236,9 +253,10 @@ std::string SvgPlot(std::string_view id, std::string_view title, std::string_vie
     double x = px1 - width + 14, y = kTop - 12;
     o << "<g class=\"legend\">";
     for (const Series* s : series) {
-      o << "<line x1=\"" << Coord(x) << "\" y1=\"" << y << "\" x2=\"" << Coord(x + 22) << "\" y2=\"" << y
-        << "\" stroke=\"" << s->color << "\" stroke-width=\"3\"/><text class=\"tick\" x=\"" << Coord(x + 28)
-        << "\" y=\"" << y << "\" dominant-baseline=\"middle\">" << HtmlEscape(s->name) << "</text>";
+      o << "<line x1=\"" << Coord(x) << "\" y1=\"" << y << "\" x2=\"" << Coord(x + 22) << "\" y2=\""
+        << y << "\" stroke=\"" << s->color << "\" stroke-width=\"3\"/><text class=\"tick\" x=\""
+        << Coord(x + 28) << "\" y=\"" << y << "\" dominant-baseline=\"middle\">"
+        << HtmlEscape(s->name) << "</text>";
       x += 28 + 7.0 * static_cast<double>(s->name.size()) + 14;
     }
     o << "</g>\n";

@@ -14,9 +14,9 @@ namespace ps::obs {
 std::string HtmlEscape(std::string_view text);
 
 struct Series {
-  std::string name;                                // the legend text
-  std::string color;                               // a CSS color, e.g. "#1f77b4"
-  std::vector<std::pair<double, double>> points;   // (step, value), sorted by step
+  std::string name;                               // the legend text
+  std::string color;                              // a CSS color, e.g. "#1f77b4"
+  std::vector<std::pair<double, double>> points;  // (step, value), sorted by step
 };
 
 // One 540 x 320 px plot: <svg class="plot" id="ID"> with `title` at the top, the axis

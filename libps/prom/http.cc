@@ -26,8 +26,8 @@ using error_code = boost::system::error_code;
 
 namespace {
 
-std::string Response(int code, const char* reason, const std::string& content_type, const std::string& body,
-                     bool head_only, const char* extra_header = nullptr) {
+std::string Response(int code, const char* reason, const std::string& content_type,
+                     const std::string& body, bool head_only, const char* extra_header = nullptr) {
   std::string r = "HTTP/1.1 " + std::to_string(code) + " " + reason + "\r\n";
   r += "Content-Type: " + content_type + "\r\n";
   r += "Content-Length: " + std::to_string(body.size()) + "\r\n";
@@ -50,14 +50,18 @@ std::string HttpRespond(const std::string& head, const Registry& registry) {
   const size_t sp1 = line.find(' ');
   const size_t sp2 = sp1 == std::string::npos ? std::string::npos : line.find(' ', sp1 + 1);
   const std::string version = sp2 == std::string::npos ? "" : line.substr(sp2 + 1);
-  if (version != "HTTP/1.0" && version != "HTTP/1.1") return Plain(400, "Bad Request", "bad request line");
+  if (version != "HTTP/1.0" && version != "HTTP/1.1")
+    return Plain(400, "Bad Request", "bad request line");
   const std::string method = line.substr(0, sp1);
   std::string target = line.substr(sp1 + 1, sp2 - sp1 - 1);
   target = target.substr(0, target.find('?'));
   const bool head_only = method == "HEAD";
-  if (method != "GET" && !head_only) return Plain(405, "Method Not Allowed", "only GET", false, "Allow: GET, HEAD");
-  if (target != "/metrics") return Plain(404, "Not Found", "not found; metrics are at /metrics", head_only);
-  return Response(200, "OK", "text/plain; version=0.0.4; charset=utf-8", registry.Render(), head_only);
+  if (method != "GET" && !head_only)
+    return Plain(405, "Method Not Allowed", "only GET", false, "Allow: GET, HEAD");
+  if (target != "/metrics")
+    return Plain(404, "Not Found", "not found; metrics are at /metrics", head_only);
+  return Response(200, "OK", "text/plain; version=0.0.4; charset=utf-8", registry.Render(),
+                  head_only);
 }
 
 // ---------------------------------------------------------------- MetricsServer
@@ -80,7 +84,8 @@ struct MetricsServer::Impl {
 asio::awaitable<void> MetricsServer::Impl::Accept() {
   for (;;) {
     error_code ec;
-    tcp::socket socket = co_await acceptor.async_accept(asio::redirect_error(asio::use_awaitable, ec));
+    tcp::socket socket =
+        co_await acceptor.async_accept(asio::redirect_error(asio::use_awaitable, ec));
     if (ec) {
       if (!acceptor.is_open() || ec == asio::error::operation_aborted) co_return;
       // Out of descriptors and the like: do not spin.
@@ -110,8 +115,9 @@ asio::awaitable<void> MetricsServer::Impl::Serve(tcp::socket sock) {
   });
   std::string head;
   error_code ec;
-  const size_t n = co_await asio::async_read_until(*socket, asio::dynamic_buffer(head, options.max_request_bytes),
-                                                   "\r\n\r\n", asio::redirect_error(asio::use_awaitable, ec));
+  const size_t n = co_await asio::async_read_until(
+      *socket, asio::dynamic_buffer(head, options.max_request_bytes), "\r\n\r\n",
+      asio::redirect_error(asio::use_awaitable, ec));
   std::string response;
   if (ec == asio::error::not_found) {
     response = Plain(431, "Request Header Fields Too Large",
@@ -122,7 +128,8 @@ asio::awaitable<void> MetricsServer::Impl::Serve(tcp::socket sock) {
   } else {
     response = HttpRespond(head.substr(0, n), *registry);
   }
-  co_await asio::async_write(*socket, asio::buffer(response), asio::redirect_error(asio::use_awaitable, ec));
+  co_await asio::async_write(*socket, asio::buffer(response),
+                             asio::redirect_error(asio::use_awaitable, ec));
   deadline.cancel();
   socket->shutdown(tcp::socket::shutdown_both, ec);
   socket->close(ec);
@@ -130,15 +137,17 @@ asio::awaitable<void> MetricsServer::Impl::Serve(tcp::socket sock) {
 
 MetricsServer::MetricsServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string& host, uint16_t port,
-                                                            std::shared_ptr<const Registry> registry,
-                                                            HttpOptions options) {
+Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(
+    const std::string& host, uint16_t port, std::shared_ptr<const Registry> registry,
+    HttpOptions options) {
   auto impl = std::make_unique<Impl>(std::move(registry), options);
   const std::string where = host + ":" + std::to_string(port);
   error_code ec;
   tcp::resolver resolver(impl->io);
-  auto endpoints = resolver.resolve(host, std::to_string(port), tcp::resolver::passive | tcp::resolver::numeric_service, ec);
-  if (ec || endpoints.empty()) return Unavailable("metrics endpoint " + where + ": " + ec.message());
+  auto endpoints = resolver.resolve(host, std::to_string(port),
+                                    tcp::resolver::passive | tcp::resolver::numeric_service, ec);
+  if (ec || endpoints.empty())
+    return Unavailable("metrics endpoint " + where + ": " + ec.message());
   const tcp::endpoint ep = endpoints.begin()->endpoint();
   impl->acceptor.open(ep.protocol(), ec);
   if (!ec) impl->acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
@@ -201,7 +210,8 @@ Result<HttpResponse> HttpGet(const std::string& host, uint16_t port, const std::
   error_code ec;
   auto endpoints = resolver.resolve(host, std::to_string(port), ec);
   if (ec) return Unavailable(url + ": " + ec.message());
-  const std::string request = "GET " + target + " HTTP/1.1\r\nHost: " + host + ":" + std::to_string(port) +
+  const std::string request = "GET " + target + " HTTP/1.1\r\nHost: " + host + ":" +
+                              std::to_string(port) +
                               "\r\nUser-Agent: pstrain\r\nAccept: */*\r\nConnection: close\r\n\r\n";
   std::string raw;
   error_code result = asio::error::timed_out;
@@ -215,12 +225,15 @@ Result<HttpResponse> HttpGet(const std::string& host, uint16_t port, const std::
         result = e2;
         return;
       }
-      asio::async_read(socket, asio::dynamic_buffer(raw, size_t{64} << 20),
-                       [&](error_code e3, size_t) { result = e3 == asio::error::eof ? error_code() : e3; });
+      asio::async_read(
+          socket, asio::dynamic_buffer(raw, size_t{64} << 20),
+          [&](error_code e3, size_t) { result = e3 == asio::error::eof ? error_code() : e3; });
     });
   });
   io.run_for(timeout);
-  if (result) return Unavailable(url + ": " + (result == asio::error::timed_out ? "timed out" : result.message()));
+  if (result)
+    return Unavailable(url + ": " +
+                       (result == asio::error::timed_out ? "timed out" : result.message()));
   const size_t end = raw.find("\r\n\r\n");
   if (end == std::string::npos || raw.compare(0, 7, "HTTP/1.") != 0 || raw.size() < 12) {
     return ProtocolError(url + ": malformed response");

@@ -20,7 +20,7 @@
 namespace ps::prom {
 
 struct HttpOptions {
-  size_t max_request_bytes = 8192;          // request line + headers
+  size_t max_request_bytes = 8192;           // request line + headers
   std::chrono::milliseconds timeout{10000};  // per connection, from accept to the last byte written
   int max_connections = 16;
 };

@@ -26,7 +26,8 @@ void WriteProcessMetrics(Writer& w) {
   uint64_t size_pages = 0, resident_pages = 0;
   if (statm >> size_pages >> resident_pages) {
     const double page = static_cast<double>(::sysconf(_SC_PAGESIZE));
-    w.Gauge("process_virtual_memory_bytes", "Virtual memory size in bytes.", static_cast<double>(size_pages) * page);
+    w.Gauge("process_virtual_memory_bytes", "Virtual memory size in bytes.",
+            static_cast<double>(size_pages) * page);
     w.Gauge("process_resident_memory_bytes", "Resident memory size in bytes.",
             static_cast<double>(resident_pages) * page);
   }
@@ -39,9 +40,11 @@ void WriteProcessMetrics(Writer& w) {
   if (!ec) w.Gauge("process_open_fds", "Number of open file descriptors.", fds);
   rlimit rl{};
   if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
-    w.Gauge("process_max_fds", "Maximum number of open file descriptors.", static_cast<double>(rl.rlim_cur));
+    w.Gauge("process_max_fds", "Maximum number of open file descriptors.",
+            static_cast<double>(rl.rlim_cur));
   }
-  w.Gauge("process_start_time_seconds", "Start time of the process since unix epoch in seconds.", kStartUnixTime);
+  w.Gauge("process_start_time_seconds", "Start time of the process since unix epoch in seconds.",
+          kStartUnixTime);
 }
 
 }  // namespace ps::prom

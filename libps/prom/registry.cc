@@ -25,16 +25,22 @@ bool ValidName(std::string_view name, bool colon) {
 }  // namespace
 
 bool ValidMetricName(std::string_view name) { return ValidName(name, true); }
-bool ValidLabelName(std::string_view name) { return ValidName(name, false) && name.substr(0, 2) != "__"; }
+bool ValidLabelName(std::string_view name) {
+  return ValidName(name, false) && name.substr(0, 2) != "__";
+}
 
 std::string EscapeLabelValue(std::string_view value) {
   std::string out;
   out.reserve(value.size());
   for (char c : value) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '"') out += "\\\"";
-    else if (c == '\n') out += "\\n";
-    else out += c;
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '"')
+      out += "\\\"";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
   }
   return out;
 }
@@ -43,9 +49,12 @@ std::string EscapeHelp(std::string_view help) {
   std::string out;
   out.reserve(help.size());
   for (char c : help) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '\n') out += "\\n";
-    else out += c;
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
   }
   return out;
 }
@@ -65,20 +74,24 @@ std::string FormatValue(double v) {
 }
 
 std::vector<double> LatencyBuckets() {
-  return {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+  return {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+          0.05,   0.1,     0.25,   0.5,   1,      2.5,   5,    10};
 }
 
 // ---------------------------------------------------------------- Histogram
 
 Histogram::Histogram(std::vector<double> bounds)
-    : bounds_(std::move(bounds)), counts_(std::make_unique<std::atomic<uint64_t>[]>(bounds_.size() + 1)) {
-  assert(std::adjacent_find(bounds_.begin(), bounds_.end(), std::greater_equal<double>()) == bounds_.end());
+    : bounds_(std::move(bounds)),
+      counts_(std::make_unique<std::atomic<uint64_t>[]>(bounds_.size() + 1)) {
+  assert(std::adjacent_find(bounds_.begin(), bounds_.end(), std::greater_equal<double>()) ==
+         bounds_.end());
   for (size_t i = 0; i <= bounds_.size(); ++i) counts_[i].store(0, std::memory_order_relaxed);
 }
 
 void Histogram::Observe(double value) {
   // The first bucket whose bound is >= value (le: "less than or equal"); past the end: +Inf.
-  const size_t i = static_cast<size_t>(std::lower_bound(bounds_.begin(), bounds_.end(), value) - bounds_.begin());
+  const size_t i = static_cast<size_t>(std::lower_bound(bounds_.begin(), bounds_.end(), value) -
+                                       bounds_.begin());
   counts_[i].fetch_add(1, std::memory_order_relaxed);
   sum_.fetch_add(value, std::memory_order_relaxed);
 }
@@ -99,7 +112,8 @@ HistogramSnapshot Histogram::Snapshot() const {
 
 // ---------------------------------------------------------------- Writer
 
-Writer::Family* Writer::FamilyFor(std::string_view name, std::string_view help, std::string_view type) {
+Writer::Family* Writer::FamilyFor(std::string_view name, std::string_view help,
+                                  std::string_view type) {
   auto it = index_.find(std::string(name));
   if (it != index_.end()) {
     Family& f = families_[it->second];
@@ -111,7 +125,8 @@ Writer::Family* Writer::FamilyFor(std::string_view name, std::string_view help, 
   return &families_.back();
 }
 
-void Writer::Sample(Family& f, std::string_view suffix, const Labels& labels, const char* le, double value) {
+void Writer::Sample(Family& f, std::string_view suffix, const Labels& labels, const char* le,
+                    double value) {
   std::string& out = f.samples;
   out += f.name;
   out += suffix;
@@ -133,11 +148,13 @@ void Writer::Sample(Family& f, std::string_view suffix, const Labels& labels, co
   out += '\n';
 }
 
-void Writer::Counter(std::string_view name, std::string_view help, double value, const Labels& labels) {
+void Writer::Counter(std::string_view name, std::string_view help, double value,
+                     const Labels& labels) {
   if (Family* f = FamilyFor(name, help, "counter")) Sample(*f, "", labels, nullptr, value);
 }
 
-void Writer::Gauge(std::string_view name, std::string_view help, double value, const Labels& labels) {
+void Writer::Gauge(std::string_view name, std::string_view help, double value,
+                   const Labels& labels) {
   if (Family* f = FamilyFor(name, help, "gauge")) Sample(*f, "", labels, nullptr, value);
 }
 
@@ -146,7 +163,8 @@ void Writer::Histogram(std::string_view name, std::string_view help, const Histo
   Family* f = FamilyFor(name, help, "histogram");
   if (f == nullptr) return;
   for (size_t i = 0; i < h.bounds.size(); ++i) {
-    Sample(*f, "_bucket", labels, FormatValue(h.bounds[i]).c_str(), static_cast<double>(h.cumulative[i]));
+    Sample(*f, "_bucket", labels, FormatValue(h.bounds[i]).c_str(),
+           static_cast<double>(h.cumulative[i]));
   }
   Sample(*f, "_bucket", labels, "+Inf", static_cast<double>(h.count));
   Sample(*f, "_sum", labels, nullptr, h.sum);
@@ -168,33 +186,37 @@ std::string Writer::Text() const {
 Registry::Instrument& Registry::Find(Kind kind, const std::string& name, const std::string& help,
                                      const Labels& labels) {
   assert(ValidMetricName(name));
-  assert(std::all_of(labels.begin(), labels.end(), [](const auto& l) { return ValidLabelName(l.first); }));
+  assert(std::all_of(labels.begin(), labels.end(),
+                     [](const auto& l) { return ValidLabelName(l.first); }));
   for (auto& i : instruments_) {
     if (i->name == name && i->labels == labels) {
       assert(i->kind == kind);
       return *i;
     }
   }
-  instruments_.push_back(std::make_unique<Instrument>(Instrument{kind, name, help, labels, nullptr, nullptr, nullptr}));
+  instruments_.push_back(std::make_unique<Instrument>(
+      Instrument{kind, name, help, labels, nullptr, nullptr, nullptr}));
   return *instruments_.back();
 }
 
-prom::Counter& Registry::Counter(const std::string& name, const std::string& help, const Labels& labels) {
+prom::Counter& Registry::Counter(const std::string& name, const std::string& help,
+                                 const Labels& labels) {
   std::lock_guard lock(mu_);
   Instrument& i = Find(Kind::kCounter, name, help, labels);
   if (!i.counter) i.counter = std::make_unique<prom::Counter>();
   return *i.counter;
 }
 
-prom::Gauge& Registry::Gauge(const std::string& name, const std::string& help, const Labels& labels) {
+prom::Gauge& Registry::Gauge(const std::string& name, const std::string& help,
+                             const Labels& labels) {
   std::lock_guard lock(mu_);
   Instrument& i = Find(Kind::kGauge, name, help, labels);
   if (!i.gauge) i.gauge = std::make_unique<prom::Gauge>();
   return *i.gauge;
 }
 
-prom::Histogram& Registry::Histogram(const std::string& name, const std::string& help, std::vector<double> bounds,
-                                     const Labels& labels) {
+prom::Histogram& Registry::Histogram(const std::string& name, const std::string& help,
+                                     std::vector<double> bounds, const Labels& labels) {
   std::lock_guard lock(mu_);
   Instrument& i = Find(Kind::kHistogram, name, help, labels);
   if (!i.histogram) i.histogram = std::make_unique<prom::Histogram>(std::move(bounds));
@@ -229,9 +251,15 @@ std::string Registry::Render() const {
   Writer w(constant_);
   for (const auto& i : instruments_) {
     switch (i->kind) {
-      case Kind::kCounter: w.Counter(i->name, i->help, i->counter->value(), i->labels); break;
-      case Kind::kGauge: w.Gauge(i->name, i->help, i->gauge->value(), i->labels); break;
-      case Kind::kHistogram: w.Histogram(i->name, i->help, i->histogram->Snapshot(), i->labels); break;
+      case Kind::kCounter:
+        w.Counter(i->name, i->help, i->counter->value(), i->labels);
+        break;
+      case Kind::kGauge:
+        w.Gauge(i->name, i->help, i->gauge->value(), i->labels);
+        break;
+      case Kind::kHistogram:
+        w.Histogram(i->name, i->help, i->histogram->Snapshot(), i->labels);
+        break;
     }
   }
   for (const auto& [id, collect] : collectors_) collect(w);

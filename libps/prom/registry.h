@@ -96,7 +96,8 @@ class Histogram {
 class Writer {
  public:
   explicit Writer(Labels constant_labels = {}) : constant_(std::move(constant_labels)) {}
-  void Counter(std::string_view name, std::string_view help, double value, const Labels& labels = {});
+  void Counter(std::string_view name, std::string_view help, double value,
+               const Labels& labels = {});
   void Gauge(std::string_view name, std::string_view help, double value, const Labels& labels = {});
   // name_bucket{le=...} (cumulative, ending with le="+Inf"), name_sum, name_count.
   void Histogram(std::string_view name, std::string_view help, const HistogramSnapshot& h,
@@ -112,7 +113,8 @@ class Writer {
   // The family `name`, created with `help` and `type`; null (the sample is dropped) when
   // it exists with another type or the name is not valid.
   Family* FamilyFor(std::string_view name, std::string_view help, std::string_view type);
-  void Sample(Family& f, std::string_view suffix, const Labels& labels, const char* le, double value);
+  void Sample(Family& f, std::string_view suffix, const Labels& labels, const char* le,
+              double value);
 
   Labels constant_;
   std::vector<Family> families_;
@@ -128,11 +130,12 @@ class Registry {
 
   // The instrument `name` with `labels`: created on first use, the same one afterwards.
   // Valid until the registry is destroyed. Names and labels must be valid (asserted).
-  prom::Counter& Counter(const std::string& name, const std::string& help, const Labels& labels = {});
+  prom::Counter& Counter(const std::string& name, const std::string& help,
+                         const Labels& labels = {});
   prom::Gauge& Gauge(const std::string& name, const std::string& help, const Labels& labels = {});
   // `bounds` is used when the histogram is created.
-  prom::Histogram& Histogram(const std::string& name, const std::string& help, std::vector<double> bounds,
-                             const Labels& labels = {});
+  prom::Histogram& Histogram(const std::string& name, const std::string& help,
+                             std::vector<double> bounds, const Labels& labels = {});
 
   // Removes its collector on destruction; when that returns, the collector is not
   // running and will not run again. Move-only.
@@ -140,7 +143,8 @@ class Registry {
    public:
     Collection() = default;
     Collection(Registry* r, uint64_t id) : registry_(r), id_(id) {}
-    Collection(Collection&& o) noexcept : registry_(std::exchange(o.registry_, nullptr)), id_(o.id_) {}
+    Collection(Collection&& o) noexcept
+        : registry_(std::exchange(o.registry_, nullptr)), id_(o.id_) {}
     Collection& operator=(Collection&& o) noexcept;
     ~Collection() { Reset(); }
     void Reset();
@@ -171,13 +175,14 @@ class Registry {
     std::unique_ptr<prom::Histogram> histogram;
   };
   // mu_ held: the instrument with this kind, name and labels, created if absent.
-  Instrument& Find(Kind kind, const std::string& name, const std::string& help, const Labels& labels);
+  Instrument& Find(Kind kind, const std::string& name, const std::string& help,
+                   const Labels& labels);
 
   const Labels constant_;
-  mutable std::mutex mu_;                 // held by Render for the whole exposition
+  mutable std::mutex mu_;                                 // held by Render for the whole exposition
   std::vector<std::unique_ptr<Instrument>> instruments_;  // guarded by mu_
   std::map<uint64_t, std::function<void(Writer&)>> collectors_;  // guarded by mu_
-  uint64_t next_id_ = 1;                                           // guarded by mu_
+  uint64_t next_id_ = 1;                                         // guarded by mu_
 };
 
 }  // namespace ps::prom

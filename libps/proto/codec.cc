@@ -14,12 +14,18 @@ using flatbuffers::Offset;
 
 const char* RoleName(Role role) {
   switch (role) {
-    case Role::kUnknown: return "unknown";
-    case Role::kChief: return "chief";
-    case Role::kWorker: return "worker";
-    case Role::kPs: return "ps";
-    case Role::kEvaluator: return "evaluator";
-    case Role::kClient: return "client";
+    case Role::kUnknown:
+      return "unknown";
+    case Role::kChief:
+      return "chief";
+    case Role::kWorker:
+      return "worker";
+    case Role::kPs:
+      return "ps";
+    case Role::kEvaluator:
+      return "evaluator";
+    case Role::kClient:
+      return "client";
   }
   return "unknown";
 }
@@ -34,13 +40,16 @@ namespace {
 static_assert(std::variant_size_v<Body> == static_cast<size_t>(w::Body::MAX));
 
 template <typename T>
-const std::vector<T>* OrNull(const std::vector<T>& v) { return &v; }
+const std::vector<T>* OrNull(const std::vector<T>& v) {
+  return &v;
+}
 
 Offset<w::Slice> EncodeSlice(FlatBufferBuilder& fbb, const Slice& s) {
   return w::CreateSliceDirect(fbb, s.var.c_str(), s.shard, s.all_rows ? nullptr : &s.rows);
 }
 
-std::vector<Offset<w::Slice>> EncodeSlices(FlatBufferBuilder& fbb, const std::vector<Slice>& items) {
+std::vector<Offset<w::Slice>> EncodeSlices(FlatBufferBuilder& fbb,
+                                           const std::vector<Slice>& items) {
   std::vector<Offset<w::Slice>> out;
   out.reserve(items.size());
   for (const auto& s : items) out.push_back(EncodeSlice(fbb, s));
@@ -53,11 +62,14 @@ Offset<void> EncodeBody(FlatBufferBuilder& fbb, const Body& body) {
         using M = std::decay_t<decltype(m)>;
         if constexpr (std::is_same_v<M, Hello>) {
           return w::CreateHelloDirect(fbb, m.version, static_cast<w::Role>(m.role), m.task_index,
-                                      m.cluster_id, &m.nonce).Union();
+                                      m.cluster_id, &m.nonce)
+              .Union();
         } else if constexpr (std::is_same_v<M, HelloReply>) {
           const Hello& id = m.identity;
-          return w::CreateHelloReplyDirect(fbb, id.version, static_cast<w::Role>(id.role), id.task_index,
-                                           id.cluster_id, &id.nonce, &m.proof, m.secret_required).Union();
+          return w::CreateHelloReplyDirect(fbb, id.version, static_cast<w::Role>(id.role),
+                                           id.task_index, id.cluster_id, &id.nonce, &m.proof,
+                                           m.secret_required)
+              .Union();
         } else if constexpr (std::is_same_v<M, HelloProof>) {
           return w::CreateHelloProofDirect(fbb, &m.proof).Union();
         } else if constexpr (std::is_same_v<M, Error>) {
@@ -82,7 +94,9 @@ Offset<void> EncodeBody(FlatBufferBuilder& fbb, const Body& body) {
             auto pull_items = EncodeSlices(fbb, m.pull->items);
             pull = w::CreatePullDirect(fbb, &pull_items, m.pull->worker, m.pull->clock);
           }
-          return w::CreatePushDirect(fbb, &items, m.global_step, m.step_id, m.worker, m.clock, m.idle, pull).Union();
+          return w::CreatePushDirect(fbb, &items, m.global_step, m.step_id, m.worker, m.clock,
+                                     m.idle, pull)
+              .Union();
         } else if constexpr (std::is_same_v<M, PushReply>) {
           flatbuffers::Offset<w::PullReply> pull = 0;
           if (m.pull) pull = w::CreatePullReplyDirect(fbb, &m.pull->item_floats, &m.pull->versions);
@@ -95,7 +109,8 @@ Offset<void> EncodeBody(FlatBufferBuilder& fbb, const Body& body) {
         } else if constexpr (std::is_same_v<M, RunStepsReply>) {
           return w::CreateRunStepsReply(fbb, m.steps, m.examples, m.loss_sum, m.correct,
                                         m.data_seconds, m.pull_seconds, m.compute_seconds,
-                                        m.push_seconds, m.stale, m.skipped_records).Union();
+                                        m.push_seconds, m.stale, m.skipped_records)
+              .Union();
         } else if constexpr (std::is_same_v<M, Stop>) {
           return w::CreateStopDirect(fbb, m.reason.c_str()).Union();
         } else if constexpr (std::is_same_v<M, GetStatus>) {
@@ -105,7 +120,9 @@ Offset<void> EncodeBody(FlatBufferBuilder& fbb, const Body& body) {
         } else if constexpr (std::is_same_v<M, ChiefStatusReply>) {
           return w::CreateChiefStatusReply(fbb, internal::EncodeChiefStatus(fbb, m.status)).Union();
         } else if constexpr (std::is_same_v<M, Save>) {
-          return w::CreateSaveDirect(fbb, m.model_dir.c_str(), m.global_step, m.delta_base, m.delta_parent).Union();
+          return w::CreateSaveDirect(fbb, m.model_dir.c_str(), m.global_step, m.delta_base,
+                                     m.delta_parent)
+              .Union();
         } else if constexpr (std::is_same_v<M, SaveReply>) {
           return w::CreateSaveReplyDirect(fbb, m.file.c_str(), m.bytes, m.digest).Union();
         } else if constexpr (std::is_same_v<M, Restore>) {
@@ -169,7 +186,8 @@ Hello IdentityOf(const Table* m) {
 Result<Body> DecodeBody(const w::Envelope* env) {
   // A union type with no table (the verifier lets that pass): every case below reads it.
   if (env->body_type() != w::Body::NONE && env->body() == nullptr) {
-    return ProtocolError(std::string("envelope: a ") + w::EnumNameBody(env->body_type()) + " body without its table");
+    return ProtocolError(std::string("envelope: a ") + w::EnumNameBody(env->body_type()) +
+                         " body without its table");
   }
   switch (env->body_type()) {
     case w::Body::NONE:
@@ -179,7 +197,9 @@ Result<Body> DecodeBody(const w::Envelope* env) {
     }
     case w::Body::HelloReply: {
       auto* m = env->body_as_HelloReply();
-      return Body(HelloReply{.identity = IdentityOf(m), .proof = Vec(m->proof()), .secret_required = m->secret_required()});
+      return Body(HelloReply{.identity = IdentityOf(m),
+                             .proof = Vec(m->proof()),
+                             .secret_required = m->secret_required()});
     }
     case w::Body::HelloProof:
       return Body(HelloProof{Vec(env->body_as_HelloProof()->proof())});
@@ -187,8 +207,10 @@ Result<Body> DecodeBody(const w::Envelope* env) {
       auto* m = env->body_as_Error();
       return Body(Error{m->code(), Str(m->message())});
     }
-    case w::Body::Ack: return Body(Ack{});
-    case w::Body::Ping: return Body(Ping{});
+    case w::Body::Ack:
+      return Body(Ack{});
+    case w::Body::Ping:
+      return Body(Ping{});
     case w::Body::Shutdown: {
       const auto* m = env->body_as_Shutdown();
       return Body(Shutdown{Str(m->reason()), m->retryable()});
@@ -203,7 +225,8 @@ Result<Body> DecodeBody(const w::Envelope* env) {
       return Body(Pull{std::move(items), m->worker(), m->clock()});
     }
     case w::Body::PullReply:
-      return Body(PullReply{Vec(env->body_as_PullReply()->item_floats()), Vec(env->body_as_PullReply()->versions())});
+      return Body(PullReply{Vec(env->body_as_PullReply()->item_floats()),
+                            Vec(env->body_as_PullReply()->versions())});
     case w::Body::Push: {
       auto* m = env->body_as_Push();
       PS_ASSIGN_OR_RETURN(auto items, DecodeSlices(m->items()));
@@ -212,8 +235,8 @@ Result<Body> DecodeBody(const w::Envelope* env) {
         PS_ASSIGN_OR_RETURN(auto pull_items, DecodeSlices(p->items()));
         pull = Pull{std::move(pull_items), p->worker(), p->clock()};
       }
-      return Body(Push{std::move(items), m->global_step(), m->step_id(), m->worker(), m->clock(), m->idle(),
-                       std::move(pull)});
+      return Body(Push{std::move(items), m->global_step(), m->step_id(), m->worker(), m->clock(),
+                       m->idle(), std::move(pull)});
     }
     case w::Body::PushReply: {
       auto* m = env->body_as_PushReply();
@@ -242,12 +265,15 @@ Result<Body> DecodeBody(const w::Envelope* env) {
                                 .stale = m->stale(),
                                 .skipped_records = m->skipped_records()});
     }
-    case w::Body::Stop: return Body(Stop{Str(env->body_as_Stop()->reason())});
-    case w::Body::GetStatus: return Body(GetStatus{});
+    case w::Body::Stop:
+      return Body(Stop{Str(env->body_as_Stop()->reason())});
+    case w::Body::GetStatus:
+      return Body(GetStatus{});
     case w::Body::PsStatusReply:
       return Body(PsStatusReply{internal::DecodePsStatus(env->body_as_PsStatusReply()->status())});
     case w::Body::ChiefStatusReply:
-      return Body(ChiefStatusReply{internal::DecodeChiefStatus(env->body_as_ChiefStatusReply()->status())});
+      return Body(
+          ChiefStatusReply{internal::DecodeChiefStatus(env->body_as_ChiefStatusReply()->status())});
     case w::Body::Save: {
       auto* m = env->body_as_Save();
       return Body(Save{Str(m->model_dir()), m->global_step(), m->delta_base(), m->delta_parent()});
@@ -266,20 +292,25 @@ Result<Body> DecodeBody(const w::Envelope* env) {
         return ProtocolError("EvaluateShard: shard " + std::to_string(m->shard()) + " of " +
                              std::to_string(m->num_shards()));
       }
-      return Body(EvaluateShard{.step = m->step(), .shard = m->shard(), .num_shards = m->num_shards()});
+      return Body(
+          EvaluateShard{.step = m->step(), .shard = m->shard(), .num_shards = m->num_shards()});
     }
     case w::Body::EvaluateShardReply: {
       EvaluateShardReply r;
       if (const auto* heads = env->body_as_EvaluateShardReply()->heads()) {
         for (const w::HeadSums* h : *heads) {
-          if (h->examples() < 0 || h->scores() < 0) return ProtocolError("EvaluateShardReply: negative count");
-          r.heads.push_back(
-              {.examples = h->examples(), .loss_sum = h->loss_sum(), .correct = h->correct(), .scores = h->scores()});
+          if (h->examples() < 0 || h->scores() < 0)
+            return ProtocolError("EvaluateShardReply: negative count");
+          r.heads.push_back({.examples = h->examples(),
+                             .loss_sum = h->loss_sum(),
+                             .correct = h->correct(),
+                             .scores = h->scores()});
         }
       }
       return Body(std::move(r));
     }
-    case w::Body::ReleasePulls: return Body(ReleasePulls{Str(env->body_as_ReleasePulls()->reason())});
+    case w::Body::ReleasePulls:
+      return Body(ReleasePulls{Str(env->body_as_ReleasePulls()->reason())});
   }
   return ProtocolError("unknown message type " +
                        std::to_string(static_cast<int>(env->body_type())));
@@ -295,7 +326,8 @@ std::vector<uint8_t> Encode(const Envelope& env) {
   return std::vector<uint8_t>(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize());
 }
 
-Result<Envelope> Decode(std::span<const uint8_t> bytes, const DecodeLimits& limits, uint64_t* request_id) {
+Result<Envelope> Decode(std::span<const uint8_t> bytes, const DecodeLimits& limits,
+                        uint64_t* request_id) {
   if (bytes.size() < sizeof(flatbuffers::uoffset_t) * 2)
     return ProtocolError("envelope of " + std::to_string(bytes.size()) + " bytes is too short");
   flatbuffers::Verifier verifier(bytes.data(), bytes.size(), limits.max_depth, limits.max_tables);

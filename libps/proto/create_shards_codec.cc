@@ -17,12 +17,15 @@ static_assert(static_cast<int>(InitKind::kZeros) == static_cast<int>(w::InitKind
               static_cast<int>(InitKind::kConstant) == static_cast<int>(w::InitKind::Constant) &&
               static_cast<int>(InitKind::kUniform) == static_cast<int>(w::InitKind::Uniform) &&
               static_cast<int>(InitKind::kNormal) == static_cast<int>(w::InitKind::Normal) &&
-              static_cast<int>(InitKind::kTruncatedNormal) == static_cast<int>(w::InitKind::TruncatedNormal) &&
-              static_cast<int>(InitKind::kGlorotUniform) == static_cast<int>(w::InitKind::GlorotUniform) &&
+              static_cast<int>(InitKind::kTruncatedNormal) ==
+                  static_cast<int>(w::InitKind::TruncatedNormal) &&
+              static_cast<int>(InitKind::kGlorotUniform) ==
+                  static_cast<int>(w::InitKind::GlorotUniform) &&
               w::InitKind::MAX == w::InitKind::GlorotUniform);
 static_assert(static_cast<int>(UpdateMode::kAsync) == static_cast<int>(w::UpdateMode::Async) &&
               static_cast<int>(UpdateMode::kSync) == static_cast<int>(w::UpdateMode::Sync) &&
-              static_cast<int>(UpdateMode::kBoundedStaleness) == static_cast<int>(w::UpdateMode::BoundedStaleness) &&
+              static_cast<int>(UpdateMode::kBoundedStaleness) ==
+                  static_cast<int>(w::UpdateMode::BoundedStaleness) &&
               w::UpdateMode::MAX == w::UpdateMode::BoundedStaleness);
 // The variants' alternatives are declared in the unions' order.
 static_assert(std::variant_size_v<Schedule> == static_cast<size_t>(w::Schedule::MAX));
@@ -158,9 +161,8 @@ Result<cluster::ShardLayout> DecodeLayout(const w::ShardLayout* l, const std::st
       .row_begin = l->row_begin(),
       .rows = l->rows(),
       .cols = l->cols(),
-      .full_shape = l->full_shape() == nullptr
-                        ? std::vector<int64_t>()
-                        : CopyVector(l->full_shape()),
+      .full_shape =
+          l->full_shape() == nullptr ? std::vector<int64_t>() : CopyVector(l->full_shape()),
       .lazy = l->lazy(),
   };
   if (Status valid = cluster::ValidateShardLayout(out); !valid.ok()) {
@@ -185,16 +187,17 @@ Result<Initializer> DecodeInit(const w::Initializer* i, const std::string& where
 Result<Schedule> DecodeSchedule(const w::Optimizer& o) {
   // A union type with no table (the verifier lets that pass, as for the envelope's body).
   if (o.schedule_type() != w::Schedule::NONE && o.schedule() == nullptr) {
-    return ProtocolError(std::string("CreateShards.optimizer.schedule: a ") + w::EnumNameSchedule(o.schedule_type()) +
-                         " without its table");
+    return ProtocolError(std::string("CreateShards.optimizer.schedule: a ") +
+                         w::EnumNameSchedule(o.schedule_type()) + " without its table");
   }
   switch (o.schedule_type()) {
     case w::Schedule::ConstantSchedule:
       return Schedule(ConstantSchedule{});
     case w::Schedule::ExponentialSchedule: {
       const auto* s = o.schedule_as_ExponentialSchedule();
-      return Schedule(ExponentialSchedule{
-          .decay_steps = s->decay_steps(), .decay_rate = s->decay_rate(), .staircase = s->staircase()});
+      return Schedule(ExponentialSchedule{.decay_steps = s->decay_steps(),
+                                          .decay_rate = s->decay_rate(),
+                                          .staircase = s->staircase()});
     }
     case w::Schedule::CosineSchedule: {
       const auto* s = o.schedule_as_CosineSchedule();
@@ -209,8 +212,8 @@ Result<Schedule> DecodeSchedule(const w::Optimizer& o) {
 
 Result<OptimizerRule> DecodeRule(const w::Optimizer& o) {
   if (o.rule_type() != w::OptimizerRule::NONE && o.rule() == nullptr) {
-    return ProtocolError(std::string("CreateShards.optimizer.rule: a ") + w::EnumNameOptimizerRule(o.rule_type()) +
-                         " without its table");
+    return ProtocolError(std::string("CreateShards.optimizer.rule: a ") +
+                         w::EnumNameOptimizerRule(o.rule_type()) + " without its table");
   }
   switch (o.rule_type()) {
     case w::OptimizerRule::Sgd: {
@@ -219,17 +222,20 @@ Result<OptimizerRule> DecodeRule(const w::Optimizer& o) {
     }
     case w::OptimizerRule::Adagrad: {
       const auto* r = o.rule_as_Adagrad();
-      return OptimizerRule(
-          Adagrad{.initial_accumulator_value = r->initial_accumulator_value(), .epsilon = r->epsilon()});
+      return OptimizerRule(Adagrad{.initial_accumulator_value = r->initial_accumulator_value(),
+                                   .epsilon = r->epsilon()});
     }
     case w::OptimizerRule::Rmsprop: {
       const auto* r = o.rule_as_Rmsprop();
-      return OptimizerRule(Rmsprop{
-          .rho = r->rho(), .momentum = r->momentum(), .epsilon = r->epsilon(), .centered = r->centered()});
+      return OptimizerRule(Rmsprop{.rho = r->rho(),
+                                   .momentum = r->momentum(),
+                                   .epsilon = r->epsilon(),
+                                   .centered = r->centered()});
     }
     case w::OptimizerRule::Adam: {
       const auto* r = o.rule_as_Adam();
-      return OptimizerRule(Adam{.beta_1 = r->beta_1(), .beta_2 = r->beta_2(), .epsilon = r->epsilon()});
+      return OptimizerRule(
+          Adam{.beta_1 = r->beta_1(), .beta_2 = r->beta_2(), .epsilon = r->epsilon()});
     }
     case w::OptimizerRule::Ftrl: {
       const auto* r = o.rule_as_Ftrl();
@@ -286,8 +292,8 @@ Offset<w::CreateShards> EncodeCreateShards(FlatBufferBuilder& fbb, const CreateS
     auto init = EncodeInit(fbb, d.init);
     auto policy = d.row_policy == RowPolicy{}
                       ? Offset<w::RowPolicy>()
-                      : w::CreateRowPolicy(fbb, d.row_policy.admit_min_count, d.row_policy.ttl_steps,
-                                           d.row_policy.max_rows);
+                      : w::CreateRowPolicy(fbb, d.row_policy.admit_min_count,
+                                           d.row_policy.ttl_steps, d.row_policy.max_rows);
     defs.push_back(w::CreateShardDef(fbb, layout, init, d.seed, policy, d.sparse));
   }
   auto optimizer = EncodeOptimizer(fbb, msg.optimizer);
@@ -313,10 +319,15 @@ Result<CreateShards> DecodeCreateShards(const w::CreateShards& msg) {
     PS_ASSIGN_OR_RETURN(Initializer init, DecodeInit(d->init(), where));
     RowPolicy policy;
     if (const w::RowPolicy* p = d->row_policy()) {
-      policy = RowPolicy{.admit_min_count = p->admit_min_count(), .ttl_steps = p->ttl_steps(), .max_rows = p->max_rows()};
+      policy = RowPolicy{.admit_min_count = p->admit_min_count(),
+                         .ttl_steps = p->ttl_steps(),
+                         .max_rows = p->max_rows()};
     }
-    out.shards.push_back(ShardDef{
-        .layout = std::move(layout), .init = init, .seed = d->seed(), .row_policy = policy, .sparse = d->sparse()});
+    out.shards.push_back(ShardDef{.layout = std::move(layout),
+                                  .init = init,
+                                  .seed = d->seed(),
+                                  .row_policy = policy,
+                                  .sparse = d->sparse()});
   }
   return out;
 }

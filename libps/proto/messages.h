@@ -23,7 +23,14 @@ namespace ps::proto {
 // combine_push_pull): a version-4 ps would apply the push and drop the pull.
 inline constexpr uint32_t kProtocolVersion = 5;
 
-enum class Role : int8_t { kUnknown = 0, kChief = 1, kWorker = 2, kPs = 3, kEvaluator = 4, kClient = 5 };
+enum class Role : int8_t {
+  kUnknown = 0,
+  kChief = 1,
+  kWorker = 2,
+  kPs = 3,
+  kEvaluator = 4,
+  kClient = 5
+};
 const char* RoleName(Role role);
 
 struct Hello {
@@ -38,16 +45,30 @@ struct HelloReply {
   std::vector<uint8_t> proof;
   bool secret_required = false;
 };
-struct HelloProof { std::vector<uint8_t> proof; };
-struct Error { int32_t code = 0; std::string message; };
+struct HelloProof {
+  std::vector<uint8_t> proof;
+};
+struct Error {
+  int32_t code = 0;
+  std::string message;
+};
 struct Ack {};
 struct Ping {};
-struct Shutdown { std::string reason; bool retryable = false; };
+struct Shutdown {
+  std::string reason;
+  bool retryable = false;
+};
 
 // The wire forms of model::InitSpec, server::OptimizerSpec and server::UpdateSpec (this
 // module cannot see those); libps/server/wire_specs.h converts, by field name.
 enum class InitKind : int8_t {
-  kZeros = 0, kOnes = 1, kConstant = 2, kUniform = 3, kNormal = 4, kTruncatedNormal = 5, kGlorotUniform = 6
+  kZeros = 0,
+  kOnes = 1,
+  kConstant = 2,
+  kUniform = 3,
+  kNormal = 4,
+  kTruncatedNormal = 5,
+  kGlorotUniform = 6
 };
 struct Initializer {
   InitKind kind = InitKind::kZeros;
@@ -107,7 +128,8 @@ struct Adam {
   bool operator==(const Adam&) const = default;
 };
 struct Ftrl {
-  double learning_rate_power = 0, initial_accumulator_value = 0, l1 = 0, l2 = 0, l2_shrinkage = 0, beta = 0;
+  double learning_rate_power = 0, initial_accumulator_value = 0, l1 = 0, l2 = 0, l2_shrinkage = 0,
+         beta = 0;
   bool operator==(const Ftrl&) const = default;
 };
 using OptimizerRule = std::variant<Sgd, Adagrad, Rmsprop, Adam, Ftrl>;
@@ -139,8 +161,15 @@ struct Slice {
   bool all_rows = true;       // false: only `rows`
   std::vector<int64_t> rows;  // shard-local row indices
 };
-struct Pull { std::vector<Slice> items; int32_t worker = -1; int64_t clock = -1; };
-struct PullReply { std::vector<uint64_t> item_floats; std::vector<int64_t> versions; };
+struct Pull {
+  std::vector<Slice> items;
+  int32_t worker = -1;
+  int64_t clock = -1;
+};
+struct PullReply {
+  std::vector<uint64_t> item_floats;
+  std::vector<int64_t> versions;
+};
 struct Push {
   std::vector<Slice> items;
   int64_t global_step = 0;
@@ -165,11 +194,22 @@ struct Save {
   int64_t delta_base = -1;
   int64_t delta_parent = -1;
 };
-struct SaveReply { std::string file; uint64_t bytes = 0; uint32_t digest = 0; };
-struct Restore { std::string model_dir; int64_t global_step = 0; };
+struct SaveReply {
+  std::string file;
+  uint64_t bytes = 0;
+  uint32_t digest = 0;
+};
+struct Restore {
+  std::string model_dir;
+  int64_t global_step = 0;
+};
 // Inline distributed evaluation (pstrain.fbs): the payload of the reply holds the scores
 // and labels, `scores` of each per head in order.
-struct EvaluateShard { int64_t step = 0; int32_t shard = 0; int32_t num_shards = 1; };
+struct EvaluateShard {
+  int64_t step = 0;
+  int32_t shard = 0;
+  int32_t num_shards = 1;
+};
 struct HeadSums {
   int64_t examples = 0;
   double loss_sum = 0;
@@ -177,10 +217,19 @@ struct HeadSums {
   int64_t scores = 0;
   bool operator==(const HeadSums&) const = default;
 };
-struct EvaluateShardReply { std::vector<HeadSums> heads; };
+struct EvaluateShardReply {
+  std::vector<HeadSums> heads;
+};
 
-struct StartJob { std::string job_json; int32_t worker_index = 0; int32_t num_workers = 0; };
-struct RunSteps { int64_t first_step = 0; int32_t count = 0; };
+struct StartJob {
+  std::string job_json;
+  int32_t worker_index = 0;
+  int32_t num_workers = 0;
+};
+struct RunSteps {
+  int64_t first_step = 0;
+  int32_t count = 0;
+};
 struct RunStepsReply {
   int32_t steps = 0;
   int64_t examples = 0;
@@ -194,8 +243,12 @@ struct RunStepsReply {
   int64_t skipped_records = 0;
 };
 
-struct Stop { std::string reason; };
-struct ReleasePulls { std::string reason; };  // chief -> ps (pstrain.fbs)
+struct Stop {
+  std::string reason;
+};
+struct ReleasePulls {
+  std::string reason;
+};  // chief -> ps (pstrain.fbs)
 struct GetStatus {};
 
 // --- status: what a ps answers to GetStatus, and the chief's whole-cluster status, which
@@ -204,12 +257,12 @@ struct GetStatus {};
 
 // A ps task's update-mode figures (server::Service::UpdateStats).
 struct PsUpdateFigures {
-  std::string mode;            // "async" | "sync" | "bounded_staleness" | "dense sync, sparse async" | ...
-  int64_t stale_dropped = 0;   // sync: gradients dropped because their update was applied
-  int64_t waited_pulls = 0;    // pulls that waited (sync, bounded staleness)
-  int64_t max_lead = 0;        // bounded staleness: the largest lead seen, in steps
-  int64_t min_version = 0;     // sync: the lowest and highest update its shards applied (hybrid: its
-                               // sync class's; none: the step it was restored to, else 0)
+  std::string mode;  // "async" | "sync" | "bounded_staleness" | "dense sync, sparse async" | ...
+  int64_t stale_dropped = 0;  // sync: gradients dropped because their update was applied
+  int64_t waited_pulls = 0;   // pulls that waited (sync, bounded staleness)
+  int64_t max_lead = 0;       // bounded staleness: the largest lead seen, in steps
+  int64_t min_version = 0;    // sync: the lowest and highest update its shards applied (hybrid: its
+                              // sync class's; none: the step it was restored to, else 0)
   int64_t max_version = 0;
   int64_t applied_on_arrival = 0;  // gradients (one shard's item of a push) applied as they came:
                                    // async, bounded staleness, a hybrid's async class
@@ -217,38 +270,41 @@ struct PsUpdateFigures {
 // A ps task's lazy-table row figures (server::StoreStats; admission and eviction in
 // libps/server/store.h): gauges, then counters since it started.
 struct PsRowFigures {
-  int64_t lazy_shards = 0;     // lazy shards it holds
-  int64_t live_rows = 0;       // their created rows now
-  uint64_t admitted = 0;       // rows created by the admit_min_count-th push of their id
-  uint64_t not_admitted = 0;   // gradient rows dropped because their row was not admitted yet
-  uint64_t evicted_ttl = 0;    // rows evicted as not pushed for ttl_steps
+  int64_t lazy_shards = 0;        // lazy shards it holds
+  int64_t live_rows = 0;          // their created rows now
+  uint64_t admitted = 0;          // rows created by the admit_min_count-th push of their id
+  uint64_t not_admitted = 0;      // gradient rows dropped because their row was not admitted yet
+  uint64_t evicted_ttl = 0;       // rows evicted as not pushed for ttl_steps
   uint64_t evicted_max_rows = 0;  // rows evicted beyond max_rows
   bool operator==(const PsRowFigures&) const = default;
 };
 // A ps task's counters, monotonic since it started (uptime_sec ago).
 struct PsStatus {
-  uint64_t generation = 0;     // the newest chief's
-  int64_t global_step = 0;     // of the last checkpoint saved or restored
+  uint64_t generation = 0;  // the newest chief's
+  int64_t global_step = 0;  // of the last checkpoint saved or restored
   double uptime_sec = 0;
   int64_t shards = 0;
-  uint64_t bytes_held = 0;     // values and optimizer slots of every shard
+  uint64_t bytes_held = 0;  // values and optimizer slots of every shard
   uint64_t pull_requests = 0, push_requests = 0, failed_requests = 0;
   uint64_t bytes_pulled = 0, bytes_pushed = 0;  // tensor payload bytes
   uint64_t rows_pulled = 0, rows_pushed = 0;
-  uint64_t requests = 0;       // every request its server handled
-  uint64_t queue_depth = 0, max_queue_depth = 0;  // handler queue now / deepest since the last GetStatus
-  uint64_t bytes_received = 0, bytes_sent = 0;    // whole frames
+  uint64_t requests = 0;  // every request its server handled
+  uint64_t queue_depth = 0,
+           max_queue_depth = 0;  // handler queue now / deepest since the last GetStatus
+  uint64_t bytes_received = 0, bytes_sent = 0;  // whole frames
   PsUpdateFigures update;
   PsRowFigures rows = {};
 };
-struct PsStatusReply { PsStatus status; };
+struct PsStatusReply {
+  PsStatus status;
+};
 
 // One worker over a load window (libps/obs/figures.h): steps is its total; the seconds
 // are summed over the steps it finished in the window; the optional figures are absent
 // when it finished none.
 struct WorkerLoad {
-  std::string task;            // "worker:1"
-  std::string state;           // "running" | "idle" | "lost"
+  std::string task;   // "worker:1"
+  std::string state;  // "running" | "idle" | "lost"
   int64_t steps = 0;
   double examples_per_s = 0;
   std::optional<double> step_ms;
@@ -258,9 +314,9 @@ struct WorkerLoad {
 // One ps over a load window: totals since it started, rates over window_sec by its clock.
 // A ps that did not answer has state "no answer", `error`, and zeros elsewhere.
 struct PsLoad {
-  std::string task;            // "ps:0"
-  std::string address;         // "host:port"
-  std::string state;           // "ok" | "no answer"
+  std::string task;     // "ps:0"
+  std::string address;  // "host:port"
+  std::string state;    // "ok" | "no answer"
   std::string error;
   uint64_t requests = 0, bytes_in = 0, bytes_out = 0;
   double requests_per_s = 0, bytes_in_per_s = 0, bytes_out_per_s = 0, rows_per_s = 0;
@@ -272,30 +328,30 @@ struct PsLoad {
   bool answered() const { return state == "ok"; }
 };
 struct TaskState {
-  std::string task;            // "ps:0", "worker:1"
-  std::string state;           // ps: "ready" | "lost"; worker: "connected" | "running" | "idle" | "lost"
-  std::string last_error;      // empty: none
+  std::string task;   // "ps:0", "worker:1"
+  std::string state;  // ps: "ready" | "lost"; worker: "connected" | "running" | "idle" | "lost"
+  std::string last_error;  // empty: none
 };
 struct ChiefStatus {
-  std::string state;           // "starting", "connecting", ..., "training", "checkpointing", ...
+  std::string state;  // "starting", "connecting", ..., "training", "checkpointing", ...
   int64_t global_step = 0;
   int64_t total_steps = 0;
-  double examples_per_sec = 0; // over the last log interval
-  double elapsed_sec = 0;      // since the chief started
-  std::string stop_reason;     // empty: no stop requested
+  double examples_per_sec = 0;  // over the last log interval
+  double elapsed_sec = 0;       // since the chief started
+  std::string stop_reason;      // empty: no stop requested
   std::vector<TaskState> tasks;
   double load_window_sec = 0;  // what the workers' and ps' figures cover
   std::vector<WorkerLoad> workers;
   std::vector<PsLoad> ps;
 };
-struct ChiefStatusReply { ChiefStatus status; };
+struct ChiefStatusReply {
+  ChiefStatus status;
+};
 
-using Body = std::variant<Hello, HelloReply, HelloProof, Error, Ack, Ping, Shutdown,
-                          CreateShards, Pull, PullReply, Push, PushReply,
-                          StartJob, RunSteps, RunStepsReply,
-                          Stop, GetStatus, PsStatusReply, ChiefStatusReply,
-                          Save, SaveReply, Restore, EvaluateShard, EvaluateShardReply,
-                          ReleasePulls>;
+using Body = std::variant<Hello, HelloReply, HelloProof, Error, Ack, Ping, Shutdown, CreateShards,
+                          Pull, PullReply, Push, PushReply, StartJob, RunSteps, RunStepsReply, Stop,
+                          GetStatus, PsStatusReply, ChiefStatusReply, Save, SaveReply, Restore,
+                          EvaluateShard, EvaluateShardReply, ReleasePulls>;
 
 // Name of the body's message type, for logs and errors ("Pull").
 const char* BodyName(const Body& body);

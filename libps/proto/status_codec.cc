@@ -18,8 +18,9 @@ std::optional<double> Opt(flatbuffers::Optional<double> v) {
 }
 
 Offset<w::PsUpdateFigures> EncodeUpdate(FlatBufferBuilder& fbb, const PsUpdateFigures& u) {
-  return w::CreatePsUpdateFiguresDirect(fbb, u.mode.c_str(), u.stale_dropped, u.waited_pulls, u.max_lead,
-                                        u.min_version, u.max_version, u.applied_on_arrival);
+  return w::CreatePsUpdateFiguresDirect(fbb, u.mode.c_str(), u.stale_dropped, u.waited_pulls,
+                                        u.max_lead, u.min_version, u.max_version,
+                                        u.applied_on_arrival);
 }
 
 PsUpdateFigures DecodeUpdate(const w::PsUpdateFigures* t) {
@@ -34,8 +35,8 @@ PsUpdateFigures DecodeUpdate(const w::PsUpdateFigures* t) {
 }
 
 Offset<w::PsRowFigures> EncodeRows(FlatBufferBuilder& fbb, const PsRowFigures& r) {
-  return w::CreatePsRowFigures(fbb, r.lazy_shards, r.live_rows, r.admitted, r.not_admitted, r.evicted_ttl,
-                               r.evicted_max_rows);
+  return w::CreatePsRowFigures(fbb, r.lazy_shards, r.live_rows, r.admitted, r.not_admitted,
+                               r.evicted_ttl, r.evicted_max_rows);
 }
 
 PsRowFigures DecodeRows(const w::PsRowFigures* t) {
@@ -87,31 +88,32 @@ WorkerLoad DecodeWorker(const w::WorkerLoad* t) {
 Offset<w::PsLoad> EncodePsLoad(FlatBufferBuilder& fbb, const PsLoad& l) {
   auto update = l.update ? EncodeUpdate(fbb, *l.update) : Offset<w::PsUpdateFigures>();
   auto rows = l.rows ? EncodeRows(fbb, *l.rows) : Offset<w::PsRowFigures>();
-  return w::CreatePsLoadDirect(fbb, l.task.c_str(), l.address.c_str(), l.state.c_str(), l.error.c_str(),
-                               l.requests, l.bytes_in, l.bytes_out, l.requests_per_s, l.bytes_in_per_s,
-                               l.bytes_out_per_s, l.rows_per_s, l.queue_depth, l.max_queue_depth, l.bytes_held,
-                               l.shards, l.window_sec, update, rows);
+  return w::CreatePsLoadDirect(
+      fbb, l.task.c_str(), l.address.c_str(), l.state.c_str(), l.error.c_str(), l.requests,
+      l.bytes_in, l.bytes_out, l.requests_per_s, l.bytes_in_per_s, l.bytes_out_per_s, l.rows_per_s,
+      l.queue_depth, l.max_queue_depth, l.bytes_held, l.shards, l.window_sec, update, rows);
 }
 
 PsLoad DecodePsLoad(const w::PsLoad* t) {
-  return PsLoad{.task = Str(t->task()),
-                .address = Str(t->address()),
-                .state = Str(t->state()),
-                .error = Str(t->error()),
-                .requests = t->requests(),
-                .bytes_in = t->bytes_in(),
-                .bytes_out = t->bytes_out(),
-                .requests_per_s = t->requests_per_s(),
-                .bytes_in_per_s = t->bytes_in_per_s(),
-                .bytes_out_per_s = t->bytes_out_per_s(),
-                .rows_per_s = t->rows_per_s(),
-                .queue_depth = t->queue_depth(),
-                .max_queue_depth = t->max_queue_depth(),
-                .bytes_held = t->bytes_held(),
-                .shards = t->shards(),
-                .window_sec = t->window_sec(),
-                .update = t->update() != nullptr ? std::optional(DecodeUpdate(t->update())) : std::nullopt,
-                .rows = t->rows() != nullptr ? std::optional(DecodeRows(t->rows())) : std::nullopt};
+  return PsLoad{
+      .task = Str(t->task()),
+      .address = Str(t->address()),
+      .state = Str(t->state()),
+      .error = Str(t->error()),
+      .requests = t->requests(),
+      .bytes_in = t->bytes_in(),
+      .bytes_out = t->bytes_out(),
+      .requests_per_s = t->requests_per_s(),
+      .bytes_in_per_s = t->bytes_in_per_s(),
+      .bytes_out_per_s = t->bytes_out_per_s(),
+      .rows_per_s = t->rows_per_s(),
+      .queue_depth = t->queue_depth(),
+      .max_queue_depth = t->max_queue_depth(),
+      .bytes_held = t->bytes_held(),
+      .shards = t->shards(),
+      .window_sec = t->window_sec(),
+      .update = t->update() != nullptr ? std::optional(DecodeUpdate(t->update())) : std::nullopt,
+      .rows = t->rows() != nullptr ? std::optional(DecodeRows(t->rows())) : std::nullopt};
 }
 
 }  // namespace
@@ -120,9 +122,9 @@ Offset<w::PsStatus> EncodePsStatus(FlatBufferBuilder& fbb, const PsStatus& s) {
   auto update = EncodeUpdate(fbb, s.update);
   auto rows = EncodeRows(fbb, s.rows);
   return w::CreatePsStatus(fbb, s.generation, s.global_step, s.uptime_sec, s.shards, s.bytes_held,
-                           s.pull_requests, s.push_requests, s.failed_requests, s.bytes_pulled, s.bytes_pushed,
-                           s.rows_pulled, s.rows_pushed, s.requests, s.queue_depth, s.max_queue_depth,
-                           s.bytes_received, s.bytes_sent, update, rows);
+                           s.pull_requests, s.push_requests, s.failed_requests, s.bytes_pulled,
+                           s.bytes_pushed, s.rows_pulled, s.rows_pushed, s.requests, s.queue_depth,
+                           s.max_queue_depth, s.bytes_received, s.bytes_sent, update, rows);
 }
 
 PsStatus DecodePsStatus(const w::PsStatus* t) {
@@ -151,15 +153,16 @@ PsStatus DecodePsStatus(const w::PsStatus* t) {
 Offset<w::ChiefStatus> EncodeChiefStatus(FlatBufferBuilder& fbb, const ChiefStatus& s) {
   std::vector<Offset<w::TaskState>> tasks;
   for (const auto& t : s.tasks) {
-    tasks.push_back(w::CreateTaskStateDirect(fbb, t.task.c_str(), t.state.c_str(), t.last_error.c_str()));
+    tasks.push_back(
+        w::CreateTaskStateDirect(fbb, t.task.c_str(), t.state.c_str(), t.last_error.c_str()));
   }
   std::vector<Offset<w::WorkerLoad>> workers;
   for (const auto& l : s.workers) workers.push_back(EncodeWorker(fbb, l));
   std::vector<Offset<w::PsLoad>> ps;
   for (const auto& l : s.ps) ps.push_back(EncodePsLoad(fbb, l));
-  return w::CreateChiefStatusDirect(fbb, s.state.c_str(), s.global_step, s.total_steps, s.examples_per_sec,
-                                    s.elapsed_sec, s.stop_reason.c_str(), &tasks, s.load_window_sec, &workers,
-                                    &ps);
+  return w::CreateChiefStatusDirect(fbb, s.state.c_str(), s.global_step, s.total_steps,
+                                    s.examples_per_sec, s.elapsed_sec, s.stop_reason.c_str(),
+                                    &tasks, s.load_window_sec, &workers, &ps);
 }
 
 ChiefStatus DecodeChiefStatus(const w::ChiefStatus* t) {
@@ -176,7 +179,8 @@ ChiefStatus DecodeChiefStatus(const w::ChiefStatus* t) {
                 .ps = {}};
   if (t->tasks() != nullptr) {
     for (const auto* x : *t->tasks()) {
-      s.tasks.push_back({.task = Str(x->task()), .state = Str(x->state()), .last_error = Str(x->last_error())});
+      s.tasks.push_back(
+          {.task = Str(x->task()), .state = Str(x->state()), .last_error = Str(x->last_error())});
     }
   }
   if (t->workers() != nullptr) {

@@ -8,8 +8,10 @@
 
 namespace ps::proto::internal {
 
-flatbuffers::Offset<wire::PsStatus> EncodePsStatus(flatbuffers::FlatBufferBuilder& fbb, const PsStatus& s);
-flatbuffers::Offset<wire::ChiefStatus> EncodeChiefStatus(flatbuffers::FlatBufferBuilder& fbb, const ChiefStatus& s);
+flatbuffers::Offset<wire::PsStatus> EncodePsStatus(flatbuffers::FlatBufferBuilder& fbb,
+                                                   const PsStatus& s);
+flatbuffers::Offset<wire::ChiefStatus> EncodeChiefStatus(flatbuffers::FlatBufferBuilder& fbb,
+                                                         const ChiefStatus& s);
 // A verified table (nullptr: every field at its default).
 PsStatus DecodePsStatus(const wire::PsStatus* t);
 ChiefStatus DecodeChiefStatus(const wire::ChiefStatus* t);

@@ -26,7 +26,8 @@ void* AllocateAligned(size_t bytes) {
 Result<AlignedFloats> AlignedFloats::Make(size_t n, const std::string& what) {
   size_t bytes = (n * sizeof(float) + kAlign - 1) / kAlign * kAlign;
   void* p = AllocateAligned(bytes);
-  if (p == nullptr) return Internal(what + ": out of memory allocating " + std::to_string(bytes) + " bytes");
+  if (p == nullptr)
+    return Internal(what + ": out of memory allocating " + std::to_string(bytes) + " bytes");
   AlignedFloats a;
   a.data_.reset(static_cast<float*>(p));
   a.size_ = n;
@@ -51,7 +52,8 @@ uint64_t RecordArena::max_records() const {
   size_t rows = kFirstChunkRows;
   for (size_t c = 0; c < max_chunks_; ++c) {
     records += rows;
-    if (rows == max_rows_) return records + (max_chunks_ - c - 1) * static_cast<uint64_t>(max_rows_);
+    if (rows == max_rows_)
+      return records + (max_chunks_ - c - 1) * static_cast<uint64_t>(max_rows_);
     rows = std::min(rows * 2, max_rows_);
   }
   return records;
@@ -72,8 +74,9 @@ uint32_t RecordArena::Allocate() {
     const size_t rows = chunks_.empty() ? kFirstChunkRows : std::min(chunk_rows_ * 2, max_rows_);
     // A full-size chunk takes whole huge pages (AllocateAligned advises them only from
     // kHugePage bytes up); the few bytes past its last record are slack.
-    const size_t floats = rows == max_rows_ ? std::max(rows * record_floats_, kHugePage / sizeof(float))
-                                            : rows * record_floats_;
+    const size_t floats = rows == max_rows_
+                              ? std::max(rows * record_floats_, kHugePage / sizeof(float))
+                              : rows * record_floats_;
     auto chunk = AlignedFloats::Make(floats, "lazy rows");
     if (!chunk.ok()) return kNone;
     if (chunks_.size() == dir_size_) {
@@ -197,7 +200,8 @@ uint32_t AdmitSketch::Add(uint64_t hash) {
 
 uint32_t AdmitSketch::Estimate(uint64_t hash) const {
   uint32_t least = UINT32_MAX;
-  for (int i = 0; i < kSketchHashes; ++i) least = std::min<uint32_t>(least, counters_[Position(hash, i)]);
+  for (int i = 0; i < kSketchHashes; ++i)
+    least = std::min<uint32_t>(least, counters_[Position(hash, i)]);
   return least;
 }
 
@@ -232,7 +236,8 @@ void StripeGroups::Build(std::span<const int64_t> rows) {
   // stripe by the top bits of the home slot (LazyStripe::Home), so probes walk each
   // stripe's table in increasing address order, as a dense shard's sorted rows do. About
   // one group per row per stripe, up to 256: a small request clears and sums few counters.
-  const int extra = std::min(kMaxGroupBits - kLazyStripeBits, static_cast<int>(std::bit_width(n >> kLazyStripeBits)));
+  const int extra = std::min(kMaxGroupBits - kLazyStripeBits,
+                             static_cast<int>(std::bit_width(n >> kLazyStripeBits)));
   group_bits = kLazyStripeBits + extra;
   const int shift = 64 - group_bits;
   const size_t groups = size_t{1} << group_bits;

@@ -134,7 +134,8 @@ class RecordArena {
   // The record `ref` names (made by Allocate, not freed since).
   float* At(uint32_t ref) const {
     const float* const* dir = dir_.load(std::memory_order_acquire);
-    return const_cast<float*>(dir[ref >> slot_bits_]) + static_cast<size_t>(ref & slot_mask_) * record_floats_;
+    return const_cast<float*>(dir[ref >> slot_bits_]) +
+           static_cast<size_t>(ref & slot_mask_) * record_floats_;
   }
   // Returns a record for reuse (eviction); the free list is kept inside freed records.
   void Free(uint32_t ref);
@@ -147,8 +148,8 @@ class RecordArena {
 
  private:
   const size_t record_floats_;
-  size_t max_rows_ = 0;    // records in a full-size chunk
-  int slot_bits_ = 0;      // a reference is chunk << slot_bits_ | slot, slot < max_rows_
+  size_t max_rows_ = 0;  // records in a full-size chunk
+  int slot_bits_ = 0;    // a reference is chunk << slot_bits_ | slot, slot < max_rows_
   uint32_t slot_mask_ = 0;
   size_t max_chunks_ = 0;  // the last reference of chunk max_chunks_ would be kNone
   mutable std::mutex mu_;
@@ -176,7 +177,8 @@ class RecordArena {
 // (1/2)^4 = 6.25%. Not synchronised: its stripe's lock guards it.
 inline constexpr int kSketchHashes = 4;
 inline constexpr int kSketchBits = 14;
-inline constexpr size_t kSketchCounters = size_t{1} << kSketchBits;  // 16 KiB a stripe, 512 KiB a shard
+inline constexpr size_t kSketchCounters = size_t{1}
+                                          << kSketchBits;  // 16 KiB a stripe, 512 KiB a shard
 
 class AdmitSketch {
  public:
@@ -241,7 +243,9 @@ class LazyStripe {
       if (empty != 0) return nullptr;
     }
   }
-  const Entry* Find(int64_t row, uint64_t hash) const { return const_cast<LazyStripe*>(this)->Find(row, hash); }
+  const Entry* Find(int64_t row, uint64_t hash) const {
+    return const_cast<LazyStripe*>(this)->Find(row, hash);
+  }
   // Starts loading the line where a probe for `hash` begins.
   void PrefetchSlot(uint64_t hash) const {
     if (!table_.empty()) __builtin_prefetch(&table_[Home(hash)]);
@@ -317,8 +321,8 @@ class LazyStripe {
 // slot's (see Build). Keep one per thread (thread_local), so the buffers are reused.
 struct StripeGroups {
   static constexpr int kMaxGroupBits = kLazyStripeBits + 8;  // 256 groups per stripe
-  int group_bits = kLazyStripeBits;  // of the last Build
-  std::vector<uint64_t> hashes;  // [i] HashRow(rows[i])
+  int group_bits = kLazyStripeBits;                          // of the last Build
+  std::vector<uint64_t> hashes;                              // [i] HashRow(rows[i])
   std::vector<uint32_t> order;
   std::array<uint32_t, kLazyStripes + 1> begin{};
   std::vector<uint32_t> bucket;  // Build's counts
@@ -333,8 +337,9 @@ struct StripeGroups {
 };
 
 template <typename C, typename F>
-uint32_t LazyStripe::FindEach(std::span<const int64_t> rows, StripeGroups& groups, uint32_t b, uint32_t e,
-                              const RecordArena& arena, size_t record_bytes, bool write, C&& create, F&& f) {
+uint32_t LazyStripe::FindEach(std::span<const int64_t> rows, StripeGroups& groups, uint32_t b,
+                              uint32_t e, const RecordArena& arena, size_t record_bytes, bool write,
+                              C&& create, F&& f) {
   constexpr uint32_t kAhead = kPrefetchRows;
   if (groups.found.size() < e - b) groups.found.resize(e - b);
   StripeGroups::Found* const found = groups.found.data();  // [j - b] for j in [b, e)

@@ -9,20 +9,28 @@ namespace ps::server {
 
 const char* OptimizerKindName(OptimizerKind kind) {
   switch (kind) {
-    case OptimizerKind::kSgd: return "sgd";
-    case OptimizerKind::kAdagrad: return "adagrad";
-    case OptimizerKind::kRmsprop: return "rmsprop";
-    case OptimizerKind::kAdam: return "adam";
-    case OptimizerKind::kFtrl: return "ftrl";
+    case OptimizerKind::kSgd:
+      return "sgd";
+    case OptimizerKind::kAdagrad:
+      return "adagrad";
+    case OptimizerKind::kRmsprop:
+      return "rmsprop";
+    case OptimizerKind::kAdam:
+      return "adam";
+    case OptimizerKind::kFtrl:
+      return "ftrl";
   }
   return "?";
 }
 
 const char* ScheduleKindName(ScheduleKind kind) {
   switch (kind) {
-    case ScheduleKind::kConstant: return "constant";
-    case ScheduleKind::kExponential: return "exponential";
-    case ScheduleKind::kCosine: return "cosine";
+    case ScheduleKind::kConstant:
+      return "constant";
+    case ScheduleKind::kExponential:
+      return "exponential";
+    case ScheduleKind::kCosine:
+      return "cosine";
   }
   return "?";
 }
@@ -40,10 +48,9 @@ Status CheckRange(const std::string& path, const char* key, double v, double lo,
                   bool hi_open) {
   if (!std::isfinite(v) || v < lo || (hi_open ? v >= hi : v > hi)) {
     std::string range = std::isinf(hi) ? ">= " + std::to_string(lo)
-                                        : "in [" + std::to_string(lo) + ", " +
-                                              std::to_string(hi) + (hi_open ? ")" : "]");
-    return InvalidArgument(path + "." + key + ": must be " + range + ", got " +
-                           std::to_string(v));
+                                       : "in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                                             (hi_open ? ")" : "]");
+    return InvalidArgument(path + "." + key + ": must be " + range + ", got " + std::to_string(v));
   }
   return Status::Ok();
 }
@@ -82,7 +89,8 @@ Status ValidateSchedule(const ScheduleSpec& s, const std::string& path) {
                            std::to_string(s.decay_steps));
   if (s.kind == ScheduleKind::kExponential && (!std::isfinite(s.decay_rate) || s.decay_rate <= 0))
     return InvalidArgument(path + ".decay_rate: must be > 0, got " + std::to_string(s.decay_rate));
-  if (s.kind == ScheduleKind::kCosine) PS_RETURN_IF_ERROR(CheckRange(path, "alpha", s.alpha, 0, 1, false));
+  if (s.kind == ScheduleKind::kCosine)
+    PS_RETURN_IF_ERROR(CheckRange(path, "alpha", s.alpha, 0, 1, false));
   return Status::Ok();
 }
 
@@ -99,8 +107,8 @@ Status ValidateOptimizer(const OptimizerSpec& s, const std::string& path) {
       PS_RETURN_IF_ERROR(CheckRange(path, "momentum", s.momentum, 0, 1, false));
       break;
     case OptimizerKind::kAdagrad:
-      PS_RETURN_IF_ERROR(CheckRange(path, "initial_accumulator_value",
-                                    s.initial_accumulator_value, 0, kInf, false));
+      PS_RETURN_IF_ERROR(CheckRange(path, "initial_accumulator_value", s.initial_accumulator_value,
+                                    0, kInf, false));
       PS_RETURN_IF_ERROR(CheckRange(path, "epsilon", s.epsilon, 0, kInf, false));
       break;
     case OptimizerKind::kRmsprop:
@@ -117,12 +125,12 @@ Status ValidateOptimizer(const OptimizerSpec& s, const std::string& path) {
       if (!std::isfinite(s.learning_rate_power) || s.learning_rate_power > 0)
         return InvalidArgument(path + ".learning_rate_power: must be <= 0, got " +
                                std::to_string(s.learning_rate_power));
-      PS_RETURN_IF_ERROR(CheckRange(path, "initial_accumulator_value",
-                                    s.initial_accumulator_value, 0, kInf, false));
+      PS_RETURN_IF_ERROR(CheckRange(path, "initial_accumulator_value", s.initial_accumulator_value,
+                                    0, kInf, false));
       PS_RETURN_IF_ERROR(CheckRange(path, "l1_regularization_strength", s.l1, 0, kInf, false));
       PS_RETURN_IF_ERROR(CheckRange(path, "l2_regularization_strength", s.l2, 0, kInf, false));
-      PS_RETURN_IF_ERROR(CheckRange(path, "l2_shrinkage_regularization_strength",
-                                    s.l2_shrinkage, 0, kInf, false));
+      PS_RETURN_IF_ERROR(
+          CheckRange(path, "l2_shrinkage_regularization_strength", s.l2_shrinkage, 0, kInf, false));
       PS_RETURN_IF_ERROR(CheckRange(path, "beta", s.beta, 0, kInf, false));
       break;
   }
@@ -199,15 +207,16 @@ double LearningRate(const OptimizerSpec& spec, int64_t step) {
   }
   const ScheduleSpec& s = spec.schedule;
   switch (s.kind) {
-    case ScheduleKind::kConstant: return lr0;
+    case ScheduleKind::kConstant:
+      return lr0;
     case ScheduleKind::kExponential: {
       double p = static_cast<double>(step) / static_cast<double>(s.decay_steps);
       if (s.staircase) p = std::floor(p);
       return lr0 * std::pow(s.decay_rate, p);
     }
     case ScheduleKind::kCosine: {
-      double done = static_cast<double>(std::min(step, s.decay_steps)) /
-                    static_cast<double>(s.decay_steps);
+      double done =
+          static_cast<double>(std::min(step, s.decay_steps)) / static_cast<double>(s.decay_steps);
       double cosine = 0.5 * (1.0 + std::cos(std::numbers::pi * done));
       return lr0 * ((1.0 - s.alpha) * cosine + s.alpha);
     }
@@ -228,7 +237,8 @@ std::vector<SlotDef> SlotDefs(const OptimizerSpec& spec) {
       if (spec.centered) slots.push_back({"mg", 0.0f});
       return slots;
     }
-    case OptimizerKind::kAdam: return {{"m", 0.0f}, {"v", 0.0f}};
+    case OptimizerKind::kAdam:
+      return {{"m", 0.0f}, {"v", 0.0f}};
     case OptimizerKind::kFtrl:
       return {{"accumulator", static_cast<float>(spec.initial_accumulator_value)},
               {"linear", 0.0f}};
@@ -369,8 +379,8 @@ void FtrlV2(size_t n, float lr, float l1, float l2, float l2_shrinkage, float lr
 // AVX2 copy has no FMA, and the project builds with -ffp-contract=off (optimizer_test
 // checks against scalar formulas). Not under the sanitizers: GCC instruments the copies'
 // resolver, which the loader runs before the sanitizer's runtime is set up (TSan crashed).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__) && \
-    !defined(__SANITIZE_ADDRESS__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
 #define PS_OPTIMIZER_CLONES __attribute__((target_clones("avx2", "default"), flatten))
 #else
 #define PS_OPTIMIZER_CLONES
@@ -400,8 +410,7 @@ void ApplyRows(const OptimizerSpec& spec, float lr, int64_t step, std::span<floa
       const float eps = static_cast<float>(spec.epsilon);
       if (spec.momentum > 0) {
         float* mg = spec.centered ? s[2] : nullptr;
-        RmspropMomentum(n, lr, rho, static_cast<float>(spec.momentum), eps, var, s[0], s[1], mg,
-                        g);
+        RmspropMomentum(n, lr, rho, static_cast<float>(spec.momentum), eps, var, s[0], s[1], mg, g);
       } else {
         float* mg = spec.centered ? s[1] : nullptr;
         RmspropPlain(n, lr, rho, eps, var, s[0], mg, g);

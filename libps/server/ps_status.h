@@ -18,8 +18,8 @@ namespace ps::server {
 // stripes and gathers (and sorts) its created rows: time grows with the rows held, and
 // pulls and pushes of that shard wait meanwhile. Any thread except an I/O thread:
 // GetStatus is therefore never handled inline (Service::Inline), always on the pool.
-proto::PsStatus PsStatusOf(const Store& store, const net::Server::Stats& server, uint64_t generation,
-                           double uptime_sec);
+proto::PsStatus PsStatusOf(const Store& store, const net::Server::Stats& server,
+                           uint64_t generation, double uptime_sec);
 // The update-mode figures of `stats` (Service::update_stats()).
 proto::PsUpdateFigures UpdateFiguresOf(const Service::UpdateStats& stats);
 // The store's part of `status` as pstrain_ps_* Prometheus metrics (the server's part is

@@ -14,11 +14,12 @@ namespace ps::server {
 // Makes the checkpointer of a ps task: `store` is its store, `ps_index` its task index.
 // (The daemon's main passes ckpt::ShardCheckpointer's; the server module does not know
 // the file format.)
-using CheckpointerFactory = std::function<std::unique_ptr<Checkpointer>(Store* store, int ps_index)>;
+using CheckpointerFactory =
+    std::function<std::unique_ptr<Checkpointer>(Store* store, int ps_index)>;
 
 // What pstrain-ps's own flags set.
 struct PsTaskOptions {
-  uint64_t inline_max_bytes = Service::kDefaultInlineBytes;        // --inline-max-kib
+  uint64_t inline_max_bytes = Service::kDefaultInlineBytes;           // --inline-max-kib
   uint64_t early_apply_min_bytes = Service::kDefaultEarlyApplyBytes;  // --early-apply-min-kib
 };
 

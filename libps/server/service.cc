@@ -13,11 +13,10 @@ Status Service::CheckGeneration(const net::Request& request) {
   const uint64_t gen = request.envelope.generation;
   if (request.peer.role == proto::Role::kChief) {
     uint64_t cur = generation_.load();
-    while (gen > cur && !generation_.compare_exchange_weak(cur, gen)) {
-    }
+    while (gen > cur && !generation_.compare_exchange_weak(cur, gen)) {}
     if (gen < cur) {
-      return Aborted("stale chief: generation " + std::to_string(gen) + " < " + std::to_string(cur) +
-                     " (a newer chief has taken over)");
+      return Aborted("stale chief: generation " + std::to_string(gen) + " < " +
+                     std::to_string(cur) + " (a newer chief has taken over)");
     }
     // A new generation: wait for the pushes that passed the old one's check.
     if (gen > cur) std::unique_lock drained(fence_);
@@ -39,7 +38,8 @@ Result<bool> Service::MarkApplied(const ShardKey& key, int32_t worker, int64_t s
   if (step < marks.base) return false;
   if (step - marks.base >= kTrackedSteps) {
     const std::string why = "Push: step " + std::to_string(step) + " for " + key.ToString() +
-                            " is 2^28 or more steps past the last checkpoint (step " + std::to_string(marks.base) +
+                            " is 2^28 or more steps past the last checkpoint (step " +
+                            std::to_string(marks.base) +
                             "): its at-most-once marks would be lost; save checkpoints more often";
     if (!window_logged_) {
       window_logged_ = true;
@@ -73,7 +73,8 @@ void Service::TrimApplied(int64_t step) {
     if (base <= marks.base) continue;
     const auto drop = static_cast<size_t>((base - marks.base) / 64);
     auto& bits = marks.bits;
-    bits.erase(bits.begin(), bits.begin() + static_cast<std::ptrdiff_t>(std::min(drop, bits.size())));
+    bits.erase(bits.begin(),
+               bits.begin() + static_cast<std::ptrdiff_t>(std::min(drop, bits.size())));
     bits.shrink_to_fit();
     marks.base = base;
   }
@@ -108,8 +109,8 @@ class Service::EarlyPush final : public net::PayloadWatcher {
   };
   static constexpr uint64_t kMinPartBytes = 256 * 1024;
 
-  EarlyPush(Service* service, const net::PeerInfo& peer, const proto::Push& msg, uint64_t generation,
-            uint64_t restores, std::vector<Item> items, uint64_t payload_bytes)
+  EarlyPush(Service* service, const net::PeerInfo& peer, const proto::Push& msg,
+            uint64_t generation, uint64_t restores, std::vector<Item> items, uint64_t payload_bytes)
       : service_(service),
         peer_(peer.Name()),
         global_step_(msg.global_step),
@@ -122,10 +123,11 @@ class Service::EarlyPush final : public net::PayloadWatcher {
   ~EarlyPush() override {
     if (received_ == payload_bytes_) return;
     service_->early_cut_.fetch_add(1, std::memory_order_relaxed);
-    PS_LOG(Warning) << "push of step " << step_id_ << " from " << peer_ << " was cut off after " << received_
-                    << " of " << payload_bytes_
-                    << " bytes: the rows applied while it arrived stay applied, the rest is dropped (a retry of "
-                       "the step is acknowledged as applied: at most once)";
+    PS_LOG(Warning)
+        << "push of step " << step_id_ << " from " << peer_ << " was cut off after " << received_
+        << " of " << payload_bytes_
+        << " bytes: the rows applied while it arrived stay applied, the rest is dropped (a retry of "
+           "the step is acknowledged as applied: at most once)";
   }
 
   void Arrived(std::span<const std::byte> received) override {
@@ -154,10 +156,13 @@ class Service::EarlyPush final : public net::PayloadWatcher {
       Item& it = items_[next_];
       const uint64_t item_floats = static_cast<uint64_t>(it.rows * it.cols);
       const auto rows_in = static_cast<int64_t>(
-          (std::min(floats_in, it.offset + item_floats) - std::min(floats_in, it.offset)) / static_cast<uint64_t>(it.cols));
+          (std::min(floats_in, it.offset + item_floats) - std::min(floats_in, it.offset)) /
+          static_cast<uint64_t>(it.cols));
       const int64_t n = rows_in - it.rows_done;
-      if (rows_in < it.rows && static_cast<uint64_t>(n * it.cols) * sizeof(float) < kMinPartBytes) return;
-      if (n > 0 && it.fresh && status_.ok() && !Apply(it, grad + it.offset + it.rows_done * it.cols, n, on_pool)) {
+      if (rows_in < it.rows && static_cast<uint64_t>(n * it.cols) * sizeof(float) < kMinPartBytes)
+        return;
+      if (n > 0 && it.fresh && status_.ok() &&
+          !Apply(it, grad + it.offset + it.rows_done * it.cols, n, on_pool)) {
         return;  // deferred: these rows are applied by Finish
       }
       it.rows_done = rows_in;
@@ -181,11 +186,12 @@ class Service::EarlyPush final : public net::PayloadWatcher {
       return true;
     }
     if (service_->restores_.load() != restores_) {
-      status_ = Aborted("the ps was restored while " + peer_ + "'s push of step " + std::to_string(step_id_) +
-                        " arrived");
+      status_ = Aborted("the ps was restored while " + peer_ + "'s push of step " +
+                        std::to_string(step_id_) + " arrived");
       return true;
     }
-    status_ = service_->store_->PushPart(it.key, it.rows_done, std::span(grad, static_cast<size_t>(rows * it.cols)),
+    status_ = service_->store_->PushPart(it.key, it.rows_done,
+                                         std::span(grad, static_cast<size_t>(rows * it.cols)),
                                          global_step_, it.rows_done == 0);
     if (status_.ok() && it.rows_done + rows == it.rows) {
       service_->applied_on_arrival_.fetch_add(1, std::memory_order_relaxed);
@@ -213,7 +219,8 @@ std::shared_ptr<void> Service::Inline(const net::Request& request) {
   // its rows were deferred to the pool.
   const auto* early = dynamic_cast<const EarlyPush*>(request.watcher.get());
   if (early != nullptr && early->deferred()) return nullptr;
-  if (push && (request.payload.size() > max_bytes || push_hook_) && early == nullptr) return nullptr;
+  if (push && (request.payload.size() > max_bytes || push_hook_) && early == nullptr)
+    return nullptr;
   // A newer generation: its check may wait for the fence exclusively.
   if (request.envelope.generation > generation_.load()) return nullptr;
   if (!inline_gate_.try_lock_shared()) return nullptr;
@@ -227,7 +234,8 @@ std::shared_ptr<void> Service::Inline(const net::Request& request) {
   // counts with the push's own payload.
   const std::vector<proto::Slice>* pulled = nullptr;
   if (const auto* m = std::get_if<proto::Pull>(&body)) pulled = &m->items;
-  if (const auto* m = std::get_if<proto::Push>(&body); m != nullptr && m->pull) pulled = &m->pull->items;
+  if (const auto* m = std::get_if<proto::Push>(&body); m != nullptr && m->pull)
+    pulled = &m->pull->items;
   if (pulled != nullptr) {
     const uint64_t pushed = push ? request.payload.size() : 0;
     uint64_t floats = 0;
@@ -247,13 +255,15 @@ void Service::Attach(net::ServerOptions& options, uint64_t early_apply_min_bytes
   options.watch_payload = nullptr;
   if (early_apply_min_bytes > 0) {
     options.watch_payload_min_bytes = early_apply_min_bytes;
-    options.watch_payload = [this](const net::PeerInfo& peer, const proto::Envelope& env, uint64_t payload_bytes) {
+    options.watch_payload = [this](const net::PeerInfo& peer, const proto::Envelope& env,
+                                   uint64_t payload_bytes) {
       return WatchPush(peer, env, payload_bytes);
     };
   }
 }
 
-std::shared_ptr<net::PayloadWatcher> Service::WatchPush(const net::PeerInfo& peer, const proto::Envelope& env,
+std::shared_ptr<net::PayloadWatcher> Service::WatchPush(const net::PeerInfo& peer,
+                                                        const proto::Envelope& env,
                                                         uint64_t payload_bytes) {
   const auto* msg = std::get_if<proto::Push>(&env.body);
   // What the pool would handle otherwise (and the errors it answers with): an untracked
@@ -271,7 +281,10 @@ std::shared_ptr<net::PayloadWatcher> Service::WatchPush(const net::PeerInfo& pee
     if (!slice.all_rows) return nullptr;
     auto def = store_->GetDef({slice.var, slice.shard});
     if (!def.ok() || def->layout.lazy) return nullptr;
-    items.push_back({.key = {slice.var, slice.shard}, .offset = floats, .rows = def->layout.rows, .cols = def->layout.cols});
+    items.push_back({.key = {slice.var, slice.shard},
+                     .offset = floats,
+                     .rows = def->layout.rows,
+                     .cols = def->layout.cols});
     floats += static_cast<uint64_t>(def->layout.rows * def->layout.cols);
   }
   if (floats * sizeof(float) != payload_bytes) return nullptr;
@@ -295,7 +308,8 @@ std::shared_ptr<net::PayloadWatcher> Service::WatchPush(const net::PeerInfo& pee
     items[i].fresh = *fresh;
   }
   early_pushes_.fetch_add(1, std::memory_order_relaxed);
-  return std::make_shared<EarlyPush>(this, peer, *msg, env.generation, restores, std::move(items), payload_bytes);
+  return std::make_shared<EarlyPush>(this, peer, *msg, env.generation, restores, std::move(items),
+                                     payload_bytes);
 }
 
 Result<proto::Body> Service::HandleLongOp(const proto::Body& body, const net::PeerInfo& peer) {
@@ -311,7 +325,8 @@ Result<proto::Body> Service::HandleLongOp(const proto::Body& body, const net::Pe
     if (checkpointer_ == nullptr) return FailedPrecondition("this ps cannot save checkpoints");
     auto r = checkpointer_->Save(*m);
     if (!r.ok()) {
-      PS_LOG(Error) << "saving checkpoint " << m->global_step << " failed: " << r.status().ToString();
+      PS_LOG(Error) << "saving checkpoint " << m->global_step
+                    << " failed: " << r.status().ToString();
       return r.status();
     }
     // Saved only once every step before it was applied: no push below it can come.
@@ -347,8 +362,8 @@ Result<proto::Body> Service::HandleLongOp(const proto::Body& body, const net::Pe
 
 void Service::Handle(net::Request request, net::Responder responder) {
   auto& body = request.envelope.body;
-  if (std::holds_alternative<proto::CreateShards>(body) || std::holds_alternative<proto::Save>(body) ||
-      std::holds_alternative<proto::Restore>(body)) {
+  if (std::holds_alternative<proto::CreateShards>(body) ||
+      std::holds_alternative<proto::Save>(body) || std::holds_alternative<proto::Restore>(body)) {
     // They may hold store locks for long or change the mode: from here Inline() says no,
     // and once the inline handlers under way have returned they run alone (with the
     // pool's requests). The gate opens again before the reply leaves.
@@ -400,9 +415,11 @@ void Service::Handle(net::Request request, net::Responder responder) {
     return Pull(*m->pull, pull_info, responder, std::move(*r));
   }
   if (Status st = CheckGeneration(request); !st.ok()) return responder.Fail(st);
-  if (auto* m = std::get_if<proto::Pull>(&body)) return PullOrWait(std::move(*m), std::move(responder));
+  if (auto* m = std::get_if<proto::Pull>(&body))
+    return PullOrWait(std::move(*m), std::move(responder));
   if (auto* m = std::get_if<proto::ReleasePulls>(&body)) {
-    const Status why = Aborted("pull released: " + (m->reason.empty() ? "the chief is recovering" : m->reason));
+    const Status why =
+        Aborted("pull released: " + (m->reason.empty() ? "the chief is recovering" : m->reason));
     {
       std::lock_guard lock(mode_mu_);
       pulls_released_ = why;
@@ -421,7 +438,8 @@ void Service::Handle(net::Request request, net::Responder responder) {
   }
   if (auto* m = std::get_if<proto::Shutdown>(&body)) {
     responder.Reply(proto::Ack{});
-    RequestStop({m->reason.empty() ? "Shutdown from " + request.peer.Name() : m->reason, m->retryable});
+    RequestStop(
+        {m->reason.empty() ? "Shutdown from " + request.peer.Name() : m->reason, m->retryable});
     return;
   }
   responder.Fail(ProtocolError(std::string("a ps does not handle ") + proto::BodyName(body)));
@@ -448,7 +466,8 @@ void Service::RequestStop(proto::Shutdown why) {
 }
 
 Status Service::CreateShards(const proto::CreateShards& msg) {
-  PS_ASSIGN_OR_RETURN(OptimizerSpec spec, OptimizerFromWire(msg.optimizer, "CreateShards.optimizer"));
+  PS_ASSIGN_OR_RETURN(OptimizerSpec spec,
+                      OptimizerFromWire(msg.optimizer, "CreateShards.optimizer"));
   PS_RETURN_IF_ERROR(store_->Configure(spec));
   PS_ASSIGN_OR_RETURN(UpdateSpec update, UpdateFromWire(msg.update, "CreateShards.update"));
   bool changed = false;
@@ -468,10 +487,12 @@ Status Service::CreateShards(const proto::CreateShards& msg) {
       changed = true;
       const UpdateMode steps = update.StepMode();
       PS_LOG(Info) << "update mode " << update.Describe()
-                   << (steps == UpdateMode::kSync ? ", " + std::to_string(update.replicas()) + " of " +
-                                                        std::to_string(update.num_workers) + " workers per update"
-                       : steps == UpdateMode::kBoundedStaleness ? ", staleness " + std::to_string(update.staleness)
-                                                                : std::string());
+                   << (steps == UpdateMode::kSync
+                           ? ", " + std::to_string(update.replicas()) + " of " +
+                                 std::to_string(update.num_workers) + " workers per update"
+                       : steps == UpdateMode::kBoundedStaleness
+                           ? ", staleness " + std::to_string(update.staleness)
+                           : std::string());
     }
   }
   if (changed) FailParked(Aborted("the update mode changed"));
@@ -568,10 +589,12 @@ bool Service::PullProgressive(const proto::Pull& msg, const SliceInfos& info, pr
   responder.Reply(std::move(body), std::move(payload));
   uint64_t offset = 0;
   for (size_t i = 0; i < msg.items.size(); ++i) {
-    Status st = store_->Pull({msg.items[i].var, msg.items[i].shard}, out.subspan(offset, info[i].floats),
-                             [&](size_t copied) { progress->Publish((offset + copied) * sizeof(float)); });
+    Status st =
+        store_->Pull({msg.items[i].var, msg.items[i].shard}, out.subspan(offset, info[i].floats),
+                     [&](size_t copied) { progress->Publish((offset + copied) * sizeof(float)); });
     if (!st.ok()) {
-      PS_LOG(Error) << "a pull reply failed after it was queued, closing the connection: " << st.ToString();
+      PS_LOG(Error) << "a pull reply failed after it was queued, closing the connection: "
+                    << st.ToString();
       progress->Fail();
       return true;
     }
@@ -590,7 +613,8 @@ bool Service::PullDirect(const proto::Pull& msg, const SliceInfos& info, const p
   // Async only: the other modes go to the pool, where BeginDirect says no anyway.
   if (mode_.load() != UpdateMode::kAsync) return false;
   auto borrowed = [&](size_t i) {
-    return msg.items[i].all_rows && !info[i].lazy && info[i].floats * sizeof(float) >= kDirectPullBytes;
+    return msg.items[i].all_rows && !info[i].lazy &&
+           info[i].floats * sizeof(float) >= kDirectPullBytes;
   };
   uint64_t total = 0;
   bool any = false;
@@ -629,8 +653,9 @@ bool Service::PullDirect(const proto::Pull& msg, const SliceInfos& info, const p
       direct->Add(copied[i]);
       continue;
     }
-    Status st = store_->PullBorrowed({msg.items[i].var, msg.items[i].shard},
-                                     [&](std::span<const float> values) { direct->Borrow(std::as_bytes(values)); });
+    Status st = store_->PullBorrowed(
+        {msg.items[i].var, msg.items[i].shard},
+        [&](std::span<const float> values) { direct->Borrow(std::as_bytes(values)); });
     if (!st.ok()) {
       direct->Fail(st);
       return true;
@@ -641,15 +666,18 @@ bool Service::PullDirect(const proto::Pull& msg, const SliceInfos& info, const p
 }
 
 Status Service::CheckTag(const char* op, int32_t worker, int64_t clock) const {
-  if (update_.StepMode() == UpdateMode::kAsync || (worker >= 0 && worker < update_.num_workers && clock >= 0)) {
+  if (update_.StepMode() == UpdateMode::kAsync ||
+      (worker >= 0 && worker < update_.num_workers && clock >= 0)) {
     return Status::Ok();
   }
-  return InvalidArgument(std::string(op) + ": " + update_.Describe() + " mode needs the worker (0.." +
-                         std::to_string(update_.num_workers - 1) + ") and its clock, got worker " +
-                         std::to_string(worker) + " clock " + std::to_string(clock));
+  return InvalidArgument(std::string(op) + ": " + update_.Describe() +
+                         " mode needs the worker (0.." + std::to_string(update_.num_workers - 1) +
+                         ") and its clock, got worker " + std::to_string(worker) + " clock " +
+                         std::to_string(clock));
 }
 
-Result<proto::PushReply> Service::Push(const proto::Push& msg, const net::Buffer& payload, SliceInfos* pull_info) {
+Result<proto::PushReply> Service::Push(const proto::Push& msg, const net::Buffer& payload,
+                                       SliceInfos* pull_info) {
   PS_ASSIGN_OR_RETURN(SliceInfos info, SlicesOf(msg.items));
   if (msg.pull) {
     // The pull after it is checked before anything is applied, as the push itself.
@@ -675,7 +703,8 @@ Result<proto::PushReply> Service::Push(const proto::Push& msg, const net::Buffer
     rest = rest.subspan(i.floats);
   }
   UpdateMode mode;
-  std::vector<bool> on_arrival(msg.items.size(), true);  // [item] applied on arrival (not a sync step's sum)
+  std::vector<bool> on_arrival(msg.items.size(),
+                               true);  // [item] applied on arrival (not a sync step's sum)
   {
     std::lock_guard lock(mode_mu_);
     mode = update_.StepMode();
@@ -724,8 +753,10 @@ Result<proto::PushReply> Service::Push(const proto::Push& msg, const net::Buffer
   return proto::PushReply{store_->global_step(), skipped, 0};
 }
 
-Result<int32_t> Service::ApplyOnArrival(const proto::Push& msg, const std::vector<std::span<const float>>& grads,
-                                        int32_t worker, int64_t step, const std::vector<bool>& only) {
+Result<int32_t> Service::ApplyOnArrival(const proto::Push& msg,
+                                        const std::vector<std::span<const float>>& grads,
+                                        int32_t worker, int64_t step,
+                                        const std::vector<bool>& only) {
   int32_t skipped = 0;
   for (size_t i = 0; i < msg.items.size(); ++i) {
     if (!only.empty() && !only[i]) continue;
@@ -754,8 +785,10 @@ Result<int32_t> Service::ApplyOnArrival(const proto::Push& msg, const std::vecto
 void Service::CountSkipped(int64_t step, int32_t worker, int32_t skipped) {
   if (skipped == 0) return;
   skipped_ += static_cast<uint64_t>(skipped);
-  PS_LOG(Info) << "step " << step << (worker >= 0 ? " of worker " + std::to_string(worker) : std::string())
-               << " was already applied to " << skipped << " shard(s): the repeated push is ignored";
+  PS_LOG(Info) << "step " << step
+               << (worker >= 0 ? " of worker " + std::to_string(worker) : std::string())
+               << " was already applied to " << skipped
+               << " shard(s): the repeated push is ignored";
 }
 
 Service::SyncShard& Service::SyncState(const ShardKey& key) {
@@ -770,26 +803,30 @@ Status Service::CheckNotAhead(const proto::Push& msg, const SliceInfos& info) {
     const auto& item = msg.items[i];
     const SyncShard& ss = SyncState({item.var, item.shard});
     if (msg.clock > ss.version) {
-      return FailedPrecondition("Push: update " + std::to_string(msg.clock) + " for " + item.var + "/part_" +
-                                std::to_string(item.shard) + ", which is still at update " +
-                                std::to_string(ss.version));
+      return FailedPrecondition("Push: update " + std::to_string(msg.clock) + " for " + item.var +
+                                "/part_" + std::to_string(item.shard) +
+                                ", which is still at update " + std::to_string(ss.version));
     }
   }
   return Status::Ok();
 }
 
-Result<proto::PushReply> Service::PushSync(const proto::Push& msg, const std::vector<std::span<const float>>& grads,
-                                           const SliceInfos& info, const std::vector<bool>& on_arrival) {
+Result<proto::PushReply> Service::PushSync(const proto::Push& msg,
+                                           const std::vector<std::span<const float>>& grads,
+                                           const SliceInfos& info,
+                                           const std::vector<bool>& on_arrival) {
   proto::PushReply reply;
   // Hybrid: the async class's items, applied on arrival (outside mode_mu_: they are the
   // big embedding pushes), once per (shard, step, worker): every worker runs every step.
-  const bool any_on_arrival = std::find(on_arrival.begin(), on_arrival.end(), true) != on_arrival.end();
+  const bool any_on_arrival =
+      std::find(on_arrival.begin(), on_arrival.end(), true) != on_arrival.end();
   {
     std::lock_guard lock(mode_mu_);
     PS_RETURN_IF_ERROR(CheckNotAhead(msg, info));
   }
   if (any_on_arrival) {
-    PS_ASSIGN_OR_RETURN(reply.skipped, ApplyOnArrival(msg, grads, msg.worker, msg.clock, on_arrival));
+    PS_ASSIGN_OR_RETURN(reply.skipped,
+                        ApplyOnArrival(msg, grads, msg.worker, msg.clock, on_arrival));
   }
   Status failed;
   bool advanced = false;
@@ -847,7 +884,8 @@ Result<proto::PushReply> Service::PushSync(const proto::Push& msg, const std::ve
         st = store_->PushRows(key, ss.rows, ss.row_sum, ss.version);
       }
       if (!st.ok()) {
-        PS_LOG(Error) << "update " << ss.version << " of " << key.ToString() << " not applied: " << st.ToString();
+        PS_LOG(Error) << "update " << ss.version << " of " << key.ToString()
+                      << " not applied: " << st.ToString();
         if (failed.ok()) failed = st;
       }
       ss.version += 1;

@@ -38,12 +38,12 @@
 #include <condition_variable>
 #include <functional>
 #include <map>
-#include <unordered_map>
-#include <vector>
 #include <mutex>
 #include <optional>
 #include <shared_mutex>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 #include "libps/net/transport.h"
 #include "libps/server/store.h"
@@ -83,7 +83,9 @@ class Service {
   // store, a stripe at a time (net::PayloadProgress), so the copy overlaps the transfer.
   static constexpr uint64_t kProgressivePullBytes = uint64_t{4} << 20;
   // Sets that limit (0: every request goes to the pool). Thread-safe.
-  void SetInlineMaxBytes(uint64_t bytes) { inline_max_bytes_.store(bytes, std::memory_order_relaxed); }
+  void SetInlineMaxBytes(uint64_t bytes) {
+    inline_max_bytes_.store(bytes, std::memory_order_relaxed);
+  }
   // For net::ServerOptions::run_inline: a token (non-null) for requests cheap enough to
   // handle on an I/O thread, in async mode only (not hybrid): a pull or a push of at most
   // the inline limit (SetInlineMaxBytes; a push's pull after it counts with the push).
@@ -107,11 +109,13 @@ class Service {
   // marks are set at once; a push cut off mid-payload keeps the rows that arrived (logged,
   // early_cut()), and a retry of its step is acknowledged as applied. Handle() answers
   // the push once its payload is in. Called on an I/O thread; never blocks.
-  std::shared_ptr<net::PayloadWatcher> WatchPush(const net::PeerInfo& peer, const proto::Envelope& env,
+  std::shared_ptr<net::PayloadWatcher> WatchPush(const net::PeerInfo& peer,
+                                                 const proto::Envelope& env,
                                                  uint64_t payload_bytes);
   // Points `options` at this service as pstrain-ps does: run_inline = Inline, and unless
   // early_apply_min_bytes is 0, watch_payload = WatchPush for payloads of at least it.
-  void Attach(net::ServerOptions& options, uint64_t early_apply_min_bytes = kDefaultEarlyApplyBytes);
+  void Attach(net::ServerOptions& options,
+              uint64_t early_apply_min_bytes = kDefaultEarlyApplyBytes);
   // Pushes WatchPush took on (repeats skipped whole and failed ones included), and of them
   // those cut off before their payload was in.
   uint64_t early_pushes() const { return early_pushes_.load(); }
@@ -159,7 +163,7 @@ class Service {
     uint64_t waited_pulls = 0;
     int64_t max_lead = 0;
     int64_t min_version = 0, max_version = 0;  // sync: over the (sync class's) shards
-    int64_t sync_shards = 0;          // shards here that aggregate sync steps (hybrid: the sync class's)
+    int64_t sync_shards = 0;  // shards here that aggregate sync steps (hybrid: the sync class's)
     uint64_t applied_on_arrival = 0;  // applied_on_arrival()
     bool configured = false;          // a CreateShards set `spec` (before: the default, async)
   };
@@ -189,17 +193,20 @@ class Service {
   // kProgressivePullBytes: true when it answered the pull (taking reply and buffer), false
   // (both untouched) when the pull is not one for it.
   // `body`: the reply (a PullReply, or the PushReply holding it).
-  bool PullProgressive(const proto::Pull& msg, const SliceInfos& info, proto::Body& body, net::Buffer& buffer,
-                       net::Responder& responder);
-  bool PullDirect(const proto::Pull& msg, const SliceInfos& info, const proto::Body& body, net::Responder& responder);
+  bool PullProgressive(const proto::Pull& msg, const SliceInfos& info, proto::Body& body,
+                       net::Buffer& buffer, net::Responder& responder);
+  bool PullDirect(const proto::Pull& msg, const SliceInfos& info, const proto::Body& body,
+                  net::Responder& responder);
   // One item of a pull into dst [its floats].
   Status PullItem(const proto::Slice& item, std::span<float> dst);
   // A push with a pull after it (async mode only) gets that pull's items checked into
   // `pull_info` before anything is applied.
-  Result<proto::PushReply> Push(const proto::Push& msg, const net::Buffer& payload, SliceInfos* pull_info);
+  Result<proto::PushReply> Push(const proto::Push& msg, const net::Buffer& payload,
+                                SliceInfos* pull_info);
   // Sync steps (sync mode, or hybrid). grads[i]: item i's gradient.
   // on_arrival[i]: item i is of the async class (hybrid), applied on arrival.
-  Result<proto::PushReply> PushSync(const proto::Push& msg, const std::vector<std::span<const float>>& grads,
+  Result<proto::PushReply> PushSync(const proto::Push& msg,
+                                    const std::vector<std::span<const float>>& grads,
                                     const SliceInfos& info, const std::vector<bool>& on_arrival);
   // mode_mu_ held: OK unless a sync-class item of `msg` is for an update its shard has
   // not reached (the worker is ahead of it).
@@ -210,8 +217,9 @@ class Service {
   // each at most once per (shard, `worker`, `step`); returns how many were skipped as
   // already applied. An item the store refuses is unmarked and fails the push (the items
   // before it stay applied).
-  Result<int32_t> ApplyOnArrival(const proto::Push& msg, const std::vector<std::span<const float>>& grads,
-                                 int32_t worker, int64_t step, const std::vector<bool>& only);
+  Result<int32_t> ApplyOnArrival(const proto::Push& msg,
+                                 const std::vector<std::span<const float>>& grads, int32_t worker,
+                                 int64_t step, const std::vector<bool>& only);
   // Counts and logs `skipped` items of a repeated push of `step` (worker -1: any).
   void CountSkipped(int64_t step, int32_t worker, int32_t skipped);
   // mode_mu_ held: sync and bounded-staleness requests must name their worker and clock.
@@ -244,11 +252,11 @@ class Service {
   // Sync mode: the update a shard is collecting gradients for, and their sum.
   struct SyncShard {
     int64_t version = 0;
-    std::vector<int32_t> workers;             // who contributed to `version`
-    std::vector<float> dense_sum;             // whole-shard pushes: [rows * cols]
+    std::vector<int32_t> workers;                   // who contributed to `version`
+    std::vector<float> dense_sum;                   // whole-shard pushes: [rows * cols]
     std::unordered_map<int64_t, size_t> row_index;  // sparse: shard-local row -> position
-    std::vector<int64_t> rows;                // sparse: rows in order of first push
-    std::vector<float> row_sum;               // sparse: [rows.size() * cols]
+    std::vector<int64_t> rows;                      // sparse: rows in order of first push
+    std::vector<float> row_sum;                     // sparse: [rows.size() * cols]
   };
   struct Parked {
     proto::Pull msg;
@@ -262,7 +270,7 @@ class Service {
   Checkpointer* checkpointer_;
   mutable std::mutex mode_mu_;  // guards the fields below up to parked_
   UpdateSpec update_;
-  int64_t base_version_ = 0;    // sync: the version of shards not pushed since Restore
+  int64_t base_version_ = 0;  // sync: the version of shards not pushed since Restore
   std::map<ShardKey, SyncShard> sync_;
   std::vector<int64_t> clocks_;   // bounded staleness: [worker] steps pushed; -1 unknown
   std::vector<int64_t> offsets_;  // [worker] added to a restarted worker's own count
@@ -284,7 +292,8 @@ class Service {
   // Save and Restore: exclusive for their whole duration. Order: before fence_.
   std::shared_mutex inline_gate_;
   std::atomic<uint64_t> inline_max_bytes_{kDefaultInlineBytes};  // SetInlineMaxBytes
-  std::atomic<UpdateMode> mode_{UpdateMode::kAsync};  // update_.StepMode(), for Inline (written under mode_mu_)
+  std::atomic<UpdateMode> mode_{
+      UpdateMode::kAsync};  // update_.StepMode(), for Inline (written under mode_mu_)
   std::atomic<uint64_t> inline_accepted_{0};
   std::atomic<uint64_t> direct_pulls_{0}, progressive_pulls_{0};
   std::function<void()> long_op_hook_;  // testing
@@ -307,7 +316,7 @@ class Service {
   bool window_logged_ = false;  // guarded by applied_mu_
   std::mutex mu_;
   std::condition_variable cv_;
-  std::optional<proto::Shutdown> shutdown_;  // guarded by mu_
+  std::optional<proto::Shutdown> shutdown_;         // guarded by mu_
   std::function<proto::PsStatus()> status_source_;  // guarded by mu_
 };
 

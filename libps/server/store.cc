@@ -73,21 +73,25 @@ Status Store::Create(const ShardDef& def) {
     if (p.evicts()) {
       shard->stamped = true;
       shard->record_floats += 1;
-      if (p.max_rows > 0) shard->max_rows = (p.max_rows + def.layout.num_shards - 1) / def.layout.num_shards;
+      if (p.max_rows > 0)
+        shard->max_rows = (p.max_rows + def.layout.num_shards - 1) / def.layout.num_shards;
     }
-    if (p.admits()) shard->sketch = std::make_unique<AdmitSketch[]>(static_cast<size_t>(kLazyStripes));
+    if (p.admits())
+      shard->sketch = std::make_unique<AdmitSketch[]>(static_cast<size_t>(kLazyStripes));
     shard->arena = std::make_unique<RecordArena>(shard->record_floats, lazy_chunk_limit_);
   } else {
     const size_t n = static_cast<size_t>(def.layout.rows * def.layout.cols);
     PS_ASSIGN_OR_RETURN(shard->values, AlignedFloats::Make(n, name));
     const cluster::ShardLayout& l = def.layout;
-    model::FillInitial(def.init, def.seed, l.var, l.full_shape, l.row_begin, l.rows, l.cols, shard->values.span());
+    model::FillInitial(def.init, def.seed, l.var, l.full_shape, l.row_begin, l.rows, l.cols,
+                       shard->values.span());
     for (size_t i = 0; i < shard->slot_defs.size(); ++i) {
       PS_ASSIGN_OR_RETURN(shard->slots[i],
                           AlignedFloats::Make(n, name + "/" + shard->slot_defs[i].name));
       std::fill_n(shard->slots[i].data(), n, shard->slot_defs[i].initial);
     }
-    shard->row_epochs = std::make_unique<uint32_t[]>(static_cast<size_t>(def.layout.rows));  // zeroed: unchanged
+    shard->row_epochs =
+        std::make_unique<uint32_t[]>(static_cast<size_t>(def.layout.rows));  // zeroed: unchanged
     shard->num_stripes = std::min(def.layout.rows, kMaxStripes);
     shard->stripe_rows = (def.layout.rows + shard->num_stripes - 1) / shard->num_stripes;
     shard->num_stripes = (def.layout.rows + shard->stripe_rows - 1) / shard->stripe_rows;
@@ -157,8 +161,8 @@ Status CheckUnique(const char* op, const ShardKey& key, std::span<const int64_t>
   std::sort(sorted.begin(), sorted.end());
   auto dup = std::adjacent_find(sorted.begin(), sorted.end());
   if (dup == sorted.end()) return Status::Ok();
-  return InvalidArgument(std::string(op) + " " + key.ToString() + ": row " +
-                         std::to_string(*dup) + " appears more than once");
+  return InvalidArgument(std::string(op) + " " + key.ToString() + ": row " + std::to_string(*dup) +
+                         " appears more than once");
 }
 
 Status LazyWhole(const char* op, const ShardKey& key) {
@@ -166,7 +170,8 @@ Status LazyWhole(const char* op, const ShardKey& key) {
                          ": a lazy shard is pulled and pushed by rows only");
 }
 
-Status Store::Pull(const ShardKey& key, std::span<float> out, const std::function<void(size_t)>& copied) {
+Status Store::Pull(const ShardKey& key, std::span<float> out,
+                   const std::function<void(size_t)>& copied) {
   uint64_t pulled_rows = 0;
   auto run = [&]() -> Status {
     std::shared_lock lock(mu_);
@@ -190,7 +195,8 @@ Status Store::Pull(const ShardKey& key, std::span<float> out, const std::functio
   return Count(std::move(st), true, out.size() * sizeof(float), pulled_rows);
 }
 
-Status Store::PullBorrowed(const ShardKey& key, const std::function<void(std::span<const float>)>& fn) {
+Status Store::PullBorrowed(const ShardKey& key,
+                           const std::function<void(std::span<const float>)>& fn) {
   uint64_t bytes = 0, pulled_rows = 0;
   auto run = [&]() -> Status {
     std::shared_lock lock(mu_);
@@ -228,21 +234,22 @@ Status Store::PullRows(const ShardKey& key, std::span<const int64_t> rows, std::
       for (size_t k = 0; k < kLazyStripes; ++k) {
         if (groups.begin[k] == groups.begin[k + 1]) continue;
         std::lock_guard g(s->stripes[k]);
-        s->lazy[k].FindEach(rows, groups, groups.begin[k], groups.begin[k + 1], *s->arena, cols * sizeof(float),
-                            false, [](uint32_t) { return false; },
-                            [&](uint32_t j, const LazyStripe::Entry*, const float* record, bool) {
-                              const uint32_t i = groups.order[j];
-                              if (record != nullptr) {
-                                std::memcpy(out.data() + i * cols, record, cols * sizeof(float));
-                              } else {
-                                missing.push_back(i);
-                              }
-                            });
+        s->lazy[k].FindEach(
+            rows, groups, groups.begin[k], groups.begin[k + 1], *s->arena, cols * sizeof(float),
+            false, [](uint32_t) { return false; },
+            [&](uint32_t j, const LazyStripe::Entry*, const float* record, bool) {
+              const uint32_t i = groups.order[j];
+              if (record != nullptr) {
+                std::memcpy(out.data() + i * cols, record, cols * sizeof(float));
+              } else {
+                missing.push_back(i);
+              }
+            });
       }
       for (uint32_t i : missing) {
         const cluster::ShardLayout& l = s->layout();
-        model::FillInitial(s->def.init, s->def.seed, l.var, l.full_shape, l.row_begin + rows[i], 1, l.cols,
-                           out.subspan(i * cols, cols));
+        model::FillInitial(s->def.init, s->def.seed, l.var, l.full_shape, l.row_begin + rows[i], 1,
+                           l.cols, out.subspan(i * cols, cols));
       }
       return Status::Ok();
     }
@@ -255,8 +262,8 @@ Status Store::PullRows(const ShardKey& key, std::span<const int64_t> rows, std::
         held = m;
       }
       if (i + kPrefetchRows < rows.size())
-        PrefetchBytes(s->values.data() + static_cast<size_t>(rows[i + kPrefetchRows]) * cols, cols * sizeof(float),
-                      false);
+        PrefetchBytes(s->values.data() + static_cast<size_t>(rows[i + kPrefetchRows]) * cols,
+                      cols * sizeof(float), false);
       std::memcpy(out.data() + i * cols, s->values.data() + static_cast<size_t>(rows[i]) * cols,
                   cols * sizeof(float));
     }
@@ -267,11 +274,13 @@ Status Store::PullRows(const ShardKey& key, std::span<const int64_t> rows, std::
   return Count(std::move(st), true, out.size() * sizeof(float), rows.size());
 }
 
-void Store::ApplyDense(Shard& s, int64_t row_begin, std::span<const float> grad, int64_t global_step) {
+void Store::ApplyDense(Shard& s, int64_t row_begin, std::span<const float> grad,
+                       int64_t global_step) {
   const OptimizerSpec& spec = *spec_;
   const float lr = static_cast<float>(LearningRate(spec, global_step));
   const int64_t row_end = row_begin + static_cast<int64_t>(grad.size() / s.cols);
-  for (int64_t k = row_begin / s.stripe_rows; k < s.num_stripes && k * s.stripe_rows < row_end; ++k) {
+  for (int64_t k = row_begin / s.stripe_rows; k < s.num_stripes && k * s.stripe_rows < row_end;
+       ++k) {
     const int64_t first = std::max(row_begin, k * s.stripe_rows);
     const int64_t last = std::min(row_end, (k + 1) * s.stripe_rows);
     const size_t begin = static_cast<size_t>(first) * s.cols;
@@ -302,7 +311,8 @@ void Store::ApplySparse(Shard& s, std::span<const int64_t> rows, std::span<const
       const auto row = static_cast<size_t>(rows[i + kPrefetchRows]);
       const size_t ahead = row * cols;
       PrefetchBytes(s.values.data() + ahead, cols * sizeof(float), true);
-      for (size_t b = 0; b < s.slot_defs.size(); ++b) PrefetchBytes(s.slots[b].data() + ahead, cols * sizeof(float), true);
+      for (size_t b = 0; b < s.slot_defs.size(); ++b)
+        PrefetchBytes(s.slots[b].data() + ahead, cols * sizeof(float), true);
       // The epoch too: x86 commits stores in order, so one store waiting for its line
       // holds every later store (the next rows' updates) in the store buffer.
       __builtin_prefetch(s.row_epochs.get() + row, 1);
@@ -316,7 +326,7 @@ void Store::ApplySparse(Shard& s, std::span<const int64_t> rows, std::span<const
 }
 
 Status Store::ApplyLazy(Shard& s, std::span<const int64_t> rows, std::span<const float> grad_rows,
-                       int64_t global_step, int64_t stamp) {
+                        int64_t global_step, int64_t stamp) {
   const OptimizerSpec& spec = *spec_;
   const float lr = static_cast<float>(LearningRate(spec, global_step));
   const size_t cols = s.cols;
@@ -342,26 +352,28 @@ Status Store::ApplyLazy(Shard& s, std::span<const int64_t> rows, std::span<const
       s.sketch[k].Remove(hash, admit);
       return true;
     };
-    const uint32_t end = stripe.FindEach(
-        rows, groups, groups.begin[k], groups.begin[k + 1], *s.arena, s.record_floats * sizeof(float), true, create,
-        [&](uint32_t j, LazyStripe::Entry* entry, float* record, bool create_it) {
-          const uint32_t i = groups.order[j];
-          if (entry == nullptr) {
-            if (!create_it || failed_row >= 0) return;
-            entry = s.CreateRow(stripe, rows[i], groups.hashes[i]);
-            if (entry == nullptr) {
-              failed_row = rows[i];
-              return;
-            }
-            record = s.arena->At(entry->ref);
-            ++created;
-          }
-          ApplyRows(spec, lr, global_step, {record, cols}, s.RecordSlots(record), grad_rows.subspan(i * cols, cols));
-          if (s.stamped) s.SetStamp(record, stamp);
-          // Stored only when it changes: a row pushed again within an epoch (a hot id) then
-          // leaves its entry's cache line clean, with no write-back to memory.
-          if (entry->epoch != epoch) entry->epoch = epoch;
-        });
+    const uint32_t end =
+        stripe.FindEach(rows, groups, groups.begin[k], groups.begin[k + 1], *s.arena,
+                        s.record_floats * sizeof(float), true, create,
+                        [&](uint32_t j, LazyStripe::Entry* entry, float* record, bool create_it) {
+                          const uint32_t i = groups.order[j];
+                          if (entry == nullptr) {
+                            if (!create_it || failed_row >= 0) return;
+                            entry = s.CreateRow(stripe, rows[i], groups.hashes[i]);
+                            if (entry == nullptr) {
+                              failed_row = rows[i];
+                              return;
+                            }
+                            record = s.arena->At(entry->ref);
+                            ++created;
+                          }
+                          ApplyRows(spec, lr, global_step, {record, cols}, s.RecordSlots(record),
+                                    grad_rows.subspan(i * cols, cols));
+                          if (s.stamped) s.SetStamp(record, stamp);
+                          // Stored only when it changes: a row pushed again within an epoch (a hot id) then
+                          // leaves its entry's cache line clean, with no write-back to memory.
+                          if (entry->epoch != epoch) entry->epoch = epoch;
+                        });
     if (end < groups.begin[k + 1] && failed_row < 0) failed_row = rows[groups.order[end]];
     if (failed_row >= 0) break;
   }
@@ -370,14 +382,16 @@ Status Store::ApplyLazy(Shard& s, std::span<const int64_t> rows, std::span<const
   // failed (out of memory, shard full) are not counted.
   if (s.sketch && created > 0) rows_admitted_.fetch_add(created, std::memory_order_relaxed);
   if (dropped > 0) rows_not_admitted_.fetch_add(dropped, std::memory_order_relaxed);
-  if (failed_row >= 0) return Internal("PushRows " + s.def.key().ToString() + ": " + s.CreateFailure(failed_row));
+  if (failed_row >= 0)
+    return Internal("PushRows " + s.def.key().ToString() + ": " + s.CreateFailure(failed_row));
   return Status::Ok();
 }
 
 bool Store::SweepDue(const Shard& s, int64_t now) {
   const model::RowPolicy& p = s.def.row_policy;
   const bool ttl_due = p.ttl_steps > 0 && now >= s.next_ttl_sweep.load(std::memory_order_relaxed);
-  const bool rows_due = s.max_rows > 0 && s.live.load(std::memory_order_relaxed) > s.max_rows + s.max_rows / 16;
+  const bool rows_due =
+      s.max_rows > 0 && s.live.load(std::memory_order_relaxed) > s.max_rows + s.max_rows / 16;
   return ttl_due || rows_due;
 }
 
@@ -392,9 +406,9 @@ void Store::MaybeSweep(Shard& s) {
       // The push itself is applied; the sweep stays due and the next push hands it over.
       s.sweep_handed_over.store(false, std::memory_order_release);
       try {
-        PS_LOG(Warning) << "could not hand over the eviction sweep of " << s.def.key().ToString() << ": " << e.what();
-      } catch (...) {
-      }
+        PS_LOG(Warning) << "could not hand over the eviction sweep of " << s.def.key().ToString()
+                        << ": " << e.what();
+      } catch (...) {}
     }
     return;
   }
@@ -404,7 +418,8 @@ void Store::MaybeSweep(Shard& s) {
 }
 
 void Store::SweepHandedOver(const ShardKey& key) {
-  std::shared_lock unpaused(sweeps_mu_, std::try_to_lock);  // else a restore is under way (PauseSweeps)
+  std::shared_lock unpaused(sweeps_mu_,
+                            std::try_to_lock);  // else a restore is under way (PauseSweeps)
   std::shared_lock lock(mu_);
   auto it = shards_.find(key);
   if (it == shards_.end()) return;
@@ -425,8 +440,7 @@ void Store::SweepHandedOver(const ShardKey& key) {
     // exception would end the process.
     try {
       PS_LOG(Warning) << "eviction sweep of " << key.ToString() << " failed: " << e.what();
-    } catch (...) {
-    }
+    } catch (...) {}
   }
 }
 
@@ -457,11 +471,14 @@ void Store::Sweep(Shard& s, int64_t now, bool exact) {
   stamps.reserve(static_cast<size_t>(std::max<int64_t>(0, s.live.load(std::memory_order_relaxed))));
   for (int64_t k = s.num_stripes - 1; k >= 0; --k) {
     std::lock_guard g(s.stripes[k]);
-    s.lazy[k].ForEach(*s.arena, [&](int64_t, const float* record, uint32_t) { stamps.push_back(s.Stamp(record)); });
+    s.lazy[k].ForEach(*s.arena, [&](int64_t, const float* record, uint32_t) {
+      stamps.push_back(s.Stamp(record));
+    });
   }
   if (static_cast<int64_t>(stamps.size()) <= s.max_rows) return;
   const size_t excess = stamps.size() - static_cast<size_t>(s.max_rows);
-  std::nth_element(stamps.begin(), stamps.begin() + static_cast<std::ptrdiff_t>(excess - 1), stamps.end());
+  std::nth_element(stamps.begin(), stamps.begin() + static_cast<std::ptrdiff_t>(excess - 1),
+                   stamps.end());
   const uint32_t cut = stamps[excess - 1];
   size_t at_cut = 0;  // rows stamped `cut` that may go: excess minus those older than it
   for (size_t i = 0; i < excess; ++i) at_cut += stamps[i] == cut ? 1 : 0;
@@ -481,7 +498,8 @@ void Store::Sweep(Shard& s, int64_t now, bool exact) {
   }
 }
 
-uint64_t Store::Evict(Shard& s, int64_t k, std::span<const int64_t> victims, std::atomic<uint64_t>& counter) {
+uint64_t Store::Evict(Shard& s, int64_t k, std::span<const int64_t> victims,
+                      std::atomic<uint64_t>& counter) {
   const uint32_t epoch = this->epoch();
   // Room for the log before any row goes, so nothing can fail once one has (doubling, as
   // push_back would: the log grows by a stripe's victims at a time).
@@ -532,7 +550,8 @@ void Store::ResetRowClock(int64_t step) {
     s.next_ttl_sweep.store(0, std::memory_order_relaxed);
     for (int64_t k = 0; k < s.num_stripes; ++k) {
       std::lock_guard g(s.stripes[k]);
-      s.lazy[k].ForEach(*s.arena, [&](int64_t, float* record, uint32_t) { s.SetStamp(record, step); });
+      s.lazy[k].ForEach(*s.arena,
+                        [&](int64_t, float* record, uint32_t) { s.SetStamp(record, step); });
     }
   }
 }
@@ -541,13 +560,13 @@ Status Store::Push(const ShardKey& key, std::span<const float> grad, int64_t glo
   return PushDense(key, std::nullopt, grad, global_step, true);
 }
 
-Status Store::PushPart(const ShardKey& key, int64_t row_begin, std::span<const float> grad, int64_t global_step,
-                       bool first) {
+Status Store::PushPart(const ShardKey& key, int64_t row_begin, std::span<const float> grad,
+                       int64_t global_step, bool first) {
   return PushDense(key, row_begin, grad, global_step, first);
 }
 
-Status Store::PushDense(const ShardKey& key, std::optional<int64_t> part_begin, std::span<const float> grad,
-                        int64_t global_step, bool count_request) {
+Status Store::PushDense(const ShardKey& key, std::optional<int64_t> part_begin,
+                        std::span<const float> grad, int64_t global_step, bool count_request) {
   uint64_t pushed_rows = 0;
   auto run = [&]() -> Status {
     std::shared_lock lock(mu_);
@@ -560,8 +579,9 @@ Status Store::PushDense(const ShardKey& key, std::optional<int64_t> part_begin, 
     } else if (begin < 0 || begin > rows || grad.size() % s->cols != 0 ||
                static_cast<int64_t>(grad.size() / s->cols) > rows - begin) {
       return InvalidArgument("Push " + key.ToString() + ": " + std::to_string(grad.size()) +
-                             " floats from row " + std::to_string(begin) + " are not whole rows within its " +
-                             std::to_string(rows) + " rows of " + std::to_string(s->cols));
+                             " floats from row " + std::to_string(begin) +
+                             " are not whole rows within its " + std::to_string(rows) +
+                             " rows of " + std::to_string(s->cols));
     }
     ApplyDense(*s, begin, grad, global_step);
     pushed_rows = grad.size() / s->cols;
@@ -583,8 +603,7 @@ Status Store::PushRows(const ShardKey& key, std::span<const int64_t> rows,
     if (s->lazy) {
       if (!s->stamped) return ApplyLazy(*s, rows, grad_rows, global_step, 0);
       int64_t clock = row_clock_.load(std::memory_order_relaxed);
-      while (global_step > clock && !row_clock_.compare_exchange_weak(clock, global_step)) {
-      }
+      while (global_step > clock && !row_clock_.compare_exchange_weak(clock, global_step)) {}
       // Rows are stamped with the row clock, not the push's own step: a retried or late
       // push of an old step still marks its rows as pushed now.
       PS_RETURN_IF_ERROR(ApplyLazy(*s, rows, grad_rows, global_step, std::max(clock, global_step)));
@@ -664,7 +683,8 @@ void CallWithView(const auto& s, const std::function<void(const ShardView&)>& fn
       created.push_back({row, record, epoch});
     });
   }
-  std::sort(created.begin(), created.end(), [](const Created& a, const Created& b) { return a.row < b.row; });
+  std::sort(created.begin(), created.end(),
+            [](const Created& a, const Created& b) { return a.row < b.row; });
   std::vector<int64_t> ids(created.size());
   for (size_t i = 0; i < created.size(); ++i) ids[i] = created[i].row;
   view.row_ids = ids;

@@ -119,7 +119,7 @@ struct ShardKey {
 struct ShardDef {
   cluster::ShardLayout layout;  // lazy: see "Lazy shards" above
   model::InitSpec init;
-  uint64_t seed = 0;            // with var, row and col, determines initial values
+  uint64_t seed = 0;                 // with var, row and col, determines initial values
   model::RowPolicy row_policy = {};  // lazy only: admission and eviction (see below)
   // The variable is pulled and pushed by rows (model::VariableDef::sparse): the "sparse"
   // class of a hybrid update (update.h). The store itself does not look at it.
@@ -135,11 +135,11 @@ Status ValidateShardDef(const ShardDef& def);
 
 // Monotonic counters since the store was built; bytes are payload floats * 4.
 struct StoreStats {
-  uint64_t pull_requests = 0;   // Pull + PullRows that succeeded
-  uint64_t push_requests = 0;   // Push + PushRows that succeeded
-  uint64_t failed_requests = 0; // any of the four that returned an error
+  uint64_t pull_requests = 0;    // Pull + PullRows that succeeded
+  uint64_t push_requests = 0;    // Push + PushRows that succeeded
+  uint64_t failed_requests = 0;  // any of the four that returned an error
   uint64_t bytes_pulled = 0;
-  uint64_t bytes_pushed = 0;    // gradient bytes applied
+  uint64_t bytes_pushed = 0;  // gradient bytes applied
   uint64_t rows_pulled = 0;
   uint64_t rows_pushed = 0;
   // Lazy shards ("Admission and eviction"): rows created by an admitting push, gradient
@@ -175,8 +175,9 @@ struct ShardView {
 
 // Memory held by one shard (Store::Memory).
 struct ShardMemory {
-  int64_t rows = 0;    // rows allocated: def.rows for a dense shard, created rows if lazy
-  uint64_t bytes = 0;  // values, slots, change epochs (dense), and for a lazy shard its row tables and chunk slack
+  int64_t rows = 0;  // rows allocated: def.rows for a dense shard, created rows if lazy
+  uint64_t bytes =
+      0;  // values, slots, change epochs (dense), and for a lazy shard its row tables and chunk slack
 };
 
 // A slot's contents for Restore.
@@ -209,7 +210,8 @@ class Store {
 
   // Whole shard into out [rows * cols]. `copied`, if set, is called after each stripe
   // with the floats of `out` now final (from its start), holding no stripe lock.
-  Status Pull(const ShardKey& key, std::span<float> out, const std::function<void(size_t)>& copied = nullptr);
+  Status Pull(const ShardKey& key, std::span<float> out,
+              const std::function<void(size_t)>& copied = nullptr);
   // Pull without the copy: calls fn once with the shard's values [rows * cols] while
   // holding the store's structure lock (shared) and every stripe lock of the shard (one
   // shard's at most: ThreadSanitizer tracks 64 held locks), so fn sees every row wholly
@@ -228,8 +230,8 @@ class Store {
   // their gradient (whole rows, InvalidArgument otherwise), applied as Push would apply
   // them. A push applied in parts (Service's early apply) counts as one request: the part
   // with `first` set counts it; bytes and rows count for every part.
-  Status PushPart(const ShardKey& key, int64_t row_begin, std::span<const float> grad, int64_t global_step,
-                  bool first);
+  Status PushPart(const ShardKey& key, int64_t row_begin, std::span<const float> grad,
+                  int64_t global_step, bool first);
   // Sparse form: grad_rows [rows.size() * cols], row i of it for shard-local row rows[i].
   // Rows must be unique (InvalidArgument naming the duplicate) and in range
   // (OutOfRange); on any error nothing is applied. Only the given rows and their slots
@@ -341,7 +343,9 @@ class Store {
   // handed-over sweep that starts meanwhile does nothing (the next push hands it over
   // again). A restore holds it until ResetRowClock has stamped the restored rows: before
   // that they carry step 0 and a sweep at the old row clock would evict them.
-  [[nodiscard]] std::unique_lock<std::shared_mutex> PauseSweeps() { return std::unique_lock(sweeps_mu_); }
+  [[nodiscard]] std::unique_lock<std::shared_mutex> PauseSweeps() {
+    return std::unique_lock(sweeps_mu_);
+  }
 
   // Change epochs, for delta checkpoints. Every push stamps the rows it changes with the
   // current epoch (dense: a u32 per row; lazy: a u32 in the row's table entry); an eviction is
@@ -363,15 +367,15 @@ class Store {
   StoreStats stats() const;
 
  private:
-
   // Under a shared lock of mu_: the shard or NotFound naming `op` and the key.
   Result<Shard*> Find(const ShardKey& key, const char* op) const;
   // The "apply" half of a push: grad (whole rows from row_begin) already validated
   // against the shard.
-  void ApplyDense(Shard& shard, int64_t row_begin, std::span<const float> grad, int64_t global_step);
+  void ApplyDense(Shard& shard, int64_t row_begin, std::span<const float> grad,
+                  int64_t global_step);
   // Push (part_begin nullopt) and PushPart; `count_request`: counts a push request.
-  Status PushDense(const ShardKey& key, std::optional<int64_t> part_begin, std::span<const float> grad,
-                   int64_t global_step, bool count_request);
+  Status PushDense(const ShardKey& key, std::optional<int64_t> part_begin,
+                   std::span<const float> grad, int64_t global_step, bool count_request);
   void ApplySparse(Shard& shard, std::span<const int64_t> rows, std::span<const float> grad_rows,
                    int64_t global_step);
   // ApplySparse for a lazy shard: creates missing rows first (admitted rows only, when the
@@ -394,7 +398,8 @@ class Store {
   // Erases `victims` from stripe k (its lock held), logging each for delta checkpoints.
   // Counts them in the shard's live rows and in `counter` (evicted_ttl_ or
   // evicted_max_rows_); nothing throws once a row is erased.
-  uint64_t Evict(Shard& shard, int64_t k, std::span<const int64_t> victims, std::atomic<uint64_t>& counter);
+  uint64_t Evict(Shard& shard, int64_t k, std::span<const int64_t> victims,
+                 std::atomic<uint64_t>& counter);
 
   mutable std::shared_mutex mu_;  // guards shards_ (structure) and spec_
   std::optional<OptimizerSpec> spec_;
@@ -405,7 +410,8 @@ class Store {
   SweepRunner sweep_runner_;
   std::shared_mutex sweeps_mu_;  // PauseSweeps (unique), a handed-over sweep (shared); before mu_
   std::atomic<uint32_t> epoch_{1};
-  std::atomic<uint64_t> rows_admitted_{0}, rows_not_admitted_{0}, evicted_ttl_{0}, evicted_max_rows_{0};
+  std::atomic<uint64_t> rows_admitted_{0}, rows_not_admitted_{0}, evicted_ttl_{0},
+      evicted_max_rows_{0};
   size_t lazy_chunk_limit_ = SIZE_MAX;
   std::atomic<uint64_t> pull_requests_{0}, push_requests_{0}, failed_requests_{0};
   std::atomic<uint64_t> bytes_pulled_{0}, bytes_pushed_{0}, rows_pulled_{0}, rows_pushed_{0};

@@ -25,8 +25,8 @@ Status Store::Restore(const ShardKey& key, std::span<const float> values,
     if (given[i] != nullptr)
       return InvalidArgument("Restore " + key.ToString() + ": slot \"" + slot.name +
                              "\" given twice");
-    PS_RETURN_IF_ERROR(CheckSize("Restore", key, ("slot " + slot.name).c_str(),
-                                 slot.values.size(), n));
+    PS_RETURN_IF_ERROR(
+        CheckSize("Restore", key, ("slot " + slot.name).c_str(), slot.values.size(), n));
     given[i] = &slot;
   }
   s->LockAll();
@@ -51,29 +51,35 @@ Store::ShardFill::~ShardFill() { shard_->UnlockAll(); }
 
 const ShardDef& Store::ShardFill::def() const { return shard_->def; }
 
-std::span<float> Store::ShardFill::values() { return {shard_->values.data(), shard_->values.size()}; }
+std::span<float> Store::ShardFill::values() {
+  return {shard_->values.data(), shard_->values.size()};
+}
 
 Result<std::span<float>> Store::ShardFill::Slot(std::string_view name) {
   if (shard_->lazy)
-    return InvalidArgument("Restore " + shard_->def.key().ToString() + ": a lazy shard has no slot arrays");
+    return InvalidArgument("Restore " + shard_->def.key().ToString() +
+                           ": a lazy shard has no slot arrays");
   for (size_t i = 0; i < shard_->slot_defs.size(); ++i) {
-    if (shard_->slot_defs[i].name == name) return std::span<float>(shard_->slots[i].data(), shard_->values.size());
+    if (shard_->slot_defs[i].name == name)
+      return std::span<float>(shard_->slots[i].data(), shard_->values.size());
   }
-  return InvalidArgument("Restore " + shard_->def.key().ToString() + ": slot \"" + std::string(name) +
-                         "\" does not belong to this ps's optimizer");
+  return InvalidArgument("Restore " + shard_->def.key().ToString() + ": slot \"" +
+                         std::string(name) + "\" does not belong to this ps's optimizer");
 }
 
 Status Store::ShardFill::InitSlot(std::string_view name, int64_t first, int64_t rows) {
   PS_ASSIGN_OR_RETURN(std::span<float> slot, Slot(name));
   const Shard& s = *shard_;
   if (first < 0 || rows < 0 || first > s.layout().rows - rows)
-    return OutOfRange("Restore " + s.def.key().ToString() + ": rows [" + std::to_string(first) + ", +" +
-                      std::to_string(rows) + ") outside the shard's " + std::to_string(s.layout().rows));
+    return OutOfRange("Restore " + s.def.key().ToString() + ": rows [" + std::to_string(first) +
+                      ", +" + std::to_string(rows) + ") outside the shard's " +
+                      std::to_string(s.layout().rows));
   float initial = 0;
   for (const auto& def : s.slot_defs) {
     if (def.name == name) initial = def.initial;
   }
-  std::fill_n(slot.begin() + first * static_cast<int64_t>(s.cols), rows * static_cast<int64_t>(s.cols), initial);
+  std::fill_n(slot.begin() + first * static_cast<int64_t>(s.cols),
+              rows * static_cast<int64_t>(s.cols), initial);
   return Status::Ok();
 }
 
@@ -120,7 +126,8 @@ Status Store::ShardFill::UpsertRows(std::span<const int64_t> rows, CreatedRows* 
     LazyStripe::Entry* entry = stripe.Find(row, h);
     if (entry == nullptr) {
       entry = s.CreateRow(stripe, row, h);
-      if (entry == nullptr) return Internal("Restore " + key.ToString() + ": " + s.CreateFailure(row));
+      if (entry == nullptr)
+        return Internal("Restore " + key.ToString() + ": " + s.CreateFailure(row));
       shard_->live.fetch_add(1, std::memory_order_relaxed);
     }
     float* record = s.arena->At(entry->ref);
@@ -139,14 +146,15 @@ Status Store::ShardFill::CreateRows(std::span<const int64_t> rows, CreatedRows* 
   for (int64_t row : rows) {
     const uint64_t h = HashRow(row);
     if (s.lazy[LazyStripeOf(h)].Find(row, h) != nullptr)
-      return Status(Code::kAlreadyExists, "Restore " + key.ToString() + ": row " + std::to_string(row) + " is created already");
+      return Status(Code::kAlreadyExists, "Restore " + key.ToString() + ": row " +
+                                              std::to_string(row) + " is created already");
   }
   // None exists: UpsertRows creates every one (and makes the remaining checks).
   return UpsertRows(rows, created);
 }
 
-Status Store::ShardFill::WriteRows(const CreatedRows& created, std::string_view block, int64_t first,
-                                   std::span<const float> data) {
+Status Store::ShardFill::WriteRows(const CreatedRows& created, std::string_view block,
+                                   int64_t first, std::span<const float> data) {
   const Shard& s = *shard_;
   const std::string name = s.def.key().ToString();
   if (!s.lazy) return InvalidArgument("Restore " + name + ": not a lazy shard");
@@ -162,9 +170,11 @@ Status Store::ShardFill::WriteRows(const CreatedRows& created, std::string_view 
   }
   const size_t cols = s.cols;
   const auto n = static_cast<int64_t>(data.size() / cols);
-  if (data.size() % cols != 0 || first < 0 || first > static_cast<int64_t>(created.records_.size()) - n)
-    return OutOfRange("Restore " + name + ": rows [" + std::to_string(first) + ", +" + std::to_string(n) +
-                      ") outside the " + std::to_string(created.records_.size()) + " created rows");
+  if (data.size() % cols != 0 || first < 0 ||
+      first > static_cast<int64_t>(created.records_.size()) - n)
+    return OutOfRange("Restore " + name + ": rows [" + std::to_string(first) + ", +" +
+                      std::to_string(n) + ") outside the " +
+                      std::to_string(created.records_.size()) + " created rows");
   for (int64_t i = 0; i < n; ++i) {
     std::memcpy(created.records_[static_cast<size_t>(first + i)] + b * cols, data.data() + i * cols,
                 cols * sizeof(float));

@@ -36,10 +36,10 @@ struct Store::Shard {
   // policy evicts (`stamped`).
   std::unique_ptr<AdmitSketch[]> sketch;
   bool stamped = false;
-  int64_t max_rows = 0;                 // per shard: ceil(def.rows.max_rows / num_shards); 0 none
-  std::atomic<int64_t> live{0};         // lazy: created rows now
+  int64_t max_rows = 0;          // per shard: ceil(def.rows.max_rows / num_shards); 0 none
+  std::atomic<int64_t> live{0};  // lazy: created rows now
   std::atomic<int64_t> next_ttl_sweep{0};
-  std::mutex sweep_mu;                  // held by the one thread sweeping this shard
+  std::mutex sweep_mu;                         // held by the one thread sweeping this shard
   std::atomic<bool> sweep_handed_over{false};  // a sweep waits for the store's sweep runner
 
   // Change tracking for delta checkpoints (store.h, "Change epochs"). Dense: the epoch
@@ -74,14 +74,15 @@ struct Store::Shard {
   // Why CreateRow failed for `row`.
   std::string CreateFailure(int64_t row) const {
     if (arena->full())
-      return "lazy shard full: at most " + std::to_string(arena->max_records()) + " records (creating row " +
-             std::to_string(row) + ")";
+      return "lazy shard full: at most " + std::to_string(arena->max_records()) +
+             " records (creating row " + std::to_string(row) + ")";
     return "out of memory creating row " + std::to_string(row);
   }
   // Lazy: writes row `row`'s initial values and slots into `record`.
   void InitRecord(int64_t row, float* record) const {
     const cluster::ShardLayout& l = def.layout;
-    model::FillInitial(def.init, def.seed, l.var, l.full_shape, l.row_begin + row, 1, l.cols, {record, cols});
+    model::FillInitial(def.init, def.seed, l.var, l.full_shape, l.row_begin + row, 1, l.cols,
+                       {record, cols});
     for (size_t i = 0; i < slot_defs.size(); ++i)
       std::fill_n(record + (i + 1) * cols, cols, slot_defs[i].initial);
   }
@@ -112,7 +113,8 @@ struct Store::Shard {
 // "<op> <key>: <what> has <got> floats, expected <want>" unless got == want.
 Status CheckSize(const char* op, const ShardKey& key, const char* what, size_t got, size_t want);
 // Every row in [0, num_rows), else OutOfRange naming the first that is not.
-Status CheckRows(const char* op, const ShardKey& key, std::span<const int64_t> rows, int64_t num_rows);
+Status CheckRows(const char* op, const ShardKey& key, std::span<const int64_t> rows,
+                 int64_t num_rows);
 // No row twice, else InvalidArgument naming one that is.
 Status CheckUnique(const char* op, const ShardKey& key, std::span<const int64_t> rows);
 // The error for a lazy shard named whole (all_rows) by a pull or push.

@@ -62,8 +62,8 @@ struct UpdateSpec {
   bool per_class = false;
   // The same update (per_class only says where errors point).
   bool operator==(const UpdateSpec& o) const {
-    return mode == o.mode && replicas_to_aggregate == o.replicas_to_aggregate && staleness == o.staleness &&
-           num_workers == o.num_workers && sparse_mode == o.sparse_mode;
+    return mode == o.mode && replicas_to_aggregate == o.replicas_to_aggregate &&
+           staleness == o.staleness && num_workers == o.num_workers && sparse_mode == o.sparse_mode;
   }
   // R with the default resolved: replicas_to_aggregate, or num_workers when 0.
   int replicas() const { return replicas_to_aggregate > 0 ? replicas_to_aggregate : num_workers; }
@@ -86,6 +86,7 @@ Status ValidateUpdate(const UpdateSpec& spec, const std::string& path);
 // For a hybrid spec whose job has no variable of one class (`dense_vars`, `sparse_vars`:
 // how many of each): a warning naming `path` that the job trains in the other class's mode
 // alone; otherwise empty.
-std::string OneClassWarning(const UpdateSpec& spec, int64_t dense_vars, int64_t sparse_vars, const std::string& path);
+std::string OneClassWarning(const UpdateSpec& spec, int64_t dense_vars, int64_t sparse_vars,
+                            const std::string& path);
 
 }  // namespace ps::server

@@ -10,13 +10,20 @@ using model::InitKind;
 
 proto::InitKind InitKindToWire(InitKind kind) {
   switch (kind) {
-    case InitKind::kZeros: return proto::InitKind::kZeros;
-    case InitKind::kOnes: return proto::InitKind::kOnes;
-    case InitKind::kConstant: return proto::InitKind::kConstant;
-    case InitKind::kUniform: return proto::InitKind::kUniform;
-    case InitKind::kNormal: return proto::InitKind::kNormal;
-    case InitKind::kTruncatedNormal: return proto::InitKind::kTruncatedNormal;
-    case InitKind::kGlorotUniform: return proto::InitKind::kGlorotUniform;
+    case InitKind::kZeros:
+      return proto::InitKind::kZeros;
+    case InitKind::kOnes:
+      return proto::InitKind::kOnes;
+    case InitKind::kConstant:
+      return proto::InitKind::kConstant;
+    case InitKind::kUniform:
+      return proto::InitKind::kUniform;
+    case InitKind::kNormal:
+      return proto::InitKind::kNormal;
+    case InitKind::kTruncatedNormal:
+      return proto::InitKind::kTruncatedNormal;
+    case InitKind::kGlorotUniform:
+      return proto::InitKind::kGlorotUniform;
   }
   PS_ASSERT(false && "unknown InitKind");
   return proto::InitKind::kZeros;
@@ -24,15 +31,23 @@ proto::InitKind InitKindToWire(InitKind kind) {
 
 Result<InitKind> InitKindFromWire(proto::InitKind kind, const std::string& path) {
   switch (kind) {
-    case proto::InitKind::kZeros: return InitKind::kZeros;
-    case proto::InitKind::kOnes: return InitKind::kOnes;
-    case proto::InitKind::kConstant: return InitKind::kConstant;
-    case proto::InitKind::kUniform: return InitKind::kUniform;
-    case proto::InitKind::kNormal: return InitKind::kNormal;
-    case proto::InitKind::kTruncatedNormal: return InitKind::kTruncatedNormal;
-    case proto::InitKind::kGlorotUniform: return InitKind::kGlorotUniform;
+    case proto::InitKind::kZeros:
+      return InitKind::kZeros;
+    case proto::InitKind::kOnes:
+      return InitKind::kOnes;
+    case proto::InitKind::kConstant:
+      return InitKind::kConstant;
+    case proto::InitKind::kUniform:
+      return InitKind::kUniform;
+    case proto::InitKind::kNormal:
+      return InitKind::kNormal;
+    case proto::InitKind::kTruncatedNormal:
+      return InitKind::kTruncatedNormal;
+    case proto::InitKind::kGlorotUniform:
+      return InitKind::kGlorotUniform;
   }
-  return InvalidArgument(path + ".kind: unknown initializer " + std::to_string(static_cast<int>(kind)));
+  return InvalidArgument(path + ".kind: unknown initializer " +
+                         std::to_string(static_cast<int>(kind)));
 }
 
 // The wire fields that hold InitSpec's a and b for a kind (null: the kind has none).
@@ -42,13 +57,17 @@ struct InitParams {
 };
 InitParams ParamsOf(InitKind kind) {
   switch (kind) {
-    case InitKind::kConstant: return {.a = &proto::Initializer::value, .b = nullptr};
-    case InitKind::kUniform: return {.a = &proto::Initializer::minval, .b = &proto::Initializer::maxval};
+    case InitKind::kConstant:
+      return {.a = &proto::Initializer::value, .b = nullptr};
+    case InitKind::kUniform:
+      return {.a = &proto::Initializer::minval, .b = &proto::Initializer::maxval};
     case InitKind::kNormal:
-    case InitKind::kTruncatedNormal: return {.a = &proto::Initializer::mean, .b = &proto::Initializer::stddev};
+    case InitKind::kTruncatedNormal:
+      return {.a = &proto::Initializer::mean, .b = &proto::Initializer::stddev};
     case InitKind::kZeros:
     case InitKind::kOnes:
-    case InitKind::kGlorotUniform: break;
+    case InitKind::kGlorotUniform:
+      break;
   }
   return {};
 }
@@ -87,9 +106,11 @@ proto::OptimizerRule RuleToWire(const OptimizerSpec& s) {
     case OptimizerKind::kSgd:
       return proto::Sgd{.momentum = s.momentum, .nesterov = s.nesterov};
     case OptimizerKind::kAdagrad:
-      return proto::Adagrad{.initial_accumulator_value = s.initial_accumulator_value, .epsilon = s.epsilon};
+      return proto::Adagrad{.initial_accumulator_value = s.initial_accumulator_value,
+                            .epsilon = s.epsilon};
     case OptimizerKind::kRmsprop:
-      return proto::Rmsprop{.rho = s.rho, .momentum = s.momentum, .epsilon = s.epsilon, .centered = s.centered};
+      return proto::Rmsprop{
+          .rho = s.rho, .momentum = s.momentum, .epsilon = s.epsilon, .centered = s.centered};
     case OptimizerKind::kAdam:
       return proto::Adam{.beta_1 = s.beta_1, .beta_2 = s.beta_2, .epsilon = s.epsilon};
     case OptimizerKind::kFtrl:
@@ -107,7 +128,8 @@ proto::OptimizerRule RuleToWire(const OptimizerSpec& s) {
 // An optimizer of the rule's type with the rule's parameters; learning rate, schedule and
 // warm-up are left to the caller, other types' fields keep OptimizerSpec's defaults.
 OptimizerSpec SpecOf(const proto::Sgd& r) {
-  return {.kind = OptimizerKind::kSgd, .schedule = {}, .momentum = r.momentum, .nesterov = r.nesterov};
+  return {
+      .kind = OptimizerKind::kSgd, .schedule = {}, .momentum = r.momentum, .nesterov = r.nesterov};
 }
 OptimizerSpec SpecOf(const proto::Adagrad& r) {
   return {.kind = OptimizerKind::kAdagrad,
@@ -116,11 +138,19 @@ OptimizerSpec SpecOf(const proto::Adagrad& r) {
           .epsilon = r.epsilon};
 }
 OptimizerSpec SpecOf(const proto::Rmsprop& r) {
-  return {.kind = OptimizerKind::kRmsprop, .schedule = {}, .momentum = r.momentum, .epsilon = r.epsilon, .rho = r.rho,
+  return {.kind = OptimizerKind::kRmsprop,
+          .schedule = {},
+          .momentum = r.momentum,
+          .epsilon = r.epsilon,
+          .rho = r.rho,
           .centered = r.centered};
 }
 OptimizerSpec SpecOf(const proto::Adam& r) {
-  return {.kind = OptimizerKind::kAdam, .schedule = {}, .epsilon = r.epsilon, .beta_1 = r.beta_1, .beta_2 = r.beta_2};
+  return {.kind = OptimizerKind::kAdam,
+          .schedule = {},
+          .epsilon = r.epsilon,
+          .beta_1 = r.beta_1,
+          .beta_2 = r.beta_2};
 }
 OptimizerSpec SpecOf(const proto::Ftrl& r) {
   return {.kind = OptimizerKind::kFtrl,
@@ -173,18 +203,24 @@ namespace {
 
 proto::UpdateMode ModeToWire(UpdateMode m) {
   switch (m) {
-    case UpdateMode::kAsync: return proto::UpdateMode::kAsync;
-    case UpdateMode::kSync: return proto::UpdateMode::kSync;
-    case UpdateMode::kBoundedStaleness: return proto::UpdateMode::kBoundedStaleness;
+    case UpdateMode::kAsync:
+      return proto::UpdateMode::kAsync;
+    case UpdateMode::kSync:
+      return proto::UpdateMode::kSync;
+    case UpdateMode::kBoundedStaleness:
+      return proto::UpdateMode::kBoundedStaleness;
   }
   return proto::UpdateMode::kAsync;
 }
 
 Result<UpdateMode> ModeFromWire(proto::UpdateMode m, const std::string& path) {
   switch (m) {
-    case proto::UpdateMode::kAsync: return UpdateMode::kAsync;
-    case proto::UpdateMode::kSync: return UpdateMode::kSync;
-    case proto::UpdateMode::kBoundedStaleness: return UpdateMode::kBoundedStaleness;
+    case proto::UpdateMode::kAsync:
+      return UpdateMode::kAsync;
+    case proto::UpdateMode::kSync:
+      return UpdateMode::kSync;
+    case proto::UpdateMode::kBoundedStaleness:
+      return UpdateMode::kBoundedStaleness;
   }
   return InvalidArgument(path + ": unknown update mode " + std::to_string(static_cast<int>(m)));
 }
@@ -196,7 +232,9 @@ proto::Update UpdateToWire(const UpdateSpec& spec) {
                        .replicas_to_aggregate = spec.replicas_to_aggregate,
                        .staleness = spec.staleness,
                        .num_workers = spec.num_workers,
-                       .sparse_mode = spec.sparse_mode ? std::optional(ModeToWire(*spec.sparse_mode)) : std::nullopt};
+                       .sparse_mode = spec.sparse_mode
+                                          ? std::optional(ModeToWire(*spec.sparse_mode))
+                                          : std::nullopt};
 }
 
 Result<UpdateSpec> UpdateFromWire(const proto::Update& wire, const std::string& path) {
@@ -228,7 +266,9 @@ Result<ShardDef> ShardDefFromWire(const proto::ShardDef& wire) {
   ShardDef def{.layout = wire.layout,
                .init = {},
                .seed = wire.seed,
-               .row_policy = {.admit_min_count = p.admit_min_count, .ttl_steps = p.ttl_steps, .max_rows = p.max_rows},
+               .row_policy = {.admit_min_count = p.admit_min_count,
+                              .ttl_steps = p.ttl_steps,
+                              .max_rows = p.max_rows},
                .sparse = wire.sparse};
   PS_ASSIGN_OR_RETURN(def.init, InitFromWire(wire.init, def.layout.Name() + ".init"));
   PS_RETURN_IF_ERROR(ValidateShardDef(def));

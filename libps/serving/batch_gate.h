@@ -57,7 +57,10 @@ class BatchGate {
   };
   State state() const {
     std::lock_guard lock(mu_);
-    return {.batches = batches_, .queued = queued_, .writer_waiting = writer_ && !writing_, .writing = writing_};
+    return {.batches = batches_,
+            .queued = queued_,
+            .writer_waiting = writer_ && !writing_,
+            .writing = writing_};
   }
 
  private:

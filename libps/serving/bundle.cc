@@ -26,7 +26,9 @@ namespace {
 
 constexpr size_t kMaxManifestBytes = size_t{256} << 20;  // the job and the variable list
 
-uint32_t TextChecksum(const std::string& text) { return MaskedCrc32c(Crc32c(0, text.data(), text.size())); }
+uint32_t TextChecksum(const std::string& text) {
+  return MaskedCrc32c(Crc32c(0, text.data(), text.size()));
+}
 
 // Copies `from` to `to` (a new file) and fsyncs it.
 Status CopyFileSynced(const std::string& from, const std::string& to) {
@@ -43,7 +45,8 @@ BundleInfo MakeInfo(const LoadedModel& loaded, const model::Model& model) {
   BundleInfo info;
   info.format_version = kBundleVersion;
   for (const auto& v : loaded.plan.variables) {
-    VariableInfo vi{.name = v.name, .shape = v.shape, .lazy = v.lazy, .shards = 0, .stored_rows = 0};
+    VariableInfo vi{
+        .name = v.name, .shape = v.shape, .lazy = v.lazy, .shards = 0, .stored_rows = 0};
     for (const auto& s : loaded.plan.shards) {
       if (s.layout.var != v.name) continue;
       ++vi.shards;
@@ -53,7 +56,8 @@ BundleInfo MakeInfo(const LoadedModel& loaded, const model::Model& model) {
     info.variables.push_back(std::move(vi));
   }
   for (const auto& h : model.heads()) {
-    info.heads.push_back({.name = h.name, .loss = model::LossKindName(h.loss), .outputs = h.outputs});
+    info.heads.push_back(
+        {.name = h.name, .loss = model::LossKindName(h.loss), .outputs = h.outputs});
   }
   info.eval_batch_size = worker::EvalBatchSize(loaded.job);
   return info;
@@ -69,7 +73,10 @@ std::vector<uint32_t> Digests(const ckpt::Manifest& m) {
 Json VariablesJson(const std::vector<VariableInfo>& vars) {
   Json out = Json::array();
   for (const auto& v : vars) {
-    out.push_back({{"name", v.name}, {"shape", v.shape}, {"lazy", v.lazy}, {"shards", v.shards},
+    out.push_back({{"name", v.name},
+                   {"shape", v.shape},
+                   {"lazy", v.lazy},
+                   {"shards", v.shards},
                    {"stored_rows", v.stored_rows}});
   }
   return out;
@@ -91,7 +98,8 @@ bool InsideBundle(const std::string& name) {
 mode_t ProcessUmask() {
   std::ifstream status("/proc/self/status");
   for (std::string line; std::getline(status, line);) {
-    if (line.rfind("Umask:", 0) == 0) return static_cast<mode_t>(std::strtoul(line.c_str() + 6, nullptr, 8) & 0777);
+    if (line.rfind("Umask:", 0) == 0)
+      return static_cast<mode_t>(std::strtoul(line.c_str() + 6, nullptr, 8) & 0777);
   }
   static const mode_t once = [] {
     const mode_t m = ::umask(022);
@@ -102,7 +110,8 @@ mode_t ProcessUmask() {
 }
 
 Status OutExists(const fs::path& out) {
-  return Status(Code::kAlreadyExists, out.string() + ": already exists (remove it, or export to a new directory)");
+  return Status(Code::kAlreadyExists,
+                out.string() + ": already exists (remove it, or export to a new directory)");
 }
 
 // Removes a temporary directory unless released.
@@ -128,7 +137,8 @@ Result<ExportResult> ExportBundle(const ExportOptions& o) {
   std::error_code ec;
   fs::path out = fs::absolute(fs::path(o.out_dir), ec).lexically_normal();
   if (!out.has_filename() && out.has_relative_path()) out = out.parent_path();  // "dir/" is dir
-  if (ec || out.filename().empty()) return InvalidArgument(o.out_dir + ": not a usable bundle directory name");
+  if (ec || out.filename().empty())
+    return InvalidArgument(o.out_dir + ": not a usable bundle directory name");
   if (fs::exists(out, ec) && !(fs::is_directory(out, ec) && fs::is_empty(out, ec))) {
     return OutExists(out);
   }
@@ -153,14 +163,16 @@ Result<ExportResult> ExportBundle(const ExportOptions& o) {
     return Status::Ok();
   };
   const int64_t step = source.info.source_step;
-  PS_RETURN_IF_ERROR(ckpt::WriteStoreFile(*loaded.store, tmp + "/" + kBundleWeights, 0, step).status());
+  PS_RETURN_IF_ERROR(
+      ckpt::WriteStoreFile(*loaded.store, tmp + "/" + kBundleWeights, 0, step).status());
   PS_RETURN_IF_ERROR(list(kBundleWeights));
 
   Json job_json = job.raw;
   job_json.erase("base_dir");  // the bundle is its own base: plug-ins are copied into it
   if (job_json.contains("plugins")) {
     Json copies = Json::array();
-    if (!fs::create_directory(tmp + "/plugins", ec)) return IoError(tmp + "/plugins: cannot create: " + ec.message());
+    if (!fs::create_directory(tmp + "/plugins", ec))
+      return IoError(tmp + "/plugins: cannot create: " + ec.message());
     const auto& plugins = job_json["plugins"];
     for (size_t i = 0; i < plugins.size(); ++i) {
       fs::path p(plugins[i].get<std::string>());
@@ -180,14 +192,16 @@ Result<ExportResult> ExportBundle(const ExportOptions& o) {
   Json manifest = {
       {"format", kBundleFormat},
       {"version", kBundleVersion},
-      {"source", {{"model_dir", result.info.source_model_dir},
-                  {"checkpoint", ckpt::CheckpointRelPath(result.info.source_base_step, step)},
-                  {"global_step", step},
-                  {"final", result.info.source_final},
-                  {"base_step", result.info.source_base_step},
-                  {"base_digests", result.info.source_base_digests},
-                  {"delta_digests", result.info.source_delta_digests}}},
-      {"unix_time", std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()},
+      {"source",
+       {{"model_dir", result.info.source_model_dir},
+        {"checkpoint", ckpt::CheckpointRelPath(result.info.source_base_step, step)},
+        {"global_step", step},
+        {"final", result.info.source_final},
+        {"base_step", result.info.source_base_step},
+        {"base_digests", result.info.source_base_digests},
+        {"delta_digests", result.info.source_delta_digests}}},
+      {"unix_time",
+       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()},
       {"num_ps", loaded.num_ps},
       {"job", job_json},
       {"variables", VariablesJson(result.info.variables)},
@@ -217,29 +231,33 @@ Result<ExportResult> ExportBundle(const ExportOptions& o) {
 Result<LoadedBundle> LoadBundle(const std::string& dir) {
   const std::string path = dir + "/" + kBundleManifest;
   std::error_code ec;
-  if (!fs::exists(path, ec)) return NotFound(dir + ": not a pstrain bundle (no " + kBundleManifest + ")");
+  if (!fs::exists(path, ec))
+    return NotFound(dir + ": not a pstrain bundle (no " + kBundleManifest + ")");
   PS_ASSIGN_OR_RETURN(std::string text, ReadSmallFile(path, kMaxManifestBytes));
   auto parsed = ParseJson(text, path);
   if (!parsed.ok()) return DataLoss(parsed.status().message());
   Json manifest = std::move(*parsed);
-  if (!manifest.is_object() || !manifest.contains("checksum") || !manifest["checksum"].is_number_unsigned()) {
+  if (!manifest.is_object() || !manifest.contains("checksum") ||
+      !manifest["checksum"].is_number_unsigned()) {
     return DataLoss(path + ": no checksum (not a bundle manifest, or damaged)");
   }
   const uint64_t want = manifest["checksum"].get<uint64_t>();
   manifest.erase("checksum");
-  if (TextChecksum(manifest.dump()) != want) return DataLoss(path + ": checksum mismatch (the manifest is damaged)");
+  if (TextChecksum(manifest.dump()) != want)
+    return DataLoss(path + ": checksum mismatch (the manifest is damaged)");
 
   JsonReader r(manifest, path);
   std::string format;
   int version = 0;
   PS_RETURN_IF_ERROR(r.Get("format", &format));
   if (format != kBundleFormat) {
-    return InvalidArgument(r.Path("format") + ": expected \"" + kBundleFormat + "\", got \"" + format + "\"");
+    return InvalidArgument(r.Path("format") + ": expected \"" + kBundleFormat + "\", got \"" +
+                           format + "\"");
   }
   PS_RETURN_IF_ERROR(r.Get("version", &version));
   if (version != kBundleVersion) {
-    return InvalidArgument(r.Path("version") + ": this build reads bundle version " + std::to_string(kBundleVersion) +
-                           ", got " + std::to_string(version));
+    return InvalidArgument(r.Path("version") + ": this build reads bundle version " +
+                           std::to_string(kBundleVersion) + ", got " + std::to_string(version));
   }
   LoadedBundle b;
   b.info.dir = dir;
@@ -260,7 +278,8 @@ Result<LoadedBundle> LoadBundle(const std::string& dir) {
   int num_ps = 0;
   PS_RETURN_IF_ERROR(r.Get("unix_time", &unix_time));
   PS_RETURN_IF_ERROR(r.Get("num_ps", &num_ps));
-  if (num_ps < 1 || num_ps > 1 << 16) return InvalidArgument(r.Path("num_ps") + ": must be in 1..65536");
+  if (num_ps < 1 || num_ps > 1 << 16)
+    return InvalidArgument(r.Path("num_ps") + ": must be in 1..65536");
   const Json* job_json = r.Find("job");
   const Json* vars = r.Find("variables");
   const Json* files = r.Find("files");
@@ -287,16 +306,19 @@ Result<LoadedBundle> LoadBundle(const std::string& dir) {
     const std::string file = dir + "/" + name;
     auto sum = SumFile(file);
     if (!sum.ok()) {
-      if (sum.status().code() == Code::kNotFound) return DataLoss(file + ": missing (listed in " + path + ")");
+      if (sum.status().code() == Code::kNotFound)
+        return DataLoss(file + ": missing (listed in " + path + ")");
       return sum.status();
     }
     if (sum->bytes != bytes) {
-      return DataLoss(file + ": " + std::to_string(sum->bytes) + " bytes, the manifest says " + std::to_string(bytes));
+      return DataLoss(file + ": " + std::to_string(sum->bytes) + " bytes, the manifest says " +
+                      std::to_string(bytes));
     }
     if (sum->crc != crc) return DataLoss(file + ": checksum mismatch (the file is damaged)");
     verified.insert(name);
   }
-  if (!verified.contains(kBundleWeights)) return DataLoss(path + ": files does not list " + kBundleWeights);
+  if (!verified.contains(kBundleWeights))
+    return DataLoss(path + ": files does not list " + kBundleWeights);
   // ParseJob dlopens the job's plug-ins: only the verified copies under plugins/.
   if (job_json->is_object() && job_json->contains("plugins")) {
     const Json& plugins = (*job_json)["plugins"];
@@ -306,9 +328,11 @@ Result<LoadedBundle> LoadBundle(const std::string& dir) {
       const std::string where = at + "[" + std::to_string(i) + "]";
       const std::string name = plugins[i].is_string() ? plugins[i].get<std::string>() : "";
       if (!InsideBundle(name) || *fs::path(name).begin() != "plugins") {
-        return InvalidArgument(where + ": " + plugins[i].dump() + " is not a file under the bundle's plugins/");
+        return InvalidArgument(where + ": " + plugins[i].dump() +
+                               " is not a file under the bundle's plugins/");
       }
-      if (!verified.contains(name)) return DataLoss(where + ": \"" + name + "\" is not listed in files");
+      if (!verified.contains(name))
+        return DataLoss(where + ": \"" + name + "\" is not listed in files");
     }
   }
 
@@ -317,8 +341,10 @@ Result<LoadedBundle> LoadBundle(const std::string& dir) {
   PS_ASSIGN_OR_RETURN(b.model, model::BuildModel(job->model, "job.model"));
   // The weights file as a one-file checkpoint: ps 0 of its step, its digest as read
   // (the manifest's CRC above has already vouched for the whole file).
-  PS_ASSIGN_OR_RETURN(ckpt::ShardReader weights, ckpt::ShardReader::Open(dir + "/" + kBundleWeights));
-  ckpt::CheckpointInfo weights_file{.global_step = weights.global_step(), .dir = dir, .manifest = {}};
+  PS_ASSIGN_OR_RETURN(ckpt::ShardReader weights,
+                      ckpt::ShardReader::Open(dir + "/" + kBundleWeights));
+  ckpt::CheckpointInfo weights_file{
+      .global_step = weights.global_step(), .dir = dir, .manifest = {}};
   weights_file.manifest.global_step = weights.global_step();
   weights_file.manifest.num_ps = 1;
   weights_file.manifest.shards.push_back({kBundleWeights, weights.file_bytes(), weights.digest()});
@@ -360,7 +386,8 @@ Result<LoadedBundle> LoadModelDir(const std::string& model_dir, std::optional<in
     // as a restore does. The data is read once: FindRestorable checks headers and
     // footers only, and loading verifies every record's checksums (DataLoss naming the
     // file), then falls back.
-    PS_ASSIGN_OR_RETURN(auto found, ckpt::FindRestorable(model_dir, warnings, ckpt::Verify::kFooters));
+    PS_ASSIGN_OR_RETURN(auto found,
+                        ckpt::FindRestorable(model_dir, warnings, ckpt::Verify::kFooters));
     if (!found) return NotFound(model_dir + ": no committed checkpoint");
     std::vector<ckpt::CheckpointInfo> candidates{*found};
     for (auto it = all.rbegin(); it != all.rend(); ++it) {
@@ -380,7 +407,8 @@ Result<LoadedBundle> LoadModelDir(const std::string& model_dir, std::optional<in
       if (st.code() != Code::kDataLoss) return st;  // an I/O error is not corruption
       if (i + 1 == candidates.size()) return st;
       if (warnings != nullptr) {
-        warnings->push_back(st.message() + "; checkpoint " + ckpt::CheckpointDirName(c.global_step) +
+        warnings->push_back(st.message() + "; checkpoint " +
+                            ckpt::CheckpointDirName(c.global_step) +
                             " is corrupt, falling back to an older one");
       }
     }
@@ -398,7 +426,8 @@ Result<LoadedBundle> LoadModelDir(const std::string& model_dir, std::optional<in
   return b;
 }
 
-Result<std::vector<ckpt::DeltaRecords>> NewerDeltas(const LoadedBundle& b, const std::string& model_dir,
+Result<std::vector<ckpt::DeltaRecords>> NewerDeltas(const LoadedBundle& b,
+                                                    const std::string& model_dir,
                                                     RefreshStats* stats) {
   const BundleInfo& at = b.info;
   const int64_t step = at.source_step;
@@ -418,9 +447,10 @@ Result<std::vector<ckpt::DeltaRecords>> NewerDeltas(const LoadedBundle& b, const
   // Even the same model's steps name states of one training run only: the digests tell
   // a run from another one wiped and started over in the same model dir.
   if (at.source_base_digests.empty()) {
-    return FailedPrecondition(at.dir + "/" + kBundleManifest +
-                              ": the source has no base_digests (exported by an older pstrain), so its checkpoint "
-                              "cannot be told from another training run's: export the bundle anew to refresh it");
+    return FailedPrecondition(
+        at.dir + "/" + kBundleManifest +
+        ": the source has no base_digests (exported by an older pstrain), so its checkpoint "
+        "cannot be told from another training run's: export the bundle anew to refresh it");
   }
   // The chain a restore would take: the newest full checkpoint whose files verify, its
   // committed deltas by parent links, stopping at the first broken one (named). Those up
@@ -431,33 +461,38 @@ Result<std::vector<ckpt::DeltaRecords>> NewerDeltas(const LoadedBundle& b, const
       .upto = std::nullopt,
       .verify_after = step,
       .read = [&](const ckpt::CheckpointInfo& d) -> Status {
-        if (d.manifest.base != at.source_base_step) return Status::Ok();  // another chain: refused below, unread
+        if (d.manifest.base != at.source_base_step)
+          return Status::Ok();  // another chain: refused below, unread
         PS_ASSIGN_OR_RETURN(ckpt::DeltaRecords r, ckpt::ReadDelta(d, ckpt::RestoreSlots::kSkip));
         read.push_back(std::move(r));
         return Status::Ok();
       }};
-  PS_ASSIGN_OR_RETURN(auto found,
-                      ckpt::FindRestorable(model_dir, &stats->warnings, ckpt::Verify::kFooters, chain));
+  PS_ASSIGN_OR_RETURN(
+      auto found, ckpt::FindRestorable(model_dir, &stats->warnings, ckpt::Verify::kFooters, chain));
   if (!found) return NotFound(model_dir + ": no committed checkpoint");
   const ckpt::CheckpointInfo& base = *found;
   stats->base_step = base.global_step;
   const std::string reload = ": reload the bundle (export it anew)";
   if (base.global_step > at.source_base_step) {
-    return FailedPrecondition(model_dir + ": newer full checkpoint " + ckpt::CheckpointDirName(base.global_step) +
+    return FailedPrecondition(model_dir + ": newer full checkpoint " +
+                              ckpt::CheckpointDirName(base.global_step) +
                               " than the bundle's step " + std::to_string(step) + reload);
   }
   auto not_in_chain = [&] {
     std::string why = model_dir + ": the bundle's step " + std::to_string(step) +
-                      " is not in the newest checkpoint chain (" + ckpt::CheckpointDirName(base.global_step) +
-                      " with its deltas up to step " + std::to_string(base.restored_step()) + ")";
+                      " is not in the newest checkpoint chain (" +
+                      ckpt::CheckpointDirName(base.global_step) + " with its deltas up to step " +
+                      std::to_string(base.restored_step()) + ")";
     if (!stats->warnings.empty()) why += " (" + stats->warnings.back() + ")";
     return FailedPrecondition(why + reload);
   };
   if (base.global_step < at.source_base_step) return not_in_chain();
   auto another_run = [&](const std::string& dir) {
-    return FailedPrecondition(dir + ": not the checkpoint the bundle " + at.dir +
-                              " was exported from (its shard files' digests differ from bundle.json's source: "
-                              "another training run in the same model dir?)" + reload);
+    return FailedPrecondition(
+        dir + ": not the checkpoint the bundle " + at.dir +
+        " was exported from (its shard files' digests differ from bundle.json's source: "
+        "another training run in the same model dir?)" +
+        reload);
   };
   if (Digests(base.manifest) != at.source_base_digests) return another_run(base.dir);
   size_t next = 0;  // base.deltas[next] is the first delta newer than the bundle
@@ -469,13 +504,15 @@ Result<std::vector<ckpt::DeltaRecords>> NewerDeltas(const LoadedBundle& b, const
     next = static_cast<size_t>(d - base.deltas.begin()) + 1;
   }
   if (read.size() != base.deltas.size() - next) {
-    return Internal(model_dir + ": " + std::to_string(read.size()) + " deltas read, the chain has " +
-                    std::to_string(base.deltas.size() - next) + " after step " + std::to_string(step));
+    return Internal(model_dir + ": " + std::to_string(read.size()) +
+                    " deltas read, the chain has " + std::to_string(base.deltas.size() - next) +
+                    " after step " + std::to_string(step));
   }
   return read;
 }
 
-Status WriteBundleDeltas(LoadedBundle& b, std::span<const ckpt::DeltaRecords> deltas, bool* store_changed) {
+Status WriteBundleDeltas(LoadedBundle& b, std::span<const ckpt::DeltaRecords> deltas,
+                         bool* store_changed) {
   *store_changed = false;
   if (deltas.empty()) return Status::Ok();
   ckpt::RestoreStats rs;
@@ -484,8 +521,8 @@ Status WriteBundleDeltas(LoadedBundle& b, std::span<const ckpt::DeltaRecords> de
   return st;
 }
 
-void RecordBundleDeltas(const LoadedBundle& b, std::span<const ckpt::DeltaRecords> deltas, RefreshStats* stats,
-                        BundleInfo* info) {
+void RecordBundleDeltas(const LoadedBundle& b, std::span<const ckpt::DeltaRecords> deltas,
+                        RefreshStats* stats, BundleInfo* info) {
   if (deltas.empty()) return;
   for (const auto& d : deltas) stats->applied.push_back(d.checkpoint.global_step);
   const ckpt::Manifest& newest = deltas.back().checkpoint.manifest;

@@ -108,17 +108,19 @@ Result<LoadedBundle> LoadModelDir(const std::string& model_dir, std::optional<in
 // bundle's step, are not the ones b came from (another training run in the model dir:
 // its newer deltas have been read by then, and are dropped); when the bundle's step is
 // not in the chain.
-Result<std::vector<ckpt::DeltaRecords>> NewerDeltas(const LoadedBundle& b, const std::string& model_dir,
+Result<std::vector<ckpt::DeltaRecords>> NewerDeltas(const LoadedBundle& b,
+                                                    const std::string& model_dir,
                                                     RefreshStats* stats);
 // Second, the only part that must not run beside scoring: writes them into b's store
 // (ckpt::ApplyDeltas, values only; no file is read). *store_changed says whether anything
 // was written (after an error: false leaves the store as it was, true holds part of a
 // delta).
-Status WriteBundleDeltas(LoadedBundle& b, std::span<const ckpt::DeltaRecords> deltas, bool* store_changed);
+Status WriteBundleDeltas(LoadedBundle& b, std::span<const ckpt::DeltaRecords> deltas,
+                         bool* store_changed);
 // Third, after a successful write: the next BundleInfo (`info`, b.info's copy; b.info is
 // left alone): source_step, source_final, source_delta_digests, the lazy tables'
 // stored_rows; and stats' to_step and applied.
-void RecordBundleDeltas(const LoadedBundle& b, std::span<const ckpt::DeltaRecords> deltas, RefreshStats* stats,
-                        BundleInfo* info);
+void RecordBundleDeltas(const LoadedBundle& b, std::span<const ckpt::DeltaRecords> deltas,
+                        RefreshStats* stats, BundleInfo* info);
 
 }  // namespace ps::serving

@@ -30,7 +30,8 @@ Result<LoadedModel> LoadValues(const job::JobSpec& job, const model::Model& mode
   }
   // Whatever layout wrote the files (RestoreStore reshards); a row of the model that no
   // record holds is an error naming it.
-  PS_RETURN_IF_ERROR(ckpt::RestoreStore(loaded.store.get(), files, nullptr, ckpt::RestoreSlots::kSkip));
+  PS_RETURN_IF_ERROR(
+      ckpt::RestoreStore(loaded.store.get(), files, nullptr, ckpt::RestoreSlots::kSkip));
   return loaded;
 }
 
@@ -43,7 +44,8 @@ Result<job::JobSpec> ReadModelDirJob(const std::string& model_dir) {
   const std::string path = model_dir + "/job.json";
   PS_ASSIGN_OR_RETURN(Json json, ReadJsonFile(path));
   std::string base_dir = json.contains("base_dir") && json["base_dir"].is_string()
-                             ? json["base_dir"].get<std::string>() : model_dir;
+                             ? json["base_dir"].get<std::string>()
+                             : model_dir;
   auto job = job::ParseJob(json, base_dir);
   if (!job.ok()) return job.status().WithContext(path);
   return job;
@@ -60,8 +62,9 @@ Result<PassResult> ScoreData(const LoadedModel& loaded, model::Model& model, con
     result.examples += batch.size;
     return observe(batch, out);
   };
-  PS_ASSIGN_OR_RETURN(auto sums, worker::EvaluateShard(job, data, model, *fetcher, 0, 1,
-                                                       observe ? worker::BatchObserver(count) : nullptr, where));
+  PS_ASSIGN_OR_RETURN(
+      auto sums, worker::EvaluateShard(job, data, model, *fetcher, 0, 1,
+                                       observe ? worker::BatchObserver(count) : nullptr, where));
   if (!observe) result.examples = sums.empty() ? 0 : sums[0].examples;
   if (result.examples == 0) return InvalidArgument(where + ": no examples");  // as the evaluator
   if (!sums.empty() && sums[0].examples > 0) {

@@ -29,8 +29,8 @@ namespace ps::serving {
 
 struct LoadedModel {
   job::JobSpec job;
-  int num_ps = 0;             // ps tasks of the training cluster: the plan's layout
-  job::VariablePlan plan;     // for num_ps
+  int num_ps = 0;                            // ps tasks of the training cluster: the plan's layout
+  job::VariablePlan plan;                    // for num_ps
   std::unique_ptr<ps::server::Store> store;  // every shard of plan; values only
 
   // A fetcher over in-process links to `store` (one per ps of the plan). Not
@@ -56,7 +56,7 @@ Result<job::JobSpec> ReadModelDirJob(const std::string& model_dir);
 
 // The figures of a pass, and how many examples it scored.
 struct PassResult {
-  int64_t examples = 0;                      // scored
+  int64_t examples = 0;                        // scored
   std::optional<worker::EvalMetrics> metrics;  // when the data has labels
 };
 

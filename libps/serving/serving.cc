@@ -12,10 +12,10 @@
 namespace ps::serving {
 
 struct Bundle::Impl {
-  LoadedBundle b;             // b.info is guarded by info_mu; the store by gate
+  LoadedBundle b;  // b.info is guarded by info_mu; the store by gate
   mutable std::mutex info_mu;
   BatchGate gate;
-  std::mutex refresh_mu;      // one refresh at a time
+  std::mutex refresh_mu;  // one refresh at a time
   // A refresh that failed after writing into the store: it holds part of a delta (OK
   // otherwise). Written under refresh_mu and info_mu, read under either.
   Status broken;
@@ -75,7 +75,8 @@ Result<RefreshStats> Bundle::Refresh(const std::string& model_dir) {
       changed = true;
     }
   }
-  stats.paused_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  stats.paused_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!st.ok()) {
     if (!changed) return st;  // nothing written: the bundle is as it was
     Status broken(st.code(), st.message() + "; the bundle holds part of the deltas after step " +
@@ -107,7 +108,8 @@ Result<Scores> Scorer::Score(const model::Batch& batch) {
   if (batch.size <= 0) return InvalidArgument("Score: the batch has no examples");
   // The whole pass inside the gate: the batch sees the bundle before or after a refresh.
   std::shared_lock gate(impl_->shared->gate);
-  PS_ASSIGN_OR_RETURN(model::EvalOutput out, worker::ScoreBatch(*impl_->model, *impl_->fetcher, batch));
+  PS_ASSIGN_OR_RETURN(model::EvalOutput out,
+                      worker::ScoreBatch(*impl_->model, *impl_->fetcher, batch));
   Scores scores;
   scores.examples = out.examples;
   for (auto& h : out.heads) scores.heads.push_back(std::move(h.predictions));
@@ -129,6 +131,8 @@ Result<std::unique_ptr<ExampleReader>> ExampleReader::Open(const std::string& co
   return std::unique_ptr<ExampleReader>(new ExampleReader(std::move(impl)));
 }
 
-Result<model::Batch> ExampleReader::Next(int64_t max_examples) { return impl_->dataset->Next(max_examples); }
+Result<model::Batch> ExampleReader::Next(int64_t max_examples) {
+  return impl_->dataset->Next(max_examples);
+}
 
 }  // namespace ps::serving

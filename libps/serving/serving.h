@@ -110,9 +110,9 @@ struct BundleInfo {
   int64_t source_base_step = 0;
   std::vector<uint32_t> source_base_digests;
   std::vector<uint32_t> source_delta_digests;  // empty when source_step is source_base_step
-  std::vector<VariableInfo> variables;  // in the model's order
-  std::vector<HeadInfo> heads;          // heads[0] is the model's main output
-  int64_t eval_batch_size = 256;        // the evaluator's batch size for this job
+  std::vector<VariableInfo> variables;         // in the model's order
+  std::vector<HeadInfo> heads;                 // heads[0] is the model's main output
+  int64_t eval_batch_size = 256;               // the evaluator's batch size for this job
 };
 
 // What Bundle::Refresh did.
@@ -197,7 +197,8 @@ class Scorer {
 // relative paths resolve against `base_dir`.
 class ExampleReader {
  public:
-  static Result<std::unique_ptr<ExampleReader>> Open(const std::string& config_json, const std::string& base_dir);
+  static Result<std::unique_ptr<ExampleReader>> Open(const std::string& config_json,
+                                                     const std::string& base_dir);
   ~ExampleReader();
   // Up to max_examples examples; an empty batch (size 0) after the last.
   Result<model::Batch> Next(int64_t max_examples);

@@ -26,14 +26,15 @@ Result<std::vector<model::HeadMetrics::Sums>> SumsFromWire(const proto::Evaluate
   uint64_t floats = 0;
   for (const auto& h : reply.heads) floats += 2 * static_cast<uint64_t>(h.scores);
   if (floats * sizeof(float) != payload.size()) {
-    return ProtocolError("EvaluateShardReply: " + std::to_string(payload.size()) + " payload bytes for " +
-                         std::to_string(floats) + " scores and labels");
+    return ProtocolError("EvaluateShardReply: " + std::to_string(payload.size()) +
+                         " payload bytes for " + std::to_string(floats) + " scores and labels");
   }
   std::vector<model::HeadMetrics::Sums> out;
   size_t at = 0;
   auto take = [&](std::vector<float>& into, int64_t n) {
     into.resize(static_cast<size_t>(n));
-    if (into.empty()) return;  // an empty vector's data() may be null: no memcpy (UB even for 0 bytes)
+    if (into.empty())
+      return;  // an empty vector's data() may be null: no memcpy (UB even for 0 bytes)
     std::memcpy(into.data(), payload.data() + at, into.size() * sizeof(float));
     at += into.size() * sizeof(float);
   };

@@ -47,9 +47,11 @@ class Latch {
 void PsLink::PushPull(proto::Push push, net::OutPayload grads, proto::Pull pull,
                       std::vector<std::span<std::byte>> into, std::function<void(Status)> done) {
   Push(std::move(push), std::move(grads),
-       [this, pull = std::move(pull), into = std::move(into), done = std::move(done)](Status st) mutable {
+       [this, pull = std::move(pull), into = std::move(into),
+        done = std::move(done)](Status st) mutable {
          if (!st.ok()) return done(std::move(st));
-         Pull(std::move(pull), std::move(into), [done = std::move(done)](Status s, int64_t) { done(std::move(s)); });
+         Pull(std::move(pull), std::move(into),
+              [done = std::move(done)](Status s, int64_t) { done(std::move(s)); });
        });
 }
 
@@ -63,8 +65,8 @@ double SecondsSince(std::chrono::steady_clock::time_point t0) {
 Status CheckPulled(const Result<net::Reply>& r, uint64_t want) {
   if (!r.ok()) return r.status();
   if (!r->payload_in_place && !(want == 0 && r->payload.size() == 0)) {
-    return ProtocolError("pull reply of " + std::to_string(r->payload.size()) + " bytes, expected " +
-                         std::to_string(want));
+    return ProtocolError("pull reply of " + std::to_string(r->payload.size()) +
+                         " bytes, expected " + std::to_string(want));
   }
   return Status::Ok();
 }
@@ -86,7 +88,8 @@ class RemoteLink : public PsLink {
                        [done = std::move(done), want, timer = timers_.pull,
                         t0 = std::chrono::steady_clock::now()](Result<net::Reply> r) {
                          if (timer != nullptr) timer->Observe(SecondsSince(t0));
-                         if (Status st = CheckPulled(r, want); !st.ok()) return done(std::move(st), INT64_MAX);
+                         if (Status st = CheckPulled(r, want); !st.ok())
+                           return done(std::move(st), INT64_MAX);
                          int64_t version = INT64_MAX;
                          if (const auto* m = std::get_if<proto::PullReply>(&r->envelope.body)) {
                            for (int64_t v : m->versions) version = std::min(version, v);
@@ -103,8 +106,8 @@ class RemoteLink : public PsLink {
              });
   }
   // On the pulls' connection: the worker waits for the pull in it.
-  void PushPull(proto::Push push, net::OutPayload grads, proto::Pull pull, std::vector<std::span<std::byte>> into,
-                std::function<void(Status)> done) override {
+  void PushPull(proto::Push push, net::OutPayload grads, proto::Pull pull,
+                std::vector<std::span<std::byte>> into, std::function<void(Status)> done) override {
     const uint64_t want = Bytes(into);
     push.pull = std::move(pull);
     SendPush(client_, std::move(push), std::move(grads), std::move(into),
@@ -132,21 +135,24 @@ class RemoteLink : public PsLink {
   // Sends a push (`into`: where its pull's rows go, if it has one), and with the fault
   // injection every Nth one twice: the first reply is "lost".
   void SendPush(const std::shared_ptr<net::Client>& client, proto::Push req, net::OutPayload grads,
-                std::vector<std::span<std::byte>> into, std::function<void(Result<net::Reply>)> done) {
+                std::vector<std::span<std::byte>> into,
+                std::function<void(Result<net::Reply>)> done) {
     if (repeat_every_ > 0 && ++pushes_ % repeat_every_ == 0) {
       proto::Push again = req;
       net::OutPayload payload = grads;
       auto into_again = into;
       client->CallAsync(std::move(req), std::move(grads), std::move(into), net::Millis{0},
                         [client, again = std::move(again), payload = std::move(payload),
-                         into_again = std::move(into_again), done = std::move(done)](Result<net::Reply> first) mutable {
+                         into_again = std::move(into_again),
+                         done = std::move(done)](Result<net::Reply> first) mutable {
                           if (!first.ok()) return done(std::move(first));
-                          client->CallAsync(std::move(again), std::move(payload), std::move(into_again),
-                                            net::Millis{0}, std::move(done));
+                          client->CallAsync(std::move(again), std::move(payload),
+                                            std::move(into_again), net::Millis{0}, std::move(done));
                         });
       return;
     }
-    client->CallAsync(std::move(req), std::move(grads), std::move(into), net::Millis{0}, std::move(done));
+    client->CallAsync(std::move(req), std::move(grads), std::move(into), net::Millis{0},
+                      std::move(done));
   }
 };
 
@@ -157,7 +163,8 @@ class LocalLink : public PsLink {
             std::function<void(Status, int64_t)> done) override {
     for (size_t i = 0; i < req.items.size(); ++i) {
       const auto& it = req.items[i];
-      std::span<float> out(reinterpret_cast<float*>(into[i].data()), into[i].size() / sizeof(float));
+      std::span<float> out(reinterpret_cast<float*>(into[i].data()),
+                           into[i].size() / sizeof(float));
       ps::server::ShardKey key{it.var, it.shard};
       Status st = it.all_rows ? store_->Pull(key, out) : store_->PullRows(key, it.rows, out);
       if (!st.ok()) return done(st, INT64_MAX);
@@ -168,7 +175,8 @@ class LocalLink : public PsLink {
     for (size_t i = 0; i < req.items.size(); ++i) {
       const auto& it = req.items[i];
       auto part = grads.parts[i];
-      std::span<const float> g(reinterpret_cast<const float*>(part.data()), part.size() / sizeof(float));
+      std::span<const float> g(reinterpret_cast<const float*>(part.data()),
+                               part.size() / sizeof(float));
       ps::server::ShardKey key{it.var, it.shard};
       Status st = it.all_rows ? store_->Push(key, g, req.global_step)
                               : store_->PushRows(key, it.rows, g, req.global_step);
@@ -183,11 +191,13 @@ class LocalLink : public PsLink {
 
 }  // namespace
 
-std::unique_ptr<PsLink> RemotePsLink(std::shared_ptr<net::Client> client, std::shared_ptr<net::Client> push_client,
-                                     LinkTimers timers) {
+std::unique_ptr<PsLink> RemotePsLink(std::shared_ptr<net::Client> client,
+                                     std::shared_ptr<net::Client> push_client, LinkTimers timers) {
   return std::make_unique<RemoteLink>(std::move(client), std::move(push_client), timers);
 }
-std::unique_ptr<PsLink> LocalPsLink(ps::server::Store* store) { return std::make_unique<LocalLink>(store); }
+std::unique_ptr<PsLink> LocalPsLink(ps::server::Store* store) {
+  return std::make_unique<LocalLink>(store);
+}
 
 // A variable and its shards, in shard order (row ranges ascending).
 struct ParamFetcher::Var {
@@ -200,8 +210,8 @@ struct ParamFetcher::Var {
 
 ParamFetcher::~ParamFetcher() = default;
 
-Result<std::unique_ptr<ParamFetcher>> ParamFetcher::Create(const job::VariablePlan& plan,
-                                                           std::vector<std::unique_ptr<PsLink>> links) {
+Result<std::unique_ptr<ParamFetcher>> ParamFetcher::Create(
+    const job::VariablePlan& plan, std::vector<std::unique_ptr<PsLink>> links) {
   std::unique_ptr<ParamFetcher> f(new ParamFetcher());
   f->links_ = std::move(links);
   for (const auto& v : plan.variables) {
@@ -240,7 +250,8 @@ void ParamFetcher::SetUpdateMode(ps::server::UpdateMode mode, int worker) {
   worker_ = worker;
 }
 
-Status ParamFetcher::StartFetch(int stage, model::Model& model, const model::Batch& batch, int64_t clock) {
+Status ParamFetcher::StartFetch(int stage, model::Model& model, const model::Batch& batch,
+                                int64_t clock) {
   PS_RETURN_IF_ERROR(PlanFetch(stage, model, batch, clock));
   const Stage& st = stages_[stage];
   for (size_t p = 0; p < links_.size(); ++p) {
@@ -252,13 +263,13 @@ Status ParamFetcher::StartFetch(int stage, model::Model& model, const model::Bat
 std::function<void(Status, int64_t)> ParamFetcher::PullDone(const Stage& st) const {
   return [latch = st.pull_in_flight, version = st.version](Status s, int64_t v) {
     int64_t cur = version->load();
-    while (v < cur && !version->compare_exchange_weak(cur, v)) {
-    }
+    while (v < cur && !version->compare_exchange_weak(cur, v)) {}
     latch->Done(std::move(s));
   };
 }
 
-Status ParamFetcher::PlanFetch(int stage, model::Model& model, const model::Batch& batch, int64_t clock) {
+Status ParamFetcher::PlanFetch(int stage, model::Model& model, const model::Batch& batch,
+                               int64_t clock) {
   Stage& st = stages_[stage];
   const bool every_shard = EveryShard();
   PS_RETURN_IF_ERROR(WaitFetch(stage));  // never two pulls into one stage
@@ -296,7 +307,8 @@ Status ParamFetcher::PlanFetch(int stage, model::Model& model, const model::Batc
         begin = end;
       }
       st.pulls[placed.ps].items.push_back(std::move(slice));
-      st.pull_into[placed.ps].push_back(std::as_writable_bytes(std::span(st.values[v]).subspan(offset, count)));
+      st.pull_into[placed.ps].push_back(
+          std::as_writable_bytes(std::span(st.values[v]).subspan(offset, count)));
       st.slice_refs[placed.ps].push_back({v, offset, count});
     }
     st.params.values[v] = st.values[v];
@@ -352,9 +364,8 @@ Status ParamFetcher::WaitPush() {
   return st;
 }
 
-std::vector<std::optional<ParamFetcher::PushRequest>> ParamFetcher::PushRequests(int stage,
-                                                                                  const model::Grads& grads,
-                                                                                  int64_t step, int64_t clock) {
+std::vector<std::optional<ParamFetcher::PushRequest>> ParamFetcher::PushRequests(
+    int stage, const model::Grads& grads, int64_t step, int64_t clock) {
   const Stage& st = stages_[stage];
   const bool every_shard = EveryShard();
   std::vector<std::optional<PushRequest>> out(links_.size());
@@ -406,14 +417,15 @@ Status ParamFetcher::StartPushFetch(int stage, const model::Grads& grads, int64_
     const bool pull = planned.ok() && Pulls(st, p);
     if (pushes[p] && pull && pushes[p]->grads.size() < kCombineMaxPushBytes) {
       ++combined_;
-      links_[p]->PushPull(std::move(pushes[p]->push), std::move(pushes[p]->grads), st.pulls[p], st.pull_into[p],
-                          [push_done, pull_done = PullDone(st)](Status s) {
+      links_[p]->PushPull(std::move(pushes[p]->push), std::move(pushes[p]->grads), st.pulls[p],
+                          st.pull_into[p], [push_done, pull_done = PullDone(st)](Status s) {
                             push_done(s);
                             pull_done(std::move(s), INT64_MAX);
                           });
       continue;
     }
-    if (pushes[p]) links_[p]->Push(std::move(pushes[p]->push), std::move(pushes[p]->grads), push_done);
+    if (pushes[p])
+      links_[p]->Push(std::move(pushes[p]->push), std::move(pushes[p]->grads), push_done);
     if (pull) links_[p]->Pull(st.pulls[p], st.pull_into[p], PullDone(st));
   }
   return planned;
@@ -434,16 +446,21 @@ model::StepOutput Trainer::FakeCompute(const model::Batch& batch, const model::P
   // Only this function writes the gradients of a fake-compute trainer, so resizing keeps
   // them zero (a sparse variable's rows change size from batch to batch).
   grads->values.resize(params.values.size());
-  for (size_t v = 0; v < params.values.size(); ++v) grads->values[v].resize(params.values[v].size());
-  if (*fake_compute_ms_ > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(*fake_compute_ms_));
+  for (size_t v = 0; v < params.values.size(); ++v)
+    grads->values[v].resize(params.values[v].size());
+  if (*fake_compute_ms_ > 0)
+    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(*fake_compute_ms_));
   return {.loss_sum = 0, .examples = batch.size, .correct = 0};
 }
 
 int64_t Trainer::Tag(int64_t step, int64_t clock) const {
   switch (mode_) {
-    case ps::server::UpdateMode::kSync: return step;
-    case ps::server::UpdateMode::kBoundedStaleness: return clock;
-    case ps::server::UpdateMode::kAsync: break;
+    case ps::server::UpdateMode::kSync:
+      return step;
+    case ps::server::UpdateMode::kBoundedStaleness:
+      return clock;
+    case ps::server::UpdateMode::kAsync:
+      break;
   }
   return -1;
 }
@@ -471,20 +488,24 @@ Status Trainer::Pipeline(int64_t first_step, int count, StepStats* stats) {
       auto t = Clock::now();
       PS_ASSIGN_OR_RETURN(batches_[stage], dataset_->Next(batch_size_));
       stats->data_seconds += Seconds(t, Clock::now());
-      PS_RETURN_IF_ERROR(fetcher_->StartFetch(stage, *model_, batches_[stage], Tag(first_step + i, clock + i)));
+      PS_RETURN_IF_ERROR(
+          fetcher_->StartFetch(stage, *model_, batches_[stage], Tag(first_step + i, clock + i)));
     }
     auto t0 = Clock::now();
     PS_RETURN_IF_ERROR(fetcher_->WaitFetch(stage));
     auto t1 = Clock::now();
     fetching = prefetch_ && i + 1 < count;
-    if (fetching && !std::exchange(ahead, false)) {  // the next step's data and pull run during this step's compute
+    if (fetching &&
+        !std::exchange(ahead,
+                       false)) {  // the next step's data and pull run during this step's compute
       PS_ASSIGN_OR_RETURN(batches_[stage ^ 1], dataset_->Next(batch_size_));
-      PS_RETURN_IF_ERROR(
-          fetcher_->StartFetch(stage ^ 1, *model_, batches_[stage ^ 1], Tag(first_step + i + 1, clock + i + 1)));
+      PS_RETURN_IF_ERROR(fetcher_->StartFetch(stage ^ 1, *model_, batches_[stage ^ 1],
+                                              Tag(first_step + i + 1, clock + i + 1)));
     }
     auto t2 = Clock::now();
     const int64_t version = fetcher_->fetched_version(stage);
-    if (mode_ == ps::server::UpdateMode::kSync && version != INT64_MAX && version > first_step + i) {
+    if (mode_ == ps::server::UpdateMode::kSync && version != INT64_MAX &&
+        version > first_step + i) {
       // Every shard has applied this update without us (we are a late backup): a
       // gradient for it would only be dropped.
       stage ^= 1;
@@ -500,7 +521,8 @@ Status Trainer::Pipeline(int64_t first_step, int count, StepStats* stats) {
     if (fake_compute_ms_) {
       out = FakeCompute(batches_[stage], fetcher_->params(stage), &grads);
     } else {
-      PS_ASSIGN_OR_RETURN(out, model_->ForwardBackward(batches_[stage], fetcher_->params(stage), &grads));
+      PS_ASSIGN_OR_RETURN(
+          out, model_->ForwardBackward(batches_[stage], fetcher_->params(stage), &grads));
     }
     if (slow_step_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow_step_ms_));
     auto t3 = Clock::now();
@@ -516,7 +538,8 @@ Status Trainer::Pipeline(int64_t first_step, int count, StepStats* stats) {
     if (combine && next_batch.ok()) {
       const int into = prefetch_ ? stage : stage ^ 1;
       batches_[into] = std::move(*next_batch);
-      PS_RETURN_IF_ERROR(fetcher_->StartPushFetch(stage, grads, first_step + i, into, *model_, batches_[into]));
+      PS_RETURN_IF_ERROR(
+          fetcher_->StartPushFetch(stage, grads, first_step + i, into, *model_, batches_[into]));
       (prefetch_ ? ahead : fetching) = true;
     } else {
       fetcher_->StartPush(stage, grads, first_step + i, Tag(first_step + i, clock + i));
@@ -539,17 +562,17 @@ Status Trainer::Pipeline(int64_t first_step, int count, StepStats* stats) {
   return Status::Ok();
 }
 
-Result<model::EvalOutput> ScoreBatch(model::Model& model, ParamFetcher& fetcher, const model::Batch& batch) {
+Result<model::EvalOutput> ScoreBatch(model::Model& model, ParamFetcher& fetcher,
+                                     const model::Batch& batch) {
   PS_RETURN_IF_ERROR(fetcher.Fetch(model, batch));
   return model.Forward(batch, fetcher.params());
 }
 
 int64_t EvalBatchSize(const job::JobSpec& job) { return std::max<int64_t>(job.batch_size, 256); }
 
-Result<std::vector<model::HeadMetrics::Sums>> EvaluateShard(const job::JobSpec& job, const Json& config,
-                                                            model::Model& model, ParamFetcher& fetcher, int shard,
-                                                            int num_shards, const BatchObserver& observe,
-                                                            const std::string& where) {
+Result<std::vector<model::HeadMetrics::Sums>> EvaluateShard(
+    const job::JobSpec& job, const Json& config, model::Model& model, ParamFetcher& fetcher,
+    int shard, int num_shards, const BatchObserver& observe, const std::string& where) {
   data::DatasetOptions opts;
   opts.base_dir = job.base_dir;
   opts.shuffle = false;
@@ -572,7 +595,8 @@ Result<std::vector<model::HeadMetrics::Sums>> EvaluateShard(const job::JobSpec& 
   return heads.sums();
 }
 
-Result<EvalMetrics> Evaluate(const job::JobSpec& job, const Json& config, model::Model& model, ParamFetcher& fetcher) {
+Result<EvalMetrics> Evaluate(const job::JobSpec& job, const Json& config, model::Model& model,
+                             ParamFetcher& fetcher) {
   PS_ASSIGN_OR_RETURN(auto sums, EvaluateShard(job, config, model, fetcher, 0, 1));
   return EvalFigures(model, sums);
 }
@@ -584,7 +608,8 @@ Json EvalMetricsToJson(const EvalMetrics& m) {
   return j;
 }
 
-Result<EvalMetrics> EvalFigures(const model::Model& model, const std::vector<model::HeadMetrics::Sums>& sums) {
+Result<EvalMetrics> EvalFigures(const model::Model& model,
+                                const std::vector<model::HeadMetrics::Sums>& sums) {
   model::HeadMetrics heads(model.heads());
   PS_RETURN_IF_ERROR(heads.Merge(sums));
   EvalMetrics m;
@@ -601,8 +626,9 @@ Result<EvalMetrics> EvalFigures(const model::Model& model, const std::vector<mod
   return m;
 }
 
-Result<std::unique_ptr<Trainer>> MakeTrainer(const job::JobSpec& job, int worker_index, int num_workers,
-                                             int num_ps, std::vector<std::unique_ptr<PsLink>> links) {
+Result<std::unique_ptr<Trainer>> MakeTrainer(const job::JobSpec& job, int worker_index,
+                                             int num_workers, int num_ps,
+                                             std::vector<std::unique_ptr<PsLink>> links) {
   PS_ASSIGN_OR_RETURN(auto model, model::BuildModel(job.model, "job.model"));
   PS_ASSIGN_OR_RETURN(job::VariablePlan plan, job::PlanVariables(job, *model, num_ps));
   data::DatasetOptions opts;
@@ -617,13 +643,14 @@ Result<std::unique_ptr<Trainer>> MakeTrainer(const job::JobSpec& job, int worker
   PS_ASSIGN_OR_RETURN(auto fetcher, ParamFetcher::Create(plan, std::move(links)));
   fetcher->SetUpdateMode(job.update.StepMode(), worker_index);
   if (job.fake_compute_ms) {
-    PS_LOG(Warning) << "job.fake_compute_ms = " << *job.fake_compute_ms
-                    << ": a benchmarking aid; every step sleeps instead of computing and pushes zero gradients "
-                       "(the model does not train)";
+    PS_LOG(Warning)
+        << "job.fake_compute_ms = " << *job.fake_compute_ms
+        << ": a benchmarking aid; every step sleeps instead of computing and pushes zero gradients "
+           "(the model does not train)";
   }
-  return std::make_unique<Trainer>(job.batch_size, job.prefetch, std::move(model), std::move(dataset),
-                                   std::move(fetcher), job.update.StepMode(), job.fake_compute_ms,
-                                   job.combine_push_pull);
+  return std::make_unique<Trainer>(job.batch_size, job.prefetch, std::move(model),
+                                   std::move(dataset), std::move(fetcher), job.update.StepMode(),
+                                   job.fake_compute_ms, job.combine_push_pull);
 }
 
 }  // namespace ps::worker

@@ -3,10 +3,10 @@
 // and the no-network baseline of the benchmarks (parameters in a local Store).
 #pragma once
 
-#include <cstddef>
 #include <array>
 #include <atomic>
 #include <climits>
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -15,12 +15,12 @@
 #include <vector>
 
 #include "libps/data/dataset.h"
+#include "libps/job/job.h"
 #include "libps/model/metrics.h"
 #include "libps/model/model.h"
 #include "libps/net/transport.h"
 #include "libps/prom/registry.h"
 #include "libps/server/store.h"
-#include "libps/job/job.h"
 
 namespace ps::worker {
 
@@ -58,7 +58,8 @@ struct LinkTimers {
 // A link to a remote ps over the network (the payloads go in place both ways). With a
 // second connection for pushes, a pull is not queued behind a push it overlaps with.
 std::unique_ptr<PsLink> RemotePsLink(std::shared_ptr<net::Client> client,
-                                     std::shared_ptr<net::Client> push_client = nullptr, LinkTimers timers = {});
+                                     std::shared_ptr<net::Client> push_client = nullptr,
+                                     LinkTimers timers = {});
 // A link to a Store in this process: the same math with no network.
 std::unique_ptr<PsLink> LocalPsLink(ps::server::Store* store);
 
@@ -68,7 +69,7 @@ struct StepStats {
   double loss_sum = 0;
   int64_t correct = 0;
   double data_seconds = 0, pull_seconds = 0, compute_seconds = 0, push_seconds = 0;
-  int64_t stale = 0;  // sync mode: steps skipped because every shard had moved past them
+  int64_t stale = 0;            // sync mode: steps skipped because every shard had moved past them
   int64_t skipped_records = 0;  // bad records skipped (data "on_error": "skip") during these steps
 };
 
@@ -105,8 +106,8 @@ class ParamFetcher {
   // kCombineMaxPushBytes or more goes alone), so the pull sees that push applied. `into`
   // may be `stage`: the push takes its items before the stage is planned again. When
   // planning the pull fails, the pushes still go (alone) and its error is returned.
-  Status StartPushFetch(int stage, const model::Grads& grads, int64_t step, int into, model::Model& model,
-                        const model::Batch& batch);
+  Status StartPushFetch(int stage, const model::Grads& grads, int64_t step, int into,
+                        model::Model& model, const model::Batch& batch);
   // Would StartPushFetch(stage, ...) combine any ps's push with its pull? (Not when every
   // push of the stage is kCombineMaxPushBytes or more: then StartPush, and the next pull
   // when the trainer would send it anyway, keep the push and the pull apart in time.)
@@ -128,16 +129,20 @@ class ParamFetcher {
 
  private:
   struct Var;
-  struct SliceRef { size_t var; size_t offset; size_t count; };
+  struct SliceRef {
+    size_t var;
+    size_t offset;
+    size_t count;
+  };
   struct Stage {
-    std::vector<std::vector<int64_t>> rows;    // [var] sorted unique rows the batch needs
-    std::vector<std::vector<float>> values;    // [var] pulled parameters
+    std::vector<std::vector<int64_t>> rows;  // [var] sorted unique rows the batch needs
+    std::vector<std::vector<float>> values;  // [var] pulled parameters
     model::Params params;
-    std::vector<proto::Pull> pulls;            // [ps] the batch's items
+    std::vector<proto::Pull> pulls;                            // [ps] the batch's items
     std::vector<std::vector<std::span<std::byte>>> pull_into;  // [ps]
-    std::vector<std::vector<SliceRef>> slice_refs;              // [ps] where each item lives
-    std::shared_ptr<class Latch> pull_in_flight;                // null when none
-    std::shared_ptr<std::atomic<int64_t>> version;              // min over the pull's replies
+    std::vector<std::vector<SliceRef>> slice_refs;             // [ps] where each item lives
+    std::shared_ptr<class Latch> pull_in_flight;               // null when none
+    std::shared_ptr<std::atomic<int64_t>> version;             // min over the pull's replies
     int64_t min_version = INT64_MAX;
   };
   ParamFetcher() = default;
@@ -153,8 +158,8 @@ class ParamFetcher {
     proto::Push push;
     net::OutPayload grads;
   };
-  std::vector<std::optional<PushRequest>> PushRequests(int stage, const model::Grads& grads, int64_t step,
-                                                       int64_t clock);
+  std::vector<std::optional<PushRequest>> PushRequests(int stage, const model::Grads& grads,
+                                                       int64_t step, int64_t clock);
 
   std::vector<std::unique_ptr<PsLink>> links_;
   std::vector<Var> vars_;
@@ -174,9 +179,14 @@ class Trainer {
           std::unique_ptr<data::Dataset> dataset, std::unique_ptr<ParamFetcher> fetcher,
           ps::server::UpdateMode mode = ps::server::UpdateMode::kAsync,
           std::optional<double> fake_compute_ms = std::nullopt, bool combine_push_pull = true)
-      : batch_size_(batch_size), prefetch_(prefetch), mode_(mode),
-        combine_(combine_push_pull && mode == ps::server::UpdateMode::kAsync), model_(std::move(model)),
-        dataset_(std::move(dataset)), fetcher_(std::move(fetcher)), fake_compute_ms_(fake_compute_ms),
+      : batch_size_(batch_size),
+        prefetch_(prefetch),
+        mode_(mode),
+        combine_(combine_push_pull && mode == ps::server::UpdateMode::kAsync),
+        model_(std::move(model)),
+        dataset_(std::move(dataset)),
+        fetcher_(std::move(fetcher)),
+        fake_compute_ms_(fake_compute_ms),
         slow_step_ms_(SlowStepHook()) {}
   // Runs steps [first_step, first_step + count) and adds to `stats`. A step's push
   // overlaps the next step. With prefetch, within a pack the next step's data and pull also
@@ -194,7 +204,8 @@ class Trainer {
   Status Pipeline(int64_t first_step, int count, StepStats* stats);
   // The job's fake_compute_ms instead of ForwardBackward: sleeps, and leaves `grads` zero
   // in the shapes of `params` (loss 0, no correct answers).
-  model::StepOutput FakeCompute(const model::Batch& batch, const model::Params& params, model::Grads* grads) const;
+  model::StepOutput FakeCompute(const model::Batch& batch, const model::Params& params,
+                                model::Grads* grads) const;
   static int64_t SlowStepHook();
   int64_t Tag(int64_t step, int64_t clock) const;
 
@@ -223,17 +234,18 @@ class Trainer {
 
 struct EvalMetrics {
   int64_t examples = 0;
-  double loss = 0;       // mean
+  double loss = 0;  // mean
   double accuracy = 0;
-  double auc = -1;       // the first head's, sigmoid heads only; -1 otherwise
-  Json heads;            // models with several heads: model::HeadMetrics::ToJson; else null
+  double auc = -1;  // the first head's, sigmoid heads only; -1 otherwise
+  Json heads;       // models with several heads: model::HeadMetrics::ToJson; else null
 };
 
 // Area under the ROC curve (libps/model/metrics.h).
 using model::Auc;
 
 // One pass over `config` (the job's eval_data) with the parameters behind `fetcher`.
-Result<EvalMetrics> Evaluate(const job::JobSpec& job, const Json& config, model::Model& model, ParamFetcher& fetcher);
+Result<EvalMetrics> Evaluate(const job::JobSpec& job, const Json& config, model::Model& model,
+                             ParamFetcher& fetcher);
 
 // The sums of a pass over shard `shard` of `num_shards` of the eval data (the same split
 // as the training data's between workers: by file, or by record when there are fewer
@@ -251,24 +263,28 @@ Result<EvalMetrics> Evaluate(const job::JobSpec& job, const Json& config, model:
 // with its EvalOutput in data order (`pstrain predict` writes the scores); with an
 // observer, unlabelled data is scored too (its batches add nothing to the sums), without
 // one it is InvalidArgument. `where` names `config` in errors.
-using BatchObserver = std::function<Status(const model::Batch& batch, const model::EvalOutput& out)>;
-Result<std::vector<model::HeadMetrics::Sums>> EvaluateShard(const job::JobSpec& job, const Json& config,
-                                                            model::Model& model, ParamFetcher& fetcher, int shard,
-                                                            int num_shards, const BatchObserver& observe = {},
-                                                            const std::string& where = "job.eval_data");
+using BatchObserver =
+    std::function<Status(const model::Batch& batch, const model::EvalOutput& out)>;
+Result<std::vector<model::HeadMetrics::Sums>> EvaluateShard(
+    const job::JobSpec& job, const Json& config, model::Model& model, ParamFetcher& fetcher,
+    int shard, int num_shards, const BatchObserver& observe = {},
+    const std::string& where = "job.eval_data");
 // The scores of one batch: pulls what it needs through `fetcher` and runs the model's
 // forward pass. EvaluateShard's step, and the serving API's (libps/serving/serving.h).
-Result<model::EvalOutput> ScoreBatch(model::Model& model, ParamFetcher& fetcher, const model::Batch& batch);
+Result<model::EvalOutput> ScoreBatch(model::Model& model, ParamFetcher& fetcher,
+                                     const model::Batch& batch);
 // The batch size of evaluation passes: max(job.batch_size, 256).
 int64_t EvalBatchSize(const job::JobSpec& job);
 // {"accuracy", "loss", "examples", and "auc" / "heads" when set}: the figures as
 // eval/metrics.jsonl and `pstrain predict --metrics` write them.
 Json EvalMetricsToJson(const EvalMetrics& m);
 // The figures of (merged) sums; InvalidArgument when they hold no example.
-Result<EvalMetrics> EvalFigures(const model::Model& model, const std::vector<model::HeadMetrics::Sums>& sums);
+Result<EvalMetrics> EvalFigures(const model::Model& model,
+                                const std::vector<model::HeadMetrics::Sums>& sums);
 
 // Builds model, dataset shard and plan for a worker of `num_workers`, ready to train.
-Result<std::unique_ptr<Trainer>> MakeTrainer(const job::JobSpec& job, int worker_index, int num_workers,
-                                             int num_ps, std::vector<std::unique_ptr<PsLink>> links);
+Result<std::unique_ptr<Trainer>> MakeTrainer(const job::JobSpec& job, int worker_index,
+                                             int num_workers, int num_ps,
+                                             std::vector<std::unique_ptr<PsLink>> links);
 
 }  // namespace ps::worker

@@ -24,7 +24,8 @@ class WorkerMetrics {
       : registry_(r),
         steps_(r.Counter("pstrain_worker_steps_total", "Steps this worker ran.")),
         examples_(r.Counter("pstrain_worker_examples_total", "Examples this worker trained on.")),
-        stale_(r.Counter("pstrain_worker_stale_steps_total", "Sync mode: steps skipped as stale.")) {
+        stale_(
+            r.Counter("pstrain_worker_stale_steps_total", "Sync mode: steps skipped as stale.")) {
     static constexpr const char* kPhases[] = {"data", "pull", "compute", "push"};
     for (int i = 0; i < 4; ++i) {
       phase_[i] = &r.Counter("pstrain_worker_step_phase_seconds_total",
@@ -42,11 +43,11 @@ class WorkerMetrics {
   LinkTimers TimersFor(int ps) {
     const prom::Labels labels{{"ps", std::to_string(ps)}};
     return {&registry_.Histogram("pstrain_worker_pull_duration_seconds",
-                                 "Round trip of a pull to one ps, from the call to the reply.", prom::LatencyBuckets(),
-                                 labels),
+                                 "Round trip of a pull to one ps, from the call to the reply.",
+                                 prom::LatencyBuckets(), labels),
             &registry_.Histogram("pstrain_worker_push_duration_seconds",
-                                 "Round trip of a push to one ps, from the call to the reply.", prom::LatencyBuckets(),
-                                 labels)};
+                                 "Round trip of a push to one ps, from the call to the reply.",
+                                 prom::LatencyBuckets(), labels)};
   }
 
  private:
@@ -67,10 +68,10 @@ class Worker {
     // Only the newest chief is obeyed; its generation is stamped on our ps requests.
     const uint64_t gen = req.envelope.generation;
     uint64_t cur = generation_.load();
-    while (gen > cur && !generation_.compare_exchange_weak(cur, gen)) {
-    }
+    while (gen > cur && !generation_.compare_exchange_weak(cur, gen)) {}
     if (gen < cur) {
-      return resp.Fail(Aborted("stale chief: generation " + std::to_string(gen) + " < " + std::to_string(cur)));
+      return resp.Fail(
+          Aborted("stale chief: generation " + std::to_string(gen) + " < " + std::to_string(cur)));
     }
     if (auto* m = std::get_if<proto::StartJob>(&body)) {
       Status st = StartJob(*m, gen);
@@ -121,7 +122,8 @@ class Worker {
   Status StartJob(const proto::StartJob& m, uint64_t generation) {
     std::lock_guard lock(mu_);  // waits for a pack of the previous chief to finish
     if (trainer_ != nullptr) {
-      if (m.job_json != job_json_) return FailedPrecondition(ctx_.name() + " already runs another job");
+      if (m.job_json != job_json_)
+        return FailedPrecondition(ctx_.name() + " already runs another job");
       // The same job from a restarted chief (or a retried StartJob): carry on.
       for (auto& c : ps_) c->SetGeneration(generation);
       return Status::Ok();
@@ -135,11 +137,12 @@ class Worker {
       PS_ASSIGN_OR_RETURN(auto link, ConnectPs(p, ctx_.connect_timeout, generation));
       links.push_back(std::move(link));
     }
-    PS_ASSIGN_OR_RETURN(trainer_, MakeTrainer(job, m.worker_index, m.num_workers, num_ps, std::move(links)));
+    PS_ASSIGN_OR_RETURN(trainer_,
+                        MakeTrainer(job, m.worker_index, m.num_workers, num_ps, std::move(links)));
     job_json_ = m.job_json;
     job_ = std::move(job);
-    PS_LOG(Info) << "job started: shard " << m.worker_index << " of " << m.num_workers << ", " << num_ps
-                 << " ps task(s)";
+    PS_LOG(Info) << "job started: shard " << m.worker_index << " of " << m.num_workers << ", "
+                 << num_ps << " ps task(s)";
     return Status::Ok();
   }
 
@@ -157,7 +160,8 @@ class Worker {
     // others back. Best effort: a ps that does not answer is being recovered anyway.
     if (queued_packs_.load() == 0) {
       Status idle = trainer_->Idle();
-      if (!idle.ok()) PS_LOG(Warning) << "could not tell the ps tasks this worker is idle: " << idle.message();
+      if (!idle.ok())
+        PS_LOG(Warning) << "could not tell the ps tasks this worker is idle: " << idle.message();
     }
     PS_RETURN_IF_ERROR(ran);
     return proto::RunStepsReply{.steps = static_cast<int32_t>(s.steps),
@@ -177,7 +181,8 @@ class Worker {
   Result<std::vector<model::HeadMetrics::Sums>> EvaluateShard(const proto::EvaluateShard& m) {
     std::lock_guard lock(mu_);
     if (trainer_ == nullptr) return FailedPrecondition("EvaluateShard before StartJob");
-    if (job_.eval_data.is_null()) return FailedPrecondition("EvaluateShard: the job has no eval_data");
+    if (job_.eval_data.is_null())
+      return FailedPrecondition("EvaluateShard: the job has no eval_data");
     PS_RETURN_IF_ERROR(ReconnectPs());
     PS_ASSIGN_OR_RETURN(auto model, model::BuildModel(job_.model, "job.model"));
     const int num_ps = static_cast<int>(ps_.size() / 2);
@@ -196,7 +201,8 @@ class Worker {
       ps_[2 * p]->Close();
       ps_[2 * p + 1]->Close();
       // Short: the chief retries the pack later.
-      PS_ASSIGN_OR_RETURN(auto link, ConnectPs(static_cast<int>(p), std::chrono::seconds(2), generation_.load()));
+      PS_ASSIGN_OR_RETURN(
+          auto link, ConnectPs(static_cast<int>(p), std::chrono::seconds(2), generation_.load()));
       PS_LOG(Info) << "reconnected to ps:" << p;
       trainer_->fetcher().ReplaceLink(p, std::move(link));
     }
@@ -218,10 +224,12 @@ class Worker {
 
   // Dials with backoff until `deadline` passes or the worker is told to stop (a Shutdown
   // while a StartJob is still connecting must not wait out the whole deadline).
-  Result<std::shared_ptr<net::Client>> ConnectUntil(net::ClientOptions options, net::Millis deadline) {
+  Result<std::shared_ptr<net::Client>> ConnectUntil(net::ClientOptions options,
+                                                    net::Millis deadline) {
     const auto end = std::chrono::steady_clock::now() + deadline;
     for (;;) {
-      const auto left = std::chrono::duration_cast<net::Millis>(end - std::chrono::steady_clock::now());
+      const auto left =
+          std::chrono::duration_cast<net::Millis>(end - std::chrono::steady_clock::now());
       options.connect_deadline = std::clamp(left, net::Millis(1), net::Millis(1000));
       auto client = net::Client::Connect(runtime_, options);
       if (client.ok() || left <= net::Millis(1000)) return client;
@@ -232,36 +240,40 @@ class Worker {
   const daemon::DaemonContext& ctx_;
   net::Runtime& runtime_;
   WorkerMetrics metrics_;
-  std::atomic<uint64_t> generation_{0};            // the newest chief's
-  std::atomic<int> queued_packs_{0};               // RunSteps waiting for mu_
-  std::atomic<bool> stopping_{false};              // Stop() was called
+  std::atomic<uint64_t> generation_{0};  // the newest chief's
+  std::atomic<int> queued_packs_{0};     // RunSteps waiting for mu_
+  std::atomic<bool> stopping_{false};    // Stop() was called
   std::mutex mu_;
-  std::string job_json_;                           // guarded by mu_
-  job::JobSpec job_;                               // guarded by mu_; parsed job_json_
-  std::vector<std::shared_ptr<net::Client>> ps_;   // [2 * ps]: pulls, pushes; guarded by mu_
-  std::unique_ptr<Trainer> trainer_;               // guarded by mu_
+  std::string job_json_;                          // guarded by mu_
+  job::JobSpec job_;                              // guarded by mu_; parsed job_json_
+  std::vector<std::shared_ptr<net::Client>> ps_;  // [2 * ps]: pulls, pushes; guarded by mu_
+  std::unique_ptr<Trainer> trainer_;              // guarded by mu_
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;
-  std::optional<proto::Shutdown> stop_reason_;     // guarded by stop_mu_
+  std::optional<proto::Shutdown> stop_reason_;  // guarded by stop_mu_
 };
 
 }  // namespace
 
-Status RunWorkerTask(const daemon::DaemonContext& ctx, const WorkerOptions& options, daemon::SignalWatcher& signals) {
+Status RunWorkerTask(const daemon::DaemonContext& ctx, const WorkerOptions& options,
+                     daemon::SignalWatcher& signals) {
   model::SetBlasThreads(options.blas_threads);
   net::Runtime runtime(ctx.io_threads);
   Worker worker(ctx, runtime);
   auto server_options = ctx.ServerFor({proto::Role::kChief});
-  PS_ASSIGN_OR_RETURN(auto server, net::Server::Start(runtime, server_options, [&](net::Request req, net::Responder resp) {
-    worker.Handle(std::move(req), std::move(resp));
-  }));
+  PS_ASSIGN_OR_RETURN(
+      auto server,
+      net::Server::Start(runtime, server_options, [&](net::Request req, net::Responder resp) {
+        worker.Handle(std::move(req), std::move(resp));
+      }));
   auto rpc_metrics = daemon::ExportServerStats(*ctx.metrics.registry, *server);
   bool by_signal = false;
   auto watching_signals = signals.Start([&](int sig) {
     by_signal = true;
     worker.Stop({daemon::TerminateReason(sig)});
   });
-  auto chief_watch = daemon::WatchChief(ctx, *server, [&](proto::Shutdown why) { worker.Stop(std::move(why)); });
+  auto chief_watch =
+      daemon::WatchChief(ctx, *server, [&](proto::Shutdown why) { worker.Stop(std::move(why)); });
   PS_LOG(Info) << "waiting for the chief on " << ctx.listen_host << ":" << server->port()
                << " (BLAS threads: " << model::BlasThreads() << ")";
   const proto::Shutdown shutdown = worker.WaitForStop();

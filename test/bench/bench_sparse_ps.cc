@@ -59,9 +59,9 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
-#include <condition_variable>
 #include <cstring>
 #include <ctime>
 #include <memory>
@@ -74,13 +74,13 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/thread_pool.hpp>
 
-#include "test/bench/bench_util.h"
 #include "libps/model/blas.h"
 #include "libps/net/transport.h"
 #include "libps/server/lazy_rows.h"
 #include "libps/server/optimizer.h"
 #include "libps/server/service.h"
 #include "libps/server/store.h"
+#include "test/bench/bench_util.h"
 
 namespace {
 
@@ -113,17 +113,28 @@ Options Parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     std::string v = FlagValue(argc, argv, &i);
-    if (a == "--rows") o.rows = std::atoll(v.c_str());
-    else if (a == "--dim") o.dim = std::atoll(v.c_str());
-    else if (a == "--batch") o.batch = std::atoll(v.c_str());
-    else if (a == "--ids") o.ids = std::atoll(v.c_str());
-    else if (a == "--zipf") o.zipf = std::atof(v.c_str());
-    else if (a == "--clients") o.clients = std::atoi(v.c_str());
-    else if (a == "--seconds") o.seconds = std::atof(v.c_str());
-    else if (a == "--prefill") o.prefill = v != "0";
-    else if (a == "--prefill-batch") o.prefill_batch = std::atoll(v.c_str());
-    else if (a == "--cpu-time") o.cpu_time = v != "0";
-    else if (a == "--pool-only") o.pool_only = v != "0";
+    if (a == "--rows")
+      o.rows = std::atoll(v.c_str());
+    else if (a == "--dim")
+      o.dim = std::atoll(v.c_str());
+    else if (a == "--batch")
+      o.batch = std::atoll(v.c_str());
+    else if (a == "--ids")
+      o.ids = std::atoll(v.c_str());
+    else if (a == "--zipf")
+      o.zipf = std::atof(v.c_str());
+    else if (a == "--clients")
+      o.clients = std::atoi(v.c_str());
+    else if (a == "--seconds")
+      o.seconds = std::atof(v.c_str());
+    else if (a == "--prefill")
+      o.prefill = v != "0";
+    else if (a == "--prefill-batch")
+      o.prefill_batch = std::atoll(v.c_str());
+    else if (a == "--cpu-time")
+      o.cpu_time = v != "0";
+    else if (a == "--pool-only")
+      o.pool_only = v != "0";
     else if (a == "--variants") {
       o.variants.clear();
       size_t p = 0;
@@ -137,11 +148,12 @@ Options Parse(int argc, char** argv) {
       Die("unknown flag " + a);
     }
   }
-  if (o.rows < 1 || o.rows > (int64_t{1} << 40) || o.dim < 1 || o.batch < 1 || o.ids < 1 || o.zipf <= 0 || o.clients < 1 || o.seconds <= 0 ||
-      o.prefill_batch < 1)
+  if (o.rows < 1 || o.rows > (int64_t{1} << 40) || o.dim < 1 || o.batch < 1 || o.ids < 1 ||
+      o.zipf <= 0 || o.clients < 1 || o.seconds <= 0 || o.prefill_batch < 1)
     Die("bad flag value");
   for (const auto& v : o.variants)
-    if (v != "dense" && v != "lazy" && v != "lazy-evict" && v != "index-bound" && v != "hash-bound" && v != "sweep")
+    if (v != "dense" && v != "lazy" && v != "lazy-evict" && v != "index-bound" &&
+        v != "hash-bound" && v != "sweep")
       Die("--variants: dense, lazy, lazy-evict, index-bound, hash-bound, sweep, got " + v);
   return o;
 }
@@ -154,8 +166,9 @@ std::vector<std::vector<int64_t>> DrawBatches(const Options& o, int count, doubl
   const double s = o.zipf;
   auto rank = [&]() -> int64_t {  // in [0, rows)
     const double u = u01(rng);
-    double x = std::abs(s - 1.0) < 1e-9 ? std::pow(n, u)
-                                        : std::pow((std::pow(n, 1.0 - s) - 1.0) * u + 1.0, 1.0 / (1.0 - s));
+    double x = std::abs(s - 1.0) < 1e-9
+                   ? std::pow(n, u)
+                   : std::pow((std::pow(n, 1.0 - s) - 1.0) * u + 1.0, 1.0 / (1.0 - s));
     auto k = static_cast<int64_t>(x) - 1;
     return std::clamp<int64_t>(k, 0, o.rows - 1);
   };
@@ -206,7 +219,8 @@ void Row(const char* what, const Rate& r, const Rate* base) {
     std::printf("  %-22s %12.0f %10.1f %8s\n", what, r.rows_per_s, r.mb_per_s, "-");
     return;
   }
-  std::printf("  %-22s %12.0f %10.1f %8.2f\n", what, r.rows_per_s, r.mb_per_s, r.rows_per_s / base->rows_per_s);
+  std::printf("  %-22s %12.0f %10.1f %8.2f\n", what, r.rows_per_s, r.mb_per_s,
+              r.rows_per_s / base->rows_per_s);
 }
 
 // The dense variant's in-process rates, for index-bound's comparison (zero: not run yet).
@@ -236,17 +250,20 @@ void Prefill(ps::server::Store& store, const ps::server::ShardDef& def, const Op
   for (int64_t first = 0; first < o.rows; first += step) {
     rows.clear();
     for (int64_t r = first; r < std::min(o.rows, first + step); ++r) rows.push_back(r);
-    Check(store.PushRows(def.key(), rows, std::span(zeros).first(rows.size() * static_cast<size_t>(o.dim)), 0),
+    Check(store.PushRows(def.key(), rows,
+                         std::span(zeros).first(rows.size() * static_cast<size_t>(o.dim)), 0),
           "prefill");
   }
 }
 
 // variant: "dense", "lazy", or "lazy-evict" (lazy with a ttl too long to evict anything:
 // what the last-push stamp of an evicting table costs).
-void RunVariant(const Options& o, const std::string& variant, const std::vector<std::vector<int64_t>>& batches) {
+void RunVariant(const Options& o, const std::string& variant,
+                const std::vector<std::vector<int64_t>>& batches) {
   const bool lazy = variant != "dense";
   ps::server::Store store;
-  ps::server::OptimizerSpec spec = ps::server::DefaultOptimizer(ps::server::OptimizerKind::kAdagrad);
+  ps::server::OptimizerSpec spec =
+      ps::server::DefaultOptimizer(ps::server::OptimizerKind::kAdagrad);
   spec.learning_rate = 0.01;
   Check(store.Configure(spec), "Configure");
   ps::model::RowPolicy policy;
@@ -289,9 +306,10 @@ void RunVariant(const Options& o, const std::string& variant, const std::vector<
   so.identity = {ps::proto::Role::kPs, 0, kClusterId, std::nullopt};
   so.handler_threads = 1;
   if (!o.pool_only) service.Attach(so);  // as RunPsTask
-  auto server = ps::net::Server::Start(server_runtime, so, [&](ps::net::Request req, ps::net::Responder resp) {
-    service.Handle(std::move(req), std::move(resp));
-  });
+  auto server = ps::net::Server::Start(server_runtime, so,
+                                       [&](ps::net::Request req, ps::net::Responder resp) {
+                                         service.Handle(std::move(req), std::move(resp));
+                                       });
   if (!server.ok()) Die(server.status().ToString());
   ps::net::Runtime client_runtime(1);
   std::vector<std::shared_ptr<ps::net::Client>> clients;
@@ -330,7 +348,10 @@ void RunVariant(const Options& o, const std::string& variant, const std::vector<
             msg.step_id = step_id.fetch_add(1);
             ps::net::OutPayload payload;
             payload.parts.push_back(std::as_bytes(std::span(grad).first(n)));
-            Check(clients[static_cast<size_t>(c)]->CallSync(std::move(msg), std::move(payload)).status(), "Push");
+            Check(clients[static_cast<size_t>(c)]
+                      ->CallSync(std::move(msg), std::move(payload))
+                      .status(),
+                  "Push");
           } else {
             ps::proto::Pull msg;
             msg.items = {std::move(slice)};
@@ -358,10 +379,11 @@ void RunVariant(const Options& o, const std::string& variant, const std::vector<
   Row("push network", net_push, o.cpu_time ? nullptr : &base_push);
   auto mem = store.Memory(key);
   if (mem.ok()) {
-    std::printf("  memory: %lld rows allocated, %.1f MB, %.1f bytes per row (values + accumulator = %lld)\n",
-                static_cast<long long>(mem->rows), static_cast<double>(mem->bytes) / 1e6,
-                mem->rows > 0 ? static_cast<double>(mem->bytes) / static_cast<double>(mem->rows) : 0.0,
-                static_cast<long long>(2 * o.dim * 4));
+    std::printf(
+        "  memory: %lld rows allocated, %.1f MB, %.1f bytes per row (values + accumulator = %lld)\n",
+        static_cast<long long>(mem->rows), static_cast<double>(mem->bytes) / 1e6,
+        mem->rows > 0 ? static_cast<double>(mem->bytes) / static_cast<double>(mem->rows) : 0.0,
+        static_cast<long long>(2 * o.dim * 4));
   }
 }
 
@@ -373,7 +395,8 @@ std::unique_ptr<std::byte, decltype(&std::free)> RowMemory(size_t bytes) {
 }
 
 // variant "index-bound" or "hash-bound" (see the top of this file).
-void RunBound(const Options& o, const std::string& variant, const std::vector<std::vector<int64_t>>& batches) {
+void RunBound(const Options& o, const std::string& variant,
+              const std::vector<std::vector<int64_t>>& batches) {
   const bool hashed = variant == "hash-bound";
   const auto dim = static_cast<size_t>(o.dim);
   const size_t record = 2 * dim;  // values, then Adagrad's accumulator
@@ -399,7 +422,8 @@ void RunBound(const Options& o, const std::string& variant, const std::vector<st
     std::fill_n(records + r * record, dim, 0.01f);
     std::fill_n(records + r * record + dim, dim, 0.1f);
   }
-  ps::server::OptimizerSpec spec = ps::server::DefaultOptimizer(ps::server::OptimizerKind::kAdagrad);
+  ps::server::OptimizerSpec spec =
+      ps::server::DefaultOptimizer(ps::server::OptimizerKind::kAdagrad);
   spec.learning_rate = 0.01;
   size_t max_rows = 0;
   for (const auto& b : batches) max_rows = std::max(max_rows, b.size());
@@ -433,37 +457,47 @@ void RunBound(const Options& o, const std::string& variant, const std::vector<st
     });
   });
   const Rate pull = Measure(o.seconds, o.dim, o.cpu_time, [&](int64_t i) {
-    return each(i, false, [&](size_t j, const float* r) { std::memcpy(out.data() + j * dim, r, dim * sizeof(float)); });
+    return each(i, false, [&](size_t j, const float* r) {
+      std::memcpy(out.data() + j * dim, r, dim * sizeof(float));
+    });
   });
   if (hashed) {
-    std::printf("\nhash-bound: %lld rows, 16-byte index entries at hashed slots of %zu (%.0f MB), one slot read "
-                "per row, %zu-byte records; no probing, key compare or locks (in-process)\n",
-                static_cast<long long>(o.rows), slots, static_cast<double>(slots) * 16 / 1e6, record * sizeof(float));
+    std::printf(
+        "\nhash-bound: %lld rows, 16-byte index entries at hashed slots of %zu (%.0f MB), one slot read "
+        "per row, %zu-byte records; no probing, key compare or locks (in-process)\n",
+        static_cast<long long>(o.rows), slots, static_cast<double>(slots) * 16 / 1e6,
+        record * sizeof(float));
   } else {
-    std::printf("\nindex-bound: %lld rows, a direct 4-byte index (%.0f MB) and %zu-byte records in row order; no "
-                "hashing or locks (in-process)\n",
-                static_cast<long long>(o.rows), static_cast<double>(rows) * 4 / 1e6, record * sizeof(float));
+    std::printf(
+        "\nindex-bound: %lld rows, a direct 4-byte index (%.0f MB) and %zu-byte records in row order; no "
+        "hashing or locks (in-process)\n",
+        static_cast<long long>(o.rows), static_cast<double>(rows) * 4 / 1e6,
+        record * sizeof(float));
   }
   std::printf("  %-22s %12s %10s %8s\n", "", "rows/s", "MB/s", "vs dense");
   const bool dense = g_dense_pull.rows_per_s > 0;
-  Row(o.cpu_time ? "pull in-process (cpu)" : "pull in-process", pull, dense ? &g_dense_pull : nullptr);
-  Row(o.cpu_time ? "push in-process (cpu)" : "push in-process", push, dense ? &g_dense_push : nullptr);
+  Row(o.cpu_time ? "pull in-process (cpu)" : "pull in-process", pull,
+      dense ? &g_dense_pull : nullptr);
+  Row(o.cpu_time ? "push in-process (cpu)" : "push in-process", push,
+      dense ? &g_dense_push : nullptr);
 }
 
 }  // namespace
 
 void RunSweep(const Options& o, const std::vector<std::vector<int64_t>>& batches) {
   constexpr int64_t kTtl = 3200;  // a sweep every kTtl / 8 = 400 steps
-  std::printf("\nsweep: lazy shard %lld x %lld float32, adagrad, ttl_steps %lld: every row created at step 0, "
-              "then %lld pushes (a sweep of every row due every %lld; none evicts)\n",
-              static_cast<long long>(o.rows), static_cast<long long>(o.dim), static_cast<long long>(kTtl),
-              static_cast<long long>(kTtl), static_cast<long long>(kTtl / 8));
-  std::printf("  %-22s %10s %10s %10s %12s\n", "sweeps run", "median ms", "p99 ms", "max ms", "total s");
+  std::printf(
+      "\nsweep: lazy shard %lld x %lld float32, adagrad, ttl_steps %lld: every row created at step 0, "
+      "then %lld pushes (a sweep of every row due every %lld; none evicts)\n",
+      static_cast<long long>(o.rows), static_cast<long long>(o.dim), static_cast<long long>(kTtl),
+      static_cast<long long>(kTtl), static_cast<long long>(kTtl / 8));
+  std::printf("  %-22s %10s %10s %10s %12s\n", "sweeps run", "median ms", "p99 ms", "max ms",
+              "total s");
   for (const bool handed_over : {false, true}) {
     ps::server::Store store;
     std::mutex mu;
     std::condition_variable cv;
-    int handed = 0, swept = 0;  // guarded by mu
+    int handed = 0, swept = 0;            // guarded by mu
     boost::asio::thread_pool sweeper(1);  // after the store and what its work uses: stops first
     auto wait_for_sweeps = [&] {
       std::unique_lock lock(mu);
@@ -483,7 +517,8 @@ void RunSweep(const Options& o, const std::vector<std::vector<int64_t>>& batches
         });
       });
     }
-    ps::server::OptimizerSpec spec = ps::server::DefaultOptimizer(ps::server::OptimizerKind::kAdagrad);
+    ps::server::OptimizerSpec spec =
+        ps::server::DefaultOptimizer(ps::server::OptimizerKind::kAdagrad);
     spec.learning_rate = 0.01;
     Check(store.Configure(spec), "Configure");
     const ps::server::ShardDef def = TableDef(o, true, {.ttl_steps = kTtl});
@@ -499,17 +534,22 @@ void RunSweep(const Options& o, const std::vector<std::vector<int64_t>>& batches
     for (int64_t step = 1; step <= kTtl; ++step) {
       const auto& rows = batches[static_cast<size_t>(step) % batches.size()];
       const auto t = Clock::now();
-      Check(store.PushRows(def.key(), rows, std::span(grad).first(rows.size() * dim), step), "PushRows");
+      Check(store.PushRows(def.key(), rows, std::span(grad).first(rows.size() * dim), step),
+            "PushRows");
       ms.push_back(1e3 * Seconds(t, Clock::now()));
     }
     wait_for_sweeps();
     double total = 0;
     for (double m : ms) total += m / 1e3;
     std::sort(ms.begin(), ms.end());
-    auto at = [&](double q) { return ms[std::min(ms.size() - 1, static_cast<size_t>(q * static_cast<double>(ms.size())))]; };
-    const std::string sweeps_run =
-        handed_over ? "sweeper thread (" + std::to_string(handed - before) + ")" : std::string("pushing thread");
-    std::printf("  %-22s %10.2f %10.2f %10.2f %12.3f\n", sweeps_run.c_str(), at(0.5), at(0.99), ms.back(), total);
+    auto at = [&](double q) {
+      return ms[std::min(ms.size() - 1, static_cast<size_t>(q * static_cast<double>(ms.size())))];
+    };
+    const std::string sweeps_run = handed_over
+                                       ? "sweeper thread (" + std::to_string(handed - before) + ")"
+                                       : std::string("pushing thread");
+    std::printf("  %-22s %10.2f %10.2f %10.2f %12.3f\n", sweeps_run.c_str(), at(0.5), at(0.99),
+                ms.back(), total);
   }
 }
 
@@ -520,10 +560,11 @@ int main(int argc, char** argv) {
   auto batches = DrawBatches(o, kBatches, &mean_unique);
   std::printf("load average at start: %s (%u cores)\n", ps::bench::LoadAverage().c_str(),
               std::thread::hardware_concurrency());
-  std::printf("batch %lld examples x %lld ids, Zipf s=%.2f over %lld rows: %.0f unique rows per batch "
-              "(mean of %d); %d client threads; %.1f s per measurement\n",
-              static_cast<long long>(o.batch), static_cast<long long>(o.ids), o.zipf,
-              static_cast<long long>(o.rows), mean_unique, kBatches, o.clients, o.seconds);
+  std::printf(
+      "batch %lld examples x %lld ids, Zipf s=%.2f over %lld rows: %.0f unique rows per batch "
+      "(mean of %d); %d client threads; %.1f s per measurement\n",
+      static_cast<long long>(o.batch), static_cast<long long>(o.ids), o.zipf,
+      static_cast<long long>(o.rows), mean_unique, kBatches, o.clients, o.seconds);
   for (const auto& v : o.variants) {
     if (v == "index-bound" || v == "hash-bound") {
       RunBound(o, v, batches);

@@ -9,15 +9,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <algorithm>
-#include <vector>
 #include <string>
+#include <vector>
 
 #include "libps/core/status.h"
 
@@ -83,7 +83,8 @@ inline std::vector<int> FreePorts(int n) {
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) Die("cannot bind a free port");
+    if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0)
+      Die("cannot bind a free port");
     socklen_t len = sizeof a;
     ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
     ports.push_back(ntohs(a.sin_port));
@@ -124,7 +125,8 @@ inline std::string Tail(const std::filesystem::path& path, size_t lines) {
   std::vector<std::string> all;
   for (std::string l; std::getline(f, l);) all.push_back(l);
   std::string out;
-  for (size_t i = all.size() > lines ? all.size() - lines : 0; i < all.size(); ++i) out += "  " + all[i] + "\n";
+  for (size_t i = all.size() > lines ? all.size() - lines : 0; i < all.size(); ++i)
+    out += "  " + all[i] + "\n";
   return out;
 }
 

@@ -47,15 +47,15 @@
 #include <thread>
 #include <vector>
 
-#include "test/bench/bench_util.h"
 #include "libps/ckpt/checkpoint_dir.h"
-#include "libps/cluster/placement.h"
-#include "libps/core/files.h"
 #include "libps/ckpt/shard_checkpointer.h"
 #include "libps/ckpt/shard_file.h"
 #include "libps/ckpt/store_io.h"
+#include "libps/cluster/placement.h"
+#include "libps/core/files.h"
 #include "libps/proto/messages.h"
 #include "libps/server/store.h"
+#include "test/bench/bench_util.h"
 
 namespace {
 
@@ -117,8 +117,9 @@ Options Parse(int argc, char** argv) {
     } else if (a == "--optimizer") {
       std::string name = next();
       bool found = false;
-      for (auto k : {ps::server::OptimizerKind::kSgd, ps::server::OptimizerKind::kAdagrad, ps::server::OptimizerKind::kRmsprop,
-                     ps::server::OptimizerKind::kAdam, ps::server::OptimizerKind::kFtrl}) {
+      for (auto k : {ps::server::OptimizerKind::kSgd, ps::server::OptimizerKind::kAdagrad,
+                     ps::server::OptimizerKind::kRmsprop, ps::server::OptimizerKind::kAdam,
+                     ps::server::OptimizerKind::kFtrl}) {
         if (name == ps::server::OptimizerKindName(k)) {
           o.optimizer = k;
           found = true;
@@ -133,7 +134,8 @@ Options Parse(int argc, char** argv) {
   if (o.restore_shards == 0) o.restore_shards = o.shards;
   if (o.restore_ps == 0) o.restore_ps = o.num_ps;
   if (o.gib <= 0 || o.repeat < 1 || o.shards < 1 || o.num_ps < 1 || o.num_ps > o.shards ||
-      o.restore_ps < 1 || o.restore_ps > o.restore_shards || o.delta_fraction < 0 || o.delta_fraction > 1) {
+      o.restore_ps < 1 || o.restore_ps > o.restore_shards || o.delta_fraction < 0 ||
+      o.delta_fraction > 1) {
     Die("bad flag value");
   }
   return o;
@@ -146,7 +148,8 @@ double Parallel(int n, const std::function<ps::Status(int)>& fn) {
   auto t0 = Clock::now();
   {
     std::vector<std::jthread> threads;
-    for (int i = 0; i < n; ++i) threads.emplace_back([&, i] { results[static_cast<size_t>(i)] = fn(i); });
+    for (int i = 0; i < n; ++i)
+      threads.emplace_back([&, i] { results[static_cast<size_t>(i)] = fn(i); });
   }
   auto t1 = Clock::now();
   for (const auto& st : results) Check(st, "a parallel save or restore");
@@ -154,7 +157,8 @@ double Parallel(int n, const std::function<ps::Status(int)>& fn) {
 }
 
 // The stores of num_ps ps tasks holding `defs` (def i on store i % num_ps).
-std::vector<StorePtr> BuildStores(const Options& opt, int num_ps, const std::vector<ps::server::ShardDef>& defs) {
+std::vector<StorePtr> BuildStores(const Options& opt, int num_ps,
+                                  const std::vector<ps::server::ShardDef>& defs) {
   std::vector<StorePtr> stores;
   for (int p = 0; p < num_ps; ++p) {
     stores.push_back(std::make_unique<ps::server::Store>());
@@ -198,7 +202,9 @@ ps::Status PlainRead(const std::string& path, uint64_t bytes) {
     if (n == 0) break;
     total += static_cast<uint64_t>(n);
   }
-  if (total != bytes) return ps::DataLoss(path + ": read " + std::to_string(total) + " bytes, wrote " + std::to_string(bytes));
+  if (total != bytes)
+    return ps::DataLoss(path + ": read " + std::to_string(total) + " bytes, wrote " +
+                        std::to_string(bytes));
   return ps::Status::Ok();
 }
 
@@ -206,25 +212,32 @@ ps::Status PlainRead(const std::string& path, uint64_t bytes) {
 // Whether the restored stores `got` hold exactly the rows (values and slots) of the saved
 // ones, whose shard i of `src_rows` rows each is on store i % src.size(), whatever
 // shards `got` splits the variable into.
-bool SameVariable(const std::vector<StorePtr>& src, int64_t src_rows, const std::vector<StorePtr>& got) {
+bool SameVariable(const std::vector<StorePtr>& src, int64_t src_rows,
+                  const std::vector<StorePtr>& got) {
   bool same = true;
   for (const auto& store : got) {
     store->ForEachShard([&](const ps::server::ShardView& g) {
       const ps::cluster::ShardLayout& l = g.def.layout;
       for (int64_t i = l.row_begin / src_rows; i * src_rows < l.row_begin + l.rows; ++i) {
-        const ps::server::Store& from = *src[static_cast<size_t>(i % static_cast<int64_t>(src.size()))];
-        Check(from.Read({l.var, static_cast<int>(i)}, [&](const ps::server::ShardView& w) {
-          const int64_t b = std::max(l.row_begin, i * src_rows);
-          const int64_t e = std::min(l.row_begin + l.rows, (i + 1) * src_rows);
-          auto eq = [&](std::span<const float> want, std::span<const float> have) {
-            return std::memcmp(want.data() + (b - i * src_rows) * kCols, have.data() + (b - l.row_begin) * kCols,
-                               static_cast<size_t>((e - b) * kCols) * sizeof(float)) == 0;
-          };
-          same = same && eq(w.values, g.values) && w.slots.size() == g.slots.size();
-          for (size_t k = 0; same && k < w.slots.size(); ++k) {
-            same = w.slots[k].first == g.slots[k].first && eq(w.slots[k].second, g.slots[k].second);
-          }
-        }), "Read");
+        const ps::server::Store& from =
+            *src[static_cast<size_t>(i % static_cast<int64_t>(src.size()))];
+        Check(from.Read({l.var, static_cast<int>(i)},
+                        [&](const ps::server::ShardView& w) {
+                          const int64_t b = std::max(l.row_begin, i * src_rows);
+                          const int64_t e = std::min(l.row_begin + l.rows, (i + 1) * src_rows);
+                          auto eq = [&](std::span<const float> want, std::span<const float> have) {
+                            return std::memcmp(
+                                       want.data() + (b - i * src_rows) * kCols,
+                                       have.data() + (b - l.row_begin) * kCols,
+                                       static_cast<size_t>((e - b) * kCols) * sizeof(float)) == 0;
+                          };
+                          same = same && eq(w.values, g.values) && w.slots.size() == g.slots.size();
+                          for (size_t k = 0; same && k < w.slots.size(); ++k) {
+                            same = w.slots[k].first == g.slots[k].first &&
+                                   eq(w.slots[k].second, g.slots[k].second);
+                          }
+                        }),
+              "Read");
       }
     });
   }
@@ -240,12 +253,14 @@ struct Run {
 // Every store saves through its ShardCheckpointer (a delta of `parent` on `base` when
 // base >= 0), in parallel; the chief's MANIFEST is committed. Returns seconds and adds
 // the files' bytes to *bytes.
-double SaveAll(std::vector<std::unique_ptr<ps::ckpt::ShardCheckpointer>>& cks, const std::string& model_dir,
-               int64_t step, int64_t base, int64_t parent, uint64_t* bytes) {
+double SaveAll(std::vector<std::unique_ptr<ps::ckpt::ShardCheckpointer>>& cks,
+               const std::string& model_dir, int64_t step, int64_t base, int64_t parent,
+               uint64_t* bytes) {
   std::vector<ps::ckpt::ShardFileInfo> infos(cks.size());
   auto t0 = Clock::now();
   Parallel(static_cast<int>(cks.size()), [&](int p) -> ps::Status {
-    PS_ASSIGN_OR_RETURN(auto reply, cks[static_cast<size_t>(p)]->Save({model_dir, step, base, parent}));
+    PS_ASSIGN_OR_RETURN(auto reply,
+                        cks[static_cast<size_t>(p)]->Save({model_dir, step, base, parent}));
     infos[static_cast<size_t>(p)] = {reply.file, reply.bytes, reply.digest};
     return ps::Status::Ok();
   });
@@ -282,7 +297,8 @@ int main(int argc, char** argv) {
 
   // The model: "embedding" [shards * rows, kCols], shard i on ps i % num_ps.
   const int64_t rows = std::max<int64_t>(
-      1, static_cast<int64_t>(opt.gib * static_cast<double>(1ull << 30) / (opt.shards * kCols * 4.0)));
+      1,
+      static_cast<int64_t>(opt.gib * static_cast<double>(1ull << 30) / (opt.shards * kCols * 4.0)));
   const ps::server::OptimizerSpec spec = ps::server::DefaultOptimizer(opt.optimizer);
   const int nslots = static_cast<int>(ps::server::SlotDefs(spec).size());
   std::vector<ps::server::ShardDef> defs, zero_defs;
@@ -299,7 +315,8 @@ int main(int argc, char** argv) {
                            .init = {ps::model::InitKind::kUniform, -0.05, 0.05},
                            .seed = 7};
     defs.push_back(d);
-    ps_bytes[static_cast<size_t>(i % opt.num_ps)] += static_cast<uint64_t>(rows * kCols * 4 * (1 + nslots));
+    ps_bytes[static_cast<size_t>(i % opt.num_ps)] +=
+        static_cast<uint64_t>(rows * kCols * 4 * (1 + nslots));
   }
   // Where the restore goes: zero-filled, so the check afterwards proves the data came
   // from disk; --restore-shards splits the variable anew (TF's row split).
@@ -317,11 +334,12 @@ int main(int argc, char** argv) {
   uint64_t total_bytes = 0;
   for (uint64_t b : ps_bytes) total_bytes += b;
 
-  std::printf("dir %s\nmodel: %d shards x %lld x %lld float32 over %d ps, optimizer %s (%d slot%s): "
-              "%.1f MiB to save\n",
-              dir.c_str(), opt.shards, static_cast<long long>(rows), static_cast<long long>(kCols), opt.num_ps,
-              ps::server::OptimizerKindName(opt.optimizer), nslots, nslots == 1 ? "" : "s",
-              static_cast<double>(total_bytes) / 1048576.0);
+  std::printf(
+      "dir %s\nmodel: %d shards x %lld x %lld float32 over %d ps, optimizer %s (%d slot%s): "
+      "%.1f MiB to save\n",
+      dir.c_str(), opt.shards, static_cast<long long>(rows), static_cast<long long>(kCols),
+      opt.num_ps, ps::server::OptimizerKindName(opt.optimizer), nslots, nslots == 1 ? "" : "s",
+      static_cast<double>(total_bytes) / 1048576.0);
   std::printf("restore into %d shards over %d stores%s\n", opt.restore_shards, opt.restore_ps,
               resharding ? " (resharding)" : " (as saved)");
   std::fflush(stdout);
@@ -332,7 +350,9 @@ int main(int argc, char** argv) {
     std::vector<float> grad(static_cast<size_t>(rows * kCols));
     for (size_t k = 0; k < grad.size(); ++k) grad[k] = static_cast<float>(k % 97) * 1e-3f - 0.05f;
     for (int i = 0; i < opt.shards; ++i) {
-      Check(src[static_cast<size_t>(i % opt.num_ps)]->Push(defs[static_cast<size_t>(i)].key(), grad, 0), "Push");
+      Check(src[static_cast<size_t>(i % opt.num_ps)]->Push(defs[static_cast<size_t>(i)].key(), grad,
+                                                           0),
+            "Push");
     }
   }
 
@@ -362,11 +382,15 @@ int main(int argc, char** argv) {
       // The placement as the chief records it: each ps then opens only its own file.
       ps::Json shards = ps::Json::array();
       for (const auto& d : defs) {
-        shards.push_back({{"shard", d.layout.shard}, {"ps", d.layout.shard % opt.num_ps},
-                          {"row_begin", d.layout.row_begin}, {"rows", d.layout.rows}});
+        shards.push_back({{"shard", d.layout.shard},
+                          {"ps", d.layout.shard % opt.num_ps},
+                          {"row_begin", d.layout.row_begin},
+                          {"rows", d.layout.rows}});
       }
-      m.extra = {{"variables", ps::Json::array({{{"name", "embedding"}, {"shape", defs[0].layout.full_shape},
-                                                 {"sparse", false}, {"shards", shards}}})}};
+      m.extra = {{"variables", ps::Json::array({{{"name", "embedding"},
+                                                 {"shape", defs[0].layout.full_shape},
+                                                 {"sparse", false},
+                                                 {"shards", shards}}})}};
       Check(ps::ckpt::CommitCheckpoint(model_dir, m), "CommitCheckpoint");
       double s = std::chrono::duration<double>(Clock::now() - t0).count();
       run.save = static_cast<double>(total_bytes) / s / 1e6;
@@ -375,7 +399,9 @@ int main(int argc, char** argv) {
     };
     auto plain_write = [&] {
       ::sync();
-      double s = Parallel(opt.num_ps, [&](int p) { return PlainWrite(*src[static_cast<size_t>(p)], plain_path(p)); });
+      double s = Parallel(opt.num_ps, [&](int p) {
+        return PlainWrite(*src[static_cast<size_t>(p)], plain_path(p));
+      });
       run.plain_write = static_cast<double>(total_bytes) / s / 1e6;
     };
     auto restore = [&] {
@@ -385,19 +411,23 @@ int main(int argc, char** argv) {
       double s = Parallel(opt.restore_ps, [&](int p) -> ps::Status {
         // Each ps reads the MANIFEST, as ShardCheckpointer::Restore does.
         PS_ASSIGN_OR_RETURN(ps::ckpt::Manifest m, ps::ckpt::ReadManifest(ckpt));
-        return ps::ckpt::RestoreStore(dst[static_cast<size_t>(p)].get(), {step, ckpt, std::move(m), {}},
+        return ps::ckpt::RestoreStore(dst[static_cast<size_t>(p)].get(),
+                                      {step, ckpt, std::move(m), {}},
                                       &restored[static_cast<size_t>(p)]);
       });
       run.restore = static_cast<double>(total_bytes) / s / 1e6;
       for (int p = 0; p < opt.restore_ps; ++p) {
-        if (static_cast<size_t>(restored[static_cast<size_t>(p)].shards) != dst[static_cast<size_t>(p)]->Keys().size()) {
+        if (static_cast<size_t>(restored[static_cast<size_t>(p)].shards) !=
+            dst[static_cast<size_t>(p)]->Keys().size()) {
           Die("ps " + std::to_string(p) + ": not every shard was restored");
         }
       }
     };
     auto plain_read = [&] {
       dropped = DropCaches() && dropped;
-      double s = Parallel(opt.num_ps, [&](int p) { return PlainRead(plain_path(p), ps_bytes[static_cast<size_t>(p)]); });
+      double s = Parallel(opt.num_ps, [&](int p) {
+        return PlainRead(plain_path(p), ps_bytes[static_cast<size_t>(p)]);
+      });
       run.plain_read = static_cast<double>(total_bytes) / s / 1e6;
     };
 
@@ -414,10 +444,11 @@ int main(int argc, char** argv) {
       restore();
     }
     if (!SameVariable(src, rows, dst)) Die("the restored variable differs from the saved one");
-    std::printf("run %d (%s first): save %5.0f MB/s, plain write %5.0f MB/s, ratio %.2f | "
-                "restore %5.0f MB/s, plain read %5.0f MB/s, ratio %.2f\n",
-                rep + 1, ours_first ? "ours" : "plain", run.save, run.plain_write, run.save / run.plain_write,
-                run.restore, run.plain_read, run.restore / run.plain_read);
+    std::printf(
+        "run %d (%s first): save %5.0f MB/s, plain write %5.0f MB/s, ratio %.2f | "
+        "restore %5.0f MB/s, plain read %5.0f MB/s, ratio %.2f\n",
+        rep + 1, ours_first ? "ours" : "plain", run.save, run.plain_write,
+        run.save / run.plain_write, run.restore, run.plain_read, run.restore / run.plain_read);
     std::fflush(stdout);
     runs.push_back(run);
 
@@ -432,9 +463,11 @@ int main(int argc, char** argv) {
   if (opt.delta_fraction > 0) {
     std::vector<std::unique_ptr<ps::ckpt::ShardCheckpointer>> cks;
     for (int p = 0; p < opt.num_ps; ++p) {
-      cks.push_back(std::make_unique<ps::ckpt::ShardCheckpointer>(src[static_cast<size_t>(p)].get(), p));
+      cks.push_back(
+          std::make_unique<ps::ckpt::ShardCheckpointer>(src[static_cast<size_t>(p)].get(), p));
     }
-    const auto changed = std::max<int64_t>(1, static_cast<int64_t>(opt.delta_fraction * static_cast<double>(rows)));
+    const auto changed =
+        std::max<int64_t>(1, static_cast<int64_t>(opt.delta_fraction * static_cast<double>(rows)));
     std::vector<double> full_s, delta_s;
     uint64_t seed = 12345;
     for (int rep = 0; rep < opt.repeat; ++rep) {
@@ -448,23 +481,27 @@ int main(int argc, char** argv) {
       for (int i = 0; i < opt.shards; ++i) {
         for (int64_t k = 0; k < changed; ++k) {  // a partial Fisher-Yates shuffle
           seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
-          const int64_t j = k + static_cast<int64_t>((seed >> 33) % static_cast<uint64_t>(rows - k));
+          const int64_t j =
+              k + static_cast<int64_t>((seed >> 33) % static_cast<uint64_t>(rows - k));
           std::swap(picked[static_cast<size_t>(k)], picked[static_cast<size_t>(j)]);
         }
         std::vector<int64_t> ids(picked.begin(), picked.begin() + changed);
         std::sort(ids.begin(), ids.end());
-        Check(src[static_cast<size_t>(i % opt.num_ps)]->PushRows(defs[static_cast<size_t>(i)].key(), ids, grad, 0),
+        Check(src[static_cast<size_t>(i % opt.num_ps)]->PushRows(defs[static_cast<size_t>(i)].key(),
+                                                                 ids, grad, 0),
               "PushRows");
       }
       ::sync();
       delta_s.push_back(SaveAll(cks, model_dir, base + 1, base, base, &delta_bytes));
       delta_time_ratio.push_back(delta_s.back() / full_s.back());
-      delta_byte_ratio.push_back(static_cast<double>(delta_bytes) / static_cast<double>(full_bytes));
-      std::printf("delta run %d: full %.3f s %.1f MiB | delta (%.2f%% of rows changed) %.4f s %.2f MiB | "
-                  "time %.4f, bytes %.4f of full\n",
-                  rep + 1, full_s.back(), static_cast<double>(full_bytes) / 1048576.0, 100.0 * opt.delta_fraction,
-                  delta_s.back(), static_cast<double>(delta_bytes) / 1048576.0, delta_time_ratio.back(),
-                  delta_byte_ratio.back());
+      delta_byte_ratio.push_back(static_cast<double>(delta_bytes) /
+                                 static_cast<double>(full_bytes));
+      std::printf(
+          "delta run %d: full %.3f s %.1f MiB | delta (%.2f%% of rows changed) %.4f s %.2f MiB | "
+          "time %.4f, bytes %.4f of full\n",
+          rep + 1, full_s.back(), static_cast<double>(full_bytes) / 1048576.0,
+          100.0 * opt.delta_fraction, delta_s.back(), static_cast<double>(delta_bytes) / 1048576.0,
+          delta_time_ratio.back(), delta_byte_ratio.back());
       std::fflush(stdout);
       // Base + delta restores to exactly the stores' state (checked as saved only).
       auto chain = ps::ckpt::LoadCheckpointAt(model_dir, base + 1);
@@ -472,8 +509,11 @@ int main(int argc, char** argv) {
       if (chain->deltas.size() != 1) Die("the delta is not in the chain");
       if (!resharding) {
         std::vector<StorePtr> dst = BuildStores(opt, opt.num_ps, zero_defs);
-        Parallel(opt.num_ps, [&](int p) { return ps::ckpt::RestoreStore(dst[static_cast<size_t>(p)].get(), *chain); });
-        if (!SameVariable(src, rows, dst)) Die("base + delta restored a variable that differs from the saved one");
+        Parallel(opt.num_ps, [&](int p) {
+          return ps::ckpt::RestoreStore(dst[static_cast<size_t>(p)].get(), *chain);
+        });
+        if (!SameVariable(src, rows, dst))
+          Die("base + delta restored a variable that differs from the saved one");
       }
       std::filesystem::remove_all(ps::ckpt::CheckpointPath(model_dir, base));
     }
@@ -487,7 +527,8 @@ int main(int argc, char** argv) {
     return Median(v);
   };
   std::printf("\ncheckpoint files %.1f MiB for %.1f MiB of floats (%.4f%% overhead)\n",
-              static_cast<double>(file_bytes) / 1048576.0, static_cast<double>(total_bytes) / 1048576.0,
+              static_cast<double>(file_bytes) / 1048576.0,
+              static_cast<double>(total_bytes) / 1048576.0,
               100.0 * (static_cast<double>(file_bytes) - static_cast<double>(total_bytes)) /
                   static_cast<double>(total_bytes));
   std::printf("median of %d run%s%s:\n", opt.repeat, opt.repeat == 1 ? "" : "s",
@@ -496,20 +537,28 @@ int main(int argc, char** argv) {
   auto row = [&](const char* what, double (*ours)(const Run&), double (*plain)(const Run&)) {
     std::vector<double> ratios;
     for (const Run& r : runs) ratios.push_back(ours(r) / plain(r));
-    std::printf("  %-28s %8.0f %8.0f %8.2f   %.2f-%.2f\n", what, median(ours), median(plain), Median(ratios),
-                *std::min_element(ratios.begin(), ratios.end()), *std::max_element(ratios.begin(), ratios.end()));
+    std::printf("  %-28s %8.0f %8.0f %8.2f   %.2f-%.2f\n", what, median(ours), median(plain),
+                Median(ratios), *std::min_element(ratios.begin(), ratios.end()),
+                *std::max_element(ratios.begin(), ratios.end()));
   };
   std::printf("  %-28s %8s %8s %8s   %s\n", "", "ours", "plain", "ratio", "ratio range");
-  row("save+commit vs write+fsync", [](const Run& r) { return r.save; }, [](const Run& r) { return r.plain_write; });
-  row("restore vs read", [](const Run& r) { return r.restore; }, [](const Run& r) { return r.plain_read; });
+  row(
+      "save+commit vs write+fsync", [](const Run& r) { return r.save; },
+      [](const Run& r) { return r.plain_write; });
+  row(
+      "restore vs read", [](const Run& r) { return r.restore; },
+      [](const Run& r) { return r.plain_read; });
   std::printf("  (MB/s = 1e6 bytes of floats per second; ratio = median of per-run ratios)\n");
   if (opt.delta_fraction > 0) {
-    std::printf("delta checkpoint, %.2f%% of rows changed (median of %d): full %.3f s %.1f MiB, delta %.4f s %.2f MiB: "
-                "time %.4f (%.4f-%.4f), bytes %.4f of the full one's\n",
-                100.0 * opt.delta_fraction, opt.repeat, full_s_med, static_cast<double>(full_bytes) / 1048576.0,
-                delta_s_med, static_cast<double>(delta_bytes) / 1048576.0, Median(delta_time_ratio),
-                *std::min_element(delta_time_ratio.begin(), delta_time_ratio.end()),
-                *std::max_element(delta_time_ratio.begin(), delta_time_ratio.end()), Median(delta_byte_ratio));
+    std::printf(
+        "delta checkpoint, %.2f%% of rows changed (median of %d): full %.3f s %.1f MiB, delta %.4f s %.2f MiB: "
+        "time %.4f (%.4f-%.4f), bytes %.4f of the full one's\n",
+        100.0 * opt.delta_fraction, opt.repeat, full_s_med,
+        static_cast<double>(full_bytes) / 1048576.0, delta_s_med,
+        static_cast<double>(delta_bytes) / 1048576.0, Median(delta_time_ratio),
+        *std::min_element(delta_time_ratio.begin(), delta_time_ratio.end()),
+        *std::max_element(delta_time_ratio.begin(), delta_time_ratio.end()),
+        Median(delta_byte_ratio));
   }
 
   std::filesystem::remove(model_dir + "/" + ps::ckpt::kPointerFile);

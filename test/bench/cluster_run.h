@@ -22,9 +22,9 @@
 #include <thread>
 #include <vector>
 
-#include "test/bench/bench_util.h"
 #include "libps/cluster/tf_config.h"
 #include "libps/core/json.h"
+#include "test/bench/bench_util.h"
 
 namespace ps::bench {
 
@@ -54,7 +54,8 @@ inline bool ProcessParent(pid_t pid, pid_t* ppid, std::string* comm) {
   std::string text;
   if (!std::getline(f, text)) return false;
   size_t open = text.find('('), close = text.rfind(')');
-  if (open == std::string::npos || close == std::string::npos || close + 4 >= text.size()) return false;
+  if (open == std::string::npos || close == std::string::npos || close + 4 >= text.size())
+    return false;
   *comm = text.substr(open + 1, close - open - 1);
   *ppid = static_cast<pid_t>(std::atol(text.c_str() + close + 4));  // ") S <ppid>"
   return true;
@@ -75,7 +76,7 @@ struct LocalClusterRun {
   std::filesystem::path dir;       // cluster.json, job.json, model/, pstrain.log
   std::vector<std::string> tasks;  // "chief", "ps:0", ..., "worker:0", ..., "launcher"
   struct Line {
-    Json metrics;             // a train_metrics.jsonl line with "step"
+    Json metrics;  // a train_metrics.jsonl line with "step"
     // [task] CPU seconds used when the line was seen (< 0: the process was gone); empty
     // before every daemon had been seen.
     std::vector<double> cpu;
@@ -132,8 +133,10 @@ inline LocalClusterRun RunLocalCluster(const std::string& pstrain, const Json& c
     if (fd < 0) std::_Exit(126);
     ::dup2(fd, 1);
     ::dup2(fd, 2);
-    std::string cluster_file = (run.dir / "cluster.json").string(), job_file = (run.dir / "job.json").string();
-    std::vector<std::string> argv = {pstrain, "local", "--cluster", cluster_file, "--job", job_file};
+    std::string cluster_file = (run.dir / "cluster.json").string(),
+                job_file = (run.dir / "job.json").string();
+    std::vector<std::string> argv = {pstrain,      "local", "--cluster",
+                                     cluster_file, "--job", job_file};
     std::vector<char*> args;
     for (auto& a : argv) args.push_back(a.data());
     args.push_back(nullptr);
@@ -150,7 +153,9 @@ inline LocalClusterRun RunLocalCluster(const std::string& pstrain, const Json& c
       pid_t pid = static_cast<pid_t>(std::atol(e->d_name));
       pid_t ppid = 0;
       std::string comm;
-      if (pid <= 0 || !ProcessParent(pid, &ppid, &comm) || ppid != launcher || comm.rfind("pstrain-", 0) != 0) continue;
+      if (pid <= 0 || !ProcessParent(pid, &ppid, &comm) || ppid != launcher ||
+          comm.rfind("pstrain-", 0) != 0)
+        continue;
       std::string task = ProcessTask(pid);
       if (!task.empty()) found[task] = pid;
     }
@@ -191,7 +196,8 @@ inline LocalClusterRun RunLocalCluster(const std::string& pstrain, const Json& c
     for (size_t nl; (nl = partial.find('\n')) != std::string::npos; partial.erase(0, nl + 1)) {
       auto parsed = ParseJson(partial.substr(0, nl), "train_metrics.jsonl");
       if (!parsed.ok()) continue;
-      if (parsed->contains("final_eval")) run.eval_accuracy = (*parsed)["final_eval"].value("accuracy", -1.0);
+      if (parsed->contains("final_eval"))
+        run.eval_accuracy = (*parsed)["final_eval"].value("accuracy", -1.0);
       if (!parsed->contains("step")) continue;
       if (!sampled) {
         for (pid_t pid : pids) cpu.push_back(sample ? ProcessCpuSeconds(pid) : -1);
@@ -216,8 +222,11 @@ inline LocalClusterRun RunLocalCluster(const std::string& pstrain, const Json& c
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   int rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  if (rc != 0) Die("pstrain local exited " + std::to_string(rc) + "; log " + log.string() + ":\n" + Tail(log, 20));
-  if (pids.empty()) Die("did not see all " + std::to_string(daemons) + " daemons of " + log.string());
+  if (rc != 0)
+    Die("pstrain local exited " + std::to_string(rc) + "; log " + log.string() + ":\n" +
+        Tail(log, 20));
+  if (pids.empty())
+    Die("did not see all " + std::to_string(daemons) + " daemons of " + log.string());
   if (run.stop_line == 0) run.stop_line = run.lines.size();
   return run;
 }
@@ -245,7 +254,8 @@ inline std::vector<Phases> WorkerPhases(const LocalClusterRun& run, int64_t from
     if (l["step"].get<int64_t>() < from_step || !l.contains("workers")) continue;
     for (const auto& w : l["workers"]) {
       std::string task = w.value("task", "");
-      auto it = std::find_if(sums.begin(), sums.end(), [&](const auto& e) { return e.first == task; });
+      auto it =
+          std::find_if(sums.begin(), sums.end(), [&](const auto& e) { return e.first == task; });
       if (it == sums.end()) it = sums.insert(sums.end(), {task, Sums{}});
       if (!w.contains("step_ms") || !w["step_ms"].is_number()) continue;
       double ms = w["step_ms"].get<double>();
@@ -281,13 +291,18 @@ inline std::pair<size_t, size_t> CpuWindow(const LocalClusterRun& run, int64_t f
 
 // Each process's CPU ms per global step between lines `from` and `to` (CpuWindow), in
 // run.tasks' order; empty when that is no window.
-inline std::vector<std::pair<std::string, double>> CpuMsPerStep(const LocalClusterRun& run, size_t from, size_t to) {
+inline std::vector<std::pair<std::string, double>> CpuMsPerStep(const LocalClusterRun& run,
+                                                                size_t from, size_t to) {
   std::vector<std::pair<std::string, double>> out;
-  if (from >= to || to >= run.lines.size() || !run.lines[from].all_cpu() || !run.lines[to].all_cpu()) return out;
+  if (from >= to || to >= run.lines.size() || !run.lines[from].all_cpu() ||
+      !run.lines[to].all_cpu())
+    return out;
   const auto& a = run.lines[from];
   const auto& b = run.lines[to];
-  const double steps = static_cast<double>(b.metrics["step"].get<int64_t>() - a.metrics["step"].get<int64_t>());
-  for (size_t t = 0; t < run.tasks.size(); ++t) out.emplace_back(run.tasks[t], 1000 * (b.cpu[t] - a.cpu[t]) / steps);
+  const double steps =
+      static_cast<double>(b.metrics["step"].get<int64_t>() - a.metrics["step"].get<int64_t>());
+  for (size_t t = 0; t < run.tasks.size(); ++t)
+    out.emplace_back(run.tasks[t], 1000 * (b.cpu[t] - a.cpu[t]) / steps);
   return out;
 }
 

@@ -43,7 +43,8 @@ struct LayerSpec {
 LayerSpec ParseLayer(const std::string& text) {
   LayerSpec l;
   char pad[16] = "same";
-  int n = std::sscanf(text.c_str(), "%ldx%ldx%ld:%ldx%ld:%15[a-z]:s%ld", &l.h, &l.w, &l.c, &l.f, &l.k, pad, &l.s);
+  int n = std::sscanf(text.c_str(), "%ldx%ldx%ld:%ldx%ld:%15[a-z]:s%ld", &l.h, &l.w, &l.c, &l.f,
+                      &l.k, pad, &l.s);
   if (n < 5) Die("--layer " + text + ": expected HxWxC:FxK[:same|valid][:sS]");
   l.same = std::string(pad) == "same";
   return l;
@@ -92,18 +93,22 @@ int main(int argc, char** argv) {
     layers.push_back({14, 14, 32, 64, 3, 1, true, true});   // conv_1 with same padding
   }
   SetBlasThreads(1);
-  std::printf("bench-conv: batch %ld, 1 BLAS thread, direct kernels %s, load %s\n", static_cast<long>(batch),
-              !DirectConvAllowed()        ? "off"
+  std::printf("bench-conv: batch %ld, 1 BLAS thread, direct kernels %s, load %s\n",
+              static_cast<long>(batch),
+              !DirectConvAllowed()       ? "off"
               : DirectConvCpuSupported() ? "where K <= 32"
                                          : "unavailable (no AVX2+FMA)",
               ps::bench::LoadAverage().c_str());
-  std::printf("%-26s %8s %6s %5s %10s %10s %10s %7s\n", "layer", "M", "K", "N", "conv ms", "conv GF/s",
-              "sgemm GF/s", "ratio");
+  std::printf("%-26s %8s %6s %5s %10s %10s %10s %7s\n", "layer", "M", "K", "N", "conv ms",
+              "conv GF/s", "sgemm GF/s", "ratio");
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   double total_flop = 0, total_conv = 0, total_gemm = 0;  // flops; seconds
   for (const LayerSpec& l : layers) {
-    ps::Json cfg = {{"filters", l.f}, {"kernel_size", l.k}, {"strides", l.s}, {"padding", l.same ? "same" : "valid"},
+    ps::Json cfg = {{"filters", l.f},
+                    {"kernel_size", l.k},
+                    {"strides", l.s},
+                    {"padding", l.same ? "same" : "valid"},
                     {"activation", "relu"}};
     ps::JsonReader r(cfg, "layer");
     VarSet vars;
@@ -142,7 +147,8 @@ int main(int argc, char** argv) {
     // relu mask applied again changes nothing, so dy is filled once, outside the timing.
     std::vector<float> dy = dout;
     std::vector<std::span<float>> dins{l.input_grad ? std::span<float>(dx) : std::span<float>()};
-    std::vector<float> a(static_cast<size_t>(m * k)), w(static_cast<size_t>(k * n)), c(static_cast<size_t>(m * n));
+    std::vector<float> a(static_cast<size_t>(m * k)), w(static_cast<size_t>(k * n)),
+        c(static_cast<size_t>(m * n));
     for (float& v : a) v = u(rng);
     for (float& v : w) v = u(rng);
     const auto [conv, gemm] = BestOfAlternating(
@@ -151,15 +157,20 @@ int main(int argc, char** argv) {
           Must(op->Forward(ctx, ins), "forward");
           op->Backward(ctx, ins, dy, dins);
         },
-        [&] { Gemm(Trans::kNo, Trans::kNo, m, n, k, 1.0f, a.data(), k, w.data(), n, 0.0f, c.data(), n); });
-    const double flop = 2.0 * static_cast<double>(m) * static_cast<double>(k) * static_cast<double>(n);
+        [&] {
+          Gemm(Trans::kNo, Trans::kNo, m, n, k, 1.0f, a.data(), k, w.data(), n, 0.0f, c.data(), n);
+        });
+    const double flop =
+        2.0 * static_cast<double>(m) * static_cast<double>(k) * static_cast<double>(n);
     const double conv_gf = (l.input_grad ? 3 : 2) * flop / conv / 1e9, gemm_gf = flop / gemm / 1e9;
     char name[64];
-    std::snprintf(name, sizeof name, "%ldx%ldx%ld -> %ld, %ldx%ld%s%s", static_cast<long>(l.h), static_cast<long>(l.w),
-                  static_cast<long>(l.c), static_cast<long>(l.f), static_cast<long>(l.k), static_cast<long>(l.k),
-                  l.same ? " same" : " valid", l.input_grad ? "" : " (no dx)");
-    std::printf("%-26s %8ld %6ld %5ld %10.2f %10.2f %10.2f %7.2f\n", name, static_cast<long>(m), static_cast<long>(k),
-                static_cast<long>(n), conv * 1e3, conv_gf, gemm_gf, conv_gf / gemm_gf);
+    std::snprintf(name, sizeof name, "%ldx%ldx%ld -> %ld, %ldx%ld%s%s", static_cast<long>(l.h),
+                  static_cast<long>(l.w), static_cast<long>(l.c), static_cast<long>(l.f),
+                  static_cast<long>(l.k), static_cast<long>(l.k), l.same ? " same" : " valid",
+                  l.input_grad ? "" : " (no dx)");
+    std::printf("%-26s %8ld %6ld %5ld %10.2f %10.2f %10.2f %7.2f\n", name, static_cast<long>(m),
+                static_cast<long>(k), static_cast<long>(n), conv * 1e3, conv_gf, gemm_gf,
+                conv_gf / gemm_gf);
     // The whole model's conv layers: their flops over their time, against the same flops
     // at each layer's sgemm rate.
     total_flop += (l.input_grad ? 3 : 2) * flop;
@@ -167,8 +178,9 @@ int main(int argc, char** argv) {
     total_gemm += (l.input_grad ? 3 : 2) * gemm;
   }
   if (layers.size() > 1) {
-    std::printf("%-26s %8s %6s %5s %10.2f %10.2f %10.2f %7.2f\n", "all layers", "", "", "", total_conv * 1e3,
-                total_flop / total_conv / 1e9, total_flop / total_gemm / 1e9, total_gemm / total_conv);
+    std::printf("%-26s %8s %6s %5s %10.2f %10.2f %10.2f %7.2f\n", "all layers", "", "", "",
+                total_conv * 1e3, total_flop / total_conv / 1e9, total_flop / total_gemm / 1e9,
+                total_gemm / total_conv);
   }
   return 0;
 }

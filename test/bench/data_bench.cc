@@ -60,17 +60,28 @@ Options Parse(int argc, char** argv) {
   for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&] { return FlagValue(argc, argv, &i); };
-    if (a == "--data") o.data = next();
-    else if (a == "--format") o.format = next();
-    else if (a == "--job") o.job = next();
-    else if (a == "--out") o.out = next();
-    else if (a == "--pstrain") o.pstrain = next();
-    else if (a == "--update") o.update = next();
-    else if (a == "--workers") o.workers = std::atoi(next().c_str());
-    else if (a == "--records") o.records = std::atoll(next().c_str());
-    else if (a == "--repeat") o.repeat = std::atoi(next().c_str());
-    else if (a == "--shuffle-buffer") o.shuffle_buffer = std::atoll(next().c_str());
-    else Die("unknown flag " + a);
+    if (a == "--data")
+      o.data = next();
+    else if (a == "--format")
+      o.format = next();
+    else if (a == "--job")
+      o.job = next();
+    else if (a == "--out")
+      o.out = next();
+    else if (a == "--pstrain")
+      o.pstrain = next();
+    else if (a == "--update")
+      o.update = next();
+    else if (a == "--workers")
+      o.workers = std::atoi(next().c_str());
+    else if (a == "--records")
+      o.records = std::atoll(next().c_str());
+    else if (a == "--repeat")
+      o.repeat = std::atoi(next().c_str());
+    else if (a == "--shuffle-buffer")
+      o.shuffle_buffer = std::atoll(next().c_str());
+    else
+      Die("unknown flag " + a);
   }
   if (o.data.empty() && o.command != "auc") Die("--data DIR is required");
   if (o.records < 1 || o.repeat < 1 || o.shuffle_buffer < 0) Die("bad flag value");
@@ -99,7 +110,8 @@ double PeakRssMiB() {
 
 uint64_t FileBytes(const Json& data_config, const std::string& dir) {
   uint64_t bytes = 0;
-  for (const auto& f : data_config["files"]) bytes += fs::file_size(fs::path(dir) / f.get<std::string>());
+  for (const auto& f : data_config["files"])
+    bytes += fs::file_size(fs::path(dir) / f.get<std::string>());
   return bytes;
 }
 
@@ -123,13 +135,15 @@ std::pair<int64_t, double> Pass(const Json& config, const std::string& dir, bool
 
 int ParseCommand(const Options& o) {
   const Json outputs = Outputs(o);
-  if (!outputs.contains("tfrecord")) Die("no tfrecord output in ctr.json (gen-ctr --format ...,tfrecord)");
+  if (!outputs.contains("tfrecord"))
+    Die("no tfrecord output in ctr.json (gen-ctr --format ...,tfrecord)");
   const Json& config = outputs["tfrecord"]["train_data"];
   // (1) decode only.
   std::vector<std::string> records;
   uint64_t bytes = 0;
   for (const auto& f : config["files"]) {
-    auto stream = Must(ps::data::ByteStream::Open((fs::path(o.data) / f.get<std::string>()).string()), "open");
+    auto stream = Must(
+        ps::data::ByteStream::Open((fs::path(o.data) / f.get<std::string>()).string()), "open");
     ps::data::TfRecordReader reader(std::move(stream));
     std::string_view rec;
     while (static_cast<int64_t>(records.size()) < o.records && Must(reader.Next(&rec), "read")) {
@@ -139,7 +153,8 @@ int ParseCommand(const Options& o) {
   }
   if (records.empty()) Die("no records");
   ps::JsonReader r(config, "tfrecord");
-  auto spec = std::make_shared<const ps::data::TfExampleSpec>(Must(ps::data::ParseTfExampleSpec(r), "spec"));
+  auto spec = std::make_shared<const ps::data::TfExampleSpec>(
+      Must(ps::data::ParseTfExampleSpec(r), "spec"));
   ps::data::TfExampleDecoder decoder(spec);
   ps::data::Row row;
   double best = 0, best_cpu = 0;
@@ -156,10 +171,11 @@ int ParseCommand(const Options& o) {
     best = std::max(best, n / Seconds(t0, Clock::now()));
     best_cpu = std::max(best_cpu, n / (ThreadCpuSeconds() - c0));
   }
-  std::printf("tf.Example decode only, one thread: %zu records (%.0f bytes, %.1f ids each): %.0f examples per "
-              "CPU second, %.0f examples/s wall (best of %d)\n",
-              records.size(), static_cast<double>(bytes) / static_cast<double>(records.size()),
-              static_cast<double>(ids) / static_cast<double>(records.size()), best_cpu, best, o.repeat);
+  std::printf(
+      "tf.Example decode only, one thread: %zu records (%.0f bytes, %.1f ids each): %.0f examples per "
+      "CPU second, %.0f examples/s wall (best of %d)\n",
+      records.size(), static_cast<double>(bytes) / static_cast<double>(records.size()),
+      static_cast<double>(ids) / static_cast<double>(records.size()), best_cpu, best, o.repeat);
   // (2) the whole pipeline, per format.
   std::printf("%-12s %12s %10s %14s %10s\n", "format", "examples", "MB", "examples/s", "MB/s");
   for (const auto& [name, out] : outputs.items()) {
@@ -181,11 +197,13 @@ int StreamCommand(const Options& o) {
   const double rss_before = PeakRssMiB();
   const double gb = static_cast<double>(FileBytes(config, o.data)) / 1e9;
   auto [n, sec] = Pass(config, o.data, true);
-  std::printf("streamed %s: %zu files, %.2f GB, %lld examples in %.1f s (%.0f examples/s, %.0f MB/s), "
-              "shuffle_buffer %lld\n",
-              o.format.c_str(), config["files"].size(), gb, static_cast<long long>(n), sec,
-              static_cast<double>(n) / sec, gb * 1e3 / sec, static_cast<long long>(o.shuffle_buffer));
-  std::printf("peak RSS: %.1f MiB (%.1f MiB before opening the data set)\n", PeakRssMiB(), rss_before);
+  std::printf(
+      "streamed %s: %zu files, %.2f GB, %lld examples in %.1f s (%.0f examples/s, %.0f MB/s), "
+      "shuffle_buffer %lld\n",
+      o.format.c_str(), config["files"].size(), gb, static_cast<long long>(n), sec,
+      static_cast<double>(n) / sec, gb * 1e3 / sec, static_cast<long long>(o.shuffle_buffer));
+  std::printf("peak RSS: %.1f MiB (%.1f MiB before opening the data set)\n", PeakRssMiB(),
+              rss_before);
   return 0;
 }
 
@@ -204,25 +222,31 @@ int WriteJobCommand(const Options& o) {
 }
 
 int AucCommand(const Options& o) {
-  if (o.job.empty() || o.pstrain.empty() || o.workers < 1) Die("auc needs --job FILE, --pstrain PATH, --workers N >= 1");
+  if (o.job.empty() || o.pstrain.empty() || o.workers < 1)
+    Die("auc needs --job FILE, --pstrain PATH, --workers N >= 1");
   std::string tmpl = (fs::temp_directory_path() / "bench-data-XXXXXX").string();
   if (::mkdtemp(tmpl.data()) == nullptr) Die("mkdtemp failed");
   const fs::path dir = tmpl;
   auto ports = ps::bench::FreePorts(3 + o.workers);
   auto addr = [&](size_t i) { return "127.0.0.1:" + std::to_string(ports[i]); };
-  Json cluster = {{"cluster", {{"chief", {addr(0)}}, {"ps", {addr(1), addr(2)}}, {"worker", Json::array()}}}};
-  for (int w = 0; w < o.workers; ++w) cluster["cluster"]["worker"].push_back(addr(3 + static_cast<size_t>(w)));
+  Json cluster = {
+      {"cluster", {{"chief", {addr(0)}}, {"ps", {addr(1), addr(2)}}, {"worker", Json::array()}}}};
+  for (int w = 0; w < o.workers; ++w)
+    cluster["cluster"]["worker"].push_back(addr(3 + static_cast<size_t>(w)));
   Json job = Must(ps::ReadJsonFile(o.job), o.job);
   job["model_dir"] = (dir / "model").string();
   if (!o.update.empty()) job["update"] = Must(ps::ParseJson(o.update, "--update"), "--update");
   ps::bench::WriteFile(dir / "cluster.json", cluster.dump(2));
   ps::bench::WriteFile(dir / "job.json", job.dump(2));
   auto t0 = Clock::now();
-  int rc = ps::bench::RunProcess({fs::absolute(o.pstrain).string(), "local", "--cluster",
-                                  (dir / "cluster.json").string(), "--job", (dir / "job.json").string()},
-                                 dir / "pstrain.log");
+  int rc =
+      ps::bench::RunProcess({fs::absolute(o.pstrain).string(), "local", "--cluster",
+                             (dir / "cluster.json").string(), "--job", (dir / "job.json").string()},
+                            dir / "pstrain.log");
   const double sec = Seconds(t0, Clock::now());
-  if (rc != 0) Die("pstrain local exited " + std::to_string(rc) + ":\n" + ps::bench::Tail(dir / "pstrain.log", 20));
+  if (rc != 0)
+    Die("pstrain local exited " + std::to_string(rc) + ":\n" +
+        ps::bench::Tail(dir / "pstrain.log", 20));
   std::ifstream f(dir / "model" / "train_metrics.jsonl");
   Json final_eval;
   for (std::string line; std::getline(f, line);) {
@@ -231,8 +255,10 @@ int AucCommand(const Options& o) {
   }
   if (!final_eval.contains("auc")) Die("no final_eval auc in " + (dir / "model").string());
   std::printf("%-12s %-8s auc %.5f on %lld eval examples, %lld steps in %.1f s\n",
-              job["train_data"].value("format", "?").c_str(), job["train_data"].contains("files") ? "streamed" : "memory",
-              final_eval["auc"].get<double>(), static_cast<long long>(final_eval["examples"].get<int64_t>()),
+              job["train_data"].value("format", "?").c_str(),
+              job["train_data"].contains("files") ? "streamed" : "memory",
+              final_eval["auc"].get<double>(),
+              static_cast<long long>(final_eval["examples"].get<int64_t>()),
               static_cast<long long>(final_eval["step"].get<int64_t>()), sec);
   fs::remove_all(dir);
   return 0;

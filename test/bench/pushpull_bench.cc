@@ -57,7 +57,6 @@
 #include <thread>
 #include <vector>
 
-#include "test/bench/bench_util.h"
 #include "libps/model/blas.h"
 #include "libps/model/initializer.h"
 #include "libps/net/tls.h"
@@ -65,6 +64,7 @@
 #include "libps/server/service.h"
 #include "libps/server/store.h"
 #include "libps/server/wire_specs.h"
+#include "test/bench/bench_util.h"
 
 namespace {
 
@@ -155,7 +155,8 @@ int RawListen(uint16_t* port) {
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   a.sin_port = 0;
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd, 4) != 0) {
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::listen(fd, 4) != 0) {
     Die(std::string("raw listen: ") + std::strerror(errno));
   }
   socklen_t len = sizeof a;
@@ -181,7 +182,8 @@ int RawConnect(uint16_t port) {
 
 std::shared_ptr<ps::net::TlsContext> LoadTls(const std::string& dir, const std::string& name) {
   if (dir.empty()) return nullptr;
-  return Must(ps::net::TlsContext::Load(dir + "/" + name + ".pem", dir + "/" + name + ".key", dir + "/ca.pem"),
+  return Must(ps::net::TlsContext::Load(dir + "/" + name + ".pem", dir + "/" + name + ".key",
+                                        dir + "/ca.pem"),
               "TLS certificates in " + dir);
 }
 
@@ -204,7 +206,8 @@ int Serve(const std::string& tls_dir, uint64_t early_apply_min_bytes) {
     const std::vector<ps::proto::Slice>* items = nullptr;
     if (auto* m = std::get_if<ps::proto::Push>(&req.envelope.body)) op = 'u', items = &m->items;
     if (auto* m = std::get_if<ps::proto::Pull>(&req.envelope.body)) op = 'l', items = &m->items;
-    if (items != nullptr && items->size() == 1) bytes = std::strtoull(items->front().var.c_str() + 1, nullptr, 10);
+    if (items != nullptr && items->size() == 1)
+      bytes = std::strtoull(items->front().var.c_str() + 1, nullptr, 10);
     auto t0 = Clock::now();
     service.Handle(std::move(req), std::move(resp));
     double sec = Seconds(t0, Clock::now());
@@ -225,19 +228,20 @@ int Serve(const std::string& tls_dir, uint64_t early_apply_min_bytes) {
   uint16_t raw_port = 0;
   int raw_fd = RawListen(&raw_port);
   std::thread raw([raw_fd] { RawServe(raw_fd); });
-  std::printf("ports %u %u %u\n", static_cast<unsigned>((*server)->port()), static_cast<unsigned>(raw_port),
+  std::printf("ports %u %u %u\n", static_cast<unsigned>((*server)->port()),
+              static_cast<unsigned>(raw_port),
               tls_server ? static_cast<unsigned>(tls_server->port()) : 0u);
   std::fflush(stdout);
   char c;
-  while (::read(0, &c, 1) > 0) {
-  }  // until the parent closes our stdin
+  while (::read(0, &c, 1) > 0) {}  // until the parent closes our stdin
   if (tls_server) tls_server->Close();
   (*server)->Close();
   {
     std::lock_guard lock(stats_mu);
     for (const auto& [key, st] : stats) {
-      std::printf("handler %c %llu %lld %.9f\n", key.first, static_cast<unsigned long long>(key.second),
-                  static_cast<long long>(st.first), st.second);
+      std::printf("handler %c %llu %lld %.9f\n", key.first,
+                  static_cast<unsigned long long>(key.second), static_cast<long long>(st.first),
+                  st.second);
     }
     std::printf("end\n");
     std::fflush(stdout);
@@ -287,7 +291,8 @@ Child Spawn(const std::string& tls_dir, uint64_t early_apply_min_bytes) {
   while (::read(out[0], &ch, 1) == 1 && ch != '\n') line += ch;
   c.from_child = out[0];
   unsigned a = 0, b = 0, t = 0;
-  if (std::sscanf(line.c_str(), "ports %u %u %u", &a, &b, &t) != 3) Die("the --serve child did not start: " + line);
+  if (std::sscanf(line.c_str(), "ports %u %u %u", &a, &b, &t) != 3)
+    Die("the --serve child did not start: " + line);
   c.ps_port = static_cast<uint16_t>(a);
   c.raw_port = static_cast<uint16_t>(b);
   c.tls_port = static_cast<uint16_t>(t);
@@ -350,15 +355,24 @@ Options Parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&] { return FlagValue(argc, argv, &i); };
-    if (a == "--sizes") sizes = next();
-    else if (a == "--seconds") o.seconds = std::atof(next().c_str());
-    else if (a == "--rounds") o.rounds = std::atoi(next().c_str());
-    else if (a == "--optimizer") o.optimizer = next();
-    else if (a == "--tls-dir") o.tls_dir = next();
-    else if (a == "--no-caller-reads") o.caller_reads = false;
-    else if (a == "--early-apply-min-kib") o.early_apply_min_bytes = std::strtoull(next().c_str(), nullptr, 10) << 10;
-    else Die("unknown flag " + a + " (flags: --sizes --seconds --rounds --optimizer --tls-dir --no-caller-reads "
-             "--early-apply-min-kib)");
+    if (a == "--sizes")
+      sizes = next();
+    else if (a == "--seconds")
+      o.seconds = std::atof(next().c_str());
+    else if (a == "--rounds")
+      o.rounds = std::atoi(next().c_str());
+    else if (a == "--optimizer")
+      o.optimizer = next();
+    else if (a == "--tls-dir")
+      o.tls_dir = next();
+    else if (a == "--no-caller-reads")
+      o.caller_reads = false;
+    else if (a == "--early-apply-min-kib")
+      o.early_apply_min_bytes = std::strtoull(next().c_str(), nullptr, 10) << 10;
+    else
+      Die("unknown flag " + a +
+          " (flags: --sizes --seconds --rounds --optimizer --tls-dir --no-caller-reads "
+          "--early-apply-min-kib)");
   }
   size_t pos = 0;
   while (pos <= sizes.size()) {
@@ -370,7 +384,6 @@ Options Parse(int argc, char** argv) {
   if (o.seconds <= 0 || o.rounds < 1) Die("bad flag value");
   return o;
 }
-
 
 int Run(const Options& opt) {
   ps::model::SetBlasThreads(1);
@@ -397,8 +410,8 @@ int Run(const Options& opt) {
   // One variable per size: [bytes / 4096, 1024] float32, zeros, SGD on the ps.
   ps::proto::CreateShards create;
   const ps::Json optimizer_json = Must(ps::ParseJson(opt.optimizer, "--optimizer"), "--optimizer");
-  create.optimizer =
-      ps::server::OptimizerToWire(Must(ps::server::ParseOptimizer(optimizer_json, "--optimizer"), "--optimizer"));
+  create.optimizer = ps::server::OptimizerToWire(
+      Must(ps::server::ParseOptimizer(optimizer_json, "--optimizer"), "--optimizer"));
   for (uint64_t bytes : opt.sizes) {
     const auto rows = static_cast<int64_t>(bytes / 4096);
     create.shards.push_back(ps::server::ShardDefToWire({.layout = {.var = VarName(bytes),
@@ -417,11 +430,14 @@ int Run(const Options& opt) {
   uint64_t max_bytes = *std::max_element(opt.sizes.begin(), opt.sizes.end());
   std::vector<float> grad(max_bytes / 4, 1.0f), pulled(max_bytes / 4, 0.0f);
 
-  std::printf("load average at start: %s (%u cores)\n", ps::bench::LoadAverage().c_str(), std::thread::hardware_concurrency());
-  std::printf("one ps + one worker process over 127.0.0.1, one request at a time; median of %d rounds of %.2f s; "
-              "ps optimizer %s\n", opt.rounds, opt.seconds, opt.optimizer.c_str());
-  std::printf("%-8s %10s %10s %6s   %10s %10s %6s\n", "size", "push GB/s", "raw GB/s", "ratio", "pull GB/s",
-              "raw GB/s", "ratio");
+  std::printf("load average at start: %s (%u cores)\n", ps::bench::LoadAverage().c_str(),
+              std::thread::hardware_concurrency());
+  std::printf(
+      "one ps + one worker process over 127.0.0.1, one request at a time; median of %d rounds of %.2f s; "
+      "ps optimizer %s\n",
+      opt.rounds, opt.seconds, opt.optimizer.c_str());
+  std::printf("%-8s %10s %10s %6s   %10s %10s %6s\n", "size", "push GB/s", "raw GB/s", "ratio",
+              "pull GB/s", "raw GB/s", "ratio");
   std::map<uint64_t, std::pair<double, double>> ratio_of;  // size -> median push, pull ratio
   int64_t pushes = 0;
   std::map<uint64_t, std::array<double, 4>> best_of;  // size -> median GB/s of the 4 columns
@@ -463,7 +479,8 @@ int Run(const Options& opt) {
       if (!ReadFull(raw, pulled.data(), bytes)) Die("raw server closed");
     };
 
-    std::array<std::vector<double>, 4> runs, tls_runs;  // tls_runs: push, push ratio, pull, pull ratio
+    std::array<std::vector<double>, 4> runs,
+        tls_runs;  // tls_runs: push, push ratio, pull, pull ratio
     std::vector<double> push_ratios, pull_ratios;
     for (int r = 0; r < opt.rounds; ++r) {
       runs[0].push_back(Measure(bytes, opt.seconds, push));
@@ -480,18 +497,20 @@ int Run(const Options& opt) {
       }
     }
     if (tls_client) {
-      tls_of[bytes] = {Median(tls_runs[0]), Median(tls_runs[1]), Median(tls_runs[2]), Median(tls_runs[3])};
+      tls_of[bytes] = {Median(tls_runs[0]), Median(tls_runs[1]), Median(tls_runs[2]),
+                       Median(tls_runs[3])};
     }
     double best[4];
     for (int c = 0; c < 4; ++c) best[c] = Median(runs[static_cast<size_t>(c)]);
     // From zeros with a gradient of 1 everywhere, every value has moved down alike.
     pull();
-    if (!(pulled[0] < 0.0f) || pulled[0] != pulled[floats - 1]) Die("pulled values are not the pushed updates");
+    if (!(pulled[0] < 0.0f) || pulled[0] != pulled[floats - 1])
+      Die("pulled values are not the pushed updates");
     best_of[bytes] = {best[0], best[1], best[2], best[3]};
     double push_ratio = Median(push_ratios), pull_ratio = Median(pull_ratios);
     ratio_of[bytes] = {push_ratio, pull_ratio};
-    std::printf("%-8s %10.3f %10.3f %6.2f   %10.3f %10.3f %6.2f\n", SizeName(bytes).c_str(), best[0], best[1],
-                push_ratio, best[2], best[3], pull_ratio);
+    std::printf("%-8s %10.3f %10.3f %6.2f   %10.3f %10.3f %6.2f\n", SizeName(bytes).c_str(),
+                best[0], best[1], push_ratio, best[2], best[3], pull_ratio);
     std::fflush(stdout);
   }
   std::printf("load average at end: %s\n", ps::bench::LoadAverage().c_str());
@@ -504,8 +523,8 @@ int Run(const Options& opt) {
     if (bytes == (64u << 20)) target = 0.95;
     if (target == 0) continue;
     auto verdict = [&](double r) { return r >= target ? "met" : "NOT met"; };
-    std::printf("target %s: ratio >= %.2f: push %.2f %s, pull %.2f %s\n", SizeName(bytes).c_str(), target,
-                ratios.first, verdict(ratios.first), ratios.second, verdict(ratios.second));
+    std::printf("target %s: ratio >= %.2f: push %.2f %s, pull %.2f %s\n", SizeName(bytes).c_str(),
+                target, ratios.first, verdict(ratios.first), ratios.second, verdict(ratios.second));
   }
 
   ::close(raw);
@@ -521,7 +540,8 @@ int Run(const Options& opt) {
       unsigned long long bytes;
       long long count;
       double sec;
-      if (std::sscanf(line, "handler %c %llu %lld %lf", &op, &bytes, &count, &sec) == 4 && count > 0) {
+      if (std::sscanf(line, "handler %c %llu %lld %lf", &op, &bytes, &count, &sec) == 4 &&
+          count > 0) {
         handler_us[{op, bytes}] = 1e6 * sec / static_cast<double>(count);
       }
     }
@@ -532,21 +552,24 @@ int Run(const Options& opt) {
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) Die("the --serve child failed");
 
   std::printf("\nper transfer, us (median rounds): rpc = ps handler (mean) + transport and wire\n");
-  std::printf("%-8s %10s %10s %10s   %10s %10s %10s\n", "size", "push rpc", "handler", "raw", "pull rpc", "handler",
-              "raw");
+  std::printf("%-8s %10s %10s %10s   %10s %10s %10s\n", "size", "push rpc", "handler", "raw",
+              "pull rpc", "handler", "raw");
   for (const auto& [bytes, b] : best_of) {
     auto us = [&](double gbps) { return static_cast<double>(bytes) / gbps / 1e3; };
-    std::printf("%-8s %10.0f %10.0f %10.0f   %10.0f %10.0f %10.0f\n", SizeName(bytes).c_str(), us(b[0]),
-                handler_us[{'u', bytes}], us(b[1]), us(b[2]), handler_us[{'l', bytes}], us(b[3]));
+    std::printf("%-8s %10.0f %10.0f %10.0f   %10.0f %10.0f %10.0f\n", SizeName(bytes).c_str(),
+                us(b[0]), handler_us[{'u', bytes}], us(b[1]), us(b[2]), handler_us[{'l', bytes}],
+                us(b[3]));
   }
   std::printf("(plain TCP calls that read their reply on the calling thread: %llu of them)\n",
               static_cast<unsigned long long>(client->caller_reads_for_testing()));
   if (!tls_of.empty()) {
-    std::printf("\nmutual TLS (%s), same ps and rounds; ratio = TLS / plain TCP rpc (median of rounds)\n",
-                "TLS 1.3, ECDSA P-256 certificates, OpenSSL's default cipher suite");
+    std::printf(
+        "\nmutual TLS (%s), same ps and rounds; ratio = TLS / plain TCP rpc (median of rounds)\n",
+        "TLS 1.3, ECDSA P-256 certificates, OpenSSL's default cipher suite");
     std::printf("%-8s %10s %6s   %10s %6s\n", "size", "push GB/s", "ratio", "pull GB/s", "ratio");
     for (const auto& [bytes, t] : tls_of) {
-      std::printf("%-8s %10.3f %6.2f   %10.3f %6.2f\n", SizeName(bytes).c_str(), t[0], t[1], t[2], t[3]);
+      std::printf("%-8s %10.3f %6.2f   %10.3f %6.2f\n", SizeName(bytes).c_str(), t[0], t[1], t[2],
+                  t[3]);
     }
   }
   return 0;
@@ -555,6 +578,7 @@ int Run(const Options& opt) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc == 4 && std::string(argv[1]) == "--serve") return Serve(argv[2], std::strtoull(argv[3], nullptr, 10));
+  if (argc == 4 && std::string(argv[1]) == "--serve")
+    return Serve(argv[2], std::strtoull(argv[3], nullptr, 10));
   return Run(Parse(argc, argv));
 }

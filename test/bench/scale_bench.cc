@@ -51,13 +51,13 @@
 #include <thread>
 #include <vector>
 
-#include "test/bench/bench_util.h"
-#include "test/bench/cluster_run.h"
 #include "libps/cluster/tf_config.h"
 #include "libps/core/json.h"
 #include "libps/net/transport.h"
 #include "libps/server/optimizer.h"
 #include "libps/server/wire_specs.h"
+#include "test/bench/bench_util.h"
+#include "test/bench/cluster_run.h"
 
 namespace {
 
@@ -131,38 +131,56 @@ Options Parse(int argc, char** argv) {
   for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&] { return FlagValue(argc, argv, &i); };
-    if (a == "--pstrain") o.pstrain = next();
-    else if (a == "--ps") o.ps_binary = next();
-    else if (a == "--job") o.job = next();
-    else if (a == "--workers") o.workers = std::atoi(next().c_str());
+    if (a == "--pstrain")
+      o.pstrain = next();
+    else if (a == "--ps")
+      o.ps_binary = next();
+    else if (a == "--job")
+      o.job = next();
+    else if (a == "--workers")
+      o.workers = std::atoi(next().c_str());
     else if (a == "--fake-compute-ms") {
       auto v = NumberList(next(), "--fake-compute-ms");
       o.chief_fake_ms = v;
       o.fanout_fake_ms = v.front();
     } else if (a == "--steps-per-dispatch") {
       o.steps_per_dispatch.clear();
-      for (double v : NumberList(next(), "--steps-per-dispatch")) o.steps_per_dispatch.push_back(static_cast<int>(v));
-    }
-    else if (a == "--log-every") o.chief_log_every = o.log_every = std::atoll(next().c_str());
-    else if (a == "--warmup") o.warmup = std::atof(next().c_str()), warmup_set = true;
-    else if (a == "--seconds") o.seconds = std::atof(next().c_str()), seconds_set = true;
-    else if (a == "--clients") o.clients = std::atoi(next().c_str());
-    else if (a == "--depth") o.depth = std::atoi(next().c_str());
-    else if (a == "--bytes") o.bytes = std::atoll(next().c_str());
-    else if (a == "--ps-cpu") o.ps_cpu = std::atoi(next().c_str());
-    else if (a == "--client-cpu") o.client_cpu = std::atoi(next().c_str());
-    else if (a == "--ps-tasks") o.ps_tasks = NumberList(next(), "--ps-tasks");
-    else if (a == "--combine") o.combine = NumberList(next(), "--combine");
-    else if (a == "--steps") o.steps = std::atoll(next().c_str());
-    else if (a == "--skip-steps") o.skip_steps = std::atoll(next().c_str());
-    else Die("unknown flag " + a);
+      for (double v : NumberList(next(), "--steps-per-dispatch"))
+        o.steps_per_dispatch.push_back(static_cast<int>(v));
+    } else if (a == "--log-every")
+      o.chief_log_every = o.log_every = std::atoll(next().c_str());
+    else if (a == "--warmup")
+      o.warmup = std::atof(next().c_str()), warmup_set = true;
+    else if (a == "--seconds")
+      o.seconds = std::atof(next().c_str()), seconds_set = true;
+    else if (a == "--clients")
+      o.clients = std::atoi(next().c_str());
+    else if (a == "--depth")
+      o.depth = std::atoi(next().c_str());
+    else if (a == "--bytes")
+      o.bytes = std::atoll(next().c_str());
+    else if (a == "--ps-cpu")
+      o.ps_cpu = std::atoi(next().c_str());
+    else if (a == "--client-cpu")
+      o.client_cpu = std::atoi(next().c_str());
+    else if (a == "--ps-tasks")
+      o.ps_tasks = NumberList(next(), "--ps-tasks");
+    else if (a == "--combine")
+      o.combine = NumberList(next(), "--combine");
+    else if (a == "--steps")
+      o.steps = std::atoll(next().c_str());
+    else if (a == "--skip-steps")
+      o.skip_steps = std::atoll(next().c_str());
+    else
+      Die("unknown flag " + a);
   }
   if (o.command == "ps") {
     if (!warmup_set) o.warmup = 1;
     if (!seconds_set) o.seconds = 5;
   }
-  if (o.workers < 1 || o.chief_log_every < 1 || o.log_every < 1 || o.warmup < 0 ||
-      o.seconds <= 0 || o.clients < 1 || o.depth < 1 || o.bytes < 4 || o.bytes % 4 != 0 || o.steps < 1 || o.skip_steps < 0) {
+  if (o.workers < 1 || o.chief_log_every < 1 || o.log_every < 1 || o.warmup < 0 || o.seconds <= 0 ||
+      o.clients < 1 || o.depth < 1 || o.bytes < 4 || o.bytes % 4 != 0 || o.steps < 1 ||
+      o.skip_steps < 0) {
     Die("bad flag value");
   }
   for (int spd : o.steps_per_dispatch) {
@@ -230,7 +248,8 @@ ChiefResult RunChiefOnce(const Options& o, double fake_ms, int steps_per_pack) {
     if (run.lines[i].all_cpu()) to = i;
   }
   auto cpu = ps::bench::CpuMsPerStep(run, from, to);
-  if (cpu.empty()) Die("chief: no measuring window in " + run.dir.string() + " (longer --seconds?)");
+  if (cpu.empty())
+    Die("chief: no measuring window in " + run.dir.string() + " (longer --seconds?)");
   const auto& a = run.lines[from].metrics;
   const auto& b = run.lines[to].metrics;
   const double steps = static_cast<double>(b["step"].get<int64_t>() - a["step"].get<int64_t>());
@@ -241,10 +260,10 @@ ChiefResult RunChiefOnce(const Options& o, double fake_ms, int steps_per_pack) {
   std::vector<std::pair<std::string, double>> others = {{"ps", SumCpu(cpu, "ps:")},
                                                         {"workers", SumCpu(cpu, "worker:")},
                                                         {"launcher", SumCpu(cpu, "launcher")}};
-  std::printf("%7.1f %6d %9.0f %9.0f %9.0f %10.1f %8.3f %11.0f   %s (%s)\n", fake_ms, steps_per_pack,
-              o.workers * (fake_ms > 0 ? 1000.0 / fake_ms : 0.0), steps / sec, r.packs_per_sec, r.chief_us,
-              r.chief_us * r.packs_per_sec / 1e6, 1e6 / r.chief_us, CpuText(others, per_pack).c_str(),
-              ps::bench::LoadAverage().c_str());
+  std::printf("%7.1f %6d %9.0f %9.0f %9.0f %10.1f %8.3f %11.0f   %s (%s)\n", fake_ms,
+              steps_per_pack, o.workers * (fake_ms > 0 ? 1000.0 / fake_ms : 0.0), steps / sec,
+              r.packs_per_sec, r.chief_us, r.chief_us * r.packs_per_sec / 1e6, 1e6 / r.chief_us,
+              CpuText(others, per_pack).c_str(), ps::bench::LoadAverage().c_str());
   std::fflush(stdout);
   fs::remove_all(run.dir);
   return r;
@@ -252,13 +271,15 @@ ChiefResult RunChiefOnce(const Options& o, double fake_ms, int steps_per_pack) {
 
 int RunChief(const Options& o) {
   if (o.pstrain.empty()) Die("chief: --pstrain is required");
-  std::printf("chief: 1 ps + %d workers with fake compute, a tiny job (logistic regression over 8 features, batch 1);\n"
-              "window: %.0f s after %.0f s of warm-up. \"1 core\": the packs/s one core of chief CPU would dispatch\n",
-              o.workers, o.seconds, o.warmup);
-  std::printf("%7s %6s %9s %9s %9s %10s %8s %11s   %s\n", "fake ms", "steps", "steps/s", "steps/s", "packs/s",
-              "chief µs", "chief", "1 core", "CPU µs per pack of the others (load average)");
-  std::printf("%7s %6s %9s %9s %9s %10s %8s %11s\n", "", "/pack", "wanted", "measured", "", "per pack", "cores",
-              "packs/s");
+  std::printf(
+      "chief: 1 ps + %d workers with fake compute, a tiny job (logistic regression over 8 features, batch 1);\n"
+      "window: %.0f s after %.0f s of warm-up. \"1 core\": the packs/s one core of chief CPU would dispatch\n",
+      o.workers, o.seconds, o.warmup);
+  std::printf("%7s %6s %9s %9s %9s %10s %8s %11s   %s\n", "fake ms", "steps", "steps/s", "steps/s",
+              "packs/s", "chief µs", "chief", "1 core",
+              "CPU µs per pack of the others (load average)");
+  std::printf("%7s %6s %9s %9s %9s %10s %8s %11s\n", "", "/pack", "wanted", "measured", "",
+              "per pack", "cores", "packs/s");
   std::vector<ChiefResult> results;
   for (double fake_ms : o.chief_fake_ms) {
     for (int spd : o.steps_per_dispatch) results.push_back(RunChiefOnce(o, fake_ms, spd));
@@ -274,15 +295,18 @@ int RunChief(const Options& o) {
     most_us = std::max(most_us, r.chief_us);
   }
   const double steps_needed = 1000.0 * 100.0;
-  std::printf("summary: most packs/s here %.0f (%d workers, %d step(s)/pack, fake %.1f ms): chief %.1f µs CPU per pack; "
-              "target 1,000 workers x 100 steps/s = %.0f steps/s:",
-              fastest->packs_per_sec, o.workers, fastest->steps_per_pack, fastest->fake_ms, fastest->chief_us,
-              steps_needed);
+  std::printf(
+      "summary: most packs/s here %.0f (%d workers, %d step(s)/pack, fake %.1f ms): chief %.1f µs CPU per pack; "
+      "target 1,000 workers x 100 steps/s = %.0f steps/s:",
+      fastest->packs_per_sec, o.workers, fastest->steps_per_pack, fastest->fake_ms,
+      fastest->chief_us, steps_needed);
   for (int spd : {10, 1}) {
     const double packs = steps_needed / spd;
-    std::printf(" %d step(s)/pack: %.0f packs/s x %.1f µs = %.2f chief cores (x %.1f µs, the most per pack "
-                "measured: %.2f);",
-                spd, packs, fastest->chief_us, packs * fastest->chief_us / 1e6, most_us, packs * most_us / 1e6);
+    std::printf(
+        " %d step(s)/pack: %.0f packs/s x %.1f µs = %.2f chief cores (x %.1f µs, the most per pack "
+        "measured: %.2f);",
+        spd, packs, fastest->chief_us, packs * fastest->chief_us / 1e6, most_us,
+        packs * most_us / 1e6);
   }
   std::printf("\n");
   return 0;
@@ -295,7 +319,8 @@ void PinTo(int cpu, const char* who) {
   cpu_set_t set;
   CPU_ZERO(&set);
   CPU_SET(cpu, &set);
-  if (::sched_setaffinity(0, sizeof set, &set) != 0) Die(std::string("cannot pin ") + who + " to CPU " + std::to_string(cpu));
+  if (::sched_setaffinity(0, sizeof set, &set) != 0)
+    Die(std::string("cannot pin ") + who + " to CPU " + std::to_string(cpu));
 }
 
 int RunPs(const Options& o) {
@@ -307,8 +332,10 @@ int RunPs(const Options& o) {
   auto addr = [&](size_t i) { return "127.0.0.1:" + std::to_string(ports[i]); };
   Json cluster = {{"chief", {addr(0)}}, {"ps", {addr(1)}}, {"worker", Json::array()}};
   for (int w = 0; w < o.clients; ++w) cluster["worker"].push_back(addr(2 + static_cast<size_t>(w)));
-  const uint64_t cluster_id = ps::cluster::ClusterId(Must(ps::cluster::ParseClusterSpec(cluster, "cluster"), "cluster"));
-  const std::string tf_config = Json{{"cluster", cluster}, {"task", {{"type", "ps"}, {"index", 0}}}}.dump();
+  const uint64_t cluster_id =
+      ps::cluster::ClusterId(Must(ps::cluster::ParseClusterSpec(cluster, "cluster"), "cluster"));
+  const std::string tf_config =
+      Json{{"cluster", cluster}, {"task", {{"type", "ps"}, {"index", 0}}}}.dump();
 
   std::string tmpl = (fs::temp_directory_path() / "bench-scale-ps-XXXXXX").string();
   if (::mkdtemp(tmpl.data()) == nullptr) Die("mkdtemp failed");
@@ -340,13 +367,15 @@ int RunPs(const Options& o) {
     co.peer_name = "ps:0";
     co.identity = {role, index, cluster_id, std::nullopt};
     co.connect_deadline = std::chrono::seconds(20);
-    return Must(ps::net::Client::Connect(runtime, co), "connecting to pstrain-ps (log " + log.string() + ")");
+    return Must(ps::net::Client::Connect(runtime, co),
+                "connecting to pstrain-ps (log " + log.string() + ")");
   };
   auto chief = connect(ps::proto::Role::kChief, 0);
   const int64_t floats = o.bytes / 4;
   ps::proto::CreateShards create;
   create.optimizer = ps::server::OptimizerToWire(
-      Must(ps::server::ParseOptimizer(Json{{"type", "sgd"}, {"learning_rate", 0.01}}, "optimizer"), "optimizer"));
+      Must(ps::server::ParseOptimizer(Json{{"type", "sgd"}, {"learning_rate", 0.01}}, "optimizer"),
+           "optimizer"));
   create.shards.push_back(ps::server::ShardDefToWire({.layout = {.var = "v",
                                                                  .shard = 0,
                                                                  .num_shards = 1,
@@ -369,7 +398,8 @@ int RunPs(const Options& o) {
   for (int w = 0; w < o.clients; ++w) clients.push_back(connect(ps::proto::Role::kWorker, w));
   std::vector<Loop> loops;
   for (int k = 0; k < o.clients * o.depth; ++k) {
-    loops.push_back({clients[static_cast<size_t>(k % o.clients)], std::vector<float>(static_cast<size_t>(floats))});
+    loops.push_back({clients[static_cast<size_t>(k % o.clients)],
+                     std::vector<float>(static_cast<size_t>(floats))});
   }
   std::atomic<int64_t> done{0};
   std::atomic<bool> stop{false};
@@ -381,24 +411,27 @@ int RunPs(const Options& o) {
   pull.items.push_back({.var = "v", .shard = 0, .all_rows = true, .rows = {}});
   std::function<void(size_t)> issue = [&](size_t i) {
     std::vector<std::span<std::byte>> into{std::as_writable_bytes(std::span(loops[i].into))};
-    loops[i].client->CallAsync(pull, {}, std::move(into), ps::net::Millis{0}, [&, i](ps::Result<ps::net::Reply> r) {
-      if (!r.ok() || stop.load()) {
-        std::lock_guard lock(mu);
-        if (!r.ok() && first_error.ok()) first_error = r.status();
-        if (--running == 0) cv.notify_all();
-        return;
-      }
-      done.fetch_add(1);
-      issue(i);
-    });
+    loops[i].client->CallAsync(pull, {}, std::move(into), ps::net::Millis{0},
+                               [&, i](ps::Result<ps::net::Reply> r) {
+                                 if (!r.ok() || stop.load()) {
+                                   std::lock_guard lock(mu);
+                                   if (!r.ok() && first_error.ok()) first_error = r.status();
+                                   if (--running == 0) cv.notify_all();
+                                   return;
+                                 }
+                                 done.fetch_add(1);
+                                 issue(i);
+                               });
   };
   for (size_t i = 0; i < loops.size(); ++i) issue(i);
   std::this_thread::sleep_for(std::chrono::duration<double>(o.warmup));
-  const double self0 = ps::bench::ProcessCpuSeconds(::getpid()), ps0 = ps::bench::ProcessCpuSeconds(ps_pid);
+  const double self0 = ps::bench::ProcessCpuSeconds(::getpid()),
+               ps0 = ps::bench::ProcessCpuSeconds(ps_pid);
   const int64_t n0 = done.load();
   const auto t0 = Clock::now();
   std::this_thread::sleep_for(std::chrono::duration<double>(o.seconds));
-  const double self1 = ps::bench::ProcessCpuSeconds(::getpid()), ps1 = ps::bench::ProcessCpuSeconds(ps_pid);
+  const double self1 = ps::bench::ProcessCpuSeconds(::getpid()),
+               ps1 = ps::bench::ProcessCpuSeconds(ps_pid);
   const int64_t n1 = done.load();
   const double sec = Seconds(t0, Clock::now());
   stop = true;
@@ -410,7 +443,8 @@ int RunPs(const Options& o) {
   Check(chief->CallSync(ps::proto::Shutdown{"bench_scale ps: done", false}).status(), "Shutdown");
   int status = 0;
   ::waitpid(ps_pid, &status, 0);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) Die("pstrain-ps did not exit 0; log " + log.string());
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    Die("pstrain-ps did not exit 0; log " + log.string());
   loops.clear();
   clients.clear();
   chief.reset();
@@ -419,15 +453,19 @@ int RunPs(const Options& o) {
   const double pulls = static_cast<double>(n1 - n0);
   const double ps_us = 1e6 * (ps1 - ps0) / pulls, client_us = 1e6 * (self1 - self0) / pulls;
   const double ps_share = (ps1 - ps0) / sec;
-  std::printf("ps: pstrain-ps pinned to CPU %d, %d clients (one connection each, %d pull(s) in flight) pinned to CPU %d; "
-              "pulls of %lld bytes; %.1f s window after %.1f s\n",
-              o.ps_cpu, o.clients, o.depth, o.client_cpu, static_cast<long long>(o.bytes), o.seconds, o.warmup);
-  std::printf("pulls/s %.0f; ps CPU %.1f µs per pull (ps core busy %.2f); clients' CPU %.1f µs per pull; "
-              "load average %s\n",
-              pulls / sec, ps_us, ps_share, client_us, ps::bench::LoadAverage().c_str());
-  std::printf("summary: one ps core serves about %.0f small pulls/s (1e6 / %.1f µs of ps CPU per pull); measured %.0f/s "
-              "with the core %.0f%% busy\n",
-              1e6 / ps_us, ps_us, pulls / sec, 100 * ps_share);
+  std::printf(
+      "ps: pstrain-ps pinned to CPU %d, %d clients (one connection each, %d pull(s) in flight) pinned to CPU %d; "
+      "pulls of %lld bytes; %.1f s window after %.1f s\n",
+      o.ps_cpu, o.clients, o.depth, o.client_cpu, static_cast<long long>(o.bytes), o.seconds,
+      o.warmup);
+  std::printf(
+      "pulls/s %.0f; ps CPU %.1f µs per pull (ps core busy %.2f); clients' CPU %.1f µs per pull; "
+      "load average %s\n",
+      pulls / sec, ps_us, ps_share, client_us, ps::bench::LoadAverage().c_str());
+  std::printf(
+      "summary: one ps core serves about %.0f small pulls/s (1e6 / %.1f µs of ps CPU per pull); measured %.0f/s "
+      "with the core %.0f%% busy\n",
+      1e6 / ps_us, ps_us, pulls / sec, 100 * ps_share);
   return 0;
 }
 
@@ -453,13 +491,16 @@ FanoutResult RunFanout(const Options& o, const Json& base, int num_ps, bool comb
   for (const auto& l : run.lines) {
     if (l.metrics["step"].get<int64_t>() < o.skip_steps) continue;
     if (prev != nullptr) {
-      double steps = static_cast<double>(l.metrics["step"].get<int64_t>() - (*prev)["step"].get<int64_t>());
+      double steps =
+          static_cast<double>(l.metrics["step"].get<int64_t>() - (*prev)["step"].get<int64_t>());
       double sec = l.metrics["elapsed_sec"].get<double>() - (*prev)["elapsed_sec"].get<double>();
       if (steps > 0 && sec > 0) ms.push_back(1000 * sec / steps);
     }
     prev = &l.metrics;
   }
-  if (ms.size() < 3) Die("fanout: too few progress lines past step " + std::to_string(o.skip_steps) + " in " + run.dir.string());
+  if (ms.size() < 3)
+    Die("fanout: too few progress lines past step " + std::to_string(o.skip_steps) + " in " +
+        run.dir.string());
   FanoutResult r;
   r.step_ms = Median(ms);
   auto phases = ps::bench::WorkerPhases(run, o.skip_steps);
@@ -476,9 +517,11 @@ int RunFanouts(const Options& o) {
   Json base = Must(ps::ReadJsonFile(o.job), o.job);
   if (!base.is_object()) Die(o.job + ": expected a JSON object");
   if (!base.contains("base_dir")) base["base_dir"] = fs::absolute(o.job).parent_path().string();
-  std::printf("fanout: %s, 1 worker, fake_compute_ms %.1f, %lld steps, timed past step %lld\n", o.job.c_str(),
-              o.fanout_fake_ms, static_cast<long long>(o.steps), static_cast<long long>(o.skip_steps));
-  std::printf("%-9s %9s %8s   %-32s %s\n", "ps tasks", "step ms", "vs 1 ps", "data/pull/compute/push ms",
+  std::printf("fanout: %s, 1 worker, fake_compute_ms %.1f, %lld steps, timed past step %lld\n",
+              o.job.c_str(), o.fanout_fake_ms, static_cast<long long>(o.steps),
+              static_cast<long long>(o.skip_steps));
+  std::printf("%-9s %9s %8s   %-32s %s\n", "ps tasks", "step ms", "vs 1 ps",
+              "data/pull/compute/push ms",
               "CPU ms per step: worker, ps (all), chief, launcher (load average)");
   std::vector<int> order;
   for (double p : o.ps_tasks) order.push_back(static_cast<int>(p));
@@ -508,12 +551,12 @@ int RunFanouts(const Options& o) {
     char ratio[16] = "";
     if (one > 0) std::snprintf(ratio, sizeof ratio, "%.2f", r.step_ms / one);
     char ph[64];
-    std::snprintf(ph, sizeof ph, "%.2f/%.2f/%.2f/%.2f", r.phases.data_ms, r.phases.pull_ms, r.phases.compute_ms,
-                  r.phases.push_ms);
+    std::snprintf(ph, sizeof ph, "%.2f/%.2f/%.2f/%.2f", r.phases.data_ms, r.phases.pull_ms,
+                  r.phases.compute_ms, r.phases.push_ms);
     const std::string label = std::to_string(p) + (ab ? (combine ? " comb" : " sep") : "");
-    std::printf("%-9s %9.3f %8s   %-32s %.3f, %.3f, %.3f, %.3f (%s)\n", label.c_str(), r.step_ms, ratio, ph,
-                SumCpu(r.cpu, "worker:"),
-                SumCpu(r.cpu, "ps:"), SumCpu(r.cpu, "chief"), SumCpu(r.cpu, "launcher"), r.load.c_str());
+    std::printf("%-9s %9.3f %8s   %-32s %.3f, %.3f, %.3f, %.3f (%s)\n", label.c_str(), r.step_ms,
+                ratio, ph, SumCpu(r.cpu, "worker:"), SumCpu(r.cpu, "ps:"), SumCpu(r.cpu, "chief"),
+                SumCpu(r.cpu, "launcher"), r.load.c_str());
     std::fflush(stdout);
     if (one > 0 && p != 1) {
       char buf[64];
@@ -537,10 +580,14 @@ int main(int argc, char** argv) {
               std::thread::hardware_concurrency());
   std::fflush(stdout);
   int rc = 0;
-  if (o.command == "chief") rc = RunChief(o);
-  else if (o.command == "ps") rc = RunPs(o);
-  else if (o.command == "fanout") rc = RunFanouts(o);
-  else Die("unknown command " + o.command + " (chief, ps or fanout)");
+  if (o.command == "chief")
+    rc = RunChief(o);
+  else if (o.command == "ps")
+    rc = RunPs(o);
+  else if (o.command == "fanout")
+    rc = RunFanouts(o);
+  else
+    Die("unknown command " + o.command + " (chief, ps or fanout)");
   std::printf("load average at end: %s\n", ps::bench::LoadAverage().c_str());
   return rc;
 }

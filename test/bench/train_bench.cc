@@ -50,13 +50,13 @@
 #include <utility>
 #include <vector>
 
-#include "test/bench/bench_util.h"
-#include "test/bench/cluster_run.h"
 #include "libps/core/json.h"
+#include "libps/job/job.h"
 #include "libps/model/blas.h"
 #include "libps/server/store.h"
-#include "libps/job/job.h"
 #include "libps/worker/trainer.h"
+#include "test/bench/bench_util.h"
+#include "test/bench/cluster_run.h"
 
 namespace {
 
@@ -71,10 +71,10 @@ namespace fs = std::filesystem;
 using ps::bench::Median;
 
 struct RunResult {
-  double examples_per_sec = 0;  // median window
-  double overall = 0;           // all timed windows together
+  double examples_per_sec = 0;             // median window
+  double overall = 0;                      // all timed windows together
   std::vector<ps::bench::Phases> workers;  // per worker
-  double eval_accuracy = -1;    // the chief's final evaluation (clusters with eval_data kept)
+  double eval_accuracy = -1;  // the chief's final evaluation (clusters with eval_data kept)
   // CPU ms per global step of each process ("chief", "ps:0", "worker:0", ..., "launcher";
   // (a): "local"), over the timed windows.
   std::vector<std::pair<std::string, double>> cpu_ms_per_step;
@@ -97,7 +97,8 @@ RunResult RunLocal(const ps::job::JobSpec& job, int64_t warmup, int64_t steps, i
   for (const auto& s : plan.shards) {
     auto v = std::find_if(plan.variables.begin(), plan.variables.end(),
                           [&](const auto& d) { return d.name == s.layout.var; });
-    Check(store.Create({.layout = s.layout, .init = v->init, .seed = job.seed}), "Create " + s.layout.var);
+    Check(store.Create({.layout = s.layout, .init = v->init, .seed = job.seed}),
+          "Create " + s.layout.var);
   }
   std::vector<std::unique_ptr<ps::worker::PsLink>> links;
   links.push_back(ps::worker::LocalPsLink(&store));
@@ -147,7 +148,8 @@ RunResult RunCluster(const ps::job::JobSpec& job, int workers, const ClusterRunO
   j["log_every_steps"] = o.log_every;
   if (o.steps_per_dispatch > 0) j["steps_per_dispatch"] = o.steps_per_dispatch;
   if (o.dispatches_per_worker > 0) j["dispatches_per_worker"] = o.dispatches_per_worker;
-  ps::bench::LocalClusterRun run = ps::bench::RunLocalCluster(o.pstrain, ps::bench::LocalClusterJson(1, workers), j);
+  ps::bench::LocalClusterRun run =
+      ps::bench::RunLocalCluster(o.pstrain, ps::bench::LocalClusterJson(1, workers), j);
   const fs::path dir = run.dir;
   std::vector<ps::Json> lines;
   for (const auto& l : run.lines) lines.push_back(l.metrics);
@@ -169,11 +171,13 @@ RunResult RunCluster(const ps::job::JobSpec& job, int workers, const ClusterRunO
     prev = &l;
   }
   if (rates.size() < 3) {
-    Die("too few log lines past step " + std::to_string(o.skip_steps) + " in " + (dir / "model").string());
+    Die("too few log lines past step " + std::to_string(o.skip_steps) + " in " +
+        (dir / "model").string());
   }
   const ps::Json& last = lines.back();
-  double examples = static_cast<double>(last["step"].get<int64_t>() - (*first)["step"].get<int64_t>()) *
-                    static_cast<double>(job.batch_size);
+  double examples =
+      static_cast<double>(last["step"].get<int64_t>() - (*first)["step"].get<int64_t>()) *
+      static_cast<double>(job.batch_size);
   double sec = last["elapsed_sec"].get<double>() - (*first)["elapsed_sec"].get<double>();
   RunResult r;
   r.examples_per_sec = Median(rates);
@@ -196,8 +200,8 @@ std::string PhaseText(const RunResult& r) {
   std::string out;
   char buf[160];
   for (const auto& p : r.workers) {
-    std::snprintf(buf, sizeof buf, "%s%.2f/%.2f/%.2f/%.2f", out.empty() ? "" : "  ", p.data_ms, p.pull_ms,
-                  p.compute_ms, p.push_ms);
+    std::snprintf(buf, sizeof buf, "%s%.2f/%.2f/%.2f/%.2f", out.empty() ? "" : "  ", p.data_ms,
+                  p.pull_ms, p.compute_ms, p.push_ms);
     out += buf;
   }
   return out;
@@ -221,21 +225,36 @@ Options Parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&] { return FlagValue(argc, argv, &i); };
-    if (a == "--job") o.job = next();
-    else if (a == "--pstrain") o.cluster.pstrain = next();
-    else if (a == "--local-steps") o.local_steps = std::atoll(next().c_str());
-    else if (a == "--warmup-steps") o.warmup_steps = std::atoll(next().c_str());
-    else if (a == "--steps") o.cluster.steps = std::atoll(next().c_str());
-    else if (a == "--log-every") o.cluster.log_every = std::atoll(next().c_str());
-    else if (a == "--skip-steps") o.cluster.skip_steps = std::atoll(next().c_str());
-    else if (a == "--steps-per-dispatch") o.cluster.steps_per_dispatch = std::atoi(next().c_str());
-    else if (a == "--dispatches-per-worker") o.cluster.dispatches_per_worker = std::atoi(next().c_str());
-    else if (a == "--keep") o.cluster.keep = true;
-    else if (a == "--base-dir") o.base_dir = next();
-    else if (a == "--lazy") o.lazy = true;
-    else if (a == "--compare-job") o.compare_job = next();
-    else if (a == "--pairs") o.pairs = std::atoi(next().c_str());
-    else if (a == "--rounds") o.rounds = std::atoi(next().c_str());
+    if (a == "--job")
+      o.job = next();
+    else if (a == "--pstrain")
+      o.cluster.pstrain = next();
+    else if (a == "--local-steps")
+      o.local_steps = std::atoll(next().c_str());
+    else if (a == "--warmup-steps")
+      o.warmup_steps = std::atoll(next().c_str());
+    else if (a == "--steps")
+      o.cluster.steps = std::atoll(next().c_str());
+    else if (a == "--log-every")
+      o.cluster.log_every = std::atoll(next().c_str());
+    else if (a == "--skip-steps")
+      o.cluster.skip_steps = std::atoll(next().c_str());
+    else if (a == "--steps-per-dispatch")
+      o.cluster.steps_per_dispatch = std::atoi(next().c_str());
+    else if (a == "--dispatches-per-worker")
+      o.cluster.dispatches_per_worker = std::atoi(next().c_str());
+    else if (a == "--keep")
+      o.cluster.keep = true;
+    else if (a == "--base-dir")
+      o.base_dir = next();
+    else if (a == "--lazy")
+      o.lazy = true;
+    else if (a == "--compare-job")
+      o.compare_job = next();
+    else if (a == "--pairs")
+      o.pairs = std::atoi(next().c_str());
+    else if (a == "--rounds")
+      o.rounds = std::atoi(next().c_str());
     else if (a == "--workers") {
       o.workers.clear();
       std::stringstream ss(next());
@@ -247,8 +266,10 @@ Options Parse(int argc, char** argv) {
   if (o.job.empty() || o.cluster.pstrain.empty()) Die("--job and --pstrain are required");
   if (o.pairs < 1) Die("bad --pairs");
   if (o.rounds < 1) Die("bad --rounds");
-  if (o.rounds > 1 && !o.compare_job.empty()) Die("--rounds does not apply to --compare-job (use --pairs)");
-  if (o.local_steps < 1 || o.warmup_steps < 0 || o.cluster.steps < 1 || o.cluster.log_every < 1) Die("bad flag value");
+  if (o.rounds > 1 && !o.compare_job.empty())
+    Die("--rounds does not apply to --compare-job (use --pairs)");
+  if (o.local_steps < 1 || o.warmup_steps < 0 || o.cluster.steps < 1 || o.cluster.log_every < 1)
+    Die("bad flag value");
   for (int w : o.workers) {
     if (w < 1) Die("bad --workers");
   }
@@ -296,28 +317,33 @@ int CompareJobs(const Options& opt, const ps::job::JobSpec& base, const ps::job:
     for (int k = 0; k < 2; ++k) {
       r[k][0] = RunLocal(*jobs[k], opt.warmup_steps, opt.local_steps, opt.cluster.log_every);
       r[k][1] = RunCluster(*jobs[k], 1, co);
-      std::printf("%-6d %-44s %12.0f %12.0f %9.4f\n", p + 1, names[k].c_str(), r[k][0].examples_per_sec,
-                  r[k][1].examples_per_sec, r[k][1].eval_accuracy);
+      std::printf("%-6d %-44s %12.0f %12.0f %9.4f\n", p + 1, names[k].c_str(),
+                  r[k][0].examples_per_sec, r[k][1].examples_per_sec, r[k][1].eval_accuracy);
       std::fflush(stdout);
     }
     local_ratio.push_back(r[1][0].examples_per_sec / r[0][0].examples_per_sec);
     cluster_ratio.push_back(r[1][1].examples_per_sec / r[0][1].examples_per_sec);
-    if (r[0][1].eval_accuracy < 0 || r[1][1].eval_accuracy < 0) Die("a job without eval_data: no accuracy to compare");
+    if (r[0][1].eval_accuracy < 0 || r[1][1].eval_accuracy < 0)
+      Die("a job without eval_data: no accuracy to compare");
     for (int k = 0; k < 2; ++k) accuracy[k] += r[k][1].eval_accuracy / opt.pairs;
   }
   std::printf("load average at end: %s\n", ps::bench::LoadAverage().c_str());
-  std::printf("summary: %s / %s over %d pair(s), median: (a) ex/s %.3f; (b) 1 ps + 1 worker ex/s %.3f; "
-              "mean eval accuracy %.4f vs %.4f\n",
-              opt.compare_job.c_str(), opt.job.c_str(), opt.pairs, Median(local_ratio), Median(cluster_ratio),
-              accuracy[1], accuracy[0]);
+  std::printf(
+      "summary: %s / %s over %d pair(s), median: (a) ex/s %.3f; (b) 1 ps + 1 worker ex/s %.3f; "
+      "mean eval accuracy %.4f vs %.4f\n",
+      opt.compare_job.c_str(), opt.job.c_str(), opt.pairs, Median(local_ratio),
+      Median(cluster_ratio), accuracy[1], accuracy[0]);
   return 0;
 }
 
 // One round: (a), then each cluster followed by (a) again; prints its tables and returns
 // the summary's ratios, named, in order ((b)/(a), (c)/(a), ..., then (c)/(b), ...).
-std::vector<std::pair<std::string, double>> RunRound(const Options& opt, const ps::job::JobSpec& job,
+std::vector<std::pair<std::string, double>> RunRound(const Options& opt,
+                                                     const ps::job::JobSpec& job,
                                                      std::string* summary_out) {
-  auto local = [&] { return RunLocal(job, opt.warmup_steps, opt.local_steps, opt.cluster.log_every); };
+  auto local = [&] {
+    return RunLocal(job, opt.warmup_steps, opt.local_steps, opt.cluster.log_every);
+  };
   std::vector<RunResult> locals{local()};
   std::vector<std::pair<int, RunResult>> clusters;
   for (int w : opt.workers) {
@@ -325,9 +351,12 @@ std::vector<std::pair<std::string, double>> RunRound(const Options& opt, const p
     locals.push_back(local());
   }
 
-  std::printf("ex/s: median of %lld-step windows (all windows together in brackets); vs (a): against the mean of\n"
-              "the (a) runs just before and after\n", static_cast<long long>(opt.cluster.log_every));
-  std::printf("%-24s %16s %7s   %s\n", "setup", "ex/s", "vs (a)", "per step ms: data/pull/compute/push (per worker)");
+  std::printf(
+      "ex/s: median of %lld-step windows (all windows together in brackets); vs (a): against the mean of\n"
+      "the (a) runs just before and after\n",
+      static_cast<long long>(opt.cluster.log_every));
+  std::printf("%-24s %16s %7s   %s\n", "setup", "ex/s", "vs (a)",
+              "per step ms: data/pull/compute/push (per worker)");
   auto row = [](const std::string& name, const RunResult& r, const std::string& ratio) {
     char rate[64];
     std::snprintf(rate, sizeof rate, "%.0f (%.0f)", r.examples_per_sec, r.overall);
@@ -341,14 +370,15 @@ std::vector<std::pair<std::string, double>> RunRound(const Options& opt, const p
     const auto& [w, r] = clusters[i];
     double base = (locals[i].examples_per_sec + locals[i + 1].examples_per_sec) / 2;
     double ratio = r.examples_per_sec / base;
-    std::string name = std::string("(") + label + ") 1 ps + " + std::to_string(w) + " worker" + (w > 1 ? "s" : "");
+    std::string name =
+        std::string("(") + label + ") 1 ps + " + std::to_string(w) + " worker" + (w > 1 ? "s" : "");
     char ratio_text[32];
     std::snprintf(ratio_text, sizeof ratio_text, "%.2f", ratio);
     row(name, r, ratio_text);
     row("(a) local, run " + std::to_string(i + 2), locals[i + 1], "");
     char buf[128];
-    std::snprintf(buf, sizeof buf, "%s (%c)/(a) = %.2f (%.0f vs %.0f ex/s)", i == 0 ? "" : ";", label, ratio,
-                  r.examples_per_sec, base);
+    std::snprintf(buf, sizeof buf, "%s (%c)/(a) = %.2f (%.0f vs %.0f ex/s)", i == 0 ? "" : ";",
+                  label, ratio, r.examples_per_sec, base);
     summary += buf;
     ratios.emplace_back(std::string("(") + label + ")/(a)", ratio);
     ++label;
@@ -356,15 +386,17 @@ std::vector<std::pair<std::string, double>> RunRound(const Options& opt, const p
   // Scaling: every cluster against the first one (1 worker when --workers starts with 1).
   for (size_t i = 1; i < clusters.size(); ++i) {
     char buf[128];
-    std::snprintf(buf, sizeof buf, "; (%c)/(b) = %.2f (%d vs %d workers)", static_cast<char>('b' + i),
-                  clusters[i].second.examples_per_sec / clusters[0].second.examples_per_sec, clusters[i].first,
-                  clusters[0].first);
+    std::snprintf(buf, sizeof buf, "; (%c)/(b) = %.2f (%d vs %d workers)",
+                  static_cast<char>('b' + i),
+                  clusters[i].second.examples_per_sec / clusters[0].second.examples_per_sec,
+                  clusters[i].first, clusters[0].first);
     summary += buf;
     ratios.emplace_back(std::string("(") + static_cast<char>('b' + i) + ")/(b)",
                         clusters[i].second.examples_per_sec / clusters[0].second.examples_per_sec);
   }
   // Where the CPU goes: what a target needs against what 2 cores can give.
-  std::printf("CPU ms per global step, each process over the timed windows (2 cores give at most 2 CPU ms per ms):\n");
+  std::printf(
+      "CPU ms per global step, each process over the timed windows (2 cores give at most 2 CPU ms per ms):\n");
   auto cpu_row = [&](const std::string& name, const RunResult& r) {
     double total = 0;
     std::string parts;
@@ -375,14 +407,14 @@ std::vector<std::pair<std::string, double>> RunRound(const Options& opt, const p
       total += ms;
     }
     double wall_ms = 1000.0 * static_cast<double>(job.batch_size) / r.examples_per_sec;
-    std::printf("  %-24s %s; total %.3f ms CPU in %.3f ms wall per step (%.2f cores busy)\n", name.c_str(),
-                parts.c_str(), total, wall_ms, total / wall_ms);
+    std::printf("  %-24s %s; total %.3f ms CPU in %.3f ms wall per step (%.2f cores busy)\n",
+                name.c_str(), parts.c_str(), total, wall_ms, total / wall_ms);
   };
   cpu_row("(a) local, run 1", locals[0]);
   for (size_t i = 0; i < clusters.size(); ++i) {
     const auto& [w, r] = clusters[i];
-    cpu_row(std::string("(") + static_cast<char>('b' + i) + ") 1 ps + " + std::to_string(w) + " worker" +
-                (w > 1 ? "s" : ""),
+    cpu_row(std::string("(") + static_cast<char>('b' + i) + ") 1 ps + " + std::to_string(w) +
+                " worker" + (w > 1 ? "s" : ""),
             r);
   }
   *summary_out = summary;
@@ -395,11 +427,13 @@ int main(int argc, char** argv) {
   Options opt = Parse(argc, argv);
   ps::model::SetBlasThreads(1);
   auto job = LoadJob(opt, opt.job);
-  std::printf("load average at start: %s (%u cores)\n", ps::bench::LoadAverage().c_str(), std::thread::hardware_concurrency());
-  std::printf("job %s%s: batch %lld; local %lld steps (+%lld warm-up); clusters %lld steps, rate after step %lld\n",
-              opt.job.c_str(), opt.lazy ? " (lazy tables)" : "", static_cast<long long>(job.batch_size), static_cast<long long>(opt.local_steps),
-              static_cast<long long>(opt.warmup_steps), static_cast<long long>(opt.cluster.steps),
-              static_cast<long long>(opt.cluster.skip_steps));
+  std::printf("load average at start: %s (%u cores)\n", ps::bench::LoadAverage().c_str(),
+              std::thread::hardware_concurrency());
+  std::printf(
+      "job %s%s: batch %lld; local %lld steps (+%lld warm-up); clusters %lld steps, rate after step %lld\n",
+      opt.job.c_str(), opt.lazy ? " (lazy tables)" : "", static_cast<long long>(job.batch_size),
+      static_cast<long long>(opt.local_steps), static_cast<long long>(opt.warmup_steps),
+      static_cast<long long>(opt.cluster.steps), static_cast<long long>(opt.cluster.skip_steps));
   std::fflush(stdout);
   if (!opt.compare_job.empty()) return CompareJobs(opt, job, LoadJob(opt, opt.compare_job));
 
@@ -413,13 +447,15 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   }
   if (opt.rounds > 1) {
-    std::string line = "summary over " + std::to_string(opt.rounds) + " rounds, median (lowest-highest):";
+    std::string line =
+        "summary over " + std::to_string(opt.rounds) + " rounds, median (lowest-highest):";
     for (size_t k = 0; k < ratios[0].size(); ++k) {
       std::vector<double> v;
       for (const auto& r : ratios) v.push_back(r[k].second);
       char buf[96];
-      std::snprintf(buf, sizeof buf, "%s %s = %.2f (%.2f-%.2f)", k == 0 ? "" : ";", ratios[0][k].first.c_str(), Median(v),
-                    *std::min_element(v.begin(), v.end()), *std::max_element(v.begin(), v.end()));
+      std::snprintf(buf, sizeof buf, "%s %s = %.2f (%.2f-%.2f)", k == 0 ? "" : ";",
+                    ratios[0][k].first.c_str(), Median(v), *std::min_element(v.begin(), v.end()),
+                    *std::max_element(v.begin(), v.end()));
       line += buf;
     }
     std::printf("%s\n", line.c_str());

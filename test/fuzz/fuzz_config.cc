@@ -118,7 +118,8 @@ void ShardFile(Bytes data) {
   ckpt::ShardReader::SparseSink sparse{
       .rows = [](const ckpt::RecordMeta&, std::span<const int64_t>) { return Status::Ok(); },
       .deleted = [](const ckpt::RecordMeta&, std::span<const int64_t>) { return Status::Ok(); },
-      .data = [](const ckpt::RecordMeta&, std::string_view, int64_t, std::span<const float>) { return Status::Ok(); }};
+      .data = [](const ckpt::RecordMeta&, std::string_view, int64_t,
+                 std::span<const float>) { return Status::Ok(); }};
   (void)reader->ReadAll(
       [&block](const ckpt::RecordMeta& meta, std::string_view) -> Result<std::span<float>> {
         block.assign(static_cast<size_t>(meta.elements()), 0.0f);

@@ -11,7 +11,6 @@
 #include "libps/data/tfrecord.h"
 #include "test/fuzz/fuzz_targets.h"
 
-
 namespace ps::fuzz {
 namespace {
 
@@ -68,8 +67,8 @@ void Idx(Bytes data) {
   images.Set(data.subspan(2, n));
   labels.Set(data.subspan(2 + n));
   for (const char* classes : {"0", "10"}) {
-    Load(R"({"format":"idx","images":)" + Quoted(images.path()) + R"(,"labels":)" + Quoted(labels.path()) +
-         R"(,"classes":)" + classes + "}");
+    Load(R"({"format":"idx","images":)" + Quoted(images.path()) + R"(,"labels":)" +
+         Quoted(labels.path()) + R"(,"classes":)" + classes + "}");
   }
 }
 
@@ -94,10 +93,12 @@ void Csv(Bytes data) {
   static MemFile file;
   file.Set(data);
   const std::string p = Quoted(file.path());
-  Load(R"({"format":"csv","path":)" + p +
-       R"(,"label":"label","dense":["a","b"],"categorical":["c",{"column":"d","vocabulary":["x","y"]}]})");
-  Load(R"({"format":"csv","path":)" + p +
-       R"(,"label":"label","dense":["a"],"label_vocabulary":["yes","no"],"classes":2,"delimiter":"\t"})");
+  Load(
+      R"({"format":"csv","path":)" + p +
+      R"(,"label":"label","dense":["a","b"],"categorical":["c",{"column":"d","vocabulary":["x","y"]}]})");
+  Load(
+      R"({"format":"csv","path":)" + p +
+      R"(,"label":"label","dense":["a"],"label_vocabulary":["yes","no"],"classes":2,"delimiter":"\t"})");
 }
 
 // data: a TFRecord file: framed record by record, then loaded as tf.Examples.
@@ -114,7 +115,8 @@ void TfRecord(Bytes data) {
       if (more.ok() && !*more) break;
     }
   }
-  Load(R"({"format":"tfrecord","on_error":"skip","path":)" + Quoted(file.path()) + "," + kTfSpec + "}");
+  Load(R"({"format":"tfrecord","on_error":"skip","path":)" + Quoted(file.path()) + "," + kTfSpec +
+       "}");
   Stream("tfrecord", std::string("{") + kTfSpec + "}", file.path());
 }
 
@@ -147,7 +149,8 @@ void CriteoTsv(Bytes data) {
       R"({"integer_columns":2,"categorical_columns":3,"dense":"drop","buckets":[5,6,7]})",
   };
   for (const std::string& k : keys) {
-    Load(R"({"format":"criteo_tsv","on_error":"skip","path":)" + Quoted(file.path()) + "," + k.substr(1));
+    Load(R"({"format":"criteo_tsv","on_error":"skip","path":)" + Quoted(file.path()) + "," +
+         k.substr(1));
     Stream("criteo_tsv", k, file.path());
   }
 }

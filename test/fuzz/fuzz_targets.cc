@@ -9,10 +9,18 @@ namespace ps::fuzz {
 namespace {
 
 constexpr Target kTargets[] = {
-    {"frame_header", FrameHeader}, {"envelope", Envelope},   {"tf_config", TfConfig},
-    {"job", Job},                  {"manifest", Manifest},   {"shard_file", ShardFile},
-    {"idx", Idx},                  {"libsvm", LibSvm},       {"csv", Csv},
-    {"tfrecord", TfRecord},        {"tf_example", TfExample}, {"criteo_tsv", CriteoTsv},
+    {"frame_header", FrameHeader},
+    {"envelope", Envelope},
+    {"tf_config", TfConfig},
+    {"job", Job},
+    {"manifest", Manifest},
+    {"shard_file", ShardFile},
+    {"idx", Idx},
+    {"libsvm", LibSvm},
+    {"csv", Csv},
+    {"tfrecord", TfRecord},
+    {"tf_example", TfExample},
+    {"criteo_tsv", CriteoTsv},
 };
 
 }  // namespace

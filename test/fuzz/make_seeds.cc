@@ -58,14 +58,21 @@ void Wire() {
   limits[1] = 0x10;  // max envelope 4096, max payload 0
   Put("frame_header", "with_limits", Str(net::EncodeHeader({4096, 0})) + limits);
 
-  proto::ShardDef def{.layout = {.var = "emb", .shard = 1, .num_shards = 2, .row_begin = 5, .rows = 5,
-                                 .cols = 4, .full_shape = {10, 2, 2}, .lazy = false},
+  proto::ShardDef def{.layout = {.var = "emb",
+                                 .shard = 1,
+                                 .num_shards = 2,
+                                 .row_begin = 5,
+                                 .rows = 5,
+                                 .cols = 4,
+                                 .full_shape = {10, 2, 2},
+                                 .lazy = false},
                       .init = {.kind = proto::InitKind::kUniform, .minval = -1, .maxval = 1},
                       .seed = 5};
   proto::CreateShards cs;
   cs.optimizer.rule = proto::Adam{.beta_1 = 0.9, .beta_2 = 0.999, .epsilon = 1e-7};
   cs.optimizer.learning_rate = 0.01;
-  cs.optimizer.schedule = proto::ExponentialSchedule{.decay_steps = 100, .decay_rate = 0.9, .staircase = true};
+  cs.optimizer.schedule =
+      proto::ExponentialSchedule{.decay_steps = 100, .decay_rate = 0.9, .staircase = true};
   cs.shards = {def};
   cs.shards.push_back(def);
   cs.shards.back().layout.lazy = true;
@@ -74,7 +81,8 @@ void Wire() {
   cs.shards.back().row_policy = {.admit_min_count = 3, .ttl_steps = 1000, .max_rows = 500};
   cs.update = {.mode = proto::UpdateMode::kSync, .replicas_to_aggregate = 2, .num_workers = 2};
   proto::CreateShards ftrl = cs;
-  ftrl.optimizer.rule = proto::Ftrl{.learning_rate_power = -0.5, .initial_accumulator_value = 0.1, .l1 = 0.01};
+  ftrl.optimizer.rule =
+      proto::Ftrl{.learning_rate_power = -0.5, .initial_accumulator_value = 0.1, .l1 = 0.01};
   ftrl.optimizer.schedule = proto::CosineSchedule{.decay_steps = 10, .alpha = 0.1};
 
   proto::PsStatus ps_status;
@@ -102,7 +110,9 @@ void Wire() {
   hello_reply.proof = {5};
   hello_reply.secret_required = true;
   const std::vector<std::pair<const char*, proto::Body>> bodies = {
-      {"hello", proto::Hello{.role = proto::Role::kWorker, .task_index = 1, .cluster_id = 42, .nonce = {1, 2, 3}}},
+      {"hello",
+       proto::Hello{
+           .role = proto::Role::kWorker, .task_index = 1, .cluster_id = 42, .nonce = {1, 2, 3}}},
       {"hello_reply", hello_reply},
       {"hello_proof", proto::HelloProof{{9, 9, 9}}},
       {"error", proto::Error{3, "bad"}},
@@ -143,8 +153,10 @@ void Config() {
       R"("task":{"type":"worker","index":1},"rpc_layer":"grpc","environment":"cloud"})");
   Put("tf_config", "evaluator",
       R"({"cluster":{"evaluator":["[::1]:2226"]},"task":{"type":"evaluator","index":0}})");
-  Put("tf_config", "ps", R"({"cluster":{"worker":["a:1"],"ps":["b:2","c:3"]},"task":{"type":"ps","index":1}})");
-  Put("tf_config", "cluster_file", R"({"chief":["localhost:2222"],"worker":["localhost:2223"],"ps":["localhost:2224"]})");
+  Put("tf_config", "ps",
+      R"({"cluster":{"worker":["a:1"],"ps":["b:2","c:3"]},"task":{"type":"ps","index":1}})");
+  Put("tf_config", "cluster_file",
+      R"({"chief":["localhost:2222"],"worker":["localhost:2223"],"ps":["localhost:2224"]})");
   for (const auto& f : fs::directory_iterator(fs::path(PSTRAIN_SOURCE_DIR) / "configs")) {
     const std::string name = f.path().filename().string();
     if (name.starts_with("job-")) Put("job", name, ReadFile(f.path()));
@@ -157,40 +169,61 @@ void Config() {
   m.shards = {{"ps-0.shard", 1000, 17}, {"ps-1.shard", 2000, 18}};
   m.extra = Json::object({{"job", "x"}});
   Put("manifest", "manifest", ckpt::ManifestToJson(m).dump());
-  Put("manifest", "pointer", "model_checkpoint_path: \"ckpt-7\"\nall_model_checkpoint_paths: \"ckpt-7\"\n");
+  Put("manifest", "pointer",
+      "model_checkpoint_path: \"ckpt-7\"\nall_model_checkpoint_paths: \"ckpt-7\"\n");
 }
 
 void Shards() {
   const fs::path tmp = g_root / "tmp.shard";
   auto w = ckpt::ShardWriter::Create(tmp.string(), 1, 7);
-  if (!w.ok()) { std::cerr << w.status().message() << "\n"; std::exit(1); }
+  if (!w.ok()) {
+    std::cerr << w.status().message() << "\n";
+    std::exit(1);
+  }
   std::vector<float> values(12, 0.5f), m(12, 0.25f);
   ckpt::ShardRecordView dense;
-  dense.layout = {.var = "w", .shard = 0, .num_shards = 1, .row_begin = 0, .rows = 3, .cols = 4,
-                  .full_shape = {3, 4}, .lazy = false};
+  dense.layout = {.var = "w",
+                  .shard = 0,
+                  .num_shards = 1,
+                  .row_begin = 0,
+                  .rows = 3,
+                  .cols = 4,
+                  .full_shape = {3, 4},
+                  .lazy = false};
   dense.values = values;
   dense.slots = {{"m", m}};
   Status st = w->Append(dense);
   std::vector<int64_t> ids = {2, 5};
   std::vector<float> lazy_values(8, 1.5f), acc(8, 0.1f);
   ckpt::ShardRecordView lazy;
-  lazy.layout = {.var = "emb", .shard = 1, .num_shards = 2, .row_begin = 50, .rows = 50, .cols = 4,
-                 .full_shape = {100, 4}, .lazy = true};
+  lazy.layout = {.var = "emb",
+                 .shard = 1,
+                 .num_shards = 2,
+                 .row_begin = 50,
+                 .rows = 50,
+                 .cols = 4,
+                 .full_shape = {100, 4},
+                 .lazy = true};
   lazy.values = lazy_values;
   lazy.slots = {{"accumulator", acc}};
   lazy.row_ids = ids;
   if (st.ok()) st = w->Append(lazy);
   auto info = st.ok() ? w->Commit() : Result<ckpt::ShardFileInfo>(st);
-  if (!info.ok()) { std::cerr << info.status().message() << "\n"; std::exit(1); }
+  if (!info.ok()) {
+    std::cerr << info.status().message() << "\n";
+    std::exit(1);
+  }
   Put("shard_file", "two_records", ReadFile(tmp));
   fs::remove(tmp);
 }
 
 void Data() {
   // idx: u16 images length, idx3 images (2 of 2x2), idx1 labels.
-  const std::string images = std::string("\0\0\x08\x03\0\0\0\x02\0\0\0\x02\0\0\0\x02", 16) + "\x00\x10\x80\xff\x01\x02\x03\x04";
+  const std::string images = std::string("\0\0\x08\x03\0\0\0\x02\0\0\0\x02\0\0\0\x02", 16) +
+                             "\x00\x10\x80\xff\x01\x02\x03\x04";
   const std::string labels = std::string("\0\0\x08\x01\0\0\0\x02", 8) + "\x01\x03";
-  Put("idx", "two", std::string(1, static_cast<char>(images.size())) + std::string(1, '\0') + images + labels);
+  Put("idx", "two",
+      std::string(1, static_cast<char>(images.size())) + std::string(1, '\0') + images + labels);
   Put("idx", "gzip", [&] {
     std::string g = Gzip(images);
     return std::string(1, static_cast<char>(g.size())) + std::string(1, '\0') + g + Gzip(labels);
@@ -232,7 +265,8 @@ void Data() {
   bad[bad.size() - 1] ^= 1;  // the last record's data CRC
   Put("tfrecord", "bad_crc", bad);
 
-  auto line = [](const std::string& label, std::vector<std::string> ints, std::vector<std::string> cats) {
+  auto line = [](const std::string& label, std::vector<std::string> ints,
+                 std::vector<std::string> cats) {
     ints.resize(13);
     cats.resize(26);
     std::string s = label;
@@ -240,8 +274,9 @@ void Data() {
     for (const auto& v : cats) s += "\t" + v;
     return s + "\n";
   };
-  Put("criteo_tsv", "standard", line("1", {"7", "", "0", "-1"}, {"68fd1e64", "80e26c9b", "", "1f"}) +
-                                    line("0", {"3"}, {"a", "3", "3", "", "1f"}));
+  Put("criteo_tsv", "standard",
+      line("1", {"7", "", "0", "-1"}, {"68fd1e64", "80e26c9b", "", "1f"}) +
+          line("0", {"3"}, {"a", "3", "3", "", "1f"}));
   Put("criteo_tsv", "small", "1\t5\t\t05db9164\t\t1\n0\t0\t2\ta\tb\tc\n");
 }
 

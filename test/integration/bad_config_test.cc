@@ -14,7 +14,8 @@ using cluster::TaskType;
 std::vector<std::string> RoleArgs(TaskType type, const TempDir& tmp) {
   switch (type) {
     case TaskType::kChief:
-      return {"--job", SourceDir() + "/configs/job-fmnist-mlp.json", "--model-dir", (tmp / "model").string()};
+      return {"--job", SourceDir() + "/configs/job-fmnist-mlp.json", "--model-dir",
+              (tmp / "model").string()};
     case TaskType::kEvaluator:
       return {"--model-dir", (tmp / "model").string()};
     default:
@@ -35,15 +36,19 @@ StderrRun RunForStderr(const std::string& program, std::vector<std::string> args
   for (auto& a : args) argv.push_back(std::move(a));
   std::vector<std::pair<std::string, std::string>> env;
   std::vector<std::string> remove;
-  if (tf_config) env.emplace_back("TF_CONFIG", *tf_config);
-  else remove.push_back("TF_CONFIG");
-  Task task(std::filesystem::path(program).filename().string(), std::move(argv), std::move(env), std::move(remove));
+  if (tf_config)
+    env.emplace_back("TF_CONFIG", *tf_config);
+  else
+    remove.push_back("TF_CONFIG");
+  Task task(std::filesystem::path(program).filename().string(), std::move(argv), std::move(env),
+            std::move(remove));
   auto status = task.WaitExit(30s);
   REQUIRE(status.has_value());
   return {*status, task.Lines()};
 }
 
-const TaskType kDaemons[] = {TaskType::kPs, TaskType::kWorker, TaskType::kChief, TaskType::kEvaluator};
+const TaskType kDaemons[] = {TaskType::kPs, TaskType::kWorker, TaskType::kChief,
+                             TaskType::kEvaluator};
 
 TEST_CASE("every daemon: TF_CONFIG unset -> exit 2, one stderr line naming TF_CONFIG") {
   TempDir tmp;
@@ -71,7 +76,8 @@ TEST_CASE("every daemon: malformed TF_CONFIG -> exit 2, one stderr line naming T
   TempDir tmp;
   for (auto type : kDaemons) {
     INFO(cluster::TaskTypeName(type));
-    auto run = RunForStderr(DaemonPath(type), RoleArgs(type, tmp), std::string("{\"cluster\": {\"ps\": [\"127.0.0.1:1\""));
+    auto run = RunForStderr(DaemonPath(type), RoleArgs(type, tmp),
+                            std::string("{\"cluster\": {\"ps\": [\"127.0.0.1:1\""));
     CHECK(run.exit_status == 2);
     REQUIRE(run.stderr_lines.size() == 1);
     CHECK_THAT(run.stderr_lines[0], Catch::Contains("TF_CONFIG: malformed JSON"));
@@ -95,8 +101,9 @@ TEST_CASE("every daemon: task.index out of range -> exit 2, one stderr line nami
     auto run = RunForStderr(DaemonPath(type), RoleArgs(type, tmp), tf);
     CHECK(run.exit_status == 2);
     REQUIRE(run.stderr_lines.size() == 1);
-    CHECK_THAT(run.stderr_lines[0], Catch::Contains("TF_CONFIG.task.index: " + std::to_string(count) +
-                                                    " is out of range"));
+    CHECK_THAT(
+        run.stderr_lines[0],
+        Catch::Contains("TF_CONFIG.task.index: " + std::to_string(count) + " is out of range"));
   }
 }
 

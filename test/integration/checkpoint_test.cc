@@ -61,11 +61,13 @@ void CheckFinishedAt(const fs::path& model, int64_t steps) {
   CHECK(metrics.back()["final_eval"]["step"] == steps);
 }
 
-TEST_CASE("a corrupted newest checkpoint: the next chief names the file and resumes from the one before") {
+TEST_CASE(
+    "a corrupted newest checkpoint: the next chief names the file and resumes from the one before") {
   TempDir tmp;
   const auto model = tmp / "model";
   // Checkpoints 100, 200 and the final 300.
-  RunToCompletion(DeriveCheckpointJob("job-fmnist-mlp.json", tmp / "job300.json", 300, 50, model, 100, 5));
+  RunToCompletion(
+      DeriveCheckpointJob("job-fmnist-mlp.json", tmp / "job300.json", 300, 50, model, 100, 5));
   CheckFinishedAt(model, 300);
 
   // A bit flip inside the data: the sizes, header and footer still match the MANIFEST,
@@ -74,7 +76,8 @@ TEST_CASE("a corrupted newest checkpoint: the next chief names the file and resu
   FlipByte(damaged);
 
   // The job again with its steps raised: resumes at 200 and trains to 400.
-  auto chief = RunToCompletion(DeriveCheckpointJob("job-fmnist-mlp.json", tmp / "job400.json", 400, 50, model, 100, 5));
+  auto chief = RunToCompletion(
+      DeriveCheckpointJob("job-fmnist-mlp.json", tmp / "job400.json", 400, 50, model, 100, 5));
   CHECK(HasBoth(chief, "cannot restore", damaged.string()));
   CHECK(HasBoth(chief, "falling back to the checkpoint before", "ckpt-300"));
   CHECK(Has(chief, "resuming at step 200"));
@@ -89,7 +92,8 @@ TEST_CASE("a corrupted newest checkpoint: the next chief names the file and resu
 
   // Now without the pointer file: a warning, and the directory scan finds ckpt-400.
   fs::remove(model / "checkpoint");
-  chief = RunToCompletion(DeriveCheckpointJob("job-fmnist-mlp.json", tmp / "job500.json", 500, 50, model, 100, 5));
+  chief = RunToCompletion(
+      DeriveCheckpointJob("job-fmnist-mlp.json", tmp / "job500.json", 500, 50, model, 100, 5));
   CHECK(HasBoth(chief, (model / "checkpoint").string(), "missing"));
   CHECK(Has(chief, "resuming at step 400"));
   CHECK_FALSE(Has(chief, "starting at step 0"));
@@ -97,7 +101,8 @@ TEST_CASE("a corrupted newest checkpoint: the next chief names the file and resu
 
   // A garbled pointer file: the same.
   WriteFile(model / "checkpoint", "model_checkpoint_path: \"ckpt-x\"\n");
-  chief = RunToCompletion(DeriveCheckpointJob("job-fmnist-mlp.json", tmp / "job600.json", 600, 50, model, 100, 5));
+  chief = RunToCompletion(
+      DeriveCheckpointJob("job-fmnist-mlp.json", tmp / "job600.json", 600, 50, model, 100, 5));
   CHECK(HasBoth(chief, (model / "checkpoint").string(), "garbled"));
   CHECK(Has(chief, "resuming at step 500"));
   CHECK_FALSE(Has(chief, "starting at step 0"));
@@ -120,11 +125,13 @@ std::unique_ptr<Task> InspectVerify(const fs::path& model) {
 // A finished run with checkpoints 100 and the final 150.
 fs::path FinishedRun(const TempDir& tmp) {
   const auto model = tmp / "model";
-  RunToCompletion(DeriveCheckpointJob("job-fmnist-mlp.json", tmp / "job.json", 150, 50, model, 100, 5));
+  RunToCompletion(
+      DeriveCheckpointJob("job-fmnist-mlp.json", tmp / "job.json", 150, 50, model, 100, 5));
   return model;
 }
 
-TEST_CASE("pstrain inspect --verify: exit 0 on a finished run, 1 after a bit flip in a shard file") {
+TEST_CASE(
+    "pstrain inspect --verify: exit 0 on a finished run, 1 after a bit flip in a shard file") {
   TempDir tmp;
   const auto model = FinishedRun(tmp);
   {
@@ -174,8 +181,9 @@ TEST_CASE("pstrain inspect --verify names the shard file of a corrupt record") {
   CHECK(inspect->WaitExit(0s) == std::optional<int>(1));
   bool named = false;
   for (const auto& l : inspect->Lines()) {
-    named = named || ((l.find("CORRUPT") != std::string::npos || l.find("DAMAGED") != std::string::npos) &&
-                      l.find("ps-1.shard") != std::string::npos);
+    named = named ||
+            ((l.find("CORRUPT") != std::string::npos || l.find("DAMAGED") != std::string::npos) &&
+             l.find("ps-1.shard") != std::string::npos);
   }
   CHECK(named);
 }
@@ -188,17 +196,21 @@ TEST_CASE("pstrain inspect --verify names the shard file of a corrupt record") {
 TEST_CASE("a final checkpoint at a multiple of every_steps is committed once, as final") {
   TempDir tmp;
   const auto model = tmp / "model";
-  auto chief = RunToCompletion(DeriveCheckpointJob("job-fmnist-mlp.json", tmp / "job.json", 200, 50, model, 100, 5));
+  auto chief = RunToCompletion(
+      DeriveCheckpointJob("job-fmnist-mlp.json", tmp / "job.json", 200, 50, model, 100, 5));
   CheckFinishedAt(model, 200);
   CHECK(Has(chief, "checkpoint ckpt-200 (final) committed"));
   std::vector<std::pair<int64_t, bool>> lines;
   for (const auto& m : ReadJsonLines(model / "train_metrics.jsonl")) {
-    if (m.contains("checkpoint")) lines.emplace_back(m["checkpoint"]["step"].get<int64_t>(), m["checkpoint"]["final"].get<bool>());
+    if (m.contains("checkpoint"))
+      lines.emplace_back(m["checkpoint"]["step"].get<int64_t>(),
+                         m["checkpoint"]["final"].get<bool>());
   }
   CHECK(lines == std::vector<std::pair<int64_t, bool>>{{0, false}, {100, false}, {200, true}});
 }
 
-TEST_CASE("a model dir written with another placement and partitioner resumes resharded; a changed model is refused with one clear error") {
+TEST_CASE(
+    "a model dir written with another placement and partitioner resumes resharded; a changed model is refused with one clear error") {
   TempDir tmp;
   const auto model = tmp / "model";
   auto job = DeriveCheckpointJob("job-fmnist-mlp.json", tmp / "job.json", 100, 50, model, 100, 5);
@@ -218,8 +230,9 @@ TEST_CASE("a model dir written with another placement and partitioner resumes re
     Task& chief = tasks.Add(StartDaemon(spec, kChief, {"--job", (tmp / "changed.json").string()}));
     tasks.ExpectExit({kChief}, 1, 120s);
     tasks.ExpectExit({kPs0, kPs1, kWorker0, kWorker1}, 0, 60s);
-    CHECK(chief.HasLine("ckpt-100: variable \"dense_0/kernel\" is [784,256] dense in the checkpoint and [784,200] dense "
-                        "in this job (was the model changed?)"));
+    CHECK(chief.HasLine(
+        "ckpt-100: variable \"dense_0/kernel\" is [784,256] dense in the checkpoint and [784,200] dense "
+        "in this job (was the model changed?)"));
   }
   CHECK(std::filesystem::exists(model / "ckpt-100" / "MANIFEST"));  // nothing was lost
   // The same model with the default placement and 3 shards a variable: restored resharded.

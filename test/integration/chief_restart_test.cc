@@ -21,9 +21,10 @@ TEST_CASE("SIGKILL to the chief between checkpoints: a new chief resumes and fin
   auto spec = LocalCluster();
   const auto model = tmp / "model";
   // Without prefetch, so the accuracy check below is not blurred by stale parameters.
-  auto job = DeriveJob("job-fmnist-mlp.json", tmp / "job.json", kSteps, 50, model,
-                       Json{{"checkpoint", {{"every_steps", kEvery}, {"every_seconds", 0}, {"max_to_keep", 10}}},
-                            {"prefetch", false}});
+  auto job = DeriveJob(
+      "job-fmnist-mlp.json", tmp / "job.json", kSteps, 50, model,
+      Json{{"checkpoint", {{"every_steps", kEvery}, {"every_seconds", 0}, {"max_to_keep", 10}}},
+           {"prefetch", false}});
   const std::vector<std::string> chief_args{"--job", job.string()};
 
   Tasks tasks;

@@ -46,7 +46,8 @@ double TrainAndEvaluate(const TempDir& tmp, const std::string& config, const std
 
 // Distinct field-local ids per field in a gen-ctr LibSVM file (1-based global ids;
 // field f owns [offsets[f], offsets[f + 1]) of the 0-based id space).
-std::vector<int64_t> DistinctIdsPerField(const std::filesystem::path& path, const std::vector<int64_t>& offsets) {
+std::vector<int64_t> DistinctIdsPerField(const std::filesystem::path& path,
+                                         const std::vector<int64_t>& offsets) {
   std::vector<std::set<int64_t>> ids(offsets.size());
   std::ifstream f(path);
   REQUIRE(f);
@@ -54,7 +55,9 @@ std::vector<int64_t> DistinctIdsPerField(const std::filesystem::path& path, cons
     size_t pos = line.find(' ');
     while (pos != std::string::npos) {
       int64_t id = std::stoll(line.substr(pos + 1)) - 1;
-      size_t field = static_cast<size_t>(std::upper_bound(offsets.begin(), offsets.end(), id) - offsets.begin()) - 1;
+      size_t field = static_cast<size_t>(std::upper_bound(offsets.begin(), offsets.end(), id) -
+                                         offsets.begin()) -
+                     1;
       ids[field].insert(id - offsets[field]);
       pos = line.find(' ', pos + 1);
     }
@@ -73,7 +76,8 @@ TEST_CASE("gen-ctr: usage errors exit 2, --help exits 0") {
   CHECK(no_out->HasLine("pstrain gen-ctr: --out DIR is required"));
   TempDir tmp;
   WriteFile(tmp / "spec.json", R"({"fields": [{"vocab": 0}]})");
-  auto bad_spec = StartLauncher({"gen-ctr", "--out", (tmp / "d").string(), "--spec", (tmp / "spec.json").string()});
+  auto bad_spec = StartLauncher(
+      {"gen-ctr", "--out", (tmp / "d").string(), "--spec", (tmp / "spec.json").string()});
   REQUIRE(bad_spec->WaitExit(30s) == 2);
   CHECK(bad_spec->HasLine(".fields[0].vocab: must be in [1, 20000000], got 0"));
 }
@@ -88,7 +92,8 @@ TEST_CASE("logistic regression and embedding + MLP reach the ground-truth AUC wi
   REQUIRE(ctr.ok());
   const double truth = (*ctr)["truth"]["eval_auc"].get<double>();
   const double click_rate = (*ctr)["truth"]["eval_click_rate"].get<double>();
-  Note("ground truth eval auc " + std::to_string(truth) + ", click rate " + std::to_string(click_rate));
+  Note("ground truth eval auc " + std::to_string(truth) + ", click rate " +
+       std::to_string(click_rate));
   CHECK(click_rate > 0.1);
   CHECK(click_rate < 0.3);
   CHECK(truth > 0.72);
@@ -107,7 +112,8 @@ TEST_CASE("logistic regression and embedding + MLP reach the ground-truth AUC wi
   CHECK(emb >= truth - 0.01);
 }
 
-TEST_CASE("embedding + MLP with lazy tables: same AUC bound; the checkpoint holds only created rows") {
+TEST_CASE(
+    "embedding + MLP with lazy tables: same AUC bound; the checkpoint holds only created rows") {
   TempDir tmp;
   const auto data = tmp / "ctr-data";
   auto gen = StartLauncher({"gen-ctr", "--out", data.string()});
@@ -120,7 +126,8 @@ TEST_CASE("embedding + MLP with lazy tables: same AUC bound; the checkpoint hold
   for (auto& field : model["fields"]) field["lazy"] = true;  // one table per field
   // Measured on 4 runs (truth 0.79793, bound 0.78793): 0.79297 / 0.79291 / 0.79295 /
   // 0.79286, margin +0.0049 … +0.0050, as the dense tables above. ~7 s per run here.
-  const double emb = TrainAndEvaluate(tmp, "job-ctr-emb.json", "lazy", data, Json{{"model", model}});
+  const double emb =
+      TrainAndEvaluate(tmp, "job-ctr-emb.json", "lazy", data, Json{{"model", model}});
   Note("lazy embedding + MLP eval auc " + std::to_string(emb) + ", truth " + std::to_string(truth));
   CHECK(emb >= truth - 0.01);
 
@@ -150,13 +157,15 @@ TEST_CASE("embedding + MLP with lazy tables: same AUC bound; the checkpoint hold
     CHECK(created <= distinct[f]);
     CHECK(10 * created >= 9 * distinct[f]);
   }
-  const auto ckpt = tmp / "lazy" / ("ckpt-" + std::to_string(ReadConfig("job-ctr-emb.json")["steps"].get<int64_t>()));
+  const auto ckpt =
+      tmp / "lazy" /
+      ("ckpt-" + std::to_string(ReadConfig("job-ctr-emb.json")["steps"].get<int64_t>()));
   int64_t shard_bytes = 0;
   for (const auto& e : std::filesystem::directory_iterator(ckpt)) {
     if (e.path().extension() == ".shard") shard_bytes += static_cast<int64_t>(e.file_size());
   }
-  Note("checkpoint shard files " + std::to_string(shard_bytes) + " bytes; dense tables would hold " +
-       std::to_string(dense_bytes));
+  Note("checkpoint shard files " + std::to_string(shard_bytes) +
+       " bytes; dense tables would hold " + std::to_string(dense_bytes));
   // Measured: 3,515,266 bytes on every run against 71,432,576 (4.9 %).
   CHECK(shard_bytes > 0);
   CHECK(10 * shard_bytes < dense_bytes);

@@ -18,7 +18,8 @@ void GzipInPlace(const std::filesystem::path& path) {
   const std::string bytes = ReadFile(path);
   gzFile gz = gzopen((path.string() + ".gz").c_str(), "wb");
   REQUIRE(gz != nullptr);
-  REQUIRE(gzwrite(gz, bytes.data(), static_cast<unsigned>(bytes.size())) == static_cast<int>(bytes.size()));
+  REQUIRE(gzwrite(gz, bytes.data(), static_cast<unsigned>(bytes.size())) ==
+          static_cast<int>(bytes.size()));
   REQUIRE(gzclose(gz) == Z_OK);
   std::filesystem::remove(path);
 }
@@ -28,15 +29,18 @@ Json Overrides(const std::filesystem::path& data_dir, const Json& train, const J
   return Json{{"base_dir", data_dir.string()}, {"train_data", train}, {"eval_data", eval}};
 }
 
-TEST_CASE("streamed TFRecord: record-sharded training, the final evaluation and the evaluator read every eval file") {
+TEST_CASE(
+    "streamed TFRecord: record-sharded training, the final evaluation and the evaluator read every eval file") {
   constexpr int64_t kTrain = 100'000, kEval = 9'000, kSteps = 1500;
   TempDir tmp;
   const auto data = tmp / "ctr";
-  auto gen = StartLauncher({"gen-ctr", "--out", data.string(), "--train-examples", std::to_string(kTrain),
-                            "--eval-examples", std::to_string(kEval), "--format", "tfrecord", "--files", "1"});
+  auto gen = StartLauncher({"gen-ctr", "--out", data.string(), "--train-examples",
+                            std::to_string(kTrain), "--eval-examples", std::to_string(kEval),
+                            "--format", "tfrecord", "--files", "1"});
   REQUIRE(gen->WaitExit(120s) == 0);
-  auto eval_gen = StartLauncher({"gen-ctr", "--out", (tmp / "eval3").string(), "--train-examples", "0",
-                                 "--eval-examples", std::to_string(kEval), "--format", "tfrecord", "--files", "3"});
+  auto eval_gen = StartLauncher({"gen-ctr", "--out", (tmp / "eval3").string(), "--train-examples",
+                                 "0", "--eval-examples", std::to_string(kEval), "--format",
+                                 "tfrecord", "--files", "3"});
   REQUIRE(eval_gen->WaitExit(120s) == 0);
   auto ctr = ReadJsonFile((data / "ctr.json").string());
   REQUIRE(ctr.ok());
@@ -57,9 +61,11 @@ TEST_CASE("streamed TFRecord: record-sharded training, the final evaluation and 
   auto spec = LocalCluster();
   spec.of(cluster::TaskType::kEvaluator).push_back({"127.0.0.1", FreePorts(1)[0]});
   const auto model = tmp / "model";
-  auto job = DeriveJob("job-ctr-emb.json", tmp / "job.json", kSteps, 500, model, Overrides(data, train, eval));
+  auto job = DeriveJob("job-ctr-emb.json", tmp / "job.json", kSteps, 500, model,
+                       Overrides(data, train, eval));
   Tasks tasks;
-  Task& evaluator = tasks.Add(StartDaemon(spec, kEvaluator, {"--model-dir", model.string(), "--poll-seconds", "0.25"}));
+  Task& evaluator = tasks.Add(
+      StartDaemon(spec, kEvaluator, {"--model-dir", model.string(), "--poll-seconds", "0.25"}));
   for (auto id : {kPs0, kPs1, kWorker0, kWorker1}) tasks.Add(StartDaemon(spec, id));
   Task& chief = tasks.Add(StartDaemon(spec, kChief, {"--job", job.string()}));
   tasks.ExpectAllExit(0, 300s);
@@ -83,10 +89,12 @@ TEST_CASE("streamed TFRecord: record-sharded training, the final evaluation and 
   CHECK(std::abs(lines.back()["auc"].get<double>() - auc) < 1e-9);  // the same model, the same data
 }
 
-TEST_CASE("a data glob that matches nothing: the chief exits 2 at the start, naming it; the others exit 0") {
+TEST_CASE(
+    "a data glob that matches nothing: the chief exits 2 at the start, naming it; the others exit 0") {
   TempDir tmp;
   auto spec = LocalCluster();
-  const Json train = Json::parse(R"({"format":"tfrecord","files":["day-*.tfrecord.gz"],"label":"label",
+  const Json train =
+      Json::parse(R"({"format":"tfrecord","files":["day-*.tfrecord.gz"],"label":"label",
                                      "sparse":[{"feature":"device_type","type":"int64","vocab":10}]})");
   Json eval = train;
   eval["files"] = Json::array({"eval-*.tfrecord"});
@@ -104,23 +112,25 @@ TEST_CASE("a data glob that matches nothing: the chief exits 2 at the start, nam
     return lines;
   };
   SECTION("train_data: the workers report it") {
-    CHECK_THAT(run(nullptr), Catch::Contains("cannot start the job: job.train_data.files[0]: '" +
-                                             (tmp / "day-*.tfrecord.gz").string() + "' matches no file"));
+    CHECK_THAT(run(nullptr),
+               Catch::Contains("cannot start the job: job.train_data.files[0]: '" +
+                               (tmp / "day-*.tfrecord.gz").string() + "' matches no file"));
   }
   SECTION("eval_data: the chief checks it before creating variables") {
     WriteFile(tmp / "day-1.tfrecord.gz", "");
     const std::string lines = run(eval);
-    CHECK_THAT(lines, Catch::Contains("job.eval_data.files[0]: '" + (tmp / "eval-*.tfrecord").string() +
-                                      "' matches no file"));
+    CHECK_THAT(lines, Catch::Contains("job.eval_data.files[0]: '" +
+                                      (tmp / "eval-*.tfrecord").string() + "' matches no file"));
     CHECK_THAT(lines, !Catch::Contains("variables in"));
   }
 }
 
-TEST_CASE("a corrupt training record under \"on_error\": \"skip\" is skipped and counted in the chief's metrics") {
+TEST_CASE(
+    "a corrupt training record under \"on_error\": \"skip\" is skipped and counted in the chief's metrics") {
   TempDir tmp;
   const auto data = tmp / "ctr";
-  auto gen = StartLauncher({"gen-ctr", "--out", data.string(), "--train-examples", "5000", "--eval-examples", "1000",
-                            "--format", "tfrecord", "--files", "1"});
+  auto gen = StartLauncher({"gen-ctr", "--out", data.string(), "--train-examples", "5000",
+                            "--eval-examples", "1000", "--format", "tfrecord", "--files", "1"});
   REQUIRE(gen->WaitExit(120s) == 0);
   auto ctr = ReadJsonFile((data / "ctr.json").string());
   REQUIRE(ctr.ok());
@@ -137,7 +147,8 @@ TEST_CASE("a corrupt training record under \"on_error\": \"skip\" is skipped and
   FlipByte(file, 20);
   const auto model = tmp / "model";
   // 300 steps of 256 over 5000 examples: about 15 epochs, the bad record in each.
-  auto job = DeriveJob("job-ctr-emb.json", tmp / "job.json", 300, 100, model, Overrides(data, train, eval));
+  auto job = DeriveJob("job-ctr-emb.json", tmp / "job.json", 300, 100, model,
+                       Overrides(data, train, eval));
   auto spec = LocalCluster();
   Tasks tasks;
   for (auto id : {kPs0, kPs1, kWorker0, kWorker1}) tasks.Add(StartDaemon(spec, id));

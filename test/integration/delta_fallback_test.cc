@@ -31,7 +31,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr int64_t kSteps = 1000000;  // never reached: `pstrain stop` ends the run
+constexpr int64_t kSteps = 1000000;            // never reached: `pstrain stop` ends the run
 constexpr char kCommitted[] = " committed: ";  // the chief's line for each checkpoint it commits
 
 // Creates empty files dir/filler-<n> until the file system has no inode left, then
@@ -56,7 +56,8 @@ void FillInodes(const fs::path& dir, int leave, std::vector<fs::path>* fillers) 
 
 // The index of the first line from `first` on that contains `needle`, waiting up to
 // `timeout` for it.
-std::optional<size_t> WaitForLineIndex(Task& task, const std::string& needle, size_t first, Millis timeout) {
+std::optional<size_t> WaitForLineIndex(Task& task, const std::string& needle, size_t first,
+                                       Millis timeout) {
   if (!task.WaitForLineFrom(needle, first, timeout)) return std::nullopt;
   const auto lines = task.Lines();
   for (size_t i = first; i < lines.size(); ++i) {
@@ -72,7 +73,8 @@ int64_t NumberAfter(const std::string& line, const std::string& prefix) {
   return std::stoll(line.substr(at + prefix.size()));
 }
 
-TEST_CASE("a ps that no longer holds the parent refuses the delta: the chief commits that step in full") {
+TEST_CASE(
+    "a ps that no longer holds the parent refuses the delta: the chief commits that step in full") {
   TempDir tmp;
   const fs::path model = tmp / "model";
   Tmpfs tmpfs(tmp.path(), model, 256, 4000);
@@ -101,14 +103,16 @@ TEST_CASE("a ps that no longer holds the parent refuses the delta: the chief com
   std::vector<fs::path> fillers;
   size_t from = first->LineCount();
   FillInodes(model, 3, &fillers);
-  Note("filled the model dir with " + std::to_string(fillers.size()) + " empty files, 3 inodes free");
+  Note("filled the model dir with " + std::to_string(fillers.size()) +
+       " empty files, 3 inodes free");
   for (int in_a_row = 0, failures = 0; in_a_row < 2; ++failures) {
     REQUIRE(failures < 8);
     const auto at = WaitForLineIndex(*first, "; training goes on", from, 60s);
     REQUIRE(at.has_value());
     const auto lines = first->Lines();
     bool committed = false;
-    for (size_t i = from; i < *at; ++i) committed = committed || lines[i].find(kCommitted) != std::string::npos;
+    for (size_t i = from; i < *at; ++i)
+      committed = committed || lines[i].find(kCommitted) != std::string::npos;
     // Only the MANIFEST could not be written: every ps wrote its shard file.
     const bool commit_failed = lines[*at].find("/MANIFEST.tmp") != std::string::npos &&
                                lines[*at].find("No space left on device") != std::string::npos;
@@ -133,8 +137,7 @@ TEST_CASE("a ps that no longer holds the parent refuses the delta: the chief com
   REQUIRE(refused.has_value());
   const std::string why = "keeps no record of that checkpoint";  // the ps's refusal
   CHECK_THAT(*refused, Catch::Contains("/delta-" + std::to_string(full) + " not written (") &&
-                           Catch::Contains(why) &&
-                           Catch::EndsWith("saving in full"));
+                           Catch::Contains(why) && Catch::EndsWith("saving in full"));
   CHECK((tasks[kPs0].HasLine(why) || tasks[kPs1].HasLine(why)));
   auto manifest = ReadJsonFile(ckpt::CheckpointPath(model.string(), full) + "/MANIFEST");
   REQUIRE(manifest.ok());
@@ -169,7 +172,8 @@ TEST_CASE("a ps that no longer holds the parent refuses the delta: the chief com
   REQUIRE(chief.WaitForLine(" delta(s) to step " + std::to_string(resumed) + ": resuming at step " +
                                 std::to_string(resumed),
                             120s));
-  CHECK_THAT(*chief.FindLine(": resuming at step "), Catch::Contains("/ckpt-" + std::to_string(full) + " + "));
+  CHECK_THAT(*chief.FindLine(": resuming at step "),
+             Catch::Contains("/ckpt-" + std::to_string(full) + " + "));
   const auto resumed_delta = WaitForLineIndex(chief, on_full, 0, 120s);
   REQUIRE(resumed_delta.has_value());
   CHECK_THAT(chief.Lines()[*resumed_delta], Catch::Contains(kCommitted));

@@ -22,8 +22,8 @@ struct Setup {
   std::filesystem::path job;
   Setup() {
     const auto data = tmp / "ctr-data";
-    auto gen = StartLauncher({"gen-ctr", "--out", data.string(), "--train-examples", "50000", "--eval-examples",
-                              "1000"});
+    auto gen = StartLauncher({"gen-ctr", "--out", data.string(), "--train-examples", "50000",
+                              "--eval-examples", "1000"});
     REQUIRE(gen->WaitExit(120s) == 0);
     Json fields = ReadConfig("job-ctr-emb.json")["model"];
     for (auto& field : fields["fields"]) {
@@ -77,7 +77,8 @@ void CheckFinished(const std::filesystem::path& model) {
   CHECK_FALSE(manifest->contains("base"));  // the final checkpoint is full
 }
 
-TEST_CASE("SIGKILL to the chief between deltas: a new chief restores ckpt-0 + the deltas at the exact step") {
+TEST_CASE(
+    "SIGKILL to the chief between deltas: a new chief restores ckpt-0 + the deltas at the exact step") {
   Setup s;
   const std::vector<std::string> chief_args{"--job", s.job.string()};
   Tasks tasks;
@@ -105,7 +106,8 @@ TEST_CASE("SIGKILL to the chief between deltas: a new chief restores ckpt-0 + th
   CheckFinished(s.model);
 }
 
-TEST_CASE("SIGKILL of ps:1 between deltas: every ps is restored from ckpt-0 + the deltas, deltas go on") {
+TEST_CASE(
+    "SIGKILL of ps:1 between deltas: every ps is restored from ckpt-0 + the deltas, deltas go on") {
   Setup s;
   Tasks tasks;
   for (auto id : {kPs0, kPs1, kWorker0, kWorker1}) tasks.Add(StartDaemon(s.spec, id));

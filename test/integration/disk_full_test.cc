@@ -37,7 +37,8 @@ uint64_t FillUp(const fs::path& path) {
   return total;
 }
 
-TEST_CASE("a model dir that fills up: the checkpoint fails naming the file and the cause, training goes on, the next commits") {
+TEST_CASE(
+    "a model dir that fills up: the checkpoint fails naming the file and the cause, training goes on, the next commits") {
   TempDir tmp;
   const fs::path model = tmp / "model";
   Tmpfs tmpfs(tmp.path(), model, 48);

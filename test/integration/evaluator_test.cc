@@ -32,7 +32,8 @@ std::vector<obs::ScalarEvent> Scalars(const std::filesystem::path& dir, const st
   return out;
 }
 
-TEST_CASE("the evaluator listed in TF_CONFIG evaluates every checkpoint once and exits 0 after the final one") {
+TEST_CASE(
+    "the evaluator listed in TF_CONFIG evaluates every checkpoint once and exits 0 after the final one") {
   // 700 steps, every 200: ckpt-200, -400, -600 and the final ckpt-700; max_to_keep keeps
   // them all, so the evaluator must evaluate each exactly once. (700 is not a multiple of
   // 200: see "a checkpoint marked final after it was evaluated" below for that case.)
@@ -43,12 +44,14 @@ TEST_CASE("the evaluator listed in TF_CONFIG evaluates every checkpoint once and
   auto spec = LocalCluster();
   spec.of(cluster::TaskType::kEvaluator).push_back({"127.0.0.1", FreePorts(1)[0]});
   const auto model = tmp / "model";
-  auto job = DeriveCheckpointJob("job-fmnist-mlp.json", tmp / "job.json", kSteps, 50, model, 200, 100);
+  auto job =
+      DeriveCheckpointJob("job-fmnist-mlp.json", tmp / "job.json", kSteps, 50, model, 200, 100);
 
   Tasks tasks;
   // First, so that it waits for the chief to create the model dir and sees every
   // checkpoint appear while training runs.
-  Task& evaluator = tasks.Add(StartDaemon(spec, kEvaluator, {"--model-dir", model.string(), "--poll-seconds", "0.25"}));
+  Task& evaluator = tasks.Add(
+      StartDaemon(spec, kEvaluator, {"--model-dir", model.string(), "--poll-seconds", "0.25"}));
   for (auto id : {kPs0, kPs1, kWorker0, kWorker1}) tasks.Add(StartDaemon(spec, id));
   Task& chief = tasks.Add(StartDaemon(spec, kChief, {"--job", job.string()}));
   tasks.ExpectAllExit(0, 120s);
@@ -129,8 +132,9 @@ TEST_CASE("a checkpoint marked final after it was evaluated ends the evaluator")
   REQUIRE(WriteFileAtomic(manifest_path.string(), manifest->dump(2) + "\n").ok());
 
   auto evaluator = std::make_unique<Task>(
-      "evaluator", std::vector<std::string>{DaemonPath(cluster::TaskType::kEvaluator), "--model-dir", model.string(),
-                                            "--poll-seconds", "0.1"},
+      "evaluator",
+      std::vector<std::string>{DaemonPath(cluster::TaskType::kEvaluator), "--model-dir",
+                               model.string(), "--poll-seconds", "0.1"},
       std::vector<std::pair<std::string, std::string>>{}, std::vector<std::string>{"TF_CONFIG"});
   REQUIRE(evaluator->WaitForLine("step 200:", 60s));
   // What the chief's "marked final" does: the MANIFEST again, now final.
@@ -144,16 +148,19 @@ TEST_CASE("a checkpoint marked final after it was evaluated ends the evaluator")
   CHECK(lines.back()["step"] == 200);
 }
 
-TEST_CASE("SIGTERM with --stop-grace: the evaluator waits that long for the final checkpoint, then exits 143") {
+TEST_CASE(
+    "SIGTERM with --stop-grace: the evaluator waits that long for the final checkpoint, then exits 143") {
   TempDir tmp;
   auto spec = LocalCluster();
   spec.of(cluster::TaskType::kEvaluator).push_back({"127.0.0.1", FreePorts(1)[0]});
   const auto model = tmp / "model";  // no chief will ever write it
-  auto evaluator = StartDaemon(spec, kEvaluator,
-                               {"--model-dir", model.string(), "--poll-seconds", "0.1", "--stop-grace", "0.5"});
+  auto evaluator =
+      StartDaemon(spec, kEvaluator,
+                  {"--model-dir", model.string(), "--poll-seconds", "0.1", "--stop-grace", "0.5"});
   REQUIRE(evaluator->WaitForLine("waiting for " + (model / "job.json").string(), 30s));
   evaluator->Signal(SIGTERM);
-  REQUIRE(evaluator->WaitForLine("SIGTERM: going on until the final checkpoint is evaluated, at most 0.5 s", 30s));
+  REQUIRE(evaluator->WaitForLine(
+      "SIGTERM: going on until the final checkpoint is evaluated, at most 0.5 s", 30s));
   CHECK(evaluator->WaitExit(30s) == std::optional<int>(128 + SIGTERM));
   CHECK(evaluator->HasLine("stopped by a signal before the job started"));
 }

@@ -30,7 +30,8 @@ Json FinalManifest(const std::filesystem::path& model_dir) {
   return Json::parse(text);
 }
 
-TEST_CASE("SIGKILL of ps:1 mid-run, ps:1 restarted: the chief restores every ps and finishes; all exit 0") {
+TEST_CASE(
+    "SIGKILL of ps:1 mid-run, ps:1 restarted: the chief restores every ps and finishes; all exit 0") {
   // Also with a model small enough (100 KB a ps) that each push carries a later step's
   // pull (combine_push_pull): requests of both kinds are cut off by the kill.
   const bool combined = GENERATE(false, true);
@@ -38,11 +39,15 @@ TEST_CASE("SIGKILL of ps:1 mid-run, ps:1 restarted: the chief restores every ps 
   TempDir tmp;
   auto spec = LocalCluster();
   Json overrides{{"checkpoint", {{"every_steps", 200}}}};
-  if (combined) overrides["model"] = Json{{"type", "mlp"}, {"input_dim", 784}, {"hidden", {64}}, {"classes", 10}};
-  auto job = DeriveJob("job-fmnist-mlp.json", tmp / "job.json", kSteps, 20, tmp / "model", overrides);
+  if (combined)
+    overrides["model"] =
+        Json{{"type", "mlp"}, {"input_dim", 784}, {"hidden", {64}}, {"classes", 10}};
+  auto job =
+      DeriveJob("job-fmnist-mlp.json", tmp / "job.json", kSteps, 20, tmp / "model", overrides);
   Tasks tasks;
   for (auto id : {kPs0, kPs1, kWorker0, kWorker1}) tasks.Add(StartDaemon(spec, id));
-  Task& chief = tasks.Add(StartDaemon(spec, kChief, {"--job", job.string(), "--model-dir", (tmp / "model").string()}));
+  Task& chief = tasks.Add(
+      StartDaemon(spec, kChief, {"--job", job.string(), "--model-dir", (tmp / "model").string()}));
   REQUIRE(chief.WaitForLine("checkpoint ckpt-200 committed", 120s));
 
   tasks[kPs1].Signal(SIGKILL);
@@ -69,21 +74,25 @@ TEST_CASE("SIGKILL of ps:1 mid-run, ps:1 restarted: the chief restores every ps 
   REQUIRE(history.ok());
   CHECK(history->notes.empty());
   std::vector<std::string> kinds;
-  for (const auto& e : history->events) kinds.push_back(e.kind + (e.task.empty() ? "" : " " + e.task));
-  CHECK(kinds == std::vector<std::string>{"chief_start", "ps_lost ps:1", "ps_back ps:1", "restored"});
+  for (const auto& e : history->events)
+    kinds.push_back(e.kind + (e.task.empty() ? "" : " " + e.task));
+  CHECK(kinds ==
+        std::vector<std::string>{"chief_start", "ps_lost ps:1", "ps_back ps:1", "restored"});
   const std::string html = obs::RenderReportHtml(*history, "model");
   CHECK(html.find("data-kind=\"ps_lost\"") != std::string::npos);
   CHECK(html.find("data-kind=\"ps_back\"") != std::string::npos);
 }
 
-TEST_CASE("SIGKILL of ps:1 that does not come back: the chief exits 138 (retryable) naming it; the others too") {
+TEST_CASE(
+    "SIGKILL of ps:1 that does not come back: the chief exits 138 (retryable) naming it; the others too") {
   TempDir tmp;
   auto spec = LocalCluster();
   auto job = DeriveJob("job-fmnist-mlp.json", tmp / "job.json", 1000000, 20, tmp / "model");
   Tasks tasks;
   for (auto id : {kPs0, kPs1, kWorker0, kWorker1}) tasks.Add(StartDaemon(spec, id));
-  Task& chief = tasks.Add(StartDaemon(spec, kChief, {"--job", job.string(), "--model-dir", (tmp / "model").string(),
-                                                     "--ps-recovery-timeout", "2"}));
+  Task& chief = tasks.Add(StartDaemon(spec, kChief,
+                                      {"--job", job.string(), "--model-dir",
+                                       (tmp / "model").string(), "--ps-recovery-timeout", "2"}));
   REQUIRE(chief.WaitForLine("] step ", 120s));
 
   tasks[kPs1].Signal(SIGKILL);
@@ -103,11 +112,13 @@ TEST_CASE("SIGKILL of ps:1 that does not come back: the chief exits 138 (retryab
   CHECK(tasks[kWorker1].HasLine("exits 138 so that the whole job is restarted"));
 }
 
-TEST_CASE("a ps killed while it writes the final checkpoint is recovered like a loss mid-run; every task exits 0") {
+TEST_CASE(
+    "a ps killed while it writes the final checkpoint is recovered like a loss mid-run; every task exits 0") {
   TempDir tmp;
   const fs::path model = tmp / "model";
   constexpr int64_t kFinal = 600;
-  auto job = DeriveCheckpointJob("job-fmnist-mlp.json", tmp / "job.json", kFinal, 100, model, 200, 5);
+  auto job =
+      DeriveCheckpointJob("job-fmnist-mlp.json", tmp / "job.json", kFinal, 100, model, 200, 5);
   auto spec = LocalCluster();
   Tasks tasks;
   for (auto id : {kPs0, kPs1, kWorker0, kWorker1}) tasks.Add(StartDaemon(spec, id));
@@ -151,18 +162,23 @@ TEST_CASE("--chief-timeout: a run that ends normally shuts every task down, exit
   auto spec = LocalCluster();
   auto job = DeriveJob("job-fmnist-mlp.json", tmp / "job.json", 100, 50, tmp / "model");
   Tasks tasks;
-  for (auto id : {kPs0, kPs1, kWorker0, kWorker1}) tasks.Add(StartDaemon(spec, id, {"--chief-timeout", "30"}));
-  tasks.Add(StartDaemon(spec, kChief, {"--job", job.string(), "--model-dir", (tmp / "model").string()}));
+  for (auto id : {kPs0, kPs1, kWorker0, kWorker1})
+    tasks.Add(StartDaemon(spec, id, {"--chief-timeout", "30"}));
+  tasks.Add(
+      StartDaemon(spec, kChief, {"--job", job.string(), "--model-dir", (tmp / "model").string()}));
   tasks.ExpectAllExit(0, 120s);  // the watch ends with its task (it once kept a ps from exiting)
 }
 
-TEST_CASE("--chief-timeout: the ps tasks and workers of a chief killed outright exit 138 (nothing else ends a Slurm step)") {
+TEST_CASE(
+    "--chief-timeout: the ps tasks and workers of a chief killed outright exit 138 (nothing else ends a Slurm step)") {
   TempDir tmp;
   auto spec = LocalCluster();
   auto job = DeriveJob("job-fmnist-mlp.json", tmp / "job.json", 1000000, 20, tmp / "model");
   Tasks tasks;
-  for (auto id : {kPs0, kPs1, kWorker0, kWorker1}) tasks.Add(StartDaemon(spec, id, {"--chief-timeout", "2"}));
-  Task& chief = tasks.Add(StartDaemon(spec, kChief, {"--job", job.string(), "--model-dir", (tmp / "model").string()}));
+  for (auto id : {kPs0, kPs1, kWorker0, kWorker1})
+    tasks.Add(StartDaemon(spec, id, {"--chief-timeout", "2"}));
+  Task& chief = tasks.Add(
+      StartDaemon(spec, kChief, {"--job", job.string(), "--model-dir", (tmp / "model").string()}));
   REQUIRE(chief.WaitForLine("] step ", 120s));  // training: the chief's frames keep the timers back
   chief.Signal(SIGKILL);
   CHECK(chief.WaitExit(15s) == std::optional<int>(128 + SIGKILL));

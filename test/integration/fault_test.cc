@@ -23,7 +23,9 @@ constexpr const char* kProgress = "] step ";
 
 // No checkpoint but the first (step 0) and the final one: the chief never drains for a
 // save mid-run, so a live worker always has packs in flight.
-Json NoMidRunCheckpoints() { return Json{{"checkpoint", {{"every_steps", 0}, {"every_seconds", 0}}}}; }
+Json NoMidRunCheckpoints() {
+  return Json{{"checkpoint", {{"every_steps", 0}, {"every_seconds", 0}}}};
+}
 
 std::vector<std::string> ChiefArgs(const TempDir& tmp, const std::filesystem::path& job) {
   return {"--job", job.string(), "--model-dir", (tmp / "model").string()};
@@ -40,7 +42,8 @@ void CheckFinalManifest(const std::filesystem::path& model_dir, int64_t steps) {
 
 // `pstrain status --json` of the running chief.
 Json ChiefStatus(const cluster::ClusterSpec& spec) {
-  auto status = StartLauncher({"status", "--chief", spec.address(kChief).ToString(), "--json"}, "pstrain status");
+  auto status = StartLauncher({"status", "--chief", spec.address(kChief).ToString(), "--json"},
+                              "pstrain status");
   REQUIRE(status->WaitExit(30s) == std::optional<int>(0));
   std::string text;
   for (const auto& l : status->Lines()) text += l + "\n";
@@ -99,11 +102,13 @@ void FreezeWhileBusy(Tasks& tasks, const cluster::ClusterSpec& spec) {
   FAIL("the chief never had a pack in flight on worker:1");
 }
 
-TEST_CASE("SIGKILL of worker:1 mid-run: its steps are re-queued, the restarted worker rejoins; exact steps, all exit 0") {
+TEST_CASE(
+    "SIGKILL of worker:1 mid-run: its steps are re-queued, the restarted worker rejoins; exact steps, all exit 0") {
   constexpr int64_t kSteps = 3000;
   TempDir tmp;
   auto spec = LocalCluster();
-  auto job = DeriveJob("job-fmnist-mlp.json", tmp / "job.json", kSteps, 20, tmp / "model", NoMidRunCheckpoints());
+  auto job = DeriveJob("job-fmnist-mlp.json", tmp / "job.json", kSteps, 20, tmp / "model",
+                       NoMidRunCheckpoints());
   Tasks tasks;
   for (auto id : {kPs0, kPs1, kWorker0, kWorker1}) tasks.Add(StartDaemon(spec, id));
   // A killed process closes its connections: the chief notices at once, not by heartbeat.
@@ -162,7 +167,8 @@ TEST_CASE("SIGKILL of worker:1 mid-run: its steps are re-queued, the restarted w
   CHECK(kinds == std::vector<std::string>{"worker_lost worker:1", "worker_back worker:1"});
 }
 
-TEST_CASE("every 7th push sent twice (lost reply): each ps ignores exactly the repeats; exact steps, all exit 0") {
+TEST_CASE(
+    "every 7th push sent twice (lost reply): each ps ignores exactly the repeats; exact steps, all exit 0") {
   constexpr int64_t kSteps = 600;
   constexpr int64_t kEvery = 7;
   // Also with every push applied while it arrives (the model's pushes are ~0.5 MB per
@@ -171,21 +177,27 @@ TEST_CASE("every 7th push sent twice (lost reply): each ps ignores exactly the r
   // (combine_push_pull): a repeat is sent with its pull, and its pull is answered again.
   const int variant = GENERATE(0, 1, 2);
   const bool early = variant == 1, combined = variant == 2;
-  INFO((early ? "--early-apply-min-kib 1" : combined ? "hidden [64]: pushes with pulls" : "default ps flags"));
+  INFO((early      ? "--early-apply-min-kib 1"
+        : combined ? "hidden [64]: pushes with pulls"
+                   : "default ps flags"));
   TempDir tmp;
   auto spec = LocalCluster();
   Json overrides = NoMidRunCheckpoints();
   if (combined) {
-    overrides["model"] = Json{{"type", "mlp"}, {"input_dim", 784}, {"hidden", {64}}, {"classes", 10}};
+    overrides["model"] =
+        Json{{"type", "mlp"}, {"input_dim", 784}, {"hidden", {64}}, {"classes", 10}};
   }
-  auto job = DeriveJob("job-fmnist-mlp.json", tmp / "job.json", kSteps, 100, tmp / "model", overrides);
+  auto job =
+      DeriveJob("job-fmnist-mlp.json", tmp / "job.json", kSteps, 100, tmp / "model", overrides);
   Tasks tasks;
   for (auto id : {kPs0, kPs1}) {
-    tasks.Add(StartDaemon(spec, id, early ? std::vector<std::string>{"--early-apply-min-kib", "1"}
-                                          : std::vector<std::string>{}));
+    tasks.Add(StartDaemon(spec, id,
+                          early ? std::vector<std::string>{"--early-apply-min-kib", "1"}
+                                : std::vector<std::string>{}));
   }
   for (auto id : {kWorker0, kWorker1}) {
-    tasks.Add(StartDaemon(spec, id, {}, {}, {{"PSTRAIN_FAULT_REPEAT_PUSH_EVERY", std::to_string(kEvery)}}));
+    tasks.Add(StartDaemon(spec, id, {}, {},
+                          {{"PSTRAIN_FAULT_REPEAT_PUSH_EVERY", std::to_string(kEvery)}}));
   }
   Task& chief = tasks.Add(StartDaemon(spec, kChief, ChiefArgs(tmp, job)));
   REQUIRE(chief.WaitForLine("final evaluation at step " + std::to_string(kSteps), 300s));
@@ -202,7 +214,8 @@ TEST_CASE("every 7th push sent twice (lost reply): each ps ignores exactly the r
   CHECK(steps0 + steps1 == kSteps);
   const int64_t repeats = steps0 / kEvery + steps1 / kEvery;
   REQUIRE(repeats > 0);
-  auto manifest = ParseJson(ReadFile(tmp / "model" / ("ckpt-" + std::to_string(kSteps)) / "MANIFEST"), "MANIFEST");
+  auto manifest = ParseJson(
+      ReadFile(tmp / "model" / ("ckpt-" + std::to_string(kSteps)) / "MANIFEST"), "MANIFEST");
   REQUIRE(manifest.ok());
   INFO((*manifest).dump());
   REQUIRE((*manifest)["extra"]["variables"].is_array());
@@ -212,10 +225,11 @@ TEST_CASE("every 7th push sent twice (lost reply): each ps ignores exactly the r
   }
   for (auto id : {kPs0, kPs1}) {
     Task& ps = tasks[id];
-    INFO(id.ToString() << " holds " << shards_on[id.index] << " shard(s); " << repeats << " repeated pushes");
+    INFO(id.ToString() << " holds " << shards_on[id.index] << " shard(s); " << repeats
+                       << " repeated pushes");
     REQUIRE(shards_on[id.index] > 0);
-    CHECK(CountLines(ps.Lines(), "was already applied to " + std::to_string(shards_on[id.index]) + " shard(s)") ==
-          repeats);
+    CHECK(CountLines(ps.Lines(), "was already applied to " + std::to_string(shards_on[id.index]) +
+                                     " shard(s)") == repeats);
     auto down = ps.FindLine("shut down (job finished)");
     REQUIRE(down.has_value());
     CHECK_THAT(*down, Catch::Contains("ignored " + std::to_string(repeats * shards_on[id.index]) +
@@ -224,7 +238,8 @@ TEST_CASE("every 7th push sent twice (lost reply): each ps ignores exactly the r
     // small model, all but the last two of each pack (and their repeats) carried a pull.
     const int64_t pushes = steps0 + steps1 + repeats;
     CHECK_THAT(*down, Catch::Contains(" applied while they arrived, 0 of them cut off"));
-    CHECK_THAT(*down, Catch::Contains(std::to_string(early ? pushes : 0) + " applied while they arrived"));
+    CHECK_THAT(*down,
+               Catch::Contains(std::to_string(early ? pushes : 0) + " applied while they arrived"));
     const std::string with_pull = " with a pull after them";
     const auto at = down->find(with_pull);
     REQUIRE(at != std::string::npos);
@@ -238,12 +253,14 @@ TEST_CASE("every 7th push sent twice (lost reply): each ps ignores exactly the r
   }
 }
 
-TEST_CASE("SIGSTOP of worker:1: lost after the heartbeat timeout, its steps move to worker:0; SIGCONT: it rejoins; all exit 0") {
+TEST_CASE(
+    "SIGSTOP of worker:1: lost after the heartbeat timeout, its steps move to worker:0; SIGCONT: it rejoins; all exit 0") {
   // worker:0 alone runs ~10 s of these steps here, against ~1 s for worker:1 to rejoin.
   constexpr int64_t kSteps = 6000;
   TempDir tmp;
   auto spec = LocalCluster();
-  auto job = DeriveJob("job-fmnist-mlp.json", tmp / "job.json", kSteps, 20, tmp / "model", NoMidRunCheckpoints());
+  auto job = DeriveJob("job-fmnist-mlp.json", tmp / "job.json", kSteps, 20, tmp / "model",
+                       NoMidRunCheckpoints());
   Tasks tasks;
   for (auto id : {kPs0, kPs1, kWorker0, kWorker1}) tasks.Add(StartDaemon(spec, id));
   auto args = ChiefArgs(tmp, job);
@@ -279,11 +296,13 @@ TEST_CASE("SIGSTOP of worker:1: lost after the heartbeat timeout, its steps move
   CHECK(TaskEntry(last["workers"], "worker:1")["steps"].get<int64_t>() > steps_before);
 }
 
-TEST_CASE("every worker hung: the watchdog names the tasks it waits on; SIGCONT: the job finishes; all exit 0") {
+TEST_CASE(
+    "every worker hung: the watchdog names the tasks it waits on; SIGCONT: the job finishes; all exit 0") {
   constexpr int64_t kSteps = 600;
   TempDir tmp;
   auto spec = LocalCluster();
-  auto job = DeriveJob("job-fmnist-mlp.json", tmp / "job.json", kSteps, 20, tmp / "model", NoMidRunCheckpoints());
+  auto job = DeriveJob("job-fmnist-mlp.json", tmp / "job.json", kSteps, 20, tmp / "model",
+                       NoMidRunCheckpoints());
   Tasks tasks;
   for (auto id : {kPs0, kPs1, kWorker0, kWorker1}) tasks.Add(StartDaemon(spec, id));
   auto args = ChiefArgs(tmp, job);

@@ -82,9 +82,10 @@ struct TranscriptListener : Catch::TestEventListenerBase {
   void testCaseEnded(const Catch::TestCaseStats& stats) override {
     auto lines = GlobalTranscript().Take();
     const char* verbose = std::getenv("PSTRAIN_INTEG_VERBOSE");
-    if (stats.totals.assertions.failed > 0 || (verbose != nullptr && *verbose != '\0' && *verbose != '0')) {
-      std::cerr << "---- output of the processes of \"" << stats.testInfo.name << "\" (" << lines.size()
-                << " lines) ----\n";
+    if (stats.totals.assertions.failed > 0 ||
+        (verbose != nullptr && *verbose != '\0' && *verbose != '0')) {
+      std::cerr << "---- output of the processes of \"" << stats.testInfo.name << "\" ("
+                << lines.size() << " lines) ----\n";
       for (const auto& l : lines) std::cerr << l << "\n";
       std::cerr << "---- end of output ----" << std::endl;
     }
@@ -136,7 +137,8 @@ cluster::ClusterSpec LocalCluster() {
   REQUIRE(spec->count(cluster::TaskType::kPs) == 2);
   auto ids = spec->AllTasks();
   auto ports = FreePorts(static_cast<int>(ids.size()));
-  for (size_t i = 0; i < ids.size(); ++i) spec->of(ids[i].type)[static_cast<size_t>(ids[i].index)].port = ports[i];
+  for (size_t i = 0; i < ids.size(); ++i)
+    spec->of(ids[i].type)[static_cast<size_t>(ids[i].index)].port = ports[i];
   return *spec;
 }
 
@@ -198,12 +200,15 @@ std::filesystem::path DeriveJob(const std::string& config_name, const std::files
   return path;
 }
 
-std::filesystem::path DeriveCheckpointJob(const std::string& config_name, const std::filesystem::path& path,
-                                          int64_t steps, int64_t log_every_steps,
-                                          const std::filesystem::path& model_dir, int64_t every_steps,
-                                          int max_to_keep) {
-  Json checkpoint = {{"every_steps", every_steps}, {"every_seconds", 0}, {"max_to_keep", max_to_keep}};
-  return DeriveJob(config_name, path, steps, log_every_steps, model_dir, Json{{"checkpoint", checkpoint}});
+std::filesystem::path DeriveCheckpointJob(const std::string& config_name,
+                                          const std::filesystem::path& path, int64_t steps,
+                                          int64_t log_every_steps,
+                                          const std::filesystem::path& model_dir,
+                                          int64_t every_steps, int max_to_keep) {
+  Json checkpoint = {
+      {"every_steps", every_steps}, {"every_seconds", 0}, {"max_to_keep", max_to_keep}};
+  return DeriveJob(config_name, path, steps, log_every_steps, model_dir,
+                   Json{{"checkpoint", checkpoint}});
 }
 
 uint64_t FlipByte(const std::filesystem::path& path, std::optional<uint64_t> offset) {
@@ -223,7 +228,8 @@ uint64_t FlipByte(const std::filesystem::path& path, std::optional<uint64_t> off
 
 TempDir::TempDir() {
   const char* base = std::getenv("TMPDIR");
-  std::string tmpl = std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/pstrain-integ-XXXXXX";
+  std::string tmpl =
+      std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/pstrain-integ-XXXXXX";
   std::vector<char> buf(tmpl.begin(), tmpl.end());
   buf.push_back('\0');
   REQUIRE(::mkdtemp(buf.data()) != nullptr);
@@ -235,7 +241,8 @@ TempDir::~TempDir() {
   std::filesystem::remove_all(path_, ec);
 }
 
-Tmpfs::Tmpfs(const std::filesystem::path& owner, const std::filesystem::path& dir, int mib, int64_t inodes)
+Tmpfs::Tmpfs(const std::filesystem::path& owner, const std::filesystem::path& dir, int mib,
+             int64_t inodes)
     : dir_(dir) {
   std::filesystem::create_directories(dir);
   std::string opts = "size=" + std::to_string(mib) + "m";
@@ -272,7 +279,8 @@ struct EofMark {
 }  // namespace
 
 Task::Task(std::string name, std::vector<std::string> argv,
-           std::vector<std::pair<std::string, std::string>> env, std::vector<std::string> env_remove)
+           std::vector<std::pair<std::string, std::string>> env,
+           std::vector<std::string> env_remove)
     : name_(std::move(name)), out_(std::make_shared<Output>()) {
   launcher::SpawnOptions o;
   o.argv = std::move(argv);
@@ -283,8 +291,8 @@ Task::Task(std::string name, std::vector<std::string> argv,
   o.env_remove = std::move(env_remove);
   std::string command;
   for (const auto& a : o.argv) command += (command.empty() ? "" : " ") + a;
-  o.on_line = [out = out_, eof = std::make_shared<EofMark>(out_), label = "[" + name_ + "] "](
-                  const std::string& line) {
+  o.on_line = [out = out_, eof = std::make_shared<EofMark>(out_),
+               label = "[" + name_ + "] "](const std::string& line) {
     GlobalTranscript().Add(Elapsed() + " " + label + line);
     std::lock_guard lock(out->mu);
     out->lines.push_back(line);
@@ -315,7 +323,9 @@ bool Task::WaitForLine(const std::string& needle, Millis timeout) {
       if (out_->lines[checked].find(needle) != std::string::npos) return true;
     }
     if (out_->closed) break;
-    if (out_->cv.wait_until(lock, deadline) == std::cv_status::timeout && checked == out_->lines.size()) break;
+    if (out_->cv.wait_until(lock, deadline) == std::cv_status::timeout &&
+        checked == out_->lines.size())
+      break;
   }
   lock.unlock();
   Note("gave up waiting for \"" + needle + "\" from " + name_);
@@ -345,10 +355,13 @@ bool Task::WaitForLineFrom(const std::string& needle, size_t first, Millis timeo
       if (out_->lines[checked].find(needle) != std::string::npos) return true;
     }
     if (out_->closed) break;
-    if (out_->cv.wait_until(lock, deadline) == std::cv_status::timeout && checked >= out_->lines.size()) break;
+    if (out_->cv.wait_until(lock, deadline) == std::cv_status::timeout &&
+        checked >= out_->lines.size())
+      break;
   }
   lock.unlock();
-  Note("gave up waiting for \"" + needle + "\" from " + name_ + " after line " + std::to_string(first));
+  Note("gave up waiting for \"" + needle + "\" from " + name_ + " after line " +
+       std::to_string(first));
   return false;
 }
 
@@ -373,14 +386,15 @@ std::optional<int> Task::WaitExit(Millis timeout) {
 }
 
 std::unique_ptr<Task> StartDaemon(const cluster::ClusterSpec& spec, cluster::TaskId id,
-                                  std::vector<std::string> args, std::vector<std::string> env_remove,
-                                  EnvVars env) {
-  return StartDaemonWithTfConfig(id.type, id.ToString(), cluster::ToTfConfigJson(spec, id), std::move(args),
-                                 std::move(env_remove), std::move(env));
+                                  std::vector<std::string> args,
+                                  std::vector<std::string> env_remove, EnvVars env) {
+  return StartDaemonWithTfConfig(id.type, id.ToString(), cluster::ToTfConfigJson(spec, id),
+                                 std::move(args), std::move(env_remove), std::move(env));
 }
 
 std::unique_ptr<Task> StartDaemonWithTfConfig(cluster::TaskType type, const std::string& name,
-                                              const std::string& tf_config, std::vector<std::string> args,
+                                              const std::string& tf_config,
+                                              std::vector<std::string> args,
                                               std::vector<std::string> env_remove, EnvVars env) {
   std::vector<std::string> argv{DaemonPath(type)};
   for (auto& a : args) argv.push_back(std::move(a));
@@ -416,7 +430,8 @@ void Tasks::ExpectAllExit(int expected, Millis timeout) {
   for (auto& t : tasks_) {
     auto left = std::chrono::duration_cast<Millis>(deadline - std::chrono::steady_clock::now());
     auto status = t->WaitExit(std::max(left, Millis(0)));
-    INFO(t->name() << (status ? " exited with " + std::to_string(*status) : std::string(" is still running")));
+    INFO(t->name() << (status ? " exited with " + std::to_string(*status)
+                              : std::string(" is still running")));
     CHECK(status == std::optional<int>(expected));
   }
 }
@@ -427,7 +442,8 @@ void Tasks::ExpectExit(const std::vector<cluster::TaskId>& ids, int expected, Mi
     Task& t = (*this)[id];
     auto left = std::chrono::duration_cast<Millis>(deadline - std::chrono::steady_clock::now());
     auto status = t.WaitExit(std::max(left, Millis(0)));
-    INFO(t.name() << (status ? " exited with " + std::to_string(*status) : std::string(" is still running")));
+    INFO(t.name() << (status ? " exited with " + std::to_string(*status)
+                             : std::string(" is still running")));
     CHECK(status == std::optional<int>(expected));
   }
 }

@@ -14,8 +14,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <map>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -23,9 +23,9 @@
 #include <utility>
 #include <vector>
 
+#include "launcher/subprocess.h"
 #include "libps/cluster/tf_config.h"
 #include "libps/core/json.h"
-#include "launcher/subprocess.h"
 
 namespace ps::integ {
 
@@ -60,14 +60,16 @@ void WriteClusterFile(const cluster::ClusterSpec& spec, const std::filesystem::p
 // replaced, plus the top-level keys of `overrides`; returns the path.
 std::filesystem::path DeriveJob(const std::string& config_name, const std::filesystem::path& path,
                                 int64_t steps, int64_t log_every_steps,
-                                const std::filesystem::path& model_dir, const Json& overrides = Json::object());
+                                const std::filesystem::path& model_dir,
+                                const Json& overrides = Json::object());
 // DeriveJob, plus "checkpoint": {"every_steps": every_steps, "every_seconds": 0,
 // "max_to_keep": max_to_keep}: checkpoints by steps only, so which ones exist does not
 // depend on the machine's speed.
-std::filesystem::path DeriveCheckpointJob(const std::string& config_name, const std::filesystem::path& path,
-                                          int64_t steps, int64_t log_every_steps,
-                                          const std::filesystem::path& model_dir, int64_t every_steps,
-                                          int max_to_keep);
+std::filesystem::path DeriveCheckpointJob(const std::string& config_name,
+                                          const std::filesystem::path& path, int64_t steps,
+                                          int64_t log_every_steps,
+                                          const std::filesystem::path& model_dir,
+                                          int64_t every_steps, int max_to_keep);
 // Inverts every bit of the byte at `offset` (the middle of the file when nullopt);
 // returns the offset. Fails the test if the file is empty or cannot be rewritten.
 uint64_t FlipByte(const std::filesystem::path& path, std::optional<uint64_t> offset = std::nullopt);
@@ -96,7 +98,8 @@ class TempDir {
 // directory) and exits 77 (meson: SKIP) saying why.
 class Tmpfs {
  public:
-  Tmpfs(const std::filesystem::path& owner, const std::filesystem::path& dir, int mib, int64_t inodes = 0);
+  Tmpfs(const std::filesystem::path& owner, const std::filesystem::path& dir, int mib,
+        int64_t inodes = 0);
   ~Tmpfs();  // lazy unmount: a process still holding a file open does not keep it mounted
   Tmpfs(const Tmpfs&) = delete;
   Tmpfs& operator=(const Tmpfs&) = delete;
@@ -165,7 +168,8 @@ std::unique_ptr<Task> StartDaemon(const cluster::ClusterSpec& spec, cluster::Tas
 std::unique_ptr<Task> StartDaemonWithTfConfig(cluster::TaskType type, const std::string& name,
                                               const std::string& tf_config,
                                               std::vector<std::string> args = {},
-                                              std::vector<std::string> env_remove = {}, EnvVars env = {});
+                                              std::vector<std::string> env_remove = {},
+                                              EnvVars env = {});
 // Started tasks by name (TaskId::ToString()). Destroying it kills what still runs.
 class Tasks {
  public:
@@ -185,7 +189,8 @@ class Tasks {
 };
 
 // `pstrain <args...>`
-std::unique_ptr<Task> StartLauncher(std::vector<std::string> args, const std::string& name = "pstrain");
+std::unique_ptr<Task> StartLauncher(std::vector<std::string> args,
+                                    const std::string& name = "pstrain");
 
 // The ids of the training tasks of cluster-local.json's shape.
 inline const cluster::TaskId kChief{cluster::TaskType::kChief, 0};

@@ -15,8 +15,8 @@ const cluster::TaskId kEvaluator{cluster::TaskType::kEvaluator, 0};
 // gen-ctr data in `dir`: TFRecord training data in one file, eval data in 3 files; the
 // job overrides for configs/job-ctr-emb.json's model on it.
 Json CtrData(const std::filesystem::path& dir) {
-  auto gen = StartLauncher({"gen-ctr", "--out", dir.string(), "--train-examples", "30000", "--eval-examples", "6000",
-                            "--format", "tfrecord", "--files", "3"});
+  auto gen = StartLauncher({"gen-ctr", "--out", dir.string(), "--train-examples", "30000",
+                            "--eval-examples", "6000", "--format", "tfrecord", "--files", "3"});
   REQUIRE(gen->WaitExit(120s) == 0);
   auto ctr = ReadJsonFile((dir / "ctr.json").string());
   REQUIRE(ctr.ok());
@@ -33,7 +33,8 @@ std::vector<Json> Lines(const std::vector<Json>& all, const char* key) {
   return out;
 }
 
-TEST_CASE("inline evaluation every 200 steps on 2 workers equals one process's pass over the same checkpoint") {
+TEST_CASE(
+    "inline evaluation every 200 steps on 2 workers equals one process's pass over the same checkpoint") {
   TempDir tmp;
   Json overrides = CtrData(tmp / "ctr");
   overrides["eval_every_steps"] = 200;
@@ -57,31 +58,38 @@ TEST_CASE("inline evaluation every 200 steps on 2 workers equals one process's p
   CHECK(evals[0]["workers"] == 2);
 
   // The evaluator's own pass over checkpoint 200 (training was paused for both).
-  Task& evaluator = tasks.Add(StartDaemon(spec, kEvaluator, {"--model-dir", model.string(), "--once", "--step", "200"}));
+  Task& evaluator = tasks.Add(
+      StartDaemon(spec, kEvaluator, {"--model-dir", model.string(), "--once", "--step", "200"}));
   REQUIRE(evaluator.WaitExit(120s) == 0);
   const Json* inline_line = nullptr;
   const Json* single = nullptr;
   const auto eval_lines = ReadJsonLines(model / "eval" / "metrics.jsonl");
   for (const auto& l : eval_lines) {
     if (l["step"] != 200) continue;
-    if (l.value("source", "") == "workers") inline_line = &l;
-    else single = &l;
+    if (l.value("source", "") == "workers")
+      inline_line = &l;
+    else
+      single = &l;
   }
   REQUIRE(inline_line != nullptr);
   REQUIRE(single != nullptr);
-  Note("step 200: merged auc " + (*inline_line)["auc"].dump() + ", one process " + (*single)["auc"].dump());
+  Note("step 200: merged auc " + (*inline_line)["auc"].dump() + ", one process " +
+       (*single)["auc"].dump());
   CHECK((*inline_line)["examples"] == (*single)["examples"]);
   // The same scores up to float rounding: sgemm's blocking depends on the batch's row
   // count, and the workers' batches are not the evaluator's, so a score may differ in its
   // last bit and, rarely, swap with a near-equal one. One swapped pair moves the AUC by
   // 1 / (positives x negatives), about 2e-7 here; the accuracy by one example in 6000.
   // (The merge itself is exact: the chief ranks every example's score, it does not average.)
-  CHECK((*inline_line)["accuracy"].get<double>() == Approx((*single)["accuracy"].get<double>()).margin(1.0 / 6000));
+  CHECK((*inline_line)["accuracy"].get<double>() ==
+        Approx((*single)["accuracy"].get<double>()).margin(1.0 / 6000));
   CHECK((*inline_line)["auc"].get<double>() == Approx((*single)["auc"].get<double>()).margin(2e-6));
-  CHECK((*inline_line)["loss"].get<double>() == Approx((*single)["loss"].get<double>()).epsilon(1e-9));
+  CHECK((*inline_line)["loss"].get<double>() ==
+        Approx((*single)["loss"].get<double>()).epsilon(1e-9));
 }
 
-TEST_CASE("early stopping: no improvement for `patience` evaluations ends the job with a final checkpoint, exit 0") {
+TEST_CASE(
+    "early stopping: no improvement for `patience` evaluations ends the job with a final checkpoint, exit 0") {
   TempDir tmp;
   Json overrides = CtrData(tmp / "ctr");
   overrides["eval_every_steps"] = 100;
@@ -104,7 +112,8 @@ TEST_CASE("early stopping: no improvement for `patience` evaluations ends the jo
   CHECK(final_eval[0]["step"] == 200);
 }
 
-TEST_CASE("eval_every_steps without eval_data, and early_stopping without eval_every_steps, are configuration errors (exit 2)") {
+TEST_CASE(
+    "eval_every_steps without eval_data, and early_stopping without eval_every_steps, are configuration errors (exit 2)") {
   TempDir tmp;
   const auto model = tmp / "model";
   auto spec = LocalCluster();

@@ -11,11 +11,12 @@
 namespace ps::integ {
 namespace {
 
-TEST_CASE("lazy tables with admit and evict: counters in the metrics, max_rows bounds the checkpoint") {
+TEST_CASE(
+    "lazy tables with admit and evict: counters in the metrics, max_rows bounds the checkpoint") {
   TempDir tmp;
   const auto data = tmp / "ctr-data";
-  auto gen = StartLauncher({"gen-ctr", "--out", data.string(), "--train-examples", "100000", "--eval-examples",
-                            "2000"});
+  auto gen = StartLauncher(
+      {"gen-ctr", "--out", data.string(), "--train-examples", "100000", "--eval-examples", "2000"});
   REQUIRE(gen->WaitExit(120s) == 0);
 
   constexpr int64_t kMaxRows = 1000;
@@ -58,14 +59,15 @@ TEST_CASE("lazy tables with admit and evict: counters in the metrics, max_rows b
     max_rows += r["evicted_max_rows"].get<uint64_t>();
     live += r["live_rows"].get<int64_t>();
   }
-  const std::string figures = "at step " + std::to_string((*last)["step"].get<int64_t>()) + ": admitted " +
-                              std::to_string(admitted) + ", gradient rows dropped " + std::to_string(not_admitted) +
+  const std::string figures = "at step " + std::to_string((*last)["step"].get<int64_t>()) +
+                              ": admitted " + std::to_string(admitted) +
+                              ", gradient rows dropped " + std::to_string(not_admitted) +
                               ", evicted by ttl " + std::to_string(ttl) + ", by max_rows " +
                               std::to_string(max_rows) + ", live " + std::to_string(live);
   Note(figures);
   WARN(figures);
   CHECK(admitted > static_cast<uint64_t>(kMaxRows));  // more users pushed twice than max_rows
-  CHECK(not_admitted > admitted);                      // every admitted row dropped one push first
+  CHECK(not_admitted > admitted);                     // every admitted row dropped one push first
   CHECK(max_rows > 0);
   CHECK(ttl > 0);
   CHECK(live > 0);

@@ -54,11 +54,14 @@ void SkipUnlessNamespaces() {
   };
   if (::geteuid() != 0) skip("network namespaces need root (CAP_SYS_ADMIN and CAP_NET_ADMIN)");
   for (const char* tool : {"/usr/sbin/ip", "/usr/sbin/nft", "/usr/sbin/tc"}) {
-    if (!fs::exists(tool)) skip(std::string(tool) + " is missing (Debian packages iproute2 and nftables)");
+    if (!fs::exists(tool))
+      skip(std::string(tool) + " is missing (Debian packages iproute2 and nftables)");
   }
   const std::string probe = "pstprobe" + std::to_string(::getpid());
-  if (Run({"ip", "netns", "add", probe}) != std::optional<int>(0)) skip("`ip netns add` is not permitted here");
-  const bool nft = Run({"ip", "netns", "exec", probe, "nft", "add", "table", "inet", "probe"}) == std::optional<int>(0);
+  if (Run({"ip", "netns", "add", probe}) != std::optional<int>(0))
+    skip("`ip netns add` is not permitted here");
+  const bool nft = Run({"ip", "netns", "exec", probe, "nft", "add", "table", "inet", "probe"}) ==
+                   std::optional<int>(0);
   Run({"ip", "netns", "del", probe});
   if (!nft) skip("nftables is not available in a network namespace (kernel without nf_tables)");
 }
@@ -67,7 +70,8 @@ void SkipUnlessNamespaces() {
 // namespace <prefix>-br. The destructor deletes every namespace it created.
 class Hosts {
  public:
-  explicit Hosts(const std::vector<std::string>& names) : prefix_("pst" + std::to_string(::getpid())) {
+  explicit Hosts(const std::vector<std::string>& names)
+      : prefix_("pst" + std::to_string(::getpid())) {
     Add(bridge_ns());
     MustRun({"ip", "-n", bridge_ns(), "link", "set", "lo", "up"});
     MustRun({"ip", "-n", bridge_ns(), "link", "add", "br0", "type", "bridge"});
@@ -78,7 +82,8 @@ class Hosts {
       Add(ns);
       MustRun({"ip", "-n", ns, "link", "set", "lo", "up"});
       // Both ends are created inside the test's namespaces, never in the machine's.
-      MustRun({"ip", "-n", ns, "link", "add", "eth0", "type", "veth", "peer", "name", port, "netns", bridge_ns()});
+      MustRun({"ip", "-n", ns, "link", "add", "eth0", "type", "veth", "peer", "name", port, "netns",
+               bridge_ns()});
       MustRun({"ip", "-n", bridge_ns(), "link", "set", port, "master", "br0"});
       MustRun({"ip", "-n", bridge_ns(), "link", "set", port, "up"});
       address_[name] = "10.77.0." + std::to_string(k);
@@ -101,17 +106,19 @@ class Hosts {
   std::string Shape(const std::string& rate, const std::string& delay) {
     bool netem = true;
     for (const auto& [name, addr] : address_) {
-      if (netem && Run({"ip", "netns", "exec", Ns(name), "tc", "qdisc", "add", "dev", "eth0", "root", "netem", "delay",
-                        delay, "rate", rate}) == std::optional<int>(0)) {
+      if (netem && Run({"ip", "netns", "exec", Ns(name), "tc", "qdisc", "add", "dev", "eth0",
+                        "root", "netem", "delay", delay, "rate", rate}) == std::optional<int>(0)) {
         continue;
       }
       netem = false;
       Run({"ip", "netns", "exec", Ns(name), "tc", "qdisc", "del", "dev", "eth0", "root"});
-      MustRun({"ip", "netns", "exec", Ns(name), "tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", rate,
-               "burst", "256kb", "latency", "50ms"});
+      MustRun({"ip", "netns", "exec", Ns(name), "tc", "qdisc", "add", "dev", "eth0", "root", "tbf",
+               "rate", rate, "burst", "256kb", "latency", "50ms"});
     }
-    return netem ? rate + " and " + delay + " of delay (netem)"
-                 : rate + " (tbf); no delay: this kernel has no sch_netem (`tc qdisc add ... netem` is refused)";
+    return netem
+               ? rate + " and " + delay + " of delay (netem)"
+               : rate +
+                     " (tbf); no delay: this kernel has no sch_netem (`tc qdisc add ... netem` is refused)";
   }
 
   // Drops every packet between `name` and `peers` (all other hosts when empty), both ways,
@@ -124,14 +131,20 @@ class Hosts {
     MustRun({"ip", "netns", "exec", ns, "nft", "add", "chain", "inet", "partition", "out",
              "{ type filter hook output priority 0; policy accept; }"});
     if (peers.empty()) {
-      MustRun({"ip", "netns", "exec", ns, "nft", "add", "rule", "inet", "partition", "in", "iifname", "eth0", "drop"});
-      MustRun({"ip", "netns", "exec", ns, "nft", "add", "rule", "inet", "partition", "out", "oifname", "eth0", "drop"});
+      MustRun({"ip", "netns", "exec", ns, "nft", "add", "rule", "inet", "partition", "in",
+               "iifname", "eth0", "drop"});
+      MustRun({"ip", "netns", "exec", ns, "nft", "add", "rule", "inet", "partition", "out",
+               "oifname", "eth0", "drop"});
     }
     for (const auto& p : peers) {
-      MustRun({"ip", "netns", "exec", ns, "nft", "add", "rule", "inet", "partition", "in", "ip", "saddr", Address(p), "drop"});
-      MustRun({"ip", "netns", "exec", ns, "nft", "add", "rule", "inet", "partition", "out", "ip", "daddr", Address(p), "drop"});
+      MustRun({"ip", "netns", "exec", ns, "nft", "add", "rule", "inet", "partition", "in", "ip",
+               "saddr", Address(p), "drop"});
+      MustRun({"ip", "netns", "exec", ns, "nft", "add", "rule", "inet", "partition", "out", "ip",
+               "daddr", Address(p), "drop"});
     }
-    Note("partitioned " + name + (peers.empty() ? " from every host" : " from " + std::to_string(peers.size()) + " host(s)"));
+    Note("partitioned " + name +
+         (peers.empty() ? " from every host"
+                        : " from " + std::to_string(peers.size()) + " host(s)"));
   }
   void Heal(const std::string& name) {
     MustRun({"ip", "netns", "exec", Ns(name), "nft", "delete", "table", "inet", "partition"});
@@ -156,7 +169,8 @@ const std::vector<std::pair<std::string, cluster::TaskId>> kTasks = {
 // cluster-local.json's shape with one host per task, each on port 2222 of its own address.
 cluster::ClusterSpec SpecFor(const Hosts& hosts) {
   cluster::ClusterSpec spec = LocalCluster();
-  for (const auto& [name, id] : kTasks) spec.of(id.type)[static_cast<size_t>(id.index)] = {hosts.Address(name), 2222};
+  for (const auto& [name, id] : kTasks)
+    spec.of(id.type)[static_cast<size_t>(id.index)] = {hosts.Address(name), 2222};
   return spec;
 }
 
@@ -194,7 +208,8 @@ void ExpectFinished(const fs::path& model, int64_t steps) {
   CHECK((*manifest)["final"] == true);
 }
 
-TEST_CASE("namespaced hosts with a 1 Gbit/s cap: examples/s against loopback; exact steps, all exit 0") {
+TEST_CASE(
+    "namespaced hosts with a 1 Gbit/s cap: examples/s against loopback; exact steps, all exit 0") {
   SkipUnlessNamespaces();
   TempDir tmp;
   constexpr int64_t kSteps = 3000;
@@ -217,18 +232,21 @@ TEST_CASE("namespaced hosts with a 1 Gbit/s cap: examples/s against loopback; ex
   tasks.ExpectAllExit(0, 300s);
   shaped = MedianExamplesPerSecond(tasks[kChief]);
   ExpectFinished(tmp / "shaped", kSteps);
-  std::printf("netns: job-fmnist-mlp (2 ps, 2 workers): loopback %.0f examples/s, namespaced hosts with %s: "
-              "%.0f examples/s (%.2fx)\n",
-              loopback, shaping.c_str(), shaped, shaped / loopback);
+  std::printf(
+      "netns: job-fmnist-mlp (2 ps, 2 workers): loopback %.0f examples/s, namespaced hosts with %s: "
+      "%.0f examples/s (%.2fx)\n",
+      loopback, shaping.c_str(), shaped, shaped / loopback);
   std::fflush(stdout);
 }
 
-TEST_CASE("partitions of 5 s (a worker from the ps tasks, a ps, the chief), healed: exact steps, all exit 0, checkpoints sound") {
+TEST_CASE(
+    "partitions of 5 s (a worker from the ps tasks, a ps, the chief), healed: exact steps, all exit 0, checkpoints sound") {
   SkipUnlessNamespaces();
   TempDir tmp;
   constexpr int64_t kSteps = 12000;  // the partitions end near step 5000
   Hosts hosts({"chief", "ps0", "ps1", "worker0", "worker1"});
-  auto job = DeriveCheckpointJob("job-fmnist-mlp.json", tmp / "job.json", kSteps, 500, tmp / "model", 2000, 100);
+  auto job = DeriveCheckpointJob("job-fmnist-mlp.json", tmp / "job.json", kSteps, 500,
+                                 tmp / "model", 2000, 100);
   Tasks tasks;
   StartInNamespaces(tasks, hosts, SpecFor(hosts), {"--job", job.string()});
   Task& chief = tasks[kChief];

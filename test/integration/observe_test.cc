@@ -43,7 +43,8 @@ std::vector<obs::ScalarEvent> Scalars(const std::filesystem::path& dir, const st
   return out;
 }
 
-TEST_CASE("the demo job: status --watch lines, no hot-ps hint, every figure in TensorBoard, a clean report") {
+TEST_CASE(
+    "the demo job: status --watch lines, no hot-ps hint, every figure in TensorBoard, a clean report") {
   TempDir tmp;
   auto spec = LocalCluster();
   const auto model = tmp / "model";
@@ -58,10 +59,12 @@ TEST_CASE("the demo job: status --watch lines, no hot-ps hint, every figure in T
   tasks.ExpectAllExit(0, 180s);
   CHECK(watch->WaitExit(60s) == std::optional<int>(0));
   const auto lines = watch->Lines();
-  const auto polls = std::count_if(lines.begin(), lines.end(),
-                                   [](const std::string& l) { return l.find(" state ") != std::string::npos; });
+  const auto polls = std::count_if(lines.begin(), lines.end(), [](const std::string& l) {
+    return l.find(" state ") != std::string::npos;
+  });
   CHECK(polls >= 2);
-  CHECK(std::none_of(lines.begin(), lines.end(), [](const std::string& l) { return l.find("\x1b[") != std::string::npos; }));
+  CHECK(std::none_of(lines.begin(), lines.end(),
+                     [](const std::string& l) { return l.find("\x1b[") != std::string::npos; }));
   REQUIRE(!lines.empty());
   CHECK(lines.back().find("no longer answers: the job has ended") != std::string::npos);
 
@@ -86,9 +89,9 @@ TEST_CASE("the demo job: status --watch lines, no hot-ps hint, every figure in T
   // TensorBoard, run ".": training scalars, the step-time shares, the ps load, checkpoints.
   const auto tags = Tags(model);
   for (const char* tag : {"loss", "accuracy", "examples_per_sec", "step_time/worker:0/compute",
-                          "step_time/worker:1/pull", "step_time/worker:0/step_ms", "ps_load/ps:0/requests_per_s",
-                          "ps_load/ps:1/bytes_in_per_s", "ps_load/ps:1/max_queue_depth", "checkpoint/seconds",
-                          "checkpoint/mib"}) {
+                          "step_time/worker:1/pull", "step_time/worker:0/step_ms",
+                          "ps_load/ps:0/requests_per_s", "ps_load/ps:1/bytes_in_per_s",
+                          "ps_load/ps:1/max_queue_depth", "checkpoint/seconds", "checkpoint/mib"}) {
     INFO(tag);
     CHECK(tags.count(tag) == 1);
   }
@@ -101,7 +104,8 @@ TEST_CASE("the demo job: status --watch lines, no hot-ps hint, every figure in T
 
   // The report: where the time goes and the ps load, finished (no reload).
   const std::string html = obs::RenderReportHtml(*history, model.string());
-  for (const char* id : {"step-time-worker:0", "step-time-worker:1", "ps-requests", "ps-bytes", "ps-queue"}) {
+  for (const char* id :
+       {"step-time-worker:0", "step-time-worker:1", "ps-requests", "ps-bytes", "ps-queue"}) {
     INFO(id);
     CHECK(html.find("id=\"" + std::string(id) + "\"") != std::string::npos);
   }

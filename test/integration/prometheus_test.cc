@@ -30,7 +30,7 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr int64_t kManySteps = 1000000;  // stopped by SIGTERM long before the end
-constexpr Millis kPollEvery = 250ms;    // between two queries of a poll
+constexpr Millis kPollEvery = 250ms;     // between two queries of a poll
 
 std::string FindTool(const char* env, const char* name) {
   if (const char* p = std::getenv(env)) return p;
@@ -39,8 +39,10 @@ std::string FindTool(const char* env, const char* name) {
     fs::path p = fs::path(dir) / name;
     if (::access(p.c_str(), X_OK) == 0) return p.string();
   }
-  FAIL(std::string(name) + " is needed for this test and was not found on PATH (install the Debian package "
-       "`prometheus`, e.g. PSTRAIN_WITH_TEST_TOOLS=1 scripts/setup.sh, or set " + env + ")");
+  FAIL(std::string(name) +
+       " is needed for this test and was not found on PATH (install the Debian package "
+       "`prometheus`, e.g. PSTRAIN_WITH_TEST_TOOLS=1 scripts/setup.sh, or set " +
+       env + ")");
   return "";
 }
 
@@ -80,7 +82,8 @@ Json Api(uint16_t port, const std::string& target) {
 // An instant query's result vector (an empty array when it failed).
 Json Query(uint16_t port, const std::string& promql) {
   Json data = Api(port, "/api/v1/query?query=" + UrlEncode(promql));
-  if (data.is_null() || !data.contains("result") || !data["result"].is_array()) return Json::array();
+  if (data.is_null() || !data.contains("result") || !data["result"].is_array())
+    return Json::array();
   return data["result"];
 }
 
@@ -114,7 +117,8 @@ bool Positive(double v) { return v > 0; }
 
 // The value of the first sample of `name` whose labels contain `labels` (e.g.
 // "peer=\"ps:1\"") in an exposition, if any.
-std::optional<double> SampleValue(const std::string& exposition, const std::string& name, const std::string& labels) {
+std::optional<double> SampleValue(const std::string& exposition, const std::string& name,
+                                  const std::string& labels) {
   std::stringstream lines(exposition);
   for (std::string line; std::getline(lines, line);) {
     if (line.rfind(name + "{", 0) != 0 || line.find(labels) == std::string::npos) continue;
@@ -162,14 +166,16 @@ TEST_CASE("a real Prometheus scrapes every pstrain daemon and finds plausible se
   const std::vector<cluster::TaskId> training{kPs0, kPs1, kWorker0, kWorker1, kChief};
   for (const auto& id : training) {
     std::vector<std::string> args{"--metrics-port", "0"};
-    if (id == kChief) args.insert(args.end(), {"--job", job.string(), "--model-dir", (tmp / "model").string()});
+    if (id == kChief)
+      args.insert(args.end(), {"--job", job.string(), "--model-dir", (tmp / "model").string()});
     tasks.Add(StartDaemon(spec, id, args));
   }
   // The evaluator has no RPC address: its endpoint goes to 127.0.0.1 as asked.
   Task& evaluator = tasks.Add(std::make_unique<Task>(
-      "evaluator", std::vector<std::string>{DaemonPath(cluster::TaskType::kEvaluator), "--model-dir",
-                                            (tmp / "model").string(), "--metrics-port", "0", "--metrics-host",
-                                            "127.0.0.1", "--poll-seconds", "0.5"},
+      "evaluator",
+      std::vector<std::string>{DaemonPath(cluster::TaskType::kEvaluator), "--model-dir",
+                               (tmp / "model").string(), "--metrics-port", "0", "--metrics-host",
+                               "127.0.0.1", "--poll-seconds", "0.5"},
       std::vector<std::pair<std::string, std::string>>{}, std::vector<std::string>{"TF_CONFIG"}));
 
   std::vector<std::pair<std::string, uint16_t>> targets;  // role, metrics port
@@ -188,24 +194,29 @@ TEST_CASE("a real Prometheus scrapes every pstrain daemon and finds plausible se
     const fs::path file = tmp / ("metrics-" + std::to_string(i) + ".txt");
     WriteFile(file, r->body);
     INFO(targets[i].first << " exposition:\n" << r->body);
-    CHECK(RunTool("promtool check metrics", {"/bin/sh", "-c", promtool + " check metrics < '" + file.string() + "'"}) == 0);
+    CHECK(RunTool("promtool check metrics",
+                  {"/bin/sh", "-c", promtool + " check metrics < '" + file.string() + "'"}) == 0);
   }
 
   // Prometheus: scrape every second, the shipped rules.
   const uint16_t web_port = FreePorts(1)[0];
   std::string config =
       "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n"
-      "rule_files:\n  - '" + SourceDir() + "/deploy/prometheus/pstrain-rules.yml'\n"
+      "rule_files:\n  - '" +
+      SourceDir() +
+      "/deploy/prometheus/pstrain-rules.yml'\n"
       "scrape_configs:\n  - job_name: pstrain\n    static_configs:\n";
   for (const auto& [role, port] : targets) {
-    config += "      - targets: ['127.0.0.1:" + std::to_string(port) + "']\n        labels: {role: " + role + "}\n";
+    config += "      - targets: ['127.0.0.1:" + std::to_string(port) +
+              "']\n        labels: {role: " + role + "}\n";
   }
   WriteFile(tmp / "prometheus.yml", config);
   const auto prometheus_start = std::chrono::steady_clock::now();
   Task& server = tasks.Add(std::make_unique<Task>(
-      "prometheus", std::vector<std::string>{prometheus, "--config.file=" + (tmp / "prometheus.yml").string(),
-                                             "--storage.tsdb.path=" + (tmp / "tsdb").string(),
-                                             "--web.listen-address=127.0.0.1:" + std::to_string(web_port)}));
+      "prometheus",
+      std::vector<std::string>{prometheus, "--config.file=" + (tmp / "prometheus.yml").string(),
+                               "--storage.tsdb.path=" + (tmp / "tsdb").string(),
+                               "--web.listen-address=127.0.0.1:" + std::to_string(web_port)}));
 
   // Every target scraped and up.
   PollQuery(web_port, "up{job=\"pstrain\"}", Each(targets.size(), [](double v) { return v == 1; }));
@@ -216,11 +227,14 @@ TEST_CASE("a real Prometheus scrapes every pstrain daemon and finds plausible se
   // The global step rises from one scrape to the next.
   Json step = PollQuery(web_port, "pstrain_chief_global_step", Each(1, Positive));
   const double first_step = step.size() == 1 ? Value(step[0]) : 0;
-  PollQuery(web_port, "pstrain_chief_global_step", Each(1, [&](double v) { return v > first_step; }));
-  PollQuery(web_port, "pstrain_chief_total_steps", Each(1, [](double v) { return v == kManySteps; }));
+  PollQuery(web_port, "pstrain_chief_global_step",
+            Each(1, [&](double v) { return v > first_step; }));
+  PollQuery(web_port, "pstrain_chief_total_steps",
+            Each(1, [](double v) { return v == kManySteps; }));
   PollQuery(web_port, "pstrain_chief_examples_per_second", Each(1, Positive));
   PollQuery(web_port, "pstrain_chief_task_up", Each(4, [](double v) { return v == 1; }));
-  PollQuery(web_port, "pstrain_chief_checkpoint_age_seconds", Each(1, [](double v) { return v >= 0 && v < 600; }));
+  PollQuery(web_port, "pstrain_chief_checkpoint_age_seconds",
+            Each(1, [](double v) { return v >= 0 && v < 600; }));
   PollQuery(web_port, "pstrain_chief_lost_tasks_total", Each(2, [](double v) { return v == 0; }));
 
   // The ps tasks serve pulls and pushes; their figures rise.
@@ -229,19 +243,23 @@ TEST_CASE("a real Prometheus scrapes every pstrain daemon and finds plausible se
   PollQuery(web_port, "pstrain_ps_pulled_bytes_total", Each(2, Positive));
   PollQuery(web_port, "pstrain_ps_held_bytes", Each(2, Positive));
   PollQuery(web_port, "pstrain_rpc_requests_total{task_type=\"ps\"}", Each(2, Positive));
-  PollQuery(web_port, "sum by (task_index) (rate(pstrain_ps_pull_requests_total[5s]))", Each(2, Positive));
+  PollQuery(web_port, "sum by (task_index) (rate(pstrain_ps_pull_requests_total[5s]))",
+            Each(2, Positive));
   PollQuery(web_port, "pstrain_ps_request_duration_seconds_count{op=\"push\"}", Each(2, Positive));
 
   // The workers: steps, examples per second, pull round trips of a plausible length.
   PollQuery(web_port, "pstrain_worker_steps_total", Each(2, Positive));
   PollQuery(web_port, "sum(rate(pstrain_worker_examples_total[5s]))", Each(1, Positive));
-  PollQuery(web_port, "pstrain_worker_step_phase_seconds_total{phase=\"compute\"}", Each(2, Positive));
-  PollQuery(web_port,
-            "histogram_quantile(0.9, sum by (le) (rate(pstrain_worker_pull_duration_seconds_bucket[5s])))",
-            Each(1, [](double v) { return v > 0 && v <= 10; }));
+  PollQuery(web_port, "pstrain_worker_step_phase_seconds_total{phase=\"compute\"}",
+            Each(2, Positive));
+  PollQuery(
+      web_port,
+      "histogram_quantile(0.9, sum by (le) (rate(pstrain_worker_pull_duration_seconds_bucket[5s])))",
+      Each(1, [](double v) { return v > 0 && v <= 10; }));
 
   // Every daemon's process figures; the evaluator is there too.
-  PollQuery(web_port, "process_resident_memory_bytes{job=\"pstrain\"}", Each(targets.size(), Positive));
+  PollQuery(web_port, "process_resident_memory_bytes{job=\"pstrain\"}",
+            Each(targets.size(), Positive));
   PollQuery(web_port, "process_start_time_seconds{task_type=\"evaluator\"}", Each(1, Positive));
 
   // The shipped rules are loaded and evaluate cleanly against these series.
@@ -256,7 +274,8 @@ TEST_CASE("a real Prometheus scrapes every pstrain daemon and finds plausible se
     return true;
   };
   const auto end = std::chrono::steady_clock::now() + 30s;
-  while (!rules_ok() && std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(kPollEvery);
+  while (!rules_ok() && std::chrono::steady_clock::now() < end)
+    std::this_thread::sleep_for(kPollEvery);
   CHECK(rules_ok());
   CHECK(Query(web_port, "ALERTS{alertstate=\"firing\"}").empty());
 
@@ -275,16 +294,19 @@ TEST_CASE("the chief's metrics: checkpoints committed, a ps lost and recovered")
                        Json{{"checkpoint", {{"every_steps", 200}}}});
   Tasks tasks;
   for (auto id : {kPs0, kPs1, kWorker0, kWorker1}) tasks.Add(StartDaemon(spec, id));
-  Task& chief = tasks.Add(StartDaemon(spec, kChief, {"--job", job.string(), "--model-dir", (tmp / "model").string(),
-                                                     "--metrics-port", "0"}));
+  Task& chief = tasks.Add(StartDaemon(
+      spec, kChief,
+      {"--job", job.string(), "--model-dir", (tmp / "model").string(), "--metrics-port", "0"}));
   const uint16_t port = MetricsPort(chief);
   const std::string ps = "peer_type=\"ps\"";
   const std::string ps1 = "peer=\"ps:1\"";
   PollSample(port, "pstrain_chief_lost_tasks_total", ps, [](double v) { return v == 0; });
   REQUIRE(chief.WaitForLine("checkpoint ckpt-200 committed", 120s));
   PollSample(port, "pstrain_chief_checkpoints_total", "", [](double v) { return v >= 1; });
-  PollSample(port, "pstrain_chief_last_checkpoint_timestamp_seconds", "", [](double v) { return v > 1.7e9; });
-  PollSample(port, "pstrain_chief_checkpoint_age_seconds", "", [](double v) { return v >= 0 && v < 120; });
+  PollSample(port, "pstrain_chief_last_checkpoint_timestamp_seconds", "",
+             [](double v) { return v > 1.7e9; });
+  PollSample(port, "pstrain_chief_checkpoint_age_seconds", "",
+             [](double v) { return v >= 0 && v < 120; });
   PollSample(port, "pstrain_chief_task_up", ps1, [](double v) { return v == 1; });
 
   tasks[kPs1].Signal(SIGKILL);
@@ -305,9 +327,12 @@ TEST_CASE("the chief's metrics: checkpoints committed, a ps lost and recovered")
 TEST_CASE("deploy/prometheus: the rules, their unit tests and the example config pass promtool") {
   const std::string promtool = FindTool("PSTRAIN_PROMTOOL", "promtool");
   const std::string dir = SourceDir() + "/deploy/prometheus/";
-  CHECK(RunTool("promtool check rules", {promtool, "check", "rules", dir + "pstrain-rules.yml"}) == 0);
-  CHECK(RunTool("promtool test rules", {promtool, "test", "rules", dir + "pstrain-rules.test.yml"}) == 0);
-  CHECK(RunTool("promtool check config", {promtool, "check", "config", dir + "prometheus.yml"}) == 0);
+  CHECK(RunTool("promtool check rules", {promtool, "check", "rules", dir + "pstrain-rules.yml"}) ==
+        0);
+  CHECK(RunTool("promtool test rules",
+                {promtool, "test", "rules", dir + "pstrain-rules.test.yml"}) == 0);
+  CHECK(RunTool("promtool check config", {promtool, "check", "config", dir + "prometheus.yml"}) ==
+        0);
 }
 
 }  // namespace ps::integ

@@ -18,10 +18,12 @@ std::vector<std::string> ChiefArgs(const std::filesystem::path& job, const TempD
   return args;
 }
 
-std::filesystem::path WriteSecret(const TempDir& tmp, const std::string& name, const std::string& secret) {
+std::filesystem::path WriteSecret(const TempDir& tmp, const std::string& name,
+                                  const std::string& secret) {
   auto path = tmp / name;
   WriteFile(path, secret + "\n");
-  std::filesystem::permissions(path, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  std::filesystem::permissions(
+      path, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
   return path;
 }
 
@@ -37,9 +39,9 @@ TEST_CASE("a chief with a different TF_CONFIG cluster is refused by the ps") {
   // worker does not exist, so the chief's connect deadline bounds its wait for it.
   auto other = spec;
   other.of(cluster::TaskType::kWorker).push_back({"127.0.0.1", FreePorts(1)[0]});
-  Task& chief = tasks.Add(StartDaemonWithTfConfig(cluster::TaskType::kChief, "chief:0 (other cluster)",
-                                                  cluster::ToTfConfigJson(other, kChief),
-                                                  ChiefArgs(job, tmp, {"--connect-timeout", "3"})));
+  Task& chief = tasks.Add(StartDaemonWithTfConfig(
+      cluster::TaskType::kChief, "chief:0 (other cluster)", cluster::ToTfConfigJson(other, kChief),
+      ChiefArgs(job, tmp, {"--connect-timeout", "3"})));
   CHECK(chief.WaitExit(60s) == std::optional<int>(1));
   auto why = chief.FindLine("pstrain-chief: ");
   REQUIRE(why.has_value());
@@ -64,12 +66,15 @@ TEST_CASE("wrong cluster secret: the chief is refused; the same secret then trai
   auto secret_b = WriteSecret(tmp, "secret-b", "correct horse battery stapler");
 
   Tasks tasks;
-  for (auto id : {kPs0, kPs1, kWorker0, kWorker1}) tasks.Add(StartDaemon(spec, id, {"--secret-file", secret_a.string()}));
+  for (auto id : {kPs0, kPs1, kWorker0, kWorker1})
+    tasks.Add(StartDaemon(spec, id, {"--secret-file", secret_a.string()}));
   for (auto id : {kPs0, kPs1}) REQUIRE(tasks[id].WaitForLine("serving on", 30s));
   for (auto id : {kWorker0, kWorker1}) REQUIRE(tasks[id].WaitForLine("waiting for the chief", 30s));
 
   {
-    auto wrong = StartDaemon(spec, kChief, ChiefArgs(job, tmp, {"--secret-file", secret_b.string(), "--connect-timeout", "20"}));
+    auto wrong = StartDaemon(
+        spec, kChief,
+        ChiefArgs(job, tmp, {"--secret-file", secret_b.string(), "--connect-timeout", "20"}));
     CHECK(wrong->WaitExit(60s) == std::optional<int>(1));
     auto why = wrong->FindLine("pstrain-chief: ");
     REQUIRE(why.has_value());
@@ -78,7 +83,8 @@ TEST_CASE("wrong cluster secret: the chief is refused; the same secret then trai
   }
   // The refusal did not hurt the tasks: a chief with the right secret runs the job.
   for (auto id : {kPs0, kPs1, kWorker0, kWorker1}) CHECK(tasks[id].Running());
-  Task& chief = tasks.Add(StartDaemon(spec, kChief, ChiefArgs(job, tmp, {"--secret-file", secret_a.string()})));
+  Task& chief = tasks.Add(
+      StartDaemon(spec, kChief, ChiefArgs(job, tmp, {"--secret-file", secret_a.string()})));
   tasks.ExpectAllExit(0, 120s);
   CHECK(chief.HasLine("step 60/60"));
   CHECK(chief.HasLine("cluster shut down: 2 worker(s) and 2 ps task(s) acknowledged"));

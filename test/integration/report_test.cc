@@ -11,8 +11,8 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <csignal>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -61,7 +61,9 @@ void WriteFile(const std::string& path, const std::string& text) {
 
 size_t Count(const std::string& text, const std::string& what) {
   size_t n = 0;
-  for (size_t pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + what.size())) ++n;
+  for (size_t pos = text.find(what); pos != std::string::npos;
+       pos = text.find(what, pos + what.size()))
+    ++n;
   return n;
 }
 
@@ -91,8 +93,9 @@ std::string FindChromium() {
       if (::access(p.c_str(), X_OK) == 0) return p.string();
     }
   }
-  FAIL("headless Chromium is needed for this test and was not found on PATH (install the Debian package "
-       "`chromium`, e.g. PSTRAIN_WITH_TEST_TOOLS=1 scripts/setup.sh, or set PSTRAIN_CHROMIUM)");
+  FAIL(
+      "headless Chromium is needed for this test and was not found on PATH (install the Debian package "
+      "`chromium`, e.g. PSTRAIN_WITH_TEST_TOOLS=1 scripts/setup.sh, or set PSTRAIN_CHROMIUM)");
   return "";
 }
 
@@ -125,10 +128,17 @@ Run RunCommand(std::vector<std::string> argv, std::chrono::seconds timeout) {
 
 // Chromium with everything that could reach the network or a GPU turned off.
 std::vector<std::string> ChromiumArgv(const std::string& chromium, const std::string& profile) {
-  return {chromium,           "--headless",          "--no-sandbox",
-          "--disable-gpu",    "--disable-quic",      "--no-first-run",
-          "--disable-background-networking",         "--disable-component-update",
-          "--disable-sync",   "--disable-dev-shm-usage", "--hide-scrollbars",
+  return {chromium,
+          "--headless",
+          "--no-sandbox",
+          "--disable-gpu",
+          "--disable-quic",
+          "--no-first-run",
+          "--disable-background-networking",
+          "--disable-component-update",
+          "--disable-sync",
+          "--disable-dev-shm-usage",
+          "--hide-scrollbars",
           "--user-data-dir=" + profile};
 }
 
@@ -152,7 +162,9 @@ uint32_t BigEndian32(const std::string& s, size_t at) {
 struct Image {
   uint32_t width = 0, height = 0;
   std::vector<uint8_t> rgb;  // [height * width * 3]
-  const uint8_t* At(uint32_t x, uint32_t y) const { return &rgb[(static_cast<size_t>(y) * width + x) * 3]; }
+  const uint8_t* At(uint32_t x, uint32_t y) const {
+    return &rgb[(static_cast<size_t>(y) * width + x) * 3];
+  }
 };
 
 Image DecodePng(const std::string& png) {
@@ -181,7 +193,8 @@ Image DecodePng(const std::string& png) {
   const size_t stride = img.width * bpp;
   std::vector<uint8_t> raw((stride + 1) * img.height);
   uLongf raw_len = raw.size();
-  REQUIRE(uncompress(raw.data(), &raw_len, reinterpret_cast<const Bytef*>(idat.data()), idat.size()) == Z_OK);
+  REQUIRE(uncompress(raw.data(), &raw_len, reinterpret_cast<const Bytef*>(idat.data()),
+                     idat.size()) == Z_OK);
   REQUIRE(raw_len == raw.size());
   std::vector<uint8_t> prev(stride, 0), cur(stride);
   img.rgb.resize(static_cast<size_t>(img.width) * img.height * 3);
@@ -192,21 +205,31 @@ Image DecodePng(const std::string& png) {
       const int a = i >= bpp ? cur[i - bpp] : 0, b = prev[i], c = i >= bpp ? prev[i - bpp] : 0;
       int pred = 0;
       switch (filter) {
-        case 0: pred = 0; break;
-        case 1: pred = a; break;
-        case 2: pred = b; break;
-        case 3: pred = (a + b) / 2; break;
+        case 0:
+          pred = 0;
+          break;
+        case 1:
+          pred = a;
+          break;
+        case 2:
+          pred = b;
+          break;
+        case 3:
+          pred = (a + b) / 2;
+          break;
         case 4: {
           const int p = a + b - c, pa = std::abs(p - a), pb = std::abs(p - b), pc = std::abs(p - c);
           pred = pa <= pb && pa <= pc ? a : pb <= pc ? b : c;
           break;
         }
-        default: FAIL("PNG row filter " << int(filter));
+        default:
+          FAIL("PNG row filter " << int(filter));
       }
       cur[i] = static_cast<uint8_t>(in[i] + pred);
     }
     for (uint32_t x = 0; x < img.width; ++x) {
-      for (int k = 0; k < 3; ++k) img.rgb[(static_cast<size_t>(y) * img.width + x) * 3 + k] = cur[x * bpp + k];
+      for (int k = 0; k < 3; ++k)
+        img.rgb[(static_cast<size_t>(y) * img.width + x) * 3 + k] = cur[x * bpp + k];
     }
     std::swap(prev, cur);
   }
@@ -245,8 +268,9 @@ constexpr int kPlotPitch = 330;  // px between the plots stacked on the screensh
 // A page with `plots` stacked at (0, i * kPlotPitch), screenshot by Chromium, decoded.
 Image ScreenshotPlots(const std::string& chromium, const std::string& dir, const std::string& name,
                       const std::vector<std::string>& plots) {
-  std::string page = "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><style>body{margin:0;background:#fafafa}"
-                     "div{position:absolute;left:0}</style></head><body>";
+  std::string page =
+      "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><style>body{margin:0;background:#fafafa}"
+      "div{position:absolute;left:0}</style></head><body>";
   for (size_t i = 0; i < plots.size(); ++i) {
     page += "<div style=\"top:" + std::to_string(i * kPlotPitch) + "px\">" + plots[i] + "</div>";
   }
@@ -271,7 +295,8 @@ Image ScreenshotPlots(const std::string& chromium, const std::string& dir, const
 std::vector<size_t> SeriesSizes(const std::string& dom) {
   std::vector<size_t> sizes;
   std::regex re("<polyline[^>]*class=\"series\"[^>]*points=\"([^\"]*)\"");
-  for (auto it = std::sregex_iterator(dom.begin(), dom.end(), re); it != std::sregex_iterator(); ++it) {
+  for (auto it = std::sregex_iterator(dom.begin(), dom.end(), re); it != std::sregex_iterator();
+       ++it) {
     std::string pts = (*it)[1];
     sizes.push_back(pts.empty() ? 0 : static_cast<size_t>(Count(pts, ",")));
   }
@@ -287,26 +312,32 @@ void WriteMetrics(const std::string& model_dir) {
     double loss = 2.3 * std::exp(-0.15 * i) + 0.2;
     double acc = 0.95 - 0.8 * std::exp(-0.2 * i);
     double eps = 30000 + 4000 * std::sin(0.7 * i);
-    train << "{\"step\":" << step << ",\"total_steps\":2000,\"loss\":" << loss << ",\"accuracy\":" << acc
-          << ",\"examples_per_sec\":" << eps << ",\"elapsed_sec\":" << 0.5 * i
-          << ",\"unix_time\":" << 1700000000 + i << ",\"workers\":[";
+    train << "{\"step\":" << step << ",\"total_steps\":2000,\"loss\":" << loss
+          << ",\"accuracy\":" << acc << ",\"examples_per_sec\":" << eps
+          << ",\"elapsed_sec\":" << 0.5 * i << ",\"unix_time\":" << 1700000000 + i
+          << ",\"workers\":[";
     for (int w = 0; w < 2; ++w) {
       const double pull = 0.2 + 0.05 * std::sin(0.3 * i + w);
-      train << (w ? "," : "") << "{\"task\":\"worker:" << w << "\",\"state\":\"running\",\"steps\":" << 50 * i
-            << ",\"step_ms\":" << 12 + w + 0.5 * std::cos(i) << ",\"data_frac\":0.05,\"pull_frac\":" << pull
+      train << (w ? "," : "") << "{\"task\":\"worker:" << w
+            << "\",\"state\":\"running\",\"steps\":" << 50 * i
+            << ",\"step_ms\":" << 12 + w + 0.5 * std::cos(i)
+            << ",\"data_frac\":0.05,\"pull_frac\":" << pull
             << ",\"compute_frac\":" << 0.55 - pull + 0.2 << ",\"push_frac\":0.2}";
     }
     train << "],\"ps\":[";
     for (int p = 0; p < 2; ++p) {
       // From step 1,500 on ps:0 takes 4x ps:1's requests: a hot-ps hint.
       const double req = (p == 0 && i >= 15 ? 4 : 1) * (800 + 50 * std::sin(0.5 * i));
-      train << (p ? "," : "") << "{\"task\":\"ps:" << p << "\",\"address\":\"127.0.0.1:1\",\"state\":\"ok\","
+      train << (p ? "," : "") << "{\"task\":\"ps:" << p
+            << "\",\"address\":\"127.0.0.1:1\",\"state\":\"ok\","
             << "\"requests_per_s\":" << req << ",\"bytes_in_per_s\":" << req * 4000
-            << ",\"bytes_out_per_s\":" << req * 4000 << ",\"max_queue_depth\":" << (i + p) % 3 << "}";
+            << ",\"bytes_out_per_s\":" << req * 4000 << ",\"max_queue_depth\":" << (i + p) % 3
+            << "}";
     }
     train << "]}\n";
     if (i % 5 == 0) {
-      train << "{\"checkpoint\":{\"step\":" << step << ",\"final\":" << (i == kTrainLines ? "true" : "false")
+      train << "{\"checkpoint\":{\"step\":" << step
+            << ",\"final\":" << (i == kTrainLines ? "true" : "false")
             << ",\"bytes\":1048576,\"seconds\":0.03}}\n";
     }
     if (i == 8) {
@@ -315,12 +346,14 @@ void WriteMetrics(const std::string& model_dir) {
       train << "{\"event\":{\"kind\":\"ps_back\",\"task\":\"ps:1\",\"step\":" << step << "}}\n";
     }
   }
-  train << "{\"final_eval\":{\"step\":2000,\"examples\":10000,\"accuracy\":0.9012,\"loss\":0.31,\"auc\":0.955}}\n";
+  train
+      << "{\"final_eval\":{\"step\":2000,\"examples\":10000,\"accuracy\":0.9012,\"loss\":0.31,\"auc\":0.955}}\n";
   WriteFile(model_dir + "/train_metrics.jsonl", train.str());
   std::ostringstream eval;
   for (int i = 1; i <= 4; ++i) {
-    eval << "{\"step\":" << 500 * i << ",\"accuracy\":" << 0.6 + 0.07 * i << ",\"loss\":" << 1.0 - 0.15 * i
-         << ",\"auc\":" << 0.7 + 0.06 * i << ",\"examples\":10000}\n";
+    eval << "{\"step\":" << 500 * i << ",\"accuracy\":" << 0.6 + 0.07 * i
+         << ",\"loss\":" << 1.0 - 0.15 * i << ",\"auc\":" << 0.7 + 0.06 * i
+         << ",\"examples\":10000}\n";
   }
   WriteFile(model_dir + "/eval/metrics.jsonl", eval.str());
 }
@@ -342,8 +375,9 @@ TEST_CASE("pstrain report renders in headless Chromium") {
   CHECK(report.output == page + "\n");
   REQUIRE(fs::exists(page));
   // --out elsewhere; a missing model dir is exit 1; no MODEL_DIR is a usage error.
-  REQUIRE(RunCommand({pstrain, "report", model_dir, "--out", tmp / "other.html"}, std::chrono::seconds(60)).status ==
-          0);
+  REQUIRE(RunCommand({pstrain, "report", model_dir, "--out", tmp / "other.html"},
+                     std::chrono::seconds(60))
+              .status == 0);
   CHECK(ReadFile(tmp / "other.html") == ReadFile(page));
   CHECK(RunCommand({pstrain, "report", tmp / "nope"}, std::chrono::seconds(60)).status == 1);
   CHECK(RunCommand({pstrain, "report"}, std::chrono::seconds(60)).status == 2);
@@ -353,7 +387,8 @@ TEST_CASE("pstrain report renders in headless Chromium") {
   std::vector<std::string> dump = ChromiumArgv(chromium, tmp / "profile-dom");
   dump.push_back("--dump-dom");
   dump.push_back("file://" + page);
-  Run dom_run = RunCommand({"/bin/sh", "-c", Join(dump) + " > " + ShellQuote(dom_file)}, std::chrono::seconds(180));
+  Run dom_run = RunCommand({"/bin/sh", "-c", Join(dump) + " > " + ShellQuote(dom_file)},
+                           std::chrono::seconds(180));
   INFO(dom_run.output);
   REQUIRE(dom_run.status == 0);
   const std::string dom = ReadFile(dom_file);
@@ -365,13 +400,15 @@ TEST_CASE("pstrain report renders in headless Chromium") {
   // loss: train 20 + eval 4 (final at step 2000 is the evaluator's point);
   // train accuracy 20; evaluation: accuracy 4, AUC 4; throughput 20; then ps requests,
   // bytes and queue depth, 20 points for each of 2 ps.
-  CHECK(SeriesSizes(dom) == std::vector<size_t>{kTrainLines, 4, kTrainLines, 4, 4, kTrainLines, kTrainLines,
-                                                kTrainLines, kTrainLines, kTrainLines, kTrainLines, kTrainLines});
+  CHECK(SeriesSizes(dom) == std::vector<size_t>{kTrainLines, 4, kTrainLines, 4, 4, kTrainLines,
+                                                kTrainLines, kTrainLines, kTrainLines, kTrainLines,
+                                                kTrainLines, kTrainLines});
   CHECK(Count(dom, "class=\"area\"") == 8);  // 4 parts x 2 workers
   // Markers on each of the 9 plots: 4 checkpoints, ps:1 lost and back.
   CHECK(Count(dom, "class=\"marker\"") == 9 * 6);
   CHECK(Count(dom, "hint: ps:0 carries more load") == 1);
-  CHECK(Count(dom, "<td>1,500</td><td>2,000</td><td>6</td>") == 1);  // fired at 1,500, last at 2,000
+  CHECK(Count(dom, "<td>1,500</td><td>2,000</td><td>6</td>") ==
+        1);  // fired at 1,500, last at 2,000
   CHECK(Count(dom, "Training loss") >= 1);
   CHECK(Count(dom, "Throughput") >= 1);
 
@@ -403,12 +440,14 @@ TEST_CASE("pstrain report renders in headless Chromium") {
   for (auto& p : plots) p = std::regex_replace(p, std::regex("<g class=\"marker\".*?</g>"), "");
   std::vector<std::string> broken = {plots[0], plots[0]};
   // "no data": the same plot with its data left out.
-  broken[0] = "<svg class=\"plot\" xmlns=\"http://www.w3.org/2000/svg\" width=\"540\" height=\"320\">"
-              "<rect x=\"0\" y=\"0\" width=\"540\" height=\"320\" fill=\"#ffffff\"/>"
-              "<rect x=\"68\" y=\"56\" width=\"452\" height=\"214\" fill=\"#f6f6f6\" stroke=\"#cccccc\"/>"
-              "<text x=\"294\" y=\"163\">no data</text></svg>";
+  broken[0] =
+      "<svg class=\"plot\" xmlns=\"http://www.w3.org/2000/svg\" width=\"540\" height=\"320\">"
+      "<rect x=\"0\" y=\"0\" width=\"540\" height=\"320\" fill=\"#ffffff\"/>"
+      "<rect x=\"68\" y=\"56\" width=\"452\" height=\"214\" fill=\"#f6f6f6\" stroke=\"#cccccc\"/>"
+      "<text x=\"294\" y=\"163\">no data</text></svg>";
   // Broken coordinates: every point moved far outside the viewBox.
-  broken[1] = std::regex_replace(plots[0], std::regex("points=\"[^\"]*\""), "points=\"9000,9000 9100,9100\"");
+  broken[1] = std::regex_replace(plots[0], std::regex("points=\"[^\"]*\""),
+                                 "points=\"9000,9000 9100,9100\"");
   broken[1] = std::regex_replace(broken[1], std::regex("<circle[^>]*>"), "");
   const Image good = ScreenshotPlots(chromium, tmp.path(), "plots", plots);
   for (size_t i = 0; i < plots.size(); ++i) {
@@ -423,6 +462,7 @@ TEST_CASE("pstrain report renders in headless Chromium") {
     fs::create_directories(keep);
     fs::copy_file(page, fs::path(keep) / "report.html", fs::copy_options::overwrite_existing);
     fs::copy_file(png, fs::path(keep) / "report.png", fs::copy_options::overwrite_existing);
-    fs::copy_file(tmp / "plots.png", fs::path(keep) / "plots.png", fs::copy_options::overwrite_existing);
+    fs::copy_file(tmp / "plots.png", fs::path(keep) / "plots.png",
+                  fs::copy_options::overwrite_existing);
   }
 }

@@ -27,8 +27,8 @@ namespace fs = std::filesystem;
 struct WholeVar {
   std::vector<int64_t> shape;
   bool lazy = false;
-  std::vector<std::string> slots;           // sorted
-  std::map<int64_t, std::string> rows;      // global row -> values, then each slot (by name), as bytes
+  std::vector<std::string> slots;       // sorted
+  std::map<int64_t, std::string> rows;  // global row -> values, then each slot (by name), as bytes
   std::set<std::pair<int64_t, int64_t>> shards;  // (row_begin, rows) of its records
   bool operator==(const WholeVar& o) const {
     return shape == o.shape && lazy == o.lazy && slots == o.slots && rows == o.rows;
@@ -37,7 +37,8 @@ struct WholeVar {
 
 // Every variable of the checkpoint at `step` in `model_dir`, from the files its MANIFEST
 // lists (every checksum verified).
-std::map<std::string, WholeVar> ReadCheckpoint(const fs::path& model_dir, int64_t step, int* num_ps) {
+std::map<std::string, WholeVar> ReadCheckpoint(const fs::path& model_dir, int64_t step,
+                                               int* num_ps) {
   const std::string dir = ckpt::CheckpointPath(model_dir.string(), step);
   auto manifest = ckpt::ReadManifest(dir);
   REQUIRE(manifest.ok());
@@ -61,7 +62,8 @@ std::map<std::string, WholeVar> ReadCheckpoint(const fs::path& model_dir, int64_
       v.shards.emplace(l.row_begin, l.rows);
       const auto cols = static_cast<size_t>(l.cols);
       auto bytes = [cols](const std::vector<float>& block, size_t i) {
-        return std::string(reinterpret_cast<const char*>(block.data() + i * cols), cols * sizeof(float));
+        return std::string(reinterpret_cast<const char*>(block.data() + i * cols),
+                           cols * sizeof(float));
       };
       for (size_t i = 0; i < static_cast<size_t>(r.meta.stored_rows); ++i) {
         std::string row = bytes(r.values, i);
@@ -105,23 +107,28 @@ std::vector<std::string> Run(int num_ps, const fs::path& job, int chief_exit = 0
 }
 
 bool Has(const std::vector<std::string>& lines, const std::string& needle) {
-  return std::any_of(lines.begin(), lines.end(), [&](const auto& l) { return l.find(needle) != std::string::npos; });
+  return std::any_of(lines.begin(), lines.end(),
+                     [&](const auto& l) { return l.find(needle) != std::string::npos; });
 }
 
-TEST_CASE("a checkpoint restores onto 3 ps, then 1 ps, with other shard counts: bit-identical values, slots and lazy rows") {
+TEST_CASE(
+    "a checkpoint restores onto 3 ps, then 1 ps, with other shard counts: bit-identical values, slots and lazy rows") {
   TempDir tmp;
   const auto data = tmp / "ctr-data";
-  auto gen = StartLauncher({"gen-ctr", "--out", data.string(), "--train-examples", "20000", "--eval-examples", "1000"});
+  auto gen = StartLauncher(
+      {"gen-ctr", "--out", data.string(), "--train-examples", "20000", "--eval-examples", "1000"});
   REQUIRE(gen->WaitExit(120s) == 0);
 
   constexpr int64_t kSteps = 200;
   Json model = ReadConfig("job-ctr-emb.json")["model"];
   for (auto& field : model["fields"]) {
-    if (field["table"] == "user" || field["table"] == "ad" || field["table"] == "site") field["lazy"] = true;
+    if (field["table"] == "user" || field["table"] == "ad" || field["table"] == "site")
+      field["lazy"] = true;
   }
   auto job = [&](const std::string& name, const fs::path& model_dir, int64_t steps, int shards,
                  const std::string& init_from) {
-    Json partitioner = shards > 1 ? Json{{"type", "fixed"}, {"num_shards", shards}} : Json{{"type", "none"}};
+    Json partitioner =
+        shards > 1 ? Json{{"type", "fixed"}, {"num_shards", shards}} : Json{{"type", "none"}};
     Json overrides = {{"model", model},
                       {"base_dir", data.string()},
                       {"optimizer", {{"type", "adam"}, {"learning_rate", 0.01}}},
@@ -148,7 +155,8 @@ TEST_CASE("a checkpoint restores onto 3 ps, then 1 ps, with other shard counts: 
   CHECK(user.rows.size() < 1000000);  // only the created rows
   CHECK(user.shards.size() == 2);
   bool dense_table = false;
-  for (const auto& [name, v] : trained) dense_table = dense_table || (!v.lazy && v.shape.size() == 2 && v.shape[0] == 1000);
+  for (const auto& [name, v] : trained)
+    dense_table = dense_table || (!v.lazy && v.shape.size() == 2 && v.shape[0] == 1000);
   CHECK(dense_table);  // "app": a dense embedding table
 
   // Hop 1: 3 ps, 5 shards a variable, warm-started from hop 0 with nothing to train.
@@ -187,8 +195,9 @@ TEST_CASE("a checkpoint restores onto 3 ps, then 1 ps, with other shard counts: 
 
   // In place: the 1-ps model dir restored by 2 ps (3 shards a variable), which train on.
   lines = Run(2, job("job1-more.json", dir1, kSteps + 60, 3, ""));
-  CHECK(Has(lines, "restored " + ckpt::CheckpointPath(dir1.string(), kSteps) +
-                       " (final) (written by 1 ps task(s), resharded onto 2): resuming at step 200"));
+  CHECK(
+      Has(lines, "restored " + ckpt::CheckpointPath(dir1.string(), kSteps) +
+                     " (final) (written by 1 ps task(s), resharded onto 2): resuming at step 200"));
   CHECK(VerifiedCheckpoints(dir1).back() == kSteps + 60);
   auto more = ReadCheckpoint(dir1, kSteps + 60, &num_ps);
   CHECK(num_ps == 2);
@@ -210,9 +219,11 @@ TEST_CASE("a checkpoint restores onto 3 ps, then 1 ps, with other shard counts: 
 
   // Every checkpoint of init_from corrupt: the chief refuses to start from scratch and
   // says how to (not "move the directory away": init_from is only read).
-  for (int64_t step : {int64_t{0}, int64_t{100}}) FlipByte(ckpt::CheckpointPath(dir2.string(), step) + "/ps-1.shard");
+  for (int64_t step : {int64_t{0}, int64_t{100}})
+    FlipByte(ckpt::CheckpointPath(dir2.string(), step) + "/ps-1.shard");
   lines = Run(3, job("job3c.json", tmp / "ps3c", kSteps, 5, dir2.string()), 1);
-  CHECK(Has(lines, "job.checkpoint.init_from: no checkpoint in " + dir2.string() + " could be restored"));
+  CHECK(Has(lines,
+            "job.checkpoint.init_from: no checkpoint in " + dir2.string() + " could be restored"));
   CHECK(Has(lines, "fix or remove checkpoint.init_from"));
   CHECK_FALSE(Has(lines, "move the directory away"));
 }

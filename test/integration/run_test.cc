@@ -44,12 +44,14 @@ TEST_CASE("a short fmnist run completes: final evaluation, every task exits 0") 
   auto job = DeriveJob("job-fmnist-mlp.json", tmp / "job.json", kSteps, 50, tmp / "model");
   Tasks tasks;
   for (auto id : {kPs0, kPs1, kWorker0, kWorker1}) tasks.Add(StartDaemon(spec, id));
-  Task& chief = tasks.Add(StartDaemon(spec, kChief, {"--job", job.string()}));  // model_dir from the job
+  Task& chief =
+      tasks.Add(StartDaemon(spec, kChief, {"--job", job.string()}));  // model_dir from the job
   tasks.ExpectAllExit(0, 120s);
   CHECK(chief.HasLine("step 200/200"));
   CHECK(chief.HasLine("final evaluation at step 200 on 10000 examples"));
   CHECK(chief.HasLine("cluster shut down: 2 worker(s) and 2 ps task(s) acknowledged"));
-  for (auto id : {kPs0, kPs1, kWorker0, kWorker1}) CHECK(tasks[id].HasLine("shut down (job finished)"));
+  for (auto id : {kPs0, kPs1, kWorker0, kWorker1})
+    CHECK(tasks[id].HasLine("shut down (job finished)"));
   CHECK(std::filesystem::exists(tmp / "model" / "job.json"));
   CheckCompletedMetrics(tmp / "model");
 }
@@ -59,8 +61,9 @@ TEST_CASE("pstrain local runs the same job on a derived cluster file and exits 0
   auto spec = LocalCluster();
   WriteClusterFile(spec, tmp / "cluster.json");
   auto job = DeriveJob("job-fmnist-mlp.json", tmp / "job.json", kSteps, 50, tmp / "model");
-  auto launcher = StartLauncher({"local", "--cluster", (tmp / "cluster.json").string(), "--job", job.string()},
-                                "pstrain local");
+  auto launcher =
+      StartLauncher({"local", "--cluster", (tmp / "cluster.json").string(), "--job", job.string()},
+                    "pstrain local");
   auto rc = launcher->WaitExit(150s);
   if (!rc) {
     // Let the launcher take its daemons down (second signal: SIGTERM to every task)

@@ -26,8 +26,9 @@ TEST_CASE("SIGTERM to a chief started without OPENBLAS_NUM_THREADS is a graceful
   auto job = DeriveJob("job-fmnist-mlp.json", tmp / "job.json", 1000000, 20, tmp / "model");
   Tasks tasks;
   for (auto id : {kPs0, kPs1, kWorker0, kWorker1}) tasks.Add(StartDaemon(spec, id));
-  Task& chief = tasks.Add(StartDaemon(spec, kChief, {"--job", job.string(), "--model-dir", (tmp / "model").string()},
-                                      {"OPENBLAS_NUM_THREADS"}));
+  Task& chief = tasks.Add(
+      StartDaemon(spec, kChief, {"--job", job.string(), "--model-dir", (tmp / "model").string()},
+                  {"OPENBLAS_NUM_THREADS"}));
   REQUIRE(chief.WaitForLine(kProgress, 120s));
   chief.Signal(SIGTERM);
   REQUIRE(chief.WaitExit(15s) == std::optional<int>(0));

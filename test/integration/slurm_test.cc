@@ -39,14 +39,15 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 const char* const kSlurmPrograms[] = {"/usr/sbin/munged", "/usr/sbin/slurmctld", "/usr/sbin/slurmd",
-                                      "/usr/bin/sbatch", "/usr/bin/srun", "/usr/bin/scancel",
-                                      "/usr/bin/sinfo", "/usr/bin/setpriv"};
+                                      "/usr/bin/sbatch",  "/usr/bin/srun",       "/usr/bin/scancel",
+                                      "/usr/bin/sinfo",   "/usr/bin/setpriv"};
 
 // Exits 77 (meson: SKIP) with the reason when this machine cannot run Slurm daemons.
 void SkipUnlessRoot() {
   if (::geteuid() != 0) {
-    std::printf("SKIP: the Slurm test needs root (slurmd starts job steps as root; munged runs as "
-                "user munge)\n");
+    std::printf(
+        "SKIP: the Slurm test needs root (slurmd starts job steps as root; munged runs as "
+        "user munge)\n");
     std::fflush(stdout);
     std::_Exit(77);
   }
@@ -94,8 +95,9 @@ class SlurmCluster {
  public:
   SlurmCluster() {
     for (const char* p : kSlurmPrograms) {
-      INFO("missing " << p << ": install the Debian packages slurm-wlm and munge "
-                           "(PSTRAIN_WITH_TEST_TOOLS=1 scripts/setup.sh)");
+      INFO("missing " << p
+                      << ": install the Debian packages slurm-wlm and munge "
+                         "(PSTRAIN_WITH_TEST_TOOLS=1 scripts/setup.sh)");
       REQUIRE(::access(p, X_OK) == 0);
     }
     const auto t0 = Clock::now();
@@ -116,8 +118,9 @@ class SlurmCluster {
                                fs::perms::others_read | fs::perms::others_exec);
     socket_ = (munge / "munge.socket").string();
     daemons_.push_back(std::make_unique<Task>(
-        "munged", std::vector<std::string>{"/usr/bin/setpriv", "--reuid=munge", "--regid=munge", "--init-groups",
-                                           "/usr/sbin/munged", "--foreground", "--socket=" + socket_,
+        "munged", std::vector<std::string>{"/usr/bin/setpriv", "--reuid=munge", "--regid=munge",
+                                           "--init-groups", "/usr/sbin/munged", "--foreground",
+                                           "--socket=" + socket_,
                                            "--key-file=" + (munge / "munge.key").string(),
                                            "--pid-file=" + (munge / "munged.pid").string(),
                                            "--log-file=" + (munge / "munged.log").string(),
@@ -131,32 +134,55 @@ class SlurmCluster {
     REQUIRE(::gethostname(host, sizeof host - 1) == 0);
     // The node is called localhost (slurmd -N), so every TF_CONFIG address is on 127.0.0.1.
     // 5 tasks on a 2-core machine: the node declares 8 CPUs (config_overrides).
-    WriteFile(conf_,
-              "ClusterName=pstraintest\n"
-              "SlurmctldHost=" + std::string(host) + "(127.0.0.1)\n"
-              "SlurmctldPort=" + std::to_string(ports[0]) + "\n"
-              "SlurmdPort=" + std::to_string(ports[1]) + "\n"
-              "SlurmUser=root\nSlurmdUser=root\n"
-              "AuthType=auth/munge\nCredType=cred/munge\n"
-              "AuthInfo=socket=" + socket_ + "\n"
-              "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n"
-              "MpiDefault=none\nSwitchType=switch/none\n"
-              "SchedulerType=sched/builtin\nSelectType=select/cons_tres\nSelectTypeParameters=CR_Core\n"
-              "SlurmdParameters=config_overrides\nReturnToService=2\nKillWait=30\n"
-              "JobAcctGatherType=jobacct_gather/none\nAccountingStorageType=accounting_storage/none\n"
-              "JobCompType=jobcomp/none\n"
-              "StateSaveLocation=" + (root / "state").string() + "\n"
-              "SlurmdSpoolDir=" + (root / "spool").string() + "\n"
-              "SlurmctldPidFile=" + (root / "slurmctld.pid").string() + "\n"
-              "SlurmdPidFile=" + (root / "slurmd.pid").string() + "\n"
-              "SlurmctldLogFile=" + (root / "log" / "slurmctld.log").string() + "\n"
-              "SlurmdLogFile=" + (root / "log" / "slurmd.log").string() + "\n"
-              "NodeName=localhost NodeAddr=127.0.0.1 CPUs=8 State=UNKNOWN\n"
-              "PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP\n");
+    WriteFile(
+        conf_,
+        "ClusterName=pstraintest\n"
+        "SlurmctldHost=" +
+            std::string(host) +
+            "(127.0.0.1)\n"
+            "SlurmctldPort=" +
+            std::to_string(ports[0]) +
+            "\n"
+            "SlurmdPort=" +
+            std::to_string(ports[1]) +
+            "\n"
+            "SlurmUser=root\nSlurmdUser=root\n"
+            "AuthType=auth/munge\nCredType=cred/munge\n"
+            "AuthInfo=socket=" +
+            socket_ +
+            "\n"
+            "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n"
+            "MpiDefault=none\nSwitchType=switch/none\n"
+            "SchedulerType=sched/builtin\nSelectType=select/cons_tres\nSelectTypeParameters=CR_Core\n"
+            "SlurmdParameters=config_overrides\nReturnToService=2\nKillWait=30\n"
+            "JobAcctGatherType=jobacct_gather/none\nAccountingStorageType=accounting_storage/none\n"
+            "JobCompType=jobcomp/none\n"
+            "StateSaveLocation=" +
+            (root / "state").string() +
+            "\n"
+            "SlurmdSpoolDir=" +
+            (root / "spool").string() +
+            "\n"
+            "SlurmctldPidFile=" +
+            (root / "slurmctld.pid").string() +
+            "\n"
+            "SlurmdPidFile=" +
+            (root / "slurmd.pid").string() +
+            "\n"
+            "SlurmctldLogFile=" +
+            (root / "log" / "slurmctld.log").string() +
+            "\n"
+            "SlurmdLogFile=" +
+            (root / "log" / "slurmd.log").string() +
+            "\n"
+            "NodeName=localhost NodeAddr=127.0.0.1 CPUs=8 State=UNKNOWN\n"
+            "PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP\n");
     daemons_.push_back(std::make_unique<Task>(
-        "slurmctld", std::vector<std::string>{"/usr/sbin/slurmctld", "-D", "-i", "-f", conf_}, Env()));
+        "slurmctld", std::vector<std::string>{"/usr/sbin/slurmctld", "-D", "-i", "-f", conf_},
+        Env()));
     daemons_.push_back(std::make_unique<Task>(
-        "slurmd", std::vector<std::string>{"/usr/sbin/slurmd", "-D", "-f", conf_, "-N", "localhost"}, Env()));
+        "slurmd",
+        std::vector<std::string>{"/usr/sbin/slurmd", "-D", "-f", conf_, "-N", "localhost"}, Env()));
     // Up when sinfo reports the node idle.
     REQUIRE(PollUntil(
         [&] {
@@ -189,16 +215,27 @@ class SlurmCluster {
 
   // `sbatch --wait` of scripts/slurm/pstrain.sbatch: 5 tasks, chief + 2 ps + 2 workers
   // (6 with the evaluator).
-  std::unique_ptr<Task> Submit(const fs::path& job, const fs::path& model_dir, const fs::path& output,
-                               bool evaluator = false) {
+  std::unique_ptr<Task> Submit(const fs::path& job, const fs::path& model_dir,
+                               const fs::path& output, bool evaluator = false) {
     EnvVars env = Env();
     env.emplace_back("PSTRAIN_BIN", BuildDir() + "/launcher");
     const int tasks = evaluator ? 6 : 5;
-    std::vector<std::string> args = {"/usr/bin/sbatch", "--wait", "--ntasks=" + std::to_string(tasks),
-                                     "--output=" + output.string(), "--chdir=" + dir().string(),
-                                     SourceDir() + "/scripts/slurm/pstrain.sbatch", "--ps", "2", "--workers", "2",
-                                     "--base-port", std::to_string(FreePortRange(tasks)), "--job", job.string(),
-                                     "--model-dir", model_dir.string()};
+    std::vector<std::string> args = {"/usr/bin/sbatch",
+                                     "--wait",
+                                     "--ntasks=" + std::to_string(tasks),
+                                     "--output=" + output.string(),
+                                     "--chdir=" + dir().string(),
+                                     SourceDir() + "/scripts/slurm/pstrain.sbatch",
+                                     "--ps",
+                                     "2",
+                                     "--workers",
+                                     "2",
+                                     "--base-port",
+                                     std::to_string(FreePortRange(tasks)),
+                                     "--job",
+                                     job.string(),
+                                     "--model-dir",
+                                     model_dir.string()};
     if (evaluator) args.push_back("--evaluator");
     args.insert(args.end(), {"--", "--connect-timeout", "60"});
     return std::make_unique<Task>("sbatch", args, env);
@@ -213,7 +250,9 @@ class SlurmCluster {
 
 // Waits until `file` has a line containing `needle`.
 bool WaitForFileLine(const fs::path& file, const std::string& needle, Millis timeout) {
-  return PollUntil([&] { return fs::exists(file) && ReadFile(file).find(needle) != std::string::npos; }, timeout);
+  return PollUntil(
+      [&] { return fs::exists(file) && ReadFile(file).find(needle) != std::string::npos; },
+      timeout);
 }
 
 TEST_CASE("Slurm: sbatch --wait of a 5-task job trains to the end; every task exits 0") {
@@ -232,15 +271,19 @@ TEST_CASE("Slurm: sbatch --wait of a 5-task job trains to the end; every task ex
                            "worker:0 at localhost:", "worker:1 at localhost:"}) {
     CHECK(text.find(std::string("pstrain slurm-task: ") + task) != std::string::npos);
   }
-  CHECK(text.find("pstrain: step 0: 5 tasks (1 chief, 2 ps, 2 workers) on localhost") != std::string::npos);
+  CHECK(text.find("pstrain: step 0: 5 tasks (1 chief, 2 ps, 2 workers) on localhost") !=
+        std::string::npos);
   CHECK(text.find("step 200/200") != std::string::npos);
   CHECK(text.find("checkpoint ckpt-200 (final) committed") != std::string::npos);
-  CHECK(text.find("cluster shut down: 2 worker(s) and 2 ps task(s) acknowledged") != std::string::npos);
-  CHECK(text.find("pstrain: step 0 exited 0\npstrain: job finished: exit 0\n") != std::string::npos);
+  CHECK(text.find("cluster shut down: 2 worker(s) and 2 ps task(s) acknowledged") !=
+        std::string::npos);
+  CHECK(text.find("pstrain: step 0 exited 0\npstrain: job finished: exit 0\n") !=
+        std::string::npos);
   CHECK(ReadFile(model / "checkpoint").find("ckpt-200") != std::string::npos);
 }
 
-TEST_CASE("Slurm: scancel --signal=TERM of the job step (with an evaluator) ends in a final checkpoint and exit 0") {
+TEST_CASE(
+    "Slurm: scancel --signal=TERM of the job step (with an evaluator) ends in a final checkpoint and exit 0") {
   SkipUnlessRoot();
   SlurmCluster slurm;
   const fs::path model = slurm.dir() / "model";
@@ -269,13 +312,17 @@ TEST_CASE("Slurm: scancel --signal=TERM of the job step (with an evaluator) ends
   const std::string final_ckpt = text.substr(ckpt_at + 11, final_at - ckpt_at - 11);  // "ckpt-N"
   CHECK(ReadFile(model / "checkpoint").find("\"" + final_ckpt + "\"") != std::string::npos);
   CHECK(fs::exists(model / final_ckpt / "MANIFEST"));
-  for (const char* task : {"[ps:0] shut down", "[ps:1] shut down", "[worker:0] shut down", "[worker:1] shut down"}) {
+  for (const char* task :
+       {"[ps:0] shut down", "[ps:1] shut down", "[worker:0] shut down", "[worker:1] shut down"}) {
     CHECK(text.find(task) != std::string::npos);
   }
-  CHECK(text.find("cluster shut down: 2 worker(s) and 2 ps task(s) acknowledged") != std::string::npos);
+  CHECK(text.find("cluster shut down: 2 worker(s) and 2 ps task(s) acknowledged") !=
+        std::string::npos);
   CHECK(text.find("evaluated the final checkpoint; exiting") != std::string::npos);
-  CHECK(text.find("[evaluator:0] SIGTERM: going on until the final checkpoint is evaluated") != std::string::npos);
-  CHECK(text.find("pstrain: step 0 exited 0\npstrain: job finished: exit 0\n") != std::string::npos);
+  CHECK(text.find("[evaluator:0] SIGTERM: going on until the final checkpoint is evaluated") !=
+        std::string::npos);
+  CHECK(text.find("pstrain: step 0 exited 0\npstrain: job finished: exit 0\n") !=
+        std::string::npos);
   CHECK(text.find("running it again") == std::string::npos);  // the step was not run again
 }
 

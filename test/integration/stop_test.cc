@@ -73,7 +73,8 @@ TEST_CASE("shuffled start, status while training, pstrain stop: every task exits
     for (const auto& p : (*json)["ps"]) {
       INFO(p.dump());
       CHECK(p["state"] == "ok");
-      CHECK(p["address"] == spec.address({cluster::TaskType::kPs, p["task"] == "ps:0" ? 0 : 1}).ToString());
+      CHECK(p["address"] ==
+            spec.address({cluster::TaskType::kPs, p["task"] == "ps:0" ? 0 : 1}).ToString());
       CHECK(p["requests"].get<uint64_t>() > 0);
       CHECK(p["bytes_in"].get<uint64_t>() > 0);
       CHECK(p["bytes_out"].get<uint64_t>() > 0);
@@ -87,7 +88,8 @@ TEST_CASE("shuffled start, status while training, pstrain stop: every task exits
     for (const auto& w : (*json)["workers"]) {
       INFO(w.dump());
       CHECK(w["steps"].get<int64_t>() > 0);
-      for (const char* k : {"data_s", "pull_s", "compute_s", "push_s"}) CHECK(w[k].get<double>() >= 0);
+      for (const char* k : {"data_s", "pull_s", "compute_s", "push_s"})
+        CHECK(w[k].get<double>() >= 0);
     }
 
     auto human = StartLauncher({"status", "--chief", chief_addr}, "pstrain status (text)");
@@ -155,7 +157,8 @@ TEST_CASE("SIGTERM to the chief is a graceful stop: every task exits 0") {
   CHECK(tasks[kPs1].HasLine("shut down"));
 }
 
-TEST_CASE("a ps that does not acknowledge Shutdown is named; the chief exits 1, the others exit 0") {
+TEST_CASE(
+    "a ps that does not acknowledge Shutdown is named; the chief exits 1, the others exit 0") {
   TempDir tmp;
   auto spec = LocalCluster();
   auto job = DeriveJob("job-fmnist-mlp.json", tmp / "job.json", 100, 20, tmp / "model");
@@ -164,8 +167,9 @@ TEST_CASE("a ps that does not acknowledge Shutdown is named; the chief exits 1, 
   // ps:1 holds the chief's Shutdown unanswered (testing hook).
   tasks.Add(StartDaemon(spec, kPs1, {}, {}, {{"PSTRAIN_FAULT_IGNORE_SHUTDOWN", "1"}}));
   for (auto id : {kWorker0, kWorker1}) tasks.Add(StartDaemon(spec, id));
-  Task& chief = tasks.Add(StartDaemon(spec, kChief, {"--job", job.string(), "--model-dir", (tmp / "model").string(),
-                                                     "--shutdown-timeout", "1"}));
+  Task& chief = tasks.Add(StartDaemon(
+      spec, kChief,
+      {"--job", job.string(), "--model-dir", (tmp / "model").string(), "--shutdown-timeout", "1"}));
   tasks.ExpectExit({kChief}, 1, 120s);
   auto why = chief.FindLine("pstrain-chief: ");
   REQUIRE(why.has_value());

@@ -12,8 +12,9 @@ namespace {
 constexpr const char* kProgress = "] step ";
 
 std::vector<std::string> Tls(const std::filesystem::path& dir, const std::string& name) {
-  return {"--tls-cert", (dir / (name + ".pem")).string(), "--tls-key", (dir / (name + ".key")).string(),
-          "--tls-ca", (dir / "ca.pem").string()};
+  return {"--tls-cert", (dir / (name + ".pem")).string(),
+          "--tls-key",  (dir / (name + ".key")).string(),
+          "--tls-ca",   (dir / "ca.pem").string()};
 }
 
 std::vector<std::string> Concat(std::vector<std::string> a, const std::vector<std::string>& b) {
@@ -21,18 +22,23 @@ std::vector<std::string> Concat(std::vector<std::string> a, const std::vector<st
   return a;
 }
 
-TEST_CASE("mutual TLS: a foreign certificate is refused; the cluster trains, status and stop speak TLS") {
+TEST_CASE(
+    "mutual TLS: a foreign certificate is refused; the cluster trains, status and stop speak TLS") {
   TempDir tmp;
   const auto certs = tmp / "certs";
   const std::string script = SourceDir() + "/scripts/make-certs.sh";
-  REQUIRE(std::system(("bash " + script + " " + certs.string() + " ps worker chief operator >/dev/null").c_str()) == 0);
-  REQUIRE(std::system(("bash " + script + " " + (certs / "other").string() + " intruder >/dev/null").c_str()) == 0);
+  REQUIRE(
+      std::system(("bash " + script + " " + certs.string() + " ps worker chief operator >/dev/null")
+                      .c_str()) == 0);
+  REQUIRE(std::system(("bash " + script + " " + (certs / "other").string() + " intruder >/dev/null")
+                          .c_str()) == 0);
   std::filesystem::copy_file(certs / "ca.pem", certs / "other" / "cluster-ca.pem");
 
   auto spec = LocalCluster();
   auto job = DeriveJob("job-fmnist-mlp.json", tmp / "job.json", 1000000, 20, tmp / "model");
   const std::string chief_addr = spec.address(kChief).ToString();
-  std::vector<std::string> chief_args{"--job", job.string(), "--model-dir", (tmp / "model").string()};
+  std::vector<std::string> chief_args{"--job", job.string(), "--model-dir",
+                                      (tmp / "model").string()};
 
   Tasks tasks;
   for (auto id : {kPs0, kPs1}) tasks.Add(StartDaemon(spec, id, Tls(certs, "ps")));
@@ -42,10 +48,12 @@ TEST_CASE("mutual TLS: a foreign certificate is refused; the cluster trains, sta
   {
     // It trusts the cluster CA (a CA certificate is no secret), but its own was signed
     // by another CA.
-    auto intruder_flags = std::vector<std::string>{
-        "--tls-cert", (certs / "other" / "intruder.pem").string(), "--tls-key",
-        (certs / "other" / "intruder.key").string(), "--tls-ca", (certs / "other" / "cluster-ca.pem").string()};
-    auto intruder = StartDaemon(spec, kChief, Concat(Concat(chief_args, intruder_flags), {"--connect-timeout", "5"}));
+    auto intruder_flags =
+        std::vector<std::string>{"--tls-cert", (certs / "other" / "intruder.pem").string(),
+                                 "--tls-key",  (certs / "other" / "intruder.key").string(),
+                                 "--tls-ca",   (certs / "other" / "cluster-ca.pem").string()};
+    auto intruder = StartDaemon(
+        spec, kChief, Concat(Concat(chief_args, intruder_flags), {"--connect-timeout", "5"}));
     CHECK(intruder->WaitExit(60s) == std::optional<int>(1));
     auto why = intruder->FindLine("pstrain-chief: ");
     REQUIRE(why.has_value());
@@ -58,17 +66,20 @@ TEST_CASE("mutual TLS: a foreign certificate is refused; the cluster trains, sta
   Task& chief = tasks.Add(StartDaemon(spec, kChief, Concat(chief_args, Tls(certs, "chief"))));
   REQUIRE(chief.WaitForLine(kProgress, 120s));
   {
-    auto status = StartLauncher(Concat({"status", "--chief", chief_addr, "--json"}, Tls(certs, "operator")),
-                                "pstrain status (TLS)");
+    auto status =
+        StartLauncher(Concat({"status", "--chief", chief_addr, "--json"}, Tls(certs, "operator")),
+                      "pstrain status (TLS)");
     CHECK(status->WaitExit(30s) == std::optional<int>(0));
     CHECK(status->HasLine("\"state\""));
   }
   {
-    auto plain = StartLauncher({"status", "--chief", chief_addr, "--timeout", "3"}, "pstrain status (plain)");
+    auto plain = StartLauncher({"status", "--chief", chief_addr, "--timeout", "3"},
+                               "pstrain status (plain)");
     CHECK(plain->WaitExit(30s) == std::optional<int>(1));
     CHECK(plain->HasLine("does it require TLS"));
   }
-  auto stop = StartLauncher(Concat({"stop", "--chief", chief_addr}, Tls(certs, "operator")), "pstrain stop (TLS)");
+  auto stop = StartLauncher(Concat({"stop", "--chief", chief_addr}, Tls(certs, "operator")),
+                            "pstrain stop (TLS)");
   CHECK(stop->WaitExit(30s) == std::optional<int>(0));
   tasks.ExpectAllExit(0, 120s);
   CHECK(chief.HasLine("cluster shut down: 2 worker(s) and 2 ps task(s) acknowledged"));

@@ -40,12 +40,15 @@ struct Run {
 Run Train(const Json& update, int slow_worker1_ms, int64_t checkpoint_every = 0) {
   TempDir tmp;
   auto spec = LocalCluster();
-  auto job = DeriveJob("job-fmnist-mlp.json", tmp / "job.json", kSteps, 100, tmp / "model",
-                       Json{{"update", update}, {"checkpoint", {{"every_steps", checkpoint_every}, {"every_seconds", 0}}}});
+  auto job =
+      DeriveJob("job-fmnist-mlp.json", tmp / "job.json", kSteps, 100, tmp / "model",
+                Json{{"update", update},
+                     {"checkpoint", {{"every_steps", checkpoint_every}, {"every_seconds", 0}}}});
   Tasks tasks;
   for (auto id : {kPs0, kPs1, kWorker0}) tasks.Add(StartDaemon(spec, id));
   EnvVars slow;
-  if (slow_worker1_ms > 0) slow.emplace_back("PSTRAIN_FAULT_SLOW_STEP_MS", std::to_string(slow_worker1_ms));
+  if (slow_worker1_ms > 0)
+    slow.emplace_back("PSTRAIN_FAULT_SLOW_STEP_MS", std::to_string(slow_worker1_ms));
   tasks.Add(StartDaemon(spec, kWorker1, {}, {}, slow));
   Task& chief = tasks.Add(StartDaemon(spec, kChief, {"--job", job.string()}));
   tasks.ExpectAllExit(0, 120s);
@@ -65,7 +68,8 @@ Run Train(const Json& update, int slow_worker1_ms, int64_t checkpoint_every = 0)
   return run;
 }
 
-TEST_CASE("sync, 2 of 2 workers: every shard applies exactly one averaged update per step, nothing is stale") {
+TEST_CASE(
+    "sync, 2 of 2 workers: every shard applies exactly one averaged update per step, nothing is stale") {
   Run run = Train(Json{{"mode", "sync"}}, 0);
   REQUIRE(run.ps_update.size() == 2);
   for (const auto& u : run.ps_update) {
@@ -82,7 +86,8 @@ TEST_CASE("sync, 2 of 2 workers: every shard applies exactly one averaged update
   CHECK(run.final_accuracy > 0.80);
 }
 
-TEST_CASE("sync, 1 of 2 workers (a backup): updates stay exact, the straggler's late gradients are dropped") {
+TEST_CASE(
+    "sync, 1 of 2 workers (a backup): updates stay exact, the straggler's late gradients are dropped") {
   Run run = Train(Json{{"mode", "sync"}, {"replicas_to_aggregate", 1}}, 20);
   REQUIRE(run.ps_update.size() == 2);
   int64_t dropped = 0;
@@ -94,14 +99,15 @@ TEST_CASE("sync, 1 of 2 workers (a backup): updates stay exact, the straggler's 
   int64_t skipped = 0;
   for (const auto& m : run.metrics) skipped += m.value("stale_steps", int64_t{0});
   WARN("dropped at the ps: " << dropped << " item(s); skipped by workers: " << skipped
-                               << "; accuracy " << run.final_accuracy);
+                             << "; accuracy " << run.final_accuracy);
   // worker:1 computes 20 ms longer per step than worker:0 takes for a whole step: most of
   // its gradients arrive after worker:0's has been applied (or it sees that and skips).
   CHECK(dropped + skipped > 0);
   CHECK(run.final_accuracy > 0.78);  // measured 0.8227 in 3 runs (132-144 items dropped)
 }
 
-TEST_CASE("bounded staleness 2 with a straggler: pulls wait, no worker ever leads by more than 2 steps") {
+TEST_CASE(
+    "bounded staleness 2 with a straggler: pulls wait, no worker ever leads by more than 2 steps") {
   // Checkpoints every 70 steps (7 packs): at each barrier the packs are split unevenly,
   // and a worker without work must not hold back the one finishing its pack.
   Run run = Train(Json{{"mode", "bounded_staleness"}, {"staleness", 2}}, 10, 70);
@@ -123,7 +129,8 @@ TEST_CASE("bounded staleness 2 with a straggler: pulls wait, no worker ever lead
 // Small gen-ctr data in tmp/ctr: a run of a few hundred steps takes seconds.
 std::filesystem::path CtrData(const TempDir& tmp) {
   const auto data = tmp / "ctr";
-  auto gen = StartLauncher({"gen-ctr", "--out", data.string(), "--train-examples", "50000", "--eval-examples", "5000"});
+  auto gen = StartLauncher(
+      {"gen-ctr", "--out", data.string(), "--train-examples", "50000", "--eval-examples", "5000"});
   REQUIRE(gen->WaitExit(120s) == 0);
   return data;
 }
@@ -135,20 +142,23 @@ Json HybridJob(const std::filesystem::path& data, int64_t every_steps) {
   for (auto& field : model["fields"]) {
     if (field["table"] == "user") field["lazy"] = true;
   }
-  return Json{{"base_dir", data.string()},
-              {"model", model},
-              {"update", {{"dense", {{"mode", "sync"}}}, {"sparse", {{"mode", "async"}}}}},
-              {"checkpoint", {{"every_steps", every_steps}, {"every_seconds", 0}, {"max_to_keep", 10}}}};
+  return Json{
+      {"base_dir", data.string()},
+      {"model", model},
+      {"update", {{"dense", {{"mode", "sync"}}}, {"sparse", {{"mode", "async"}}}}},
+      {"checkpoint", {{"every_steps", every_steps}, {"every_seconds", 0}, {"max_to_keep", 10}}}};
 }
 
 // [ps] -> shards of sparse (`sparse` true) or dense variables it holds, from the
 // checkpoint's MANIFEST.
 std::map<int, int64_t> ShardsOf(const std::filesystem::path& model_dir, int64_t step, bool sparse) {
-  auto manifest = ParseJson(ReadFile(model_dir / ("ckpt-" + std::to_string(step)) / "MANIFEST"), "MANIFEST");
+  auto manifest =
+      ParseJson(ReadFile(model_dir / ("ckpt-" + std::to_string(step)) / "MANIFEST"), "MANIFEST");
   REQUIRE(manifest.ok());
   std::map<int, int64_t> n;
   for (const auto& v : (*manifest)["extra"]["variables"]) {
-    for (const auto& s : v["shards"]) n[s["ps"].get<int>()] += v["sparse"].get<bool>() == sparse ? 1 : 0;
+    for (const auto& s : v["shards"])
+      n[s["ps"].get<int>()] += v["sparse"].get<bool>() == sparse ? 1 : 0;
   }
   return n;
 }
@@ -166,38 +176,45 @@ std::map<std::string, Json> LastPsUpdate(const std::filesystem::path& model_dir)
   return update;
 }
 
-TEST_CASE("hybrid with a backup worker: the chief refuses the job at start, naming the key (exit 2)") {
+TEST_CASE(
+    "hybrid with a backup worker: the chief refuses the job at start, naming the key (exit 2)") {
   TempDir tmp;
   Json job = HybridJob(tmp / "ctr", 100);
   job["update"]["dense"]["replicas_to_aggregate"] = 1;  // 1 of the cluster's 2 workers
   auto path = DeriveJob("job-ctr-emb.json", tmp / "job.json", 100, 100, tmp / "model", job);
   auto chief = StartDaemon(LocalCluster(), kChief, {"--job", path.string()});
   CHECK(chief->WaitExit(60s) == std::optional<int>(2));
-  CHECK(chief->HasLine("job.update.dense.replicas_to_aggregate: 1 of 2 workers: a hybrid update cannot have backup "
-                       "workers"));
+  CHECK(chief->HasLine(
+      "job.update.dense.replicas_to_aggregate: 1 of 2 workers: a hybrid update cannot have backup "
+      "workers"));
 }
 
 // After the ps's last restore, no push was ignored as already applied: the steps after
 // the checkpoint ran again and the ps had forgotten which (step, worker) it had applied.
 bool NothingIgnoredAfterRestore(const Task& ps) {
   const auto lines = ps.Lines();
-  auto restored = std::find_if(lines.rbegin(), lines.rend(),
-                               [](const std::string& l) { return l.find("] restored ") != std::string::npos; });
+  auto restored = std::find_if(lines.rbegin(), lines.rend(), [](const std::string& l) {
+    return l.find("] restored ") != std::string::npos;
+  });
   REQUIRE(restored != lines.rend());
-  return CountLines(std::vector<std::string>(restored.base(), lines.end()), "was already applied") == 0;
+  return CountLines(std::vector<std::string>(restored.base(), lines.end()),
+                    "was already applied") == 0;
 }
 
-TEST_CASE("hybrid, dense sync + sparse async (every 7th push sent twice): exact steps and updates, repeats ignored per class") {
+TEST_CASE(
+    "hybrid, dense sync + sparse async (every 7th push sent twice): exact steps and updates, repeats ignored per class") {
   constexpr int64_t kHybridSteps = 300;
   constexpr int64_t kEvery = 7;
   TempDir tmp;
   const auto data = CtrData(tmp);
   auto spec = LocalCluster();
-  auto job = DeriveJob("job-ctr-emb.json", tmp / "job.json", kHybridSteps, 100, tmp / "model", HybridJob(data, 100));
+  auto job = DeriveJob("job-ctr-emb.json", tmp / "job.json", kHybridSteps, 100, tmp / "model",
+                       HybridJob(data, 100));
   Tasks tasks;
   for (auto id : {kPs0, kPs1}) tasks.Add(StartDaemon(spec, id));
   for (auto id : {kWorker0, kWorker1}) {
-    tasks.Add(StartDaemon(spec, id, {}, {}, {{"PSTRAIN_FAULT_REPEAT_PUSH_EVERY", std::to_string(kEvery)}}));
+    tasks.Add(StartDaemon(spec, id, {}, {},
+                          {{"PSTRAIN_FAULT_REPEAT_PUSH_EVERY", std::to_string(kEvery)}}));
   }
   Task& chief = tasks.Add(StartDaemon(spec, kChief, {"--job", job.string()}));
   tasks.ExpectAllExit(0, 300s);
@@ -235,7 +252,8 @@ TEST_CASE("hybrid, dense sync + sparse async (every 7th push sent twice): exact 
     CHECK(stale <= repeats * n);
     CHECK(stale % n == 0);
     CHECK(tasks[id].HasLine("dense sync, sparse async updates: sync shards at update " +
-                            std::to_string(kHybridSteps) + ".." + std::to_string(kHybridSteps) + ", "));
+                            std::to_string(kHybridSteps) + ".." + std::to_string(kHybridSteps) +
+                            ", "));
   }
   // The sparse shards applied each worker's gradient of each step exactly once (the
   // figures are the chief's sample at the last step, after which nothing is pushed): each
@@ -244,13 +262,16 @@ TEST_CASE("hybrid, dense sync + sparse async (every 7th push sent twice): exact 
   for (auto id : {kPs0, kPs1}) {
     const int64_t n = sparse.count(id.index) ? sparse.at(id.index) : 0;
     sparse_total += n;
-    INFO(id.ToString() << " holds " << n << " sparse shard(s): " << update.at(id.ToString()).dump());
+    INFO(id.ToString() << " holds " << n
+                       << " sparse shard(s): " << update.at(id.ToString()).dump());
     CHECK(update.at(id.ToString())["applied_on_arrival"] == 2 * kHybridSteps * n);
     auto down = tasks[id].FindLine("shut down (job finished)");
     REQUIRE(down.has_value());
-    CHECK_THAT(*down, Catch::Contains("ignored " + std::to_string(repeats * n) + " repeated push item(s)"));
+    CHECK_THAT(*down, Catch::Contains("ignored " + std::to_string(repeats * n) +
+                                      " repeated push item(s)"));
     if (n == 0) continue;
-    CHECK(CountLines(tasks[id].Lines(), "was already applied to " + std::to_string(n) + " shard(s)") == repeats);
+    CHECK(CountLines(tasks[id].Lines(),
+                     "was already applied to " + std::to_string(n) + " shard(s)") == repeats);
   }
   REQUIRE(dense_total > 0);
   REQUIRE(sparse_total > 0);
@@ -261,10 +282,12 @@ TEST_CASE("hybrid: worker:1 and then ps:1 killed and restarted mid-run; exact st
   TempDir tmp;
   const auto data = CtrData(tmp);
   auto spec = LocalCluster();
-  auto job = DeriveJob("job-ctr-emb.json", tmp / "job.json", kHybridSteps, 20, tmp / "model", HybridJob(data, 100));
+  auto job = DeriveJob("job-ctr-emb.json", tmp / "job.json", kHybridSteps, 20, tmp / "model",
+                       HybridJob(data, 100));
   Tasks tasks;
   for (auto id : {kPs0, kPs1, kWorker0, kWorker1}) tasks.Add(StartDaemon(spec, id));
-  Task& chief = tasks.Add(StartDaemon(spec, kChief, {"--job", job.string(), "--model-dir", (tmp / "model").string()}));
+  Task& chief = tasks.Add(
+      StartDaemon(spec, kChief, {"--job", job.string(), "--model-dir", (tmp / "model").string()}));
   REQUIRE(chief.WaitForLine("] step ", 120s));
 
   // A worker: its pinned packs wait for it (every worker runs every update, so none is
@@ -292,7 +315,8 @@ TEST_CASE("hybrid: worker:1 and then ps:1 killed and restarted mid-run; exact st
 
   REQUIRE(chief.WaitForLine("final evaluation at step " + std::to_string(kHybridSteps), 300s));
   tasks.ExpectAllExit(0, 60s);
-  auto manifest = ParseJson(ReadFile(tmp / "model" / ("ckpt-" + std::to_string(kHybridSteps)) / "MANIFEST"), "MANIFEST");
+  auto manifest = ParseJson(
+      ReadFile(tmp / "model" / ("ckpt-" + std::to_string(kHybridSteps)) / "MANIFEST"), "MANIFEST");
   REQUIRE(manifest.ok());
   CHECK((*manifest)["final"] == true);
   CHECK((*manifest)["global_step"] == kHybridSteps);
@@ -307,12 +331,14 @@ TEST_CASE("hybrid: worker:1 and then ps:1 killed and restarted mid-run; exact st
   CHECK(NothingIgnoredAfterRestore(tasks[kPs0]));
 }
 
-TEST_CASE("hybrid: SIGKILL to the chief between checkpoints: a new chief resumes; exact steps and updates, all exit 0") {
+TEST_CASE(
+    "hybrid: SIGKILL to the chief between checkpoints: a new chief resumes; exact steps and updates, all exit 0") {
   constexpr int64_t kHybridSteps = 600;
   TempDir tmp;
   const auto data = CtrData(tmp);
   auto spec = LocalCluster();
-  auto job = DeriveJob("job-ctr-emb.json", tmp / "job.json", kHybridSteps, 20, tmp / "model", HybridJob(data, 100));
+  auto job = DeriveJob("job-ctr-emb.json", tmp / "job.json", kHybridSteps, 20, tmp / "model",
+                       HybridJob(data, 100));
   const std::vector<std::string> chief_args{"--job", job.string()};
   Tasks tasks;
   for (auto id : {kPs0, kPs1, kWorker0, kWorker1}) tasks.Add(StartDaemon(spec, id));

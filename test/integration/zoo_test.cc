@@ -16,7 +16,8 @@ namespace ps::integ {
 namespace {
 
 // Trains configs/<config> with its own steps (plus `overrides`), returns its final_eval.
-Json Train(const TempDir& tmp, const std::string& config, int64_t steps, Json overrides = Json::object()) {
+Json Train(const TempDir& tmp, const std::string& config, int64_t steps,
+           Json overrides = Json::object()) {
   auto spec = LocalCluster();
   const std::string name = config.substr(0, config.size() - 5);
   auto job = DeriveJob(config, tmp / (name + ".json"), steps, steps, tmp / name, overrides);
@@ -33,10 +34,12 @@ Json Train(const TempDir& tmp, const std::string& config, int64_t steps, Json ov
 
 }  // namespace
 
-TEST_CASE("CTR zoo on data with interactions: DeepFM and DCN-v2 reach the truth, all beat logistic regression") {
+TEST_CASE(
+    "CTR zoo on data with interactions: DeepFM and DCN-v2 reach the truth, all beat logistic regression") {
   TempDir tmp;
   const auto data = tmp / "ctrx";
-  auto gen = StartLauncher({"gen-ctr", "--out", data.string(), "--spec", SourceDir() + "/configs/ctr-interactions.json"});
+  auto gen = StartLauncher({"gen-ctr", "--out", data.string(), "--spec",
+                            SourceDir() + "/configs/ctr-interactions.json"});
   REQUIRE(gen->WaitExit(120s) == 0);
   auto ctr = ReadJsonFile((data / "ctr.json").string());
   REQUIRE(ctr.ok());
@@ -92,13 +95,16 @@ TEST_CASE("a job naming a plug-in trains its layer on a real cluster; a bad plug
                {"name": "act", "type": "prelu", "inputs": ["hidden"], "alpha_init": 0.1},
                {"name": "logits", "type": "dense", "inputs": ["act"], "units": 10}],
     "outputs": [{"layer": "logits", "loss": "softmax_cross_entropy"}]})");
-  Json e = Train(tmp, "job-fmnist-mlp.json", 200, {{"model", model}, {"plugins", Json::array({plugin})}});
-  Note("mlp with a prelu plug-in layer after 200 steps: accuracy " + std::to_string(e["accuracy"].get<double>()));
+  Json e = Train(tmp, "job-fmnist-mlp.json", 200,
+                 {{"model", model}, {"plugins", Json::array({plugin})}});
+  Note("mlp with a prelu plug-in layer after 200 steps: accuracy " +
+       std::to_string(e["accuracy"].get<double>()));
   CHECK(e["accuracy"].get<double>() > 0.6);
 
   auto spec = LocalCluster();
-  auto bad = DeriveJob("job-fmnist-mlp.json", tmp / "bad.json", 10, 10, tmp / "bad",
-                       {{"model", model}, {"plugins", Json::array({tmp.path().string() + "/missing.so"})}});
+  auto bad = DeriveJob(
+      "job-fmnist-mlp.json", tmp / "bad.json", 10, 10, tmp / "bad",
+      {{"model", model}, {"plugins", Json::array({tmp.path().string() + "/missing.so"})}});
   Tasks tasks;
   Task& chief = tasks.Add(StartDaemon(spec, kChief, {"--job", bad.string()}));
   REQUIRE(chief.WaitExit(60s) == 2);

@@ -170,7 +170,7 @@ TEST_CASE("coordinator: with every worker lost, packs wait for a rejoin instead 
   for (int i = 0; i < 4; ++i) futs.push_back(coord.Schedule(i, 1));
   a->WaitInside(1);
   client_a->Close();  // the only worker is gone with a pack in flight
-  a->Open();  // the handler holds no reply back any more
+  a->Open();          // the handler holds no reply back any more
   // Nothing is decided while no worker is alive.
   REQUIRE(futs[0].wait_for(300ms) == std::future_status::timeout);
   CHECK_FALSE(coord.Snapshot()[0].alive);
@@ -184,7 +184,8 @@ TEST_CASE("coordinator: with every worker lost, packs wait for a rejoin instead 
   CHECK(back.steps_seen.size() == 4);
 }
 
-TEST_CASE("coordinator: with no worker back within the recovery timeout, queued packs fail as Unavailable") {
+TEST_CASE(
+    "coordinator: with no worker back within the recovery timeout, queued packs fail as Unavailable") {
   net::Runtime rt(2);
   FakeWorker a(rt);
   chief::Coordinator::Options opts;
@@ -201,7 +202,8 @@ TEST_CASE("coordinator: with no worker back within the recovery timeout, queued 
   CHECK_FALSE(fut.get().ok());
 }
 
-TEST_CASE("coordinator: the last worker lost with a pack in flight: after the recovery timeout every pack fails") {
+TEST_CASE(
+    "coordinator: the last worker lost with a pack in flight: after the recovery timeout every pack fails") {
   net::Runtime rt(2);
   auto a = std::make_unique<FakeWorker>(rt);
   a->gate_open = false;
@@ -226,7 +228,8 @@ TEST_CASE("coordinator: the last worker lost with a pack in flight: after the re
   a->Open();
 }
 
-TEST_CASE("coordinator: after CancelQueued (a stop), a pack whose worker was the last one fails Aborted at once") {
+TEST_CASE(
+    "coordinator: after CancelQueued (a stop), a pack whose worker was the last one fails Aborted at once") {
   net::Runtime rt(2);
   auto a = std::make_unique<FakeWorker>(rt);
   a->gate_open = false;

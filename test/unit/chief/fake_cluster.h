@@ -18,10 +18,24 @@ namespace ps::chief::testing {
 using namespace std::chrono_literals;
 
 inline std::string Name(const Action& a) {
-  static const char* const kNames[] = {"Connect", "RestoreNewest", "SaveCheckpoint", "StartWorkers", "ReconnectPs",
-                                       "CloseDispatch", "Evaluate", "EvaluateOnWorkers", "Shutdown", "OpenDispatch", "ScheduleRange",
-                                       "CancelQueued", "PauseDispatch", "ResumeDispatch", "Report", "Watchdog",
-                                       "Log", "Exit"};
+  static const char* const kNames[] = {"Connect",
+                                       "RestoreNewest",
+                                       "SaveCheckpoint",
+                                       "StartWorkers",
+                                       "ReconnectPs",
+                                       "CloseDispatch",
+                                       "Evaluate",
+                                       "EvaluateOnWorkers",
+                                       "Shutdown",
+                                       "OpenDispatch",
+                                       "ScheduleRange",
+                                       "CancelQueued",
+                                       "PauseDispatch",
+                                       "ResumeDispatch",
+                                       "Report",
+                                       "Watchdog",
+                                       "Log",
+                                       "Exit"};
   static_assert(std::size(kNames) == std::variant_size_v<Action>);
   return kNames[a.index()];
 }
@@ -43,9 +57,12 @@ std::vector<A> All(const std::vector<Action>& actions) {
 
 inline bool IsIo(const Action& a) {
   return std::holds_alternative<act::Connect>(a) || std::holds_alternative<act::RestoreNewest>(a) ||
-         std::holds_alternative<act::SaveCheckpoint>(a) || std::holds_alternative<act::StartWorkers>(a) ||
-         std::holds_alternative<act::ReconnectPs>(a) || std::holds_alternative<act::CloseDispatch>(a) ||
-         std::holds_alternative<act::Evaluate>(a) || std::holds_alternative<act::EvaluateOnWorkers>(a) ||
+         std::holds_alternative<act::SaveCheckpoint>(a) ||
+         std::holds_alternative<act::StartWorkers>(a) ||
+         std::holds_alternative<act::ReconnectPs>(a) ||
+         std::holds_alternative<act::CloseDispatch>(a) ||
+         std::holds_alternative<act::Evaluate>(a) ||
+         std::holds_alternative<act::EvaluateOnWorkers>(a) ||
          std::holds_alternative<act::Shutdown>(a);
 }
 
@@ -128,9 +145,12 @@ class FakeCluster {
   // Answers I/O and decides ranges (oldest first, successfully) until the machine exits.
   void Run() {
     for (int i = 0; i < 100000 && !exit; ++i) {
-      if (io) Answer();
-      else if (!open.empty()) Finish();
-      else FAIL("stuck in " << PhaseName(machine.phase()));
+      if (io)
+        Answer();
+      else if (!open.empty())
+        Finish();
+      else
+        FAIL("stuck in " << PhaseName(machine.phase()));
     }
     REQUIRE(exit.has_value());
   }
@@ -185,7 +205,8 @@ class FakeCluster {
     if (std::holds_alternative<act::StartWorkers>(a)) return ev::WorkersStarted{};
     if (const auto* r = std::get_if<act::ReconnectPs>(&a)) {
       if (never_back.count(r->ps) > 0) {
-        return ev::RecoveryFailed{Unavailable("ps:" + std::to_string(r->ps) + " did not come back within 600 s")};
+        return ev::RecoveryFailed{
+            Unavailable("ps:" + std::to_string(r->ps) + " did not come back within 600 s")};
       }
       return ev::PsBack{r->ps};
     }
@@ -199,7 +220,8 @@ class FakeCluster {
       return ev::WorkersEvaluated{e->step, ""};
     }
     const auto& s = std::get<act::Shutdown>(a);
-    if (s.group == TaskGroup::kWorkers) return ev::ShutdownReplied{TaskGroup::kWorkers, config.num_workers, {}};
+    if (s.group == TaskGroup::kWorkers)
+      return ev::ShutdownReplied{TaskGroup::kWorkers, config.num_workers, {}};
     return ev::ShutdownReplied{TaskGroup::kPs, num_ps, unacked_ps};
   }
 };

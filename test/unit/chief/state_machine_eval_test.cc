@@ -28,7 +28,8 @@ bool NoRangeCrosses(const std::vector<Action>& all, int64_t every) {
 }
 }  // namespace
 
-TEST_CASE("state machine: inline evaluation every N steps on exact boundaries, never at the last step; no range crosses one") {
+TEST_CASE(
+    "state machine: inline evaluation every N steps on exact boundaries, never at the last step; no range crosses one") {
   FakeCluster c(EvalConfig(25));
   c.StartFresh();
   c.Run();
@@ -38,7 +39,8 @@ TEST_CASE("state machine: inline evaluation every N steps on exact boundaries, n
   CHECK(All<act::Evaluate>(c.all).size() == 1);
 }
 
-TEST_CASE("state machine: an evaluation waits for every range in flight; nothing is scheduled meanwhile") {
+TEST_CASE(
+    "state machine: an evaluation waits for every range in flight; nothing is scheduled meanwhile") {
   FakeCluster c(EvalConfig(20));
   c.StartFresh();
   REQUIRE(c.open.size() == 2);  // 0..9, 10..19: then the evaluation is due
@@ -74,7 +76,8 @@ TEST_CASE("state machine: a checkpoint due at the same step as an evaluation com
   CHECK(c.evaluations == std::vector<int64_t>{20, 40, 60, 80});
 }
 
-TEST_CASE("state machine: a stop during an evaluation lets it finish, then drains to the final checkpoint at that step") {
+TEST_CASE(
+    "state machine: a stop during an evaluation lets it finish, then drains to the final checkpoint at that step") {
   FakeCluster c(EvalConfig(20));
   c.StartFresh();
   c.Finish();
@@ -102,12 +105,14 @@ TEST_CASE("state machine: a stop while an evaluation waits for ranges skips it")
   CHECK(c.evaluations.empty());
 }
 
-TEST_CASE("state machine: early stopping ends training like a stop: drain, final checkpoint, final evaluation") {
+TEST_CASE(
+    "state machine: early stopping ends training like a stop: drain, final checkpoint, final evaluation") {
   FakeCluster c(EvalConfig(20));
   c.StartFresh();
   c.Finish();
   c.Finish();
-  c.AnswerWith<act::EvaluateOnWorkers>(ev::WorkersEvaluated{20, "auc did not improve on 0.7100 (step 0) for 3 evaluation(s)"});
+  c.AnswerWith<act::EvaluateOnWorkers>(
+      ev::WorkersEvaluated{20, "auc did not improve on 0.7100 (step 0) for 3 evaluation(s)"});
   CHECK(c.Logged("stop requested (early stopping: auc did not improve"));
   c.Run();
   CHECK(c.exit->ok());
@@ -119,7 +124,8 @@ TEST_CASE("state machine: early stopping ends training like a stop: drain, final
   CHECK(shutdowns.front().reason.rfind("stopped: early stopping: auc", 0) == 0);
 }
 
-TEST_CASE("state machine: a failed evaluation is logged and training goes on; the next one is still due") {
+TEST_CASE(
+    "state machine: a failed evaluation is logged and training goes on; the next one is still due") {
   FakeCluster c(EvalConfig(20));
   c.StartFresh();
   c.Finish();
@@ -132,7 +138,8 @@ TEST_CASE("state machine: a failed evaluation is logged and training goes on; th
   CHECK(c.evaluations == std::vector<int64_t>{40, 60, 80});
 }
 
-TEST_CASE("state machine: a ps lost during an evaluation: it fails, then recovery, then the evaluation is due again") {
+TEST_CASE(
+    "state machine: a ps lost during an evaluation: it fails, then recovery, then the evaluation is due again") {
   FakeCluster c(EvalConfig(20, 20));
   c.StartFresh();
   for (int i = 0; i < 2; ++i) c.Finish();
@@ -148,15 +155,16 @@ TEST_CASE("state machine: a ps lost during an evaluation: it fails, then recover
   CHECK(c.evaluations == std::vector<int64_t>{40, 60, 80});
 }
 
-TEST_CASE("early stopping: patience counts evaluations without an improvement > min_delta; mode and missing values") {
+TEST_CASE(
+    "early stopping: patience counts evaluations without an improvement > min_delta; mode and missing values") {
   job::EarlyStoppingSpec spec;
   spec.metric = "auc";
   spec.patience = 2;
   spec.min_delta = 0.01;
   EarlyStopper s(spec);
   CHECK(s.Observe(10, 0.70) == "");
-  CHECK(s.Observe(20, 0.705) == "");  // not by more than min_delta: 1 of 2
-  CHECK(s.Observe(30, 0.72) == "");   // better: the count restarts
+  CHECK(s.Observe(20, 0.705) == "");         // not by more than min_delta: 1 of 2
+  CHECK(s.Observe(30, 0.72) == "");          // better: the count restarts
   CHECK(s.Observe(40, std::nullopt) == "");  // no figure: neither
   CHECK(s.Observe(50, 0.72) == "");
   CHECK(s.Observe(60, 0.65) == "auc did not improve on 0.7200 (step 30) for 2 evaluation(s)");

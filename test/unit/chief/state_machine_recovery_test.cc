@@ -8,10 +8,11 @@ using namespace ps::chief;
 using namespace ps::chief::testing;
 using namespace std::chrono_literals;
 
-TEST_CASE("state machine: a ps lost while training pauses, lets ranges in flight finish, reconnects, restores, resumes at the restored step") {
+TEST_CASE(
+    "state machine: a ps lost while training pauses, lets ranges in flight finish, reconnects, restores, resumes at the restored step") {
   FakeCluster c(Config(20));
   RunToFirstSave(c);
-  c.Answer();  // checkpoint 20 committed
+  c.Answer();                   // checkpoint 20 committed
   REQUIRE(c.open.size() == 2);  // 20..29, 30..39
   c.now = 5000ms;
   const auto& lost = c.Feed(ev::PsLost{1});
@@ -19,7 +20,7 @@ TEST_CASE("state machine: a ps lost while training pauses, lets ranges in flight
   CHECK(std::get<act::PauseDispatch>(lost[0]).why.message() == "a ps is down");
   CHECK(c.machine.phase() == Phase::kRecovering);
   CHECK(c.Feed(ev::PsLost{1}).empty());  // told twice: once is enough
-  c.Finish();                              // 20..29 made it: counted, then run again
+  c.Finish();                            // 20..29 made it: counted, then run again
   CHECK(c.machine.step() == 30);
   c.Finish(0, Unavailable("ps:1: connection reset"));  // ignored: run again anyway
   REQUIRE(Names(c.last) == "ReconnectPs");
@@ -28,7 +29,8 @@ TEST_CASE("state machine: a ps lost while training pauses, lets ranges in flight
   CHECK(reconnect.deadline == 5000ms + c.config.ps_recovery_timeout);
   CHECK(Names(c.Answer()) == "RestoreNewest");
   const auto& restored = c.Answer();
-  CHECK(c.machine.phase() == Phase::kCheckpointing);  // 20..39 given out again: the checkpoint at 40 is next
+  CHECK(c.machine.phase() ==
+        Phase::kCheckpointing);  // 20..39 given out again: the checkpoint at 40 is next
   CHECK(c.machine.step() == 20);
   CHECK(Name(restored[0]) == "ResumeDispatch");
   CHECK(c.Logged("recovered: resuming at step 20 (10 step(s) since the checkpoint are run again)"));
@@ -40,7 +42,8 @@ TEST_CASE("state machine: a ps lost while training pauses, lets ranges in flight
   CHECK(c.machine.step() == 100);
 }
 
-TEST_CASE("state machine: a ps lost while draining is recovered; the final checkpoint then marks the restored step") {
+TEST_CASE(
+    "state machine: a ps lost while draining is recovered; the final checkpoint then marks the restored step") {
   FakeCluster c(Config(20));
   RunToFirstSave(c);
   c.Answer();  // checkpoint 20
@@ -62,7 +65,8 @@ TEST_CASE("state machine: a ps lost while draining is recovered; the final check
   CHECK(All<act::ScheduleRange>(c.all).back().first == 30);  // nothing after the stop
 }
 
-TEST_CASE("state machine: a checkpoint due while recovering is not saved; after recovery its timers restart") {
+TEST_CASE(
+    "state machine: a checkpoint due while recovering is not saved; after recovery its timers restart") {
   auto config = Config();
   config.checkpoint_every_seconds = 10;
   config.checkpoint_every_steps = 50;
@@ -89,11 +93,13 @@ TEST_CASE("state machine: a checkpoint due while recovering is not saved; after 
   CHECK(Saves(c.all, false) == std::vector<int64_t>{0, 50});
 }
 
-TEST_CASE("state machine: a save that fails with a ps lost turns into recovery from the newest committed checkpoint") {
+TEST_CASE(
+    "state machine: a save that fails with a ps lost turns into recovery from the newest committed checkpoint") {
   FakeCluster c(Config(20));
   RunToFirstSave(c);
   CHECK(c.Feed(ev::PsLost{1}).empty());  // the save answers first
-  const auto& failed = c.AnswerWith<act::SaveCheckpoint>(ev::CheckpointFailed{Unavailable("ps:1: connection reset")});
+  const auto& failed = c.AnswerWith<act::SaveCheckpoint>(
+      ev::CheckpointFailed{Unavailable("ps:1: connection reset")});
   CHECK(Names(failed) == "Log, PauseDispatch, ReconnectPs");
   CHECK(c.Logged("checkpoint 20 not committed: ps:1: connection reset"));
   c.Answer();
@@ -105,14 +111,17 @@ TEST_CASE("state machine: a save that fails with a ps lost turns into recovery f
   CHECK(Saves(c.all, false) == std::vector<int64_t>{0, 20, 20, 40, 60, 80});
 }
 
-TEST_CASE("state machine: a save that fails with every ps up is logged and training goes on; the next checkpoint is tried at its time") {
+TEST_CASE(
+    "state machine: a save that fails with every ps up is logged and training goes on; the next checkpoint is tried at its time") {
   FakeCluster c(Config(20));
   RunToFirstSave(c);
-  const auto& failed = c.AnswerWith<act::SaveCheckpoint>(ev::CheckpointFailed{IoError("model/ckpt-20/ps-0.shard.tmp: write: No space left on device")});
+  const auto& failed = c.AnswerWith<act::SaveCheckpoint>(ev::CheckpointFailed{
+      IoError("model/ckpt-20/ps-0.shard.tmp: write: No space left on device")});
   // Training again: 20..39 are given out, then it waits for them to save at 40.
   CHECK(c.machine.phase() == Phase::kCheckpointing);
-  CHECK(c.Logged("checkpoint 20 failed (1 in a row, 3 stop the run): model/ckpt-20/ps-0.shard.tmp: write: No space left on device; "
-                 "training goes on, the newest committed checkpoint is step 0"));
+  CHECK(c.Logged(
+      "checkpoint 20 failed (1 in a row, 3 stop the run): model/ckpt-20/ps-0.shard.tmp: write: No space left on device; "
+      "training goes on, the newest committed checkpoint is step 0"));
   auto ranges = All<act::ScheduleRange>(failed);
   REQUIRE_FALSE(ranges.empty());
   CHECK(ranges[0].first == 20);
@@ -123,7 +132,8 @@ TEST_CASE("state machine: a save that fails with every ps up is logged and train
   CHECK(Saves(c.all, true) == std::vector<int64_t>{100});
 }
 
-TEST_CASE("state machine: max_checkpoint_failures saves failing in a row stop the run with the error; a commit resets the count") {
+TEST_CASE(
+    "state machine: max_checkpoint_failures saves failing in a row stop the run with the error; a commit resets the count") {
   auto config = Config(20);
   config.max_checkpoint_failures = 2;
   FakeCluster c(config);
@@ -135,7 +145,8 @@ TEST_CASE("state machine: max_checkpoint_failures saves failing in a row stop th
   c.AnswerWith<act::SaveCheckpoint>(ev::CheckpointFailed{IoError("disk full")});  // 60
   CHECK(c.machine.phase() == Phase::kCheckpointing);  // training 60..79 for the save at 80
   while (!c.io) c.Finish();
-  const auto& stopped = c.AnswerWith<act::SaveCheckpoint>(ev::CheckpointFailed{IoError("disk full")});  // 80
+  const auto& stopped =
+      c.AnswerWith<act::SaveCheckpoint>(ev::CheckpointFailed{IoError("disk full")});  // 80
   CHECK(Names(stopped) == "Log, CloseDispatch");
   CHECK(c.Logged("checkpoint 80 failed 2 times in a row: stopping the run"));
   c.Run();
@@ -147,14 +158,17 @@ TEST_CASE("state machine: a save that fails while a stop waits drains to the fin
   FakeCluster c(Config(20));
   RunToFirstSave(c);
   c.Feed(ev::StopRequested{"SIGTERM"});
-  const auto& failed = c.AnswerWith<act::SaveCheckpoint>(ev::CheckpointFailed{IoError("disk full")});
-  CHECK(Names(failed) == "Log, CancelQueued, CloseDispatch");  // nothing in flight: straight to the final checkpoint
+  const auto& failed =
+      c.AnswerWith<act::SaveCheckpoint>(ev::CheckpointFailed{IoError("disk full")});
+  CHECK(Names(failed) ==
+        "Log, CancelQueued, CloseDispatch");  // nothing in flight: straight to the final checkpoint
   c.Run();
   CHECK(c.exit->ok());
   CHECK(Saves(c.all, true) == std::vector<int64_t>{20});
 }
 
-TEST_CASE("state machine: a stop whose final checkpoint fails ends the run not retryable (no training past the stop)") {
+TEST_CASE(
+    "state machine: a stop whose final checkpoint fails ends the run not retryable (no training past the stop)") {
   FakeCluster c(Config(20));
   c.StartFresh();
   c.Feed(ev::StopRequested{"SIGTERM"});
@@ -164,12 +178,15 @@ TEST_CASE("state machine: a stop whose final checkpoint fails ends the run not r
   CHECK(Names(c.last) == "Shutdown");
   c.Run();
   CHECK(c.exit->code() == Code::kFailedPrecondition);
-  CHECK(c.exit->message() == "stopped (SIGTERM), but the final checkpoint 20 failed: disk full; the newest committed "
-                             "checkpoint is step 0");
-  for (const auto& s : All<act::Shutdown>(c.all)) CHECK(s.outcome.code() == Code::kFailedPrecondition);
+  CHECK(c.exit->message() ==
+        "stopped (SIGTERM), but the final checkpoint 20 failed: disk full; the newest committed "
+        "checkpoint is step 0");
+  for (const auto& s : All<act::Shutdown>(c.all))
+    CHECK(s.outcome.code() == Code::kFailedPrecondition);
 }
 
-TEST_CASE("state machine: the final checkpoint failing with every ps up ends the run with the error") {
+TEST_CASE(
+    "state machine: the final checkpoint failing with every ps up ends the run with the error") {
   FakeCluster c(Config());
   c.StartFresh();
   while (!c.io) c.Finish();
@@ -195,7 +212,8 @@ TEST_CASE("state machine: a ps that never comes back ends the run with the recov
   for (const auto& s : All<act::Shutdown>(c.all)) CHECK(s.outcome.code() == Code::kUnavailable);
 }
 
-TEST_CASE("state machine: a ps lost while another reconnects, or during the restore, is reconnected before training resumes") {
+TEST_CASE(
+    "state machine: a ps lost while another reconnects, or during the restore, is reconnected before training resumes") {
   FakeCluster c(Config());
   c.StartFresh();
   c.At(1000ms, ev::PsLost{1});
@@ -206,14 +224,16 @@ TEST_CASE("state machine: a ps lost while another reconnects, or during the rest
   const auto& back = c.Answer();
   REQUIRE(Names(back) == "ReconnectPs");
   CHECK(std::get<act::ReconnectPs>(back[0]).ps == 0);
-  CHECK(std::get<act::ReconnectPs>(back[0]).deadline == deadline);  // one deadline for the whole recovery
+  CHECK(std::get<act::ReconnectPs>(back[0]).deadline ==
+        deadline);  // one deadline for the whole recovery
   CHECK(Names(c.Answer()) == "RestoreNewest");
   c.Feed(ev::PsLost{1});
   SECTION("the restore succeeds anyway: reconnect, restore again") {
     CHECK(Names(c.Answer()) == "ReconnectPs");
   }
   SECTION("the restore fails: reconnect, restore again") {
-    CHECK(Names(c.AnswerWith<act::RestoreNewest>(ev::RestoreFailed{Unavailable("ps:1 gone")})) == "ReconnectPs");
+    CHECK(Names(c.AnswerWith<act::RestoreNewest>(ev::RestoreFailed{Unavailable("ps:1 gone")})) ==
+          "ReconnectPs");
   }
   CHECK(Names(c.Answer()) == "RestoreNewest");
   CHECK(Name(c.Answer()[0]) == "ResumeDispatch");
@@ -246,7 +266,8 @@ TEST_CASE("state machine: a ps lost while starting is recovered as soon as train
   CHECK(c.exit->ok());
 }
 
-TEST_CASE("state machine: a ps lost during the final checkpoint is recovered: dispatch reopens, the steps since the checkpoint run again") {
+TEST_CASE(
+    "state machine: a ps lost during the final checkpoint is recovered: dispatch reopens, the steps since the checkpoint run again") {
   FakeCluster c(Config(50));
   c.StartFresh();
   while (!c.io) c.Finish();
@@ -256,10 +277,11 @@ TEST_CASE("state machine: a ps lost during the final checkpoint is recovered: di
   REQUIRE(std::holds_alternative<act::SaveCheckpoint>(*c.io));
   CHECK(std::get<act::SaveCheckpoint>(*c.io).final);
   CHECK(c.Feed(ev::PsLost{1}).empty());  // the save answers first
-  const auto& failed = c.AnswerWith<act::SaveCheckpoint>(ev::CheckpointFailed{Unavailable("checkpoint 100 on ps:1: connection reset")});
+  const auto& failed = c.AnswerWith<act::SaveCheckpoint>(
+      ev::CheckpointFailed{Unavailable("checkpoint 100 on ps:1: connection reset")});
   CHECK(Names(failed) == "Log, OpenDispatch, PauseDispatch, ReconnectPs");
   CHECK(c.Logged("checkpoint 100 not committed: checkpoint 100 on ps:1: connection reset"));
-  c.Answer();                 // ps:1 back
+  c.Answer();                         // ps:1 back
   const auto& restored = c.Answer();  // checkpoint 50
   CHECK(c.machine.step() == 50);
   CHECK(Name(restored[0]) == "ResumeDispatch");
@@ -271,7 +293,8 @@ TEST_CASE("state machine: a ps lost during the final checkpoint is recovered: di
   CHECK(c.checkpoints.back().final);
 }
 
-TEST_CASE("state machine: a ps lost during the final checkpoint after a stop: recovered, then the final checkpoint at the restored step") {
+TEST_CASE(
+    "state machine: a ps lost during the final checkpoint after a stop: recovered, then the final checkpoint at the restored step") {
   FakeCluster c(Config(20));
   RunToFirstSave(c);
   c.Answer();  // checkpoint 20
@@ -287,7 +310,8 @@ TEST_CASE("state machine: a ps lost during the final checkpoint after a stop: re
   CHECK(All<act::ReconnectPs>(c.all).size() == 1);
 }
 
-TEST_CASE("state machine: a ps lost during the final evaluation: restored from the final checkpoint and evaluated again") {
+TEST_CASE(
+    "state machine: a ps lost during the final evaluation: restored from the final checkpoint and evaluated again") {
   auto config = Config();
   config.evaluate_final = true;
   FakeCluster e(config);
@@ -297,7 +321,8 @@ TEST_CASE("state machine: a ps lost during the final evaluation: restored from t
   e.Answer();  // final checkpoint 100
   REQUIRE(std::holds_alternative<act::Evaluate>(*e.io));
   e.Feed(ev::PsLost{1});
-  const auto& failed = e.AnswerWith<act::Evaluate>(ev::EvaluationFailed{Unavailable("ps:1: connection reset")});
+  const auto& failed =
+      e.AnswerWith<act::Evaluate>(ev::EvaluationFailed{Unavailable("ps:1: connection reset")});
   CHECK(Names(failed) == "Log, OpenDispatch, PauseDispatch, ReconnectPs");
   e.Run();
   CHECK(e.exit->ok());

@@ -10,7 +10,8 @@ using namespace ps::chief;
 using namespace ps::chief::testing;
 using namespace std::chrono_literals;
 
-TEST_CASE("state machine: a fresh job connects, restores, saves step 0, starts the workers, then fills the in-flight bound") {
+TEST_CASE(
+    "state machine: a fresh job connects, restores, saves step 0, starts the workers, then fills the in-flight bound") {
   FakeCluster c(Config());
   CHECK(Names(c.Feed(ev::Start{})) == "Connect");
   CHECK(Names(c.Answer()) == "RestoreNewest");
@@ -36,11 +37,13 @@ TEST_CASE("state machine: a fresh job connects, restores, saves step 0, starts t
   CHECK(c.machine.step() == 10);
 }
 
-TEST_CASE("state machine: a warm start (restored from checkpoint.init_from) saves into model_dir at its step before the workers start") {
+TEST_CASE(
+    "state machine: a warm start (restored from checkpoint.init_from) saves into model_dir at its step before the workers start") {
   FakeCluster c(Config());
   CHECK(Names(c.Feed(ev::Start{})) == "Connect");
   CHECK(Names(c.Answer()) == "RestoreNewest");
-  CHECK(Names(c.AnswerWith<act::RestoreNewest>(ev::Restored{true, 70, true, true})) == "SaveCheckpoint");
+  CHECK(Names(c.AnswerWith<act::RestoreNewest>(ev::Restored{true, 70, true, true})) ==
+        "SaveCheckpoint");
   CHECK(Saves(c.last, false) == std::vector<int64_t>{70});
   CHECK(c.machine.step() == 70);
   CHECK(Names(c.Answer()) == "StartWorkers");
@@ -49,7 +52,8 @@ TEST_CASE("state machine: a warm start (restored from checkpoint.init_from) save
   CHECK(All<act::ScheduleRange>(c.last).front().first == 70);
 }
 
-TEST_CASE("state machine: a run to the end reports progress, saves the final checkpoint, evaluates, shuts workers then ps down") {
+TEST_CASE(
+    "state machine: a run to the end reports progress, saves the final checkpoint, evaluates, shuts workers then ps down") {
   auto config = Config();
   config.total_steps = 95;
   config.log_every_steps = 20;
@@ -78,7 +82,8 @@ TEST_CASE("state machine: a run to the end reports progress, saves the final che
   }
   REQUIRE(tail.size() >= 5);
   CHECK(std::vector<std::string>(tail.end() - 5, tail.end()) ==
-        std::vector<std::string>{"CloseDispatch", "SaveCheckpoint", "Evaluate", "Shutdown", "Shutdown"});
+        std::vector<std::string>{"CloseDispatch", "SaveCheckpoint", "Evaluate", "Shutdown",
+                                 "Shutdown"});
   auto shutdowns = All<act::Shutdown>(c.all);
   CHECK(shutdowns[0].group == TaskGroup::kWorkers);
   CHECK(shutdowns[1].group == TaskGroup::kPs);
@@ -87,7 +92,8 @@ TEST_CASE("state machine: a run to the end reports progress, saves the final che
   CHECK_FALSE(c.Logged("stopped at step"));
 }
 
-TEST_CASE("state machine: checkpoints by steps fall on exact step boundaries; no range crosses one") {
+TEST_CASE(
+    "state machine: checkpoints by steps fall on exact step boundaries; no range crosses one") {
   auto config = Config();
   config.steps_per_dispatch = 7;
   config.checkpoint_every_steps = 25;
@@ -115,7 +121,8 @@ TEST_CASE("state machine: checkpoints by steps fall on exact step boundaries; no
   }
 }
 
-TEST_CASE("state machine: a checkpoint by time is due on a tick after every_seconds; the timer restarts at the commit") {
+TEST_CASE(
+    "state machine: a checkpoint by time is due on a tick after every_seconds; the timer restarts at the commit") {
   auto config = Config();
   config.total_steps = 1000;
   config.checkpoint_every_seconds = 10;
@@ -144,13 +151,14 @@ TEST_CASE("state machine: a checkpoint by time is due on a tick after every_seco
   CHECK(c.machine.phase() == Phase::kCheckpointing);
 }
 
-TEST_CASE("state machine: deltas are due delta_every_seconds after any checkpoint; a full one due by time wins") {
+TEST_CASE(
+    "state machine: deltas are due delta_every_seconds after any checkpoint; a full one due by time wins") {
   auto config = Config();
   config.total_steps = 100000;
   config.checkpoint_every_seconds = 10;
   config.checkpoint_delta_every_seconds = 3;
   FakeCluster c(config);
-  c.StartFresh();  // ckpt-0 (full) at t = 0
+  c.StartFresh();                               // ckpt-0 (full) at t = 0
   std::vector<std::pair<int64_t, bool>> saves;  // (ms, delta)
   for (int64_t ms = 100; ms <= 14000; ms += 100) {
     c.At(std::chrono::milliseconds(ms), ev::Tick{});
@@ -162,18 +170,20 @@ TEST_CASE("state machine: deltas are due delta_every_seconds after any checkpoin
     }
   }
   // Deltas 3 s after the previous checkpoint of either kind; the full one 10 s after ckpt-0.
-  CHECK(saves == std::vector<std::pair<int64_t, bool>>{{3000, true}, {6000, true}, {9000, true}, {10000, false},
-                                                         {13000, true}});
+  CHECK(saves == std::vector<std::pair<int64_t, bool>>{
+                     {3000, true}, {6000, true}, {9000, true}, {10000, false}, {13000, true}});
 }
 
-TEST_CASE("state machine: a stop during a checkpoint save lets it commit, then drains to the final checkpoint at that step") {
+TEST_CASE(
+    "state machine: a stop during a checkpoint save lets it commit, then drains to the final checkpoint at that step") {
   FakeCluster c(Config(20));
   RunToFirstSave(c);
   REQUIRE(std::holds_alternative<act::SaveCheckpoint>(*c.io));
   CHECK(std::get<act::SaveCheckpoint>(*c.io).step == 20);
   const auto& stop = c.Feed(ev::StopRequested{"stop command from 127.0.0.1:5000"});
   CHECK(Names(stop) == "Log");
-  CHECK(c.Logged("stop requested (stop command from 127.0.0.1:5000): finishing the steps in flight"));
+  CHECK(
+      c.Logged("stop requested (stop command from 127.0.0.1:5000): finishing the steps in flight"));
   CHECK(c.machine.phase() == Phase::kCheckpointing);
   const auto& committed = c.Answer();
   CHECK(All<act::ScheduleRange>(committed).empty());
@@ -187,7 +197,8 @@ TEST_CASE("state machine: a stop during a checkpoint save lets it commit, then d
   CHECK(ShutdownReasons(c.all).front() == "stopped: stop command from 127.0.0.1:5000");
 }
 
-TEST_CASE("state machine: a stop while a checkpoint waits for ranges in flight skips it; the final checkpoint takes the step reached") {
+TEST_CASE(
+    "state machine: a stop while a checkpoint waits for ranges in flight skips it; the final checkpoint takes the step reached") {
   FakeCluster c(Config(20));
   c.StartFresh();
   REQUIRE(c.open.size() == 2);  // 0..9, 10..19: then the checkpoint is due
@@ -196,8 +207,8 @@ TEST_CASE("state machine: a stop while a checkpoint waits for ranges in flight s
   CHECK(c.machine.phase() == Phase::kDraining);
   REQUIRE(All<act::CancelQueued>(c.last).size() == 1);
   CHECK(All<act::CancelQueued>(c.last)[0].why.code() == Code::kAborted);
-  c.Finish();                                  // 0..9 ran
-  c.Finish(0, Aborted("stopping"));            // 10..19 was still queued: cancelled
+  c.Finish();                        // 0..9 ran
+  c.Finish(0, Aborted("stopping"));  // 10..19 was still queued: cancelled
   CHECK(Names(c.last) == "CloseDispatch");
   c.Run();
   CHECK(c.exit->ok());
@@ -225,7 +236,8 @@ TEST_CASE("state machine: a second stop is a no-op, logged once") {
   CHECK(ShutdownReasons(c.all).front() == "stopped: SIGTERM");
 }
 
-TEST_CASE("state machine: a stop before training starts: the workers start, nothing is scheduled, the final checkpoint marks the restored step") {
+TEST_CASE(
+    "state machine: a stop before training starts: the workers start, nothing is scheduled, the final checkpoint marks the restored step") {
   FakeCluster c(Config());
   c.checkpoints.push_back({40, false});
   c.Feed(ev::Start{});
@@ -244,7 +256,8 @@ TEST_CASE("state machine: a stop before training starts: the workers start, noth
   CHECK(c.Logged("stopped at step 40 of 100"));
 }
 
-TEST_CASE("state machine: a job already complete at restore runs no step and saves nothing: straight to evaluation and shutdown") {
+TEST_CASE(
+    "state machine: a job already complete at restore runs no step and saves nothing: straight to evaluation and shutdown") {
   auto config = Config();
   config.evaluate_final = GENERATE(false, true);
   FakeCluster c(config);
@@ -261,7 +274,8 @@ TEST_CASE("state machine: a job already complete at restore runs no step and sav
   CHECK(ShutdownReasons(c.all).front() == "job finished");
 }
 
-TEST_CASE("state machine: a failed range drains (queued packs cancelled) and exits with that error, without a final checkpoint") {
+TEST_CASE(
+    "state machine: a failed range drains (queued packs cancelled) and exits with that error, without a final checkpoint") {
   FakeCluster c(Config());
   c.StartFresh();
   c.Finish(1, InvalidArgument("steps 10..19 on worker:1: bad record in train.tfrecord"));
@@ -269,19 +283,21 @@ TEST_CASE("state machine: a failed range drains (queued packs cancelled) and exi
   REQUIRE(All<act::CancelQueued>(c.last).size() == 1);
   CHECK(All<act::CancelQueued>(c.last)[0].why.message() == "stopping after a failure");
   CHECK(All<act::ScheduleRange>(c.last).empty());
-  c.Finish();                          // 0..9 succeeds: counted
-  c.Finish(0, Aborted("cancelled"));   // cancelled by the drain: ignored
-  c.Finish(0, DataLoss("later"));      // a later failure does not replace the first
+  c.Finish();                         // 0..9 succeeds: counted
+  c.Finish(0, Aborted("cancelled"));  // cancelled by the drain: ignored
+  c.Finish(0, DataLoss("later"));     // a later failure does not replace the first
   c.Run();
   CHECK(c.exit->code() == Code::kInvalidArgument);
   CHECK(c.exit->message() == "steps 10..19 on worker:1: bad record in train.tfrecord");
   CHECK(c.machine.step() == 10);
   CHECK(Saves(c.all, true).empty());
   CHECK(All<act::Evaluate>(c.all).empty());
-  CHECK(ShutdownReasons(c.all).front() == "job failed: steps 10..19 on worker:1: bad record in train.tfrecord");
+  CHECK(ShutdownReasons(c.all).front() ==
+        "job failed: steps 10..19 on worker:1: bad record in train.tfrecord");
 }
 
-TEST_CASE("state machine: draining after a stop ignores ranges cancelled (Aborted) but not other failures") {
+TEST_CASE(
+    "state machine: draining after a stop ignores ranges cancelled (Aborted) but not other failures") {
   FakeCluster c(Config());
   c.StartFresh();
   c.Feed(ev::StopRequested{"SIGINT"});
@@ -302,7 +318,8 @@ TEST_CASE("state machine: draining after a stop ignores ranges cancelled (Aborte
   }
 }
 
-TEST_CASE("state machine: async: a lost worker changes nothing in the schedule; its re-queued range counts once") {
+TEST_CASE(
+    "state machine: async: a lost worker changes nothing in the schedule; its re-queued range counts once") {
   FakeCluster c(Config());
   c.StartFresh();
   CHECK(c.Feed(ev::WorkerLost{1}).empty());
@@ -317,7 +334,8 @@ TEST_CASE("state machine: async: a lost worker changes nothing in the schedule; 
   CHECK(c.exit->code() == Code::kUnavailable);
 }
 
-TEST_CASE("state machine: sync: ranges pinned to every live worker, R must succeed; fewer live than R pins to all") {
+TEST_CASE(
+    "state machine: sync: ranges pinned to every live worker, R must succeed; fewer live than R pins to all") {
   auto config = Config();
   config.sync = true;
   config.num_workers = 3;
@@ -362,7 +380,8 @@ TEST_CASE("state machine: sync: ranges pinned to every live worker, R must succe
   CHECK(c.exit->message() == "worker:1: deadline");
 }
 
-TEST_CASE("state machine: sync: a stop lets every range given out finish (nothing cancelled), then closes") {
+TEST_CASE(
+    "state machine: sync: a stop lets every range given out finish (nothing cancelled), then closes") {
   auto config = Config();
   config.sync = true;
   config.replicas = 2;
@@ -379,7 +398,8 @@ TEST_CASE("state machine: sync: a stop lets every range given out finish (nothin
   CHECK(Saves(c.all, true) == std::vector<int64_t>{c.machine.step()});
 }
 
-TEST_CASE("state machine: bounded staleness: any decided range counts, not only the oldest; a lost worker changes nothing") {
+TEST_CASE(
+    "state machine: bounded staleness: any decided range counts, not only the oldest; a lost worker changes nothing") {
   auto config = Config();
   config.checkpoint_every_steps = 40;
   config.num_workers = 3;
@@ -403,13 +423,15 @@ TEST_CASE("state machine: bounded staleness: any decided range counts, not only 
   CHECK(c.exit->ok());
 }
 
-TEST_CASE("state machine: shutdown with a task that never acknowledges exits FailedPrecondition (not retryable) naming it") {
+TEST_CASE(
+    "state machine: shutdown with a task that never acknowledges exits FailedPrecondition (not retryable) naming it") {
   FakeCluster c(Config());
   c.unacked_ps = {"ps:1 (Shutdown did not complete within 1000 ms)"};
   c.StartFresh();
   c.Run();
   CHECK(c.exit->code() == Code::kFailedPrecondition);
-  CHECK(c.exit->message() == "did not acknowledge Shutdown: ps:1 (Shutdown did not complete within 1000 ms)");
+  CHECK(c.exit->message() ==
+        "did not acknowledge Shutdown: ps:1 (Shutdown did not complete within 1000 ms)");
   CHECK_FALSE(c.Logged("cluster shut down"));
   SECTION("an earlier error wins") {
     FakeCluster d(Config());
@@ -421,17 +443,20 @@ TEST_CASE("state machine: shutdown with a task that never acknowledges exits Fai
   }
 }
 
-TEST_CASE("state machine: a failure while starting shuts down what is connected and exits with it") {
+TEST_CASE(
+    "state machine: a failure while starting shuts down what is connected and exits with it") {
   FakeCluster c(Config());
   c.Feed(ev::Start{});
   SECTION("connecting") {
-    CHECK(Names(c.AnswerWith<act::Connect>(ev::StartFailed{Unavailable("ps:0 refused the connection")})) == "Shutdown");
+    CHECK(Names(c.AnswerWith<act::Connect>(
+              ev::StartFailed{Unavailable("ps:0 refused the connection")})) == "Shutdown");
     c.Run();
     CHECK(c.exit->message() == "ps:0 refused the connection");
   }
   SECTION("restoring") {
     c.Answer();
-    c.AnswerWith<act::RestoreNewest>(ev::RestoreFailed{FailedPrecondition("written by 3 ps task(s)")});
+    c.AnswerWith<act::RestoreNewest>(
+        ev::RestoreFailed{FailedPrecondition("written by 3 ps task(s)")});
     c.Run();
     CHECK(c.exit->code() == Code::kFailedPrecondition);
   }
@@ -439,7 +464,8 @@ TEST_CASE("state machine: a failure while starting shuts down what is connected 
     c.Answer();
     c.Answer();
     c.Answer();
-    c.AnswerWith<act::StartWorkers>(ev::StartFailed{InvalidArgument("worker:1 cannot start the job: bad model")});
+    c.AnswerWith<act::StartWorkers>(
+        ev::StartFailed{InvalidArgument("worker:1 cannot start the job: bad model")});
     c.Run();
     CHECK(c.exit->code() == Code::kInvalidArgument);
   }
@@ -447,7 +473,8 @@ TEST_CASE("state machine: a failure while starting shuts down what is connected 
   CHECK(ShutdownReasons(c.all).size() == 2);
 }
 
-TEST_CASE("state machine: the watchdog warns after `watchdog` without a decided range, then at most once per `watchdog`") {
+TEST_CASE(
+    "state machine: the watchdog warns after `watchdog` without a decided range, then at most once per `watchdog`") {
   auto config = Config();
   config.watchdog = 300s;
   FakeCluster c(config);

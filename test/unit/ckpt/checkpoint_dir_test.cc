@@ -28,7 +28,8 @@ Manifest WriteShards(const std::string& model_dir, int64_t step, int num_ps) {
   m.num_ps = num_ps;
   for (int i = 0; i < num_ps; ++i) {
     std::vector<float> values(12);
-    for (size_t k = 0; k < values.size(); ++k) values[k] = static_cast<float>(step * 100 + i * 10) + k;
+    for (size_t k = 0; k < values.size(); ++k)
+      values[k] = static_cast<float>(step * 100 + i * 10) + k;
     auto w = ps::ckpt::ShardWriter::Create(dir + "/" + ps::ckpt::ShardFileName(i), i, step);
     REQUIRE(w.ok());
     ps::ckpt::ShardRecordView r;
@@ -229,7 +230,8 @@ TEST_CASE("a corrupt newest checkpoint falls back to the previous one, naming th
     REQUIRE(full.ok());
     CHECK((*full)->global_step == 200);
     REQUIRE(warnings.size() == 1);
-    CHECK(warnings[0].rfind(shard + ": record 0 (var \"w1\" shard 0): values checksum mismatch", 0) == 0);
+    CHECK(warnings[0].rfind(shard + ": record 0 (var \"w1\" shard 0): values checksum mismatch",
+                            0) == 0);
     CHECK(ps::ckpt::VerifyCheckpoint(md + "/ckpt-300").code() == ps::Code::kDataLoss);
   }
   SECTION("footer damaged: caught by the footer check") {
@@ -268,7 +270,8 @@ TEST_CASE("a corrupt newest checkpoint falls back to the previous one, naming th
     CHECK(Steps(md) == std::vector<int64_t>{100, 200});
   }
   SECTION("every checkpoint corrupt: an error, never a fresh start") {
-    for (int64_t step : {100, 200, 300}) fs::remove(ps::ckpt::CheckpointPath(md, step) + "/ps-0.shard");
+    for (int64_t step : {100, 200, 300})
+      fs::remove(ps::ckpt::CheckpointPath(md, step) + "/ps-0.shard");
     std::vector<std::string> warnings;
     auto found = ps::ckpt::FindRestorable(md, &warnings);
     CHECK(found.status().code() == ps::Code::kDataLoss);
@@ -339,9 +342,9 @@ TEST_CASE("CleanUncommitted removes only what an interrupted save leaves") {
   CHECK_FALSE(fs::exists(md + "/ckpt-300/ps-0.shard.tmp"));
   CHECK(fs::exists(md + "/ckpt-500/notes.txt"));
   CHECK_FALSE(fs::exists(md + "/ckpt-500/ps-0.shard"));
-  for (const char* kept : {"/ckpt-300/MANIFEST", "/ckpt-300/ps-0.shard", "/ckpt-300/ps-1.shard",
-                           "/ckpt-300-backup", "/ckpt-0600", "/eval", "/job.json", "/ckpt-7",
-                           "/checkpoint"}) {
+  for (const char* kept :
+       {"/ckpt-300/MANIFEST", "/ckpt-300/ps-0.shard", "/ckpt-300/ps-1.shard", "/ckpt-300-backup",
+        "/ckpt-0600", "/eval", "/job.json", "/ckpt-7", "/checkpoint"}) {
     INFO(kept);
     CHECK(fs::exists(md + kept));
   }

@@ -31,22 +31,26 @@ struct Ps {
   std::vector<std::unique_ptr<ps::ckpt::ShardCheckpointer>> ck;
   explicit Ps(Cluster cluster) : c(std::move(cluster)) {
     for (size_t p = 0; p < c.ps.size(); ++p) {
-      ck.push_back(std::make_unique<ps::ckpt::ShardCheckpointer>(c.ps[p].get(), static_cast<int>(p)));
+      ck.push_back(
+          std::make_unique<ps::ckpt::ShardCheckpointer>(c.ps[p].get(), static_cast<int>(p)));
     }
   }
 };
 
 // Every ps saves (a delta of `parent` within `base`'s chain when base is set); the
 // MANIFEST is committed unless `commit` is false.
-Manifest SaveAll(Ps& ps, const std::string& dir, int64_t step, std::optional<int64_t> base = std::nullopt,
-                 int64_t parent = 0, bool commit = true) {
+Manifest SaveAll(Ps& ps, const std::string& dir, int64_t step,
+                 std::optional<int64_t> base = std::nullopt, int64_t parent = 0,
+                 bool commit = true) {
   Manifest m;
   m.global_step = step;
   m.num_ps = static_cast<int>(ps.ck.size());
   m.base = base;
   m.parent = base ? parent : 0;
   for (auto& ck : ps.ck) {
-    auto r = ck->Save({.model_dir = dir, .global_step = step, .delta_base = base.value_or(-1),
+    auto r = ck->Save({.model_dir = dir,
+                       .global_step = step,
+                       .delta_base = base.value_or(-1),
                        .delta_parent = base ? parent : -1});
     INFO(r.status().message());
     REQUIRE(r.ok());
@@ -105,15 +109,32 @@ uint64_t Evicted(const Cluster& c) {
 
 }  // namespace
 
-TEST_CASE("store change epochs: pushes stamp rows, BeginEpoch ends an epoch, evictions are logged") {
+TEST_CASE(
+    "store change epochs: pushes stamp rows, BeginEpoch ends an epoch, evictions are logged") {
   Store s;
   REQUIRE(s.Configure(DefaultOptimizer(OptimizerKind::kAdagrad)).ok());
-  ShardDef dense{.layout = {.var = "d", .shard = 0, .num_shards = 1, .row_begin = 0, .rows = 100, .cols = 2,
-                            .full_shape = {100, 2}, .lazy = false},
-                 .init = {}, .seed = 1, .row_policy = {}};
-  ShardDef lazy{.layout = {.var = "e", .shard = 0, .num_shards = 1, .row_begin = 0, .rows = 1000, .cols = 2,
-                           .full_shape = {1000, 2}, .lazy = true},
-                .init = {}, .seed = 1, .row_policy = {}};
+  ShardDef dense{.layout = {.var = "d",
+                            .shard = 0,
+                            .num_shards = 1,
+                            .row_begin = 0,
+                            .rows = 100,
+                            .cols = 2,
+                            .full_shape = {100, 2},
+                            .lazy = false},
+                 .init = {},
+                 .seed = 1,
+                 .row_policy = {}};
+  ShardDef lazy{.layout = {.var = "e",
+                           .shard = 0,
+                           .num_shards = 1,
+                           .row_begin = 0,
+                           .rows = 1000,
+                           .cols = 2,
+                           .full_shape = {1000, 2},
+                           .lazy = true},
+                .init = {},
+                .seed = 1,
+                .row_policy = {}};
   lazy.row_policy.ttl_steps = 1;
   REQUIRE(s.Create(dense).ok());
   REQUIRE(s.Create(lazy).ok());
@@ -125,18 +146,18 @@ TEST_CASE("store change epochs: pushes stamp rows, BeginEpoch ends an epoch, evi
   REQUIRE(s.PushRows({"e", 0}, std::vector<int64_t>{9}, std::vector<float>(2, 1.f), 3).ok());
   s.EvictRows();  // row 7 was last pushed at step 1, the clock is at 3: evicted
   REQUIRE(s.Read({"d", 0}, [&](const ShardView& v) {
-                for (int64_t r = 0; r < 100; ++r) {
-                  CHECK(v.row_epochs[static_cast<size_t>(r)] == (r == 3 || r == 50 ? e1 : 0u));
-                }
-              }).ok());
+             for (int64_t r = 0; r < 100; ++r) {
+               CHECK(v.row_epochs[static_cast<size_t>(r)] == (r == 3 || r == 50 ? e1 : 0u));
+             }
+           }).ok());
   REQUIRE(s.Read({"e", 0}, [&](const ShardView& v) {
-                REQUIRE(v.row_ids.size() == 1);
-                CHECK(v.row_ids[0] == 9);
-                CHECK(v.row_epoch(0) == e1 + 1);
-                REQUIRE(v.evicted.size() == 1);
-                CHECK(v.evicted[0].first == 7);
-                CHECK(v.evicted[0].second == e1 + 1);
-              }).ok());
+             REQUIRE(v.row_ids.size() == 1);
+             CHECK(v.row_ids[0] == 9);
+             CHECK(v.row_epoch(0) == e1 + 1);
+             REQUIRE(v.evicted.size() == 1);
+             CHECK(v.evicted[0].first == 7);
+             CHECK(v.evicted[0].second == e1 + 1);
+           }).ok());
   s.ForgetEvictions(e1 + 1);
   REQUIRE(s.Read({"e", 0}, [&](const ShardView& v) { CHECK(v.evicted.empty()); }).ok());
 }
@@ -146,8 +167,14 @@ TEST_CASE("a delta record (kind 3) keeps its changed and deleted row ids") {
   const std::string path = dir / "ps-0.shard";
   auto w = ps::ckpt::ShardWriter::Create(path, 0, 5);
   REQUIRE(w.ok());
-  ps::cluster::ShardLayout lazy{.var = "e", .shard = 0, .num_shards = 1, .row_begin = 0, .rows = 100, .cols = 2,
-                                .full_shape = {100, 2}, .lazy = true};
+  ps::cluster::ShardLayout lazy{.var = "e",
+                                .shard = 0,
+                                .num_shards = 1,
+                                .row_begin = 0,
+                                .rows = 100,
+                                .cols = 2,
+                                .full_shape = {100, 2},
+                                .lazy = true};
   ps::cluster::ShardLayout dense = lazy;
   dense.var = "d";
   dense.lazy = false;
@@ -155,13 +182,23 @@ TEST_CASE("a delta record (kind 3) keeps its changed and deleted row ids") {
   const std::vector<int64_t> gone{5, 6, 90};
   const std::vector<float> values{1, 2, 3, 4};
   const std::vector<float> acc{5, 6, 7, 8};
-  ps::ckpt::ShardRecordView bad{.layout = dense, .values = values, .slots = {{"accumulator", acc}}, .row_ids = ids,
-                                .gather = {}, .delta = true, .deleted_ids = gone};
+  ps::ckpt::ShardRecordView bad{.layout = dense,
+                                .values = values,
+                                .slots = {{"accumulator", acc}},
+                                .row_ids = ids,
+                                .gather = {},
+                                .delta = true,
+                                .deleted_ids = gone};
   CHECK(w->Append(bad).code() == ps::Code::kInvalidArgument);  // a dense shard deletes nothing
   bad.deleted_ids = {};
   REQUIRE(w->Append(bad).ok());
-  ps::ckpt::ShardRecordView rec{.layout = lazy, .values = values, .slots = {{"accumulator", acc}}, .row_ids = ids,
-                                .gather = {}, .delta = true, .deleted_ids = gone};
+  ps::ckpt::ShardRecordView rec{.layout = lazy,
+                                .values = values,
+                                .slots = {{"accumulator", acc}},
+                                .row_ids = ids,
+                                .gather = {},
+                                .delta = true,
+                                .deleted_ids = gone};
   REQUIRE(w->Append(rec).ok());
   REQUIRE(w->Commit().ok());
   auto r = ps::ckpt::ShardReader::Open(path);
@@ -196,7 +233,8 @@ TEST_CASE("a delta record (kind 3) keeps its changed and deleted row ids") {
     CHECK_THAT(st.status().message(), Catch::Contains("unknown record kind 3"));
   }
   // A bit flipped in the deleted ids is caught by the ids' checksum.
-  const size_t at = bytes.find(std::string(reinterpret_cast<const char*>(gone.data()), gone.size() * 8));
+  const size_t at =
+      bytes.find(std::string(reinterpret_cast<const char*>(gone.data()), gone.size() * 8));
   REQUIRE(at != std::string::npos);
   bytes[at + 9] ^= 1;
   WriteBytes(path, bytes);
@@ -207,7 +245,8 @@ TEST_CASE("a delta record (kind 3) keeps its changed and deleted row ids") {
   CHECK_THAT(broken.status().message(), Catch::Contains("row ids checksum mismatch"));
 }
 
-TEST_CASE("base + 3 deltas restore bit-identically to a full checkpoint of the same state (dense, lazy, evictions)") {
+TEST_CASE(
+    "base + 3 deltas restore bit-identically to a full checkpoint of the same state (dense, lazy, evictions)") {
   TempDir dir;
   const std::string md = dir / "model";
   Ps a(Build(2, 2, OptimizerKind::kAdam, 2));
@@ -229,7 +268,8 @@ TEST_CASE("base + 3 deltas restore bit-identically to a full checkpoint of the s
   // and the evicted rows, as deleted.
   size_t deleted = 0;
   for (int p = 0; p < 2; ++p) {
-    auto r = ps::ckpt::ShardReader::Open(ps::ckpt::DeltaPath(md, 3, 9) + "/" + ps::ckpt::ShardFileName(p));
+    auto r = ps::ckpt::ShardReader::Open(ps::ckpt::DeltaPath(md, 3, 9) + "/" +
+                                         ps::ckpt::ShardFileName(p));
     REQUIRE(r.ok());
     auto records = r->ReadRecords();
     REQUIRE(records.ok());
@@ -365,8 +405,8 @@ TEST_CASE("a corrupt delta stops the chain at the one before it, with a warning 
     auto listing = ps::obs::InspectModelDir(md, {});
     REQUIRE(listing.ok());
     INFO(listing->text);
-    CHECK_THAT(listing->text, Catch::Contains("  no     1 to step 5, ") && Catch::Contains("warnings:\n") &&
-                                  Catch::Contains(bad));
+    CHECK_THAT(listing->text, Catch::Contains("  no     1 to step 5, ") &&
+                                  Catch::Contains("warnings:\n") && Catch::Contains(bad));
     Ps b(Build(2, 2, OptimizerKind::kAdam, 2));
     CHECK(RestoreInto(b, md, 5) == at5);
     // Asked for the broken chain's end, a ps refuses rather than restoring something else.
@@ -383,17 +423,20 @@ TEST_CASE("a corrupt delta stops the chain at the one before it, with a warning 
     REQUIRE(warnings.size() == 1);
     CHECK_THAT(warnings[0], Catch::Contains(bad) && Catch::Contains("checksum mismatch"));
   }
-  SECTION("options: deltas up to verify_after join unverified; read sees each newer one, its DataLoss stops the chain") {
+  SECTION(
+      "options: deltas up to verify_after join unverified; read sees each newer one, its DataLoss stops the chain") {
     bytes[bytes.size() - 10] ^= 0x4;  // delta 7's footer
     WriteBytes(bad, bytes);
     CheckpointInfo base{.global_step = 3, .dir = ps::ckpt::CheckpointPath(md, 3), .manifest = {}};
     std::vector<int64_t> read;
     std::optional<int64_t> fail_at;
     ps::Code fail_code = ps::Code::kDataLoss;
-    ps::ckpt::DeltaChainOptions options{.upto = std::nullopt, .verify_after = 7,
+    ps::ckpt::DeltaChainOptions options{.upto = std::nullopt,
+                                        .verify_after = 7,
                                         .read = [&](const CheckpointInfo& d) -> ps::Status {
                                           read.push_back(d.global_step);
-                                          if (fail_at == d.global_step) return ps::Status(fail_code, "read failed");
+                                          if (fail_at == d.global_step)
+                                            return ps::Status(fail_code, "read failed");
                                           return ps::Status::Ok();
                                         }};
     std::vector<std::string> warnings;
@@ -417,9 +460,13 @@ TEST_CASE("a corrupt delta stops the chain at the one before it, with a warning 
     REQUIRE(ps::ckpt::LoadDeltaChain(&base, ps::ckpt::Verify::kFooters, &warnings, options).ok());
     CHECK(base.restored_step() == 7);
     REQUIRE(warnings.size() == 1);
-    CHECK_THAT(warnings[0], Catch::Contains("read failed; delta delta-9 is corrupt; the delta chain of ckpt-3 stops at step 7"));
+    CHECK_THAT(
+        warnings[0],
+        Catch::Contains(
+            "read failed; delta delta-9 is corrupt; the delta chain of ckpt-3 stops at step 7"));
     fail_code = ps::Code::kIo;
-    CHECK(ps::ckpt::LoadDeltaChain(&base, ps::ckpt::Verify::kFooters, &warnings, options).code() == ps::Code::kIo);
+    CHECK(ps::ckpt::LoadDeltaChain(&base, ps::ckpt::Verify::kFooters, &warnings, options).code() ==
+          ps::Code::kIo);
   }
 }
 
@@ -428,7 +475,8 @@ TEST_CASE("a delta against a checkpoint the ps did not write or restore is refus
   Ps a(Build(1, 1, OptimizerKind::kAdam, 0));
   TrainRows(a.c, 1, 1, 2);
   SaveAll(a, dir.path(), 2);
-  auto r = a.ck[0]->Save({.model_dir = dir.path(), .global_step = 4, .delta_base = 2, .delta_parent = 3});
+  auto r = a.ck[0]->Save(
+      {.model_dir = dir.path(), .global_step = 4, .delta_base = 2, .delta_parent = 3});
   CHECK(r.status().code() == ps::Code::kFailedPrecondition);
   CHECK_THAT(r.status().message(), Catch::Contains("a full checkpoint is needed"));
 }

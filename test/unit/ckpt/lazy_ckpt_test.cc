@@ -73,7 +73,9 @@ std::string Snapshot(Store& store) {
   std::string out;
   store.ForEachShard([&](const ShardView& v) {
     out += v.def.key().ToString() + ";";
-    auto put = [&](std::span<const float> s) { out.append(reinterpret_cast<const char*>(s.data()), s.size_bytes()); };
+    auto put = [&](std::span<const float> s) {
+      out.append(reinterpret_cast<const char*>(s.data()), s.size_bytes());
+    };
     if (v.def.layout.lazy) {
       for (size_t i = 0; i < v.row_ids.size(); ++i) {
         out.append(reinterpret_cast<const char*>(&v.row_ids[i]), 8);
@@ -132,7 +134,8 @@ TEST_CASE("lazy shard checkpoint round trip is bit-exact with slots (adagrad, ft
   auto summary = ps::ckpt::Inspect(path, true);
   REQUIRE(summary.ok());
   REQUIRE(summary->records.size() == 2);
-  const auto& rec = summary->records[0].meta.layout.var == "emb/embeddings" ? summary->records[0] : summary->records[1];
+  const auto& rec = summary->records[0].meta.layout.var == "emb/embeddings" ? summary->records[0]
+                                                                            : summary->records[1];
   CHECK(rec.meta.layout.lazy);
   CHECK(rec.meta.stored_rows == created);
   CHECK(rec.meta.layout.rows == kVocab / 2);
@@ -154,7 +157,8 @@ TEST_CASE("lazy shard checkpoint round trip is bit-exact with slots (adagrad, ft
   CHECK(Snapshot(a) == Snapshot(b));
 }
 
-TEST_CASE("a lazy checkpoint does not restore into a dense shard, and damaged row ids are DataLoss") {
+TEST_CASE(
+    "a lazy checkpoint does not restore into a dense shard, and damaged row ids are DataLoss") {
   TempDir dir;
   Store a;
   Build(&a, OptimizerKind::kAdagrad);
@@ -171,7 +175,9 @@ TEST_CASE("a lazy checkpoint does not restore into a dense shard, and damaged ro
   REQUIRE(dense.Create(d).ok());
   auto st = ps::ckpt::RestoreStore(&dense, ckpt);
   CHECK(st.code() == ps::Code::kFailedPrecondition);
-  CHECK_THAT(st.message(), Catch::Contains("variable \"emb/embeddings\" is lazy in the checkpoint and dense in this job"));
+  CHECK_THAT(st.message(),
+             Catch::Contains(
+                 "variable \"emb/embeddings\" is lazy in the checkpoint and dense in this job"));
 
   // Flip a byte of the first stored row id (the ids block follows the sparse record's
   // metadata, whose last 8 bytes are the stored row count).
@@ -194,7 +200,8 @@ TEST_CASE("a lazy checkpoint does not restore into a dense shard, and damaged ro
   CHECK(flagged);
 }
 
-TEST_CASE("a lazy shard of 200,000 rows (tables grown many times) round-trips bit-exact, then trains identically") {
+TEST_CASE(
+    "a lazy shard of 200,000 rows (tables grown many times) round-trips bit-exact, then trains identically") {
   TempDir dir;
   Store a;
   Build(&a, OptimizerKind::kAdagrad);
@@ -204,7 +211,8 @@ TEST_CASE("a lazy shard of 200,000 rows (tables grown many times) round-trips bi
   int64_t step = 0;
   while (a.Memory(lazy.key())->rows < 200000) {
     std::vector<int64_t> rows;
-    for (int i = 0; i < 8192; ++i) rows.push_back(static_cast<int64_t>(rng() % static_cast<uint64_t>(lazy.layout.rows)));
+    for (int i = 0; i < 8192; ++i)
+      rows.push_back(static_cast<int64_t>(rng() % static_cast<uint64_t>(lazy.layout.rows)));
     std::sort(rows.begin(), rows.end());
     rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
     std::vector<float> grad(rows.size() * 4);
@@ -224,7 +232,8 @@ TEST_CASE("a lazy shard of 200,000 rows (tables grown many times) round-trips bi
   CHECK(Snapshot(a) == Snapshot(b));
 }
 
-TEST_CASE("a sweep handed over before a restore does not run before the restored rows are restamped") {
+TEST_CASE(
+    "a sweep handed over before a restore does not run before the restored rows are restamped") {
   TempDir dir;
   auto policy_defs = [] {
     auto defs = Defs();
@@ -237,7 +246,8 @@ TEST_CASE("a sweep handed over before a restore does not run before the restored
   for (const auto& d : policy_defs()) REQUIRE(a.Create(d).ok());
   const ShardKey key = policy_defs()[0].key();
   std::vector<float> grad(4, 0.5f);
-  for (int64_t r = 0; r < 40; ++r) REQUIRE(a.PushRows(key, std::vector<int64_t>{r * 7919}, grad, r).ok());
+  for (int64_t r = 0; r < 40; ++r)
+    REQUIRE(a.PushRows(key, std::vector<int64_t>{r * 7919}, grad, r).ok());
   SaveAndCommit(a, dir.path(), 40);
 
   // A ps that had trained on to step 5000 (say, before the chief fell back to this
@@ -259,7 +269,8 @@ TEST_CASE("a sweep handed over before a restore does not run before the restored
   CHECK(Snapshot(a) == Snapshot(b));
 }
 
-TEST_CASE("a lazy shard with evict: the saved checkpoint holds only live rows; a restore restamps them") {
+TEST_CASE(
+    "a lazy shard with evict: the saved checkpoint holds only live rows; a restore restamps them") {
   TempDir dir;
   auto policy_defs = [] {
     auto defs = Defs();
@@ -275,7 +286,8 @@ TEST_CASE("a lazy shard with evict: the saved checkpoint holds only live rows; a
   const ShardKey key = policy_defs()[0].key();
   std::vector<float> grad(4, 0.5f);
   // 41 rows, one a step: over 40 but within the sixteenth a sweep waits for.
-  for (int64_t r = 0; r < 41; ++r) REQUIRE(a.PushRows(key, std::vector<int64_t>{r * 7919}, grad, r).ok());
+  for (int64_t r = 0; r < 41; ++r)
+    REQUIRE(a.PushRows(key, std::vector<int64_t>{r * 7919}, grad, r).ok());
   REQUIRE(a.Memory(key)->rows == 41);
   SaveAndCommit(a, dir.path(), 41);
   CHECK(a.Memory(key)->rows == 40);  // Save swept first: row 0 (the least recently pushed) went

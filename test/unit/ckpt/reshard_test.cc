@@ -41,7 +41,8 @@ void Train(Cluster& c, uint64_t seed, int steps) {
       const ShardKey key{s.layout.var, s.layout.shard};
       if (s.layout.lazy) {
         std::vector<int64_t> rows;
-        for (int i = 0; i < 40; ++i) rows.push_back(static_cast<int64_t>(rng() % static_cast<uint64_t>(s.layout.rows)));
+        for (int i = 0; i < 40; ++i)
+          rows.push_back(static_cast<int64_t>(rng() % static_cast<uint64_t>(s.layout.rows)));
         std::sort(rows.begin(), rows.end());
         rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
         std::vector<float> grad(rows.size() * static_cast<size_t>(s.layout.cols));
@@ -57,7 +58,8 @@ void Train(Cluster& c, uint64_t seed, int steps) {
 }
 
 // Every ps saves, then the MANIFEST is committed (with the plan unless `with_plan` is false).
-CheckpointInfo Save(const Cluster& c, const std::string& model_dir, int64_t step, bool with_plan = true) {
+CheckpointInfo Save(const Cluster& c, const std::string& model_dir, int64_t step,
+                    bool with_plan = true) {
   ps::ckpt::Manifest m;
   m.global_step = step;
   m.num_ps = static_cast<int>(c.ps.size());
@@ -90,7 +92,8 @@ int64_t SlotsOffInitial(const Cluster& c) {
     const auto defs = SlotDefs(*spec);
     store->ForEachShard([&](const ShardView& v) {
       for (size_t k = 0; k < v.slots.size(); ++k) {
-        auto def = std::find_if(defs.begin(), defs.end(), [&](const SlotDef& d) { return d.name == v.slots[k].first; });
+        auto def = std::find_if(defs.begin(), defs.end(),
+                                [&](const SlotDef& d) { return d.name == v.slots[k].first; });
         REQUIRE(def != defs.end());
         if (v.def.layout.lazy) {
           for (size_t i = 0; i < v.row_ids.size(); ++i) {
@@ -113,7 +116,8 @@ int Sum(const std::vector<ps::ckpt::RestoreStats>& stats, int ps::ckpt::RestoreS
 
 }  // namespace
 
-TEST_CASE("restore reshards: 2 -> 3 -> 1 -> 2 -> 2 ps with other shard counts, bit-identical values, slots and lazy rows") {
+TEST_CASE(
+    "restore reshards: 2 -> 3 -> 1 -> 2 -> 2 ps with other shard counts, bit-identical values, slots and lazy rows") {
   TempDir dir;
   Cluster a = Build(2, 2);
   Train(a, 1, 6);
@@ -169,14 +173,16 @@ TEST_CASE("the same layout reads only each ps's own file, one record per shard, 
     CHECK_FALSE(stats[p].resharded);
   }
 
-  SECTION("without the plan in the MANIFEST every file is walked, other ps's records skipped unread") {
+  SECTION(
+      "without the plan in the MANIFEST every file is walked, other ps's records skipped unread") {
     const auto bare = Save(a, dir / "bare", 3, false);
     Cluster d = Build(3, 3);
     auto s = Restore(d, bare);
     CHECK(Assemble(d) == Assemble(a));
     CHECK(s[0].files_read == 3);
     CHECK(Sum(s, &ps::ckpt::RestoreStats::records_read) == static_cast<int>(a.placement.size()));
-    CHECK(Sum(s, &ps::ckpt::RestoreStats::records_skipped) == 2 * static_cast<int>(a.placement.size()));
+    CHECK(Sum(s, &ps::ckpt::RestoreStats::records_skipped) ==
+          2 * static_cast<int>(a.placement.size()));
   }
 }
 
@@ -193,7 +199,8 @@ TEST_CASE("a reshard reads only the files and records that overlap a ps's shards
   for (const auto& s : stats) files += s.files_read;
   CHECK(files < 4 * 2);  // not every ps opened both files
 
-  SECTION("corruption in a record a ps skips does not stop it; the ps that reads it gets DataLoss naming the file") {
+  SECTION(
+      "corruption in a record a ps skips does not stop it; the ps that reads it gets DataLoss naming the file") {
     // Flip a byte in the middle of the last record's last block of ps-1.shard (its footer
     // is the last 32 bytes, the block's checksum the 4 before).
     const std::string path = ckpt.dir + "/ps-1.shard";
@@ -246,27 +253,51 @@ TEST_CASE("what differs beyond the layout stays an error naming the variable") {
     return ps::ckpt::RestoreStore(&s, ckpt);
   };
   SECTION("another full shape") {
-    ps::Status st = restore_onto({.var = "dense/kernel", .shard = 0, .num_shards = 1, .row_begin = 0, .rows = 13,
-                                  .cols = 4, .full_shape = {13, 4}, .lazy = false});
+    ps::Status st = restore_onto({.var = "dense/kernel",
+                                  .shard = 0,
+                                  .num_shards = 1,
+                                  .row_begin = 0,
+                                  .rows = 13,
+                                  .cols = 4,
+                                  .full_shape = {13, 4},
+                                  .lazy = false});
     CHECK(st.code() == ps::Code::kFailedPrecondition);
-    CHECK_THAT(st.message(), Catch::Contains("variable \"dense/kernel\" has shape [13, 3] in the checkpoint and [13, 4] in this job"));
+    CHECK_THAT(
+        st.message(),
+        Catch::Contains(
+            "variable \"dense/kernel\" has shape [13, 3] in the checkpoint and [13, 4] in this job"));
   }
   SECTION("a dense table where the checkpoint has a lazy one") {
     // A dense shard of the same variable's first rows.
-    ps::Status st = restore_onto({.var = "emb/embeddings", .shard = 0, .num_shards = kIds / 1000 + 1, .row_begin = 0,
-                                  .rows = 1000, .cols = 4, .full_shape = {kIds, 4}, .lazy = false});
+    ps::Status st = restore_onto({.var = "emb/embeddings",
+                                  .shard = 0,
+                                  .num_shards = kIds / 1000 + 1,
+                                  .row_begin = 0,
+                                  .rows = 1000,
+                                  .cols = 4,
+                                  .full_shape = {kIds, 4},
+                                  .lazy = false});
     CHECK(st.code() == ps::Code::kFailedPrecondition);
-    CHECK_THAT(st.message(), Catch::Contains("variable \"emb/embeddings\" is lazy in the checkpoint and dense in this job"));
+    CHECK_THAT(st.message(),
+               Catch::Contains(
+                   "variable \"emb/embeddings\" is lazy in the checkpoint and dense in this job"));
   }
   SECTION("a variable the checkpoint lacks") {
-    ps::Status st = restore_onto({.var = "new/kernel", .shard = 0, .num_shards = 1, .row_begin = 0, .rows = 2, .cols = 2,
-                                  .full_shape = {2, 2}, .lazy = false});
+    ps::Status st = restore_onto({.var = "new/kernel",
+                                  .shard = 0,
+                                  .num_shards = 1,
+                                  .row_begin = 0,
+                                  .rows = 2,
+                                  .cols = 2,
+                                  .full_shape = {2, 2},
+                                  .lazy = false});
     CHECK(st.code() == ps::Code::kFailedPrecondition);
     CHECK_THAT(st.message(), Catch::Contains("no record holds rows [0, 2) of new/kernel/part_0"));
   }
 }
 
-TEST_CASE("a resharded lazy table with ttl_steps: restored rows are stamped at the checkpoint's step") {
+TEST_CASE(
+    "a resharded lazy table with ttl_steps: restored rows are stamped at the checkpoint's step") {
   TempDir dir;
   Cluster a = Build(2, 2, OptimizerKind::kAdagrad, 100);
   Train(a, 1, 3);
@@ -304,7 +335,8 @@ TEST_CASE("a resharded lazy table with ttl_steps: restored rows are stamped at t
   CHECK(last <= 2 * 3);  // only rows 0 and 1 of each lazy shard are left
 }
 
-TEST_CASE("another optimizer's checkpoint: its slots the job lacks are dropped, the job's slots it lacks start at their initial values") {
+TEST_CASE(
+    "another optimizer's checkpoint: its slots the job lacks are dropped, the job's slots it lacks start at their initial values") {
   TempDir dir;
   SECTION("SGD -> Adam, resharded") {
     Cluster a = Build(2, 2, OptimizerKind::kSgd);
@@ -351,7 +383,8 @@ TEST_CASE("RestoreSlots::kSkip reshards values and reads no slot") {
   Cluster b = Build(3, 5, OptimizerKind::kSgd);
   for (auto& store : b.ps) {
     ps::ckpt::RestoreStats stats;
-    ps::Status st = ps::ckpt::RestoreStore(store.get(), ckpt, &stats, ps::ckpt::RestoreSlots::kSkip);
+    ps::Status st =
+        ps::ckpt::RestoreStore(store.get(), ckpt, &stats, ps::ckpt::RestoreSlots::kSkip);
     INFO(st.message());
     REQUIRE(st.ok());
     CHECK(stats.resharded);
@@ -360,7 +393,8 @@ TEST_CASE("RestoreSlots::kSkip reshards values and reads no slot") {
   CHECK(Assemble(b) == Assemble(a, false));
 }
 
-TEST_CASE("the MANIFEST's placement (not checksummed) only saves reading files: a wrong one still restores") {
+TEST_CASE(
+    "the MANIFEST's placement (not checksummed) only saves reading files: a wrong one still restores") {
   TempDir dir;
   Cluster a = Build(2, 2);
   Train(a, 1, 2);
@@ -394,8 +428,14 @@ TEST_CASE("the MANIFEST's placement (not checksummed) only saves reading files: 
     Store s;
     REQUIRE(s.Configure(DefaultOptimizer(OptimizerKind::kAdam)).ok());
     ShardDef def;
-    def.layout = {.var = "new/kernel", .shard = 0, .num_shards = 1, .row_begin = 0, .rows = 2, .cols = 2,
-                  .full_shape = {2, 2}, .lazy = false};
+    def.layout = {.var = "new/kernel",
+                  .shard = 0,
+                  .num_shards = 1,
+                  .row_begin = 0,
+                  .rows = 2,
+                  .cols = 2,
+                  .full_shape = {2, 2},
+                  .lazy = false};
     REQUIRE(s.Create(def).ok());
     ps::ckpt::RestoreStats stats;
     ps::Status st = ps::ckpt::RestoreStore(&s, ckpt, &stats);
@@ -407,12 +447,19 @@ TEST_CASE("the MANIFEST's placement (not checksummed) only saves reading files: 
 TEST_CASE("rows in two records of the checkpoint are DataLoss") {
   TempDir dir;
   Cluster a;
-  const ps::cluster::ShardLayout l{.var = "dense/kernel", .shard = 0, .num_shards = 1, .row_begin = 0, .rows = 13,
-                                   .cols = 3, .full_shape = {13, 3}, .lazy = false};
+  const ps::cluster::ShardLayout l{.var = "dense/kernel",
+                                   .shard = 0,
+                                   .num_shards = 1,
+                                   .row_begin = 0,
+                                   .rows = 13,
+                                   .cols = 3,
+                                   .full_shape = {13, 3},
+                                   .lazy = false};
   for (int p = 0; p < 2; ++p) {
     a.ps.push_back(std::make_unique<Store>());
     REQUIRE(a.ps.back()->Configure(DefaultOptimizer(OptimizerKind::kAdam)).ok());
-    REQUIRE(a.ps.back()->Create(ShardDef{.layout = l, .init = {}, .seed = 1, .row_policy = {}}).ok());
+    REQUIRE(
+        a.ps.back()->Create(ShardDef{.layout = l, .init = {}, .seed = 1, .row_policy = {}}).ok());
   }
   const auto ckpt = Save(a, dir.path(), 1, false);
   Store s;
@@ -420,23 +467,34 @@ TEST_CASE("rows in two records of the checkpoint are DataLoss") {
   REQUIRE(s.Create(ShardDef{.layout = l, .init = {}, .seed = 1, .row_policy = {}}).ok());
   ps::Status st = ps::ckpt::RestoreStore(&s, ckpt);
   CHECK(st.code() == ps::Code::kDataLoss);
-  CHECK_THAT(st.message(), Catch::Contains("ps-1.shard") && Catch::Contains("rows [0, 13) of dense/kernel/part_0 are in two records"));
+  CHECK_THAT(st.message(),
+             Catch::Contains("ps-1.shard") &&
+                 Catch::Contains("rows [0, 13) of dense/kernel/part_0 are in two records"));
 }
 
-TEST_CASE("a large lazy record resharded onto 3 shards of one ps: pieces that start inside it and cross shards") {
+TEST_CASE(
+    "a large lazy record resharded onto 3 shards of one ps: pieces that start inside it and cross shards") {
   TempDir dir;
   constexpr int64_t kRows = 150000;
   constexpr int64_t kCols = 64;
   auto layout = [&](int shard, int shards) {
     const int64_t rows = kRows / shards;
-    return ps::cluster::ShardLayout{.var = "big/emb", .shard = shard, .num_shards = shards, .row_begin = shard * rows,
-                                    .rows = rows, .cols = kCols, .full_shape = {kRows, kCols}, .lazy = true};
+    return ps::cluster::ShardLayout{.var = "big/emb",
+                                    .shard = shard,
+                                    .num_shards = shards,
+                                    .row_begin = shard * rows,
+                                    .rows = rows,
+                                    .cols = kCols,
+                                    .full_shape = {kRows, kCols},
+                                    .lazy = true};
   };
   const ps::model::InitSpec init{ps::model::InitKind::kUniform, -0.1, 0.1};
   Cluster a;
   a.ps.push_back(std::make_unique<Store>());
   REQUIRE(a.ps[0]->Configure(DefaultOptimizer(OptimizerKind::kAdam)).ok());
-  REQUIRE(a.ps[0]->Create(ShardDef{.layout = layout(0, 1), .init = init, .seed = 3, .row_policy = {}}).ok());
+  REQUIRE(a.ps[0]
+              ->Create(ShardDef{.layout = layout(0, 1), .init = init, .seed = 3, .row_policy = {}})
+              .ok());
   std::vector<int64_t> rows;
   for (int64_t r = 0; r < kRows; r += 3) rows.push_back(r);  // 50000 rows
   std::vector<float> grad(rows.size() * kCols);
@@ -445,14 +503,18 @@ TEST_CASE("a large lazy record resharded onto 3 shards of one ps: pieces that st
   for (float& x : grad) x = g(rng);
   REQUIRE(a.ps[0]->PushRows({"big/emb", 0}, rows, grad, 1).ok());
   // The reader hands sparse rows over in pieces of kChunkBytes: several per block here.
-  REQUIRE(static_cast<int64_t>(rows.size()) > 3 * static_cast<int64_t>(ps::ckpt::format::kChunkBytes / 4 / kCols));
+  REQUIRE(static_cast<int64_t>(rows.size()) >
+          3 * static_cast<int64_t>(ps::ckpt::format::kChunkBytes / 4 / kCols));
   const auto ckpt = Save(a, dir.path(), 1, false);
 
   Cluster b;
   b.ps.push_back(std::make_unique<Store>());
   REQUIRE(b.ps[0]->Configure(DefaultOptimizer(OptimizerKind::kAdam)).ok());
   for (int shard = 0; shard < 3; ++shard) {
-    REQUIRE(b.ps[0]->Create(ShardDef{.layout = layout(shard, 3), .init = init, .seed = 3, .row_policy = {}}).ok());
+    REQUIRE(b.ps[0]
+                ->Create(
+                    ShardDef{.layout = layout(shard, 3), .init = init, .seed = 3, .row_policy = {}})
+                .ok());
   }
   auto stats = Restore(b, ckpt);
   CHECK(stats[0].resharded);

@@ -135,13 +135,13 @@ TEST_CASE("shard file: round trip is bit-exact") {
   // Reading again, straight into caller memory, skipping one slot.
   std::vector<float> kernel(15, 0.0f), v(15, 0.0f);
   std::vector<std::string> calls;
-  auto st = r->ReadAll([&](const ps::ckpt::RecordMeta& m,
-                           std::string_view block) -> ps::Result<std::span<float>> {
-    calls.push_back(m.layout.var + ":" + std::string(block));
-    if (m.layout.var == "dense_0/kernel" && block == "values") return std::span<float>(kernel);
-    if (m.layout.var == "dense_0/kernel" && block == "v") return std::span<float>(v);
-    return std::span<float>();
-  });
+  auto st = r->ReadAll(
+      [&](const ps::ckpt::RecordMeta& m, std::string_view block) -> ps::Result<std::span<float>> {
+        calls.push_back(m.layout.var + ":" + std::string(block));
+        if (m.layout.var == "dense_0/kernel" && block == "values") return std::span<float>(kernel);
+        if (m.layout.var == "dense_0/kernel" && block == "v") return std::span<float>(v);
+        return std::span<float>();
+      });
   REQUIRE(st.ok());
   CHECK(calls == std::vector<std::string>{"dense_0/bias:values", "dense_0/kernel:values",
                                           "dense_0/kernel:m", "dense_0/kernel:v", "scale:values"});
@@ -199,8 +199,9 @@ TEST_CASE("shard file: an empty file (no records) is valid; a zero-row record is
   v.slots = {{"m", {}}};
   auto st = w->Append(v);
   CHECK(st.code() == ps::Code::kInvalidArgument);
-  CHECK(st.message() == dir / "b.shard" + ": record 0 (var \"empty_table\" shard 0): empty_table/part_0: rows "
-                                          "and cols must be > 0, got 0 x 8");
+  CHECK(st.message() == dir / "b.shard" +
+                            ": record 0 (var \"empty_table\" shard 0): empty_table/part_0: rows "
+                            "and cols must be > 0, got 0 x 8");
 }
 
 TEST_CASE("shard reader: a record whose layout fails the validator is DataLoss naming the field") {
@@ -211,8 +212,14 @@ TEST_CASE("shard reader: a record whose layout fails the validator is DataLoss n
     auto w = ShardWriter::Create(path, 0, 1);
     REQUIRE(w.ok());
     ShardRecordView r;
-    r.layout = {.var = "w", .shard = 0, .num_shards = 1, .row_begin = 0, .rows = 2, .cols = 3,
-                .full_shape = {2, 3}, .lazy = false};
+    r.layout = {.var = "w",
+                .shard = 0,
+                .num_shards = 1,
+                .row_begin = 0,
+                .rows = 2,
+                .cols = 3,
+                .full_shape = {2, 3},
+                .lazy = false};
     r.values = six;
     REQUIRE(w->Append(r).ok());
     REQUIRE(w->Commit().ok());
@@ -262,13 +269,17 @@ TEST_CASE("shard writer: inconsistent records are InvalidArgument and the writer
     return st.message();
   };
   CHECK(bad([&](ShardRecordView& r) { r.values = five; }) ==
-        dir / "ps-0.shard" + ": record 0 (var \"w\" shard 0): values has 5 floats, rows * cols = 6");
+        dir / "ps-0.shard" +
+            ": record 0 (var \"w\" shard 0): values has 5 floats, rows * cols = 6");
   bad([&](ShardRecordView& r) { r.layout.var.clear(); });
   bad([&](ShardRecordView& r) { r.slots = {{"m", five}}; });
   bad([&](ShardRecordView& r) { r.slots = {{"values", six}}; });
   bad([&](ShardRecordView& r) { r.slots = {{"m", six}, {"m", six}}; });
   bad([&](ShardRecordView& r) { r.slots = {{"", six}}; });
-  bad([&](ShardRecordView& r) { r.layout.shard = 2; r.layout.num_shards = 2; });
+  bad([&](ShardRecordView& r) {
+    r.layout.shard = 2;
+    r.layout.num_shards = 2;
+  });
   bad([&](ShardRecordView& r) { r.layout.num_shards = 0; });
   bad([&](ShardRecordView& r) { r.layout.row_begin = 1; });  // rows 1..3 outside [0, 2)
   bad([&](ShardRecordView& r) { r.layout.full_shape = {2, 4}; });
@@ -323,7 +334,8 @@ TEST_CASE("shard file: checksum failures name the file, record, variable and blo
   WriteBytes(path, bytes);
   auto st = ReadEverything(path);
   CHECK(st.code() == ps::Code::kDataLoss);
-  CHECK(st.message() == path + ": record 1 (var \"dense_0/kernel\" shard 1): values checksum mismatch");
+  CHECK(st.message() ==
+        path + ": record 1 (var \"dense_0/kernel\" shard 1): values checksum mismatch");
 
   size_t slot_at = FindBytes(good, f.kernel_v.data() + 14, 4);
   REQUIRE(slot_at != std::string::npos);
@@ -464,16 +476,19 @@ TEST_CASE("shard reader: sink contract") {
   auto r = ShardReader::Open(path);
   REQUIRE(r.ok());
   std::vector<float> wrong(3);
-  auto st = r->ReadAll([&](const ps::ckpt::RecordMeta&, std::string_view) -> ps::Result<std::span<float>> {
-    return std::span<float>(wrong);
-  });
+  auto st = r->ReadAll(
+      [&](const ps::ckpt::RecordMeta&, std::string_view) -> ps::Result<std::span<float>> {
+        return std::span<float>(wrong);
+      });
   CHECK(st.code() == ps::Code::kInvalidArgument);
-  CHECK(st.message() == path + ": record 0 (var \"dense_0/bias\" shard 0): sink gave 3 floats "
-                               "for values, the block has 4");
-  st = r->ReadAll([&](const ps::ckpt::RecordMeta& m, std::string_view) -> ps::Result<std::span<float>> {
-    if (m.layout.var == "dense_0/kernel") return ps::NotFound("no variable " + m.layout.var);
-    return std::span<float>();
-  });
+  CHECK(st.message() == path +
+                            ": record 0 (var \"dense_0/bias\" shard 0): sink gave 3 floats "
+                            "for values, the block has 4");
+  st = r->ReadAll(
+      [&](const ps::ckpt::RecordMeta& m, std::string_view) -> ps::Result<std::span<float>> {
+        if (m.layout.var == "dense_0/kernel") return ps::NotFound("no variable " + m.layout.var);
+        return std::span<float>();
+      });
   CHECK(st.code() == ps::Code::kNotFound);
   CHECK(st.message() == "no variable dense_0/kernel");
 }
@@ -574,15 +589,17 @@ TEST_CASE("shard file: a sparse record round-trips its row ids, values and slots
   REQUIRE(rec.slots.size() == 1);
   CHECK(BitEqual(rec.slots[0].second, acc));
   // Readers that give no SparseSink (e.g. verification) walk over it.
-  CHECK(r->ReadAll([](const ps::ckpt::RecordMeta&, std::string_view) -> ps::Result<std::span<float>> {
-          return std::span<float>();
-        }).ok());
+  CHECK(
+      r->ReadAll([](const ps::ckpt::RecordMeta&, std::string_view) -> ps::Result<std::span<float>> {
+         return std::span<float>();
+       }).ok());
 }
 
 // ShardReader::Read: selected row ranges of a dense block go to the visitor, the rows
 // between them are still read for the block's checksum; an unselected record is skipped
 // unread (its damage then goes unseen, but the footer's digest still holds).
-TEST_CASE("shard reader: Read hands out selected rows, verifies whole blocks, skips unselected records") {
+TEST_CASE(
+    "shard reader: Read hands out selected rows, verifies whole blocks, skips unselected records") {
   TempDir dir;
   const std::string path = dir / "ps-3.shard";
   Fixture f;
@@ -600,8 +617,10 @@ TEST_CASE("shard reader: Read hands out selected rows, verifies whole blocks, sk
     if (m.layout.var != "dense_0/kernel") return std::optional<std::vector<RowRange>>();
     return std::optional<std::vector<RowRange>>(std::vector<RowRange>{{1, 2}, {4, 1}});
   };
-  v.dense = [&](const ps::ckpt::RecordMeta& m, std::string_view block, RowRange r) -> ps::Result<std::span<float>> {
-    got.push_back({std::string(block), r, std::vector<float>(static_cast<size_t>(r.count * m.layout.cols))});
+  v.dense = [&](const ps::ckpt::RecordMeta& m, std::string_view block,
+                RowRange r) -> ps::Result<std::span<float>> {
+    got.push_back(
+        {std::string(block), r, std::vector<float>(static_cast<size_t>(r.count * m.layout.cols))});
     return std::span<float>(got.back().data);
   };
   auto r = ShardReader::Open(path);
@@ -614,8 +633,9 @@ TEST_CASE("shard reader: Read hands out selected rows, verifies whole blocks, sk
     const auto& want = *blocks[i / 2];
     const RowRange range = got[i].range;
     CHECK(range.first == (i % 2 == 0 ? 1 : 4));
-    CHECK(BitEqual(got[i].data, std::vector<float>(want.begin() + range.first * 3,
-                                                   want.begin() + (range.first + range.count) * 3)));
+    CHECK(
+        BitEqual(got[i].data, std::vector<float>(want.begin() + range.first * 3,
+                                                 want.begin() + (range.first + range.count) * 3)));
   }
 
   // Damage row 0 of the kernel's values (not selected): still a checksum mismatch.

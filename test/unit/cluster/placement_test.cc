@@ -86,7 +86,7 @@ TEST_CASE("Fixed partitioner: min(num_shards, rows)") {
   CHECK(Shards(Fixed(2), {10, 3}) == 2);
   CHECK(Shards(Fixed(5), {3, 4}) == 3);
   CHECK(Shards(Fixed(4), {7}) == 4);
-  CHECK(Shards(Fixed(4), {}) == 1);  // scalar: 1 row
+  CHECK(Shards(Fixed(4), {}) == 1);                     // scalar: 1 row
   CHECK(Shards(PartitionerSpec{}, {1000, 1000}) == 1);  // kNone
 }
 
@@ -197,9 +197,9 @@ TEST_CASE("ParsePartitioner reads the four JSON forms strictly") {
         "job.partitioner.num_shards: expected an integer, got string");
   CHECK(parse(R"({"type": "min_size", "min_shard_bytes": 1024})").status().message() ==
         "job.partitioner.max_shards: required key is missing");
-  CHECK(parse(R"({"type": "max_size", "max_shard_bytes": 64, "num_shards": 2})")
-            .status()
-            .message() == "job.partitioner.num_shards: unknown key");
+  CHECK(
+      parse(R"({"type": "max_size", "max_shard_bytes": 64, "num_shards": 2})").status().message() ==
+      "job.partitioner.num_shards: unknown key");
   CHECK(parse(R"({"type": "max_size", "max_shard_bytes": 64, "max_shards": -1})")
             .status()
             .message() == "job.partitioner.max_shards: must be >= 1, got -1");
@@ -210,8 +210,8 @@ TEST_CASE("Place round-robin: every shard in creation order to ps 0,1,2,0,...") 
   const std::vector<VarShape> vars = {{"a", {10, 4}}, {"b", {3}}, {"c", {}}};
   auto table = Place(vars, Fixed(2), 3, PlacementStrategy::kRoundRobin);
   REQUIRE(table.ok());
-  auto placed = [](std::string var, int shard, int num_shards, int64_t row_begin, int64_t rows, int64_t cols,
-                   std::vector<int64_t> full_shape, int ps) {
+  auto placed = [](std::string var, int shard, int num_shards, int64_t row_begin, int64_t rows,
+                   int64_t cols, std::vector<int64_t> full_shape, int ps) {
     return ShardPlacement{.layout = {.var = std::move(var),
                                      .shard = shard,
                                      .num_shards = num_shards,
@@ -224,7 +224,7 @@ TEST_CASE("Place round-robin: every shard in creation order to ps 0,1,2,0,...") 
   };
   const std::vector<ShardPlacement> want = {
       placed("a", 0, 2, 0, 5, 4, {10, 4}, 0), placed("a", 1, 2, 5, 5, 4, {10, 4}, 1),
-      placed("b", 0, 2, 0, 2, 1, {3}, 2),     placed("b", 1, 2, 2, 1, 1, {3}, 0),
+      placed("b", 0, 2, 0, 2, 1, {3}, 2), placed("b", 1, 2, 2, 1, 1, {3}, 0),
       placed("c", 0, 1, 0, 1, 1, {}, 1)};
   CHECK(*table == want);
   CHECK(ps::cluster::BytesPerPs(vars, *table, 3) == std::vector<int64_t>{84, 84, 8});
@@ -341,7 +341,8 @@ TEST_CASE("Placement strategy names round-trip") {
 
 TEST_CASE("A lazy 2^40 x 16 table is sized by kLazyEstimateRows, not allocated per row") {
   const int64_t vocab = int64_t{1} << 40;
-  std::vector<VarShape> vars = {{"ids/embeddings", {vocab, 16}, 4, true}, {"dense_0/kernel", {64, 1}, 4, false}};
+  std::vector<VarShape> vars = {{"ids/embeddings", {vocab, 16}, 4, true},
+                                {"dense_0/kernel", {64, 1}, 4, false}};
   // 2^20 estimated rows * 64 bytes = 64 MiB: max_size 4 MiB gives 16 shards, each a
   // contiguous range of the real 2^40 rows.
   PartitionerSpec max_size;
@@ -377,8 +378,10 @@ TEST_CASE("A lazy 2^40 x 16 table is sized by kLazyEstimateRows, not allocated p
   CHECK(*NumShards(max_size, vars[0].shape, 4) == (1 << 24));
 }
 
-TEST_CASE("Place: every layout carries its variable's shape and laziness and passes the validator") {
-  const std::vector<VarShape> vars = {{"emb", {1000, 8}, 4, true}, {"kernel", {10, 3, 2}}, {"step", {}}};
+TEST_CASE(
+    "Place: every layout carries its variable's shape and laziness and passes the validator") {
+  const std::vector<VarShape> vars = {
+      {"emb", {1000, 8}, 4, true}, {"kernel", {10, 3, 2}}, {"step", {}}};
   auto placed = Place(vars, Fixed(3), 2, PlacementStrategy::kRoundRobin);
   REQUIRE(placed.ok());
   REQUIRE(placed->size() == 7);
@@ -395,10 +398,12 @@ TEST_CASE("Place: every layout carries its variable's shape and laziness and pas
 
   // A dense shard beyond what a ps can hold is refused at placement, naming the variable.
   const std::vector<VarShape> huge = {{"huge", {int64_t{1} << 21, int64_t{1} << 20}}};
-  CHECK(Place(huge, PartitionerSpec{}, 1, PlacementStrategy::kRoundRobin).status().message() ==
-        "variable \"huge\": huge/part_0: rows x cols: 2097152 x 1048576 elements is more than 2^40");
+  CHECK(
+      Place(huge, PartitionerSpec{}, 1, PlacementStrategy::kRoundRobin).status().message() ==
+      "variable \"huge\": huge/part_0: rows x cols: 2097152 x 1048576 elements is more than 2^40");
   // A lazy scalar cannot be placed.
   const std::vector<VarShape> lazy_scalar = {{"s", {}, 4, true}};
-  CHECK(Place(lazy_scalar, PartitionerSpec{}, 1, PlacementStrategy::kRoundRobin).status().message() ==
-        "variable \"s\": s/part_0: lazy: a lazy shard needs a variable of rank >= 1");
+  CHECK(
+      Place(lazy_scalar, PartitionerSpec{}, 1, PlacementStrategy::kRoundRobin).status().message() ==
+      "variable \"s\": s/part_0: lazy: a lazy shard needs a variable of rank >= 1");
 }

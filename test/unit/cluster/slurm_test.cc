@@ -35,7 +35,8 @@ TEST_CASE("Slurm host lists expand in order, with ranges, lists and zero padding
   CHECK(Expand("n[1-3],m5") == Hosts{"n1", "n2", "n3", "m5"});
   CHECK(Expand("n[01-03]") == Hosts{"n01", "n02", "n03"});
   CHECK(Expand("n[08-11]") == Hosts{"n08", "n09", "n10", "n11"});
-  CHECK(Expand("n[1-2],m5,o[3-4,6,7-9]") == Hosts{"n1", "n2", "m5", "o3", "o4", "o6", "o7", "o8", "o9"});
+  CHECK(Expand("n[1-2],m5,o[3-4,6,7-9]") ==
+        Hosts{"n1", "n2", "m5", "o3", "o4", "o6", "o7", "o8", "o9"});
   CHECK(Expand("n[9-10]") == Hosts{"n9", "n10"});  // Slurm's order, not sorted as strings
   CHECK(Expand("rack[1-2]-n[01,03]") == Hosts{"rack1-n01", "rack1-n03", "rack2-n01", "rack2-n03"});
   CHECK(Expand("gpu[3]-ib") == Hosts{"gpu3-ib"});
@@ -48,7 +49,8 @@ TEST_CASE("malformed Slurm host lists are one-line errors naming the variable") 
   CHECK(HostError("n[3-1]") == "SLURM_STEP_NODELIST: \"n[3-1]\": range 3-1 is reversed");
   CHECK(HostError("n[1-3") == "SLURM_STEP_NODELIST: \"n[1-3\": unclosed '['");
   CHECK(HostError("n1-3]") == "SLURM_STEP_NODELIST: \"n1-3]\": unmatched ']'");
-  CHECK(HostError("n[a-b]") == "SLURM_STEP_NODELIST: \"n[a-b]\": \"a-b\" is not a number or a range a-b");
+  CHECK(HostError("n[a-b]") ==
+        "SLURM_STEP_NODELIST: \"n[a-b]\": \"a-b\" is not a number or a range a-b");
   CHECK(HostError("n[]") == "SLURM_STEP_NODELIST: \"n[]\": \"\" is not a number or a range a-b");
   CHECK(HostError("n1,,n2") == "SLURM_STEP_NODELIST: \"n1,,n2\": empty host name");
   CHECK(HostError("n[1-2000000]").find("more than 100000 hosts") != std::string::npos);
@@ -66,9 +68,12 @@ TEST_CASE("Slurm tasks per node expand N(xM)") {
   CHECK(counts("1,4(x1)") == std::vector<int>{1, 4});
   CHECK(PerNodeError("2(x)") == "SLURM_STEP_TASKS_PER_NODE: \"2(x)\": \"2(x)\" is not N or N(xM)");
   CHECK(PerNodeError("2(3)") == "SLURM_STEP_TASKS_PER_NODE: \"2(3)\": \"2(3)\" is not N or N(xM)");
-  CHECK(PerNodeError("0") == "SLURM_STEP_TASKS_PER_NODE: \"0\": \"0\" is not N or N(xM) with N, M >= 1");
-  CHECK(PerNodeError("") == "SLURM_STEP_TASKS_PER_NODE: \"\": \"\" is not N or N(xM) with N, M >= 1");
-  CHECK(PerNodeError("2,x") == "SLURM_STEP_TASKS_PER_NODE: \"2,x\": \"x\" is not N or N(xM) with N, M >= 1");
+  CHECK(PerNodeError("0") ==
+        "SLURM_STEP_TASKS_PER_NODE: \"0\": \"0\" is not N or N(xM) with N, M >= 1");
+  CHECK(PerNodeError("") ==
+        "SLURM_STEP_TASKS_PER_NODE: \"\": \"\" is not N or N(xM) with N, M >= 1");
+  CHECK(PerNodeError("2,x") ==
+        "SLURM_STEP_TASKS_PER_NODE: \"2,x\": \"x\" is not N or N(xM) with N, M >= 1");
 }
 
 TEST_CASE("every rank of a step derives the same cluster; roles in TF's order") {
@@ -81,12 +86,13 @@ TEST_CASE("every rank of a step derives the same cluster; roles in TF's order") 
   CHECK(c.of(TaskType::kChief) == std::vector<HostPort>{{"n08", 7000}});
   CHECK(c.of(TaskType::kEvaluator) == std::vector<HostPort>{{"n08", 7001}});
   CHECK(c.of(TaskType::kPs) == std::vector<HostPort>{{"n08", 7002}, {"n09", 7000}});
-  CHECK(c.of(TaskType::kWorker) == std::vector<HostPort>{{"n09", 7001}, {"m1", 7000}, {"m1", 7001}});
+  CHECK(c.of(TaskType::kWorker) ==
+        std::vector<HostPort>{{"n09", 7001}, {"m1", 7000}, {"m1", 7001}});
   CHECK(first->task == TaskId{TaskType::kChief, 0});
 
-  const std::vector<TaskId> expected = {{TaskType::kChief, 0}, {TaskType::kEvaluator, 0}, {TaskType::kPs, 0},
-                                        {TaskType::kPs, 1},    {TaskType::kWorker, 0},    {TaskType::kWorker, 1},
-                                        {TaskType::kWorker, 2}};
+  const std::vector<TaskId> expected = {
+      {TaskType::kChief, 0},  {TaskType::kEvaluator, 0}, {TaskType::kPs, 0},    {TaskType::kPs, 1},
+      {TaskType::kWorker, 0}, {TaskType::kWorker, 1},    {TaskType::kWorker, 2}};
   for (int rank = 0; rank < 7; ++rank) {
     INFO("rank " << rank);
     step.procid = rank;
@@ -123,7 +129,8 @@ TEST_CASE("Slurm steps that do not match the roles are one-line errors") {
         "SLURM_STEP_TASKS_PER_NODE: 1 node(s), but SLURM_STEP_NODELIST has 2");
   CHECK(error({0, 5, "n[1-2]", "2,2"}, {2, 2, false, 8888}) ==
         "SLURM_STEP_TASKS_PER_NODE: 4 tasks, but SLURM_STEP_NUM_TASKS is 5");
-  CHECK(error({5, 5, "n1", "5"}, {2, 2, false, 8888}) == "SLURM_PROCID: 5 is not below SLURM_STEP_NUM_TASKS 5");
+  CHECK(error({5, 5, "n1", "5"}, {2, 2, false, 8888}) ==
+        "SLURM_PROCID: 5 is not below SLURM_STEP_NUM_TASKS 5");
   CHECK(error({0, 5, "n1", "5"}, {2, 2, false, 65533}) ==
         "--base-port: 65533 + 5 tasks on n1 passes port 65535");
   CHECK(error({0, 5, "n1", "5"}, {0, 4, false, 8888}) == "--ps: must be >= 1");
@@ -146,7 +153,8 @@ TEST_CASE("SlurmStepFromEnvironment reads the four variables") {
   ::unsetenv("SLURM_PROCID");
   CHECK(SlurmStepFromEnvironment().status().message() ==
         "SLURM_PROCID is not set (run this inside an srun step)");
-  for (const char* v : {"SLURM_STEP_NUM_TASKS", "SLURM_STEP_NODELIST", "SLURM_STEP_TASKS_PER_NODE"}) ::unsetenv(v);
+  for (const char* v : {"SLURM_STEP_NUM_TASKS", "SLURM_STEP_NODELIST", "SLURM_STEP_TASKS_PER_NODE"})
+    ::unsetenv(v);
 }
 
 }  // namespace

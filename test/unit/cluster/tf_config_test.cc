@@ -73,13 +73,13 @@ TEST_CASE("TF_CONFIG table: valid and invalid configs, exact error prefixes") {
        Cfg(R"({"type": "worker", "index": 0})",
            R"(, "rpc_layer": "grpc", "environment": "cloud", "session_master": "grpc://x:1")"),
        ""},
-      {"rpc_layer is any string", Cfg(R"({"type": "ps", "index": 0})", R"(, "rpc_layer": "")"),
-       ""},
+      {"rpc_layer is any string", Cfg(R"({"type": "ps", "index": 0})", R"(, "rpc_layer": "")"), ""},
       {"evaluator in cluster accepted",
        R"({"cluster": {"chief": ["c:1"], "worker": ["w:1"], "ps": ["p:1"], "evaluator": ["e:1"]},
            "task": {"type": "worker", "index": 0}})",
        ""},
-      {"evaluator not listed in cluster (TF allows it)", Cfg(R"({"type": "evaluator", "index": 0})"), ""},
+      {"evaluator not listed in cluster (TF allows it)",
+       Cfg(R"({"type": "evaluator", "index": 0})"), ""},
       {"evaluator task",
        R"({"cluster": {"chief": ["c:1"], "worker": ["w:1"], "ps": ["p:1"], "evaluator": ["e:1"]},
            "task": {"type": "evaluator", "index": 0}})",
@@ -99,7 +99,8 @@ TEST_CASE("TF_CONFIG table: valid and invalid configs, exact error prefixes") {
            "task": {"type": "chief", "index": 0}, "environment": "cloud"})",
        ""},
       {"same host, different ports",
-       R"({"cluster": {"worker": ["h:1"], "ps": ["h:2"]}, "task": {"type": "ps", "index": 0}})", ""},
+       R"({"cluster": {"worker": ["h:1"], "ps": ["h:2"]}, "task": {"type": "ps", "index": 0}})",
+       ""},
       // ---- invalid: JSON shape ----
       {"malformed JSON", R"({"cluster": )", "TF_CONFIG: malformed JSON: "},
       {"empty text", "", "TF_CONFIG: malformed JSON: "},
@@ -117,7 +118,8 @@ TEST_CASE("TF_CONFIG table: valid and invalid configs, exact error prefixes") {
        "TF_CONFIG.task.type: expected a string, got number"},
       {"task.index missing", Cfg(R"({"type": "worker"})"),
        "TF_CONFIG.task.index: required key is missing"},
-      {"task.index a string of digits (TF's int())", Cfg(R"({"type": "worker", "index": "1"})"), ""},
+      {"task.index a string of digits (TF's int())", Cfg(R"({"type": "worker", "index": "1"})"),
+       ""},
       {"task.index a string, not a number", Cfg(R"({"type": "worker", "index": "one"})"),
        "TF_CONFIG.task.index: \"one\" is not an integer"},
       {"task.index an empty string", Cfg(R"({"type": "worker", "index": ""})"),
@@ -132,8 +134,10 @@ TEST_CASE("TF_CONFIG table: valid and invalid configs, exact error prefixes") {
        "TF_CONFIG.task.index: expected an integer, got 0.5"},
       {"task.index beyond int", Cfg(R"({"type": "worker", "index": 10000000000})"),
        "TF_CONFIG.task.index: 10000000000 is too large"},
-      {"unknown key in task: a warning", Cfg(R"({"type": "worker", "index": 0, "trial": "1"})"), ""},
-      {"unknown top-level key: a warning", Cfg(R"({"type": "worker", "index": 0})", R"(, "job": {})"), ""},
+      {"unknown key in task: a warning", Cfg(R"({"type": "worker", "index": 0, "trial": "1"})"),
+       ""},
+      {"unknown top-level key: a warning",
+       Cfg(R"({"type": "worker", "index": 0})", R"(, "job": {})"), ""},
       {"rpc_layer not a string", Cfg(R"({"type": "worker", "index": 0})", R"(, "rpc_layer": 1)"),
        "TF_CONFIG.rpc_layer: expected a string, got number"},
       {"cluster value not a list",
@@ -154,7 +158,9 @@ TEST_CASE("TF_CONFIG table: valid and invalid configs, exact error prefixes") {
        "TF_CONFIG.task.index: 2 is out of range (cluster has 2 ps tasks)"},
       {"chief index 1", Cfg(R"({"type": "chief", "index": 1})"),
        "TF_CONFIG.task.index: 1 is out of range (cluster has 1 chief task)"},
-      {"task type master without a chief in cluster", R"({"cluster": {"master": ["m:1"], "worker": ["w:1"], "ps": ["p:1"]}, "task": {"type": "master", "index": 0}})", ""},
+      {"task type master without a chief in cluster",
+       R"({"cluster": {"master": ["m:1"], "worker": ["w:1"], "ps": ["p:1"]}, "task": {"type": "master", "index": 0}})",
+       ""},
       {"unknown task type", Cfg(R"({"type": "boss", "index": 0})"),
        "TF_CONFIG.task.type: unknown task type \"boss\" " + kTypes},
       {"capitalised Worker", Cfg(R"({"type": "Worker", "index": 0})"),
@@ -162,8 +168,7 @@ TEST_CASE("TF_CONFIG table: valid and invalid configs, exact error prefixes") {
       {"task type not in cluster",
        R"({"cluster": {"chief": ["c:1"], "worker": ["w:1"]}, "task": {"type": "ps", "index": 0}})",
        "TF_CONFIG.task.type: \"ps\" is not in TF_CONFIG.cluster"},
-      {"unlisted evaluator with index 1",
-       Cfg(R"({"type": "evaluator", "index": 1})"),
+      {"unlisted evaluator with index 1", Cfg(R"({"type": "evaluator", "index": 1})"),
        "TF_CONFIG.task.index: must be 0 for an evaluator that is not listed in TF_CONFIG.cluster"},
       // ---- invalid: cluster rules ----
       {"unknown type in cluster",
@@ -188,12 +193,14 @@ TEST_CASE("TF_CONFIG table: valid and invalid configs, exact error prefixes") {
        R"({"cluster": {"worker": ["w:1"], "ps": ["p:1"], "evaluator": ["e:1", "e:2"]},
            "task": {"type": "worker", "index": 0}})",
        "TF_CONFIG.cluster.evaluator: at most one evaluator task is allowed, got 2"},
-      {"no ps", R"({"cluster": {"chief": ["c:1"], "worker": ["w:1"]}, "task": {"type": "chief", "index": 0}})",
+      {"no ps",
+       R"({"cluster": {"chief": ["c:1"], "worker": ["w:1"]}, "task": {"type": "chief", "index": 0}})",
        "TF_CONFIG.cluster.ps: parameter-server training needs at least one ps task"},
       {"empty ps list",
        R"({"cluster": {"worker": ["w:1"], "ps": []}, "task": {"type": "worker", "index": 0}})",
        "TF_CONFIG.cluster.ps: parameter-server training needs at least one ps task"},
-      {"no worker", R"({"cluster": {"chief": ["c:1"], "ps": ["p:1"]}, "task": {"type": "ps", "index": 0}})",
+      {"no worker",
+       R"({"cluster": {"chief": ["c:1"], "ps": ["p:1"]}, "task": {"type": "ps", "index": 0}})",
        "TF_CONFIG.cluster.worker: parameter-server training needs at least one worker task"},
       {"duplicate address across types",
        R"({"cluster": {"chief": ["h:1"], "worker": ["w:1"], "ps": ["w:1"]}, "task": {"type": "ps", "index": 0}})",
@@ -205,7 +212,8 @@ TEST_CASE("TF_CONFIG table: valid and invalid configs, exact error prefixes") {
        R"({"cluster": {"worker": ["w:1"], "ps": ["p:1"], "evaluator": ["p:1"]}, "task": {"type": "ps", "index": 0}})",
        "TF_CONFIG.cluster.evaluator[0]: address \"p:1\" is already used by ps:0"},
       // ---- invalid: addresses ----
-      {"port 0", R"({"cluster": {"worker": ["w:0"], "ps": ["p:1"]}, "task": {"type": "ps", "index": 0}})",
+      {"port 0",
+       R"({"cluster": {"worker": ["w:0"], "ps": ["p:1"]}, "task": {"type": "ps", "index": 0}})",
        "TF_CONFIG.cluster.worker[0]: \"w:0\" has port 0, which is out of range (1-65535)"},
       {"port 70000",
        R"({"cluster": {"worker": ["w:1"], "ps": ["p:70000"]}, "task": {"type": "ps", "index": 0}})",
@@ -258,13 +266,15 @@ TEST_CASE("TF_CONFIG as TensorFlow and Kubeflow write it: master, string index, 
   CHECK(legacy->warnings.empty());
   CHECK(ps::cluster::ValidateForPsTraining(*legacy).ok());
 
-  auto with_extra = ps::cluster::ParseTfConfig(
-      Cfg(R"({"type": "worker", "index": "1", "trial": "7"})", R"(, "job": {"x": 1}, "rpc_layer": "grpc")"));
+  auto with_extra =
+      ps::cluster::ParseTfConfig(Cfg(R"({"type": "worker", "index": "1", "trial": "7"})",
+                                     R"(, "job": {"x": 1}, "rpc_layer": "grpc")"));
   REQUIRE(with_extra.ok());
   CHECK(with_extra->task == TaskId{TaskType::kWorker, 1});
   CHECK(with_extra->rpc_layer == "grpc");
   CHECK(with_extra->warnings ==
-        std::vector<std::string>{"TF_CONFIG.task.trial: unknown key, ignored", "TF_CONFIG.job: unknown key, ignored"});
+        std::vector<std::string>{"TF_CONFIG.task.trial: unknown key, ignored",
+                                 "TF_CONFIG.job: unknown key, ignored"});
 
   // The evaluator TF's side-car reads: not in cluster, string index "0".
   auto eval = ps::cluster::ParseTfConfig(Cfg(R"({"type": "evaluator", "index": "0"})"));
@@ -298,8 +308,8 @@ TEST_CASE("ParseTfConfig fills every field") {
 
   // The evaluator is listed but is not part of the training cluster.
   const std::vector<TaskId> training = spec.TrainingTasks();
-  const std::vector<TaskId> want = {{TaskType::kChief, 0}, {TaskType::kWorker, 0},
-                                    {TaskType::kWorker, 1}, {TaskType::kPs, 0}};
+  const std::vector<TaskId> want = {
+      {TaskType::kChief, 0}, {TaskType::kWorker, 0}, {TaskType::kWorker, 1}, {TaskType::kPs, 0}};
   CHECK(training == want);
   CHECK(spec.AllTasks().size() == 5);
   CHECK(spec.AllTasks().back() == TaskId{TaskType::kEvaluator, 0});
@@ -514,13 +524,15 @@ TEST_CASE("Cluster files: bare or wrapped, errors name file and field") {
   CHECK(ps::cluster::ParseClusterFile(R"({"boss": ["m:1"]})", "f.json").status().message() ==
         "f.json: cluster.boss: unknown task type \"boss\" (expected chief, worker, ps or "
         "evaluator)");
-  CHECK(ps::cluster::ParseClusterFile(R"({"chief": ["a:1", "b:1"]})", "f.json")
-            .status()
-            .message() == "f.json: cluster.chief: at most one chief task is allowed, got 2");
+  CHECK(
+      ps::cluster::ParseClusterFile(R"({"chief": ["a:1", "b:1"]})", "f.json").status().message() ==
+      "f.json: cluster.chief: at most one chief task is allowed, got 2");
   CHECK(ps::cluster::ParseClusterFile("[]", "f.json").status().message() ==
         "f.json: cluster: must be a JSON object");
-  CHECK(ps::cluster::ParseClusterFile("{", "f.json").status().message().rfind(
-            "f.json: malformed JSON", 0) == 0);
+  CHECK(ps::cluster::ParseClusterFile("{", "f.json")
+            .status()
+            .message()
+            .rfind("f.json: malformed JSON", 0) == 0);
   auto missing = ps::cluster::ReadClusterFile("/nonexistent/cluster.json");
   CHECK(missing.status().code() == ps::Code::kNotFound);
 }
@@ -593,7 +605,8 @@ TEST_CASE("Task overrides replace type and index and are checked") {
   c.task.index = 1;
   CHECK(ps::cluster::ApplyOverrides({"chief", std::nullopt}, &c).message() ==
         "TF_CONFIG.task.index: 1 is out of range (cluster has 1 chief task)");
-  CHECK(ps::cluster::ApplyOverrides({"evaluator", 0}, &c).ok());  // TF: an evaluator need not be listed
+  CHECK(ps::cluster::ApplyOverrides({"evaluator", 0}, &c)
+            .ok());  // TF: an evaluator need not be listed
   CHECK(ps::cluster::ApplyOverrides({"evaluator", 2}, &c).message() ==
         "--task-index: must be 0 for an evaluator that is not listed in TF_CONFIG.cluster");
 }

@@ -18,8 +18,10 @@ std::string Slurp(const std::string& path) {
   return ss.str();
 }
 
-TEST_CASE("AppendOnlyFile adds whole records to what the file held; a reopened appender goes on after them") {
-  auto dir = std::filesystem::temp_directory_path() / ("pstrain-lines-" + std::to_string(::getpid()));
+TEST_CASE(
+    "AppendOnlyFile adds whole records to what the file held; a reopened appender goes on after them") {
+  auto dir =
+      std::filesystem::temp_directory_path() / ("pstrain-lines-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const std::string path = (dir / "log.jsonl").string();
   {
@@ -35,7 +37,8 @@ TEST_CASE("AppendOnlyFile adds whole records to what the file held; a reopened a
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("AppendOnlyFile on a full device: the error names the file and the cause, and the next append is tried again") {
+TEST_CASE(
+    "AppendOnlyFile on a full device: the error names the file and the cause, and the next append is tried again") {
   auto a = AppendOnlyFile::Open("/dev/full");  // every write fails with ENOSPC
   REQUIRE(a.ok());
   Status first = a->Append("{\"step\":1}");
@@ -60,14 +63,16 @@ TEST_CASE("AppendOnlyFile: a directory that does not exist is an error naming th
   CHECK_THAT(a.status().message(), Catch::Contains("/nonexistent-pstrain-dir/log.jsonl: open"));
 }
 
-TEST_CASE("SumFile and ReadChunks: size and CRC over chunks, errors name the path, a chunk can fail the read") {
+TEST_CASE(
+    "SumFile and ReadChunks: size and CRC over chunks, errors name the path, a chunk can fail the read") {
   auto dir = std::filesystem::temp_directory_path() / ("pstrain-sum-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const std::string path = (dir / "f").string();
   // Larger than one chunk (4 MiB), so that the CRC is extended across chunks.
   std::string bytes(size_t{9} << 20, '\0');
   for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i * 131 % 251);
-  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  std::ofstream(path, std::ios::binary)
+      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   auto sum = SumFile(path);
   REQUIRE(sum.ok());
   CHECK(sum->bytes == bytes.size());

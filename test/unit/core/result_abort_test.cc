@@ -44,7 +44,8 @@ Child RunInChild(const std::function<void()>& body) {
   ::close(fds[1]);
   Child c;
   char buf[512];
-  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) c.err.append(buf, static_cast<size_t>(n));
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;)
+    c.err.append(buf, static_cast<size_t>(n));
   ::close(fds[0]);
   REQUIRE(::waitpid(pid, &c.wait_status, 0) == pid);
   return c;
@@ -68,7 +69,8 @@ TEST_CASE("Result: value, * and -> of a value do not abort") {
   Child c = RunInChild([] {
     auto r = Make(true);
     const auto& cr = r;
-    if (r.value().a + (*r).a + r->a + cr.value().a + (*cr).a + cr->a + Make(true).value().a != 21) ::_exit(3);
+    if (r.value().a + (*r).a + r->a + cr.value().a + (*cr).a + cr->a + Make(true).value().a != 21)
+      ::_exit(3);
   });
   CHECK(c.exited_0());
   CHECK(c.err.empty());
@@ -79,14 +81,54 @@ TEST_CASE("Result: value, * and -> of an error abort naming the error") {
   INFO("release build: assert() is compiled out");
 #endif
   const std::pair<const char*, std::function<void()>> cases[] = {
-      {"value() &", [] { volatile int a = Make(false).value().a; (void)a; }},
-      {"value() &", [] { auto r = Make(false); volatile int a = r.value().a; (void)a; }},
-      {"value() const&", [] { const auto r = Make(false); volatile int a = r.value().a; (void)a; }},
-      {"value() &&", [] { auto r = Make(false); Pair p = std::move(r).value(); volatile int a = p.a; (void)a; }},
-      {"operator*", [] { auto r = Make(false); volatile int a = (*r).a; (void)a; }},
-      {"operator* const", [] { const auto r = Make(false); volatile int a = (*r).a; (void)a; }},
-      {"operator->", [] { auto r = Make(false); volatile int a = r->a; (void)a; }},
-      {"operator-> const", [] { const auto r = Make(false); volatile int a = r->a; (void)a; }},
+      {"value() &",
+       [] {
+         volatile int a = Make(false).value().a;
+         (void)a;
+       }},
+      {"value() &",
+       [] {
+         auto r = Make(false);
+         volatile int a = r.value().a;
+         (void)a;
+       }},
+      {"value() const&",
+       [] {
+         const auto r = Make(false);
+         volatile int a = r.value().a;
+         (void)a;
+       }},
+      {"value() &&",
+       [] {
+         auto r = Make(false);
+         Pair p = std::move(r).value();
+         volatile int a = p.a;
+         (void)a;
+       }},
+      {"operator*",
+       [] {
+         auto r = Make(false);
+         volatile int a = (*r).a;
+         (void)a;
+       }},
+      {"operator* const",
+       [] {
+         const auto r = Make(false);
+         volatile int a = (*r).a;
+         (void)a;
+       }},
+      {"operator->",
+       [] {
+         auto r = Make(false);
+         volatile int a = r->a;
+         (void)a;
+       }},
+      {"operator-> const",
+       [] {
+         const auto r = Make(false);
+         volatile int a = r->a;
+         (void)a;
+       }},
   };
   for (const auto& [name, body] : cases) {
     INFO(name);
@@ -102,5 +144,6 @@ TEST_CASE("Result: constructed from an OK status aborts") {
     (void)r;
   });
   CHECK(c.aborted());
-  CHECK(c.err.rfind("pstrain: internal assertion failed: Result constructed from an OK status at ", 0) == 0);
+  CHECK(c.err.rfind("pstrain: internal assertion failed: Result constructed from an OK status at ",
+                    0) == 0);
 }

@@ -55,5 +55,6 @@ TEST_CASE("JsonReader names the field of every error") {
   double wrong = 0;
   CHECK(r.Get("b", &wrong).message() == "job.b: expected a number, got string");
   CHECK(r.Finish().message() == "job.z: unknown key");
-  CHECK(ps::ParseJson("{", "TF_CONFIG").status().message().rfind("TF_CONFIG: malformed JSON", 0) == 0);
+  CHECK(ps::ParseJson("{", "TF_CONFIG").status().message().rfind("TF_CONFIG: malformed JSON", 0) ==
+        0);
 }

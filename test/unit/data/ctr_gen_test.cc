@@ -11,6 +11,7 @@
 #include "libps/worker/trainer.h"
 #include "test/support/temp_dir.h"
 
+using Catch::Matchers::Contains;
 using ps::Json;
 using ps::data::CtrField;
 using ps::data::CtrReport;
@@ -23,7 +24,6 @@ using ps::data::ReadLibSvm;
 using ps::testing::ReadBytes;
 using ps::testing::TempDir;
 using ps::testing::WriteBytes;
-using Catch::Matchers::Contains;
 
 namespace {
 
@@ -123,7 +123,8 @@ TEST_CASE("gen-ctr lines are LibSVM with 1-based ids inside each field's range")
   for (size_t e = 0; e < 200; ++e) {
     int64_t n = dcol.offsets[e + 1] - dcol.offsets[e];
     float draws = 0;
-    for (auto i = dcol.offsets[e]; i < dcol.offsets[e + 1]; ++i) draws += dcol.values[static_cast<size_t>(i)];
+    for (auto i = dcol.offsets[e]; i < dcol.offsets[e + 1]; ++i)
+      draws += dcol.values[static_cast<size_t>(i)];
     CHECK(n >= 1);
     CHECK(draws >= 1);
     CHECK(draws <= 3);
@@ -260,8 +261,9 @@ TEST_CASE("spec JSON: round trip, defaults, strict errors") {
   CHECK_THAT(err(Json::parse(R"({"fields": [{"vocab": 0}]})")), Contains("spec.fields[0].vocab"));
   CHECK_THAT(err(Json::parse(R"({"fields": [{"vocab": 5, "ids": [3, 2]}]})")),
              Contains("spec.fields[0].ids"));
-  CHECK_THAT(err(Json::parse(R"({"fields": [{"vocab": 5}], "interactions": [{"fields": [0, 1]}]})")),
-             Contains("spec.interactions[0].fields"));
+  CHECK_THAT(
+      err(Json::parse(R"({"fields": [{"vocab": 5}], "interactions": [{"fields": [0, 1]}]})")),
+      Contains("spec.interactions[0].fields"));
   CHECK_THAT(err(Json{{"eval_examples", 0}}), Contains("spec.eval_examples"));
 }
 
@@ -293,8 +295,10 @@ std::vector<std::vector<int64_t>> Canonical(const Json& data, const std::string&
     for (int64_t r = 0; r < b->size; ++r) {
       std::vector<int64_t> e{static_cast<int64_t>(b->labels[static_cast<size_t>(r)])};
       for (const auto& f : b->sparse) {
-        for (int64_t i = f.offsets[static_cast<size_t>(r)]; i < f.offsets[static_cast<size_t>(r + 1)]; ++i) {
-          const int64_t n = f.values.empty() ? 1 : static_cast<int64_t>(f.values[static_cast<size_t>(i)]);
+        for (int64_t i = f.offsets[static_cast<size_t>(r)];
+             i < f.offsets[static_cast<size_t>(r + 1)]; ++i) {
+          const int64_t n =
+              f.values.empty() ? 1 : static_cast<int64_t>(f.values[static_cast<size_t>(i)]);
           e.insert(e.end(), static_cast<size_t>(n), f.ids[static_cast<size_t>(i)]);
         }
         e.push_back(-1);  // end of field
@@ -313,7 +317,8 @@ TEST_CASE("gen-ctr writes the same examples as LibSVM, TFRecord and Criteo TSV, 
   spec.train_examples = 1000;
   spec.eval_examples = 300;
   ps::data::CtrOutput output;
-  output.formats = {ps::data::CtrFormat::kLibSvm, ps::data::CtrFormat::kTfRecord, ps::data::CtrFormat::kCriteoTsv};
+  output.formats = {ps::data::CtrFormat::kLibSvm, ps::data::CtrFormat::kTfRecord,
+                    ps::data::CtrFormat::kCriteoTsv};
   output.files = 3;
   for (bool gzip : {false, true}) {
     spec.gzip = gzip;
@@ -355,9 +360,10 @@ TEST_CASE("gen-ctr: formats the spec does not fit are errors") {
   output.formats = {ps::data::CtrFormat::kCriteoTsv};
   auto r = GenerateCtr(spec, dir.path(), output);
   REQUIRE_FALSE(r.ok());
-  CHECK(r.status().message() ==
-        "criteo_tsv: the spec's fields need 33 categorical columns (one per id an example can have), Criteo's "
-        "layout has 26");
+  CHECK(
+      r.status().message() ==
+      "criteo_tsv: the spec's fields need 33 categorical columns (one per id an example can have), Criteo's "
+      "layout has 26");
   spec = SmallSpec();
   spec.fields[1].name = "label";
   output.formats = {ps::data::CtrFormat::kTfRecord};

@@ -7,16 +7,16 @@
 #include "test/support/temp_dir.h"
 #include "test/unit/data/test_util.h"
 
+using Catch::Matchers::Contains;
 using ps::Code;
 using ps::Json;
 using ps::data::Dataset;
-using ps::data::InMemoryDataset;
 using ps::data::DatasetOptions;
 using ps::data::ExampleTable;
+using ps::data::InMemoryDataset;
 using ps::data::OpenDataset;
 using ps::testing::TempDir;
 using ps::testing::WriteBytes;
-using Catch::Matchers::Contains;
 
 namespace {
 
@@ -63,7 +63,8 @@ std::vector<int64_t> Indices(const ps::model::Batch& b) {
     int64_t begin = b.sparse[0].offsets[static_cast<size_t>(r)];
     int64_t end = b.sparse[0].offsets[static_cast<size_t>(r + 1)];
     REQUIRE(end - begin == i % 3);
-    for (int64_t k = begin; k < end; ++k) CHECK(b.sparse[0].ids[static_cast<size_t>(k)] == i + (k - begin));
+    for (int64_t k = begin; k < end; ++k)
+      CHECK(b.sparse[0].ids[static_cast<size_t>(k)] == i + (k - begin));
     out.push_back(i);
   }
   return out;
@@ -240,7 +241,8 @@ TEST_CASE("SkipTo continues the same sequence") {
   CHECK(c->Next(5)->size == 0);
 }
 
-TEST_CASE("ReadAhead returns the wrapped data set's batches, in order, and counts only those returned") {
+TEST_CASE(
+    "ReadAhead returns the wrapped data set's batches, in order, and counts only those returned") {
   DatasetOptions o;
   o.seed = 5;
   o.num_shards = 2;
@@ -345,9 +347,10 @@ TEST_CASE("OpenDataset: strict config errors name the key") {
   };
   CHECK(err(R"({"format":"string_features","examples":10,"bogus":1})") ==
         "job.data.train.bogus: unknown key");
-  CHECK(err(R"({"format":"parquet"})") ==
-        "job.data.train.format: unknown format 'parquet' (expected idx, libsvm, csv, string_features, tfrecord "
-        "or criteo_tsv)");
+  CHECK(
+      err(R"({"format":"parquet"})") ==
+      "job.data.train.format: unknown format 'parquet' (expected idx, libsvm, csv, string_features, tfrecord "
+      "or criteo_tsv)");
   CHECK(err(R"({"examples":10})") == "job.data.train.format: required key is missing");
   CHECK(err(R"({"format":"string_features","examples":0})") ==
         "job.data.train.examples: must be positive, got 0");
@@ -357,11 +360,13 @@ TEST_CASE("OpenDataset: strict config errors name the key") {
         "job.data.train.num_features: required key is missing");
   CHECK(err(R"({"format":"libsvm","path":"x","num_features":"10"})") ==
         "job.data.train.num_features: expected an integer, got string");
-  CHECK(err(R"({"format":"idx","images":"a"})") == "job.data.train.labels: required key is missing");
+  CHECK(err(R"({"format":"idx","images":"a"})") ==
+        "job.data.train.labels: required key is missing");
   CHECK(err(R"({"format":"idx","images":"a","labels":"b","classes":1})") ==
         "job.data.train.classes: must be 0 (infer) or at least 2, got 1");
-  CHECK(err(R"({"format":"csv","path":"a.csv","label":"y","categorical":[{"column":"c","vocab":[]}]})") ==
-        "job.data.train.categorical[0].vocabulary: required key is missing");
+  CHECK(
+      err(R"({"format":"csv","path":"a.csv","label":"y","categorical":[{"column":"c","vocab":[]}]})") ==
+      "job.data.train.categorical[0].vocabulary: required key is missing");
   CHECK(err(R"({"format":"csv","path":"a.csv","label":"y","categorical":[3]})") ==
         "job.data.train.categorical[0]: expected a column name or an object, got number");
   CHECK(err(R"({"format":"csv","path":"a.csv","label":"y","delimiter":";;"})") ==
@@ -379,7 +384,8 @@ TEST_CASE("OpenDataset resolves relative paths against base_dir") {
   o.base_dir = dir.path();
   o.shuffle = false;
   auto d = OpenDataset(
-      Json::parse(R"({"format":"libsvm","path":"x.libsvm","num_features":3,"limit":2})"), "data", o);
+      Json::parse(R"({"format":"libsvm","path":"x.libsvm","num_features":3,"limit":2})"), "data",
+      o);
   REQUIRE(d.ok());
   CHECK((*d)->info().examples == 2);
   auto b = (*d)->Next(2);

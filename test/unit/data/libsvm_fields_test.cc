@@ -5,6 +5,7 @@
 #include "libps/data/readers.h"
 #include "test/support/temp_dir.h"
 
+using Catch::Matchers::Contains;
 using ps::Json;
 using ps::data::DatasetOptions;
 using ps::data::LibSvmOptions;
@@ -12,7 +13,6 @@ using ps::data::OpenDataset;
 using ps::data::ReadLibSvm;
 using ps::testing::TempDir;
 using ps::testing::WriteBytes;
-using Catch::Matchers::Contains;
 
 TEST_CASE("LibSVM field_offsets: one field per range, ids made field-local") {
   TempDir dir;
@@ -20,7 +20,7 @@ TEST_CASE("LibSVM field_offsets: one field per range, ids made field-local") {
   // num_features 8, fields [0,3) [3,5) [5,8); 1-based ids in the file.
   WriteBytes(f,
              "1 1:1 4:1 8:2\n"
-             "0 6:1 3:0.5 2:1\n"   // field 0 twice (order kept), no id of field 1
+             "0 6:1 3:0.5 2:1\n"  // field 0 twice (order kept), no id of field 1
              "0\n");
   LibSvmOptions o;
   o.num_features = 8;
@@ -57,11 +57,14 @@ TEST_CASE("LibSVM field_offsets: one field per range, ids made field-local") {
   }
   SECTION("bad offsets") {
     o.field_offsets = {1, 3};
-    CHECK_THAT(ReadLibSvm(f, o).status().message(), Contains(": field_offsets[0]: 1 (the first offset must be 0)"));
+    CHECK_THAT(ReadLibSvm(f, o).status().message(),
+               Contains(": field_offsets[0]: 1 (the first offset must be 0)"));
     o.field_offsets = {0, 3, 3};
-    CHECK_THAT(ReadLibSvm(f, o).status().message(), Contains(": field_offsets[2]: 3: offsets must start at 0"));
+    CHECK_THAT(ReadLibSvm(f, o).status().message(),
+               Contains(": field_offsets[2]: 3: offsets must start at 0"));
     o.field_offsets = {0, 8};
-    CHECK_THAT(ReadLibSvm(f, o).status().message(), Contains(": field_offsets[1]: 8: offsets must start at 0"));
+    CHECK_THAT(ReadLibSvm(f, o).status().message(),
+               Contains(": field_offsets[1]: 8: offsets must start at 0"));
   }
 }
 
@@ -91,8 +94,9 @@ TEST_CASE("OpenDataset: field_offsets from the config, errors name the key") {
              Contains("job.train_data.field_offsets: must not be empty"));
   CHECK_THAT(err(R"({"format":"libsvm","path":"x.libsvm","num_features":4,"field_offsets":[1,2]})"),
              Contains("job.train_data.field_offsets[0]: 1 (the first offset must be 0)"));
-  CHECK_THAT(err(R"({"format":"libsvm","path":"x.libsvm","num_features":4,"field_offsets":[0,2,2]})"),
-             Contains("job.train_data.field_offsets[2]: 2"));
+  CHECK_THAT(
+      err(R"({"format":"libsvm","path":"x.libsvm","num_features":4,"field_offsets":[0,2,2]})"),
+      Contains("job.train_data.field_offsets[2]: 2"));
   CHECK_THAT(err(R"({"format":"libsvm","path":"x.libsvm","num_features":4,"field_offsets":[0,4]})"),
              Contains("job.train_data.field_offsets[1]: 4"));
   CHECK_THAT(err(R"({"format":"libsvm","path":"x.libsvm","num_features":4,"field_offsets":"0"})"),

@@ -8,6 +8,7 @@
 #include "test/support/temp_dir.h"
 #include "test/unit/data/test_util.h"
 
+using Catch::Matchers::Contains;
 using ps::Code;
 using ps::data::CsvCategorical;
 using ps::data::CsvOptions;
@@ -21,7 +22,6 @@ using ps::data::testing::BigEndian32;
 using ps::data::testing::Gzip;
 using ps::testing::TempDir;
 using ps::testing::WriteBytes;
-using Catch::Matchers::Contains;
 
 namespace {
 
@@ -77,7 +77,8 @@ TEST_CASE("Fashion-MNIST train set parses: 60000 28x28 images, first label 9 (an
   const std::array<size_t, 4> examples{0, 2, 1, 59999};
   for (size_t e = 0; e < examples.size(); ++e) {
     for (size_t k = 0; k < 784u; ++k) {
-      exact += b.dense[e * 784u + k] == static_cast<float>(t->dense_u8[examples[e] * 784u + k]) * t->dense_u8_scale;
+      exact += b.dense[e * 784u + k] ==
+               static_cast<float>(t->dense_u8[examples[e] * 784u + k]) * t->dense_u8_scale;
     }
   }
   CHECK(exact == 4u * 784u);
@@ -160,13 +161,15 @@ TEST_CASE("IDX corruption is reported with file and offset") {
     WriteBytes(images, "");
     auto r = ReadIdx(images, labels);
     REQUIRE_FALSE(r.ok());
-    CHECK(r.status().message() == images + ": offset 0: truncated: expected 4 bytes of magic, got 0");
+    CHECK(r.status().message() ==
+          images + ": offset 0: truncated: expected 4 bytes of magic, got 0");
   }
   SECTION("truncated pixels") {
     WriteBytes(images, Idx3(3, 2, 2, std::string(11, '\0')));
     auto r = ReadIdx(images, labels);
     REQUIRE_FALSE(r.ok());
-    CHECK(r.status().message() == images + ": offset 16: truncated: expected 12 bytes of pixels, got 11");
+    CHECK(r.status().message() ==
+          images + ": offset 16: truncated: expected 12 bytes of pixels, got 11");
   }
   SECTION("trailing bytes") {
     WriteBytes(labels, Idx1(3, std::string(5, '\0')));
@@ -219,7 +222,8 @@ TEST_CASE("truncated real Fashion-MNIST images, raw and gzipped") {
     auto c = ReadIdx(gz, kTrainLabels);
     REQUIRE_FALSE(c.ok());
     CHECK(c.status().code() == Code::kDataLoss);
-    CHECK_THAT(c.status().message(), Contains(gz + ": gzip: truncated stream at compressed offset"));
+    CHECK_THAT(c.status().message(),
+               Contains(gz + ": gzip: truncated stream at compressed offset"));
   }
   SECTION("corrupt gzip data") {
     std::string whole = Gzip(images->substr(0, 100000));
@@ -243,12 +247,12 @@ TEST_CASE("LibSVM parses labels, 1-based ids, values and comments") {
   TempDir dir;
   const std::string f = dir.File("clicks.libsvm");
   WriteBytes(f,
-            "# a comment line\n"
-            "1 1:0.5 3:2   # trailing comment\n"
-            "-1 2:1.5\r\n"
-            "\n"
-            "+1 1000:1 qid:7\n"
-            "-1\n");
+             "# a comment line\n"
+             "1 1:0.5 3:2   # trailing comment\n"
+             "-1 2:1.5\r\n"
+             "\n"
+             "+1 1000:1 qid:7\n"
+             "-1\n");
   LibSvmOptions o;
   o.num_features = 1000;
   auto t = ReadLibSvm(f, o);
@@ -273,7 +277,8 @@ TEST_CASE("LibSVM parses labels, 1-based ids, values and comments") {
     WriteBytes(f, "1 1:1\n0 0:1\n");
     auto z = ReadLibSvm(f, o);
     REQUIRE_FALSE(z.ok());
-    CHECK(z.status().message() == f + ":2: feature id 0 is out of range [1, 1000] (ids are 1-based)");
+    CHECK(z.status().message() ==
+          f + ":2: feature id 0 is out of range [1, 1000] (ids are 1-based)");
   }
   SECTION("bad feature") {
     std::string text;
@@ -326,12 +331,12 @@ TEST_CASE("CSV: dense columns, categorical columns through a vocabulary, labels"
   TempDir dir;
   const std::string f = dir.File("data.csv");
   WriteBytes(f,
-            "y,a,b,color,ignored\n"
-            "1,0.5,2,red,zzz\n"
-            "0,1.5,-3,blue,zzz\n"
-            "\n"
-            "1,\"2.5\",4e1,green,q\n"
-            "0,3,1,red,\"x,\"\"y\"\n");
+             "y,a,b,color,ignored\n"
+             "1,0.5,2,red,zzz\n"
+             "0,1.5,-3,blue,zzz\n"
+             "\n"
+             "1,\"2.5\",4e1,green,q\n"
+             "0,3,1,red,\"x,\"\"y\"\n");
   CsvOptions o;
   o.label = "y";
   o.dense = {"b", "a"};

@@ -11,6 +11,7 @@
 #include "test/support/temp_dir.h"
 #include "test/unit/data/test_util.h"
 
+using Catch::Matchers::Contains;
 using ps::Code;
 using ps::Json;
 using ps::data::Dataset;
@@ -19,7 +20,6 @@ using ps::data::OpenDataset;
 using ps::data::StreamingDataset;
 using ps::testing::TempDir;
 using ps::testing::WriteBytes;
-using Catch::Matchers::Contains;
 
 namespace {
 
@@ -28,7 +28,8 @@ constexpr int64_t kIds = 100000;  // num_features of every file here
 // Examples [begin, end): "label k+1:1" with label k % 2.
 std::string Lines(int64_t begin, int64_t end) {
   std::string s;
-  for (int64_t k = begin; k < end; ++k) s += std::to_string(k % 2) + " " + std::to_string(k + 1) + ":1\n";
+  for (int64_t k = begin; k < end; ++k)
+    s += std::to_string(k % 2) + " " + std::to_string(k + 1) + ":1\n";
   return s;
 }
 
@@ -43,8 +44,9 @@ void WriteParts(const TempDir& dir, int files, int64_t per_file, bool mix_gzip =
 }
 
 Json Config(const std::string& files, int64_t shuffle_buffer = 16, const std::string& extra = "") {
-  return Json::parse(R"({"format":"libsvm","files":[")" + files + R"("],"num_features":)" + std::to_string(kIds) +
-                     R"(,"shuffle_buffer":)" + std::to_string(shuffle_buffer) + extra + "}");
+  return Json::parse(R"({"format":"libsvm","files":[")" + files + R"("],"num_features":)" +
+                     std::to_string(kIds) + R"(,"shuffle_buffer":)" +
+                     std::to_string(shuffle_buffer) + extra + "}");
 }
 
 std::unique_ptr<Dataset> Open(const Json& config, DatasetOptions o) {
@@ -65,8 +67,11 @@ std::vector<int64_t> Take(Dataset& d, int64_t count, int64_t batch_size) {
     REQUIRE(b->sparse.size() == 1u);
     REQUIRE(b->sparse[0].offsets.size() == static_cast<size_t>(b->size + 1));
     for (int64_t r = 0; r < b->size; ++r) {
-      REQUIRE(b->sparse[0].offsets[static_cast<size_t>(r + 1)] - b->sparse[0].offsets[static_cast<size_t>(r)] == 1);
-      const int64_t k = b->sparse[0].ids[static_cast<size_t>(b->sparse[0].offsets[static_cast<size_t>(r)])];
+      REQUIRE(b->sparse[0].offsets[static_cast<size_t>(r + 1)] -
+                  b->sparse[0].offsets[static_cast<size_t>(r)] ==
+              1);
+      const int64_t k =
+          b->sparse[0].ids[static_cast<size_t>(b->sparse[0].offsets[static_cast<size_t>(r)])];
       CHECK(b->labels[static_cast<size_t>(r)] == static_cast<float>(k % 2));
       out.push_back(k);
     }
@@ -214,7 +219,8 @@ TEST_CASE("stream: batch sizes may change between calls") {
   std::vector<int64_t> got;
   for (int64_t n : {10, 3, 10, 25, 1, 100}) {
     auto part = Take(*d, n, n);
-    CHECK(static_cast<int64_t>(part.size()) == std::min<int64_t>(n, 100 - static_cast<int64_t>(got.size())));
+    CHECK(static_cast<int64_t>(part.size()) ==
+          std::min<int64_t>(n, 100 - static_cast<int64_t>(got.size())));
     got.insert(got.end(), part.begin(), part.end());
   }
   CHECK(got == Range(100));
@@ -239,7 +245,8 @@ TEST_CASE("stream: empty files, globs that match nothing, a shard without exampl
   };
   auto none = err(Config("nothing-*.tfrecord"), o);
   CHECK(none.code() == Code::kInvalidArgument);
-  CHECK(none.message() == "job.train_data.files[0]: '" + dir.File("nothing-*.tfrecord") + "' matches no file");
+  CHECK(none.message() ==
+        "job.train_data.files[0]: '" + dir.File("nothing-*.tfrecord") + "' matches no file");
   CHECK_THAT(err(Config("/no/such/dir/x.libsvm"), o).message(), Contains("matches no file"));
 
   o.repeat = true;
@@ -259,8 +266,9 @@ TEST_CASE("stream: config errors name the key") {
     REQUIRE_FALSE(r.ok());
     return r.status().message();
   };
-  CHECK(err(R"({"format":"csv","files":["x"],"label":"y"})") ==
-        "job.train_data.files: format 'csv' does not stream (tfrecord, criteo_tsv and libsvm do); use \"path\"");
+  CHECK(
+      err(R"({"format":"csv","files":["x"],"label":"y"})") ==
+      "job.train_data.files: format 'csv' does not stream (tfrecord, criteo_tsv and libsvm do); use \"path\"");
   CHECK(err(R"({"format":"libsvm","files":["x"],"path":"y","num_features":3})") ==
         "job.train_data: give \"path\" (in memory) or \"files\" (streamed), not both");
   CHECK(err(R"({"format":"libsvm","files":[],"num_features":3})") ==
@@ -269,17 +277,21 @@ TEST_CASE("stream: config errors name the key") {
         "job.train_data.shuffle_buffer: must be in 0..2^27, got -1");
   CHECK(err(R"({"format":"libsvm","files":["x"],"num_features":3,"on_error":"ignore"})") ==
         "job.train_data.on_error: must be \"fail\" or \"skip\", got \"ignore\"");
-  CHECK(err(R"({"format":"libsvm","files":["x"],"num_features":3,"classes":0})") ==
-        "job.train_data.classes: must be at least 2 when streaming (the labels cannot be counted before "
-        "training), got 0");
+  CHECK(
+      err(R"({"format":"libsvm","files":["x"],"num_features":3,"classes":0})") ==
+      "job.train_data.classes: must be at least 2 when streaming (the labels cannot be counted before "
+      "training), got 0");
   CHECK(err(R"({"format":"libsvm","files":["x"],"num_features":3,"limit":5})") ==
         "job.train_data.limit: not supported with \"files\"");
-  CHECK(err(R"({"format":"libsvm","files":["x"],"num_features":3,"bogus":5})") == "job.train_data.bogus: unknown key");
+  CHECK(err(R"({"format":"libsvm","files":["x"],"num_features":3,"bogus":5})") ==
+        "job.train_data.bogus: unknown key");
 }
 
-TEST_CASE("stream: a bad record fails the stream naming the file and line, or is skipped and counted") {
+TEST_CASE(
+    "stream: a bad record fails the stream naming the file and line, or is skipped and counted") {
   TempDir dir;
-  WriteBytes(dir.File("a.libsvm"), Lines(0, 10) + "1 oops\n" + Lines(10, 20) + "7 3:1\n" + Lines(20, 30));
+  WriteBytes(dir.File("a.libsvm"),
+             Lines(0, 10) + "1 oops\n" + Lines(10, 20) + "7 3:1\n" + Lines(20, 30));
   DatasetOptions o;
   o.base_dir = dir.path();
   o.shuffle = false;
@@ -312,8 +324,10 @@ TEST_CASE("stream: LibSVM field_offsets group ids by field in order of appearanc
   o.base_dir = dir.path();
   o.shuffle = false;
   o.repeat = false;
-  auto d = Open(Json::parse(R"({"format":"libsvm","files":"f.libsvm","num_features":6,"field_offsets":[0,2,4]})"),
-                o);
+  auto d = Open(
+      Json::parse(
+          R"({"format":"libsvm","files":"f.libsvm","num_features":6,"field_offsets":[0,2,4]})"),
+      o);
   CHECK(d->info().field_vocab_sizes == std::vector<int64_t>{2, 2, 2});
   auto b = d->Next(4);
   REQUIRE(b.ok());

@@ -9,12 +9,13 @@
 
 #include "libps/core/crc32c.h"
 #include "libps/data/dataset.h"
+#include "libps/data/text.h"
 #include "libps/data/tf_example.h"
 #include "libps/data/tfrecord.h"
-#include "libps/data/text.h"
 #include "test/support/temp_dir.h"
 #include "test/unit/data/test_util.h"
 
+using Catch::Matchers::Contains;
 using ps::Code;
 using ps::Json;
 using ps::data::AppendTfRecord;
@@ -26,7 +27,6 @@ using ps::data::TfExampleDecoder;
 using ps::data::TfExampleSpec;
 using ps::testing::TempDir;
 using ps::testing::WriteBytes;
-using Catch::Matchers::Contains;
 
 namespace {
 
@@ -92,8 +92,8 @@ void CheckExample(const ps::model::Batch& b, int64_t r, int64_t k) {
   CHECK(ids(1) == std::vector<int64_t>{static_cast<int64_t>(ps::data::HashInt(k) % 50),
                                        static_cast<int64_t>(ps::data::HashInt(k + 1) % 50)});
   CHECK(ids(2) == std::vector<int64_t>{k % 3 == 2 ? 0 : k % 3 + 1});  // "xx" is out of vocabulary
-  CHECK(ids(3) ==
-        std::vector<int64_t>{static_cast<int64_t>(ps::data::HashBytes("q" + std::to_string(k)) % 100)});
+  CHECK(ids(3) == std::vector<int64_t>{
+                      static_cast<int64_t>(ps::data::HashBytes("q" + std::to_string(k)) % 100)});
   // Values: 1 for the fields without weights, the weight for query.
   const auto& q = b.sparse[3];
   CHECK(q.values[static_cast<size_t>(q.offsets[u])] == static_cast<float>(k) / 10);
@@ -141,9 +141,13 @@ TEST_CASE("tf.Example: records encoded by hand from TensorFlow's wire format dec
   //                  feature{key:"b" value{bytes_list{value:["us"]}}}
   //                  feature{key:"i" value{int64_list{value:[3, 300]} (unpacked)}}}}
   const std::string y = "\x0a\x01y\x12\x05\x1a\x03\x0a\x01\x01";
-  const std::string f = std::string("\x0a\x01" "f\x12\x0c\x12\x0a\x0a\x08") +
+  const std::string f = std::string(
+                            "\x0a\x01"
+                            "f\x12\x0c\x12\x0a\x0a\x08") +
                         std::string("\x00\x00\x00\x3f\x00\x00\x00\x40", 8);
-  const std::string b = "\x0a\x01" "b\x12\x06\x0a\x04\x0a\x02us";
+  const std::string b =
+      "\x0a\x01"
+      "b\x12\x06\x0a\x04\x0a\x02us";
   const std::string i = "\x0a\x01i\x12\x07\x1a\x05\x08\x03\x08\xac\x02";
   std::string features;
   for (const std::string& entry : {y, f, b, i}) {
@@ -151,7 +155,8 @@ TEST_CASE("tf.Example: records encoded by hand from TensorFlow's wire format dec
     features += static_cast<char>(entry.size());
     features += entry;
   }
-  const std::string example = "\x0a" + std::string(1, static_cast<char>(features.size())) + features;
+  const std::string example =
+      "\x0a" + std::string(1, static_cast<char>(features.size())) + features;
 
   TfExampleSpec spec;
   spec.label = "y";
@@ -198,7 +203,8 @@ TEST_CASE("tfrecord: examples round trip, streamed and in memory, plain and gzip
   TempDir dir;
   WriteBytes(dir.File("a.tfrecord"), Records(0, 30));
   WriteBytes(dir.File("b.tfrecord.gz"), ps::data::testing::Gzip(Records(30, 50)));
-  auto d = OpenDataset(Config(R"("files":["a.tfrecord","b.tfrecord*"])"), "job.train_data", Pass(dir));
+  auto d =
+      OpenDataset(Config(R"("files":["a.tfrecord","b.tfrecord*"])"), "job.train_data", Pass(dir));
   INFO(d.status().message());
   REQUIRE(d.ok());
   const auto& info = (*d)->info();
@@ -236,11 +242,12 @@ TEST_CASE("tfrecord: a corrupt data CRC names the file and offset; skip goes on"
   ps::Status st;
   for (int i = 0; i < 5 && st.ok(); ++i) st = (*fail)->Next(4).status();
   CHECK(st.code() == Code::kDataLoss);
-  CHECK(st.message() == dir.File("c.tfrecord") + ": record at byte offset " + std::to_string(third) +
-                            ": data CRC mismatch (corrupt record of " + std::to_string(ExampleRecord(2).size()) +
-                            " bytes)");
+  CHECK(st.message() == dir.File("c.tfrecord") + ": record at byte offset " +
+                            std::to_string(third) + ": data CRC mismatch (corrupt record of " +
+                            std::to_string(ExampleRecord(2).size()) + " bytes)");
 
-  auto skip = OpenDataset(Config(R"("files":"c.tfrecord","on_error":"skip")"), "job.train_data", Pass(dir));
+  auto skip =
+      OpenDataset(Config(R"("files":"c.tfrecord","on_error":"skip")"), "job.train_data", Pass(dir));
   REQUIRE(skip.ok());
   auto b = (*skip)->Next(100);
   REQUIRE(b.ok());
@@ -265,14 +272,16 @@ TEST_CASE("tfrecord: a corrupt length or a truncated record ends the file") {
   };
   const std::string at = ": record at byte offset " + std::to_string(good.size()) + ": ";
   const std::string at5 = ": record at byte offset " + std::to_string(Records(0, 5).size()) + ": ";
-  for (const Case& c : {Case{"len.tfrecord", at + "length CRC mismatch (corrupt header)", 4},
-                        Case{"cut.tfrecord", at5 + "truncated: " + std::to_string(ExampleRecord(5).size() + 4 - 7) +
-                                                 " of " + std::to_string(ExampleRecord(5).size() + 4) +
-                                                 " bytes of data and CRC",
-                             5},
-                        Case{"cut-header.tfrecord", at + "truncated header: 5 of 12 bytes", 4}}) {
+  for (const Case& c :
+       {Case{"len.tfrecord", at + "length CRC mismatch (corrupt header)", 4},
+        Case{"cut.tfrecord",
+             at5 + "truncated: " + std::to_string(ExampleRecord(5).size() + 4 - 7) + " of " +
+                 std::to_string(ExampleRecord(5).size() + 4) + " bytes of data and CRC",
+             5},
+        Case{"cut-header.tfrecord", at + "truncated header: 5 of 12 bytes", 4}}) {
     INFO(c.file);
-    auto fail = OpenDataset(Config(std::string(R"("files":")") + c.file + "\""), "job.train_data", Pass(dir));
+    auto fail = OpenDataset(Config(std::string(R"("files":")") + c.file + "\""), "job.train_data",
+                            Pass(dir));
     REQUIRE(fail.ok());
     auto first = (*fail)->Next(100);
     REQUIRE_FALSE(first.ok());
@@ -348,10 +357,12 @@ TEST_CASE("tfrecord: missing and mistyped features name the feature, file and of
   CHECK(error_of("range") == at + "feature 'site': id 10 is out of range [0, 10)");
 
   // "optional": a missing feature is an empty field.
-  const std::string optional_user = R"(,"sparse":[{"feature":"user","type":"int64","vocab":5,"optional":true}])";
-  auto d = OpenDataset(Json::parse(std::string(R"({"format":"tfrecord","files":"missing","label":"click")") +
-                                   optional_user + "}"),
-                       "job.train_data", Pass(dir));
+  const std::string optional_user =
+      R"(,"sparse":[{"feature":"user","type":"int64","vocab":5,"optional":true}])";
+  auto d = OpenDataset(
+      Json::parse(std::string(R"({"format":"tfrecord","files":"missing","label":"click")") +
+                  optional_user + "}"),
+      "job.train_data", Pass(dir));
   INFO(d.status().message());
   REQUIRE(d.ok());
   auto b = (*d)->Next(10);
@@ -363,23 +374,27 @@ TEST_CASE("tfrecord: missing and mistyped features name the feature, file and of
 TEST_CASE("tfrecord: feature spec errors name the key") {
   DatasetOptions o;
   auto err = [&](const std::string& extra) {
-    auto r = OpenDataset(Json::parse(R"({"format":"tfrecord","files":"x",)" + extra + "}"), "job.train_data", o);
+    auto r = OpenDataset(Json::parse(R"({"format":"tfrecord","files":"x",)" + extra + "}"),
+                         "job.train_data", o);
     REQUIRE_FALSE(r.ok());
     return r.status().message();
   };
   CHECK(err(R"("sparse":[])") == "job.train_data.label: required key is missing");
-  CHECK(err(R"("label":"y")") == "job.train_data: needs at least one \"dense\" or \"sparse\" feature");
+  CHECK(err(R"("label":"y")") ==
+        "job.train_data: needs at least one \"dense\" or \"sparse\" feature");
   CHECK(err(R"("label":"y","sparse":[{"feature":"a","type":"float","vocab":3}])") ==
         "job.train_data.sparse[0].type: must be \"int64\" or \"bytes\", got \"float\"");
-  CHECK(err(R"("label":"y","sparse":[{"feature":"a","type":"int64"}])") ==
-        "job.train_data.sparse[0]: needs exactly one of vocab (int64 ids as they are), hash_buckets, "
-        "vocabulary (bytes)");
+  CHECK(
+      err(R"("label":"y","sparse":[{"feature":"a","type":"int64"}])") ==
+      "job.train_data.sparse[0]: needs exactly one of vocab (int64 ids as they are), hash_buckets, "
+      "vocabulary (bytes)");
   CHECK(err(R"("label":"y","sparse":[{"feature":"a","type":"bytes","vocab":3}])") ==
         "job.train_data.sparse[0].vocab: needs type int64");
   CHECK(err(R"("label":"y","sparse":[{"feature":"a","type":"int64","hash_buckets":0}])") ==
         "job.train_data.sparse[0]: the field's size must be in [1, 2^31], got 0");
-  CHECK(err(R"("label":"y","dense":[{"feature":"a","shape":[2,0]}])") ==
-        "job.train_data.dense[0].shape: dimensions must be positive, with at most 2^24 values in all");
+  CHECK(
+      err(R"("label":"y","dense":[{"feature":"a","shape":[2,0]}])") ==
+      "job.train_data.dense[0].shape: dimensions must be positive, with at most 2^24 values in all");
   CHECK(err(R"("label":"y","dense":[{"feature":"a","shape":[2],"dtype":"x"}])") ==
         "job.train_data.dense[0].dtype: unknown key");
 }

@@ -34,16 +34,22 @@ std::vector<std::string> JobFiles() {
   std::vector<std::string> out;
   for (const auto& e : fs::directory_iterator(ConfigsDir())) {
     const std::string name = e.path().filename().string();
-    if (name.rfind("job-", 0) == 0 && e.path().extension() == ".json") out.push_back(e.path().string());
+    if (name.rfind("job-", 0) == 0 && e.path().extension() == ".json")
+      out.push_back(e.path().string());
   }
   std::sort(out.begin(), out.end());
   return out;
 }
 
-std::vector<ps::cluster::VarShape> Shapes(const ps::job::JobSpec& job, const ps::model::Model& model) {
+std::vector<ps::cluster::VarShape> Shapes(const ps::job::JobSpec& job,
+                                          const ps::model::Model& model) {
   std::vector<ps::cluster::VarShape> shapes;
   for (const auto& v : model.variables()) {
-    shapes.push_back({.name = v.name, .shape = v.shape, .elem_bytes = 4, .lazy = v.lazy, .sparse = v.sparse,
+    shapes.push_back({.name = v.name,
+                      .shape = v.shape,
+                      .elem_bytes = 4,
+                      .lazy = v.lazy,
+                      .sparse = v.sparse,
                       .rows_per_step = v.sparse ? job.batch_size : 0});
   }
   return shapes;
@@ -51,14 +57,16 @@ std::vector<ps::cluster::VarShape> Shapes(const ps::job::JobSpec& job, const ps:
 
 // max / mean of the per-ps traffic.
 double HotRatio(const std::vector<int64_t>& traffic) {
-  const double total = static_cast<double>(std::accumulate(traffic.begin(), traffic.end(), int64_t{0}));
+  const double total =
+      static_cast<double>(std::accumulate(traffic.begin(), traffic.end(), int64_t{0}));
   const double mean = total / static_cast<double>(traffic.size());
   return static_cast<double>(*std::max_element(traffic.begin(), traffic.end())) / mean;
 }
 
 }  // namespace
 
-TEST_CASE("Balanced placement is the default and keeps every config's ps tasks below the hot-ps factor") {
+TEST_CASE(
+    "Balanced placement is the default and keeps every config's ps tasks below the hot-ps factor") {
   const auto files = JobFiles();
   REQUIRE(files.size() >= 10);
   for (const auto& file : files) {
@@ -84,7 +92,8 @@ TEST_CASE("Balanced placement is the default and keeps every config's ps tasks b
       CHECK(*std::min_element(held.begin(), held.end()) >= 1);
       if (num_ps == 2 && file.find("fmnist-mlp") != std::string::npos) {
         // The README's demo: round-robin piles all three kernels on ps:0 (1.7x the mean).
-        auto rr = ps::cluster::Place(shapes, job->partitioner, num_ps, ps::cluster::PlacementStrategy::kRoundRobin);
+        auto rr = ps::cluster::Place(shapes, job->partitioner, num_ps,
+                                     ps::cluster::PlacementStrategy::kRoundRobin);
         REQUIRE(rr.ok());
         CHECK(HotRatio(ps::cluster::TrafficPerPs(shapes, *rr, num_ps)) >= ps::obs::kHintFactor);
         CHECK(ratio < 1.2);
@@ -93,13 +102,14 @@ TEST_CASE("Balanced placement is the default and keeps every config's ps tasks b
   }
 }
 
-TEST_CASE("Balanced placement splits the heaviest dense variable only when there is no partitioner") {
+TEST_CASE(
+    "Balanced placement splits the heaviest dense variable only when there is no partitioner") {
   using ps::cluster::PlacementStrategy;
-  std::vector<ps::cluster::VarShape> vars = {{.name = "big", .shape = {784, 256}},
-                                             {.name = "b", .shape = {256}},
-                                             {.name = "small", .shape = {256, 128}},
-                                             {.name = "emb", .shape = {1000000, 8}, .sparse = true,
-                                              .rows_per_step = 128}};
+  std::vector<ps::cluster::VarShape> vars = {
+      {.name = "big", .shape = {784, 256}},
+      {.name = "b", .shape = {256}},
+      {.name = "small", .shape = {256, 128}},
+      {.name = "emb", .shape = {1000000, 8}, .sparse = true, .rows_per_step = 128}};
   auto placed = ps::cluster::Place(vars, {}, 2, PlacementStrategy::kBalanced);
   REQUIRE(placed.ok());
   int big_shards = 0;

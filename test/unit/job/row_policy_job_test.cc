@@ -37,7 +37,8 @@ TEST_CASE("job: admit/evict on a lazy table reach the ps's ShardDef through Crea
   for (const auto& s : plan->shards) {
     for (const auto& v : plan->variables) {
       if (v.name != s.layout.var) continue;
-      msg.shards.push_back(ps::server::ShardDefToWire({.layout = s.layout, .init = v.init, .seed = 1, .row_policy = v.rows}));
+      msg.shards.push_back(ps::server::ShardDefToWire(
+          {.layout = s.layout, .init = v.init, .seed = 1, .row_policy = v.rows}));
     }
   }
   REQUIRE(!msg.shards.empty());
@@ -60,20 +61,24 @@ TEST_CASE("job: admit/evict on a lazy table reach the ps's ShardDef through Crea
       continue;
     }
     ++lazy;
-    CHECK(def->row_policy == ps::model::RowPolicy{.admit_min_count = 5, .ttl_steps = 100, .max_rows = 1000});
+    CHECK(def->row_policy ==
+          ps::model::RowPolicy{.admit_min_count = 5, .ttl_steps = 100, .max_rows = 1000});
   }
   CHECK(lazy >= 1);
 }
 
 TEST_CASE("job: admit/evict errors name the key") {
-  auto bad = ps::job::ParseJob(Job(R"({"table":"ids","vocab":100,"dim":4,"evict":{"ttl_steps":100}})"), "/tmp");
+  auto bad = ps::job::ParseJob(
+      Job(R"({"table":"ids","vocab":100,"dim":4,"evict":{"ttl_steps":100}})"), "/tmp");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(
+      bad.status().message() ==
+      "job.model.fields[0].evict: applies to lazy tables only (set \"lazy\": true on this table)");
+  bad = ps::job::ParseJob(
+      Job(R"({"table":"ids","vocab":100,"dim":4,"lazy":true,"admit":{"min_count":1000}})"), "/tmp");
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.status().message() ==
-        "job.model.fields[0].evict: applies to lazy tables only (set \"lazy\": true on this table)");
-  bad = ps::job::ParseJob(Job(R"({"table":"ids","vocab":100,"dim":4,"lazy":true,"admit":{"min_count":1000}})"),
-                          "/tmp");
-  REQUIRE_FALSE(bad.ok());
-  CHECK(bad.status().message() == "job.model.fields[0].admit.min_count: must be in [1, 255], got 1000");
+        "job.model.fields[0].admit.min_count: must be in [1, 255], got 1000");
 }
 
 TEST_CASE("wire: a ShardDef's row policy on a dense layout is refused by the ps") {
@@ -88,7 +93,8 @@ TEST_CASE("wire: a ShardDef's row policy on a dense layout is refused by the ps"
   CHECK(back.status().message() == "w/part_0: admission and eviction apply to lazy shards only");
 }
 
-TEST_CASE("job: checkpoint.delta_every_seconds, max_deltas, delta_max_fraction parse; bad values name the key") {
+TEST_CASE(
+    "job: checkpoint.delta_every_seconds, max_deltas, delta_max_fraction parse; bad values name the key") {
   Json j = Job(R"({"table":"ids","vocab":1000,"dim":4})");
   auto plain = ps::job::ParseJob(j, "/tmp");
   REQUIRE(plain.ok());

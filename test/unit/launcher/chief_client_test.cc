@@ -46,7 +46,8 @@ TEST_CASE("CallChief: Stop and GetStatus as an operator tool; unreachable names 
   auto dead = CallChief({"127.0.0.1", dead_port}, std::nullopt, 300ms, proto::Stop{});
   REQUIRE_FALSE(dead.ok());
   CHECK(dead.status().code() == Code::kUnavailable);
-  CHECK(dead.status().message().find("127.0.0.1:" + std::to_string(dead_port)) != std::string::npos);
+  CHECK(dead.status().message().find("127.0.0.1:" + std::to_string(dead_port)) !=
+        std::string::npos);
 }
 
 TEST_CASE("CallChief: the cluster secret is proven, a missing one is refused") {
@@ -94,9 +95,10 @@ TEST_CASE("pstrain stop and status against a chief's control endpoint") {
 
   auto stop = RunPstrain({"stop", "--chief", at, "--reason", "rolling upgrade"});
   CHECK(stop.rc == 0);
-  CHECK(stop.lines == std::vector<std::string>{
-                          "pstrain stop: the chief at " + at + " acknowledged; it stops scheduling steps, "
-                          "writes the final checkpoint, shuts every task down and exits"});
+  CHECK(stop.lines ==
+        std::vector<std::string>{"pstrain stop: the chief at " + at +
+                                 " acknowledged; it stops scheduling steps, "
+                                 "writes the final checkpoint, shuts every task down and exits"});
   {
     std::lock_guard lock(chief.mu);
     CHECK(chief.reasons == std::vector<std::string>{"rolling upgrade"});
@@ -104,17 +106,20 @@ TEST_CASE("pstrain stop and status against a chief's control endpoint") {
 
   auto status = RunPstrain({"status", "--chief", at});
   CHECK(status.rc == 0);
-  CHECK(status.lines == std::vector<std::string>{"state: training", "global_step: 7", "total_steps: 0",
-                                                 "examples_per_sec: 0", "elapsed: 0.0 s"});
+  CHECK(status.lines == std::vector<std::string>{"state: training", "global_step: 7",
+                                                 "total_steps: 0", "examples_per_sec: 0",
+                                                 "elapsed: 0.0 s"});
   auto raw = RunPstrain({"status", "--chief", at, "--json"});
   CHECK(raw.rc == 0);
-  CHECK(raw.lines == std::vector<std::string>{
-                         R"({"state":"training","global_step":7,"total_steps":0,"examples_per_sec":0.0,)"
-                         R"("elapsed_sec":0.0,"tasks":[],"load_window_sec":0.0,"workers":[],"ps":[]})"});
+  CHECK(raw.lines ==
+        std::vector<std::string>{
+            R"({"state":"training","global_step":7,"total_steps":0,"examples_per_sec":0.0,)"
+            R"("elapsed_sec":0.0,"tasks":[],"load_window_sec":0.0,"workers":[],"ps":[]})"});
 
   uint16_t dead_port = chief.server->port();
   chief.server->Close();
-  auto dead = RunPstrain({"stop", "--chief", "127.0.0.1:" + std::to_string(dead_port), "--timeout", "0.3"});
+  auto dead =
+      RunPstrain({"stop", "--chief", "127.0.0.1:" + std::to_string(dead_port), "--timeout", "0.3"});
   CHECK(dead.rc == 1);
   REQUIRE(dead.lines.size() == 1);
   CHECK(dead.lines[0].find("127.0.0.1:" + std::to_string(dead_port)) != std::string::npos);

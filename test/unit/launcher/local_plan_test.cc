@@ -43,20 +43,24 @@ TEST_CASE("plan: start order, TF_CONFIG per task, flags per role") {
   REQUIRE(plan.ok());
   std::vector<std::string> order;
   for (const auto& t : *plan) order.push_back(t.id.ToString());
-  CHECK(order == std::vector<std::string>{"ps:0", "ps:1", "worker:0", "worker:1", "chief:0", "evaluator:0"});
+  CHECK(order ==
+        std::vector<std::string>{"ps:0", "ps:1", "worker:0", "worker:1", "chief:0", "evaluator:0"});
 
-  const std::vector<std::string> common = {"--secret-file", "/s", "--log-level", "info", "--connect-timeout", "9"};
+  const std::vector<std::string> common = {"--secret-file",     "/s", "--log-level", "info",
+                                           "--connect-timeout", "9"};
   auto with = [&](std::vector<std::string> head) {
     head.insert(head.end(), common.begin(), common.end());
     return head;
   };
   CHECK((*plan)[0].argv == with({"/bin/pstrain-ps"}));
   CHECK((*plan)[3].argv == with({"/bin/pstrain-worker"}));
-  CHECK((*plan)[4].argv == with({"/bin/pstrain-chief", "--job", "job.json", "--model-dir", "/tmp/m"}));
+  CHECK((*plan)[4].argv ==
+        with({"/bin/pstrain-chief", "--job", "job.json", "--model-dir", "/tmp/m"}));
   CHECK((*plan)[5].argv == with({"/bin/pstrain-evaluator", "--model-dir", "/tmp/m"}));
   for (const auto& t : *plan) {
     using Env = std::vector<std::pair<std::string, std::string>>;
-    CHECK(t.env == Env{{"TF_CONFIG", cluster::ToTfConfigJson(spec, t.id)}, {"OPENBLAS_NUM_THREADS", "1"}});
+    CHECK(t.env ==
+          Env{{"TF_CONFIG", cluster::ToTfConfigJson(spec, t.id)}, {"OPENBLAS_NUM_THREADS", "1"}});
   }
   CHECK((*plan)[1].env[0].second.find(R"("task":{"type":"ps","index":1})") != std::string::npos);
 
@@ -90,15 +94,17 @@ TEST_CASE("plan: clusters pstrain local cannot run") {
         "c.json: the cluster has no chief; pstrain local needs one to coordinate training");
   CHECK(err(R"({"chief":["c:1"],"worker":["a:1"]})") == "c.json: the cluster has no ps task");
   CHECK(err(R"({"chief":["c:1"],"ps":["a:1"]})") == "c.json: the cluster has no worker task");
-  CHECK(err(R"({"chief":["c:1"],"worker":["a:1"],"ps":["b:1"],"evaluator":["e:1"]})").rfind(
-            "--model-dir DIR is required", 0) == 0);
+  CHECK(err(R"({"chief":["c:1"],"worker":["a:1"],"ps":["b:1"],"evaluator":["e:1"]})")
+            .rfind("--model-dir DIR is required", 0) == 0);
 
   // The job file's model_dir serves the evaluator; the chief reads it from the job itself.
-  auto from_job = PlanLocal(c, Spec(R"({"chief":["c:1"],"worker":["a:1"],"ps":["b:1"],"evaluator":["e:1"]})"),
-                            Exe, true, "/job/md");
+  auto from_job =
+      PlanLocal(c, Spec(R"({"chief":["c:1"],"worker":["a:1"],"ps":["b:1"],"evaluator":["e:1"]})"),
+                Exe, true, "/job/md");
   REQUIRE(from_job.ok());
   CHECK((*from_job)[2].argv == std::vector<std::string>{"/bin/pstrain-chief", "--job", "j"});
-  CHECK((*from_job)[3].argv == std::vector<std::string>{"/bin/pstrain-evaluator", "--model-dir", "/job/md"});
+  CHECK((*from_job)[3].argv ==
+        std::vector<std::string>{"/bin/pstrain-evaluator", "--model-dir", "/job/md"});
 }
 
 TEST_CASE("JobModelDir: the job's model_dir, or empty") {
@@ -124,14 +130,17 @@ TEST_CASE("daemon lookup: --bin-dir, next to pstrain, build tree, PATH") {
 
   // --bin-dir is authoritative: no fallback.
   files = {"/opt/b/pstrain-worker", "/usr/bin/pstrain-worker"};
-  CHECK(*FindDaemon(TaskType::kWorker, std::string("/opt/b"), "/x", "/usr/bin", exec) == "/opt/b/pstrain-worker");
+  CHECK(*FindDaemon(TaskType::kWorker, std::string("/opt/b"), "/x", "/usr/bin", exec) ==
+        "/opt/b/pstrain-worker");
   auto missing = FindDaemon(TaskType::kPs, std::string("/opt/b"), "/x", "/usr/bin", exec);
   REQUIRE_FALSE(missing.ok());
   CHECK(missing.status().message() == "--bin-dir: no executable /opt/b/pstrain-ps");
 
   // Installed layout: pstrain-ps next to pstrain.
-  files = {"/usr/local/bin/pstrain-ps", "/usr/local/bin/pstrain-chief", "/b/daemons/chief/pstrain-chief"};
-  CHECK(*FindDaemon(TaskType::kChief, none, "/usr/local/bin", "", exec) == "/usr/local/bin/pstrain-chief");
+  files = {"/usr/local/bin/pstrain-ps", "/usr/local/bin/pstrain-chief",
+           "/b/daemons/chief/pstrain-chief"};
+  CHECK(*FindDaemon(TaskType::kChief, none, "/usr/local/bin", "", exec) ==
+        "/usr/local/bin/pstrain-chief");
 
   // Build tree: build/launcher/pstrain -> build/daemons/<role>/pstrain-<role>.
   files = {"/src/build/daemons/evaluator/pstrain-evaluator", "/usr/bin/pstrain-evaluator"};
@@ -140,7 +149,8 @@ TEST_CASE("daemon lookup: --bin-dir, next to pstrain, build tree, PATH") {
 
   // PATH, in order.
   files = {"/b/pstrain-ps", "/c/pstrain-ps"};
-  CHECK(*FindDaemon(TaskType::kPs, none, "/src/build/launcher", "/a:/b:/c", exec) == "/b/pstrain-ps");
+  CHECK(*FindDaemon(TaskType::kPs, none, "/src/build/launcher", "/a:/b:/c", exec) ==
+        "/b/pstrain-ps");
 
   files = {};
   auto nowhere = FindDaemon(TaskType::kPs, none, "/src/build/launcher", "/a", exec);
@@ -168,8 +178,8 @@ TEST_CASE("output: labels padded to the widest, one space, the line") {
   REQUIRE(plan.ok());
   CHECK(LabelWidth(*plan) == 10);  // "[worker:1]"
   c.model_dir = "m";
-  auto with_eval = PlanLocal(c, Spec(R"({"chief":["c:1"],"worker":["w:1"],"ps":["p:1"],"evaluator":["e:1"]})"),
-                             Exe, true);
+  auto with_eval = PlanLocal(
+      c, Spec(R"({"chief":["c:1"],"worker":["w:1"],"ps":["p:1"],"evaluator":["e:1"]})"), Exe, true);
   REQUIRE(with_eval.ok());
   CHECK(LabelWidth(*with_eval) == 13);  // "[evaluator:0]"
   CHECK(LabelWidth({}) == kLauncherLabel.size());
@@ -179,7 +189,9 @@ TEST_CASE("output: labels padded to the widest, one space, the line") {
 
 TEST_CASE("restart decisions") {
   const TaskId w{TaskType::kWorker, 1}, chief{TaskType::kChief, 0};
-  auto on = [](RestartQuery q, int max = 3) { return DecideRestart(RestartPolicy::kOnFailure, max, q); };
+  auto on = [](RestartQuery q, int max = 3) {
+    return DecideRestart(RestartPolicy::kOnFailure, max, q);
+  };
 
   CHECK_FALSE(DecideRestart(RestartPolicy::kNever, 3, {w, 138, 0, false, false}).restart);
   CHECK_FALSE(on({w, 0, 0, false, false}).restart);  // clean exit
@@ -195,15 +207,16 @@ TEST_CASE("restart decisions") {
   CHECK(used_up.reason == "not restarted: already restarted 3 times (--max-restarts 3)");
   CHECK_FALSE(on({w, 138, 0, false, false}, 0).restart);
 
-  CHECK_FALSE(on({w, 138, 0, true, false}).restart);    // stopping
-  CHECK_FALSE(on({w, 138, 0, false, true}).restart);    // chief gone
-  CHECK(on({chief, 138, 0, false, false}).restart);     // a chief that gave up on a ps restarts
+  CHECK_FALSE(on({w, 138, 0, true, false}).restart);  // stopping
+  CHECK_FALSE(on({w, 138, 0, false, true}).restart);  // chief gone
+  CHECK(on({chief, 138, 0, false, false}).restart);   // a chief that gave up on a ps restarts
   CHECK_FALSE(on({chief, 138, 0, true, false}).restart);
   // Permanent: a failure a restart cannot fix, a configuration error, cannot run.
   auto one = on({w, 1, 0, false, false});
   CHECK_FALSE(one.restart);
-  CHECK(one.reason ==
-        "not restarted: exit 1 is permanent (only 138 and >= 128 are retryable, as for Kubeflow's ExitCode policy)");
+  CHECK(
+      one.reason ==
+      "not restarted: exit 1 is permanent (only 138 and >= 128 are retryable, as for Kubeflow's ExitCode policy)");
   CHECK_FALSE(on({chief, 1, 0, false, false}).restart);
   CHECK_FALSE(on({w, 3, 0, false, false}).restart);
   CHECK_FALSE(on({w, 2, 0, false, false}).restart);
@@ -224,14 +237,18 @@ TEST_CASE("exit descriptions and the failure summary") {
   CHECK(FormatFailureSummary(ok).empty());
 
   std::vector<TaskOutcome> bad = {
-      {{TaskType::kPs, 0}, 143, 0, "still running 30 s after the chief exited (terminated by the launcher)"},
+      {{TaskType::kPs, 0},
+       143,
+       0,
+       "still running 30 s after the chief exited (terminated by the launcher)"},
       {{TaskType::kWorker, 0}, 0, 0, ""},
       {{TaskType::kWorker, 1}, 3, 2, ""},
       {{TaskType::kChief, 0}, 0, 0, ""},
   };
-  CHECK(FormatFailureSummary(bad) ==
-        "2 of 4 tasks failed:\n"
-        "  ps:0      killed by SIGTERM (143): still running 30 s after the chief exited (terminated by the launcher)\n"
-        "  worker:1  exit 3 after 2 restarts\n");
+  CHECK(
+      FormatFailureSummary(bad) ==
+      "2 of 4 tasks failed:\n"
+      "  ps:0      killed by SIGTERM (143): still running 30 s after the chief exited (terminated by the launcher)\n"
+      "  worker:1  exit 3 after 2 restarts\n");
   CHECK(Failed({{TaskType::kPs, 0}, 0, 0, "left running"}));
 }

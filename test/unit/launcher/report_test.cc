@@ -34,16 +34,20 @@ TEST_CASE("report: the page is written atomically to --out or MODEL_DIR/report.h
   CHECK(RunInspect(InspectCommand{dir.path(), std::nullopt, false}) == 1);  // no checkpoint
 }
 
-TEST_CASE("report --watch: the page follows a growing metrics file and the command ends with the run") {
+TEST_CASE(
+    "report --watch: the page follows a growing metrics file and the command ends with the run") {
   using namespace std::chrono_literals;
   TempDir dir;
   WriteBytes(dir / "train_metrics.jsonl", "{\"step\":100,\"loss\":2.0}\n");
-  auto done = std::async(std::launch::async, [&] { return RunReport(ReportCommand{dir.path(), "", 0.05}); });
+  auto done = std::async(std::launch::async, [&] {
+    return RunReport(ReportCommand{dir.path(), "", 0.05});
+  });
   auto page_has = [&](const std::string& text) {
     // Waits on the page's content (re-read every 10 ms), up to 20 s.
     for (auto end = std::chrono::steady_clock::now() + 20s; std::chrono::steady_clock::now() < end;
          std::this_thread::sleep_for(10ms)) {
-      if (std::filesystem::exists(dir / "report.html") && ReadBytes(dir / "report.html").find(text) != std::string::npos) {
+      if (std::filesystem::exists(dir / "report.html") &&
+          ReadBytes(dir / "report.html").find(text) != std::string::npos) {
         return true;
       }
     }

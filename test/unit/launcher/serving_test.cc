@@ -37,7 +37,8 @@ TEST_CASE("export and predict: values, help and usage errors") {
   CHECK(std::get<ExportCommand>(*Parse({"export", "/m", "--out", "/b"})).step == std::nullopt);
   CHECK(Error({"export", "/m"}) == "pstrain export: --out DIR is required");
   CHECK(Error({"export", "--out", "/b"}) == "pstrain export: MODEL_DIR is required");
-  CHECK(Error({"export", "/m", "--out", "/b", "--step", "-1"}) == "pstrain export: --step: -1 is negative");
+  CHECK(Error({"export", "/m", "--out", "/b", "--step", "-1"}) ==
+        "pstrain export: --step: -1 is negative");
 
   auto p = Parse({"predict", "--model", "/b", "--data", "{}", "--out", "s", "--metrics", "m.json"});
   REQUIRE(p.ok());
@@ -64,7 +65,7 @@ TEST_CASE("score lines: a head's outputs by spaces, heads by tabs, 9 significant
   out.examples = 2;
   out.heads.resize(2);
   out.heads[0].predictions = {0.1f, 0.2f, 0.7f, 1.0f / 3, 0.5f, 1e-9f};  // softmax, 3 classes
-  out.heads[1].predictions = {0.25f, 123456.789f};                         // one output
+  out.heads[1].predictions = {0.25f, 123456.789f};                       // one output
   CHECK(FormatScoreLine(out, 0) == "0.100000001 0.200000003 0.699999988\t0.25");
   CHECK(FormatScoreLine(out, 1) == "0.333333343 0.5 9.99999972e-10\t123456.789");
   // Every float32 round-trips through its line.
@@ -90,7 +91,8 @@ TEST_CASE("--data: JSON text from the current directory, or a file from its own"
   CHECK(ReadDataArg("{not json").status().code() == Code::kInvalidArgument);
 }
 
-TEST_CASE("--metrics FILE: the metrics as JSON; without labels an old FILE is removed and the note says so") {
+TEST_CASE(
+    "--metrics FILE: the metrics as JSON; without labels an old FILE is removed and the note says so") {
   ps::testing::TempDir tmp;
   const std::string path = tmp / "m.json";
   worker::EvalMetrics m;
@@ -108,7 +110,8 @@ TEST_CASE("--metrics FILE: the metrics as JSON; without labels an old FILE is re
 
   auto none = WriteMetricsFile(path, 8, std::nullopt);
   REQUIRE(none.ok());
-  CHECK(*none == "--metrics " + path + ": not written: the data has no labels (the old file was removed)");
+  CHECK(*none ==
+        "--metrics " + path + ": not written: the data has no labels (the old file was removed)");
   CHECK(!std::filesystem::exists(path));
   none = WriteMetricsFile(path, 8, std::nullopt);
   REQUIRE(none.ok());

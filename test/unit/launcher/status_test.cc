@@ -67,8 +67,9 @@ TEST_CASE("status: the update mode(s) the ps tasks apply, a hybrid's both") {
   ps1.update = proto::PsUpdateFigures{.mode = "dense sync, sparse async"};
   s.ps = {silent, ps1};
   const std::string text = FormatStatus(s);
-  CHECK(text.starts_with("state: training\nglobal_step: 0\ntotal_steps: 0\nexamples_per_sec: 0\nelapsed: 0.0 s\n"
-                         "update: dense sync, sparse async\n\n"));
+  CHECK(text.starts_with(
+      "state: training\nglobal_step: 0\ntotal_steps: 0\nexamples_per_sec: 0\nelapsed: 0.0 s\n"
+      "update: dense sync, sparse async\n\n"));
   s.ps = {silent};  // no ps answered: no mode to show
   CHECK(FormatStatus(s).find("update:") == std::string::npos);
 }
@@ -88,56 +89,63 @@ TEST_CASE("status text: per-worker and per-ps tables and the hints") {
       R"("max_queue_depth":1,"bytes_held":1572864,"shards":3},)"
       R"({"task":"ps:1","address":"127.0.0.1:2226","state":"no answer","error":"timed out"}]})";
   const std::string text = FormatStatus(obs::ChiefStatusFromJson(Json::parse(json)));
-  CHECK(text ==
-        "state: training\n"
-        "global_step: 1200\n"
-        "total_steps: 0\n"
-        "examples_per_sec: 0\n"
-        "elapsed: 0.0 s\n"
-        "\n"
-        "task      state\n"
-        "ps:0      ready\n"
-        "worker:0  running\n"
-        "\n"
-        "worker    state    steps  ex/s  step_ms  data  pull  compute  push\n"
-        "worker:0  running  600    4000  8.0      5%    30%   45%      20%\n"
-        "worker:1  idle     300    2000  25.0     5%    45%   25%      25%\n"
-        "\n"
-        "ps    address         state      req/s  in/s       out/s      rows/s  queue  max_queue  held     shards\n"
-        "ps:0  127.0.0.1:2225  ok         3000   1.0 MiB/s  2.0 MiB/s  51200   0      1          1.5 MiB  3\n"
-        "ps:1  127.0.0.1:2226  no answer  -      -          -          -       -      -          -        -\n"
-        "ps:1: timed out\n"
-        "\n"
-        "hint: worker:1 is a straggler: 25.0 ms per step, 1.5x the median 16.5 ms (a slow or busy host?)\n"
-        "hint: network-bound: workers spend 63% of their step time pulling and pushing while the ps queues "
-        "stay near empty (max depth <= 1): the network, not the ps, limits training\n");
+  CHECK(
+      text ==
+      "state: training\n"
+      "global_step: 1200\n"
+      "total_steps: 0\n"
+      "examples_per_sec: 0\n"
+      "elapsed: 0.0 s\n"
+      "\n"
+      "task      state\n"
+      "ps:0      ready\n"
+      "worker:0  running\n"
+      "\n"
+      "worker    state    steps  ex/s  step_ms  data  pull  compute  push\n"
+      "worker:0  running  600    4000  8.0      5%    30%   45%      20%\n"
+      "worker:1  idle     300    2000  25.0     5%    45%   25%      25%\n"
+      "\n"
+      "ps    address         state      req/s  in/s       out/s      rows/s  queue  max_queue  held     shards\n"
+      "ps:0  127.0.0.1:2225  ok         3000   1.0 MiB/s  2.0 MiB/s  51200   0      1          1.5 MiB  3\n"
+      "ps:1  127.0.0.1:2226  no answer  -      -          -          -       -      -          -        -\n"
+      "ps:1: timed out\n"
+      "\n"
+      "hint: worker:1 is a straggler: 25.0 ms per step, 1.5x the median 16.5 ms (a slow or busy host?)\n"
+      "hint: network-bound: workers spend 63% of their step time pulling and pushing while the ps queues "
+      "stay near empty (max depth <= 1): the network, not the ps, limits training\n");
 
   // --watch: the same tables on a cleared screen; one line per poll (plus the hints) when
   // stdout is not a terminal.
   const auto status = obs::ChiefStatusFromJson(Json::parse(json));
-  CHECK(WatchScreen(status, "127.0.0.1:2222", 2, "12:00:01") ==
-        "\x1b[H\x1b[2J\x1b[1mpstrain status\x1b[0m  127.0.0.1:2222  every 2.0 s  12:00:01  (Ctrl-C quits; the "
-        "job is not affected)\n\n" + text);
-  CHECK(WatchLines(status, "12:00:01") ==
-        "12:00:01 state training  step 1200/0  ex/s 0  worker:0 8.0 ms/step (data 5% pull 30% compute 45% push 20%)"
-        "  worker:1 25.0 ms/step (data 5% pull 45% compute 25% push 25%)  ps:0 3000 req/s 3.0 MiB/s q1"
-        "  ps:1 no answer\n"
-        "12:00:01 hint: worker:1 is a straggler: 25.0 ms per step, 1.5x the median 16.5 ms (a slow or busy host?)\n"
-        "12:00:01 hint: network-bound: workers spend 63% of their step time pulling and pushing while the ps queues "
-        "stay near empty (max depth <= 1): the network, not the ps, limits training\n");
+  CHECK(
+      WatchScreen(status, "127.0.0.1:2222", 2, "12:00:01") ==
+      "\x1b[H\x1b[2J\x1b[1mpstrain status\x1b[0m  127.0.0.1:2222  every 2.0 s  12:00:01  (Ctrl-C quits; the "
+      "job is not affected)\n\n" +
+          text);
+  CHECK(
+      WatchLines(status, "12:00:01") ==
+      "12:00:01 state training  step 1200/0  ex/s 0  worker:0 8.0 ms/step (data 5% pull 30% compute 45% push 20%)"
+      "  worker:1 25.0 ms/step (data 5% pull 45% compute 25% push 25%)  ps:0 3000 req/s 3.0 MiB/s q1"
+      "  ps:1 no answer\n"
+      "12:00:01 hint: worker:1 is a straggler: 25.0 ms per step, 1.5x the median 16.5 ms (a slow or busy host?)\n"
+      "12:00:01 hint: network-bound: workers spend 63% of their step time pulling and pushing while the ps queues "
+      "stay near empty (max depth <= 1): the network, not the ps, limits training\n");
 
   // A ps with lazy tables: their row figures in a table of their own.
   Json lazy = Json::parse(json);
-  lazy["ps"][0]["rows"] = {{"lazy_shards", 2}, {"live_rows", 12535}, {"admitted", 2262}, {"not_admitted", 3425},
+  lazy["ps"][0]["rows"] = {{"lazy_shards", 2},    {"live_rows", 12535},
+                           {"admitted", 2262},    {"not_admitted", 3425},
                            {"evicted_ttl", 9342}, {"evicted_max_rows", 1262}};
   const std::string with_rows = FormatStatus(obs::ChiefStatusFromJson(lazy));
   CHECK(with_rows.find("ps:1: timed out\n"
                        "\n"
                        "ps    lazy_rows  admitted  not_admitted  evicted_ttl  evicted_max_rows\n"
-                       "ps:0  12535      2262      3425          9342         1262\n") != std::string::npos);
+                       "ps:0  12535      2262      3425          9342         1262\n") !=
+        std::string::npos);
 
   // No load arrays (no sample yet): no tables.
-  CHECK(FormatStatus(obs::ChiefStatusFromJson(Json::parse(R"({"state":"starting","workers":[],"ps":[]})"))) ==
+  CHECK(FormatStatus(obs::ChiefStatusFromJson(
+            Json::parse(R"({"state":"starting","workers":[],"ps":[]})"))) ==
         "state: starting\nglobal_step: 0\ntotal_steps: 0\nexamples_per_sec: 0\nelapsed: 0.0 s\n");
 }
 

@@ -81,8 +81,9 @@ struct LocalRun {
   std::unique_ptr<Subprocess> Start(std::vector<std::string> extra,
                                     std::vector<std::pair<std::string, std::string>> env) {
     SpawnOptions o;
-    o.argv = {PstrainBinary(), "local", "--cluster", cluster, "--job", (dir / "job.json").string(),
-              "--bin-dir", dir.string()};
+    o.argv = {PstrainBinary(), "local",     "--cluster",
+              cluster,         "--job",     (dir / "job.json").string(),
+              "--bin-dir",     dir.string()};
     o.argv.insert(o.argv.end(), extra.begin(), extra.end());
     o.env = std::move(env);
     o.env_remove = {"OPENBLAS_NUM_THREADS"};
@@ -95,7 +96,8 @@ struct LocalRun {
     return std::move(*p);
   }
 
-  int Run(std::vector<std::string> extra, std::vector<std::pair<std::string, std::string>> env = {}) {
+  int Run(std::vector<std::string> extra,
+          std::vector<std::pair<std::string, std::string>> env = {}) {
     auto p = Start(std::move(extra), std::move(env));
     auto rc = p->WaitFor(60s);
     REQUIRE(rc.has_value());
@@ -143,7 +145,8 @@ const char* kFakeCluster =
 
 TEST_CASE("pstrain local: every task once, own TF_CONFIG, prefixed output, exit 0") {
   LocalRun run(kFakeCluster);
-  int rc = run.Run({"--model-dir", "/tmp/md", "--log-level", "debug", "--", "--connect-timeout", "5"});
+  int rc =
+      run.Run({"--model-dir", "/tmp/md", "--log-level", "debug", "--", "--connect-timeout", "5"});
   INFO(run.Dump());
   CHECK(rc == 0);
   auto spec = Spec(kFakeCluster);
@@ -152,7 +155,8 @@ TEST_CASE("pstrain local: every task once, own TF_CONFIG, prefixed output, exit 
     label.resize(13, ' ');  // "[evaluator:0]" is the widest label
     CHECK(run.Has(label + " tf_config " + cluster::ToTfConfigJson(spec, id)));
     CHECK(run.Has(label + " stderr line"));
-    CHECK(run.Starts(std::string(cluster::TaskTypeName(id.type)) + "_" + std::to_string(id.index)) == 1);
+    CHECK(run.Starts(std::string(cluster::TaskTypeName(id.type)) + "_" +
+                     std::to_string(id.index)) == 1);
   }
   CHECK(run.Has("[chief:0]     args --job " + (run.dir / "job.json").string() +
                 " --model-dir /tmp/md --log-level debug --connect-timeout 5"));
@@ -172,10 +176,13 @@ TEST_CASE("pstrain local: a failed task is named in the summary, exit 1") {
   CHECK(run.Has("[pstrain]       worker:1  exit 3"));
 }
 
-TEST_CASE("pstrain local: --restart on-failure restarts retryable exits up to --max-restarts, not 1 or 2") {
+TEST_CASE(
+    "pstrain local: --restart on-failure restarts retryable exits up to --max-restarts, not 1 or 2") {
   LocalRun run(kFakeCluster);
   int rc = run.Run({"--model-dir", "/tmp/md", "--restart", "on-failure", "--max-restarts", "2"},
-                   {{"FAKE_ps_0", "exit138"}, {"FAKE_worker_0", "exit2"}, {"FAKE_worker_1", "exit1"},
+                   {{"FAKE_ps_0", "exit138"},
+                    {"FAKE_worker_0", "exit2"},
+                    {"FAKE_worker_1", "exit1"},
                     {"FAKE_chief_0", "until_ps_0_3"}});
   INFO(run.Dump());
   CHECK(rc == 1);
@@ -187,34 +194,43 @@ TEST_CASE("pstrain local: --restart on-failure restarts retryable exits up to --
   CHECK(run.Has("[pstrain]       worker:1  exit 1"));
 }
 
-TEST_CASE("pstrain local: a chief that failed after every ps and worker exited 0 is not restarted") {
+TEST_CASE(
+    "pstrain local: a chief that failed after every ps and worker exited 0 is not restarted") {
   LocalRun run(kFakeCluster);
-  int rc = run.Run({"--model-dir", "/tmp/md", "--restart", "on-failure"}, {{"FAKE_chief_0", "exit138"}});
+  int rc =
+      run.Run({"--model-dir", "/tmp/md", "--restart", "on-failure"}, {{"FAKE_chief_0", "exit138"}});
   INFO(run.Dump());
   CHECK(rc == 1);
   CHECK(run.Starts("chief_0") == 1);
-  CHECK(run.HasContaining("chief:0 not restarted: it shut the cluster down (every ps and worker exited 0)"));
+  CHECK(run.HasContaining(
+      "chief:0 not restarted: it shut the cluster down (every ps and worker exited 0)"));
 }
 
 TEST_CASE("pstrain local: a ps still running after the chief exited is terminated and reported") {
   LocalRun run(kFakeCluster);
-  int rc = run.Run({"--model-dir", "/tmp/md", "--shutdown-grace", "0.2"}, {{"FAKE_ps_0", "forever"}});
+  int rc =
+      run.Run({"--model-dir", "/tmp/md", "--shutdown-grace", "0.2"}, {{"FAKE_ps_0", "forever"}});
   INFO(run.Dump());
   CHECK(rc == 1);
   CHECK(run.HasContaining("ERROR: ps:0 is still running 0.2 s after the chief exited"));
   CHECK(run.Has("[pstrain]     1 of 5 tasks failed:"));
-  CHECK(run.HasContaining("  ps:0  killed by SIGTERM (143): still running 0.2 s after the chief exited"));
+  CHECK(run.HasContaining(
+      "  ps:0  killed by SIGTERM (143): still running 0.2 s after the chief exited"));
 }
 
-TEST_CASE("pstrain local: a chief with a configuration error (exit 2) gets the others stopped at once") {
+TEST_CASE(
+    "pstrain local: a chief with a configuration error (exit 2) gets the others stopped at once") {
   LocalRun run(kFakeCluster);
   // The default grace is 30 s; the test's own timeout would end a run that waited for it.
-  int rc = run.Run({"--model-dir", "/tmp/md"}, {{"FAKE_ps_0", "forever"}, {"FAKE_worker_0", "forever"},
-                                                 {"FAKE_chief_0", "exit2"}});
+  int rc =
+      run.Run({"--model-dir", "/tmp/md"},
+              {{"FAKE_ps_0", "forever"}, {"FAKE_worker_0", "forever"}, {"FAKE_chief_0", "exit2"}});
   INFO(run.Dump());
   CHECK(rc == 1);
-  CHECK(run.HasContaining("ps:0: the chief exited 2 (a usage or configuration error: see its output above). Sending SIGTERM"));
-  CHECK(run.HasContaining("killed by SIGTERM (143): terminated by the launcher: the chief exited 2"));
+  CHECK(run.HasContaining(
+      "ps:0: the chief exited 2 (a usage or configuration error: see its output above). Sending SIGTERM"));
+  CHECK(
+      run.HasContaining("killed by SIGTERM (143): terminated by the launcher: the chief exited 2"));
   CHECK_FALSE(run.HasContaining("waiting up to"));
 }
 
@@ -238,7 +254,8 @@ TEST_CASE("pstrain local: Ctrl-C sends Stop to the chief; a graceful shutdown ex
     std::lock_guard lock(mu);
     pid_file = run.dir / "chief.pid";
   }
-  auto launcher = run.Start({}, {{"FAKE_chief_0", "chief"}, {"FAKE_ps_0", "wait"}, {"FAKE_worker_0", "wait"}});
+  auto launcher =
+      run.Start({}, {{"FAKE_chief_0", "chief"}, {"FAKE_ps_0", "wait"}, {"FAKE_worker_0", "wait"}});
   for (int i = 0; i < 3000 && !fs::exists(pid_file); ++i) std::this_thread::sleep_for(10ms);
   REQUIRE(fs::exists(pid_file));
   launcher->Signal(SIGINT);
@@ -262,7 +279,8 @@ TEST_CASE("pstrain local: configuration errors exit 2 before starting anything")
   LocalRun empty_bin(R"({"chief":["127.0.0.1:1"],"worker":["127.0.0.1:2"],"ps":["127.0.0.1:3"]})");
   fs::remove(empty_bin.dir / "pstrain-ps");
   CHECK(empty_bin.Run({}) == 2);
-  CHECK(empty_bin.HasContaining("--bin-dir: no executable " + (empty_bin.dir / "pstrain-ps").string()));
+  CHECK(empty_bin.HasContaining("--bin-dir: no executable " +
+                                (empty_bin.dir / "pstrain-ps").string()));
 
   LocalRun bad_cluster(R"({"chief":["127.0.0.1:1"],"worker":["nope"]})");
   CHECK(bad_cluster.Run({}) == 2);

@@ -43,8 +43,10 @@ TEST_CASE("Gemm matches a naive triple loop for every transpose combination") {
       for (int64_t i = 0; i < m; ++i) {
         for (int64_t j = 0; j < n; ++j) {
           double want = beta * c0[i * ldc + j];
-          for (int64_t p = 0; p < k; ++p) want += alpha * At(a, lda, ta, i, p) * At(b, ldb, tb, p, j);
-          INFO("ta=" << (ta == Trans::kYes) << " tb=" << (tb == Trans::kYes) << " i=" << i << " j=" << j);
+          for (int64_t p = 0; p < k; ++p)
+            want += alpha * At(a, lda, ta, i, p) * At(b, ldb, tb, p, j);
+          INFO("ta=" << (ta == Trans::kYes) << " tb=" << (tb == Trans::kYes) << " i=" << i
+                     << " j=" << j);
           CHECK(c[i * ldc + j] == Approx(want).margin(1e-5));
         }
         // Padding columns of C are untouched.
@@ -58,9 +60,11 @@ TEST_CASE("Gemm with beta = 0 ignores garbage in C; k = 0 scales C") {
   std::vector<float> a = {1, 2, 3, 4, 5, 6};  // [2 x 3]
   std::vector<float> b = {1, 0, 0, 1, 1, 1};  // [3 x 2]
   std::vector<float> c = {NAN, NAN, NAN, NAN};
-  ps::model::Gemm(Trans::kNo, Trans::kNo, 2, 2, 3, 1.0f, a.data(), 3, b.data(), 2, 0.0f, c.data(), 2);
+  ps::model::Gemm(Trans::kNo, Trans::kNo, 2, 2, 3, 1.0f, a.data(), 3, b.data(), 2, 0.0f, c.data(),
+                  2);
   CHECK(c == std::vector<float>{4, 5, 10, 11});
-  ps::model::Gemm(Trans::kNo, Trans::kNo, 2, 2, 0, 1.0f, a.data(), 3, b.data(), 2, 2.0f, c.data(), 2);
+  ps::model::Gemm(Trans::kNo, Trans::kNo, 2, 2, 0, 1.0f, a.data(), 3, b.data(), 2, 2.0f, c.data(),
+                  2);
   CHECK(c == std::vector<float>{8, 10, 20, 22});
 }
 
@@ -96,13 +100,15 @@ TEST_CASE("Gemm from several threads at once gives each thread its own exact res
   auto a = Random(m * k, rng);
   auto b = Random(k * n, rng);
   std::vector<float> want(m * n);
-  ps::model::Gemm(Trans::kNo, Trans::kNo, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, want.data(), n);
+  ps::model::Gemm(Trans::kNo, Trans::kNo, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f,
+                  want.data(), n);
   std::vector<std::vector<float>> got(4, std::vector<float>(m * n));
   std::vector<std::thread> threads;
   for (auto& c : got) {
     threads.emplace_back([&] {
       for (int rep = 0; rep < 50; ++rep) {
-        ps::model::Gemm(Trans::kNo, Trans::kNo, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f, c.data(), n);
+        ps::model::Gemm(Trans::kNo, Trans::kNo, m, n, k, 1.0f, a.data(), k, b.data(), n, 0.0f,
+                        c.data(), n);
       }
     });
   }

@@ -28,10 +28,10 @@ struct Case {
 };
 
 std::string Describe(const Case& k) {
-  return "in " + std::to_string(k.h) + "x" + std::to_string(k.w) + "x" + std::to_string(k.c) + " filters " +
-         std::to_string(k.filters) + " k " + std::to_string(k.kh) + "x" + std::to_string(k.kw) + " s " +
-         std::to_string(k.sh) + "x" + std::to_string(k.sw) + (k.same ? " same" : " valid") + " batch " +
-         std::to_string(k.batch);
+  return "in " + std::to_string(k.h) + "x" + std::to_string(k.w) + "x" + std::to_string(k.c) +
+         " filters " + std::to_string(k.filters) + " k " + std::to_string(k.kh) + "x" +
+         std::to_string(k.kw) + " s " + std::to_string(k.sh) + "x" + std::to_string(k.sw) +
+         (k.same ? " same" : " valid") + " batch " + std::to_string(k.batch);
 }
 
 const std::vector<Case> kCases = {
@@ -39,13 +39,15 @@ const std::vector<Case> kCases = {
     {9, 9, 1, 5, 3, 3, 1, 1, true, 1},      // batch 1, filters < 8, same
     {8, 7, 2, 12, 3, 3, 2, 2, true, 2},     // 2 channels, a partial filter group, stride 2
     {10, 10, 3, 12, 3, 3, 2, 2, false, 3},  // RGB, stride 2 leaving a row and column unread
-    {11, 11, 3, 37, 2, 2, 3, 3, false, 2},  // stride > kernel; a block of 32 filters + a partial one
-    {7, 9, 2, 16, 4, 4, 1, 1, true, 2},     // 32 taps (the limit); same with an even kernel
-    {6, 6, 1, 7, 1, 1, 1, 1, false, 2},     // 1 tap
-    {9, 8, 1, 20, 3, 3, 1, 1, true, 2},     // 3 filter groups, the last partial
-    {30, 30, 1, 64, 3, 3, 1, 1, false, 1},  // two full blocks of 32 filters; several gradient chunks
-    {5, 6, 3, 9, 3, 2, 3, 2, true, 1},      // non-square kernel and strides, same
-    {6, 6, 4, 8, 3, 3, 1, 1, false, 2},     // 36 taps: the im2col path either way
+    {11, 11, 3, 37, 2, 2, 3, 3, false,
+     2},                                 // stride > kernel; a block of 32 filters + a partial one
+    {7, 9, 2, 16, 4, 4, 1, 1, true, 2},  // 32 taps (the limit); same with an even kernel
+    {6, 6, 1, 7, 1, 1, 1, 1, false, 2},  // 1 tap
+    {9, 8, 1, 20, 3, 3, 1, 1, true, 2},  // 3 filter groups, the last partial
+    {30, 30, 1, 64, 3, 3, 1, 1, false,
+     1},                                 // two full blocks of 32 filters; several gradient chunks
+    {5, 6, 3, 9, 3, 2, 3, 2, true, 1},   // non-square kernel and strides, same
+    {6, 6, 4, 8, 3, 3, 1, 1, false, 2},  // 36 taps: the im2col path either way
 };
 
 // TensorFlow: out size and the padding before the first element.
@@ -65,7 +67,8 @@ struct Results {
 
 // Builds the op (the direct path allowed or not), runs Forward and Backward with output
 // gradient r; dx empty when not requested.
-Results Run(const Case& k, const char* act, bool direct, bool input_grad, const std::vector<float>& r) {
+Results Run(const Case& k, const char* act, bool direct, bool input_grad,
+            const std::vector<float>& r) {
   SetDirectConvAllowed(direct);
   const std::string cfg = R"({"filters":)" + std::to_string(k.filters) + R"(,"kernel_size":[)" +
                           std::to_string(k.kh) + "," + std::to_string(k.kw) + R"(],"strides":[)" +
@@ -101,7 +104,8 @@ Reference Naive(const Case& k, bool relu, const std::vector<float>& r) {
                           std::to_string(k.kh) + "," + std::to_string(k.kw) + R"(],"strides":[)" +
                           std::to_string(k.sh) + "," + std::to_string(k.sw) + R"(],"padding":")" +
                           (k.same ? "same" : "valid") + "\"}";
-  auto h = OpHarness::Make("conv2d", cfg, {{k.h, k.w, k.c}}, k.batch, 70);  // the same values as Run's
+  auto h =
+      OpHarness::Make("conv2d", cfg, {{k.h, k.w, k.c}}, k.batch, 70);  // the same values as Run's
   const std::vector<float>& x = h->inputs[0];
   const std::vector<float>& w = h->full[0];
   const std::vector<float>& b = h->full[1];
@@ -120,7 +124,8 @@ Reference Naive(const Case& k, bool relu, const std::vector<float>& r) {
       for (int64_t j = 0; j < k.kw; ++j) {
         const int64_t iy = oy * k.sh - ph + i, ix = ox * k.sw - pw + j;
         if (iy < 0 || iy >= k.h || ix < 0 || ix >= k.w) continue;
-        for (int64_t c = 0; c < k.c; ++c) fn(((e * k.h + iy) * k.w + ix) * k.c + c, ((i * k.kw + j) * k.c + c) * f);
+        for (int64_t c = 0; c < k.c; ++c)
+          fn(((e * k.h + iy) * k.w + ix) * k.c + c, ((i * k.kw + j) * k.c + c) * f);
       }
     }
   };
@@ -181,7 +186,8 @@ TEST_CASE("conv2d direct kernels alone: one image, padding columns of the gradie
     return;
   }
   // 5x6x2 image, 2x3 kernel, stride 1 valid: 4x4 pixels, 12 taps; 11 filters (16 padded).
-  const int64_t in_w = 6, c = 2, kh = 2, kw = 3, oh = 4, ow = 4, f = 11, fp = DirectConvPaddedFilters(f);
+  const int64_t in_w = 6, c = 2, kh = 2, kw = 3, oh = 4, ow = 4, f = 11,
+                fp = DirectConvPaddedFilters(f);
   REQUIRE(fp == 16);
   std::vector<int64_t> tap_off, pixel_off;
   for (int64_t i = 0; i < kh; ++i) {
@@ -196,13 +202,15 @@ TEST_CASE("conv2d direct kernels alone: one image, padding columns of the gradie
   const DirectConvShape s{taps, tap_off.data(), oh * ow, pixel_off.data(), f, fp};
   std::mt19937 rng(72);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> img(5 * 6 * 2), w(static_cast<size_t>(taps * fp), 0.0f), bias(static_cast<size_t>(fp), 0.0f);
+  std::vector<float> img(5 * 6 * 2), w(static_cast<size_t>(taps * fp), 0.0f),
+      bias(static_cast<size_t>(fp), 0.0f);
   for (float& v : img) v = u(rng);
   for (int64_t t = 0; t < taps; ++t) {
     for (int64_t o = 0; o < f; ++o) w[t * fp + o] = u(rng);
   }
   for (int64_t o = 0; o < f; ++o) bias[o] = u(rng);
-  std::vector<float> y(static_cast<size_t>(oh * ow * f) + 8, 99.0f);  // 8 guard floats past the output
+  std::vector<float> y(static_cast<size_t>(oh * ow * f) + 8,
+                       99.0f);  // 8 guard floats past the output
   std::vector<uint8_t> mask(static_cast<size_t>(oh * ow * fp / 8));
   DirectConvForward(s, img.data(), w.data(), bias.data(), true, y.data(), mask.data());
   std::vector<float> dy(static_cast<size_t>(oh * ow * f)), d = dy;
@@ -211,7 +219,8 @@ TEST_CASE("conv2d direct kernels alone: one image, padding columns of the gradie
   for (int64_t p = 0; p < oh * ow; ++p) {
     for (int64_t o = 0; o < f; ++o) {
       double z = bias[o];
-      for (int64_t t = 0; t < taps; ++t) z += double{img[pixel_off[p] + tap_off[t]]} * w[t * fp + o];
+      for (int64_t t = 0; t < taps; ++t)
+        z += double{img[pixel_off[p] + tap_off[t]]} * w[t * fp + o];
       want_y.push_back(std::max(z, 0.0));
       const double g = z > 0.0 ? dy[p * f + o] : 0.0;
       d[p * f + o] = static_cast<float>(g);
@@ -227,13 +236,15 @@ TEST_CASE("conv2d direct kernels alone: one image, padding columns of the gradie
   for (double& v : want_db) v += 1.0;
   std::vector<float> scratch(static_cast<size_t>(DirectConvScratch(s)));
   std::vector<float> dy_kept = dy;
-  DirectConvBackward(s, img.data(), mask.data(), dy_kept.data(), false, dw.data(), db.data(), scratch.data());
+  DirectConvBackward(s, img.data(), mask.data(), dy_kept.data(), false, dw.data(), db.data(),
+                     scratch.data());
   CHECK(dy_kept == dy);
   CHECK(CompareArrays(dw, want_dw, 1e-5) == 0);
   CHECK(CompareArrays(db, want_db, 1e-5) == 0);
   std::fill(dw.begin(), dw.end(), 1.0f);
   std::fill(db.begin(), db.end(), 1.0f);
-  DirectConvBackward(s, img.data(), mask.data(), dy.data(), true, dw.data(), db.data(), scratch.data());
+  DirectConvBackward(s, img.data(), mask.data(), dy.data(), true, dw.data(), db.data(),
+                     scratch.data());
   CHECK(dy == d);  // the masked gradient written back
   CHECK(CompareArrays(dw, want_dw, 1e-5) == 0);
 }

@@ -19,16 +19,17 @@ using model_test::OpHarness;
 namespace {
 
 struct Geometry {
-  int64_t h, w, c;        // input
+  int64_t h, w, c;  // input
   int64_t kh, kw, sh, sw;
   bool same;
   int64_t batch;
 };
 
 std::string Describe(const Geometry& g) {
-  return "in " + std::to_string(g.h) + "x" + std::to_string(g.w) + "x" + std::to_string(g.c) + " k " +
-         std::to_string(g.kh) + "x" + std::to_string(g.kw) + " s " + std::to_string(g.sh) + "x" + std::to_string(g.sw) +
-         (g.same ? " same" : " valid") + " batch " + std::to_string(g.batch);
+  return "in " + std::to_string(g.h) + "x" + std::to_string(g.w) + "x" + std::to_string(g.c) +
+         " k " + std::to_string(g.kh) + "x" + std::to_string(g.kw) + " s " + std::to_string(g.sh) +
+         "x" + std::to_string(g.sw) + (g.same ? " same" : " valid") + " batch " +
+         std::to_string(g.batch);
 }
 
 // TensorFlow: out size and the padding before the first element.
@@ -42,7 +43,9 @@ void Out(int64_t in, int64_t k, int64_t s, bool same, int64_t* out, int64_t* pad
   }
 }
 
-std::string Pair(int64_t a, int64_t b) { return "[" + std::to_string(a) + "," + std::to_string(b) + "]"; }
+std::string Pair(int64_t a, int64_t b) {
+  return "[" + std::to_string(a) + "," + std::to_string(b) + "]";
+}
 
 const std::vector<Geometry> kGeometries = {
     {5, 5, 2, 3, 3, 1, 1, false, 2},  // plain
@@ -60,8 +63,9 @@ TEST_CASE("conv2d: forward against a direct convolution; gradients of input, ker
     for (const char* act : {"linear", "relu"}) {
       INFO(Describe(g) << " " << act);
       const int64_t f = 3;
-      const std::string cfg = R"({"filters":3,"kernel_size":)" + Pair(g.kh, g.kw) + R"(,"strides":)" + Pair(g.sh, g.sw) +
-                              R"(,"padding":")" + (g.same ? "same" : "valid") + R"(","activation":")" + act + "\"}";
+      const std::string cfg = R"({"filters":3,"kernel_size":)" + Pair(g.kh, g.kw) +
+                              R"(,"strides":)" + Pair(g.sh, g.sw) + R"(,"padding":")" +
+                              (g.same ? "same" : "valid") + R"(","activation":")" + act + "\"}";
       auto h = OpHarness::Make("conv2d", cfg, {{g.h, g.w, g.c}}, g.batch, 50);
       int64_t oh, ow, ph, pw;
       Out(g.h, g.kh, g.sh, g.same, &oh, &ph);
@@ -96,13 +100,16 @@ TEST_CASE("conv2d: forward against a direct convolution; gradients of input, ker
   }
 }
 
-TEST_CASE("max_pool2d and avg_pool2d: forward against direct loops (padding excluded from averages); gradients") {
+TEST_CASE(
+    "max_pool2d and avg_pool2d: forward against direct loops (padding excluded from averages); gradients") {
   for (const Geometry& g : kGeometries) {
     for (bool max : {true, false}) {
       INFO(Describe(g) << (max ? " max" : " avg"));
-      const std::string cfg = R"({"pool_size":)" + Pair(g.kh, g.kw) + R"(,"strides":)" + Pair(g.sh, g.sw) +
-                              R"(,"padding":")" + (g.same ? "same" : "valid") + "\"}";
-      auto h = OpHarness::Make(max ? "max_pool2d" : "avg_pool2d", cfg, {{g.h, g.w, g.c}}, g.batch, 60);
+      const std::string cfg = R"({"pool_size":)" + Pair(g.kh, g.kw) + R"(,"strides":)" +
+                              Pair(g.sh, g.sw) + R"(,"padding":")" + (g.same ? "same" : "valid") +
+                              "\"}";
+      auto h =
+          OpHarness::Make(max ? "max_pool2d" : "avg_pool2d", cfg, {{g.h, g.w, g.c}}, g.batch, 60);
       // Distinct values 0.01 apart: a perturbation of 1e-3 never changes which is largest.
       std::vector<float>& in = h->inputs[0];
       for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i) * 0.01f - 1.0f;

@@ -44,8 +44,8 @@ inline std::string BuildError(const std::string& text) {
 
 // A batch with `fields` sparse fields (ids in [0, vocab), 0..3 per example, duplicates
 // likely), optional weights, dense features and labels for `classes`.
-inline Batch RandomBatch(int64_t size, std::vector<int64_t> vocab, int64_t dense_dim, int64_t classes,
-                         bool weighted, uint32_t seed) {
+inline Batch RandomBatch(int64_t size, std::vector<int64_t> vocab, int64_t dense_dim,
+                         int64_t classes, bool weighted, uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   Batch b;
@@ -90,10 +90,11 @@ struct Store {
     }
   }
   // The whole variable as one shard: rows along axis 0 (shape [] is one row).
-  static void Fill(const ps::model::VariableDef& def, const ps::model::InitSpec& init, uint64_t seed,
-                   std::span<float> out) {
+  static void Fill(const ps::model::VariableDef& def, const ps::model::InitSpec& init,
+                   uint64_t seed, std::span<float> out) {
     const int64_t cols = def.row_elements();
-    ps::model::FillInitial(init, seed, def.name, def.shape, 0, def.num_elements() / cols, cols, out);
+    ps::model::FillInitial(init, seed, def.name, def.shape, 0, def.num_elements() / cols, cols,
+                           out);
   }
 };
 
@@ -113,7 +114,8 @@ struct Pulled {
       if (def.sparse) {
         const int64_t d = def.row_elements();
         for (int64_t r : rows[v]) {
-          values[v].insert(values[v].end(), s.full[v].begin() + r * d, s.full[v].begin() + (r + 1) * d);
+          values[v].insert(values[v].end(), s.full[v].begin() + r * d,
+                           s.full[v].begin() + (r + 1) * d);
         }
       } else {
         values[v] = s.full[v];
@@ -127,13 +129,15 @@ struct Pulled {
 };
 
 // Applies grads with plain SGD to the store (scattering sparse rows).
-inline void ApplySgd(const Model& m, const Pulled& p, const ps::model::Grads& g, float lr, Store* s) {
+inline void ApplySgd(const Model& m, const Pulled& p, const ps::model::Grads& g, float lr,
+                     Store* s) {
   for (size_t v = 0; v < s->full.size(); ++v) {
     const auto& def = m.variables()[v];
     if (def.sparse) {
       const int64_t d = def.row_elements();
       for (size_t k = 0; k < p.rows[v].size(); ++k) {
-        for (int64_t e = 0; e < d; ++e) s->full[v][p.rows[v][k] * d + e] -= lr * g.values[v][k * d + e];
+        for (int64_t e = 0; e < d; ++e)
+          s->full[v][p.rows[v][k] * d + e] -= lr * g.values[v][k * d + e];
       }
     } else {
       for (size_t i = 0; i < s->full[v].size(); ++i) s->full[v][i] -= lr * g.values[v][i];
@@ -142,7 +146,8 @@ inline void ApplySgd(const Model& m, const Pulled& p, const ps::model::Grads& g,
 }
 
 inline bool Close(double analytic, double numeric, double atol, double rtol) {
-  return std::fabs(analytic - numeric) <= atol + rtol * std::max(std::fabs(analytic), std::fabs(numeric));
+  return std::fabs(analytic - numeric) <=
+         atol + rtol * std::max(std::fabs(analytic), std::fabs(numeric));
 }
 
 // Tolerances: the model computes in float, so Forward's loss carries a relative error
@@ -175,13 +180,15 @@ inline int CheckGradients(Model& m, Store& store, const Batch& b, double eps = 1
       REQUIRE(up.ok());
       REQUIRE(down.ok());
       // The perturbation actually applied, in float.
-      const double h = double{static_cast<float>(saved + eps)} - double{static_cast<float>(saved - eps)};
+      const double h =
+          double{static_cast<float>(saved + eps)} - double{static_cast<float>(saved - eps)};
       const double numeric = (up->loss_sum - down->loss_sum) / static_cast<double>(b.size) / h;
       const double analytic = g.values[v][i];
       if (std::fabs(analytic) > 1e-4) ++nonzero;
       if (!Close(analytic, numeric, atol, rtol)) {
         ++bad;
-        INFO(m.variables()[v].name << "[" << i << "] analytic " << analytic << " numeric " << numeric);
+        INFO(m.variables()[v].name << "[" << i << "] analytic " << analytic << " numeric "
+                                   << numeric);
         CHECK(false);
       }
     }

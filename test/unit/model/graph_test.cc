@@ -11,10 +11,10 @@
 #include "test/unit/model/grad_check.h"
 
 using namespace ps::model;
+using model_test::Build;
 using model_test::CheckGradients;
 using model_test::Pulled;
 using model_test::Store;
-using model_test::Build;
 
 namespace {
 
@@ -30,10 +30,12 @@ std::string Graph(const std::string& layers, const std::string& head = "out",
                   const std::string& loss = "sigmoid_cross_entropy") {
   return R"({"type":"graph","inputs":[{"name":"x","type":"dense","dim":4},
     {"name":"img","type":"image","shape":[4,4,1]},{"name":"f0","type":"sparse","field":0}],
-    "layers":[)" + layers + R"(],"outputs":[{"layer":")" + head + R"(","loss":")" + loss + R"("}]})";
+    "layers":[)" +
+         layers + R"(],"outputs":[{"layer":")" + head + R"(","loss":")" + loss + R"("}]})";
 }
 
-Batch RandomBatch(int64_t size, std::vector<int64_t> vocab, int64_t dense_dim, int64_t classes, uint32_t seed) {
+Batch RandomBatch(int64_t size, std::vector<int64_t> vocab, int64_t dense_dim, int64_t classes,
+                  uint32_t seed) {
   return model_test::RandomBatch(size, std::move(vocab), dense_dim, classes, true, seed);
 }
 
@@ -69,10 +71,12 @@ TEST_CASE("graph configs are checked when built, each error one line naming laye
   const std::string dense = R"({"name":"out","type":"dense","inputs":["x"],"units":1})";
   REQUIRE(Build(Graph(dense))->variables().size() == 2);
 
-  CHECK(BuildError(Graph(R"({"name":"out","type":"densse","inputs":["x"],"units":1})")) ==
-        std::string("job.model.layers.out.type: unknown layer type \"densse\" (expected ") + "dense, activation, "
-        "dropout, layer_norm, concat, add, multiply, reshape, flatten, embedding, linear, fm, cross, "
-        "dot_interaction, conv2d, max_pool2d, avg_pool2d, or a type of a plug-in in the job's \"plugins\")");
+  CHECK(
+      BuildError(Graph(R"({"name":"out","type":"densse","inputs":["x"],"units":1})")) ==
+      std::string("job.model.layers.out.type: unknown layer type \"densse\" (expected ") +
+          "dense, activation, "
+          "dropout, layer_norm, concat, add, multiply, reshape, flatten, embedding, linear, fm, cross, "
+          "dot_interaction, conv2d, max_pool2d, avg_pool2d, or a type of a plug-in in the job's \"plugins\")");
   CHECK(BuildError(Graph(R"({"name":"out","type":"dense","inputs":["y"],"units":1})")) ==
         "job.model.layers.out.inputs[0]: unknown input \"y\" (no input or layer has that name)");
   CHECK(BuildError(Graph(R"({"name":"a","type":"dense","inputs":["out"],"units":4},
@@ -85,33 +89,41 @@ TEST_CASE("graph configs are checked when built, each error one line naming laye
                             {"name":"s","type":"add","inputs":["a","x"]},
                             {"name":"out","type":"dense","inputs":["s"],"units":1})")) ==
         "job.model.layers.s.inputs[1]: shape [4] of \"x\" differs from [3] of \"a\"");
-  CHECK(BuildError(Graph(R"({"name":"c","type":"conv2d","inputs":["x"],"filters":2,"kernel_size":3},
+  CHECK(
+      BuildError(Graph(R"({"name":"c","type":"conv2d","inputs":["x"],"filters":2,"kernel_size":3},
                             {"name":"out","type":"dense","inputs":["c"],"units":1})")) ==
-        "job.model.layers.c.inputs[0]: \"x\" has shape [4]; expected an image [height, width, channels]");
-  CHECK(BuildError(Graph(R"({"name":"c","type":"conv2d","inputs":["img"],"filters":2,"kernel_size":5},
+      "job.model.layers.c.inputs[0]: \"x\" has shape [4]; expected an image [height, width, channels]");
+  CHECK(
+      BuildError(Graph(R"({"name":"c","type":"conv2d","inputs":["img"],"filters":2,"kernel_size":5},
                             {"name":"out","type":"dense","inputs":["c"],"units":1})")) ==
-        "job.model.layers.c.kernel_size: window 5 is larger than the input's 4 with padding \"valid\"");
-  CHECK(BuildError(Graph(R"({"name":"out","type":"dense","inputs":["x"],"units":3})")) ==
-        "job.model.outputs[0].loss: sigmoid_cross_entropy needs 1 output, layer \"out\" has shape [3]");
-  CHECK(BuildError(Graph(dense, "out", "softmax_cross_entropy")) ==
-        "job.model.outputs[0].loss: softmax_cross_entropy needs at least 2 outputs (one per class), layer \"out\" "
-        "has shape [1]");
-  CHECK(BuildError(Graph(R"({"name":"e1","type":"embedding","inputs":["f0"],"table":"t","vocab":10,"dim":4},
+      "job.model.layers.c.kernel_size: window 5 is larger than the input's 4 with padding \"valid\"");
+  CHECK(
+      BuildError(Graph(R"({"name":"out","type":"dense","inputs":["x"],"units":3})")) ==
+      "job.model.outputs[0].loss: sigmoid_cross_entropy needs 1 output, layer \"out\" has shape [3]");
+  CHECK(
+      BuildError(Graph(dense, "out", "softmax_cross_entropy")) ==
+      "job.model.outputs[0].loss: softmax_cross_entropy needs at least 2 outputs (one per class), layer \"out\" "
+      "has shape [1]");
+  CHECK(BuildError(Graph(
+            R"({"name":"e1","type":"embedding","inputs":["f0"],"table":"t","vocab":10,"dim":4},
                             {"name":"e2","type":"embedding","inputs":["f0"],"table":"t","dim":8},
                             {"name":"c","type":"concat","inputs":["e1","e2"]},
                             {"name":"out","type":"dense","inputs":["c"],"units":1})")) ==
         "job.model.layers.e2.dim: 8 differs from 4 of table \"t\" (job.model.layers.e1)");
-  CHECK(BuildError(Graph(R"({"name":"e1","type":"embedding","inputs":["f0"],"table":"t","vocab":10,"dim":4},
+  CHECK(BuildError(Graph(
+            R"({"name":"e1","type":"embedding","inputs":["f0"],"table":"t","vocab":10,"dim":4},
                             {"name":"e2","type":"embedding","inputs":["f0"],"table":"t","vocab":12},
                             {"name":"c","type":"concat","inputs":["e1","e2"]},
                             {"name":"out","type":"dense","inputs":["c"],"units":1})")) ==
         "job.model.layers.e2.vocab: 12 differs from 10 of table \"t\" (job.model.layers.e1)");
-  CHECK(BuildError(Graph(R"({"name":"out","type":"dense","inputs":["f0"],"units":1})")) ==
-        "job.model.layers.out.inputs[0]: \"f0\" is a sparse input; only embedding and linear layers read sparse "
-        "inputs");
-  CHECK(BuildError(Graph(R"({"name":"e","type":"embedding","inputs":["x"],"vocab":3,"dim":2},
+  CHECK(
+      BuildError(Graph(R"({"name":"out","type":"dense","inputs":["f0"],"units":1})")) ==
+      "job.model.layers.out.inputs[0]: \"f0\" is a sparse input; only embedding and linear layers read sparse "
+      "inputs");
+  CHECK(
+      BuildError(Graph(R"({"name":"e","type":"embedding","inputs":["x"],"vocab":3,"dim":2},
                             {"name":"out","type":"dense","inputs":["e"],"units":1})")) ==
-        "job.model.layers.e.inputs[0]: \"x\" is not a sparse input; embedding layers read sparse inputs only");
+      "job.model.layers.e.inputs[0]: \"x\" is not a sparse input; embedding layers read sparse inputs only");
   CHECK(BuildError(Graph(R"({"name":"out","type":"dense","inputs":["x"],"units":1},
                             {"name":"out","type":"dense","inputs":["x"],"units":1})")) ==
         "job.model.layers.out: the name is used twice");
@@ -121,27 +133,33 @@ TEST_CASE("graph configs are checked when built, each error one line naming laye
         "job.model.layers.spare: its output reaches no entry of outputs");
   CHECK(BuildError(Graph(R"({"name":"out","type":"dense","inputs":["x"],"units":1,"unit":2})")) ==
         "job.model.layers.out.unit: unknown key");
-  CHECK(BuildError(Graph(R"({"name":"out","type":"dense","inputs":["x"],"units":1,"activation":"swish"})")) ==
-        "job.model.layers.out.activation: unknown activation \"swish\" (expected linear, relu, gelu, tanh or sigmoid)");
+  CHECK(
+      BuildError(Graph(
+          R"({"name":"out","type":"dense","inputs":["x"],"units":1,"activation":"swish"})")) ==
+      "job.model.layers.out.activation: unknown activation \"swish\" (expected linear, relu, gelu, tanh or sigmoid)");
   CHECK(BuildError(Graph(R"({"name":"r","type":"reshape","inputs":["x"],"shape":[3,-1]},
                             {"name":"out","type":"dense","inputs":["r"],"units":1})")) ==
         "job.model.layers.r.shape: [3, -1] does not hold the 4 values of input shape [4]");
   CHECK(BuildError(Graph(R"({"name":"a/b","type":"dense","inputs":["x"],"units":1})", "a/b")) ==
         "job.model.layers[0].name: \"a/b\" may hold only letters, digits, '_', '-' and '.'");
-  CHECK(BuildError(R"({"type":"graph","inputs":[{"name":"x","type":"tensor","dim":2}],"layers":[],"outputs":[]})") ==
-        "job.model.inputs.x.type: unknown input type \"tensor\" (expected dense, image or sparse)");
+  CHECK(
+      BuildError(
+          R"({"type":"graph","inputs":[{"name":"x","type":"tensor","dim":2}],"layers":[],"outputs":[]})") ==
+      "job.model.inputs.x.type: unknown input type \"tensor\" (expected dense, image or sparse)");
   CHECK(BuildError(R"({"type":"graph","inputs":[{"name":"x","type":"dense","dim":2}],
     "layers":[{"name":"out","type":"dense","inputs":["x"],"units":1}],
     "outputs":[{"layer":"nope","loss":"sigmoid_cross_entropy"}]})") ==
         "job.model.outputs[0].layer: unknown layer \"nope\"");
-  CHECK(BuildError(R"({"type":"graph","inputs":[{"name":"x","type":"dense","dim":2}],
+  CHECK(
+      BuildError(R"({"type":"graph","inputs":[{"name":"x","type":"dense","dim":2}],
     "layers":[{"name":"out","type":"dense","inputs":["x"],"units":1}],
     "outputs":[{"layer":"out","loss":"hinge"}]})") ==
-        "job.model.outputs[0].loss: unknown loss \"hinge\" (expected softmax_cross_entropy, sigmoid_cross_entropy or "
-        "mean_squared_error)");
+      "job.model.outputs[0].loss: unknown loss \"hinge\" (expected softmax_cross_entropy, sigmoid_cross_entropy or "
+      "mean_squared_error)");
   CHECK(BuildError(R"({"type":"graph","inputs":[{"name":"x","type":"dense","dim":2}],
     "layers":[{"name":"out","type":"activation","inputs":["x"],"activation":"tanh"}],
-    "outputs":[{"layer":"out","loss":"mean_squared_error"}]})").find("job.model.outputs[0].loss") == 0);
+    "outputs":[{"layer":"out","loss":"mean_squared_error"}]})")
+            .find("job.model.outputs[0].loss") == 0);
   CHECK(BuildError(R"({"type":"graph","inputs":[{"name":"x","type":"dense","dim":1}],
     "layers":[{"name":"out","type":"activation","inputs":["x"],"activation":"tanh"}],
     "outputs":[{"layer":"out","loss":"mean_squared_error"}]})") ==
@@ -156,13 +174,16 @@ TEST_CASE("each shorthand and its graph give bit-identical parameters after 100 
     int64_t dense_dim, classes;
   };
   const std::vector<Case> cases = {
-      {"mlp", R"({"type":"mlp","input_dim":5,"hidden":[8,6],"activation":"tanh","classes":3})",
+      {"mlp",
+       R"({"type":"mlp","input_dim":5,"hidden":[8,6],"activation":"tanh","classes":3})",
        R"({"type":"graph","inputs":[{"name":"pixels","type":"dense","dim":5}],
            "layers":[{"name":"dense_0","type":"dense","inputs":["pixels"],"units":8,"activation":"tanh"},
                      {"name":"dense_1","type":"dense","inputs":["dense_0"],"units":6,"activation":"tanh"},
                      {"name":"dense_2","type":"dense","inputs":["dense_1"],"units":3}],
            "outputs":[{"layer":"dense_2","loss":"softmax_cross_entropy"}]})",
-       {}, 5, 3},
+       {},
+       5,
+       3},
       {"embedding_mlp",
        R"({"type":"embedding_mlp","fields":[{"table":"words","vocab":30,"dim":4},
            {"vocab":7,"dim":3,"combiner":"sum","lazy":true},{"table":"words","combiner":"sqrtn"}],
@@ -177,12 +198,17 @@ TEST_CASE("each shorthand and its graph give bit-identical parameters after 100 
                      {"name":"dense_0","type":"dense","inputs":["x"],"units":6,"activation":"relu"},
                      {"name":"dense_1","type":"dense","inputs":["dense_0"],"units":1}],
            "outputs":[{"layer":"dense_1","loss":"sigmoid_cross_entropy"}]})",
-       {30, 7, 30}, 2, 1},
-      {"logistic_regression", R"({"type":"logistic_regression","num_features":40,"num_fields":2})",
+       {30, 7, 30},
+       2,
+       1},
+      {"logistic_regression",
+       R"({"type":"logistic_regression","num_features":40,"num_fields":2})",
        R"({"type":"graph","inputs":[{"name":"u","type":"sparse","field":0},{"name":"v","type":"sparse","field":1}],
            "layers":[{"name":"linear","type":"linear","inputs":["u","v"],"vocab":40}],
            "outputs":[{"layer":"linear","loss":"sigmoid_cross_entropy"}]})",
-       {40, 40}, 0, 1},
+       {40, 40},
+       0,
+       1},
   };
   for (const Case& c : cases) {
     INFO(c.name);
@@ -190,7 +216,8 @@ TEST_CASE("each shorthand and its graph give bit-identical parameters after 100 
     auto b = Build(c.graph);
     CheckSameVariables(*a, *b);
     std::vector<Batch> batches;
-    for (uint32_t k = 0; k < 7; ++k) batches.push_back(RandomBatch(9, c.vocab, c.dense_dim, c.classes, 500 + k));
+    for (uint32_t k = 0; k < 7; ++k)
+      batches.push_back(RandomBatch(9, c.vocab, c.dense_dim, c.classes, 500 + k));
     Store sa = Train100(*a, batches);
     Store sb = Train100(*b, batches);
     CHECK(sa.full == sb.full);
@@ -235,7 +262,8 @@ TEST_CASE("several heads: weighted losses, labels from a dense column, per-head 
   CHECK(m->ForwardBackward(b, p.params, &g).status().message() ==
         "batch.dense[2][3] (label of head \"value\"): nan is not finite");
   b.dense_dim = 3;
-  CHECK(m->Forward(b, p.params).status().message() == "batch.dense_dim: 3 does not match the model's 4");
+  CHECK(m->Forward(b, p.params).status().message() ==
+        "batch.dense_dim: 3 does not match the model's 4");
 }
 
 TEST_CASE("a head with nothing to train below it still reports its loss") {

@@ -20,8 +20,9 @@ std::vector<float> FillPartitioned(const InitSpec& spec, uint64_t seed, const ch
   int64_t begin = 0;
   for (int64_t s = 0; s < num_shards; ++s) {
     int64_t n = rows / num_shards + (s < rows % num_shards ? 1 : 0);
-    FillInitial(spec, seed, var, shape, begin, n, cols,
-                std::span(all).subspan(static_cast<size_t>(begin * cols), static_cast<size_t>(n * cols)));
+    FillInitial(
+        spec, seed, var, shape, begin, n, cols,
+        std::span(all).subspan(static_cast<size_t>(begin * cols), static_cast<size_t>(n * cols)));
     begin += n;
   }
   REQUIRE(begin == rows);
@@ -83,7 +84,7 @@ TEST_CASE("uniform stays in bounds with the right moments") {
   CHECK(m.max < 1.5);
   CHECK(m.min < -0.49);
   CHECK(m.max > 1.49);
-  CHECK(m.mean == Approx(0.5).margin(0.01));            // sd of the mean ≈ 0.0018
+  CHECK(m.mean == Approx(0.5).margin(0.01));  // sd of the mean ≈ 0.0018
   CHECK(m.stddev == Approx(2.0 / std::sqrt(12.0)).epsilon(0.01));
 }
 
@@ -138,12 +139,18 @@ TEST_CASE("ParseInit") {
 
   CHECK(parse(R"({"type":"normal","min":1})").status().message() ==
         "vars.emb.init.min: unknown key");
-  CHECK(parse(R"({"type":"he_normal"})").status().message().starts_with(
-      "vars.emb.init.type: unknown initializer \"he_normal\""));
-  CHECK(parse(R"({"type":"normal","stddev":-1})").status().message().starts_with(
-      "vars.emb.init.stddev: must be finite and >= 0"));
-  CHECK(parse(R"({"type":"uniform","minval":1,"maxval":0})").status().message().starts_with(
-      "vars.emb.init.maxval: must be >= minval"));
+  CHECK(parse(R"({"type":"he_normal"})")
+            .status()
+            .message()
+            .starts_with("vars.emb.init.type: unknown initializer \"he_normal\""));
+  CHECK(parse(R"({"type":"normal","stddev":-1})")
+            .status()
+            .message()
+            .starts_with("vars.emb.init.stddev: must be finite and >= 0"));
+  CHECK(parse(R"({"type":"uniform","minval":1,"maxval":0})")
+            .status()
+            .message()
+            .starts_with("vars.emb.init.maxval: must be >= minval"));
   CHECK(parse(R"({"type":"zeros","value":1})").status().message() ==
         "vars.emb.init.value: unknown key");
   CHECK(parse(R"("zeros")").status().message() == "vars.emb.init: must be a JSON object");

@@ -46,7 +46,8 @@ double Numeric(DenseLayer& layer, std::vector<float>& param, size_t i, const std
 }  // namespace
 
 TEST_CASE("DenseLayer gradients match central differences for every activation") {
-  for (Activation act : {Activation::kLinear, Activation::kRelu, Activation::kTanh, Activation::kSigmoid}) {
+  for (Activation act :
+       {Activation::kLinear, Activation::kRelu, Activation::kTanh, Activation::kSigmoid}) {
     INFO("activation " << ActivationName(act));
     std::mt19937 rng(7);
     const int64_t batch = 3, in = 4, out = 5;
@@ -150,7 +151,9 @@ TEST_CASE("Sigmoid cross-entropy: values, gradients and stability") {
     auto r = SigmoidCrossEntropy(logits, labels, 5, d, p);
     const double last = 2 - 2 * 0.25 + std::log1p(std::exp(-2.0));
     CHECK(r.loss_sum == Approx(std::log(2.0) + 100.0 + 0.0 + 0.0 + last));
-    CHECK(r.correct == 3);  // p(0) = 0.5 counts as 1; logit 100 vs 0 and the soft label 0.25 vs p > 0.5 are wrong
+    CHECK(
+        r.correct ==
+        3);  // p(0) = 0.5 counts as 1; logit 100 vs 0 and the soft label 0.25 vs p > 0.5 are wrong
     CHECK(p[0] == 0.5f);
     CHECK(p[1] == 1.0f);
     CHECK(p[2] >= 0.0f);

@@ -8,7 +8,8 @@
 using namespace ps::model;
 
 TEST_CASE("Auc: hand-computed values, ties count half, -1 without both classes") {
-  CHECK(Auc(std::vector<float>{0.1f, 0.4f, 0.35f, 0.8f}, std::vector<float>{0, 0, 1, 1}) == Approx(0.75));
+  CHECK(Auc(std::vector<float>{0.1f, 0.4f, 0.35f, 0.8f}, std::vector<float>{0, 0, 1, 1}) ==
+        Approx(0.75));
   CHECK(Auc(std::vector<float>{0.5f, 0.5f}, std::vector<float>{0, 1}) == Approx(0.5));
   CHECK(Auc(std::vector<float>{0.1f, 0.9f}, std::vector<float>{0, 1}) == 1.0);
   CHECK(Auc(std::vector<float>{0.1f, 0.9f}, std::vector<float>{1, 1}) == -1);
@@ -23,7 +24,8 @@ TEST_CASE("HeadMetrics: accuracy and log-loss, AUC for sigmoid heads, RMSE for r
     out.examples = 2;
     out.heads.resize(3);
     out.heads[0] = {1.2, 1, {}, {}};
-    out.heads[1] = {0.8, 2, {batch ? 0.9f : 0.2f, batch ? 0.3f : 0.6f}, {batch ? 1.0f : 0.0f, 0.0f}};
+    out.heads[1] = {
+        0.8, 2, {batch ? 0.9f : 0.2f, batch ? 0.3f : 0.6f}, {batch ? 1.0f : 0.0f, 0.0f}};
     out.heads[2] = {batch ? 2.0 : 6.0, 0, {0, 0}, {1, 1}};
     m.Add(out);
   }
@@ -58,8 +60,10 @@ TEST_CASE("HeadMetrics: sums of disjoint parts merge into exactly the figures of
     out.heads.resize(1);
     out.heads[0].loss_sum = 0.25 * static_cast<double>(to - from);
     out.heads[0].correct = static_cast<int64_t>((to - from) / 2);
-    out.heads[0].predictions.assign(scores.begin() + static_cast<long>(from), scores.begin() + static_cast<long>(to));
-    out.heads[0].labels.assign(labels.begin() + static_cast<long>(from), labels.begin() + static_cast<long>(to));
+    out.heads[0].predictions.assign(scores.begin() + static_cast<long>(from),
+                                    scores.begin() + static_cast<long>(to));
+    out.heads[0].labels.assign(labels.begin() + static_cast<long>(from),
+                               labels.begin() + static_cast<long>(to));
     return out;
   };
   HeadMetrics whole(heads);

@@ -10,16 +10,16 @@
 #include "test/unit/model/grad_check.h"
 
 using namespace ps::model;
-using model_test::CheckGradients;
-using model_test::Pulled;
-using model_test::Store;
 using model_test::Build;
 using model_test::BuildError;
+using model_test::CheckGradients;
+using model_test::Pulled;
 using model_test::RandomBatch;
-
+using model_test::Store;
 
 TEST_CASE("mlp variables follow Keras names, shapes and initializers") {
-  auto m = Build(R"({"type":"mlp","input_dim":784,"hidden":[256,128],"activation":"relu","classes":10})");
+  auto m = Build(
+      R"({"type":"mlp","input_dim":784,"hidden":[256,128],"activation":"relu","classes":10})");
   const auto& v = m->variables();
   REQUIRE(v.size() == 6);
   CHECK(v[0].name == "dense_0/kernel");
@@ -97,8 +97,9 @@ TEST_CASE("mlp gradients match central differences") {
   }
 }
 
-TEST_CASE("embedding_mlp gradients match central differences (all combiners, weights, "
-          "duplicates, shared table, dense features)") {
+TEST_CASE(
+    "embedding_mlp gradients match central differences (all combiners, weights, "
+    "duplicates, shared table, dense features)") {
   for (bool weighted : {false, true}) {
     INFO("weighted " << weighted);
     auto m = Build(R"({"type":"embedding_mlp","fields":[
@@ -131,7 +132,8 @@ TEST_CASE("logistic_regression gradients match central differences") {
 TEST_CASE("duplicate ids in one example give one gradient row holding their sum") {
   // Sum pooling, no hidden layer, one output: logit = sum_j e[id_j] · w + bias, so
   // d(mean loss)/d e[r] = count(r) * (p - y) * w / batch.
-  auto m = Build(R"({"type":"embedding_mlp","fields":[{"vocab":10,"dim":2,"combiner":"sum"}],"classes":1})");
+  auto m = Build(
+      R"({"type":"embedding_mlp","fields":[{"vocab":10,"dim":2,"combiner":"sum"}],"classes":1})");
   Store store(*m, 1);
   store.full[0] = std::vector<float>(20, 0.0f);
   store.full[1] = {0.5f, -1.0f};  // kernel [2, 1]
@@ -207,14 +209,17 @@ TEST_CASE("batches and params that do not fit the model are errors, not crashes"
   REQUIRE(m->ForwardBackward(good, p.params, &g).ok());
   std::vector<std::vector<int64_t>> rows;
 
-  auto error = [&](const Batch& b) { return m->ForwardBackward(b, p.params, &g).status().message(); };
+  auto error = [&](const Batch& b) {
+    return m->ForwardBackward(b, p.params, &g).status().message();
+  };
   Batch b = good;
   b.sparse.clear();
   CHECK(error(b) == "batch.sparse: has 0 fields, the model reads 1");
   b = good;
   b.sparse[0].ids[0] = 5;
   CHECK(error(b) == "batch.sparse[0].ids[0]: 5 is outside the table's 5 rows");
-  CHECK(m->RowsNeeded(b, &rows).message() == "batch.sparse[0].ids[0]: 5 is outside the table's 5 rows");
+  CHECK(m->RowsNeeded(b, &rows).message() ==
+        "batch.sparse[0].ids[0]: 5 is outside the table's 5 rows");
   b = good;
   b.sparse[0].offsets.back() += 1;
   CHECK(error(b) == "batch.sparse[0].offsets[3]: must equal ids.size() = " +
@@ -246,10 +251,12 @@ TEST_CASE("batches and params that do not fit the model are errors, not crashes"
   // Params not matching the pulled rows.
   ps::model::Params bad = p.params;
   bad.values.pop_back();
-  CHECK(m->Forward(good, bad).status().message() == "params.values: has 2 variables, the model has 3");
+  CHECK(m->Forward(good, bad).status().message() ==
+        "params.values: has 2 variables, the model has 3");
   bad = p.params;
   bad.values[1] = bad.values[1].subspan(1);
-  CHECK(m->Forward(good, bad).status().message() == "params.values[dense_0/kernel]: has 5 floats, expected 6");
+  CHECK(m->Forward(good, bad).status().message() ==
+        "params.values[dense_0/kernel]: has 5 floats, expected 6");
   bad = p.params;
   std::vector<int64_t> fewer(p.rows[0].begin() + 1, p.rows[0].end());
   std::vector<float> fewer_values(p.values[0].begin() + 2, p.values[0].end());
@@ -259,12 +266,14 @@ TEST_CASE("batches and params that do not fit the model are errors, not crashes"
         "params.rows[embedding_0/embeddings]: lacks row " + std::to_string(p.rows[0][0]) +
             " that the batch uses");
   bad.rows.clear();
-  CHECK(m->Forward(good, bad).status().message() == "params.rows: missing rows of embedding_0/embeddings");
+  CHECK(m->Forward(good, bad).status().message() ==
+        "params.rows: missing rows of embedding_0/embeddings");
 
   auto lr = Build(R"({"type":"logistic_regression","num_features":4})");
   Batch lb = RandomBatch(2, {4}, 0, 1, false, 3);
   lb.labels[0] = 1.5f;
-  CHECK(lr->Forward(lb, p.params).status().message() == "batch.labels[0]: 1.500000 is not in [0, 1]");
+  CHECK(lr->Forward(lb, p.params).status().message() ==
+        "batch.labels[0]: 1.500000 is not in [0, 1]");
 }
 
 TEST_CASE("BuildModel rejects bad configs naming the key") {
@@ -278,14 +287,16 @@ TEST_CASE("BuildModel rejects bad configs naming the key") {
         "job.model.input_dim: must be > 0, got 0");
   CHECK(BuildError(R"({"type":"mlp","input_dim":4,"classes":0})") ==
         "job.model.classes: must be > 0, got 0");
-  CHECK(BuildError(R"({"type":"mlp","input_dim":4,"classes":2,"activation":"gelu"})") ==
-        "job.model.activation: unknown activation \"gelu\" (expected relu, tanh, sigmoid or linear)");
+  CHECK(
+      BuildError(R"({"type":"mlp","input_dim":4,"classes":2,"activation":"gelu"})") ==
+      "job.model.activation: unknown activation \"gelu\" (expected relu, tanh, sigmoid or linear)");
   CHECK(BuildError(R"({"type":"mlp","input_dim":4,"classes":2,"hidden":[1e9]})") ==
         "job.model.hidden[0]: must be <= 16777216, got 1000000000");
   CHECK(BuildError(R"({"type":"mlp","input_dim":4,"classes":"two"})") ==
         "job.model.classes: expected an integer, got string");
-  CHECK(BuildError(R"({"type":"cnn"})") ==
-        "job.model.type: unknown model type \"cnn\" (expected graph, mlp, embedding_mlp or logistic_regression)");
+  CHECK(
+      BuildError(R"({"type":"cnn"})") ==
+      "job.model.type: unknown model type \"cnn\" (expected graph, mlp, embedding_mlp or logistic_regression)");
   CHECK(BuildError(R"({"input_dim":4})") == "job.model.type: required key is missing");
   CHECK(BuildError(R"([1, 2])") == "job.model: must be a JSON object");
 
@@ -299,9 +310,12 @@ TEST_CASE("BuildModel rejects bad configs naming the key") {
         "job.model.fields[0].dim: required key is missing");
   CHECK(BuildError(R"({"type":"embedding_mlp","fields":[{"vocab":10,"dim":-2}],"classes":1})") ==
         "job.model.fields[0].dim: must be > 0, got -2");
-  CHECK(BuildError(R"({"type":"embedding_mlp","fields":[{"vocab":10,"dim":2,"combiner":"max"}],"classes":1})") ==
-        "job.model.fields[0].combiner: unknown combiner \"max\" (expected mean, sum or sqrtn)");
-  CHECK(BuildError(R"({"type":"embedding_mlp","fields":[{"vocab":10,"dim":2,"size":3}],"classes":1})") ==
+  CHECK(
+      BuildError(
+          R"({"type":"embedding_mlp","fields":[{"vocab":10,"dim":2,"combiner":"max"}],"classes":1})") ==
+      "job.model.fields[0].combiner: unknown combiner \"max\" (expected mean, sum or sqrtn)");
+  CHECK(BuildError(
+            R"({"type":"embedding_mlp","fields":[{"vocab":10,"dim":2,"size":3}],"classes":1})") ==
         "job.model.fields[0].size: unknown key");
   CHECK(BuildError(R"({"type":"embedding_mlp","fields":[{"table":"t","vocab":10,"dim":2},
         {"table":"t","vocab":11}],"classes":1})") ==
@@ -322,8 +336,10 @@ TEST_CASE("BuildModel rejects bad configs naming the key") {
   CHECK(BuildError(R"({"type":"embedding_mlp","fields":[{"vocab":10,"dim":2,
         "init":{"kind":"zeros"}}],"classes":1})") ==
         "job.model.fields[0].init.type: required key is missing");
-  CHECK(BuildError(R"({"type":"embedding_mlp","fields":[{"vocab":10,"dim":2}],"dense_dim":-1,"classes":1})") ==
-        "job.model.dense_dim: must be >= 0, got -1");
+  CHECK(
+      BuildError(
+          R"({"type":"embedding_mlp","fields":[{"vocab":10,"dim":2}],"dense_dim":-1,"classes":1})") ==
+      "job.model.dense_dim: must be >= 0, got -1");
 
   CHECK(BuildError(R"({"type":"logistic_regression"})") ==
         "job.model.num_features: required key is missing");
@@ -428,7 +444,8 @@ TEST_CASE("embedding_mlp and logistic_regression learn which ids mean label 1") 
     for (int i = 0; i < 20; ++i) {
       const bool positive = (i + k) % 2 == 0;
       const int n = 1 + static_cast<int>(rng() % 3);
-      for (int j = 0; j < n; ++j) f.ids.push_back((positive ? 0 : 10) + static_cast<int64_t>(rng() % 10));
+      for (int j = 0; j < n; ++j)
+        f.ids.push_back((positive ? 0 : 10) + static_cast<int64_t>(rng() % 10));
       f.offsets.push_back(static_cast<int64_t>(f.ids.size()));
       b.labels.push_back(positive ? 1.0f : 0.0f);
     }
@@ -456,11 +473,14 @@ TEST_CASE("embedding_mlp and logistic_regression learn which ids mean label 1") 
 TEST_CASE("logistic_regression takes num_features or num_buckets, not both") {
   CHECK(BuildError(R"({"type":"logistic_regression","num_features":10,"num_buckets":64})") ==
         "job.model.num_buckets: give either num_features or num_buckets, not both");
-  CHECK(BuildError(R"({"type":"logistic_regression"})") == "job.model.num_features: required key is missing");
-  CHECK(BuildError(R"({"type":"logistic_regression","num_buckets":0})").find("job.model.num_buckets: must be > 0") == 0);
+  CHECK(BuildError(R"({"type":"logistic_regression"})") ==
+        "job.model.num_features: required key is missing");
+  CHECK(BuildError(R"({"type":"logistic_regression","num_buckets":0})")
+            .find("job.model.num_buckets: must be > 0") == 0);
 }
 
-TEST_CASE("\"lazy\" marks a table's variable lazy: first field of a table, and logistic_regression") {
+TEST_CASE(
+    "\"lazy\" marks a table's variable lazy: first field of a table, and logistic_regression") {
   auto m = Build(R"({"type":"embedding_mlp","fields":[
       {"table":"ids","vocab":1099511627776,"dim":16,"lazy":true},{"table":"ids"},
       {"table":"small","vocab":10,"dim":2}],"classes":1})");
@@ -471,7 +491,8 @@ TEST_CASE("\"lazy\" marks a table's variable lazy: first field of a table, and l
   CHECK(m->variables()[0].lazy);
   CHECK_FALSE(m->variables()[1].lazy);
   for (size_t v = 2; v < m->variables().size(); ++v) CHECK_FALSE(m->variables()[v].lazy);
-  auto lr = Build(R"({"type":"logistic_regression","num_features":1099511627776,"num_fields":3,"lazy":true})");
+  auto lr = Build(
+      R"({"type":"logistic_regression","num_features":1099511627776,"num_fields":3,"lazy":true})");
   CHECK(lr->variables()[0].lazy);
   CHECK_FALSE(lr->variables()[1].lazy);
   CHECK_FALSE(Build(R"({"type":"logistic_regression","num_features":10})")->variables()[0].lazy);
@@ -479,11 +500,14 @@ TEST_CASE("\"lazy\" marks a table's variable lazy: first field of a table, and l
   CHECK(BuildError(R"({"type":"embedding_mlp","fields":[{"table":"t","vocab":5,"dim":2},
       {"table":"t","lazy":true}],"classes":1})") ==
         "job.model.fields[1].lazy: set on the first field of table \"t\" (fields[0]) only");
-  CHECK(BuildError(R"({"type":"logistic_regression","num_features":10,"lazy":1})").find("job.model.lazy") == 0);
-  CHECK(BuildError(R"({"type":"mlp","input_dim":4,"classes":2,"lazy":true})") == "job.model.lazy: unknown key");
+  CHECK(BuildError(R"({"type":"logistic_regression","num_features":10,"lazy":1})")
+            .find("job.model.lazy") == 0);
+  CHECK(BuildError(R"({"type":"mlp","input_dim":4,"classes":2,"lazy":true})") ==
+        "job.model.lazy: unknown key");
 }
 
-TEST_CASE("\"admit\" and \"evict\" set a lazy table's row policy, on every way to declare a table") {
+TEST_CASE(
+    "\"admit\" and \"evict\" set a lazy table's row policy, on every way to declare a table") {
   auto m = Build(R"({"type":"embedding_mlp","fields":[
       {"table":"ids","vocab":1099511627776,"dim":4,"lazy":true,"admit":{"min_count":3},
        "evict":{"ttl_steps":1000,"max_rows":50000}},{"table":"ids"},
@@ -520,9 +544,10 @@ TEST_CASE("\"admit\" and \"evict\" set a lazy table's row policy, on every way t
 
 TEST_CASE("\"admit\" and \"evict\": errors name the key") {
   // Not lazy.
-  CHECK(BuildError(R"({"type":"embedding_mlp","fields":[{"vocab":5,"dim":2,"admit":{"min_count":2}}],
+  CHECK(
+      BuildError(R"({"type":"embedding_mlp","fields":[{"vocab":5,"dim":2,"admit":{"min_count":2}}],
       "classes":1})") ==
-        "job.model.fields[0].admit: applies to lazy tables only (set \"lazy\": true on this table)");
+      "job.model.fields[0].admit: applies to lazy tables only (set \"lazy\": true on this table)");
   CHECK(BuildError(R"({"type":"logistic_regression","num_features":10,"evict":{"ttl_steps":2}})") ==
         "job.model.evict: applies to lazy tables only (set \"lazy\": true on this table)");
   CHECK(BuildError(R"({"type":"graph","inputs":[{"name":"a","type":"sparse","field":0}],
@@ -539,7 +564,8 @@ TEST_CASE("\"admit\" and \"evict\": errors name the key") {
         "job.model.fields[0].admit.min_count: must be in [1, 255], got 256");
   CHECK(BuildError(f + R"("admit":{"min_count":0}}],"classes":1})") ==
         "job.model.fields[0].admit.min_count: must be in [1, 255], got 0");
-  CHECK(BuildError(f + R"("admit":{}}],"classes":1})") == "job.model.fields[0].admit.min_count: required key is missing");
+  CHECK(BuildError(f + R"("admit":{}}],"classes":1})") ==
+        "job.model.fields[0].admit.min_count: required key is missing");
   CHECK(BuildError(f + R"("admit":3}],"classes":1})").find("job.model.fields[0].admit") == 0);
   CHECK(BuildError(f + R"("admit":{"min_count":2,"decay":1}}],"classes":1})") ==
         "job.model.fields[0].admit.decay: unknown key");
@@ -555,12 +581,14 @@ TEST_CASE("\"admit\" and \"evict\": errors name the key") {
   CHECK(BuildError(R"({"type":"embedding_mlp","fields":[{"table":"t","vocab":5,"dim":2,"lazy":true},
       {"table":"t","evict":{"ttl_steps":3}}],"classes":1})") ==
         "job.model.fields[1].evict: set on the first field of table \"t\" (fields[0]) only");
-  CHECK(BuildError(R"({"type":"graph","inputs":[{"name":"a","type":"sparse","field":0}],
+  CHECK(
+      BuildError(R"({"type":"graph","inputs":[{"name":"a","type":"sparse","field":0}],
       "layers":[{"name":"e","type":"embedding","inputs":["a"],"vocab":100,"dim":2,"lazy":true,
                  "admit":{"min_count":4}},
                 {"name":"f","type":"embedding","inputs":["a"],"table":"e","admit":{"min_count":5}},
                 {"name":"c","type":"concat","inputs":["e","f"]}],
       "outputs":[{"layer":"c","loss":"mean_squared_error"}]})")
-            .find("admit/evict: {\"admit\":{\"min_count\":5}} differs from {\"admit\":{\"min_count\":4}}") !=
-        std::string::npos);
+          .find(
+              "admit/evict: {\"admit\":{\"min_count\":5}} differs from {\"admit\":{\"min_count\":4}}") !=
+      std::string::npos);
 }

@@ -24,11 +24,11 @@ struct OpHarness {
   std::unique_ptr<ps::model::Op> op;
   int64_t batch_size = 0;
   std::vector<ps::model::Shape> in_shapes;
-  std::vector<std::vector<float>> inputs;   // [inputs][batch * size]; empty for sparse
-  std::vector<std::vector<float>> full;     // [vars] whole variable values
-  std::vector<std::vector<int64_t>> rows;   // [vars] rows used (sparse variables)
-  std::vector<std::vector<float>> values;   // [vars] pulled values
-  ps::model::Batch batch;                   // sparse fields for sparse ops
+  std::vector<std::vector<float>> inputs;  // [inputs][batch * size]; empty for sparse
+  std::vector<std::vector<float>> full;    // [vars] whole variable values
+  std::vector<std::vector<int64_t>> rows;  // [vars] rows used (sparse variables)
+  std::vector<std::vector<float>> values;  // [vars] pulled values
+  ps::model::Batch batch;                  // sparse fields for sparse ops
   ps::model::Params params;
   ps::model::Grads grads;
   bool training = true;
@@ -37,8 +37,8 @@ struct OpHarness {
   // Builds `type` from `config` (keys other than name/type/inputs). sparse_fields > 0
   // makes the inputs sparse fields 0..n-1 of `batch` (which the caller fills).
   static std::unique_ptr<OpHarness> Make(const std::string& type, const std::string& config,
-                                         std::vector<ps::model::Shape> shapes, int64_t batch, uint32_t seed,
-                                         int sparse_fields = 0) {
+                                         std::vector<ps::model::Shape> shapes, int64_t batch,
+                                         uint32_t seed, int sparse_fields = 0) {
     auto h = std::make_unique<OpHarness>();
     h->batch_size = batch;
     h->in_shapes = shapes;
@@ -88,7 +88,8 @@ struct OpHarness {
       rows[v].erase(std::unique(rows[v].begin(), rows[v].end()), rows[v].end());
       if (defs[v].sparse) {
         const int64_t d = defs[v].row_elements();
-        for (int64_t r : rows[v]) values[v].insert(values[v].end(), full[v].begin() + r * d, full[v].begin() + (r + 1) * d);
+        for (int64_t r : rows[v])
+          values[v].insert(values[v].end(), full[v].begin() + r * d, full[v].begin() + (r + 1) * d);
       } else {
         values[v] = full[v];
       }
@@ -135,7 +136,8 @@ struct OpHarness {
     auto out = op->Forward(Context(false), Ins());
     REQUIRE(out.ok());
     grads.values.assign(defs.size(), {});
-    for (size_t v = 0; v < defs.size(); ++v) grads.values[v].assign(values[v].size(), defs[v].sparse ? 0.0f : 7.0f);
+    for (size_t v = 0; v < defs.size(); ++v)
+      grads.values[v].assign(values[v].size(), defs[v].sparse ? 0.0f : 7.0f);
     std::vector<std::vector<float>> din;
     std::vector<std::span<float>> din_spans;
     for (const auto& x : inputs) din.emplace_back(x.size(), 0.0f);
@@ -143,7 +145,8 @@ struct OpHarness {
     std::vector<float> dout = r;
     op->Backward(Context(true), Ins(), dout, din_spans);
     int bad = 0, nonzero = 0;
-    auto check = [&](std::vector<float>& param, size_t i, double analytic, const std::string& what) {
+    auto check = [&](std::vector<float>& param, size_t i, double analytic,
+                     const std::string& what) {
       const float saved = param[i];
       param[i] = static_cast<float>(saved + eps);
       const double hi = param[i];
@@ -161,10 +164,12 @@ struct OpHarness {
       }
     };
     for (size_t k = 0; k < inputs.size(); ++k) {
-      for (size_t i = 0; i < inputs[k].size(); ++i) check(inputs[k], i, din[k][i], "input " + std::to_string(k));
+      for (size_t i = 0; i < inputs[k].size(); ++i)
+        check(inputs[k], i, din[k][i], "input " + std::to_string(k));
     }
     for (size_t v = 0; v < defs.size(); ++v) {
-      for (size_t i = 0; i < values[v].size(); ++i) check(values[v], i, grads.values[v][i], defs[v].name);
+      for (size_t i = 0; i < values[v].size(); ++i)
+        check(values[v], i, grads.values[v][i], defs[v].name);
     }
     CHECK(nonzero > 0);
     return bad;
@@ -172,7 +177,8 @@ struct OpHarness {
 };
 
 // A relative-and-absolute comparison of two float arrays; returns the mismatches.
-inline int CompareArrays(const std::vector<float>& got, const std::vector<double>& want, double tol = 1e-5) {
+inline int CompareArrays(const std::vector<float>& got, const std::vector<double>& want,
+                         double tol = 1e-5) {
   REQUIRE(got.size() == want.size());
   int bad = 0;
   for (size_t i = 0; i < got.size(); ++i) {

@@ -49,7 +49,8 @@ TEST_CASE("dense: forward against x·W + b with every activation; gradients") {
   for (const char* act : {"linear", "relu", "tanh", "sigmoid", "gelu"}) {
     for (int64_t batch : {1, 4}) {
       INFO(act << " batch " << batch);
-      auto h = OpHarness::Make("dense", std::string(R"({"units":3,"activation":")") + act + "\"}", {{2, 3}}, batch, 1);
+      auto h = OpHarness::Make("dense", std::string(R"({"units":3,"activation":")") + act + "\"}",
+                               {{2, 3}}, batch, 1);
       h->Pull();
       std::vector<double> want;
       for (int64_t e = 0; e < batch; ++e) {
@@ -68,7 +69,8 @@ TEST_CASE("dense: forward against x·W + b with every activation; gradients") {
 TEST_CASE("activation layer: forward and gradients for every function") {
   for (const char* act : {"linear", "relu", "tanh", "sigmoid", "gelu"}) {
     INFO(act);
-    auto h = OpHarness::Make("activation", std::string(R"({"activation":")") + act + "\"}", {{2, 3}}, 3, 3);
+    auto h = OpHarness::Make("activation", std::string(R"({"activation":")") + act + "\"}",
+                             {{2, 3}}, 3, 3);
     std::vector<double> want;
     for (float x : h->inputs[0]) want.push_back(Act(act, x));
     CHECK(CompareArrays(h->Forward(), want) == 0);
@@ -110,7 +112,8 @@ TEST_CASE("layer_norm: forward against the definition over the last axis; gradie
       double mean = 0, var = 0;
       for (int k = 0; k < 5; ++k) mean += x[k] / 5.0;
       for (int k = 0; k < 5; ++k) var += (x[k] - mean) * (x[k] - mean) / 5.0;
-      for (int k = 0; k < 5; ++k) want.push_back(h->full[0][k] * (x[k] - mean) / std::sqrt(var + 0.01) + h->full[1][k]);
+      for (int k = 0; k < 5; ++k)
+        want.push_back(h->full[0][k] * (x[k] - mean) / std::sqrt(var + 0.01) + h->full[1][k]);
     }
     CHECK(CompareArrays(h->Forward(), want) == 0);
     CHECK(h->CheckGradients(9) == 0);
@@ -177,7 +180,8 @@ TEST_CASE("fm: Σ_{i<j} <v_i, v_j> over stacked inputs; gradients") {
 TEST_CASE("dot_interaction: DLRM's lower-triangle pairs, with and without self; gradients") {
   for (bool self : {false, true}) {
     INFO("self " << self);
-    auto h = OpHarness::Make("dot_interaction", self ? R"({"self_interaction":true})" : "{}", {{4}, {3, 4}}, 2, 22);
+    auto h = OpHarness::Make("dot_interaction", self ? R"({"self_interaction":true})" : "{}",
+                             {{4}, {3, 4}}, 2, 22);
     CHECK(h->op->shape() == Shape{self ? 10 : 6});
     std::vector<double> want;
     for (int e = 0; e < 2; ++e) {
@@ -200,12 +204,14 @@ TEST_CASE("cross (DCN-v2): full-rank and low-rank layers against the recurrence;
   for (int rank : {0, 2}) {
     for (int64_t batch : {1, 3}) {
       INFO("rank " << rank << " batch " << batch);
-      auto h = OpHarness::Make("cross", R"({"num_layers":2,"rank":)" + std::to_string(rank) + "}", {{5}}, batch, 24);
+      auto h = OpHarness::Make("cross", R"({"num_layers":2,"rank":)" + std::to_string(rank) + "}",
+                               {{5}}, batch, 24);
       h->Pull();
       const int d = 5;
       std::vector<double> want;
       for (int64_t e = 0; e < batch; ++e) {
-        std::vector<double> x0(h->inputs[0].begin() + e * d, h->inputs[0].begin() + (e + 1) * d), x = x0;
+        std::vector<double> x0(h->inputs[0].begin() + e * d, h->inputs[0].begin() + (e + 1) * d),
+            x = x0;
         for (int l = 0; l < 2; ++l) {
           // variables per layer: kernel, bias (full) or u, v, bias (low rank)
           const size_t base = static_cast<size_t>(l) * (rank == 0 ? 2 : 3);
@@ -253,7 +259,9 @@ TEST_CASE("embedding: per-field pooling from a shared table, hashing, weights; g
             double wsum = 0, wsq = 0;
             for (int64_t j = s.offsets[e]; j < s.offsets[e + 1]; ++j) {
               const double w = weighted ? s.values[j] : 1.0;
-              const int64_t row = hashed ? static_cast<int64_t>(SplitMix64(static_cast<uint64_t>(s.ids[j])) % 5) : s.ids[j];
+              const int64_t row =
+                  hashed ? static_cast<int64_t>(SplitMix64(static_cast<uint64_t>(s.ids[j])) % 5)
+                         : s.ids[j];
               for (int k = 0; k < 3; ++k) acc[k] += w * h->full[0][row * 3 + k];
               wsum += w;
               wsq += w * w;
@@ -282,7 +290,8 @@ TEST_CASE("linear: bias + weighted sum of weight rows over fields, several units
     for (int u = 0; u < 2; ++u) {
       double z = h->full[1][u];
       for (const SparseField& s : h->batch.sparse) {
-        for (int64_t j = s.offsets[e]; j < s.offsets[e + 1]; ++j) z += s.values[j] * h->full[0][s.ids[j] * 2 + u];
+        for (int64_t j = s.offsets[e]; j < s.offsets[e + 1]; ++j)
+          z += s.values[j] * h->full[0][s.ids[j] * 2 + u];
       }
       want.push_back(z);
     }
@@ -302,7 +311,8 @@ TEST_CASE("linear with a vocab per input: each input owns its block of weight ro
     double z = h->full[1][0];
     for (int f = 0; f < 2; ++f) {
       const SparseField& s = h->batch.sparse[f];
-      for (int64_t j = s.offsets[e]; j < s.offsets[e + 1]; ++j) z += h->full[0][(f == 0 ? 0 : 4) + s.ids[j]];
+      for (int64_t j = s.offsets[e]; j < s.offsets[e + 1]; ++j)
+        z += h->full[0][(f == 0 ? 0 : 4) + s.ids[j]];
     }
     want.push_back(z);
   }

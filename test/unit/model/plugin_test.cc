@@ -31,7 +31,8 @@ TEST_CASE("plug-ins load once; bad libraries and other API versions are refused 
   CHECK(model_test::BuildError(R"({"type":"graph","inputs":[{"name":"x","type":"dense","dim":2}],
     "layers":[{"name":"p","type":"prelu","inputs":["x"]},{"name":"out","type":"dense","inputs":["p"],"units":1}],
     "outputs":[{"layer":"out","loss":"sigmoid_cross_entropy"}]})")
-            .ends_with("(expected " + std::string(OpTypeList()) + ", or a type of a plug-in in the job's \"plugins\")"));
+            .ends_with("(expected " + std::string(OpTypeList()) +
+                       ", or a type of a plug-in in the job's \"plugins\")"));
   REQUIRE(LoadPlugin(good, "job.plugins[0]").ok());
   REQUIRE(LoadPlugin(good, "job.plugins[1]").ok());  // again: nothing happens
   CHECK(FindPluginLayer("prelu") != nullptr);
@@ -39,22 +40,25 @@ TEST_CASE("plug-ins load once; bad libraries and other API versions are refused 
   const std::string old = Env("PSTRAIN_EXAMPLE_PLUGIN_V0");
   ps::Status st = LoadPlugin(old, "job.plugins[1]");
   CHECK(st.code() == ps::Code::kInvalidArgument);
-  CHECK(st.message() == "job.plugins[1]: " + old +
-                            ": built against plug-in API version 0, this pstrain has 1; rebuild it against this "
-                            "pstrain's plugin_api.h");
+  CHECK(st.message() ==
+        "job.plugins[1]: " + old +
+            ": built against plug-in API version 0, this pstrain has 1; rebuild it against this "
+            "pstrain's plugin_api.h");
   st = LoadPlugin("/nonexistent/libnothing.so", "job.plugins[2]");
   CHECK(st.message().starts_with("job.plugins[2]: /nonexistent/libnothing.so: cannot load: "));
   st = LoadPlugin(Env("PSTRAIN_NOT_A_PLUGIN"), "job.plugins[3]");
   CHECK(st.message().ends_with(": not a pstrain plug-in (no PSTRAIN_PLUGIN_LAYERS(...) in it)"));
 }
 
-TEST_CASE("a copy of a loaded plug-in (a bundle's) is that plug-in; another library with its type is refused") {
+TEST_CASE(
+    "a copy of a loaded plug-in (a bundle's) is that plug-in; another library with its type is refused") {
   LoadExample();
   const pstrain::plugin::LayerType* prelu = FindPluginLayer("prelu");
   REQUIRE(prelu != nullptr);
   ps::testing::TempDir tmp;
   const std::string bytes = ps::testing::ReadBytes(Env("PSTRAIN_EXAMPLE_PLUGIN"));
-  for (const std::string name : {"a/libexample_layers.so", "b/libexample_layers.so", "libprelu..so"}) {
+  for (const std::string name :
+       {"a/libexample_layers.so", "b/libexample_layers.so", "libprelu..so"}) {
     ps::testing::WriteBytes(tmp / name, bytes);
     ps::Status st = LoadPlugin(tmp / name, "job.plugins[0]");
     INFO(name << ": " << st.ToString());
@@ -65,11 +69,13 @@ TEST_CASE("a copy of a loaded plug-in (a bundle's) is that plug-in; another libr
   ps::testing::WriteBytes(tmp / "other.so", bytes + '\0');
   ps::Status st = LoadPlugin(tmp / "other.so", "job.plugins[1]");
   CHECK(st.code() == ps::Code::kInvalidArgument);
-  CHECK(st.message() == "job.plugins[1]: " + (tmp / "other.so") + ": layer type \"prelu\" is already registered by " +
+  CHECK(st.message() == "job.plugins[1]: " + (tmp / "other.so") +
+                            ": layer type \"prelu\" is already registered by " +
                             Env("PSTRAIN_EXAMPLE_PLUGIN"));
 }
 
-TEST_CASE("plug-in layer prelu: forward against its definition, gradients against finite differences") {
+TEST_CASE(
+    "plug-in layer prelu: forward against its definition, gradients against finite differences") {
   LoadExample();
   for (int64_t batch : {1, 3}) {
     auto h = model_test::OpHarness::Make("prelu", R"({"alpha_init":0.3})", {{2, 4}}, batch, 70);
@@ -87,10 +93,12 @@ TEST_CASE("plug-in layer prelu: forward against its definition, gradients agains
   }
   CHECK(model_test::BuildError(R"({"type":"graph","inputs":[{"name":"x","type":"dense","dim":2}],
     "layers":[{"name":"p","type":"prelu","inputs":["x"],"alpha":1},{"name":"out","type":"dense","inputs":["p"],"units":1}],
-    "outputs":[{"layer":"out","loss":"sigmoid_cross_entropy"}]})") == "job.model.layers.p: alpha: unknown key");
+    "outputs":[{"layer":"out","loss":"sigmoid_cross_entropy"}]})") ==
+        "job.model.layers.p: alpha: unknown key");
 }
 
-TEST_CASE("a graph with a plug-in layer: initial values from the plug-in's initializer, model gradients, training") {
+TEST_CASE(
+    "a graph with a plug-in layer: initial values from the plug-in's initializer, model gradients, training") {
   LoadExample();
   auto m = model_test::Build(R"({"type":"graph","inputs":[{"name":"x","type":"dense","dim":2}],
     "layers":[{"name":"h","type":"dense","inputs":["x"],"units":8},

@@ -19,11 +19,14 @@ TEST_CASE("payload budget: immediate grants, FIFO waiters, cancel, leases") {
   auto budget = std::make_shared<net::PayloadBudget>(100);
   uint64_t t1 = 0, t2 = 0, t3 = 0;
   std::vector<int> granted;
-  CHECK(budget->Acquire(60, [] {}, &t1));
+  CHECK(budget->Acquire(
+      60, [] {}, &t1));
   CHECK(budget->in_use() == 60);
-  CHECK_FALSE(budget->Acquire(50, [&] { granted.push_back(2); }, &t2));
+  CHECK_FALSE(budget->Acquire(
+      50, [&] { granted.push_back(2); }, &t2));
   // 30 would fit, but waits behind the earlier 50: a big frame is not starved.
-  CHECK_FALSE(budget->Acquire(30, [&] { granted.push_back(3); }, &t3));
+  CHECK_FALSE(budget->Acquire(
+      30, [&] { granted.push_back(3); }, &t3));
   CHECK(budget->waiters() == 2);
   budget->Release(60);
   CHECK(granted == std::vector<int>{2, 3});
@@ -31,7 +34,8 @@ TEST_CASE("payload budget: immediate grants, FIFO waiters, cancel, leases") {
   CHECK_FALSE(budget->Cancel(t2));  // already granted: the caller owns the bytes
   budget->Release(50);
   uint64_t t4 = 0;
-  CHECK_FALSE(budget->Acquire(90, [&] { granted.push_back(4); }, &t4));
+  CHECK_FALSE(budget->Acquire(
+      90, [&] { granted.push_back(4); }, &t4));
   CHECK(budget->Cancel(t4));  // still queued: nothing reserved
   CHECK(budget->waiters() == 0);
   {
@@ -119,9 +123,10 @@ struct BoundedServer {
       if (pred(s)) return s;
       std::this_thread::yield();
     } while (std::chrono::steady_clock::now() < deadline);
-    FAIL("condition on the server stats not reached: requests " << s.requests << ", connections "
-         << s.connections << ", paused readers " << s.paused_readers << ", budget waiters " << s.budget_waiters
-         << ", payload bytes " << s.payload_bytes << ", write queue bytes " << s.write_queue_bytes);
+    FAIL("condition on the server stats not reached: requests "
+         << s.requests << ", connections " << s.connections << ", paused readers "
+         << s.paused_readers << ", budget waiters " << s.budget_waiters << ", payload bytes "
+         << s.payload_bytes << ", write queue bytes " << s.write_queue_bytes);
     return s;
   }
   Latch latch;  // declared before the server: opened before the server closes
@@ -150,7 +155,8 @@ TEST_CASE("--max-connections: excess connections are refused with a clear error"
   auto c = net::Client::Connect(rt, o);
   REQUIRE_FALSE(c.ok());
   CHECK(c.status().code() == Code::kUnavailable);
-  CHECK_THAT(c.status().message(), Catch::Contains("refused the connection: too many connections (--max-connections 2)"));
+  CHECK_THAT(c.status().message(),
+             Catch::Contains("refused the connection: too many connections (--max-connections 2)"));
   CHECK(bs.server->stats().refused_connections >= 1);
   CHECK(bs.server->stats().connections == 2);
   CheckEcho(**a);
@@ -194,11 +200,13 @@ TEST_CASE("write queue: a peer that does not read stops being read, the queue st
   std::thread writer([&] {  // blocks once the server stops reading; ends when the socket is shut
     std::vector<uint8_t> payload(kFrame, 1);
     for (int i = 0; i < kRequests; ++i) {
-      raw.WriteFrame(proto::Encode({static_cast<uint64_t>(10 + i), false, 0, proto::Pull{}}), payload.size());
+      raw.WriteFrame(proto::Encode({static_cast<uint64_t>(10 + i), false, 0, proto::Pull{}}),
+                     payload.size());
       raw.Write(payload.data(), payload.size());
     }
   });
-  auto s = bs.WaitFor([](const auto& st) { return st.paused_readers == 1 && st.write_queue_bytes >= kBound; });
+  auto s = bs.WaitFor(
+      [](const auto& st) { return st.paused_readers == 1 && st.write_queue_bytes >= kBound; });
   CHECK(s.requests < kRequests);
   CHECK(s.peak_write_queue_bytes <= kBound + (kInFlight + 1) * (kFrame + 1024));
   ::shutdown(raw.fd, SHUT_RDWR);  // wakes the writer thread
@@ -222,7 +230,8 @@ TEST_CASE("client write queue: callers block instead of queueing without bound")
   o.max_write_queue_bytes = kBound;
   auto c = net::Client::Connect(rt, o);
   REQUIRE(c.ok());
-  auto blocker = (*c)->Call(proto::Stop{});  // holds the only in-flight slot: the server stops reading
+  auto blocker =
+      (*c)->Call(proto::Stop{});  // holds the only in-flight slot: the server stops reading
   std::vector<float> data(kFrame / 4, 1.0f);
   std::vector<std::future<Result<net::Reply>>> calls;
   std::thread caller([&] {
@@ -233,7 +242,8 @@ TEST_CASE("client write queue: callers block instead of queueing without bound")
     }
   });
   const auto deadline = std::chrono::steady_clock::now() + 20s;
-  while ((*c)->peak_queued_bytes() < kBound && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  while ((*c)->peak_queued_bytes() < kBound && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::yield();
   REQUIRE((*c)->peak_queued_bytes() >= kBound);  // the queue filled up to its bound ...
   bs.latch.Open();
   caller.join();
@@ -274,8 +284,9 @@ TEST_CASE("payload budget: frames wait for room; a frame over the budget is an e
   auto over = (*a)->CallSync(proto::Pull{}, std::move(p));
   REQUIRE_FALSE(over.ok());
   CHECK(over.status().code() == Code::kInvalidArgument);
-  CHECK_THAT(over.status().message(),
-             Catch::Contains("exceeds the payload memory budget of 1048576 bytes (--payload-budget-mb)"));
+  CHECK_THAT(
+      over.status().message(),
+      Catch::Contains("exceeds the payload memory budget of 1048576 bytes (--payload-budget-mb)"));
   CheckEcho(**a);  // the connection is still in sync
   // The echo's payload is freed once its reply has been written, which the client may
   // see first (the write wakes it): a condition, not a check of the moment.
@@ -284,7 +295,8 @@ TEST_CASE("payload budget: frames wait for room; a frame over the budget is an e
 
 // ---- requests handled on the I/O thread (ServerOptions::run_inline) -------------------
 
-TEST_CASE("inline requests: max_in_flight holds; a parked responder is answered later from another thread") {
+TEST_CASE(
+    "inline requests: max_in_flight holds; a parked responder is answered later from another thread") {
   // One I/O thread: anything that blocked it would stop the whole test.
   net::Runtime rt(1);
   std::mutex mu;
@@ -294,7 +306,8 @@ TEST_CASE("inline requests: max_in_flight holds; a parked responder is answered 
   o.max_in_flight = 2;
   o.handler_threads = 1;
   o.run_inline = [](const net::Request& req) -> std::shared_ptr<void> {
-    return std::holds_alternative<proto::Stop>(req.envelope.body) ? std::make_shared<int>(0) : nullptr;
+    return std::holds_alternative<proto::Stop>(req.envelope.body) ? std::make_shared<int>(0)
+                                                                  : nullptr;
   };
   auto s = net::Server::Start(rt, o, [&](net::Request req, net::Responder resp) {
     if (std::holds_alternative<proto::Stop>(req.envelope.body)) {
@@ -343,14 +356,16 @@ TEST_CASE("inline requests: max_in_flight holds; a parked responder is answered 
   CHECK(server.stats().requests == 6);
 }
 
-TEST_CASE("inline requests: a slow pool request does not stall the I/O thread for the same or other peers") {
+TEST_CASE(
+    "inline requests: a slow pool request does not stall the I/O thread for the same or other peers") {
   net::Runtime rt(1);  // one I/O thread: a slow handler on it would stop every reply
   Latch latch;
   net::ServerOptions o;
   o.identity = Id(proto::Role::kPs, 0);
   o.handler_threads = 1;
   o.run_inline = [](const net::Request& req) -> std::shared_ptr<void> {
-    return std::holds_alternative<proto::Pull>(req.envelope.body) ? std::make_shared<int>(0) : nullptr;
+    return std::holds_alternative<proto::Pull>(req.envelope.body) ? std::make_shared<int>(0)
+                                                                  : nullptr;
   };
   auto s = net::Server::Start(rt, o, [&](net::Request req, net::Responder resp) {
     if (std::holds_alternative<proto::Stop>(req.envelope.body)) latch.Wait();  // slow: on the pool
@@ -374,7 +389,8 @@ TEST_CASE("inline requests: a slow pool request does not stall the I/O thread fo
       std::vector<float> data(16 + i, static_cast<float>(i));
       p.Add(std::span<const float>(data));
       std::vector<float> back(data.size());
-      auto r = (*c)->CallSync(proto::Pull{}, std::move(p), {std::as_writable_bytes(std::span(back))});
+      auto r =
+          (*c)->CallSync(proto::Pull{}, std::move(p), {std::as_writable_bytes(std::span(back))});
       REQUIRE(r.ok());
       CHECK(back == data);
     }

@@ -9,8 +9,8 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -27,7 +27,7 @@ using namespace std::chrono_literals;
 inline constexpr uint64_t kCluster = 0xC0FFEE;
 
 inline net::Identity Id(proto::Role role, int index, uint64_t cluster = kCluster,
-                 std::optional<std::string> secret = std::nullopt) {
+                        std::optional<std::string> secret = std::nullopt) {
   return net::Identity{role, index, cluster, std::move(secret)};
 }
 

@@ -33,10 +33,12 @@ struct Certs {
     REQUIRE(src != nullptr);  // set by meson test
     const std::string script = std::string(src) + "/scripts/make-certs.sh";
     REQUIRE(std::system(("bash " + script + " " + dir + " ps worker >/dev/null").c_str()) == 0);
-    REQUIRE(std::system(("bash " + script + " " + dir + "/other intruder >/dev/null").c_str()) == 0);
+    REQUIRE(std::system(("bash " + script + " " + dir + "/other intruder >/dev/null").c_str()) ==
+            0);
   }
   ~Certs() { std::filesystem::remove_all(dir); }
-  std::shared_ptr<net::TlsContext> Load(const std::string& name, const std::string& ca_dir = "") const {
+  std::shared_ptr<net::TlsContext> Load(const std::string& name,
+                                        const std::string& ca_dir = "") const {
     auto t = net::TlsContext::Load(dir + "/" + name + ".pem", dir + "/" + name + ".key",
                                    (ca_dir.empty() ? dir : ca_dir) + "/ca.pem");
     REQUIRE(t.ok());
@@ -108,10 +110,13 @@ TEST_CASE("TLS: loading certificates, and flags given all or none") {
   auto partial = net::TlsFromFlags(certs.dir + "/ps.pem", "", "");
   REQUIRE_FALSE(partial.ok());
   CHECK_THAT(partial.status().message(), Catch::Contains("give all three or none"));
-  auto missing = net::TlsContext::Load(certs.dir + "/nope.pem", certs.dir + "/ps.key", certs.dir + "/ca.pem");
+  auto missing =
+      net::TlsContext::Load(certs.dir + "/nope.pem", certs.dir + "/ps.key", certs.dir + "/ca.pem");
   REQUIRE_FALSE(missing.ok());
-  CHECK_THAT(missing.status().message(), Catch::StartsWith("--tls-cert " + certs.dir + "/nope.pem: "));
-  auto mismatch = net::TlsContext::Load(certs.dir + "/ps.pem", certs.dir + "/worker.key", certs.dir + "/ca.pem");
+  CHECK_THAT(missing.status().message(),
+             Catch::StartsWith("--tls-cert " + certs.dir + "/nope.pem: "));
+  auto mismatch = net::TlsContext::Load(certs.dir + "/ps.pem", certs.dir + "/worker.key",
+                                        certs.dir + "/ca.pem");
   REQUIRE_FALSE(mismatch.ok());
   CHECK_THAT(mismatch.status().message(), Catch::Contains("does not match the certificate"));
 }
@@ -135,7 +140,8 @@ TEST_CASE("TLS: cluster members talk, with and without a secret") {
   // A sync-only client over TLS: its replies are still read by the I/O thread (the
   // calling thread reads only over plain TCP).
   std::vector<float> into(3);
-  auto r2 = (*c)->CallSync(proto::Pull{}, net::OutPayload::Own(Floats({7, 8, 9})), {std::as_writable_bytes(std::span(into))});
+  auto r2 = (*c)->CallSync(proto::Pull{}, net::OutPayload::Own(Floats({7, 8, 9})),
+                           {std::as_writable_bytes(std::span(into))});
   REQUIRE(r2.ok());
   CHECK(r2->payload_in_place);
   CHECK(into == std::vector<float>{7, 8, 9});
@@ -167,7 +173,8 @@ TEST_CASE("TLS: a peer without a valid certificate is refused, both sides say wh
     auto c = net::Client::Connect(rt, TlsClient(server->port(), certs.Load("worker")));
     REQUIRE_FALSE(c.ok());
     CHECK(c.status().code() == Code::kPermissionDenied);
-    CHECK_THAT(c.status().message(), Catch::StartsWith("ps:0: TLS handshake failed: certificate verify failed ("));
+    CHECK_THAT(c.status().message(),
+               Catch::StartsWith("ps:0: TLS handshake failed: certificate verify failed ("));
     CHECK(log.WaitFor("in its handshake: TLS handshake failed"));
   }
   SECTION("client without TLS") {
@@ -175,13 +182,15 @@ TEST_CASE("TLS: a peer without a valid certificate is refused, both sides say wh
     auto c = net::Client::Connect(rt, TlsClient(server->port(), nullptr));
     REQUIRE_FALSE(c.ok());
     CHECK(log.WaitFor("in its handshake: TLS handshake failed"));
-    CHECK_THAT(c.status().message(), Catch::EndsWith("ps:0 closed the connection (does it require TLS, --tls-cert?)"));
+    CHECK_THAT(c.status().message(),
+               Catch::EndsWith("ps:0 closed the connection (does it require TLS, --tls-cert?)"));
   }
   SECTION("server without TLS") {
     auto server = EchoServer(rt, nullptr);
     auto c = net::Client::Connect(rt, TlsClient(server->port(), certs.Load("worker")));
     REQUIRE_FALSE(c.ok());
-    CHECK_THAT(c.status().message(), Catch::Contains("closed the connection in the TLS handshake (does it use TLS?)"));
+    CHECK_THAT(c.status().message(),
+               Catch::Contains("closed the connection in the TLS handshake (does it use TLS?)"));
     CHECK(log.WaitFor("the peer speaks TLS; this task runs without --tls-cert"));
   }
 }

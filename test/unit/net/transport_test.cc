@@ -1,8 +1,8 @@
 // Transport tests over 127.0.0.1 with kernel-chosen ports: handshake rules, calls,
 // deadlines, and the protocol-abuse suite (after every abuse a normal call succeeds).
-#include <catch2/catch.hpp>
 #include <algorithm>
 #include <array>
+#include <catch2/catch.hpp>
 #include <cstring>
 #include <future>
 #include <random>
@@ -53,8 +53,9 @@ TEST_CASE("calls round-trip, in place and in parallel") {
 
   // reply_into: the payload lands directly in caller memory, split over two spans.
   std::vector<float> a(3), b(2);
-  auto r = (*c)->CallSync(proto::Pull{}, net::OutPayload::Own(Floats({1, 2, 3, 4, 5})),
-                          {std::as_writable_bytes(std::span(a)), std::as_writable_bytes(std::span(b))});
+  auto r =
+      (*c)->CallSync(proto::Pull{}, net::OutPayload::Own(Floats({1, 2, 3, 4, 5})),
+                     {std::as_writable_bytes(std::span(a)), std::as_writable_bytes(std::span(b))});
   REQUIRE(r.ok());
   CHECK(r->payload_in_place);
   CHECK(a == std::vector<float>{1, 2, 3});
@@ -76,20 +77,23 @@ TEST_CASE("handshake refuses other clusters and wrong secrets") {
   net::Runtime rt(2);
   SECTION("different cluster id") {
     EchoServer echo(rt);
-    auto c = net::Client::Connect(rt, ClientOpts(echo.server->port(), Id(proto::Role::kWorker, 0, 0xBAD)));
+    auto c = net::Client::Connect(
+        rt, ClientOpts(echo.server->port(), Id(proto::Role::kWorker, 0, 0xBAD)));
     REQUIRE_FALSE(c.ok());
     CHECK(c.status().code() == Code::kPermissionDenied);
     CHECK_THAT(c.status().message(), Catch::Contains("cluster"));
   }
   SECTION("same secret is accepted") {
     EchoServer echo(rt, "s3cret");
-    auto c = net::Client::Connect(rt, ClientOpts(echo.server->port(), Id(proto::Role::kWorker, 0, kCluster, "s3cret")));
+    auto c = net::Client::Connect(
+        rt, ClientOpts(echo.server->port(), Id(proto::Role::kWorker, 0, kCluster, "s3cret")));
     REQUIRE(c.ok());
     CheckEcho(**c);
   }
   SECTION("wrong secret") {
     EchoServer echo(rt, "s3cret");
-    auto c = net::Client::Connect(rt, ClientOpts(echo.server->port(), Id(proto::Role::kWorker, 0, kCluster, "guess")));
+    auto c = net::Client::Connect(
+        rt, ClientOpts(echo.server->port(), Id(proto::Role::kWorker, 0, kCluster, "guess")));
     REQUIRE_FALSE(c.ok());
     CHECK(c.status().code() == Code::kPermissionDenied);
     CHECK_THAT(c.status().message(), Catch::Contains("secret mismatch"));
@@ -102,7 +106,8 @@ TEST_CASE("handshake refuses other clusters and wrong secrets") {
   }
   SECTION("client with a secret, server without") {
     EchoServer echo(rt);
-    auto c = net::Client::Connect(rt, ClientOpts(echo.server->port(), Id(proto::Role::kWorker, 0, kCluster, "x")));
+    auto c = net::Client::Connect(
+        rt, ClientOpts(echo.server->port(), Id(proto::Role::kWorker, 0, kCluster, "x")));
     REQUIRE_FALSE(c.ok());
     CHECK_THAT(c.status().message(), Catch::Contains("has no secret"));
   }
@@ -151,7 +156,8 @@ TEST_CASE("a call that gets no reply hits its deadline; a closed peer breaks the
   CHECK_FALSE(after.ok());
 }
 
-TEST_CASE("a short deadline registered after a long one still fires on time; the long call stays pending") {
+TEST_CASE(
+    "a short deadline registered after a long one still fires on time; the long call stays pending") {
   net::Runtime rt(2);
   EchoServer echo(rt);
   auto c = net::Client::Connect(rt, ClientOpts(echo.server->port(), Id(proto::Role::kWorker, 0)));
@@ -211,11 +217,13 @@ TEST_CASE("concurrent callers, mixed sizes, inline and pool handlers: every repl
       for (int i = 0; i < kCalls; ++i) {
         const size_t floats = size_t{1} << (rng() % 21);  // 4 B .. 4 MiB
         std::vector<float> data(floats);
-        for (size_t k = 0; k < floats; ++k) data[k] = static_cast<float>(t * 1000000 + i * 1000 + k % 1000);
+        for (size_t k = 0; k < floats; ++k)
+          data[k] = static_cast<float>(t * 1000000 + i * 1000 + k % 1000);
         std::vector<float> back(floats);
         net::OutPayload p;
         p.Add(std::span<const float>(data));
-        auto r = (*c)->CallSync(proto::Pull{}, std::move(p), {std::as_writable_bytes(std::span(back))});
+        auto r =
+            (*c)->CallSync(proto::Pull{}, std::move(p), {std::as_writable_bytes(std::span(back))});
         if (!r.ok() || back != data) bad.fetch_add(1);
       }
     });
@@ -229,7 +237,8 @@ TEST_CASE("concurrent callers, mixed sizes, inline and pool handlers: every repl
   CHECK((*c)->health().ok());
 }
 
-TEST_CASE("frames one thread sends reach the wire in the order it sent them, large and small mixed") {
+TEST_CASE(
+    "frames one thread sends reach the wire in the order it sent them, large and small mixed") {
   // A large frame keeps the writer busy while the next small ones are posted to the
   // strand; a later small one must not be written directly ahead of them.
   net::Runtime rt(2);
@@ -246,7 +255,8 @@ TEST_CASE("frames one thread sends reach the wire in the order it sent them, lar
     order.push_back(seq);
     return nullptr;
   };
-  auto server = net::Server::Start(rt, o, [](net::Request, net::Responder resp) { resp.Reply(proto::Ack{}); });
+  auto server = net::Server::Start(
+      rt, o, [](net::Request, net::Responder resp) { resp.Reply(proto::Ack{}); });
   REQUIRE(server.ok());
   auto c = net::Client::Connect(rt, ClientOpts((*server)->port(), Id(proto::Role::kWorker, 0)));
   REQUIRE(c.ok());
@@ -272,7 +282,8 @@ TEST_CASE("frames one thread sends reach the wire in the order it sent them, lar
   CHECK(out_of_order == 0);
 }
 
-TEST_CASE("a call whose deadline passes while its reply is being received completes, without spinning the sweeper") {
+TEST_CASE(
+    "a call whose deadline passes while its reply is being received completes, without spinning the sweeper") {
   // A raw server answers with the reply's header, envelope and part of its payload, then
   // holds the rest until the call's deadline has passed.
   RawListener listener;
@@ -284,7 +295,8 @@ TEST_CASE("a call whose deadline passes while its reply is being received comple
     auto hello = peer.ReadFrame();
     REQUIRE(hello);
     proto::HelloReply reply;
-    reply.identity = {proto::kProtocolVersion, proto::Role::kPs, 0, kCluster, std::vector<uint8_t>(16, 3)};
+    reply.identity = {proto::kProtocolVersion, proto::Role::kPs, 0, kCluster,
+                      std::vector<uint8_t>(16, 3)};
     peer.WriteFrame(proto::Encode({1, true, 0, reply}));
     REQUIRE(peer.ReadFrame());  // HelloProof
     peer.WriteFrame(proto::Encode({2, true, 0, proto::Ack{}}));
@@ -401,7 +413,8 @@ TEST_CASE("protocol abuse: every bad frame is answered or dropped, the server ke
     raw.Write(payload.data(), payload.size());
     auto err = raw.ReadFrame();
     REQUIRE(IsError(err));
-    CHECK_THAT(std::get<proto::Error>(err->body).message, Catch::Contains("unknown message type 200"));
+    CHECK_THAT(std::get<proto::Error>(err->body).message,
+               Catch::Contains("unknown message type 200"));
     raw.WriteFrame(proto::Encode({78, false, 0, proto::Pull{}}));
     auto ok = raw.ReadFrame();
     REQUIRE(ok);
@@ -436,11 +449,14 @@ TEST_CASE("protocol abuse before the handshake: nothing is allocated for strange
   quiet.heartbeat_interval = net::Millis{0};  // no Pings: the server reads nothing from it unasked
   auto good = net::Client::Connect(rt, quiet);
   REQUIRE(good.ok());
-  const auto hello = proto::Encode(
-      {1, false, 0, proto::Hello{proto::kProtocolVersion, proto::Role::kWorker, 0, kCluster, std::vector<uint8_t>(16, 7)}});
+  const auto hello = proto::Encode({1, false, 0,
+                                    proto::Hello{proto::kProtocolVersion, proto::Role::kWorker, 0,
+                                                 kCluster, std::vector<uint8_t>(16, 7)}});
   const auto before = echo.server->stats();
   // Bytes the server allocated for inbound frames during the section.
-  auto allocated = [&] { return echo.server->stats().inbound_buffer_bytes - before.inbound_buffer_bytes; };
+  auto allocated = [&] {
+    return echo.server->stats().inbound_buffer_bytes - before.inbound_buffer_bytes;
+  };
 
   SECTION("three strangers send a valid Hello envelope announcing a 512 MiB payload") {
     std::vector<std::unique_ptr<RawClient>> strangers;
@@ -451,7 +467,7 @@ TEST_CASE("protocol abuse before the handshake: nothing is allocated for strange
       strangers.back()->Write(start_of_payload.data(), start_of_payload.size());
     }
     for (auto& s : strangers) CHECK(s->WaitClosed());  // dropped, no reply
-    CHECK(allocated() == 0);  // not even the envelope was read
+    CHECK(allocated() == 0);                           // not even the envelope was read
     CHECK(echo.server->stats().payload_bytes == 0);
   }
   SECTION("a stranger announces an envelope larger than a handshake's") {
@@ -509,7 +525,8 @@ TEST_CASE("server stats: exact request and byte counts of a known sequence of ca
   net::ServerOptions so;
   so.identity = Id(proto::Role::kPs, 0);
   auto server = net::Server::Start(rt, so, [](net::Request req, net::Responder resp) {
-    if (std::holds_alternative<proto::GetStatus>(req.envelope.body)) return resp.Fail(InvalidArgument("no status"));
+    if (std::holds_alternative<proto::GetStatus>(req.envelope.body))
+      return resp.Fail(InvalidArgument("no status"));
     proto::PullReply r;
     r.item_floats.push_back(req.payload.size() / 4);
     resp.Reply(r, net::OutPayload::Own(std::move(req.payload)));
@@ -537,10 +554,13 @@ TEST_CASE("server stats: exact request and byte counts of a known sequence of ca
   three.item_floats = {3};
   proto::PullReply none;
   none.item_floats = {0};
-  const uint64_t in = FrameBytes({1, false, 0, proto::Pull{}}, 12) + FrameBytes({2, false, 0, proto::Pull{}}) +
+  const uint64_t in = FrameBytes({1, false, 0, proto::Pull{}}, 12) +
+                      FrameBytes({2, false, 0, proto::Pull{}}) +
                       FrameBytes({3, false, 0, proto::GetStatus{}});
-  const uint64_t out = FrameBytes({1, true, 0, three}, 12) + FrameBytes({2, true, 0, none}) +
-                       FrameBytes({3, true, 0, proto::Error{static_cast<int32_t>(Code::kInvalidArgument), "no status"}});
+  const uint64_t out =
+      FrameBytes({1, true, 0, three}, 12) + FrameBytes({2, true, 0, none}) +
+      FrameBytes(
+          {3, true, 0, proto::Error{static_cast<int32_t>(Code::kInvalidArgument), "no status"}});
   auto s = (*server)->stats();
   CHECK(s.requests == 3);
   CHECK(s.bytes_received == in);
@@ -575,12 +595,15 @@ TEST_CASE("server stats: queue depth counts requests waiting behind a blocked ha
   struct Unblock {
     std::promise<void>* p;
     bool done = false;
-    void Now() { if (!done) p->set_value(); done = true; }
+    void Now() {
+      if (!done) p->set_value();
+      done = true;
+    }
     ~Unblock() { Now(); }
   } unblock{&release};
 
   auto blocker = (*c)->Call(proto::Stop{});
-  entered.get_future().wait();  // the only handler thread is now busy
+  entered.get_future().wait();                     // the only handler thread is now busy
   CHECK((*server)->stats().max_queue_depth == 1);  // the Stop waited for the thread; resets to 0
   constexpr int kQueued = 3;
   std::vector<std::future<Result<net::Reply>>> calls;
@@ -636,7 +659,8 @@ void ReleaseHeld(EchoServer& echo) {
 // reply carries exactly them.
 bool EchoChecked(net::Client& c, size_t floats, int seed, bool in_place) {
   std::vector<float> data(floats);
-  for (size_t k = 0; k < floats; ++k) data[k] = static_cast<float>(seed * 1000 + static_cast<int>(k % 1000));
+  for (size_t k = 0; k < floats; ++k)
+    data[k] = static_cast<float>(seed * 1000 + static_cast<int>(k % 1000));
   net::OutPayload p;
   p.Add(std::span<const float>(data));
   std::vector<float> back(floats);
@@ -659,7 +683,8 @@ std::optional<proto::Envelope> ReadFrameQuietly(RawClient& peer) {
   auto hdr = net::DecodeHeader(h, net::Limits{});
   if (!hdr.ok()) return std::nullopt;
   std::vector<uint8_t> env(hdr->envelope_bytes), payload(hdr->payload_bytes);
-  if (!peer.ReadAll(env.data(), env.size()) || !peer.ReadAll(payload.data(), payload.size())) return std::nullopt;
+  if (!peer.ReadAll(env.data(), env.size()) || !peer.ReadAll(payload.data(), payload.size()))
+    return std::nullopt;
   auto e = proto::Decode(env);
   if (!e.ok()) return std::nullopt;
   return *e;
@@ -676,7 +701,8 @@ struct RawPs {
       RawClient peer(listener.Accept());
       bool ok = ReadFrameQuietly(peer).has_value();  // Hello
       proto::HelloReply reply;
-      reply.identity = {proto::kProtocolVersion, proto::Role::kPs, 0, kCluster, std::vector<uint8_t>(16, 3)};
+      reply.identity = {proto::kProtocolVersion, proto::Role::kPs, 0, kCluster,
+                        std::vector<uint8_t>(16, 3)};
       peer.WriteFrame(proto::Encode({1, true, 0, reply}));
       ok = ok && ReadFrameQuietly(peer).has_value();  // HelloProof
       peer.WriteFrame(proto::Encode({2, true, 0, proto::Ack{}}));
@@ -741,7 +767,9 @@ TEST_CASE("a parked reader answers heartbeats: idle, and while a caller waits fo
   REQUIRE(c.ok());
   CheckEcho(**c);
   const uint64_t ping = FrameBytes({0, false, 0, proto::Ping{}});
-  auto pings_from = [&](uint64_t bytes) { return (echo.server->stats(false).bytes_received - bytes) / ping; };
+  auto pings_from = [&](uint64_t bytes) {
+    return (echo.server->stats(false).bytes_received - bytes) / ping;
+  };
 
   // Idle: 40 Pings (~400 ms, four heartbeat timeouts), each answer read by the reader
   // woken for it.
@@ -756,7 +784,8 @@ TEST_CASE("a parked reader answers heartbeats: idle, and while a caller waits fo
   bool on_calling_thread = false;
   for (int attempt = 0; attempt < 50 && !on_calling_thread; ++attempt) {
     const uint64_t fast = (*c)->caller_reads_for_testing();
-    auto call = std::async(std::launch::async, [&] { return (*c)->CallSync(proto::Stop{}, {}, {}, 60s); });
+    auto call =
+        std::async(std::launch::async, [&] { return (*c)->CallSync(proto::Stop{}, {}, {}, 60s); });
     REQUIRE(WaitFor([&] { return Held(echo) == 1; }));
     on_calling_thread = (*c)->caller_reads_for_testing() == fast + 1;  // counted before it is sent
     if (on_calling_thread) {
@@ -799,15 +828,19 @@ TEST_CASE("CallSync from several threads and a CallAsync on one client: every re
     WaitFor([&] { return sync_done.load() >= kSyncThreads * kCalls / 3; });
     for (int i = 0; i < kAsyncCalls; ++i) {
       const float v = static_cast<float>(-i);
-      (*c)->CallAsync(proto::Pull{}, net::OutPayload::Own(Floats({v, v})), {}, 0ms, [&, v](Result<net::Reply> r) {
-        if (!r.ok() || r->payload.floats().size() != 2 || r->payload.floats()[1] != v) async_bad.fetch_add(1);
-        async_answered.fetch_add(1);
-        async_answered.notify_all();
-      });
+      (*c)->CallAsync(
+          proto::Pull{}, net::OutPayload::Own(Floats({v, v})), {}, 0ms,
+          [&, v](Result<net::Reply> r) {
+            if (!r.ok() || r->payload.floats().size() != 2 || r->payload.floats()[1] != v)
+              async_bad.fetch_add(1);
+            async_answered.fetch_add(1);
+            async_answered.notify_all();
+          });
     }
   });
   for (auto& th : threads) th.join();
-  for (int n = async_answered.load(); n < kAsyncCalls; n = async_answered.load()) async_answered.wait(n);
+  for (int n = async_answered.load(); n < kAsyncCalls; n = async_answered.load())
+    async_answered.wait(n);
   CHECK(bad.load() == 0);
   CHECK(async_bad.load() == 0);
   CHECK((*c)->caller_reads_for_testing() > 0);
@@ -839,7 +872,8 @@ TEST_CASE("a call reading on the calling thread ends when the connection does") 
     EchoServer echo(rt);
     auto c = net::Client::Connect(rt, ClientOpts(echo.server->port(), Id(proto::Role::kWorker, 0)));
     REQUIRE(c.ok());
-    auto call = std::async(std::launch::async, [&] { return (*c)->CallSync(proto::Stop{}, {}, {}, 60s); });
+    auto call =
+        std::async(std::launch::async, [&] { return (*c)->CallSync(proto::Stop{}, {}, {}, 60s); });
     REQUIRE(WaitFor([&] { return Held(echo) == 1; }));
     const auto start = std::chrono::steady_clock::now();
     (*c)->Close();
@@ -848,7 +882,8 @@ TEST_CASE("a call reading on the calling thread ends when the connection does") 
     auto r = call.get();
     REQUIRE_FALSE(r.ok());
     CHECK(r.status().code() == Code::kAborted);
-    CHECK_THAT(r.status().message(), Catch::Contains("ps:0") && Catch::Contains("connection closed"));
+    CHECK_THAT(r.status().message(),
+               Catch::Contains("ps:0") && Catch::Contains("connection closed"));
     CHECK((*c)->caller_reads_for_testing() == 1);
     REQUIRE(WaitFor([&] { return !(*c)->health().ok(); }));  // Break runs on the strand
     CHECK((*c)->health().code() == Code::kAborted);
@@ -879,7 +914,8 @@ TEST_CASE("a call reading on the calling thread ends when the connection does") 
 }
 
 TEST_CASE("a call reading on the calling thread: its deadline") {
-  SECTION("at a frame boundary: DeadlineExceeded, the connection stays up, the late reply is dropped") {
+  SECTION(
+      "at a frame boundary: DeadlineExceeded, the connection stays up, the late reply is dropped") {
     net::Runtime rt(2);
     EchoServer echo(rt);
     auto c = net::Client::Connect(rt, ClientOpts(echo.server->port(), Id(proto::Role::kWorker, 0)));
@@ -887,7 +923,8 @@ TEST_CASE("a call reading on the calling thread: its deadline") {
     auto r = (*c)->CallSync(proto::Stop{}, {}, {}, 100ms);
     REQUIRE_FALSE(r.ok());
     CHECK(r.status().code() == Code::kDeadlineExceeded);
-    CHECK_THAT(r.status().message(), Catch::Contains("ps:0 (") && Catch::Contains("Stop did not complete within 100 ms"));
+    CHECK_THAT(r.status().message(),
+               Catch::Contains("ps:0 (") && Catch::Contains("Stop did not complete within 100 ms"));
     REQUIRE(WaitFor([&] { return Held(echo) == 1; }));
     ReleaseHeld(echo);  // its late Ack reaches the next readers, who drop it
     CHECK(EchoChecked(**c, 3, 1, false));
@@ -919,7 +956,8 @@ TEST_CASE("a call reading on the calling thread: its deadline") {
                                          Catch::Contains("middle of a frame"));
     auto st = broken.get_future().get();  // the others learn only that the connection went
     CHECK(st.code() == Code::kUnavailable);
-    CHECK_THAT(st.message(), Catch::Contains("connection dropped") && Catch::Contains("middle of a frame"));
+    CHECK_THAT(st.message(),
+               Catch::Contains("connection dropped") && Catch::Contains("middle of a frame"));
     CHECK_FALSE((*c)->health().ok());
     CHECK(ps.Join());
   }
@@ -946,9 +984,11 @@ TEST_CASE("a call reading on the calling thread: its deadline") {
     auto c = ConnectToRaw(rt, ps.listener.port);
     REQUIRE(c.ok());
     const auto a_deadline = std::chrono::steady_clock::now() + 300ms;
-    auto a = std::async(std::launch::async, [&] { return (*c)->CallSync(proto::Stop{}, {}, {}, 300ms); });
+    auto a = std::async(std::launch::async,
+                        [&] { return (*c)->CallSync(proto::Stop{}, {}, {}, 300ms); });
     a_sent_f.wait();
-    auto b = std::async(std::launch::async, [&] { return (*c)->CallSync(proto::Pull{}, {}, {}, 60s); });
+    auto b =
+        std::async(std::launch::async, [&] { return (*c)->CallSync(proto::Pull{}, {}, {}, 60s); });
     std::this_thread::sleep_until(a_deadline + 100ms);  // time passing is the point here
     finish.set_value();
     auto ra = a.get();
@@ -978,13 +1018,15 @@ std::vector<uint8_t> FrameOf(const proto::Envelope& env, std::span<const float> 
   std::vector<uint8_t> out(h.size() + e.size() + payload.size_bytes());
   std::memcpy(out.data(), h.data(), h.size());
   std::memcpy(out.data() + h.size(), e.data(), e.size());
-  if (!payload.empty()) std::memcpy(out.data() + h.size() + e.size(), payload.data(), payload.size_bytes());
+  if (!payload.empty())
+    std::memcpy(out.data() + h.size() + e.size(), payload.data(), payload.size_bytes());
   return out;
 }
 
 }  // namespace
 
-TEST_CASE("a direct reply reaches the wire as the copied one would: at once, cut short by a peer that does not read, behind queued frames") {
+TEST_CASE(
+    "a direct reply reaches the wire as the copied one would: at once, cut short by a peer that does not read, behind queued frames") {
   // More than the socket buffers hold (the peer's receive buffer is 64 KiB), so the
   // first reply is cut short while the peer does not read.
   constexpr size_t kFloats = size_t{4} << 20;
@@ -992,12 +1034,15 @@ TEST_CASE("a direct reply reaches the wire as the copied one would: at once, cut
   std::vector<float> want(kFloats);
   for (size_t k = 0; k < kFloats; ++k) want[k] = static_cast<float>(k % 100003) * 0.5f;
   std::atomic<int> handled{0}, direct{0};
-  std::vector<std::vector<float>> lent;  // each reply's borrowed memory, poisoned after Borrow (the strand's)
+  std::vector<std::vector<float>>
+      lent;  // each reply's borrowed memory, poisoned after Borrow (the strand's)
 
   net::Runtime rt(2);
   net::ServerOptions so;
   so.identity = Id(proto::Role::kPs, 0);
-  so.run_inline = [](const net::Request&) { return std::make_shared<int>(0); };  // replies on the strand
+  so.run_inline = [](const net::Request&) {
+    return std::make_shared<int>(0);
+  };  // replies on the strand
   auto server = net::Server::Start(rt, so, [&](net::Request, net::Responder resp) {
     proto::PullReply reply;
     reply.item_floats = {kFloats};
@@ -1094,7 +1139,8 @@ TEST_CASE("a direct reply that fails before any of it is written is answered wit
   CHECK(direct.load() == 2);
 }
 
-TEST_CASE("a reply whose payload is still being filled sends only what was published, and the frames behind it wait for it") {
+TEST_CASE(
+    "a reply whose payload is still being filled sends only what was published, and the frames behind it wait for it") {
   // 8 MiB in four parts; each is filled only after the peer read the one before, so a
   // writer that ran ahead of Publish would send the 0xEE the buffer starts with.
   constexpr size_t kBytes = size_t{8} << 20, kParts = 4, kPart = kBytes / kParts;
@@ -1158,7 +1204,8 @@ TEST_CASE("a reply whose payload is still being filled sends only what was publi
       std::memset(p.buffer->data() + k * kPart, static_cast<int>(k + 1), kPart);
       p.progress->Publish((k + 1) * kPart);
       REQUIRE(peer.ReadAll(got.data(), got.size()));
-      CHECK(std::count(got.begin(), got.end(), static_cast<uint8_t>(k + 1)) == static_cast<std::ptrdiff_t>(kPart));
+      CHECK(std::count(got.begin(), got.end(), static_cast<uint8_t>(k + 1)) ==
+            static_cast<std::ptrdiff_t>(kPart));
     }
     auto ack = peer.ReadFrame();
     REQUIRE(ack);

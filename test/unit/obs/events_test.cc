@@ -59,12 +59,15 @@ TEST_CASE("summary: events encode as hand-computed protobuf bytes") {
   CHECK(ps::obs::EncodeFileVersionEvent(256.5, "brain.Event:2") ==
         Hex("09 00 00 00 00 00 08 70 40 1a 0d") + Ascii("brain.Event:2"));
   CHECK(ps::obs::EncodeScalarEvent(256.5, 1, "v/1", 1.5f) ==
-        Hex("09 00 00 00 00 00 08 70 40 10 01 2a 0c 0a 0a 0a 03") + Ascii("v/1") + Hex("15 00 00 c0 3f"));
+        Hex("09 00 00 00 00 00 08 70 40 10 01 2a 0c 0a 0a 0a 03") + Ascii("v/1") +
+            Hex("15 00 00 c0 3f"));
   // Zero wall_time and step are left out (proto3); simple_value 0 is kept (a oneof member).
-  CHECK(ps::obs::EncodeScalarEvent(0, 0, "a", 0.0f) == Hex("2a 0a 0a 08 0a 01") + Ascii("a") + Hex("15 00 00 00 00"));
+  CHECK(ps::obs::EncodeScalarEvent(0, 0, "a", 0.0f) ==
+        Hex("2a 0a 0a 08 0a 01") + Ascii("a") + Hex("15 00 00 00 00"));
   // Multi-byte varint step: 300 = 0xac 0x02; a negative step is ten bytes (int64 as uint64).
   CHECK(ps::obs::EncodeScalarEvent(0, 300, "", 0.0f).substr(0, 3) == Hex("10 ac 02"));
-  CHECK(ps::obs::EncodeScalarEvent(0, -1, "", 0.0f).substr(0, 11) == Hex("10 ff ff ff ff ff ff ff ff ff 01"));
+  CHECK(ps::obs::EncodeScalarEvent(0, -1, "", 0.0f).substr(0, 11) ==
+        Hex("10 ff ff ff ff ff ff ff ff ff 01"));
 }
 
 // Known-good files: these are the bytes other TensorBoard writers produce and test for
@@ -72,7 +75,8 @@ TEST_CASE("summary: events encode as hand-computed protobuf bytes") {
 // wall_time 256.5, v/1 = 1.5 at step 1, v/22 = 16.0 at step 2).
 TEST_CASE("summary: records match known-good event files byte for byte") {
   // 0x41d575dd25c00000 = 1440183447.0
-  std::string tf_record = ps::obs::FrameRecord(ps::obs::EncodeFileVersionEvent(1440183447.0, "brain.Event:1"));
+  std::string tf_record =
+      ps::obs::FrameRecord(ps::obs::EncodeFileVersionEvent(1440183447.0, "brain.Event:1"));
   CHECK(tf_record == Hex("18 00 00 00 00 00 00 00 a3 7f 4b 22 09 00 00 c0 25 dd 75 d5 41 1a 0d") +
                          Ascii("brain.Event:1") + Hex("ec f3 32 8d"));
 
@@ -86,10 +90,10 @@ TEST_CASE("summary: records match known-good event files byte for byte") {
   auto files = ps::obs::ListEventFiles(dir.path());
   REQUIRE(files.size() == 1);
   const std::string expected =
-      Hex("18 00 00 00 00 00 00 00 a3 7f 4b 22 09 00 00 00 00 00 08 70 40 1a 0d") + Ascii("brain.Event:2") +
-      Hex("bc 98 21 2b") +
-      Hex("19 00 00 00 00 00 00 00 8b f1 08 28 09 00 00 00 00 00 08 70 40 10 01 2a 0c 0a 0a 0a 03") + Ascii("v/1") +
-      Hex("15 00 00 c0 3f 2c ec c0 87") +
+      Hex("18 00 00 00 00 00 00 00 a3 7f 4b 22 09 00 00 00 00 00 08 70 40 1a 0d") +
+      Ascii("brain.Event:2") + Hex("bc 98 21 2b") +
+      Hex("19 00 00 00 00 00 00 00 8b f1 08 28 09 00 00 00 00 00 08 70 40 10 01 2a 0c 0a 0a 0a 03") +
+      Ascii("v/1") + Hex("15 00 00 c0 3f 2c ec c0 87") +
       Hex("1a 00 00 00 00 00 00 00 12 9b d8 2d 09 00 00 00 00 00 08 70 40 10 02 2a 0d 0a 0b 0a 04") +
       Ascii("v/22") + Hex("15 00 00 80 41 8f a3 b6 88");
   CHECK(ReadBytes(files[0]) == expected);
@@ -192,8 +196,8 @@ TEST_CASE("summary: the decoder skips unknown fields and non-scalar values") {
   std::string v2 = Hex("0a 01") + "s" + Hex("4a 00 15 00 00 00 40");
   std::string summary = Hex("0a") + std::string(1, static_cast<char>(v1.size())) + v1 + Hex("0a") +
                         std::string(1, static_cast<char>(v2.size())) + v2;
-  std::string event = Hex("2a") + std::string(1, static_cast<char>(summary.size())) + summary + Hex("32 00 52 00") +
-                      Hex("10 03");
+  std::string event = Hex("2a") + std::string(1, static_cast<char>(summary.size())) + summary +
+                      Hex("32 00 52 00") + Hex("10 03");
   TempDir dir;
   WriteBytes(dir / "events.out.tfevents.1.h",
              ps::obs::FrameRecord(ps::obs::EncodeFileVersionEvent(1, "brain.Event:2")) +
@@ -204,7 +208,8 @@ TEST_CASE("summary: the decoder skips unknown fields and non-scalar values") {
   CHECK((*events)[0] == obs::ScalarEvent{0, 3, "s", 2.0f});
 
   // A known field with the wrong wire type, and a truncated sub-message, are DataLoss.
-  WriteBytes(dir / "bad1", ps::obs::FrameRecord(Hex("11 00 00 00 00 00 00 00 00")));  // step as fixed64
+  WriteBytes(dir / "bad1",
+             ps::obs::FrameRecord(Hex("11 00 00 00 00 00 00 00 00")));  // step as fixed64
   CHECK(obs::ReadEventFile(dir / "bad1").status().code() == ps::Code::kDataLoss);
   WriteBytes(dir / "bad2", ps::obs::FrameRecord(Hex("2a 05 0a 03 0a 01")));
   CHECK(obs::ReadEventFile(dir / "bad2").status().code() == ps::Code::kDataLoss);

@@ -12,8 +12,8 @@ using namespace ps;
 
 namespace {
 
-proto::PsStatus PsStatus(double uptime, uint64_t requests, uint64_t in, uint64_t out, uint64_t rows_pulled,
-                         uint64_t rows_pushed) {
+proto::PsStatus PsStatus(double uptime, uint64_t requests, uint64_t in, uint64_t out,
+                         uint64_t rows_pulled, uint64_t rows_pushed) {
   proto::PsStatus s;
   s.uptime_sec = uptime;
   s.shards = 3;
@@ -40,12 +40,24 @@ TEST_CASE("ps status: the store's shards, bytes held (values + slots) and counte
   ::ps::server::Store store;
   auto adam = ::ps::server::DefaultOptimizer(::ps::server::OptimizerKind::kAdam);  // slots m and v
   REQUIRE(store.Configure(adam).ok());
-  ::ps::server::ShardDef a{.layout = {.var = "emb", .shard = 0, .num_shards = 2, .row_begin = 0, .rows = 10,
-                                      .cols = 4, .full_shape = {20, 4}, .lazy = false},
+  ::ps::server::ShardDef a{.layout = {.var = "emb",
+                                      .shard = 0,
+                                      .num_shards = 2,
+                                      .row_begin = 0,
+                                      .rows = 10,
+                                      .cols = 4,
+                                      .full_shape = {20, 4},
+                                      .lazy = false},
                            .init = {},
                            .seed = 1};
-  ::ps::server::ShardDef b{.layout = {.var = "bias", .shard = 0, .num_shards = 1, .row_begin = 0, .rows = 1,
-                                      .cols = 1, .full_shape = {}, .lazy = false},
+  ::ps::server::ShardDef b{.layout = {.var = "bias",
+                                      .shard = 0,
+                                      .num_shards = 1,
+                                      .row_begin = 0,
+                                      .rows = 1,
+                                      .cols = 1,
+                                      .full_shape = {},
+                                      .lazy = false},
                            .init = {},
                            .seed = 1};
   REQUIRE(store.Create(a).ok());
@@ -56,8 +68,11 @@ TEST_CASE("ps status: the store's shards, bytes held (values + slots) and counte
   std::vector<float> two(8);
   REQUIRE(store.PullRows({"emb", 0}, rows, two).ok());
 
-  ps::net::Server::Stats server{
-      .requests = 7, .queue_depth = 1, .max_queue_depth = 4, .bytes_received = 1000, .bytes_sent = 2000};
+  ps::net::Server::Stats server{.requests = 7,
+                                .queue_depth = 1,
+                                .max_queue_depth = 4,
+                                .bytes_received = 1000,
+                                .bytes_sent = 2000};
   proto::PsStatus j = ::ps::server::PsStatusOf(store, server, 99, 12.5);
   CHECK(j.generation == 99);
   CHECK(j.uptime_sec == 12.5);
@@ -76,8 +91,14 @@ TEST_CASE("ps status: the store's shards, bytes held (values + slots) and counte
 TEST_CASE("ps status: a lazy shard's row figures (admitted, not admitted, evicted, live)") {
   ::ps::server::Store store;
   REQUIRE(store.Configure(::ps::server::DefaultOptimizer(::ps::server::OptimizerKind::kSgd)).ok());
-  ::ps::server::ShardDef lazy{.layout = {.var = "ids", .shard = 0, .num_shards = 1, .row_begin = 0, .rows = 1000,
-                                         .cols = 2, .full_shape = {1000, 2}, .lazy = true},
+  ::ps::server::ShardDef lazy{.layout = {.var = "ids",
+                                         .shard = 0,
+                                         .num_shards = 1,
+                                         .row_begin = 0,
+                                         .rows = 1000,
+                                         .cols = 2,
+                                         .full_shape = {1000, 2},
+                                         .lazy = true},
                               .init = {},
                               .seed = 1,
                               .row_policy = {.admit_min_count = 2, .ttl_steps = 0, .max_rows = 2}};
@@ -87,8 +108,12 @@ TEST_CASE("ps status: a lazy shard's row figures (admitted, not admitted, evicte
     REQUIRE(store.PushRows({"ids", 0}, std::vector<int64_t>{1, 2, 3}, grad, step).ok());
   }
   proto::PsStatus j = ::ps::server::PsStatusOf(store, {}, 1, 1.0);
-  CHECK(j.rows == proto::PsRowFigures{.lazy_shards = 1, .live_rows = 2, .admitted = 3, .not_admitted = 3,
-                                      .evicted_ttl = 0, .evicted_max_rows = 1});
+  CHECK(j.rows == proto::PsRowFigures{.lazy_shards = 1,
+                                      .live_rows = 2,
+                                      .admitted = 3,
+                                      .not_admitted = 3,
+                                      .evicted_ttl = 0,
+                                      .evicted_max_rows = 1});
 }
 
 TEST_CASE("ps load: rates between two samples, since start without one or after a restart") {
@@ -96,25 +121,32 @@ TEST_CASE("ps load: rates between two samples, since start without one or after 
   proto::PsStatus cur = PsStatus(12, 1400, 60000, 100000, 700, 600);
   cur.update.mode = "async";
   Json e = obs::ToJson(obs::PsLoadOf("ps:0", "10.0.0.5:2222", cur, prev));
-  CHECK(e.dump() ==
-        R"({"task":"ps:0","address":"10.0.0.5:2222","state":"ok","requests":1400,"bytes_in":60000,)"
-        R"("bytes_out":100000,"requests_per_s":200.0,"bytes_in_per_s":5000.0,"bytes_out_per_s":10000.0,)"
-        R"("rows_per_s":400.0,"queue_depth":2,"max_queue_depth":5,"bytes_held":4096,"shards":3,"window_sec":2.0,)"
-        R"("update":{"mode":"async","stale_dropped":0,"waited_pulls":0,"max_lead":0,"min_version":0,"max_version":0,"applied_on_arrival":0}})");
+  CHECK(
+      e.dump() ==
+      R"({"task":"ps:0","address":"10.0.0.5:2222","state":"ok","requests":1400,"bytes_in":60000,)"
+      R"("bytes_out":100000,"requests_per_s":200.0,"bytes_in_per_s":5000.0,"bytes_out_per_s":10000.0,)"
+      R"("rows_per_s":400.0,"queue_depth":2,"max_queue_depth":5,"bytes_held":4096,"shards":3,"window_sec":2.0,)"
+      R"("update":{"mode":"async","stale_dropped":0,"waited_pulls":0,"max_lead":0,"min_version":0,"max_version":0,"applied_on_arrival":0}})");
   // The JSON reads back as the same figures (what inspect and the report do with metrics lines).
   CHECK(obs::ToJson(obs::PsLoadFromJson(e)) == e);
   CHECK_FALSE(e.contains("rows"));  // no lazy shard: no row figures
 
   // A ps with lazy shards: its row figures travel along, and read back.
-  cur.rows = {.lazy_shards = 2, .live_rows = 30, .admitted = 40, .not_admitted = 50, .evicted_ttl = 6,
+  cur.rows = {.lazy_shards = 2,
+              .live_rows = 30,
+              .admitted = 40,
+              .not_admitted = 50,
+              .evicted_ttl = 6,
               .evicted_max_rows = 4};
   Json lazy = obs::ToJson(obs::PsLoadOf("ps:0", "10.0.0.5:2222", cur, prev));
-  CHECK(lazy["rows"].dump() ==
-        R"({"lazy_shards":2,"live_rows":30,"admitted":40,"not_admitted":50,"evicted_ttl":6,"evicted_max_rows":4})");
+  CHECK(
+      lazy["rows"].dump() ==
+      R"({"lazy_shards":2,"live_rows":30,"admitted":40,"not_admitted":50,"evicted_ttl":6,"evicted_max_rows":4})");
   CHECK(obs::ToJson(obs::PsLoadFromJson(lazy)) == lazy);
   cur.rows = {};
 
-  proto::PsLoad first = obs::PsLoadOf("ps:0", "a", cur, std::nullopt);  // over the 12 s since the ps started
+  proto::PsLoad first =
+      obs::PsLoadOf("ps:0", "a", cur, std::nullopt);  // over the 12 s since the ps started
   CHECK(first.requests_per_s == Approx(1400.0 / 12));
   CHECK(first.rows_per_s == Approx(1300.0 / 12));
   CHECK(first.window_sec == 12.0);
@@ -172,7 +204,8 @@ TEST_CASE("worker load: the window's split of step time") {
   CHECK(idle["pull_frac"].is_null());
   CHECK(obs::ToJson(obs::WorkerLoadFromJson(idle)) == idle);
 
-  proto::WorkerLoad since_start = obs::WorkerLoadOf(cur, nullptr, 10.0, 32);  // the totals are the window
+  proto::WorkerLoad since_start =
+      obs::WorkerLoadOf(cur, nullptr, 10.0, 32);  // the totals are the window
   CHECK(*since_start.step_ms == Approx(1000 * 17.0 / 150));
   cur.alive = false;
   CHECK(obs::WorkerLoadOf(cur, nullptr, 1.0, 1).state == "lost");
@@ -180,24 +213,27 @@ TEST_CASE("worker load: the window's split of step time") {
 
 TEST_CASE("hints: hot ps, straggler, network-bound and ps-bound") {
   auto ps = [](const char* task, double req, double in, double out, int max_depth) {
-    return Json{{"task", task}, {"state", "ok"}, {"requests_per_s", req}, {"bytes_in_per_s", in},
-                {"bytes_out_per_s", out}, {"max_queue_depth", max_depth}};
+    return Json{{"task", task},         {"state", "ok"},          {"requests_per_s", req},
+                {"bytes_in_per_s", in}, {"bytes_out_per_s", out}, {"max_queue_depth", max_depth}};
   };
-  auto worker = [](const char* task, double step_ms, double data, double pull, double compute, double push) {
-    return Json{{"task", task}, {"step_ms", step_ms}, {"data_s", data}, {"pull_s", pull},
-                {"compute_s", compute}, {"push_s", push}};
+  auto worker = [](const char* task, double step_ms, double data, double pull, double compute,
+                   double push) {
+    return Json{{"task", task},   {"step_ms", step_ms},   {"data_s", data},
+                {"pull_s", pull}, {"compute_s", compute}, {"push_s", push}};
   };
   // Requests: mean 200; ps:0 has exactly 1.5x. Bytes are even.
   Json hot = {{"ps", {ps("ps:0", 300, 1000, 1000, 0), ps("ps:1", 100, 1000, 1000, 0)}}};
-  CHECK(Hints(hot) == std::vector<std::string>{
-                              "hint: ps:0 carries more load than the other ps tasks: 1.5x the mean requests/s "
-                              "(300 vs 200); a hot-spot variable? partition big variables or spread them over "
-                              "the ps tasks"});
+  CHECK(Hints(hot) ==
+        std::vector<std::string>{
+            "hint: ps:0 carries more load than the other ps tasks: 1.5x the mean requests/s "
+            "(300 vs 200); a hot-spot variable? partition big variables or spread them over "
+            "the ps tasks"});
   // Bytes: ps:1 moves 3x the bytes of ps:0 (mean 2000 → 1.5x).
   Json heavy = {{"ps", {ps("ps:0", 100, 500, 500, 0), ps("ps:1", 100, 1500, 1500, 0)}}};
   REQUIRE(Hints(heavy).size() == 1);
-  CHECK(Hints(heavy)[0].find("ps:1 carries more load than the other ps tasks: 1.5x the mean bytes/s "
-                                 "(2.9 KiB/s vs 2.0 KiB/s)") != std::string::npos);
+  CHECK(
+      Hints(heavy)[0].find("ps:1 carries more load than the other ps tasks: 1.5x the mean bytes/s "
+                           "(2.9 KiB/s vs 2.0 KiB/s)") != std::string::npos);
   Json just_under = {{"ps", {ps("ps:0", 299, 0, 0, 0), ps("ps:1", 101, 0, 0, 0)}}};
   CHECK(Hints(just_under).empty());
   Json idle = {{"ps", {ps("ps:0", 9, 0, 0, 0), ps("ps:1", 0, 0, 0, 0)}}};  // mean under 10 req/s
@@ -207,29 +243,34 @@ TEST_CASE("hints: hot ps, straggler, network-bound and ps-bound") {
   CHECK(Hints(one).empty());
 
   // Median of 10, 12, 20 is 12: 20 is 1.67x; 12 is not.
-  Json straggler = {{"workers", {worker("worker:0", 10, 1, 0, 9, 0), worker("worker:1", 12, 1, 0, 11, 0),
-                                 worker("worker:2", 20, 1, 0, 19, 0)}}};
+  Json straggler = {{"workers",
+                     {worker("worker:0", 10, 1, 0, 9, 0), worker("worker:1", 12, 1, 0, 11, 0),
+                      worker("worker:2", 20, 1, 0, 19, 0)}}};
   CHECK(Hints(straggler) ==
-        std::vector<std::string>{"hint: worker:2 is a straggler: 20.0 ms per step, 1.7x the median 12.0 ms "
-                                 "(a slow or busy host?)"});
-  Json even = {{"workers", {worker("worker:0", 10, 1, 0, 9, 0), worker("worker:1", 14.9, 1, 0, 9, 0)}}};
+        std::vector<std::string>{
+            "hint: worker:2 is a straggler: 20.0 ms per step, 1.7x the median 12.0 ms "
+            "(a slow or busy host?)"});
+  Json even = {
+      {"workers", {worker("worker:0", 10, 1, 0, 9, 0), worker("worker:1", 14.9, 1, 0, 9, 0)}}};
   CHECK(Hints(even).empty());  // median 12.45: 14.9 < 18.7
 
   // 6 of 10 s pulling/pushing; the queues stay near empty → network; a deep queue → ps.
-  Json wire = {{"workers", {worker("worker:0", 10, 1, 2, 3, 1), worker("worker:1", 10, 0, 2, 0, 1)}},
-               {"ps", {ps("ps:0", 5, 0, 0, 1), ps("ps:1", 5, 0, 0, 0)}}};
+  Json wire = {
+      {"workers", {worker("worker:0", 10, 1, 2, 3, 1), worker("worker:1", 10, 0, 2, 0, 1)}},
+      {"ps", {ps("ps:0", 5, 0, 0, 1), ps("ps:1", 5, 0, 0, 0)}}};
   CHECK(Hints(wire) ==
-        std::vector<std::string>{"hint: network-bound: workers spend 60% of their step time pulling and pushing "
-                                 "while the ps queues stay near empty (max depth <= 1): the network, not the ps, "
-                                 "limits training"});
+        std::vector<std::string>{
+            "hint: network-bound: workers spend 60% of their step time pulling and pushing "
+            "while the ps queues stay near empty (max depth <= 1): the network, not the ps, "
+            "limits training"});
   wire["ps"][1]["max_queue_depth"] = 4;
   CHECK(Hints(wire) ==
-        std::vector<std::string>{"hint: ps-bound: workers spend 60% of their step time pulling and pushing and "
-                                 "ps:1 queued up to 4 requests: the ps tasks are the bottleneck (add ps tasks or "
-                                 "partition the busiest variables)"});
+        std::vector<std::string>{
+            "hint: ps-bound: workers spend 60% of their step time pulling and pushing and "
+            "ps:1 queued up to 4 requests: the ps tasks are the bottleneck (add ps tasks or "
+            "partition the busiest variables)"});
   Json half = {{"workers", {worker("worker:0", 10, 1, 2, 4, 3)}}, {"ps", {ps("ps:0", 5, 0, 0, 0)}}};
   CHECK(Hints(half).empty());  // exactly half is not "most"
   CHECK(Hints(Json::object()).empty());
   CHECK(Hints(Json{{"ps", 3}, {"workers", "x"}}).empty());
 }
-

@@ -33,11 +33,13 @@ void SaveCheckpoint(const std::string& model_dir, int64_t step, bool final) {
   for (size_t i = 0; i < kernel.size(); ++i) kernel[i] = 0.5f * static_cast<float>(i);
   ps::ckpt::Manifest manifest;
   manifest.global_step = step;
-  manifest.unix_time = 1700000000.0 + static_cast<double>(step);  // 2023-11-14 22:13:20 UTC + step s
+  manifest.unix_time =
+      1700000000.0 + static_cast<double>(step);  // 2023-11-14 22:13:20 UTC + step s
   manifest.final = final;
   manifest.num_ps = 2;
   for (int ps_index = 0; ps_index < 2; ++ps_index) {
-    auto w = ps::ckpt::ShardWriter::Create(*dir + "/" + ps::ckpt::ShardFileName(ps_index), ps_index, step);
+    auto w = ps::ckpt::ShardWriter::Create(*dir + "/" + ps::ckpt::ShardFileName(ps_index), ps_index,
+                                           step);
     REQUIRE(w.ok());
     ps::ckpt::ShardRecordView k;
     k.layout.var = "dense/kernel";
@@ -92,14 +94,23 @@ TEST_CASE("inspect: lists checkpoints and the newest one's variables") {
   INFO(r->text);
   CHECK(r->healthy);
   const std::string expected =
-      "model dir: " + dir.path() + "\n"
+      "model dir: " + dir.path() +
+      "\n"
       "pointer:   ckpt-20\n"
       "2 committed checkpoints:\n"
-      "  step  time (UTC)           " + pad("size") + "  ps  final  deltas\n"
-      "  10    2023-11-14 22:13:30  " + pad(size) + "  2   no     -\n"
-      "  20    2023-11-14 22:13:40  " + pad(size) + "  2   yes    -\n"
+      "  step  time (UTC)           " +
+      pad("size") +
+      "  ps  final  deltas\n"
+      "  10    2023-11-14 22:13:30  " +
+      pad(size) +
+      "  2   no     -\n"
+      "  20    2023-11-14 22:13:40  " +
+      pad(size) +
+      "  2   yes    -\n"
       "\n"
-      "checkpoint ckpt-20: step 20, 2023-11-14 22:13:40 UTC, final, 2 ps tasks, " + size + "\n"
+      "checkpoint ckpt-20: step 20, 2023-11-14 22:13:40 UTC, final, 2 ps tasks, " +
+      size +
+      "\n"
       "shard files: ok (sizes, headers and footers match the MANIFEST)\n"
       "  variable      part  rows  shape  ps  slots  bytes  data\n"
       "  dense/bias    0/1   all   [3]    1   m      24 B   unchecked\n"
@@ -114,19 +125,27 @@ TEST_CASE("inspect: lists checkpoints and the newest one's variables") {
   const std::string per_ps =
       "\n"
       "ps tasks (size: shard file, data: values and slots):\n"
-      "  ps  file        " + padw("size") + "  data\n"
-      "  0   ps-0.shard  " + padw(h0) + "  52 B\n"
-      "  1   ps-1.shard  " + padw(h1) + "  72 B\n";
+      "  ps  file        " +
+      padw("size") +
+      "  data\n"
+      "  0   ps-0.shard  " +
+      padw(h0) +
+      "  52 B\n"
+      "  1   ps-1.shard  " +
+      padw(h1) + "  72 B\n";
   CHECK(r->text == expected + per_ps);
 
   // With load figures in train_metrics.jsonl, the last line that has them is shown.
   {
     std::ofstream metrics(dir / "train_metrics.jsonl");
-    metrics << R"({"step":5,"ps":[{"task":"ps:0","requests":1,"requests_per_s":1}]})" << "\n"
+    metrics << R"({"step":5,"ps":[{"task":"ps:0","requests":1,"requests_per_s":1}]})"
+            << "\n"
             << R"({"step":8,"ps":[{"task":"ps:1","requests":700,"requests_per_s":350.4,)"
             << R"("bytes_in_per_s":2048,"bytes_out_per_s":1048576},)"
-            << R"({"task":"ps:0","state":"no answer"}]})" << "\n"
-            << R"({"checkpoint":{"step":10}})" << "\n"
+            << R"({"task":"ps:0","state":"no answer"}]})"
+            << "\n"
+            << R"({"checkpoint":{"step":10}})"
+            << "\n"
             << "{\"step\":9,\"ps\":[trunc\n";
   }
   r = ps::obs::InspectModelDir(dir.path(), {});
@@ -134,9 +153,14 @@ TEST_CASE("inspect: lists checkpoints and the newest one's variables") {
   const std::string with_load =
       "\n"
       "ps tasks (size: shard file, data: values and slots; load at step 8 of train_metrics.jsonl):\n"
-      "  ps  file        " + padw("size") + "  data  requests  req/s  in/s       out/s\n"
-      "  0   ps-0.shard  " + padw(h0) + "  52 B  -         -      -          -\n"
-      "  1   ps-1.shard  " + padw(h1) + "  72 B  700       350    2.0 KiB/s  1.0 MiB/s\n";
+      "  ps  file        " +
+      padw("size") +
+      "  data  requests  req/s  in/s       out/s\n"
+      "  0   ps-0.shard  " +
+      padw(h0) +
+      "  52 B  -         -      -          -\n"
+      "  1   ps-1.shard  " +
+      padw(h1) + "  72 B  700       350    2.0 KiB/s  1.0 MiB/s\n";
   CHECK(r->text == expected + with_load);
 
   // --step and --verify.
@@ -146,8 +170,10 @@ TEST_CASE("inspect: lists checkpoints and the newest one's variables") {
   r = ps::obs::InspectModelDir(dir.path(), options);
   REQUIRE(r.ok());
   CHECK(r->healthy);
-  CHECK(r->text.find("checkpoint ckpt-10: step 10, 2023-11-14 22:13:30 UTC, not final") != std::string::npos);
-  CHECK(r->text.find("  dense/kernel  1/2   2-3   [4,3]  1   m      48 B   ok\n") != std::string::npos);
+  CHECK(r->text.find("checkpoint ckpt-10: step 10, 2023-11-14 22:13:30 UTC, not final") !=
+        std::string::npos);
+  CHECK(r->text.find("  dense/kernel  1/2   2-3   [4,3]  1   m      48 B   ok\n") !=
+        std::string::npos);
   CHECK(r->text.find("data checksums: all ok\n") != std::string::npos);
 
   options.step = 15;
@@ -178,8 +204,10 @@ TEST_CASE("inspect: damaged data is found with verify; no checkpoints is NotFoun
   REQUIRE(r.ok());
   INFO(r->text);
   CHECK(!r->healthy);
-  CHECK(r->text.find("  dense/bias    0/1   all   [3]    1   m      24 B   CORRUPT: ") != std::string::npos);
-  CHECK(r->text.find("  dense/kernel  1/2   2-3   [4,3]  1   m      48 B   ok\n") != std::string::npos);
+  CHECK(r->text.find("  dense/bias    0/1   all   [3]    1   m      24 B   CORRUPT: ") !=
+        std::string::npos);
+  CHECK(r->text.find("  dense/kernel  1/2   2-3   [4,3]  1   m      48 B   ok\n") !=
+        std::string::npos);
   CHECK(r->text.find("data checksums: 1 record CORRUPT\n") != std::string::npos);
 
   // A truncated shard file: structural damage, reported in the text.
@@ -190,4 +218,3 @@ TEST_CASE("inspect: damaged data is found with verify; no checkpoints is NotFoun
   CHECK(r->text.find("shard files: DAMAGED: ") != std::string::npos);
   CHECK(r->text.find("ps-1.shard: DAMAGED: ") != std::string::npos);
 }
-

@@ -48,11 +48,12 @@ TEST_CASE("metrics: fields, the chief's final evaluation, missing files") {
   TempDir dir;
   CHECK(ps::obs::ReadMetrics(dir / "missing").status().code() == Code::kNotFound);
 
-  WriteBytes(dir / "train_metrics.jsonl",
-             "{\"step\":10,\"total_steps\":20.0,\"loss\":null,\"accuracy\":\"x\",\"examples_per_sec\":5}\n"
-             "\n"
-             "{\"final_eval\":{\"accuracy\":0.5}}\n"
-             "{\"final_eval\":{\"step\":20,\"accuracy\":0.75,\"auc\":0.8,\"examples\":100}}\n");
+  WriteBytes(
+      dir / "train_metrics.jsonl",
+      "{\"step\":10,\"total_steps\":20.0,\"loss\":null,\"accuracy\":\"x\",\"examples_per_sec\":5}\n"
+      "\n"
+      "{\"final_eval\":{\"accuracy\":0.5}}\n"
+      "{\"final_eval\":{\"step\":20,\"accuracy\":0.75,\"auc\":0.8,\"examples\":100}}\n");
   auto h = ps::obs::ReadMetrics(dir.path());
   REQUIRE(h.ok());
   REQUIRE(h->train.size() == 1);
@@ -67,6 +68,7 @@ TEST_CASE("metrics: fields, the chief's final evaluation, missing files") {
   CHECK(h->final_eval->examples == std::optional<int64_t>(100));
   CHECK(h->eval.empty());
   // The blank line 2 is passed over; line 3 is skipped.
-  CHECK(h->notes == std::vector<std::string>{
-                        "train_metrics.jsonl: 1 line skipped (line 3: final_eval without a numeric step)"});
+  CHECK(h->notes ==
+        std::vector<std::string>{
+            "train_metrics.jsonl: 1 line skipped (line 3: final_eval without a numeric step)"});
 }

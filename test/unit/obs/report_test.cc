@@ -19,7 +19,9 @@ using ps::testing::WriteBytes;
 
 size_t Count(const std::string& text, const std::string& what) {
   size_t n = 0;
-  for (size_t pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + what.size())) ++n;
+  for (size_t pos = text.find(what); pos != std::string::npos;
+       pos = text.find(what, pos + what.size()))
+    ++n;
   return n;
 }
 
@@ -40,7 +42,8 @@ std::vector<std::pair<double, double>> Points(const std::string& svg, const std:
   std::vector<std::pair<double, double>> out;
   std::string pts = m[1];
   std::regex pt("(-?[0-9.]+),(-?[0-9.]+)");
-  for (auto it = std::sregex_iterator(pts.begin(), pts.end(), pt); it != std::sregex_iterator(); ++it) {
+  for (auto it = std::sregex_iterator(pts.begin(), pts.end(), pt); it != std::sregex_iterator();
+       ++it) {
     out.emplace_back(std::stod((*it)[1]), std::stod((*it)[2]));
   }
   return out;
@@ -89,7 +92,8 @@ TEST_CASE("report: plots, ticks and summary from synthetic metrics") {
   CHECK(train[0].second == Approx(82.75).margin(0.051));
   CHECK(train[1].second == Approx(163.0).margin(0.051));
   CHECK(train[2].second == Approx(243.25).margin(0.051));
-  for (const char* tick : {">0.2<", ">0.4<", ">0.6<", ">0.8<", ">1.0<", ">0<", ">100<", ">200<", ">300<"}) {
+  for (const char* tick :
+       {">0.2<", ">0.4<", ">0.6<", ">0.8<", ">1.0<", ">0<", ">100<", ">200<", ">300<"}) {
     INFO(tick);
     CHECK(Count(loss, tick) == 1);
   }
@@ -109,10 +113,14 @@ TEST_CASE("report: plots, ticks and summary from synthetic metrics") {
   CHECK(Count(*html, "<th>Steps</th><td>300 of 300</td>") == 1);
   CHECK(Count(*html, "<th>Final training loss</th><td>0.3000 (step 300)</td>") == 1);
   CHECK(Count(*html, "<th>Final training accuracy</th><td>0.8000 (step 300)</td>") == 1);
-  CHECK(Count(*html, "<th>Throughput</th><td>2,000 examples/s mean, 3,000 peak (3 intervals)</td>") == 1);
+  CHECK(Count(*html,
+              "<th>Throughput</th><td>2,000 examples/s mean, 3,000 peak (3 intervals)</td>") == 1);
   CHECK(Count(*html, "<th>Best eval accuracy</th><td>0.9100 (step 200)</td>") == 1);
-  CHECK(Count(*html, "<th>Final eval accuracy</th><td>0.8700 (step 300, loss 0.3500, AUC 0.9300, 1,000 examples)</td>") ==
-        1);
+  CHECK(
+      Count(
+          *html,
+          "<th>Final eval accuracy</th><td>0.8700 (step 300, loss 0.3500, AUC 0.9300, 1,000 examples)</td>") ==
+      1);
   CHECK(Count(*html, "<th>Training time</th><td>4.5 s</td>") == 1);
 }
 
@@ -128,7 +136,8 @@ TEST_CASE("report: missing files and series say no data") {
   CHECK(Count(*html, "eval/metrics.jsonl") == 0);
 
   // Training metrics only, without accuracy: the eval and accuracy plots have no data.
-  WriteBytes(dir / "train_metrics.jsonl", "{\"step\":1,\"loss\":2.0}\n{\"step\":2,\"loss\":1.0,\"accuracy\":null}\n");
+  WriteBytes(dir / "train_metrics.jsonl",
+             "{\"step\":1,\"loss\":2.0}\n{\"step\":2,\"loss\":1.0,\"accuracy\":null}\n");
   html = ps::obs::RenderReport(dir.path());
   REQUIRE(html.ok());
   CHECK(Count(*html, ">no data<") == 3);
@@ -158,8 +167,9 @@ TEST_CASE("report: a single point still shows; text is escaped") {
 
 TEST_CASE("report: out-of-order and restarted runs are plotted by step") {
   TempDir dir;
-  WriteBytes(dir / "train_metrics.jsonl",
-             "{\"step\":300,\"loss\":0.3}\n{\"step\":100,\"loss\":0.9}\n{\"step\":200,\"loss\":0.6}\n");
+  WriteBytes(
+      dir / "train_metrics.jsonl",
+      "{\"step\":300,\"loss\":0.3}\n{\"step\":100,\"loss\":0.9}\n{\"step\":200,\"loss\":0.6}\n");
   auto h = ps::obs::ReadMetrics(dir.path());
   REQUIRE(h.ok());
   REQUIRE(h->train.size() == 3);
@@ -176,23 +186,33 @@ TEST_CASE("report: our own checkpoint and event lines, step time, ps load, marke
   // What the chief writes: progress lines with load figures (ps:0 carries 3x ps:1's
   // requests, a hot-ps hint, from step 200 on), checkpoint lines, cluster events.
   std::string train;
-  train += R"({"event":{"kind":"chief_start","step":0,"detail":"fresh"}})" "\n";
+  train += R"({"event":{"kind":"chief_start","step":0,"detail":"fresh"}})"
+           "\n";
   for (int i = 1; i <= 3; ++i) {
     const int step = 100 * i;
     const double req0 = i == 1 ? 500 : 1500;
-    train += R"({"step":)" + std::to_string(step) +
-             R"(,"total_steps":400,"loss":0.5,"accuracy":0.8,"examples_per_sec":1000,"unix_time":1700000000,)"
-             R"("workers":[{"task":"worker:0","state":"running","steps":)" + std::to_string(step) +
-             R"(,"step_ms":10,"data_frac":0.1,"pull_frac":0.2,"compute_frac":0.6,"push_frac":0.1}],)"
-             R"("ps":[{"task":"ps:0","address":"a","state":"ok","requests_per_s":)" + std::to_string(req0) +
-             R"(,"bytes_in_per_s":1e6,"bytes_out_per_s":1e6,"max_queue_depth":1},)"
-             R"({"task":"ps:1","address":"b","state":"ok","requests_per_s":500,"bytes_in_per_s":1e6,)"
-             R"("bytes_out_per_s":1e6,"max_queue_depth":0}]})" "\n";
-    train += R"({"checkpoint":{"step":)" + std::to_string(step) + R"(,"final":false,"bytes":4096,"seconds":0.02}})" "\n";
+    train +=
+        R"({"step":)" + std::to_string(step) +
+        R"(,"total_steps":400,"loss":0.5,"accuracy":0.8,"examples_per_sec":1000,"unix_time":1700000000,)"
+        R"("workers":[{"task":"worker:0","state":"running","steps":)" +
+        std::to_string(step) +
+        R"(,"step_ms":10,"data_frac":0.1,"pull_frac":0.2,"compute_frac":0.6,"push_frac":0.1}],)"
+        R"("ps":[{"task":"ps:0","address":"a","state":"ok","requests_per_s":)" +
+        std::to_string(req0) +
+        R"(,"bytes_in_per_s":1e6,"bytes_out_per_s":1e6,"max_queue_depth":1},)"
+        R"({"task":"ps:1","address":"b","state":"ok","requests_per_s":500,"bytes_in_per_s":1e6,)"
+        R"("bytes_out_per_s":1e6,"max_queue_depth":0}]})"
+        "\n";
+    train += R"({"checkpoint":{"step":)" + std::to_string(step) +
+             R"(,"final":false,"bytes":4096,"seconds":0.02}})"
+             "\n";
   }
-  train += R"({"event":{"kind":"ps_lost","task":"ps:1","step":250,"detail":"connection reset"}})" "\n";
-  train += R"({"event":{"kind":"ps_back","task":"ps:1","step":250}})" "\n";
-  train += R"({"event":{"kind":"chief_start","step":300,"detail":"restored ckpt-300"}})" "\n";
+  train += R"({"event":{"kind":"ps_lost","task":"ps:1","step":250,"detail":"connection reset"}})"
+           "\n";
+  train += R"({"event":{"kind":"ps_back","task":"ps:1","step":250}})"
+           "\n";
+  train += R"({"event":{"kind":"chief_start","step":300,"detail":"restored ckpt-300"}})"
+           "\n";
   WriteBytes(dir / "train_metrics.jsonl", train);
   auto h = ps::obs::ReadMetrics(dir.path());
   REQUIRE(h.ok());
@@ -218,7 +238,8 @@ TEST_CASE("report: our own checkpoint and event lines, step time, ps load, marke
     std::vector<double> ys;
     std::string pts = m[1];
     std::regex pt("(-?[0-9.]+),(-?[0-9.]+)");
-    for (auto it = std::sregex_iterator(pts.begin(), pts.end(), pt); it != std::sregex_iterator(); ++it) {
+    for (auto it = std::sregex_iterator(pts.begin(), pts.end(), pt); it != std::sregex_iterator();
+         ++it) {
       ys.push_back(std::stod((*it)[2]));
     }
     REQUIRE(ys.size() == 6);  // 3 along the top, 3 back along the compute area's top
@@ -243,14 +264,16 @@ TEST_CASE("report: our own checkpoint and event lines, step time, ps load, marke
   CHECK(Count(html, "<tr><td>200</td><td>300</td><td>2</td><td>hint: ps:0 carries more load") == 1);
 
   // A final checkpoint: finished, no reload.
-  WriteBytes(dir / "train_metrics.jsonl", train + R"({"checkpoint":{"step":400,"final":true}})" "\n");
+  WriteBytes(dir / "train_metrics.jsonl", train + R"({"checkpoint":{"step":400,"final":true}})"
+                                                  "\n");
   h = ps::obs::ReadMetrics(dir.path());
   REQUIRE(h.ok());
   CHECK(ps::obs::RunFinished(*h));
   CHECK(Count(ps::obs::RenderReportHtml(*h, "m"), "http-equiv") == 0);
 }
 
-TEST_CASE("report: one final evaluation is a point on the run's step axis, not an axis of its own") {
+TEST_CASE(
+    "report: one final evaluation is a point on the run's step axis, not an axis of its own") {
   TempDir dir;
   WriteBytes(dir / "train_metrics.jsonl",
              R"({"step":4500,"loss":0.5}
@@ -270,11 +293,14 @@ TEST_CASE("report: one final evaluation is a point on the run's step axis, not a
 
 TEST_CASE("report: the summary counts the evaluator's and the inline evaluations apart") {
   TempDir dir;
-  WriteBytes(dir / "train_metrics.jsonl", R"({"step":100,"loss":1.0})" "\n");
-  WriteBytes(dir / "eval/metrics.jsonl",
-             R"({"step":50,"accuracy":0.5,"source":"workers"})" "\n"
-             R"({"step":100,"accuracy":0.6})" "\n"
-             R"({"step":100,"accuracy":0.7,"source":"workers"})" "\n");
+  WriteBytes(dir / "train_metrics.jsonl", R"({"step":100,"loss":1.0})"
+                                          "\n");
+  WriteBytes(dir / "eval/metrics.jsonl", R"({"step":50,"accuracy":0.5,"source":"workers"})"
+                                         "\n"
+                                         R"({"step":100,"accuracy":0.6})"
+                                         "\n"
+                                         R"({"step":100,"accuracy":0.7,"source":"workers"})"
+                                         "\n");
   auto h = ps::obs::ReadMetrics(dir.path());
   REQUIRE(h.ok());
   const std::string html = ps::obs::RenderReportHtml(*h, "m");

@@ -14,7 +14,9 @@ namespace {
 
 size_t Count(const std::string& text, const std::string& what) {
   size_t n = 0;
-  for (size_t pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + what.size())) ++n;
+  for (size_t pos = text.find(what); pos != std::string::npos;
+       pos = text.find(what, pos + what.size()))
+    ++n;
   return n;
 }
 
@@ -39,8 +41,9 @@ TEST_CASE("svg plot: no series with points says no data") {
 
 TEST_CASE("svg plot: points map onto the data area; empty series are left out") {
   // x 0..10 (ticks every 2) -> 68..520 px; y 0..1 (ticks every 0.2) -> 270..56 px.
-  std::string svg = SvgPlot("p", "T", "step", "v",
-                            {Series{"a", "#111111", {{0, 0}, {5, 0.5}, {10, 1}}}, Series{"b", "#222222", {}}});
+  std::string svg =
+      SvgPlot("p", "T", "step", "v",
+              {Series{"a", "#111111", {{0, 0}, {5, 0.5}, {10, 1}}}, Series{"b", "#222222", {}}});
   CHECK(Count(svg, "<polyline") == 1);
   CHECK(Count(svg, "data-series=\"a\"") == 1);
   CHECK(Count(svg, "points=\"68.0,270.0 294.0,163.0 520.0,56.0\"") == 1);
@@ -53,8 +56,9 @@ TEST_CASE("svg plot: points map onto the data area; empty series are left out") 
   CHECK(svg.size() > 6);
   CHECK(svg.substr(svg.size() - 7) == "</svg>\n");
 
-  std::string two = SvgPlot("p", "T", "step", "v",
-                            {Series{"a", "#111111", {{0, 0}, {10, 1}}}, Series{"b", "#222222", {{0, 1}, {10, 0}}}});
+  std::string two = SvgPlot(
+      "p", "T", "step", "v",
+      {Series{"a", "#111111", {{0, 0}, {10, 1}}}, Series{"b", "#222222", {{0, 1}, {10, 0}}}});
   CHECK(Count(two, "<polyline") == 2);
   CHECK(Count(two, "class=\"legend\"") == 1);
 }

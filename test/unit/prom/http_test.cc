@@ -64,8 +64,10 @@ TEST_CASE("HttpRespond: /metrics, other paths and methods, malformed request lin
   r.Gauge("g", "G.").Set(2);
   const std::string ok = HttpRespond("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", r);
   CHECK(ok.rfind("HTTP/1.1 200 OK\r\n", 0) == 0);
-  CHECK(ok.find("\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n") != std::string::npos);
-  CHECK(ok.find("\r\nContent-Length: " + std::to_string(r.Render().size()) + "\r\n") != std::string::npos);
+  CHECK(ok.find("\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n") !=
+        std::string::npos);
+  CHECK(ok.find("\r\nContent-Length: " + std::to_string(r.Render().size()) + "\r\n") !=
+        std::string::npos);
   CHECK(ok.substr(ok.find("\r\n\r\n") + 4) == r.Render());
   CHECK(HttpRespond("GET /metrics?name[]=x HTTP/1.0\r\n\r\n", r).rfind("HTTP/1.1 200 ", 0) == 0);
   const std::string head = HttpRespond("HEAD /metrics HTTP/1.1\r\n\r\n", r);
@@ -76,8 +78,9 @@ TEST_CASE("HttpRespond: /metrics, other paths and methods, malformed request lin
   const std::string post = HttpRespond("POST /metrics HTTP/1.1\r\n\r\n", r);
   CHECK(post.rfind("HTTP/1.1 405 ", 0) == 0);
   CHECK(post.find("\r\nAllow: GET, HEAD\r\n") != std::string::npos);
-  for (const char* bad : {"", "GET\r\n\r\n", "GET /metrics\r\n\r\n", "GET /metrics HTTP/2.0\r\n\r\n",
-                          "GET /a b HTTP/1.1\r\n\r\n", "\x16\x03\x01\x02\x00\r\n\r\n"}) {
+  for (const char* bad :
+       {"", "GET\r\n\r\n", "GET /metrics\r\n\r\n", "GET /metrics HTTP/2.0\r\n\r\n",
+        "GET /a b HTTP/1.1\r\n\r\n", "\x16\x03\x01\x02\x00\r\n\r\n"}) {
     INFO(bad);
     CHECK(HttpRespond(bad, r).rfind("HTTP/1.1 400 ", 0) == 0);
   }
@@ -96,7 +99,8 @@ TEST_CASE("the endpoint serves /metrics over HTTP and answers other requests wit
   auto r = HttpGet("127.0.0.1", port, "/metrics", 5s);
   REQUIRE(r.ok());
   CHECK(r->status == 200);
-  CHECK(r->body.find("pstrain_test_total{task_type=\"ps\",task_index=\"0\"} 5\n") != std::string::npos);
+  CHECK(r->body.find("pstrain_test_total{task_type=\"ps\",task_index=\"0\"} 5\n") !=
+        std::string::npos);
   CHECK(r->headers.find("Content-Type: text/plain; version=0.0.4") != std::string::npos);
 
   auto missing = HttpGet("127.0.0.1", port, "/", 5s);
@@ -107,14 +111,17 @@ TEST_CASE("the endpoint serves /metrics over HTTP and answers other requests wit
     CHECK(Exchange(port, "DELETE /metrics HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 405 ", 0) == 0);
   }
   SECTION("random bytes") {
-    CHECK(Exchange(port, std::string("\x00\xff\x10garbage\r\n\r\n", 14)).rfind("HTTP/1.1 400 ", 0) == 0);
+    CHECK(
+        Exchange(port, std::string("\x00\xff\x10garbage\r\n\r\n", 14)).rfind("HTTP/1.1 400 ", 0) ==
+        0);
   }
   SECTION("a request head over the limit is refused before it ends") {
     RawClient c(port);
     c.Send("GET /metrics HTTP/1.1\r\nX-Long: " + std::string(4000, 'a'));
     CHECK(c.ReadAll().rfind("HTTP/1.1 431 ", 0) == 0);
   }
-  SECTION("a client that never finishes its request is cut off by the timeout; others are served meanwhile") {
+  SECTION(
+      "a client that never finishes its request is cut off by the timeout; others are served meanwhile") {
     RawClient slow(port);
     slow.Send("GET /metrics HTTP/1.1\r\n");
     CheckScrape(port, *registry);

@@ -150,8 +150,9 @@ TEST_CASE("process metrics: CPU, memory, descriptors, start time") {
   Writer w;
   WriteProcessMetrics(w);
   const std::string text = w.Text();
-  for (const char* name : {"process_cpu_seconds_total ", "process_resident_memory_bytes ", "process_open_fds ",
-                           "process_start_time_seconds ", "process_virtual_memory_bytes "}) {
+  for (const char* name :
+       {"process_cpu_seconds_total ", "process_resident_memory_bytes ", "process_open_fds ",
+        "process_start_time_seconds ", "process_virtual_memory_bytes "}) {
     INFO(name);
     CHECK(text.find(std::string("\n") + name) != std::string::npos);
   }

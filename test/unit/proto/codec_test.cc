@@ -39,7 +39,8 @@ TEST_CASE("every message round-trips through the codec") {
   CHECK(c.pull->items[1].var == "bias");
   CHECK(c.pull->items[1].all_rows);
   CHECK(c.items.size() == 2);
-  auto reply = proto::Decode(proto::Encode({10, true, 3, proto::PushReply{43, 1, 0, proto::PullReply{{32, 8}, {}}}}));
+  auto reply = proto::Decode(
+      proto::Encode({10, true, 3, proto::PushReply{43, 1, 0, proto::PullReply{{32, 8}, {}}}}));
   REQUIRE(reply.ok());
   const auto& pr = std::get<proto::PushReply>(reply->body);
   CHECK(pr.skipped == 1);
@@ -69,7 +70,8 @@ TEST_CASE("every message round-trips through the codec") {
   CHECK(d.layout.full_shape == std::vector<int64_t>{13, 8});
   CHECK(d.seed == 77);
 
-  auto env4 = proto::Decode(proto::Encode({3, true, 0, proto::SaveReply{"ps-1.shard", 1234, 0xDEADBEEF}}));
+  auto env4 =
+      proto::Decode(proto::Encode({3, true, 0, proto::SaveReply{"ps-1.shard", 1234, 0xDEADBEEF}}));
   REQUIRE(env4.ok());
   CHECK(std::get<proto::SaveReply>(env4->body).digest == 0xDEADBEEF);
   auto env5 = proto::Decode(proto::Encode({4, false, 0, proto::Restore{"/m", 1200}}));
@@ -83,7 +85,8 @@ TEST_CASE("every message round-trips through the codec") {
   CHECK(std::string(proto::BodyName(env3->body)) == "RunStepsReply");
 
   for (bool retryable : {false, true}) {
-    auto env6 = proto::Decode(proto::Encode({5, false, 0, proto::Shutdown{"job failed: x", retryable}}));
+    auto env6 =
+        proto::Decode(proto::Encode({5, false, 0, proto::Shutdown{"job failed: x", retryable}}));
     REQUIRE(env6.ok());
     CHECK(std::get<proto::Shutdown>(env6->body).reason == "job failed: x");
     CHECK(std::get<proto::Shutdown>(env6->body).retryable == retryable);
@@ -156,9 +159,17 @@ TEST_CASE("status replies travel as tables: every field, optional figures absent
   ps.max_queue_depth = 10;
   ps.bytes_received = 11;
   ps.bytes_sent = 12;
-  ps.update = {.mode = "sync", .stale_dropped = 13, .waited_pulls = 14, .max_lead = 15, .min_version = 16,
+  ps.update = {.mode = "sync",
+               .stale_dropped = 13,
+               .waited_pulls = 14,
+               .max_lead = 15,
+               .min_version = 16,
                .max_version = 17};
-  ps.rows = {.lazy_shards = 18, .live_rows = 19, .admitted = 20, .not_admitted = 21, .evicted_ttl = 22,
+  ps.rows = {.lazy_shards = 18,
+             .live_rows = 19,
+             .admitted = 20,
+             .not_admitted = 21,
+             .evicted_ttl = 22,
              .evicted_max_rows = 23};
   auto e1 = proto::Decode(proto::Encode({5, true, 0, proto::PsStatusReply{ps}}));
   REQUIRE(e1.ok());
@@ -230,10 +241,18 @@ TEST_CASE("status replies travel as tables: every field, optional figures absent
   ok.bytes_held = 8;
   ok.shards = 9;
   ok.window_sec = 1.25;
-  ok.update = proto::PsUpdateFigures{.mode = "async", .stale_dropped = 0, .waited_pulls = 0, .max_lead = 0,
-                                     .min_version = 0, .max_version = 0};
-  ok.rows = proto::PsRowFigures{.lazy_shards = 2, .live_rows = 3, .admitted = 4, .not_admitted = 5,
-                                .evicted_ttl = 6, .evicted_max_rows = 7};
+  ok.update = proto::PsUpdateFigures{.mode = "async",
+                                     .stale_dropped = 0,
+                                     .waited_pulls = 0,
+                                     .max_lead = 0,
+                                     .min_version = 0,
+                                     .max_version = 0};
+  ok.rows = proto::PsRowFigures{.lazy_shards = 2,
+                                .live_rows = 3,
+                                .admitted = 4,
+                                .not_admitted = 5,
+                                .evicted_ttl = 6,
+                                .evicted_max_rows = 7};
   proto::PsLoad gone;
   gone.task = "ps:1";
   gone.address = "127.0.0.1:2226";
@@ -311,35 +330,63 @@ Result<proto::CreateShards> RoundTrip(const proto::CreateShards& cs) {
 }
 
 // A CreateShards built by hand with the generated API, for tables the encoder never omits.
-std::vector<uint8_t> RawCreate(bool with_optimizer, bool with_update, bool with_layout, bool with_init,
+std::vector<uint8_t> RawCreate(bool with_optimizer, bool with_update, bool with_layout,
+                               bool with_init,
                                wire::OptimizerRule rule_type = wire::OptimizerRule::Sgd,
                                wire::Schedule schedule_type = wire::Schedule::ConstantSchedule) {
   flatbuffers::FlatBufferBuilder fbb;
   std::vector<int64_t> shape = {4};
   auto layout = wire::CreateShardLayoutDirect(fbb, "b", 0, 1, 0, 4, 1, &shape, false);
   auto init = wire::CreateInitializer(fbb, wire::InitKind::Ones);
-  std::vector<flatbuffers::Offset<wire::ShardDef>> defs = {wire::CreateShardDef(
-      fbb, with_layout ? layout : flatbuffers::Offset<wire::ShardLayout>(),
-      with_init ? init : flatbuffers::Offset<wire::Initializer>(), 1)};
+  std::vector<flatbuffers::Offset<wire::ShardDef>> defs = {
+      wire::CreateShardDef(fbb, with_layout ? layout : flatbuffers::Offset<wire::ShardLayout>(),
+                           with_init ? init : flatbuffers::Offset<wire::Initializer>(), 1)};
   auto rule = wire::CreateSgd(fbb).Union();
   auto schedule = wire::CreateConstantSchedule(fbb).Union();
   auto optimizer = wire::CreateOptimizer(fbb, rule_type, rule, 0.1, schedule_type, schedule, 0);
   auto update = wire::CreateUpdate(fbb, wire::UpdateMode::Async);
-  auto cs = wire::CreateCreateShardsDirect(fbb, with_optimizer ? optimizer : flatbuffers::Offset<wire::Optimizer>(),
-                                           &defs, with_update ? update : flatbuffers::Offset<wire::Update>());
+  auto cs = wire::CreateCreateShardsDirect(
+      fbb, with_optimizer ? optimizer : flatbuffers::Offset<wire::Optimizer>(), &defs,
+      with_update ? update : flatbuffers::Offset<wire::Update>());
   fbb.Finish(wire::CreateEnvelope(fbb, 31, false, 0, wire::Body::CreateShards, cs.Union()));
   return {fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()};
 }
 
 }  // namespace
 
-TEST_CASE("CreateShards: layouts, initializers, every optimizer and schedule, and the update mode round-trip") {
+TEST_CASE(
+    "CreateShards: layouts, initializers, every optimizer and schedule, and the update mode round-trip") {
   const std::vector<proto::Initializer> inits = {
-      {.kind = proto::InitKind::kZeros, .value = 0, .minval = 0, .maxval = 0, .mean = 0, .stddev = 0},
-      {.kind = proto::InitKind::kConstant, .value = 0.25, .minval = 0, .maxval = 0, .mean = 0, .stddev = 0},
-      {.kind = proto::InitKind::kUniform, .value = 0, .minval = -0.05, .maxval = 0.05, .mean = 0, .stddev = 0},
-      {.kind = proto::InitKind::kTruncatedNormal, .value = 0, .minval = 0, .maxval = 0, .mean = 1, .stddev = 0.5},
-      {.kind = proto::InitKind::kGlorotUniform, .value = 0, .minval = 0, .maxval = 0, .mean = 0, .stddev = 0},
+      {.kind = proto::InitKind::kZeros,
+       .value = 0,
+       .minval = 0,
+       .maxval = 0,
+       .mean = 0,
+       .stddev = 0},
+      {.kind = proto::InitKind::kConstant,
+       .value = 0.25,
+       .minval = 0,
+       .maxval = 0,
+       .mean = 0,
+       .stddev = 0},
+      {.kind = proto::InitKind::kUniform,
+       .value = 0,
+       .minval = -0.05,
+       .maxval = 0.05,
+       .mean = 0,
+       .stddev = 0},
+      {.kind = proto::InitKind::kTruncatedNormal,
+       .value = 0,
+       .minval = 0,
+       .maxval = 0,
+       .mean = 1,
+       .stddev = 0.5},
+      {.kind = proto::InitKind::kGlorotUniform,
+       .value = 0,
+       .minval = 0,
+       .maxval = 0,
+       .mean = 0,
+       .stddev = 0},
   };
   const std::vector<proto::OptimizerRule> rules = {
       proto::Sgd{.momentum = 0.9, .nesterov = true},
@@ -360,8 +407,10 @@ TEST_CASE("CreateShards: layouts, initializers, every optimizer and schedule, an
   };
   for (size_t i = 0; i < rules.size(); ++i) {
     proto::CreateShards cs = Create();
-    cs.optimizer = {.rule = rules[i], .learning_rate = 0.125 * static_cast<double>(i + 1),
-                    .schedule = schedules[i % schedules.size()], .warmup_steps = static_cast<int64_t>(i)};
+    cs.optimizer = {.rule = rules[i],
+                    .learning_rate = 0.125 * static_cast<double>(i + 1),
+                    .schedule = schedules[i % schedules.size()],
+                    .warmup_steps = static_cast<int64_t>(i)};
     cs.update = {.mode = static_cast<proto::UpdateMode>(i % 3),
                  .replicas_to_aggregate = 2,
                  .staleness = 3,
@@ -398,10 +447,12 @@ TEST_CASE("CreateShards: Decode rejects bad layouts and unknown kinds, naming th
   CHECK(rejected(cs) == "CreateShards.shards[0]: emb/part_0: rows and cols must be > 0, got 0 x 4");
   cs = Create();
   cs.shards[0].layout.cols = 3;
-  CHECK(rejected(cs) == "CreateShards.shards[0]: emb/part_0: cols 3 != product of full_shape[1:] = 4");
+  CHECK(rejected(cs) ==
+        "CreateShards.shards[0]: emb/part_0: cols 3 != product of full_shape[1:] = 4");
   cs = Create();
   cs.shards[1].layout.row_begin = 6;
-  CHECK(rejected(cs) == "CreateShards.shards[1]: emb/part_1: rows [6, 11) exceed full_shape[0] = 10");
+  CHECK(rejected(cs) ==
+        "CreateShards.shards[1]: emb/part_1: rows [6, 11) exceed full_shape[0] = 10");
   cs = Create();
   cs.shards[0].layout.var.clear();
   CHECK(rejected(cs) == "CreateShards.shards[0]: shard layout: var must not be empty");
@@ -432,7 +483,8 @@ TEST_CASE("CreateShards: missing tables and unknown union types are protocol err
         "CreateShards.optimizer.rule: missing or unknown optimizer type 9");
   CHECK(message(RawCreate(true, true, true, true, wire::OptimizerRule::NONE)) ==
         "CreateShards.optimizer.rule: missing or unknown optimizer type 0");
-  CHECK(message(RawCreate(true, true, true, true, wire::OptimizerRule::Sgd, static_cast<wire::Schedule>(7))) ==
+  CHECK(message(RawCreate(true, true, true, true, wire::OptimizerRule::Sgd,
+                          static_cast<wire::Schedule>(7))) ==
         "CreateShards.optimizer.schedule: missing or unknown schedule type 7");
 
   // Every truncation of a valid CreateShards fails verification.
@@ -457,19 +509,23 @@ TEST_CASE("Decode reports the request id of a verified envelope whose body is re
   CHECK(request_id == 5);
 }
 
-TEST_CASE("EvaluateShard and its reply round-trip; a shard outside [0, num_shards) is a protocol error") {
-  auto e = proto::Decode(proto::Encode({3, false, 9, proto::EvaluateShard{.step = 500, .shard = 1, .num_shards = 3}}));
+TEST_CASE(
+    "EvaluateShard and its reply round-trip; a shard outside [0, num_shards) is a protocol error") {
+  auto e = proto::Decode(
+      proto::Encode({3, false, 9, proto::EvaluateShard{.step = 500, .shard = 1, .num_shards = 3}}));
   REQUIRE(e.ok());
   const auto& m = std::get<proto::EvaluateShard>(e->body);
   CHECK(m.step == 500);
   CHECK(m.shard == 1);
   CHECK(m.num_shards == 3);
   proto::EvaluateShardReply r;
-  r.heads = {{.examples = 10, .loss_sum = 2.5, .correct = 7, .scores = 10}, {.examples = 10, .loss_sum = 1, .correct = 0, .scores = 0}};
+  r.heads = {{.examples = 10, .loss_sum = 2.5, .correct = 7, .scores = 10},
+             {.examples = 10, .loss_sum = 1, .correct = 0, .scores = 0}};
   auto back = proto::Decode(proto::Encode({3, true, 9, r}));
   REQUIRE(back.ok());
   CHECK(std::get<proto::EvaluateShardReply>(back->body).heads == r.heads);
-  auto bad = proto::Decode(proto::Encode({4, false, 9, proto::EvaluateShard{.step = 1, .shard = 3, .num_shards = 3}}));
+  auto bad = proto::Decode(
+      proto::Encode({4, false, 9, proto::EvaluateShard{.step = 1, .shard = 3, .num_shards = 3}}));
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.status().code() == Code::kProtocol);
 }

@@ -26,7 +26,8 @@ constexpr size_t kRecordFloats = 6;
 // The record's floats as a function of the row and a version, so a mix-up shows.
 void Stamp(float* record, int64_t row, int version) {
   for (size_t f = 0; f < kRecordFloats; ++f)
-    record[f] = static_cast<float>(row % 100003) + static_cast<float>(f) * 0.25f + static_cast<float>(version) * 1000.0f;
+    record[f] = static_cast<float>(row % 100003) + static_cast<float>(f) * 0.25f +
+                static_cast<float>(version) * 1000.0f;
 }
 
 bool HasStamp(const float* record, int64_t row, int version) {
@@ -81,7 +82,8 @@ TEST_CASE("LazyStripe matches an unordered_map under random inserts, lookups and
   stripe.ForEach(arena, [&](int64_t row, const float* record, uint32_t) {
     ++seen;
     auto it = ref.find(row);
-    all_match = all_match && it != ref.end() && it->second.first == record && HasStamp(record, row, it->second.second);
+    all_match = all_match && it != ref.end() && it->second.first == record &&
+                HasStamp(record, row, it->second.second);
   });
   CHECK(seen == ref.size());
   CHECK(all_match);
@@ -112,18 +114,21 @@ TEST_CASE("LazyStripe grows through many doublings and finds every row afterward
   bool ok = true;
   for (const auto& [row, record] : inserted) {
     const LazyStripe::Entry* e = stripe.Find(row, HashRow(row));
-    ok = ok && e != nullptr && e->row == row && arena.At(e->ref) == record && HasStamp(record, row, 1);
+    ok = ok && e != nullptr && e->row == row && arena.At(e->ref) == record &&
+         HasStamp(record, row, 1);
   }
   CHECK(ok);
   // Rows never inserted are absent (also right after a grow's rehash).
-  for (int64_t row = 1; row < 7919 * 10; row += 7919) CHECK(stripe.Find(row, HashRow(row)) == nullptr);
+  for (int64_t row = 1; row < 7919 * 10; row += 7919)
+    CHECK(stripe.Find(row, HashRow(row)) == nullptr);
   // Memory per row stays within records + table overhead at load >= 0.35 of 16-byte slots.
   // Table slots at load >= 0.35, records with at most one 2 MiB chunk of slack.
   CHECK(static_cast<double>(stripe.bytes()) <= static_cast<double>(inserted.size()) * 16 / 0.35);
   CHECK(arena.bytes() <= inserted.size() * kRecordFloats * sizeof(float) + kHugePage);
 }
 
-TEST_CASE("LazyStripe::FindEach returns Find's answers in order, and creates exactly the rows create() accepts") {
+TEST_CASE(
+    "LazyStripe::FindEach returns Find's answers in order, and creates exactly the rows create() accepts") {
   std::mt19937_64 rng(7);
   std::vector<LazyStripe> stripes(static_cast<size_t>(kLazyStripes));
   RecordArena arena(kRecordFloats);
@@ -151,41 +156,42 @@ TEST_CASE("LazyStripe::FindEach returns Find's answers in order, and creates exa
         return asked.emplace(row, row % 5 != 0).first->second;
       };
       const uint32_t end = stripes[k].FindEach(
-          rows, groups, groups.begin[k], groups.begin[k + 1], arena, kRecordFloats * sizeof(float), batch % 3 == 0,
-          create, [&](uint32_t j, LazyStripe::Entry* entry, float* record, bool create_it) {
-                            REQUIRE(j == expect_j);
-                            ++expect_j;
-                            const uint32_t i = groups.order[j];
-                            REQUIRE(LazyStripeOf(groups.hashes[i]) == k);
-                            ++visits[i];
-                            const int64_t row = rows[i];
-                            auto it = ref.find(row);
-                            // Entries are written through too: an entry found before the
-                            // table grew under an insert of an earlier row must not be
-                            // handed out stale (the epoch would be lost).
-                            const auto epoch = static_cast<uint32_t>(batch + 1);
-                            if (it == ref.end()) {
-                              REQUIRE(entry == nullptr);
-                              REQUIRE(record == nullptr);
-                              REQUIRE(asked.count(row) == 1);
-                              REQUIRE(create_it == asked.at(row));
-                              if (!create_it) return;
-                              LazyStripe::Entry* created = stripes[k].Insert(row, groups.hashes[i], arena);
-                              REQUIRE(created != nullptr);
-                              float* rec = arena.At(created->ref);
-                              Stamp(rec, row, 0);
-                              created->epoch = epoch;
-                              ref.emplace(row, std::make_pair(rec, epoch));
-                            } else {
-                              REQUIRE(entry != nullptr);
-                              REQUIRE(entry->row == row);
-                              REQUIRE(entry->epoch == it->second.second);
-                              REQUIRE(record == it->second.first);
-                              REQUIRE(HasStamp(record, row, 0));
-                              entry->epoch = epoch;
-                              it->second.second = epoch;
-                            }
-                          });
+          rows, groups, groups.begin[k], groups.begin[k + 1], arena, kRecordFloats * sizeof(float),
+          batch % 3 == 0, create,
+          [&](uint32_t j, LazyStripe::Entry* entry, float* record, bool create_it) {
+            REQUIRE(j == expect_j);
+            ++expect_j;
+            const uint32_t i = groups.order[j];
+            REQUIRE(LazyStripeOf(groups.hashes[i]) == k);
+            ++visits[i];
+            const int64_t row = rows[i];
+            auto it = ref.find(row);
+            // Entries are written through too: an entry found before the
+            // table grew under an insert of an earlier row must not be
+            // handed out stale (the epoch would be lost).
+            const auto epoch = static_cast<uint32_t>(batch + 1);
+            if (it == ref.end()) {
+              REQUIRE(entry == nullptr);
+              REQUIRE(record == nullptr);
+              REQUIRE(asked.count(row) == 1);
+              REQUIRE(create_it == asked.at(row));
+              if (!create_it) return;
+              LazyStripe::Entry* created = stripes[k].Insert(row, groups.hashes[i], arena);
+              REQUIRE(created != nullptr);
+              float* rec = arena.At(created->ref);
+              Stamp(rec, row, 0);
+              created->epoch = epoch;
+              ref.emplace(row, std::make_pair(rec, epoch));
+            } else {
+              REQUIRE(entry != nullptr);
+              REQUIRE(entry->row == row);
+              REQUIRE(entry->epoch == it->second.second);
+              REQUIRE(record == it->second.first);
+              REQUIRE(HasStamp(record, row, 0));
+              entry->epoch = epoch;
+              it->second.second = epoch;
+            }
+          });
       REQUIRE(end == groups.begin[k + 1]);
       REQUIRE(expect_j == groups.begin[k + 1]);
     }
@@ -203,7 +209,8 @@ TEST_CASE("LazyStripe::FindEach returns Find's answers in order, and creates exa
   CHECK(epochs_match);
 }
 
-TEST_CASE("RecordArena: references name distinct records over many chunks; 128-byte records start cache lines") {
+TEST_CASE(
+    "RecordArena: references name distinct records over many chunks; 128-byte records start cache lines") {
   // 16 floats of values + 16 of one slot: a full chunk is exactly one 2 MiB huge page.
   constexpr size_t kFloats = 32;
   RecordArena arena(kFloats);
@@ -216,14 +223,16 @@ TEST_CASE("RecordArena: references name distinct records over many chunks; 128-b
     float* r = arena.At(ref);
     aligned = aligned && reinterpret_cast<uintptr_t>(r) % 64 == 0;
     REQUIRE(seen.emplace(r, ref).second);  // no two references share a record
-    for (size_t f = 0; f < kFloats; ++f) r[f] = static_cast<float>(i) + static_cast<float>(f) / 64.0f;
+    for (size_t f = 0; f < kFloats; ++f)
+      r[f] = static_cast<float>(i) + static_cast<float>(f) / 64.0f;
     refs.push_back(ref);
   }
   CHECK(aligned);
   bool intact = true;  // no record overlaps another: every one still holds what was written
   for (size_t i = 0; i < refs.size(); ++i) {
     const float* r = arena.At(refs[i]);
-    for (size_t f = 0; f < kFloats; ++f) intact = intact && r[f] == static_cast<float>(i) + static_cast<float>(f) / 64.0f;
+    for (size_t f = 0; f < kFloats; ++f)
+      intact = intact && r[f] == static_cast<float>(i) + static_cast<float>(f) / 64.0f;
   }
   CHECK(intact);
   // 100000 records of 128 bytes: 12.8 MB, chunks doubling to 2 MiB, so under 2 MiB slack.
@@ -239,7 +248,8 @@ TEST_CASE("RecordArena: references name distinct records over many chunks; 128-b
   CHECK(arena.bytes() >= before);
 }
 
-TEST_CASE("lazy shard: threads pushing rows of different stripes while others pull end exactly as sequential") {
+TEST_CASE(
+    "lazy shard: threads pushing rows of different stripes while others pull end exactly as sequential") {
   // SGD with lr 1 and gradients -1 adds exactly 1 per push to every element: the final
   // value of a row is its initial value (zeros) plus its push count, whatever the order.
   Store store;
@@ -279,8 +289,10 @@ TEST_CASE("lazy shard: threads pushing rows of different stripes while others pu
       for (int round = 0; round < kRounds; ++round) {
         std::vector<int64_t> rows;
         // A growing prefix: later rows are created mid-run, so tables grow under traffic.
-        const size_t n = own[static_cast<size_t>(t)].size() * static_cast<size_t>(round + 1) / kRounds;
-        rows.assign(own[static_cast<size_t>(t)].begin(), own[static_cast<size_t>(t)].begin() + static_cast<long>(n));
+        const size_t n =
+            own[static_cast<size_t>(t)].size() * static_cast<size_t>(round + 1) / kRounds;
+        rows.assign(own[static_cast<size_t>(t)].begin(),
+                    own[static_cast<size_t>(t)].begin() + static_cast<long>(n));
         rows.insert(rows.end(), shared.begin(), shared.end());
         std::vector<float> grad(rows.size() * 4, -1.0f);
         if (!store.PushRows(key, rows, grad, round).ok()) failed = true;
@@ -308,7 +320,8 @@ TEST_CASE("lazy shard: threads pushing rows of different stripes while others pu
   std::unordered_map<int64_t, int> pushes;
   for (int t = 0; t < kThreads; ++t) {
     for (int round = 0; round < kRounds; ++round) {
-      const size_t n = own[static_cast<size_t>(t)].size() * static_cast<size_t>(round + 1) / kRounds;
+      const size_t n =
+          own[static_cast<size_t>(t)].size() * static_cast<size_t>(round + 1) / kRounds;
       for (size_t i = 0; i < n; ++i) ++pushes[own[static_cast<size_t>(t)][i]];
       for (int64_t row : shared) ++pushes[row];
     }
@@ -326,8 +339,10 @@ TEST_CASE("lazy shard: threads pushing rows of different stripes while others pu
   CHECK(store.Memory(key)->rows == static_cast<int64_t>(all.size()));
 }
 
-TEST_CASE("AllocateAligned: 64-byte alignment below 2 MiB, 2 MiB alignment from 2 MiB, memory writable") {
-  for (size_t bytes : {size_t{1}, size_t{100}, size_t{4096}, kHugePage - 1, kHugePage, kHugePage * 3 / 2}) {
+TEST_CASE(
+    "AllocateAligned: 64-byte alignment below 2 MiB, 2 MiB alignment from 2 MiB, memory writable") {
+  for (size_t bytes :
+       {size_t{1}, size_t{100}, size_t{4096}, kHugePage - 1, kHugePage, kHugePage * 3 / 2}) {
     CAPTURE(bytes);
     void* p = AllocateAligned(bytes);
     REQUIRE(p != nullptr);
@@ -343,7 +358,8 @@ TEST_CASE("AllocateAligned: 64-byte alignment below 2 MiB, 2 MiB alignment from 
   CHECK(reinterpret_cast<uintptr_t>(floats->data()) % kAlign == 0);
 }
 
-TEST_CASE("LazyStripe: rows sharing home slots probe past each other, across the table's end, and erase back") {
+TEST_CASE(
+    "LazyStripe: rows sharing home slots probe past each other, across the table's end, and erase back") {
   // Rows of stripe 0 whose home in a 16-slot table is its last line of four slots (six
   // rows) or its first (five): the last line's probe run overflows across the table's end
   // into the first, whatever the insertion order. Eleven rows stay below the 0.7 load that
@@ -353,7 +369,8 @@ TEST_CASE("LazyStripe: rows sharing home slots probe past each other, across the
   for (int64_t row = 0; rows.size() < 11; ++row) {
     const uint64_t h = HashRow(row);
     if (LazyStripeOf(h) != 0) continue;
-    const auto home = static_cast<size_t>((h << kLazyStripeBits) >> 60) & ~size_t{3};  // LazyStripe::Home
+    const auto home =
+        static_cast<size_t>((h << kLazyStripeBits) >> 60) & ~size_t{3};  // LazyStripe::Home
     if ((home == 12 && per_home[home] < 6) || (home == 0 && per_home[home] < 5)) {
       ++per_home[home];
       rows.push_back(row);
@@ -446,12 +463,14 @@ TEST_CASE("RecordArena: records stay where they are while another thread grows t
   CHECK_FALSE(moved.load());
   REQUIRE(late.size() == 2200);
   bool intact = true;
-  for (size_t i = 0; i < late.size(); ++i) intact = intact && arena.At(late[i])[kFloats - 1] == static_cast<float>(i);
+  for (size_t i = 0; i < late.size(); ++i)
+    intact = intact && arena.At(late[i])[kFloats - 1] == static_cast<float>(i);
   CHECK(intact);
   CHECK(arena.bytes() >= (40 + 2200) * kFloats * sizeof(float));
 }
 
-TEST_CASE("RecordArena: with records not dividing 2 MiB, each full-size chunk takes exactly one huge page") {
+TEST_CASE(
+    "RecordArena: with records not dividing 2 MiB, each full-size chunk takes exactly one huge page") {
   // 33 floats = 132 bytes: 15887 records fill 2 MiB less 68 bytes, which AllocateAligned
   // would not advise as huge pages unless the chunk is rounded up to the page.
   constexpr size_t kFloats = 33;
@@ -471,7 +490,8 @@ TEST_CASE("RecordArena: with records not dividing 2 MiB, each full-size chunk ta
   }
 }
 
-TEST_CASE("RecordArena: when references run out, Allocate says so through full(), and max_records counts them") {
+TEST_CASE(
+    "RecordArena: when references run out, Allocate says so through full(), and max_records counts them") {
   // Two chunks allowed (tests only): 16 + 32 records.
   RecordArena arena(4, 2);
   CHECK(arena.max_records() == 48);
@@ -487,13 +507,16 @@ TEST_CASE("RecordArena: when references run out, Allocate says so through full()
   // The real limits: at least 2^31 - 1 records, and just under 2^32 for 128-byte records
   // (2^18 - 1 chunks: ten doubling from 16 to 8192 records, then 16384 to a chunk).
   CHECK(RecordArena(32).max_records() == 16368 + ((uint64_t{1} << 18) - 11) * 16384);
-  for (size_t floats : {1, 6, 33, 100, 8193, 600000}) CHECK(RecordArena(floats).max_records() >= (uint64_t{1} << 31) - 1);
+  for (size_t floats : {1, 6, 33, 100, 8193, 600000})
+    CHECK(RecordArena(floats).max_records() >= (uint64_t{1} << 31) - 1);
 }
 
-TEST_CASE("StripeGroups: rows grouped by stripe and sorted by home bits; small requests use few counters") {
+TEST_CASE(
+    "StripeGroups: rows grouped by stripe and sorted by home bits; small requests use few counters") {
   std::mt19937_64 rng(11);
   StripeGroups groups;
-  for (size_t n : {size_t{0}, size_t{1}, size_t{31}, size_t{32}, size_t{100}, size_t{5000}, size_t{8192}, size_t{100000}}) {
+  for (size_t n : {size_t{0}, size_t{1}, size_t{31}, size_t{32}, size_t{100}, size_t{5000},
+                   size_t{8192}, size_t{100000}}) {
     std::vector<int64_t> rows(n);
     for (auto& r : rows) r = static_cast<int64_t>(rng() >> 4);
     groups.Build(rows);
@@ -518,7 +541,8 @@ TEST_CASE("StripeGroups: rows grouped by stripe and sorted by home bits; small r
         REQUIRE(key >= prev);
         prev = key;
         if (groups.group_bits == StripeGroups::kMaxGroupBits && j > groups.begin[k])
-          REQUIRE((groups.hashes[groups.order[j - 1]] >> (64 - StripeGroups::kMaxGroupBits)) <= key);
+          REQUIRE((groups.hashes[groups.order[j - 1]] >> (64 - StripeGroups::kMaxGroupBits)) <=
+                  key);
       }
     }
     REQUIRE(std::all_of(seen.begin(), seen.end(), [](int v) { return v == 1; }));
@@ -539,7 +563,8 @@ TEST_CASE("LazyStripe::FindEach: a big batch of new rows in home order keeps pro
       std::vector<int64_t> rows;
       while (have.size() < before) {
         const int64_t row = RowInStripe(rng, 0, int64_t{1} << 40);
-        if (have.emplace(row, true).second) REQUIRE(stripe.Insert(row, HashRow(row), arena) != nullptr);
+        if (have.emplace(row, true).second)
+          REQUIRE(stripe.Insert(row, HashRow(row), arena) != nullptr);
       }
       while (rows.size() < n) {
         const int64_t row = RowInStripe(rng, 0, int64_t{1} << 40);
@@ -549,13 +574,14 @@ TEST_CASE("LazyStripe::FindEach: a big batch of new rows in home order keeps pro
       groups.Build(rows);
       REQUIRE(groups.begin[1] == n);
       const uint64_t probes_before = stripe.insert_probes();
-      stripe.FindEach(rows, groups, 0, static_cast<uint32_t>(n), arena, 8, true, [](uint32_t) { return true; },
-                      [&](uint32_t j, LazyStripe::Entry* entry, float*, bool create) {
-                        REQUIRE(entry == nullptr);
-                        REQUIRE(create);
-                        const uint32_t i = groups.order[j];
-                        REQUIRE(stripe.Insert(rows[i], groups.hashes[i], arena) != nullptr);
-                      });
+      stripe.FindEach(
+          rows, groups, 0, static_cast<uint32_t>(n), arena, 8, true, [](uint32_t) { return true; },
+          [&](uint32_t j, LazyStripe::Entry* entry, float*, bool create) {
+            REQUIRE(entry == nullptr);
+            REQUIRE(create);
+            const uint32_t i = groups.order[j];
+            REQUIRE(stripe.Insert(rows[i], groups.hashes[i], arena) != nullptr);
+          });
       REQUIRE(stripe.count() == n + before);
       // Linear probing from the start of a line of four slots at load <= 0.7 steps over
       // 1.1-1.9 occupied slots per insert on average, mostly within the home line already

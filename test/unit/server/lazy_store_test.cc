@@ -4,9 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <iterator>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <random>
 #include <thread>
@@ -40,7 +40,8 @@ OptimizerSpec Opt(OptimizerKind kind, double lr) {
   return s;
 }
 
-std::vector<float> PullRows(Store& store, const ShardKey& key, std::vector<int64_t> rows, size_t cols) {
+std::vector<float> PullRows(Store& store, const ShardKey& key, std::vector<int64_t> rows,
+                            size_t cols) {
   std::vector<float> out(rows.size() * cols);
   REQUIRE(store.PullRows(key, rows, out).ok());
   return out;
@@ -53,26 +54,31 @@ bool BitEqual(const std::vector<float>& a, const std::vector<float>& b) {
 // Row `row` of the shard as [values, slot 0, slot 1...], each cols floats, read via Read.
 std::vector<float> RowBlocks(Store& store, const ShardKey& key, int64_t row) {
   std::vector<float> out;
-  REQUIRE(store.Read(key, [&](const ShardView& v) {
-    const auto cols = static_cast<size_t>(v.def.layout.cols);
-    if (v.def.layout.lazy) {
-      for (size_t i = 0; i < v.row_ids.size(); ++i) {
-        if (v.row_ids[i] != row) continue;
-        for (size_t b = 0; b <= v.slots.size(); ++b) {
-          auto r = v.row(i, b);
-          out.insert(out.end(), r.begin(), r.end());
-        }
-      }
-      return;
-    }
-    auto at = [&](std::span<const float> s) { return s.subspan(static_cast<size_t>(row) * cols, cols); };
-    auto r = at(v.values);
-    out.insert(out.end(), r.begin(), r.end());
-    for (const auto& [name, s] : v.slots) {
-      auto rs = at(s);
-      out.insert(out.end(), rs.begin(), rs.end());
-    }
-  }).ok());
+  REQUIRE(store
+              .Read(key,
+                    [&](const ShardView& v) {
+                      const auto cols = static_cast<size_t>(v.def.layout.cols);
+                      if (v.def.layout.lazy) {
+                        for (size_t i = 0; i < v.row_ids.size(); ++i) {
+                          if (v.row_ids[i] != row) continue;
+                          for (size_t b = 0; b <= v.slots.size(); ++b) {
+                            auto r = v.row(i, b);
+                            out.insert(out.end(), r.begin(), r.end());
+                          }
+                        }
+                        return;
+                      }
+                      auto at = [&](std::span<const float> s) {
+                        return s.subspan(static_cast<size_t>(row) * cols, cols);
+                      };
+                      auto r = at(v.values);
+                      out.insert(out.end(), r.begin(), r.end());
+                      for (const auto& [name, s] : v.slots) {
+                        auto rs = at(s);
+                        out.insert(out.end(), rs.begin(), rs.end());
+                      }
+                    })
+              .ok());
   return out;
 }
 
@@ -98,7 +104,8 @@ TEST_CASE("lazy PullRows returns the dense shard's initial values without creati
   CHECK(mem->rows == 0);
   auto dmem = store.Memory(dense.key());
   CHECK(dmem->rows == 1000);
-  CHECK(dmem->bytes == 2 * 1000 * 4 * 4 + 1000 * 4);  // values + accumulator + a change epoch per row
+  CHECK(dmem->bytes ==
+        2 * 1000 * 4 * 4 + 1000 * 4);  // values + accumulator + a change epoch per row
 
   // Whole-shard calls and bad rows are errors; nothing is created by them.
   std::vector<float> all(4000);
@@ -157,16 +164,20 @@ TEST_CASE("lazy PushRows creates rows; lazy and dense shards train bit-identical
   CHECK(mem->rows == static_cast<int64_t>(touched.size()));
   // values + accumulator = 64 bytes per row; the table and chunk slack add the rest.
   const double per_row = static_cast<double>(mem->bytes) / static_cast<double>(mem->rows);
-  WARN("lazy shard, 8 columns, adagrad: " << mem->rows << " rows, " << per_row << " bytes per created row");
+  WARN("lazy shard, 8 columns, adagrad: " << mem->rows << " rows, " << per_row
+                                          << " bytes per created row");
   CHECK(per_row >= 64);
   CHECK(per_row < 64 * 3);
 
-  REQUIRE(store.Read(lazy.key(), [&](const ShardView& v) {
-    CHECK(v.values.empty());
-    REQUIRE(v.row_ids.size() == touched.size());
-    size_t i = 0;
-    for (const auto& [r, n] : touched) CHECK(v.row_ids[i++] == r);
-  }).ok());
+  REQUIRE(store
+              .Read(lazy.key(),
+                    [&](const ShardView& v) {
+                      CHECK(v.values.empty());
+                      REQUIRE(v.row_ids.size() == touched.size());
+                      size_t i = 0;
+                      for (const auto& [r, n] : touched) CHECK(v.row_ids[i++] == r);
+                    })
+              .ok());
 }
 
 TEST_CASE("sparse Adagrad and FTRL on lazy and dense shards match hand-computed values") {
@@ -204,8 +215,9 @@ TEST_CASE("sparse Adagrad and FTRL on lazy and dense shards match hand-computed 
     CHECK(RowBlocks(store, def.key(), 0).empty());
   } else {
     auto r0 = RowBlocks(store, def.key(), 0);
-    std::vector<float> want0 = kind == OptimizerKind::kAdagrad ? std::vector<float>{1, 1, 0.1f, 0.1f}
-                                                               : std::vector<float>{1, 1, 0.1f, 0.1f, 0, 0};
+    std::vector<float> want0 = kind == OptimizerKind::kAdagrad
+                                   ? std::vector<float>{1, 1, 0.1f, 0.1f}
+                                   : std::vector<float>{1, 1, 0.1f, 0.1f, 0, 0};
     CHECK(r0 == want0);
   }
 }
@@ -225,7 +237,8 @@ TEST_CASE("lazy shard of a 2^40-row hashed id space: concurrent pushes sum exact
   // gradient 1 (and the row's id modulo 7 in column 1): SGD with lr 1 subtracts it.
   std::vector<int64_t> pool;
   std::mt19937_64 rng(9);
-  for (int i = 0; i < 300; ++i) pool.push_back(static_cast<int64_t>(rng() % static_cast<uint64_t>(vocab)));
+  for (int i = 0; i < 300; ++i)
+    pool.push_back(static_cast<int64_t>(rng() % static_cast<uint64_t>(vocab)));
   std::sort(pool.begin(), pool.end());
   pool.erase(std::unique(pool.begin(), pool.end()), pool.end());
   constexpr int kThreads = 4;

@@ -280,7 +280,8 @@ TEST_CASE("learning-rate schedules") {
 
 TEST_CASE("ParseOptimizer reads the documented JSON strictly") {
   auto j = ps::ParseJson(R"({"type":"adam","learning_rate":0.002,"beta_1":0.8,
-      "schedule":{"type":"cosine","decay_steps":1000},"warmup_steps":100})", "t");
+      "schedule":{"type":"cosine","decay_steps":1000},"warmup_steps":100})",
+                         "t");
   REQUIRE(j.ok());
   auto s = ParseOptimizer(*j, "job.optimizer");
   REQUIRE(s.ok());
@@ -301,7 +302,8 @@ TEST_CASE("ParseOptimizer reads the documented JSON strictly") {
   auto ftrl = ParseOptimizer(*ps::ParseJson(R"({"type":"ftrl","l1_regularization_strength":0.5,
       "l2_shrinkage_regularization_strength":0.1,"beta":1,
       "schedule":{"type":"exponential_decay","decay_steps":10,"decay_rate":0.9,"staircase":true}})",
-                                             "t"), "o");
+                                            "t"),
+                             "o");
   REQUIRE(ftrl.ok());
   CHECK(ftrl->l1 == 0.5);
   CHECK(ftrl->l2_shrinkage == 0.1);
@@ -348,7 +350,8 @@ namespace {
 float Sign(float x) { return x == 0.0f ? 0.0f : (x < 0.0f ? -1.0f : 1.0f); }
 
 // One update of element i, as ApplyRows's kernels compute it.
-void Reference(const OptimizerSpec& spec, float lr, int64_t step, float& var, std::vector<float*> s, float g) {
+void Reference(const OptimizerSpec& spec, float lr, int64_t step, float& var, std::vector<float*> s,
+               float g) {
   const auto eps = static_cast<float>(spec.epsilon);
   switch (spec.kind) {
     case OptimizerKind::kSgd: {
@@ -435,15 +438,19 @@ TEST_CASE("ApplyRows equals the scalar formulas bit for bit at every length") {
   };
   add("sgd", OptimizerKind::kSgd, [](OptimizerSpec&) {});
   add("sgd momentum", OptimizerKind::kSgd, [](OptimizerSpec& s) { s.momentum = 0.9; });
-  add("sgd nesterov", OptimizerKind::kSgd, [](OptimizerSpec& s) { s.momentum = 0.9, s.nesterov = true; });
+  add("sgd nesterov", OptimizerKind::kSgd,
+      [](OptimizerSpec& s) { s.momentum = 0.9, s.nesterov = true; });
   add("adagrad", OptimizerKind::kAdagrad, [](OptimizerSpec&) {});
   add("adam", OptimizerKind::kAdam, [](OptimizerSpec&) {});
   add("rmsprop", OptimizerKind::kRmsprop, [](OptimizerSpec&) {});
   add("rmsprop centered", OptimizerKind::kRmsprop, [](OptimizerSpec& s) { s.centered = true; });
   add("rmsprop momentum", OptimizerKind::kRmsprop, [](OptimizerSpec& s) { s.momentum = 0.5; });
-  add("rmsprop momentum centered", OptimizerKind::kRmsprop, [](OptimizerSpec& s) { s.momentum = 0.5, s.centered = true; });
-  add("ftrl", OptimizerKind::kFtrl, [](OptimizerSpec& s) { s.l1 = 0.01, s.l2 = 0.001, s.l2_shrinkage = 0.001, s.beta = 0.1; });
-  add("ftrl power -0.3", OptimizerKind::kFtrl, [](OptimizerSpec& s) { s.learning_rate_power = -0.3, s.l1 = 0.01; });
+  add("rmsprop momentum centered", OptimizerKind::kRmsprop,
+      [](OptimizerSpec& s) { s.momentum = 0.5, s.centered = true; });
+  add("ftrl", OptimizerKind::kFtrl,
+      [](OptimizerSpec& s) { s.l1 = 0.01, s.l2 = 0.001, s.l2_shrinkage = 0.001, s.beta = 0.1; });
+  add("ftrl power -0.3", OptimizerKind::kFtrl,
+      [](OptimizerSpec& s) { s.learning_rate_power = -0.3, s.l1 = 0.01; });
   for (const auto& [name, spec] : specs) {
     REQUIRE(ValidateOptimizer(spec, "spec").ok());
     for (size_t n = 1; n <= 40; ++n) {
@@ -456,7 +463,8 @@ TEST_CASE("ApplyRows equals the scalar formulas bit for bit at every length") {
         // Accumulators in [0.5, 1), so a centered RMSprop's ms - mg^2 stays positive (mg,
         // its last slot, in [-0.5, 0.5)).
         for (auto& slot : r.slots) slot[i] = 0.75f + 0.25f * u(rng);
-        if (spec.kind == OptimizerKind::kRmsprop && spec.centered) r.slots.back()[i] = 0.5f * u(rng);
+        if (spec.kind == OptimizerKind::kRmsprop && spec.centered)
+          r.slots.back()[i] = 0.5f * u(rng);
       }
       std::vector<float> var = r.var;
       std::vector<std::vector<float>> slots = r.slots;

@@ -65,7 +65,9 @@ void Push(Store& store, const ShardKey& key, std::vector<int64_t> rows, float g,
 
 std::vector<int64_t> Created(Store& store, const ShardKey& key) {
   std::vector<int64_t> ids;
-  REQUIRE(store.Read(key, [&](const ShardView& v) { ids.assign(v.row_ids.begin(), v.row_ids.end()); }).ok());
+  REQUIRE(
+      store.Read(key, [&](const ShardView& v) { ids.assign(v.row_ids.begin(), v.row_ids.end()); })
+          .ok());
   return ids;
 }
 
@@ -80,7 +82,8 @@ bool BitEqual(const std::vector<float>& a, const std::vector<float>& b) {
 
 }  // namespace
 
-TEST_CASE("admission: a row is created exactly at its N-th push; before, it pulls its initial value") {
+TEST_CASE(
+    "admission: a row is created exactly at its N-th push; before, it pulls its initial value") {
   const int64_t n = GENERATE(2, 3, 7);
   CAPTURE(n);
   Store store;
@@ -126,7 +129,8 @@ TEST_CASE("admission: with min_count 1 (the default) every push creates its rows
   CHECK(store.stats().rows_not_admitted == 0);
 }
 
-TEST_CASE("ttl eviction: a row not pushed for more than ttl_steps steps is evicted and pulls its initial value") {
+TEST_CASE(
+    "ttl eviction: a row not pushed for more than ttl_steps steps is evicted and pulls its initial value") {
   Store store;
   const ShardDef def = Def({.ttl_steps = 5});
   Build(&store, def);
@@ -155,7 +159,8 @@ TEST_CASE("ttl eviction: a row not pushed for more than ttl_steps steps is evict
   CHECK(Created(store, key) == std::vector<int64_t>{200});
 }
 
-TEST_CASE("with a sweep runner a push hands a due sweep over and returns; one per shard at a time") {
+TEST_CASE(
+    "with a sweep runner a push hands a due sweep over and returns; one per shard at a time") {
   Store store;
   std::vector<std::function<void()>> handed;
   store.SetSweepRunner(Keep(handed));
@@ -195,7 +200,8 @@ TEST_CASE("with a sweep runner a push hands a due sweep over and returns; one pe
   CHECK(capped.stats().rows_evicted_max_rows == 4);
 }
 
-TEST_CASE("a sweep handed over does nothing while sweeps are paused (a restore), and is handed over again") {
+TEST_CASE(
+    "a sweep handed over does nothing while sweeps are paused (a restore), and is handed over again") {
   Store store;
   std::vector<std::function<void()>> handed;
   store.SetSweepRunner(Keep(handed));
@@ -204,7 +210,7 @@ TEST_CASE("a sweep handed over does nothing while sweeps are paused (a restore),
   const ShardKey key = def.key();
   Push(store, key, {1, 2}, 1.0f, 1);
   REQUIRE(handed.size() == 1);
-  handed[0]();                        // the next is due at 13
+  handed[0]();                       // the next is due at 13
   Push(store, key, {1}, 1.0f, 500);  // due: handed over, not run yet
   REQUIRE(handed.size() == 2);
   {
@@ -220,7 +226,8 @@ TEST_CASE("a sweep handed over does nothing while sweeps are paused (a restore),
     // The sweep runs meanwhile (on another thread, as the sweeper's would): at row clock
     // 500 it would evict rows stamped 0.
     auto sweep = std::async(std::launch::async, [&] { handed[1](); });
-    REQUIRE(sweep.wait_for(std::chrono::seconds(30)) == std::future_status::ready);  // it must not wait
+    REQUIRE(sweep.wait_for(std::chrono::seconds(30)) ==
+            std::future_status::ready);  // it must not wait
     store.ResetRowClock(400);
   }
   CHECK(Created(store, key) == std::vector<int64_t>{5, 6, 7});
@@ -232,7 +239,8 @@ TEST_CASE("a sweep handed over does nothing while sweeps are paused (a restore),
   CHECK(Created(store, key) == std::vector<int64_t>{5, 6, 7});  // stamped 400: none goes
 }
 
-TEST_CASE("a runner that cannot take the sweep: the push is applied, and the next push hands it over") {
+TEST_CASE(
+    "a runner that cannot take the sweep: the push is applied, and the next push hands it over") {
   Store store;
   int calls = 0;
   std::vector<std::function<void()>> handed;
@@ -289,7 +297,8 @@ TEST_CASE("max_rows eviction: least recently pushed rows go first") {
   CHECK(store.stats().live_rows == 4);
 }
 
-TEST_CASE("max_rows eviction: a table split over shards keeps ceil(max_rows / num_shards) per shard") {
+TEST_CASE(
+    "max_rows eviction: a table split over shards keeps ceil(max_rows / num_shards) per shard") {
   Store store;
   const ShardDef def = Def({.max_rows = 5}, 2);  // 3 per shard
   Build(&store, def);
@@ -305,7 +314,7 @@ TEST_CASE("max_rows eviction: above 16 rows a shard may exceed it by a sixteenth
   const ShardKey key = def.key();
   for (int64_t r = 0; r < 68; ++r) Push(store, key, {r}, 1.0f, r);
   CHECK(store.Memory(key)->rows == 68);  // 64 + 64 / 16: not yet
-  Push(store, key, {68}, 1.0f, 68);       // 69 > 68: swept down to 64
+  Push(store, key, {68}, 1.0f, 68);      // 69 > 68: swept down to 64
   CHECK(store.Memory(key)->rows == 64);
   CHECK(Created(store, key).front() == 5);
   for (int64_t r = 69; r < 72; ++r) Push(store, key, {r}, 1.0f, r);
@@ -357,7 +366,8 @@ TEST_CASE("admission and eviction: an evicted row must be admitted anew") {
   CHECK(store.stats().rows_evicted_ttl == 1);
 }
 
-TEST_CASE("EvictRows leaves only live rows to Read (what a checkpoint writes); ResetRowClock restamps") {
+TEST_CASE(
+    "EvictRows leaves only live rows to Read (what a checkpoint writes); ResetRowClock restamps") {
   Store store;
   const ShardDef def = Def({.ttl_steps = 100, .max_rows = 3});
   Build(&store, def, OptimizerKind::kAdagrad);
@@ -371,11 +381,15 @@ TEST_CASE("EvictRows leaves only live rows to Read (what a checkpoint writes); R
   store.EvictRows();  // 115 - 20 = 95: 3 stays
   CHECK(Created(store, key) == std::vector<int64_t>{3, 4});
   // The record layout (values then the Adagrad slot) is unchanged by the stamp.
-  REQUIRE(store.Read(key, [&](const ShardView& v) {
-    REQUIRE(v.row_ids.size() == 2);
-    REQUIRE(v.slots.size() == 1);
-    for (size_t i = 0; i < 2; ++i) CHECK(v.row(i, 1)[0] > 0.1f);  // accumulators grew
-  }).ok());
+  REQUIRE(store
+              .Read(key,
+                    [&](const ShardView& v) {
+                      REQUIRE(v.row_ids.size() == 2);
+                      REQUIRE(v.slots.size() == 1);
+                      for (size_t i = 0; i < 2; ++i)
+                        CHECK(v.row(i, 1)[0] > 0.1f);  // accumulators grew
+                    })
+              .ok());
   store.ResetRowClock(500);  // as after a restore at step 500: every row pushed at 500
   CHECK(store.row_clock() == 500);
   Push(store, key, {9}, 1.0f, 550);
@@ -476,7 +490,8 @@ TEST_CASE("eviction while other threads pull and push: counts add up, pulls see 
     sweepers.back().join();
   }
   const StoreStats st = store.stats();
-  CHECK(static_cast<int64_t>(st.rows_admitted) - static_cast<int64_t>(st.rows_evicted_ttl + st.rows_evicted_max_rows) ==
+  CHECK(static_cast<int64_t>(st.rows_admitted) -
+            static_cast<int64_t>(st.rows_evicted_ttl + st.rows_evicted_max_rows) ==
         st.live_rows);
   CHECK(store.Memory(key)->rows == st.live_rows);
   // On the pushing threads a shard exceeds max_rows by at most a sixteenth plus the rows
@@ -496,7 +511,8 @@ TEST_CASE("AdmitSketch: false-positive rate at the documented loads") {
   };
   const Load load = GENERATE(Load{kSketchCounters / 16, 0.0024}, Load{kSketchCounters / 8, 0.0240});
   CAPTURE(load.n);
-  const double formula = std::pow(1 - std::exp(-4.0 * static_cast<double>(load.n) / kSketchCounters), 4);
+  const double formula =
+      std::pow(1 - std::exp(-4.0 * static_cast<double>(load.n) / kSketchCounters), 4);
   CHECK(formula == Approx(load.documented).epsilon(0.05));
   std::mt19937_64 rng(1234);
   auto sketch = std::make_unique<AdmitSketch>();
@@ -504,14 +520,16 @@ TEST_CASE("AdmitSketch: false-positive rate at the documented loads") {
   CHECK(sketch->agings() == 0);
   const int queries = 400000;
   int wrong = 0;
-  for (int i = 0; i < queries; ++i) wrong += sketch->Estimate(HashRow(static_cast<int64_t>(rng() >> 24))) > 0;
+  for (int i = 0; i < queries; ++i)
+    wrong += sketch->Estimate(HashRow(static_cast<int64_t>(rng() >> 24))) > 0;
   const double measured = static_cast<double>(wrong) / queries;
   CAPTURE(measured, formula);
   CHECK(measured > 0.75 * formula);
   CHECK(measured < 1.25 * formula);
 }
 
-TEST_CASE("AdmitSketch: aging keeps the false-positive rate under (1/2)^4, and Remove frees counters") {
+TEST_CASE(
+    "AdmitSketch: aging keeps the false-positive rate under (1/2)^4, and Remove frees counters") {
   std::mt19937_64 rng(99);
   auto sketch = std::make_unique<AdmitSketch>();
   for (size_t i = 0; i < 4 * kSketchCounters; ++i) {
@@ -523,7 +541,8 @@ TEST_CASE("AdmitSketch: aging keeps the false-positive rate under (1/2)^4, and R
   CHECK(occupancy <= 0.5);
   int wrong = 0;
   const int queries = 200000;
-  for (int i = 0; i < queries; ++i) wrong += sketch->Estimate(HashRow(static_cast<int64_t>(rng() >> 24))) > 0;
+  for (int i = 0; i < queries; ++i)
+    wrong += sketch->Estimate(HashRow(static_cast<int64_t>(rng() >> 24))) > 0;
   const double measured = static_cast<double>(wrong) / queries;
   CAPTURE(measured, occupancy);
   CHECK(measured == Approx(std::pow(occupancy, 4)).epsilon(0.15));

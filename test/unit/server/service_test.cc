@@ -31,8 +31,9 @@ struct PsFixture {
   ::ps::server::Store store;
   ::ps::server::Service service;
   std::unique_ptr<net::Server> server;
-  explicit PsFixture(::ps::server::Checkpointer* checkpointer = nullptr,
-                     uint64_t early_apply_min_bytes = ::ps::server::Service::kDefaultEarlyApplyBytes)
+  explicit PsFixture(
+      ::ps::server::Checkpointer* checkpointer = nullptr,
+      uint64_t early_apply_min_bytes = ::ps::server::Service::kDefaultEarlyApplyBytes)
       : service(&store, checkpointer) {
     net::ServerOptions o;
     o.identity = {proto::Role::kPs, 0, kCluster, std::nullopt};
@@ -46,7 +47,8 @@ struct PsFixture {
   }
   // Clients on `rt` (default: the server's runtime).
   std::shared_ptr<net::Client> Connect(int worker = 0, uint64_t generation = 0,
-                                       proto::Role role = proto::Role::kWorker, net::Runtime* rt = nullptr) {
+                                       proto::Role role = proto::Role::kWorker,
+                                       net::Runtime* rt = nullptr) {
     net::ClientOptions o;
     o.generation = generation;
     o.host = "127.0.0.1";
@@ -75,7 +77,8 @@ proto::Initializer Init(const std::string& json) {
   return ::ps::server::InitToWire(*spec);
 }
 
-proto::ShardDef Def(std::string var, int shard, int64_t row_begin, int64_t rows, int64_t cols, int64_t total_rows) {
+proto::ShardDef Def(std::string var, int shard, int64_t row_begin, int64_t rows, int64_t cols,
+                    int64_t total_rows) {
   return {.layout = {.var = std::move(var),
                      .shard = shard,
                      .num_shards = 2,
@@ -129,7 +132,9 @@ TEST_CASE("ps service: create, pull whole shards and rows, push with SGD") {
 
   // A pull of rows returns exactly those rows, in the order asked.
   std::vector<float> rows(4);
-  REQUIRE(c->CallSync(proto::Pull{{Rows("w", 0, {2, 1})}}, {}, {std::as_writable_bytes(std::span(rows))}).ok());
+  REQUIRE(c->CallSync(proto::Pull{{Rows("w", 0, {2, 1})}}, {},
+                      {std::as_writable_bytes(std::span(rows))})
+              .ok());
   CHECK(rows == std::vector<float>{-1, -1, 1, 1});
 }
 
@@ -178,7 +183,8 @@ TEST_CASE("ps service: bad requests get errors and the ps keeps serving") {
   CHECK(PullAll(*c, "w", 0, 4) == std::vector<float>(4, 0.0f));
 }
 
-TEST_CASE("ps service: a bad CreateShards is answered with an error naming the field, and nothing is created") {
+TEST_CASE(
+    "ps service: a bad CreateShards is answered with an error naming the field, and nothing is created") {
   PsFixture fx;
   auto c = fx.Connect();
   auto create = [&](const proto::CreateShards& cs) {
@@ -198,7 +204,8 @@ TEST_CASE("ps service: a bad CreateShards is answered with an error naming the f
   cs.shards[0].init.stddev = -1;
   st = create(cs);
   CHECK(st.code() == Code::kInvalidArgument);
-  CHECK(st.message() == "CreateShards: w/part_0.init.stddev: must be finite and >= 0, got -1.000000");
+  CHECK(st.message() ==
+        "CreateShards: w/part_0.init.stddev: must be finite and >= 0, got -1.000000");
 
   cs.shards = {Def("w", 0, 0, 2, 2, 4)};
   cs.optimizer.learning_rate = -1;
@@ -209,7 +216,8 @@ TEST_CASE("ps service: a bad CreateShards is answered with an error naming the f
                                           .replicas_to_aggregate = 3,
                                           .staleness = 4,
                                           .num_workers = 2});
-  CHECK(create(cs).message() == "CreateShards.update.replicas_to_aggregate: 3 is more than the cluster's 2 worker(s)");
+  CHECK(create(cs).message() ==
+        "CreateShards.update.replicas_to_aggregate: 3 is more than the cluster's 2 worker(s)");
 
   CHECK(fx.store.Keys().empty());
   cs.update = {};
@@ -249,7 +257,9 @@ TEST_CASE("ps service: concurrent pushes from many workers give the exact sum") 
         if (!c->CallSync(proto::Push{{All("w", 0)}, step, step}, std::move(p)).ok()) ++failures;
         net::OutPayload q;
         q.Add(std::span<const float>(sparse));
-        if (!c->CallSync(proto::Push{{Rows("w", 0, {w, w + 8})}, step + 1, step + 1}, std::move(q)).ok()) ++failures;
+        if (!c->CallSync(proto::Push{{Rows("w", 0, {w, w + 8})}, step + 1, step + 1}, std::move(q))
+                 .ok())
+          ++failures;
       }
     });
   }
@@ -264,7 +274,8 @@ TEST_CASE("ps service: concurrent pushes from many workers give the exact sum") 
   }
 }
 
-TEST_CASE("ps service: big pulls sent straight from the store, or while copied, see every row wholly before or after each push, and are counted") {
+TEST_CASE(
+    "ps service: big pulls sent straight from the store, or while copied, see every row wholly before or after each push, and are counted") {
   PsFixture fx;
   // Inline: "big" and "big2" (512 KiB and 128 KiB, rows of 16 KiB) are sent from the
   // store's memory (Service::kDirectPullBytes), "w" rows are copied in between. On the
@@ -278,8 +289,8 @@ TEST_CASE("ps service: big pulls sent straight from the store, or while copied, 
     auto c = fx.Connect();
     proto::CreateShards cs;
     cs.optimizer = Opt(R"({"type":"sgd","learning_rate":1.0})");
-    cs.shards = {Def("big", 0, 0, kBigRows, kCols, kBigRows), Def("big2", 0, 0, kBig2Rows, kCols, kBig2Rows),
-                 Def("w", 0, 0, 8, 4, 8)};
+    cs.shards = {Def("big", 0, 0, kBigRows, kCols, kBigRows),
+                 Def("big2", 0, 0, kBig2Rows, kCols, kBig2Rows), Def("w", 0, 0, 8, 4, 8)};
     for (auto& d : cs.shards) {
       d.layout.num_shards = 1;
       d.layout.full_shape = {d.layout.rows, d.layout.cols};
@@ -292,9 +303,10 @@ TEST_CASE("ps service: big pulls sent straight from the store, or while copied, 
   net::Runtime clients(2);
   std::atomic<bool> stop{false};
   std::atomic<int> failures{0}, pushes{0};
-  std::vector<std::shared_ptr<net::Client>> pushers{fx.Connect(1, 0, proto::Role::kWorker, &clients),
-                                                     fx.Connect(2, 0, proto::Role::kWorker, &clients),
-                                                     fx.Connect(3, 0, proto::Role::kWorker, &clients)};
+  std::vector<std::shared_ptr<net::Client>> pushers{
+      fx.Connect(1, 0, proto::Role::kWorker, &clients),
+      fx.Connect(2, 0, proto::Role::kWorker, &clients),
+      fx.Connect(3, 0, proto::Role::kWorker, &clients)};
   std::vector<std::thread> threads;
   for (auto& pc : pushers) {
     threads.emplace_back([&, pc] {
@@ -302,22 +314,27 @@ TEST_CASE("ps service: big pulls sent straight from the store, or while copied, 
       while (!stop.load()) {
         net::OutPayload p;
         p.Add(std::span<const float>(grad));
-        if (!pc->CallSync(proto::Push{{All("big", 0), All("big2", 0)}, 0, -1}, std::move(p)).ok()) ++failures;
+        if (!pc->CallSync(proto::Push{{All("big", 0), All("big2", 0)}, 0, -1}, std::move(p)).ok())
+          ++failures;
         ++pushes;
       }
     });
   }
   auto c = fx.Connect(0, 0, proto::Role::kWorker, &clients);
   const auto before = fx.store.stats();
-  const uint64_t direct_before = fx.service.direct_pulls(), progressive_before = fx.service.progressive_pulls();
+  const uint64_t direct_before = fx.service.direct_pulls(),
+                 progressive_before = fx.service.progressive_pulls();
   std::vector<float> big(kBigRows * kCols), w(2 * 4), big2(kBig2Rows * kCols);
   int64_t torn = 0, wrong_w = 0, failed_pulls = 0;
   for (int64_t i = 0; i < kPulls; ++i) {
-    auto r = pool ? c->CallSync(proto::Pull{{All("big", 0), All("big2", 0)}}, {},
-                                {std::as_writable_bytes(std::span(big)), std::as_writable_bytes(std::span(big2))})
-                  : c->CallSync(proto::Pull{{All("big", 0), Rows("w", 0, {1, 3}), All("big2", 0)}}, {},
-                                {std::as_writable_bytes(std::span(big)), std::as_writable_bytes(std::span(w)),
-                                 std::as_writable_bytes(std::span(big2))});
+    auto r =
+        pool ? c->CallSync(proto::Pull{{All("big", 0), All("big2", 0)}}, {},
+                           {std::as_writable_bytes(std::span(big)),
+                            std::as_writable_bytes(std::span(big2))})
+             : c->CallSync(
+                   proto::Pull{{All("big", 0), Rows("w", 0, {1, 3}), All("big2", 0)}}, {},
+                   {std::as_writable_bytes(std::span(big)), std::as_writable_bytes(std::span(w)),
+                    std::as_writable_bytes(std::span(big2))});
     if (!r.ok() || !r->payload_in_place) {
       ++failed_pulls;
       continue;
@@ -348,11 +365,14 @@ TEST_CASE("ps service: big pulls sent straight from the store, or while copied, 
   const auto after = fx.store.stats();
   const int64_t w_rows = pool ? 0 : 2;
   CHECK(after.pull_requests - before.pull_requests == uint64_t((pool ? 2 : 3) * kPulls));
-  CHECK(after.bytes_pulled - before.bytes_pulled == uint64_t(kPulls * ((kBigRows + kBig2Rows) * kCols + 4 * w_rows) * 4));
-  CHECK(after.rows_pulled - before.rows_pulled == uint64_t(kPulls * (kBigRows + kBig2Rows + w_rows)));
+  CHECK(after.bytes_pulled - before.bytes_pulled ==
+        uint64_t(kPulls * ((kBigRows + kBig2Rows) * kCols + 4 * w_rows) * 4));
+  CHECK(after.rows_pulled - before.rows_pulled ==
+        uint64_t(kPulls * (kBigRows + kBig2Rows + w_rows)));
   CHECK(after.failed_requests == before.failed_requests);
   // Once quiet, every float holds the number of pushes.
-  CHECK(PullAll(*c, "big", 0, kBigRows * kCols) == std::vector<float>(kBigRows * kCols, float(pushes.load())));
+  CHECK(PullAll(*c, "big", 0, kBigRows * kCols) ==
+        std::vector<float>(kBigRows * kCols, float(pushes.load())));
 }
 
 TEST_CASE("ps service: a step's gradient is applied at most once per shard") {
@@ -369,10 +389,10 @@ TEST_CASE("ps service: a step's gradient is applied at most once per shard") {
     return std::get<proto::PushReply>(r->envelope.body).skipped;
   };
   CHECK(push({All("w", 0)}, 5) == 0);
-  CHECK(push({All("w", 0)}, 5) == 1);             // resent after a lost reply: ignored
+  CHECK(push({All("w", 0)}, 5) == 1);               // resent after a lost reply: ignored
   CHECK(push({All("w", 0), All("w", 1)}, 5) == 1);  // retried step: shard 1 is new, shard 0 is not
-  CHECK(push({All("w", 0)}, 6) == 0);             // the next step applies
-  CHECK(push({All("w", 0)}, -1) == 0);            // untracked pushes always apply
+  CHECK(push({All("w", 0)}, 6) == 0);               // the next step applies
+  CHECK(push({All("w", 0)}, -1) == 0);              // untracked pushes always apply
   CHECK(PullAll(*c, "w", 0, 2) == std::vector<float>(2, -2.0f));  // 1 - steps 5, 6, untracked
   CHECK(PullAll(*c, "w", 1, 2) == std::vector<float>(2, 0.0f));
   CHECK(fx.service.skipped_pushes() == 2);
@@ -405,11 +425,16 @@ TEST_CASE("ps service: requests of an older chief generation are refused") {
 
 namespace {
 
-::ps::server::UpdateSpec Mode(::ps::server::UpdateMode mode, int replicas, int staleness, int workers) {
-  return {.mode = mode, .replicas_to_aggregate = replicas, .staleness = staleness, .num_workers = workers};
+::ps::server::UpdateSpec Mode(::ps::server::UpdateMode mode, int replicas, int staleness,
+                              int workers) {
+  return {.mode = mode,
+          .replicas_to_aggregate = replicas,
+          .staleness = staleness,
+          .num_workers = workers};
 }
 
-proto::CreateShards ModeCreate(const ::ps::server::UpdateSpec& update, const std::string& optimizer_json) {
+proto::CreateShards ModeCreate(const ::ps::server::UpdateSpec& update,
+                               const std::string& optimizer_json) {
   proto::CreateShards cs;
   cs.optimizer = Opt(optimizer_json);
   cs.update = ::ps::server::UpdateToWire(update);
@@ -417,7 +442,8 @@ proto::CreateShards ModeCreate(const ::ps::server::UpdateSpec& update, const std
   return cs;
 }
 
-proto::Push ModePush(std::vector<proto::Slice> items, int worker, int64_t clock, int64_t step_id = -1) {
+proto::Push ModePush(std::vector<proto::Slice> items, int worker, int64_t clock,
+                     int64_t step_id = -1) {
   proto::Push p{std::move(items), clock, step_id};
   p.worker = worker;
   p.clock = clock;
@@ -430,8 +456,10 @@ proto::PushReply PushReplyOf(Result<net::Reply> r) {
 }
 
 // An update-mode pull of the whole of w/part_0 (6 floats) into `out`, as `worker` at `clock`.
-std::future<Result<net::Reply>> ModePull(net::Client& c, int worker, int64_t clock, std::vector<float>& out) {
-  return c.Call(proto::Pull{{All("w", 0)}, worker, clock}, {}, {std::as_writable_bytes(std::span(out))});
+std::future<Result<net::Reply>> ModePull(net::Client& c, int worker, int64_t clock,
+                                         std::vector<float>& out) {
+  return c.Call(proto::Pull{{All("w", 0)}, worker, clock}, {},
+                {std::as_writable_bytes(std::span(out))});
 }
 
 // Polls (no sleeping) until `pred` holds; false after 10 s.
@@ -476,12 +504,15 @@ class HeldPushes {
 
 }  // namespace
 
-TEST_CASE("ps service: a push that passed a dead chief's generation check lands before the new chief's CreateShards, never after it") {
+TEST_CASE(
+    "ps service: a push that passed a dead chief's generation check lands before the new chief's CreateShards, never after it") {
   PsFixture fx;
   // The push of a worker still running the old chief's pack stops after its generation
   // check until the test lets it go.
   HeldPushes held(fx.service);
-  auto chief_at = [&](uint64_t generation) { return fx.Connect(0, generation, proto::Role::kChief); };
+  auto chief_at = [&](uint64_t generation) {
+    return fx.Connect(0, generation, proto::Role::kChief);
+  };
   proto::CreateShards cs;
   cs.optimizer = Opt(R"({"type":"sgd","learning_rate":1.0})");
   cs.shards = {Def("w", 0, 0, 1, 2, 1)};
@@ -510,7 +541,8 @@ TEST_CASE("ps service: a push that passed a dead chief's generation check lands 
   CHECK(after.status().code() == Code::kAborted);
 }
 
-TEST_CASE("sync mode: R gradients of an update are averaged and applied once; late and repeated ones are not") {
+TEST_CASE(
+    "sync mode: R gradients of an update are averaged and applied once; late and repeated ones are not") {
   PsFixture fx;
   auto c = fx.Connect();
   // 3 workers, 2 aggregated per update: worker 2 is a backup.
@@ -519,21 +551,25 @@ TEST_CASE("sync mode: R gradients of an update are averaged and applied once; la
               .ok());
 
   // Worker 0: the whole of shard 0 and row 0 of shard 1.
-  auto r0 = PushReplyOf(c->CallSync(ModePush({All("w", 0), Rows("w", 1, {0})}, 0, 0), Floats({2, 2, 4, 4, 6, 6, 1, 1})));
+  auto r0 = PushReplyOf(c->CallSync(ModePush({All("w", 0), Rows("w", 1, {0})}, 0, 0),
+                                    Floats({2, 2, 4, 4, 6, 6, 1, 1})));
   CHECK(r0.stale == 0);
   CHECK(PullAll(*c, "w", 0, 6) == std::vector<float>(6, 1.0f));  // nothing applied with 1 of 2
   // The same push again (a lost reply): ignored.
-  CHECK(PushReplyOf(c->CallSync(ModePush({All("w", 0), Rows("w", 1, {0})}, 0, 0), Floats({2, 2, 4, 4, 6, 6, 1, 1})))
+  CHECK(PushReplyOf(c->CallSync(ModePush({All("w", 0), Rows("w", 1, {0})}, 0, 0),
+                                Floats({2, 2, 4, 4, 6, 6, 1, 1})))
             .skipped == 2);
   // Worker 1: shard 0, and row 1 of shard 1 (row 0 untouched: a zero gradient for it).
-  CHECK(PushReplyOf(c->CallSync(ModePush({All("w", 0), Rows("w", 1, {1})}, 1, 0), Floats({0, 0, 0, 0, 2, 2, 4, 4})))
+  CHECK(PushReplyOf(c->CallSync(ModePush({All("w", 0), Rows("w", 1, {1})}, 1, 0),
+                                Floats({0, 0, 0, 0, 2, 2, 4, 4})))
             .stale == 0);
   // One SGD step with the average: w = 1 - 0.5 * (g0 + g1) / 2.
   CHECK(PullAll(*c, "w", 0, 6) == std::vector<float>{0.5f, 0.5f, 0.0f, 0.0f, -1.0f, -1.0f});
   CHECK(PullAll(*c, "w", 1, 4) == std::vector<float>{0.75f, 0.75f, 0.0f, 0.0f});
 
   // The backup is late for update 0: both of its items are dropped and counted.
-  auto late = PushReplyOf(c->CallSync(ModePush({All("w", 0), Rows("w", 1, {0})}, 2, 0), Floats({9, 9, 9, 9, 9, 9, 9, 9})));
+  auto late = PushReplyOf(c->CallSync(ModePush({All("w", 0), Rows("w", 1, {0})}, 2, 0),
+                                      Floats({9, 9, 9, 9, 9, 9, 9, 9})));
   CHECK(late.stale == 2);
   CHECK(PullAll(*c, "w", 0, 6) == std::vector<float>{0.5f, 0.5f, 0.0f, 0.0f, -1.0f, -1.0f});
   CHECK(fx.service.update_stats().stale_dropped == 2);
@@ -555,7 +591,8 @@ TEST_CASE("sync mode: R gradients of an update are averaged and applied once; la
   CHECK(anonymous.status().code() == Code::kInvalidArgument);
 }
 
-TEST_CASE("sync mode: a pull for the next update waits, holding no thread, until the update is applied") {
+TEST_CASE(
+    "sync mode: a pull for the next update waits, holding no thread, until the update is applied") {
   PsFixture fx;
   auto c = fx.Connect();
   REQUIRE(c->CallSync(ModeCreate(Mode(::ps::server::UpdateMode::kSync, 0, 0, 2),
@@ -584,10 +621,12 @@ TEST_CASE("sync mode: a pull for the next update waits, holding no thread, until
   CHECK(failed.status().code() == Code::kAborted);
 }
 
-TEST_CASE("sync mode: ReleasePulls (a ps is down) fails the waiting pulls and those that would wait, until a CreateShards") {
+TEST_CASE(
+    "sync mode: ReleasePulls (a ps is down) fails the waiting pulls and those that would wait, until a CreateShards") {
   PsFixture fx;
   auto c = fx.Connect();
-  const auto create = ModeCreate(Mode(::ps::server::UpdateMode::kSync, 0, 0, 2), R"({"type":"sgd","learning_rate":1.0})");
+  const auto create = ModeCreate(Mode(::ps::server::UpdateMode::kSync, 0, 0, 2),
+                                 R"({"type":"sgd","learning_rate":1.0})");
   REQUIRE(c->CallSync(create).ok());
   std::vector<float> out(6);
   // Worker 0 waits for update 0, which worker 1 (its step failed on the dead ps) never pushes.
@@ -622,11 +661,13 @@ namespace {
 // d/part_0: a dense variable (pulled whole), 3 x 2; e/part_0: an embedding table pulled
 // and pushed by rows (ShardDef.sparse), 4 x 2; l/part_0: a lazy table, 4 x 2 (a lazy
 // shard is sparse whatever its flag says). Every value starts at 1.
-proto::CreateShards HybridCreate(const ::ps::server::UpdateSpec& update, const std::string& optimizer_json) {
+proto::CreateShards HybridCreate(const ::ps::server::UpdateSpec& update,
+                                 const std::string& optimizer_json) {
   proto::CreateShards cs;
   cs.optimizer = Opt(optimizer_json);
   cs.update = ::ps::server::UpdateToWire(update);
-  proto::ShardDef d = Def("d", 0, 0, 3, 2, 3), e = Def("e", 0, 0, 4, 2, 4), l = Def("l", 0, 0, 4, 2, 4);
+  proto::ShardDef d = Def("d", 0, 0, 3, 2, 3), e = Def("e", 0, 0, 4, 2, 4),
+                  l = Def("l", 0, 0, 4, 2, 4);
   d.layout.num_shards = e.layout.num_shards = l.layout.num_shards = 1;
   e.sparse = true;
   l.layout.lazy = true;
@@ -634,7 +675,8 @@ proto::CreateShards HybridCreate(const ::ps::server::UpdateSpec& update, const s
   return cs;
 }
 
-::ps::server::UpdateSpec Hybrid(::ps::server::UpdateMode dense, ::ps::server::UpdateMode sparse, int workers) {
+::ps::server::UpdateSpec Hybrid(::ps::server::UpdateMode dense, ::ps::server::UpdateMode sparse,
+                                int workers) {
   ::ps::server::UpdateSpec u = Mode(dense, 0, 0, workers);
   u.sparse_mode = sparse;
   return u;
@@ -643,7 +685,8 @@ proto::CreateShards HybridCreate(const ::ps::server::UpdateSpec& update, const s
 // Rows of `var`/part_0 (2 floats each), read without a clock (what is there now).
 std::vector<float> PullRowsNow(net::Client& c, const std::string& var, std::vector<int64_t> rows) {
   std::vector<float> out(rows.size() * 2);
-  auto r = c.CallSync(proto::Pull{{Rows(var, 0, std::move(rows))}}, {}, {std::as_writable_bytes(std::span(out))});
+  auto r = c.CallSync(proto::Pull{{Rows(var, 0, std::move(rows))}}, {},
+                      {std::as_writable_bytes(std::span(out))});
   REQUIRE(r.ok());
   return out;
 }
@@ -656,20 +699,26 @@ struct NullCheckpointer : ::ps::server::Checkpointer {
 
 }  // namespace
 
-TEST_CASE("hybrid, dense sync + sparse async: the dense shard averages each update, the sparse one applies every push on arrival") {
+TEST_CASE(
+    "hybrid, dense sync + sparse async: the dense shard averages each update, the sparse one applies every push on arrival") {
   using ::ps::server::UpdateMode;
   PsFixture fx;
   auto c = fx.Connect();
-  REQUIRE(c->CallSync(HybridCreate(Hybrid(UpdateMode::kSync, UpdateMode::kAsync, 2), R"({"type":"sgd","learning_rate":0.5})"))
+  REQUIRE(c->CallSync(HybridCreate(Hybrid(UpdateMode::kSync, UpdateMode::kAsync, 2),
+                                   R"({"type":"sgd","learning_rate":0.5})"))
               .ok());
   // Worker 0, update 0: the dense shard and row 1 of the embedding.
-  auto r0 = PushReplyOf(c->CallSync(ModePush({All("d", 0), Rows("e", 0, {1})}, 0, 0), Floats({2, 2, 2, 2, 2, 2, 4, 4})));
+  auto r0 = PushReplyOf(c->CallSync(ModePush({All("d", 0), Rows("e", 0, {1})}, 0, 0),
+                                    Floats({2, 2, 2, 2, 2, 2, 4, 4})));
   CHECK(r0.skipped == 0);
   CHECK(r0.stale == 0);
-  CHECK(PullAll(*c, "d", 0, 6) == std::vector<float>(6, 1.0f));  // 1 of 2 gradients: waits for worker 1
-  CHECK(PullRowsNow(*c, "e", {0, 1}) == std::vector<float>{1, 1, -1, -1});  // applied at once: 1 - 0.5 * 4
+  CHECK(PullAll(*c, "d", 0, 6) ==
+        std::vector<float>(6, 1.0f));  // 1 of 2 gradients: waits for worker 1
+  CHECK(PullRowsNow(*c, "e", {0, 1}) ==
+        std::vector<float>{1, 1, -1, -1});  // applied at once: 1 - 0.5 * 4
   // The same push again (a lost reply): ignored by both classes.
-  CHECK(PushReplyOf(c->CallSync(ModePush({All("d", 0), Rows("e", 0, {1})}, 0, 0), Floats({2, 2, 2, 2, 2, 2, 4, 4})))
+  CHECK(PushReplyOf(c->CallSync(ModePush({All("d", 0), Rows("e", 0, {1})}, 0, 0),
+                                Floats({2, 2, 2, 2, 2, 2, 4, 4})))
             .skipped == 2);
   CHECK(PullRowsNow(*c, "e", {1}) == std::vector<float>{-1, -1});
 
@@ -681,23 +730,28 @@ TEST_CASE("hybrid, dense sync + sparse async: the dense shard averages each upda
   CHECK(waiting.wait_for(std::chrono::seconds(0)) == std::future_status::timeout);
   // ... and a pull of the embedding alone, for the same update, does not wait at all.
   std::vector<float> emb(2);
-  auto now = c->CallSync(proto::Pull{{Rows("e", 0, {1})}, 1, 1}, {}, {std::as_writable_bytes(std::span(emb))});
+  auto now = c->CallSync(proto::Pull{{Rows("e", 0, {1})}, 1, 1}, {},
+                         {std::as_writable_bytes(std::span(emb))});
   REQUIRE(now.ok());
   CHECK(emb == std::vector<float>{-1, -1});
   CHECK(std::get<proto::PullReply>(now->envelope.body).versions == std::vector<int64_t>{INT64_MAX});
 
   // Worker 1, update 0: its embedding gradient is applied as well, unaveraged; the dense
   // update is complete and applied once with the average.
-  auto r1 = PushReplyOf(c->CallSync(ModePush({All("d", 0), Rows("e", 0, {1})}, 1, 0), Floats({0, 0, 0, 0, 0, 0, 2, 2})));
+  auto r1 = PushReplyOf(c->CallSync(ModePush({All("d", 0), Rows("e", 0, {1})}, 1, 0),
+                                    Floats({0, 0, 0, 0, 0, 0, 2, 2})));
   CHECK(r1.skipped == 0);
   auto r = waiting.get();
   REQUIRE(r.ok());
-  CHECK(both == std::vector<float>{0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f, -2, -2});  // 1 - 0.5 * (2 + 0) / 2; -1 - 0.5 * 2
-  CHECK(std::get<proto::PullReply>(r->envelope.body).versions == std::vector<int64_t>{1, INT64_MAX});
+  CHECK(both == std::vector<float>{0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f, -2,
+                                   -2});  // 1 - 0.5 * (2 + 0) / 2; -1 - 0.5 * 2
+  CHECK(std::get<proto::PullReply>(r->envelope.body).versions ==
+        std::vector<int64_t>{1, INT64_MAX});
 
   // An embedding push of a worker that is ahead of the dense shard is refused whole (its
   // dense item would be ahead); one of a worker's own update arrives in any order.
-  auto ahead = c->CallSync(ModePush({All("d", 0), Rows("e", 0, {0})}, 0, 3), Floats({1, 1, 1, 1, 1, 1, 1, 1}));
+  auto ahead = c->CallSync(ModePush({All("d", 0), Rows("e", 0, {0})}, 0, 3),
+                           Floats({1, 1, 1, 1, 1, 1, 1, 1}));
   REQUIRE_FALSE(ahead.ok());
   CHECK(ahead.status().code() == Code::kFailedPrecondition);
   CHECK(PullRowsNow(*c, "e", {0}) == std::vector<float>{1, 1});  // nothing of it applied
@@ -715,16 +769,19 @@ TEST_CASE("hybrid, dense sync + sparse async: the dense shard averages each upda
   CHECK(anonymous.status().code() == Code::kInvalidArgument);
 }
 
-TEST_CASE("hybrid: a Save trims the at-most-once marks below it; a push 2^28 steps past it is refused, not left untracked") {
+TEST_CASE(
+    "hybrid: a Save trims the at-most-once marks below it; a push 2^28 steps past it is refused, not left untracked") {
   using ::ps::server::UpdateMode;
   NullCheckpointer checkpointer;
   PsFixture fx(&checkpointer);
   auto c = fx.Connect();
-  REQUIRE(c->CallSync(HybridCreate(Hybrid(UpdateMode::kSync, UpdateMode::kAsync, 2), R"({"type":"sgd","learning_rate":0.5})"))
+  REQUIRE(c->CallSync(HybridCreate(Hybrid(UpdateMode::kSync, UpdateMode::kAsync, 2),
+                                   R"({"type":"sgd","learning_rate":0.5})"))
               .ok());
   // Worker 0's embedding gradients (the async class, marked per step) for updates 0..999.
   for (int64_t s = 0; s < 1000; ++s) {
-    REQUIRE(PushReplyOf(c->CallSync(ModePush({Rows("e", 0, {1})}, 0, s), Floats({1, 1}))).skipped == 0);
+    REQUIRE(PushReplyOf(c->CallSync(ModePush({Rows("e", 0, {1})}, 0, s), Floats({1, 1}))).skipped ==
+            0);
   }
   CHECK(fx.service.applied_mark_words() >= 1000 / 64);
   // A checkpoint at step 960 (the chief saves when every step before it is applied):
@@ -733,8 +790,10 @@ TEST_CASE("hybrid: a Save trims the at-most-once marks below it; a push 2^28 ste
   CHECK(fx.service.applied_mark_words() == 1);
   // Repeats below and above the checkpoint are still skipped; a new step applies.
   CHECK(PushReplyOf(c->CallSync(ModePush({Rows("e", 0, {1})}, 0, 5), Floats({1, 1}))).skipped == 1);
-  CHECK(PushReplyOf(c->CallSync(ModePush({Rows("e", 0, {1})}, 0, 990), Floats({1, 1}))).skipped == 1);
-  CHECK(PushReplyOf(c->CallSync(ModePush({Rows("e", 0, {1})}, 0, 1000), Floats({1, 1}))).skipped == 0);
+  CHECK(PushReplyOf(c->CallSync(ModePush({Rows("e", 0, {1})}, 0, 990), Floats({1, 1}))).skipped ==
+        1);
+  CHECK(PushReplyOf(c->CallSync(ModePush({Rows("e", 0, {1})}, 0, 1000), Floats({1, 1}))).skipped ==
+        0);
   CHECK(PullRowsNow(*c, "e", {1}) == std::vector<float>(2, 1.0f - 0.5f * 1001));
   CHECK(fx.service.applied_on_arrival() == 1001);
   // Past the tracked window (from the trimmed base, 960): refused, nothing applied.
@@ -746,11 +805,13 @@ TEST_CASE("hybrid: a Save trims the at-most-once marks below it; a push 2^28 ste
   CHECK(fx.service.applied_mark_words() == 1);
 }
 
-TEST_CASE("hybrid: an async item without rows is not marked, counted or pushed; a bad async item fails the push before anything is applied") {
+TEST_CASE(
+    "hybrid: an async item without rows is not marked, counted or pushed; a bad async item fails the push before anything is applied") {
   using ::ps::server::UpdateMode;
   PsFixture fx;
   auto c = fx.Connect();
-  REQUIRE(c->CallSync(HybridCreate(Hybrid(UpdateMode::kSync, UpdateMode::kAsync, 2), R"({"type":"sgd","learning_rate":0.5})"))
+  REQUIRE(c->CallSync(HybridCreate(Hybrid(UpdateMode::kSync, UpdateMode::kAsync, 2),
+                                   R"({"type":"sgd","learning_rate":0.5})"))
               .ok());
   const uint64_t pushes = fx.store.stats().push_requests;
   for (int i = 0; i < 2; ++i) {  // the second is not "already applied": nothing was
@@ -761,12 +822,15 @@ TEST_CASE("hybrid: an async item without rows is not marked, counted or pushed; 
   CHECK(fx.service.applied_on_arrival() == 0);
 
   // A repeated row in the second (lazy, async) item: the first item is not applied either.
-  auto dup = c->CallSync(ModePush({Rows("e", 0, {1}), Rows("l", 0, {2, 2})}, 0, 0), Floats({1, 1, 1, 1, 1, 1}));
+  auto dup = c->CallSync(ModePush({Rows("e", 0, {1}), Rows("l", 0, {2, 2})}, 0, 0),
+                         Floats({1, 1, 1, 1, 1, 1}));
   REQUIRE_FALSE(dup.ok());
   CHECK(dup.status().code() == Code::kInvalidArgument);
   CHECK(PullRowsNow(*c, "e", {1}) == std::vector<float>{1, 1});
   // Retried correctly, it applies (the failed push left no mark behind).
-  CHECK(PushReplyOf(c->CallSync(ModePush({Rows("e", 0, {1}), Rows("l", 0, {2})}, 0, 0), Floats({1, 1, 1, 1}))).skipped == 0);
+  CHECK(PushReplyOf(c->CallSync(ModePush({Rows("e", 0, {1}), Rows("l", 0, {2})}, 0, 0),
+                                Floats({1, 1, 1, 1})))
+            .skipped == 0);
   CHECK(PullRowsNow(*c, "e", {1}) == std::vector<float>{0.5f, 0.5f});
   CHECK(fx.service.applied_on_arrival() == 2);
 }
@@ -775,31 +839,38 @@ TEST_CASE("hybrid, dense async + sparse sync: the other way round; a lazy table 
   using ::ps::server::UpdateMode;
   PsFixture fx;
   auto c = fx.Connect();
-  REQUIRE(c->CallSync(HybridCreate(Hybrid(UpdateMode::kAsync, UpdateMode::kSync, 2), R"({"type":"sgd","learning_rate":0.5})"))
+  REQUIRE(c->CallSync(HybridCreate(Hybrid(UpdateMode::kAsync, UpdateMode::kSync, 2),
+                                   R"({"type":"sgd","learning_rate":0.5})"))
               .ok());
   // Worker 0, update 0: the dense shard is updated at once, the lazy table waits.
-  CHECK(PushReplyOf(c->CallSync(ModePush({All("d", 0), Rows("l", 0, {0})}, 0, 0), Floats({2, 2, 2, 2, 2, 2, 4, 4})))
+  CHECK(PushReplyOf(c->CallSync(ModePush({All("d", 0), Rows("l", 0, {0})}, 0, 0),
+                                Floats({2, 2, 2, 2, 2, 2, 4, 4})))
             .skipped == 0);
   CHECK(PullAll(*c, "d", 0, 6) == std::vector<float>(6, 0.0f));
   CHECK(PullRowsNow(*c, "l", {0}) == std::vector<float>{1, 1});
-  CHECK(PushReplyOf(c->CallSync(ModePush({All("d", 0), Rows("l", 0, {0})}, 0, 0), Floats({2, 2, 2, 2, 2, 2, 4, 4})))
+  CHECK(PushReplyOf(c->CallSync(ModePush({All("d", 0), Rows("l", 0, {0})}, 0, 0),
+                                Floats({2, 2, 2, 2, 2, 2, 4, 4})))
             .skipped == 2);
   // A pull of the dense shard for update 1 does not wait; one of the lazy table does.
   std::vector<float> dense(6), lazy(2);
-  auto d = c->CallSync(proto::Pull{{All("d", 0)}, 0, 1}, {}, {std::as_writable_bytes(std::span(dense))});
+  auto d =
+      c->CallSync(proto::Pull{{All("d", 0)}, 0, 1}, {}, {std::as_writable_bytes(std::span(dense))});
   REQUIRE(d.ok());
   CHECK(dense == std::vector<float>(6, 0.0f));
-  auto waiting = c->Call(proto::Pull{{Rows("l", 0, {0})}, 0, 1}, {}, {std::as_writable_bytes(std::span(lazy))});
+  auto waiting = c->Call(proto::Pull{{Rows("l", 0, {0})}, 0, 1}, {},
+                         {std::as_writable_bytes(std::span(lazy))});
   REQUIRE(Eventually([&] { return fx.service.update_stats().waited_pulls == 1; }));
   // Worker 1, update 0: it touches no lazy row (a zero gradient for row 0), its dense
   // gradient lands at once.
-  CHECK(PushReplyOf(c->CallSync(ModePush({All("d", 0), Rows("l", 0, {})}, 1, 0), Floats({2, 2, 2, 2, 2, 2})))
+  CHECK(PushReplyOf(c->CallSync(ModePush({All("d", 0), Rows("l", 0, {})}, 1, 0),
+                                Floats({2, 2, 2, 2, 2, 2})))
             .skipped == 0);
   auto r = waiting.get();
   REQUIRE(r.ok());
   CHECK(lazy == std::vector<float>{0, 0});  // 1 - 0.5 * (4 + 0) / 2
   CHECK(std::get<proto::PullReply>(r->envelope.body).versions == std::vector<int64_t>{1});
-  CHECK(PullAll(*c, "d", 0, 6) == std::vector<float>(6, -1.0f));  // both workers' gradients, unaveraged
+  CHECK(PullAll(*c, "d", 0, 6) ==
+        std::vector<float>(6, -1.0f));  // both workers' gradients, unaveraged
   CHECK(fx.service.update_stats().spec.Describe() == "dense async, sparse sync");
 }
 
@@ -829,7 +900,8 @@ TEST_CASE("bounded staleness: a pull waits while another worker is more than S s
   CHECK(fx.service.update_stats().max_lead == 1);
 }
 
-TEST_CASE("bounded staleness: with concurrent workers of different speeds no pull is granted beyond the bound") {
+TEST_CASE(
+    "bounded staleness: with concurrent workers of different speeds no pull is granted beyond the bound") {
   PsFixture fx;
   constexpr int kWorkers = 3, kSteps = 40, kStaleness = 2;
   {
@@ -852,7 +924,9 @@ TEST_CASE("bounded staleness: with concurrent workers of different speeds no pul
       auto& c = clients[static_cast<size_t>(w)];
       std::vector<float> out(6);
       for (int64_t step = 0; step < kSteps; ++step) {
-        if (!c->CallSync(proto::Pull{{All("w", 0)}, w, step}, {}, {std::as_writable_bytes(std::span(out))}).ok()) {
+        if (!c->CallSync(proto::Pull{{All("w", 0)}, w, step}, {},
+                         {std::as_writable_bytes(std::span(out))})
+                 .ok()) {
           ++failures;
           return;
         }
@@ -862,10 +936,15 @@ TEST_CASE("bounded staleness: with concurrent workers of different speeds no pul
         // Worker 0 is the straggler: extra round trips per step.
         std::vector<float> other(4);
         for (int k = 0; w == 0 && k < 5; ++k) {
-          if (!c->CallSync(proto::Pull{{All("w", 1)}}, {}, {std::as_writable_bytes(std::span(other))}).ok()) ++failures;
+          if (!c->CallSync(proto::Pull{{All("w", 1)}}, {},
+                           {std::as_writable_bytes(std::span(other))})
+                   .ok())
+            ++failures;
         }
         started[static_cast<size_t>(w)] += 1;
-        if (!c->CallSync(ModePush({All("w", 0)}, w, step, w * kSteps + step), Floats({1, 1, 1, 1, 1, 1})).ok()) {
+        if (!c->CallSync(ModePush({All("w", 0)}, w, step, w * kSteps + step),
+                         Floats({1, 1, 1, 1, 1, 1}))
+                 .ok()) {
           ++failures;
           return;
         }
@@ -931,14 +1010,16 @@ TEST_CASE("bounded staleness: a worker out of work holds nobody back until it ha
   CHECK(waiting.wait_for(std::chrono::seconds(0)) == std::future_status::timeout);
   // ...and a current one releases worker 0.
   for (int64_t step = 0; step < 3; ++step) {
-    REQUIRE(c->CallSync(ModePush({All("w", 0)}, 1, step, 100 + step), Floats({0, 0, 0, 0, 0, 0})).ok());
+    REQUIRE(
+        c->CallSync(ModePush({All("w", 0)}, 1, step, 100 + step), Floats({0, 0, 0, 0, 0, 0})).ok());
   }
   idle.clock = 3;
   REQUIRE(c->CallSync(idle).ok());
   REQUIRE(waiting.get().ok());
 }
 
-TEST_CASE("ps service: small pulls and async-mode small pushes are handled on the I/O thread, the rest on the pool") {
+TEST_CASE(
+    "ps service: small pulls and async-mode small pushes are handled on the I/O thread, the rest on the pool") {
   PsFixture fx;
   auto c = fx.Connect();
   proto::CreateShards cs;
@@ -949,13 +1030,14 @@ TEST_CASE("ps service: small pulls and async-mode small pushes are handled on th
   REQUIRE(c->CallSync(cs).ok());
   fx.service.SetInlineMaxBytes(64 << 10);
   auto req = [](proto::Body body, size_t payload_bytes = 0) {
-    return net::Request{{proto::Role::kWorker, 0, "127.0.0.1:1"}, {1, false, 0, std::move(body)},
+    return net::Request{{proto::Role::kWorker, 0, "127.0.0.1:1"},
+                        {1, false, 0, std::move(body)},
                         net::Buffer(payload_bytes)};
   };
   auto& svc = fx.service;
   CHECK(svc.Inline(req(proto::Pull{{All("w", 0)}})));
   CHECK_FALSE(svc.Inline(req(proto::Pull{{All("big", 0)}})));
-  CHECK(svc.Inline(req(proto::Pull{{Rows("big", 0, {1, 7})}})));   // 2 rows of 32 floats
+  CHECK(svc.Inline(req(proto::Pull{{Rows("big", 0, {1, 7})}})));            // 2 rows of 32 floats
   CHECK_FALSE(svc.Inline(req(proto::Pull{{All("w", 0), All("big", 0)}})));  // the items add up
   CHECK(svc.Inline(req(proto::Pull{{All("nope", 0)}})));  // answered with its error at once
   CHECK(svc.Inline(req(proto::Push{{All("w", 0)}, 1, 1}, 24)));
@@ -976,8 +1058,10 @@ TEST_CASE("ps service: small pulls and async-mode small pushes are handled on th
   fx.service.SetInlineMaxBytes(::ps::server::Service::kDefaultInlineBytes);
   CHECK(svc.Inline(req(proto::Pull{{All("big", 0)}})));
   CHECK(svc.Inline(req(proto::Push{{All("big", 0)}, 1, 1}, 128 << 10)));
-  CHECK(svc.Inline(req(proto::Push{{All("big", 0)}, 1, 1}, ::ps::server::Service::kDefaultInlineBytes)));
-  CHECK_FALSE(svc.Inline(req(proto::Push{{All("big", 0)}, 1, 1}, ::ps::server::Service::kDefaultInlineBytes + 4)));
+  CHECK(svc.Inline(
+      req(proto::Push{{All("big", 0)}, 1, 1}, ::ps::server::Service::kDefaultInlineBytes)));
+  CHECK_FALSE(svc.Inline(
+      req(proto::Push{{All("big", 0)}, 1, 1}, ::ps::server::Service::kDefaultInlineBytes + 4)));
   CHECK(PullAll(*c, "big", 0, 1024 * 32) == std::vector<float>(1024 * 32, 1.0f));
   CHECK(fx.server->stats().inline_requests == before + 2);
   fx.service.SetInlineMaxBytes(0);  // everything to the pool
@@ -986,17 +1070,20 @@ TEST_CASE("ps service: small pulls and async-mode small pushes are handled on th
   // In sync mode a push may answer parked pulls of any size: it goes to the pool.
   PsFixture sync;
   auto sc = sync.Connect();
-  REQUIRE(sc->CallSync(ModeCreate(Mode(::ps::server::UpdateMode::kSync, 0, 0, 2), R"({"type":"sgd","learning_rate":1.0})"))
+  REQUIRE(sc->CallSync(ModeCreate(Mode(::ps::server::UpdateMode::kSync, 0, 0, 2),
+                                  R"({"type":"sgd","learning_rate":1.0})"))
               .ok());
   CHECK_FALSE(sync.service.Inline(req(ModePush({All("w", 0)}, 0, 0), 24)));
   // Nor a pull: in sync mode it takes mode_mu_, which PushSync holds across a whole sum.
   CHECK_FALSE(sync.service.Inline(req(proto::Pull{{All("w", 0)}})));
   // A generation newer than the ps's may wait for the fence exclusively: the pool.
-  CHECK_FALSE(svc.Inline(net::Request{{proto::Role::kChief, 0, "127.0.0.1:1"}, {1, false, 7, proto::Pull{{All("w", 0)}}},
+  CHECK_FALSE(svc.Inline(net::Request{{proto::Role::kChief, 0, "127.0.0.1:1"},
+                                      {1, false, 7, proto::Pull{{All("w", 0)}}},
                                       net::Buffer(0)}));
 }
 
-TEST_CASE("ps service: no request is handled inline while a Save runs, and a Save waits for the inline handlers under way") {
+TEST_CASE(
+    "ps service: no request is handled inline while a Save runs, and a Save waits for the inline handlers under way") {
   PsFixture fx;
   std::promise<void> entered;
   std::promise<void> release;
@@ -1011,7 +1098,8 @@ TEST_CASE("ps service: no request is handled inline while a Save runs, and a Sav
   cs.shards = {Def("w", 0, 0, 3, 2, 5)};
   REQUIRE(c->CallSync(cs).ok());
   auto req = [](proto::Body body) {
-    return net::Request{{proto::Role::kWorker, 0, "127.0.0.1:1"}, {1, false, 0, std::move(body)}, net::Buffer(0)};
+    return net::Request{
+        {proto::Role::kWorker, 0, "127.0.0.1:1"}, {1, false, 0, std::move(body)}, net::Buffer(0)};
   };
 
   // A Save (this fixture has no checkpointer: it fails, after the hook) that arrives
@@ -1040,7 +1128,8 @@ TEST_CASE("ps service: no request is handled inline while a Save runs, and a Sav
   CHECK(fx.server->stats().inline_requests == inline_before + 1);
 }
 
-TEST_CASE("ps service: a Restore waits for the pushes under way, pool-handled ones too, and no push runs during it") {
+TEST_CASE(
+    "ps service: a Restore waits for the pushes under way, pool-handled ones too, and no push runs during it") {
   PsFixture fx;
   // A push of the current generation (in flight when the chief restores after a ps
   // failure) stops after its generation check, on the pool, until the test lets it go.
@@ -1097,7 +1186,9 @@ bool SameBits(const std::vector<float>& x, const std::vector<float>& y) {
 // at all, and the rows applied are the first ones.
 int64_t AppliedPrefixRows(const std::vector<float>& b, const std::vector<float>& applied) {
   int64_t k = 0;
-  auto row = [](const std::vector<float>& v, int64_t r) { return std::span(v).subspan(r * kColsB, kColsB); };
+  auto row = [](const std::vector<float>& v, int64_t r) {
+    return std::span(v).subspan(r * kColsB, kColsB);
+  };
   while (k < kRowsB && std::ranges::equal(row(b, k), row(applied, k))) ++k;
   for (int64_t r = k; r < kRowsB; ++r) {
     for (float v : row(b, r)) {
@@ -1137,7 +1228,8 @@ struct EarlyAndWhole {
 
 }  // namespace
 
-TEST_CASE("ps service: an async push of big dense shards is applied while it arrives, bit-identical to applying it whole") {
+TEST_CASE(
+    "ps service: an async push of big dense shards is applied while it arrives, bit-identical to applying it whole") {
   PsFixture early;
   PsFixture whole(nullptr, /*early_apply_min_bytes=*/0);
   auto ce = early.Connect();
@@ -1168,7 +1260,8 @@ TEST_CASE("ps service: an async push of big dense shards is applied while it arr
   CHECK(early.service.early_cut() == 0);
 }
 
-TEST_CASE("ps service: a push cut off mid-payload keeps the whole rows applied while it arrived, and its retry is not applied again") {
+TEST_CASE(
+    "ps service: a push cut off mid-payload keeps the whole rows applied while it arrived, and its retry is not applied again") {
   EarlyAndWhole ew;  // `whole`: what the full push makes of b
   auto& [fx, whole, c, cw, g] = ew;
   const auto full_a = PullAll(*cw, "a", 0, kFloatsA);
@@ -1195,7 +1288,8 @@ TEST_CASE("ps service: a push cut off mid-payload keeps the whole rows applied w
   CHECK(SameBits(PullAll(*c, "b", 0, kFloatsB), b));
 }
 
-TEST_CASE("ps service: a push arriving while a newer chief takes over or a Restore runs applies nothing after it and fails") {
+TEST_CASE(
+    "ps service: a push arriving while a newer chief takes over or a Restore runs applies nothing after it and fails") {
   NullCheckpointer checkpointer;
   PsFixture fx(&checkpointer);
   auto c = fx.Connect();
@@ -1229,7 +1323,8 @@ TEST_CASE("ps service: a push arriving while a newer chief takes over or a Resto
   CHECK(fx.service.early_cut() == 0);
 }
 
-TEST_CASE("ps service: an early push meeting a Save that holds its shard's locks leaves the rest to the pool, and the I/O threads keep serving") {
+TEST_CASE(
+    "ps service: an early push meeting a Save that holds its shard's locks leaves the rest to the pool, and the I/O threads keep serving") {
   EarlyAndWhole ew;
   auto& [fx, whole, c, cw, g] = ew;
   // The Save (this fixture has no checkpointer: it fails once the hook returns) holds
@@ -1287,8 +1382,10 @@ TEST_CASE("ps service: a Restore that fails does not fail a push being applied w
   const size_t first = kFloatsA / 2;
   raw->Write(g.data(), first * sizeof(float));
   REQUIRE(Eventually([&] { return fx.store.stats().bytes_pushed >= 256 * 1024; }));
-  CHECK(fx.Connect(1, 0, proto::Role::kChief)->CallSync(proto::Restore{"/model", 0}).status().code() ==
-        Code::kFailedPrecondition);
+  CHECK(fx.Connect(1, 0, proto::Role::kChief)
+            ->CallSync(proto::Restore{"/model", 0})
+            .status()
+            .code() == Code::kFailedPrecondition);
   raw->Write(g.data() + first, (g.size() - first) * sizeof(float));
   auto reply = raw->ReadFrame();
   REQUIRE(reply);
@@ -1296,7 +1393,8 @@ TEST_CASE("ps service: a Restore that fails does not fail a push being applied w
   CHECK(ew.SameAsWhole());
 }
 
-TEST_CASE("ps service: a push with a pull after it answers that pull, with the push applied, in its reply") {
+TEST_CASE(
+    "ps service: a push with a pull after it answers that pull, with the push applied, in its reply") {
   // Early apply from 64 KiB, so that "big" (128 KiB) would be applied while it arrives.
   PsFixture fx(nullptr, 64 << 10);
   auto c = fx.Connect();
@@ -1315,14 +1413,16 @@ TEST_CASE("ps service: a push with a pull after it answers that pull, with the p
     std::vector<float> w, big, rows;
   };
   auto push_pull = [&](int64_t step, std::vector<proto::Slice> pull_rows = {Rows("w", 0, {2, 0})}) {
-    Combined out{Internal("not sent"), std::vector<float>(6), std::vector<float>(kBig), std::vector<float>(4)};
+    Combined out{Internal("not sent"), std::vector<float>(6), std::vector<float>(kBig),
+                 std::vector<float>(4)};
     proto::Push push{{All("w", 0), All("big", 0)}, step, step};
     std::vector<proto::Slice> pulled = {All("w", 0), All("big", 0)};
     pulled.insert(pulled.end(), pull_rows.begin(), pull_rows.end());
     push.pull = proto::Pull{pulled};
-    out.reply = c->CallSync(push, Floats(std::vector<float>(6 + kBig, 1.0f)),
-                            {std::as_writable_bytes(std::span(out.w)), std::as_writable_bytes(std::span(out.big)),
-                             std::as_writable_bytes(std::span(out.rows))});
+    out.reply = c->CallSync(
+        push, Floats(std::vector<float>(6 + kBig, 1.0f)),
+        {std::as_writable_bytes(std::span(out.w)), std::as_writable_bytes(std::span(out.big)),
+         std::as_writable_bytes(std::span(out.rows))});
     return out;
   };
 
@@ -1372,12 +1472,14 @@ TEST_CASE("ps service: a push with a pull after it answers that pull, with the p
   CHECK(good.w == std::vector<float>(6, -0.5f));
 
   // Without a pull the same push is applied while it arrives (the threshold works).
-  REQUIRE(c->CallSync(proto::Push{{All("big", 0)}, 10, 10}, Floats(std::vector<float>(kBig, 1.0f))).ok());
+  REQUIRE(c->CallSync(proto::Push{{All("big", 0)}, 10, 10}, Floats(std::vector<float>(kBig, 1.0f)))
+              .ok());
   CHECK(fx.service.early_pushes() == 1);
 
   // Inline only while the pull after the push fits too.
   auto req = [](proto::Body body, size_t payload_bytes) {
-    return net::Request{{proto::Role::kWorker, 0, "127.0.0.1:1"}, {1, false, 0, std::move(body)},
+    return net::Request{{proto::Role::kWorker, 0, "127.0.0.1:1"},
+                        {1, false, 0, std::move(body)},
                         net::Buffer(payload_bytes)};
   };
   fx.service.SetInlineMaxBytes(64 << 10);
@@ -1396,20 +1498,25 @@ TEST_CASE("ps service: a push with a pull after it answers that pull, with the p
   // reply with it), before anything is applied.
   PsFixture sync;
   auto sc = sync.Connect();
-  REQUIRE(sc->CallSync(ModeCreate(Mode(::ps::server::UpdateMode::kSync, 0, 0, 2), R"({"type":"sgd","learning_rate":1.0})"))
+  REQUIRE(sc->CallSync(ModeCreate(Mode(::ps::server::UpdateMode::kSync, 0, 0, 2),
+                                  R"({"type":"sgd","learning_rate":1.0})"))
               .ok());
   proto::Push sp = ModePush({All("w", 0)}, 0, 0);
   sp.pull = proto::Pull{{All("w", 0)}, 0, 1};
   std::vector<float> into(6);
-  auto refused = sc->CallSync(sp, Floats(std::vector<float>(6, 1.0f)), {std::as_writable_bytes(std::span(into))});
+  auto refused = sc->CallSync(sp, Floats(std::vector<float>(6, 1.0f)),
+                              {std::as_writable_bytes(std::span(into))});
   REQUIRE_FALSE(refused.ok());
   CHECK(refused.status().code() == Code::kFailedPrecondition);
   CHECK(refused.status().message().find("async") != std::string::npos);
   // Not summed: the same push without a pull is the worker's first for update 0.
-  CHECK(PushReplyOf(sc->CallSync(ModePush({All("w", 0)}, 0, 0), Floats(std::vector<float>(6, 1.0f)))).skipped == 0);
+  CHECK(
+      PushReplyOf(sc->CallSync(ModePush({All("w", 0)}, 0, 0), Floats(std::vector<float>(6, 1.0f))))
+          .skipped == 0);
 }
 
-TEST_CASE("a worker's remote link sends a push with its pull as one request; a resent one is skipped and its pull answered again") {
+TEST_CASE(
+    "a worker's remote link sends a push with its pull as one request; a resent one is skipped and its pull answered again") {
   PsFixture fx;
   auto pulls = fx.Connect(), pushes = fx.Connect();
   proto::CreateShards cs;
@@ -1423,8 +1530,9 @@ TEST_CASE("a worker's remote link sends a push with its pull as one request; a r
   // PushPull of 1.0 to all of w for `step`, pulling all of w into `into`.
   auto push_pull = [&](int64_t step, std::vector<float>& into) {
     std::promise<Status> done;
-    link->PushPull(proto::Push{{All("w", 0)}, step, step}, Floats(std::vector<float>(6, 1.0f)), proto::Pull{{All("w", 0)}},
-                   {std::as_writable_bytes(std::span(into))}, [&](Status st) { done.set_value(std::move(st)); });
+    link->PushPull(proto::Push{{All("w", 0)}, step, step}, Floats(std::vector<float>(6, 1.0f)),
+                   proto::Pull{{All("w", 0)}}, {std::as_writable_bytes(std::span(into))},
+                   [&](Status st) { done.set_value(std::move(st)); });
     return done.get_future().get();
   };
   const uint64_t pulls_before = fx.store.stats().pull_requests;

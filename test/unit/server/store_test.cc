@@ -1,5 +1,5 @@
-#include <cstring>
 #include <catch2/catch.hpp>
+#include <cstring>
 
 #include <atomic>
 #include <cstdint>
@@ -217,16 +217,20 @@ TEST_CASE("sparse Adam is lazy: untouched rows and their slots do not move") {
   CHECK(v[2] == Approx(0.999).epsilon(1e-5));
   CHECK(v[3] == Approx(1.001).epsilon(1e-5));
   CHECK(v[4] == 1.0f);
-  REQUIRE(store.Read(def.key(), [&](const ShardView& view) {
-    REQUIRE(view.slots.size() == 2);
-    CHECK(view.slots[0].first == "m");
-    CHECK(view.slots[1].first == "v");
-    CHECK(view.slots[0].second[0] == 0.0f);
-    CHECK(view.slots[0].second[2] == Approx(0.01f));
-    CHECK(view.slots[1].second[3] == Approx(1e-5).epsilon(1e-4));  // (1 - 0.999f) * 0.01
-    CHECK(reinterpret_cast<uintptr_t>(view.values.data()) % 64 == 0);
-    CHECK(reinterpret_cast<uintptr_t>(view.slots[1].second.data()) % 64 == 0);
-  }).ok());
+  REQUIRE(store
+              .Read(def.key(),
+                    [&](const ShardView& view) {
+                      REQUIRE(view.slots.size() == 2);
+                      CHECK(view.slots[0].first == "m");
+                      CHECK(view.slots[1].first == "v");
+                      CHECK(view.slots[0].second[0] == 0.0f);
+                      CHECK(view.slots[0].second[2] == Approx(0.01f));
+                      CHECK(view.slots[1].second[3] ==
+                            Approx(1e-5).epsilon(1e-4));  // (1 - 0.999f) * 0.01
+                      CHECK(reinterpret_cast<uintptr_t>(view.values.data()) % 64 == 0);
+                      CHECK(reinterpret_cast<uintptr_t>(view.slots[1].second.data()) % 64 == 0);
+                    })
+              .ok());
 }
 
 TEST_CASE("Restore, Read and ForEachShard round-trip values and slots") {
@@ -254,10 +258,13 @@ TEST_CASE("Restore, Read and ForEachShard round-trip values and slots") {
 
   // Slots not given go back to their initial values.
   REQUIRE(store.Restore(a.key(), values, {}).ok());
-  REQUIRE(store.Read(a.key(), [&](const ShardView& v) {
-    CHECK(v.slots[0].second[3] == Approx(0.1f));
-    CHECK(v.slots[1].second[3] == 0.0f);
-  }).ok());
+  REQUIRE(store
+              .Read(a.key(),
+                    [&](const ShardView& v) {
+                      CHECK(v.slots[0].second[3] == Approx(0.1f));
+                      CHECK(v.slots[1].second[3] == 0.0f);
+                    })
+              .ok());
 
   std::vector<NamedSlot> unknown{{"m", accum}};
   CHECK(store.Restore(a.key(), values, unknown).message() ==
@@ -365,14 +372,17 @@ TEST_CASE("PushPart applies whole rows from any row, as Push would, and counts o
   REQUIRE(parts.Configure(adam).ok());
   const ShardKey key{"w", 0};
   constexpr int64_t kRows = 1000, kCols = 7;
-  for (Store* s : {&whole, &parts}) REQUIRE(s->Create(Def("w", 0, 0, kRows, kCols, {kRows, kCols})).ok());
+  for (Store* s : {&whole, &parts})
+    REQUIRE(s->Create(Def("w", 0, 0, kRows, kCols, {kRows, kCols})).ok());
   std::vector<float> grad(kRows * kCols);
-  for (size_t i = 0; i < grad.size(); ++i) grad[i] = static_cast<float>(static_cast<int64_t>(i % 97) - 48) / 16.0f;
+  for (size_t i = 0; i < grad.size(); ++i)
+    grad[i] = static_cast<float>(static_cast<int64_t>(i % 97) - 48) / 16.0f;
   const std::vector<int64_t> cuts = {0, 1, 31, 32, 33, 300, 301, 999, kRows};
   for (int64_t step = 0; step < 2; ++step) {
     REQUIRE(whole.Push(key, grad, step).ok());
     for (size_t c = 0; c + 1 < cuts.size(); ++c) {
-      const auto part = std::span<const float>(grad).subspan(cuts[c] * kCols, (cuts[c + 1] - cuts[c]) * kCols);
+      const auto part =
+          std::span<const float>(grad).subspan(cuts[c] * kCols, (cuts[c + 1] - cuts[c]) * kCols);
       REQUIRE(parts.PushPart(key, cuts[c], part, step, c == 0).ok());
     }
   }
@@ -382,7 +392,9 @@ TEST_CASE("PushPart applies whole rows from any row, as Push would, and counts o
   CHECK(parts.stats().bytes_pushed == whole.stats().bytes_pushed);
   CHECK(parts.stats().rows_pushed == whole.stats().rows_pushed);
   // Not whole rows, or past the end: refused, nothing applied.
-  CHECK(parts.PushPart(key, 0, std::span(grad).first(kCols + 1), 2, true).code() == ps::Code::kInvalidArgument);
-  CHECK(parts.PushPart(key, kRows - 1, std::span(grad).first(2 * kCols), 2, true).code() == ps::Code::kInvalidArgument);
+  CHECK(parts.PushPart(key, 0, std::span(grad).first(kCols + 1), 2, true).code() ==
+        ps::Code::kInvalidArgument);
+  CHECK(parts.PushPart(key, kRows - 1, std::span(grad).first(2 * kCols), 2, true).code() ==
+        ps::Code::kInvalidArgument);
   CHECK(PullAll(parts, key, kRows * kCols) == b);
 }

@@ -72,7 +72,8 @@ TEST_CASE("update: the per-class form, dense sync and sparse async (PERSIA's hyb
   CHECK(h->replicas_to_aggregate == 0);
 
   // The other way round, with the sync class's setting carried.
-  auto r = Parse(R"({"dense": {"mode": "async"}, "sparse": {"mode": "sync", "replicas_to_aggregate": 3}})");
+  auto r = Parse(
+      R"({"dense": {"mode": "async"}, "sparse": {"mode": "sync", "replicas_to_aggregate": 3}})");
   REQUIRE(r.ok());
   CHECK(r->ModeOf(false) == UpdateMode::kAsync);
   CHECK(r->ModeOf(true) == UpdateMode::kSync);
@@ -97,19 +98,26 @@ TEST_CASE("update: both classes in one mode are that single mode") {
   // Later errors still name the key the user wrote, not job.update.replicas_to_aggregate.
   CHECK(ValidateUpdate(WithWorkers(*s, 1), "job.update").message() ==
         "job.update.dense.replicas_to_aggregate: 2 is more than the cluster's 1 worker(s)");
-  CHECK(ValidateUpdate(WithWorkers(*Parse(R"({"mode": "sync", "replicas_to_aggregate": 2})"), 1), "job.update")
-            .message() == "job.update.replicas_to_aggregate: 2 is more than the cluster's 1 worker(s)");
+  CHECK(ValidateUpdate(WithWorkers(*Parse(R"({"mode": "sync", "replicas_to_aggregate": 2})"), 1),
+                       "job.update")
+            .message() ==
+        "job.update.replicas_to_aggregate: 2 is more than the cluster's 1 worker(s)");
 }
 
 TEST_CASE("update: per-class errors name update.dense / update.sparse") {
   CHECK(Error(R"({"dense": {"mode": "sync"}})") == "job.update.sparse: required key is missing");
   CHECK(Error(R"({"sparse": {"mode": "sync"}})") == "job.update.dense: required key is missing");
-  CHECK(Error(R"({"dense": {}, "sparse": {"mode": "async"}})") == "job.update.dense.mode: required key is missing");
-  CHECK(Error(R"({"dense": {"mode": "sync"}, "sparse": {"mode": "lazy"}})") ==
-        "job.update.sparse.mode: \"lazy\" is not one of \"async\", \"sync\", \"bounded_staleness\"");
-  CHECK(Error(R"({"dense": "sync", "sparse": {"mode": "async"}})").starts_with("job.update.dense: "));
-  CHECK(Error(R"({"dense": {"mode": "sync", "replicas_to_aggregate": 0}, "sparse": {"mode": "async"}})") ==
-        "job.update.dense.replicas_to_aggregate: must be at least 1");
+  CHECK(Error(R"({"dense": {}, "sparse": {"mode": "async"}})") ==
+        "job.update.dense.mode: required key is missing");
+  CHECK(
+      Error(R"({"dense": {"mode": "sync"}, "sparse": {"mode": "lazy"}})") ==
+      "job.update.sparse.mode: \"lazy\" is not one of \"async\", \"sync\", \"bounded_staleness\"");
+  CHECK(
+      Error(R"({"dense": "sync", "sparse": {"mode": "async"}})").starts_with("job.update.dense: "));
+  CHECK(
+      Error(
+          R"({"dense": {"mode": "sync", "replicas_to_aggregate": 0}, "sparse": {"mode": "async"}})") ==
+      "job.update.dense.replicas_to_aggregate: must be at least 1");
   CHECK(Error(R"({"dense": {"mode": "sync"}, "sparse": {"mode": "async", "staleness": 1}})") ==
         "job.update.sparse.staleness: unknown key");
   CHECK(Error(R"({"dense": {"mode": "sync"}, "sparse": {"mode": "async"}, "embeddings": {}})") ==
@@ -117,39 +125,52 @@ TEST_CASE("update: per-class errors name update.dense / update.sparse") {
   CHECK(Error(R"({"mode": "sync", "dense": {"mode": "sync"}, "sparse": {"mode": "async"}})") ==
         "job.update.mode: not allowed beside \"dense\" and \"sparse\" (give each class its own)");
   // Combinations that cannot be made correct.
-  CHECK(Error(R"({"dense": {"mode": "sync"}, "sparse": {"mode": "bounded_staleness"}})") ==
-        "job.update.sparse.mode: \"bounded_staleness\" cannot be mixed with \"sync\" in the other class; a hybrid "
-        "update is one class \"sync\" and the other \"async\"");
-  CHECK(Error(R"({"dense": {"mode": "bounded_staleness"}, "sparse": {"mode": "async"}})") ==
-        "job.update.dense.mode: \"bounded_staleness\" cannot be mixed with \"async\" in the other class; a hybrid "
-        "update is one class \"sync\" and the other \"async\"");
-  CHECK(Error(R"({"dense": {"mode": "sync", "replicas_to_aggregate": 1}, "sparse": {"mode": "sync"}})") ==
-        "job.update.sparse.replicas_to_aggregate: 0 differs from job.update.dense.replicas_to_aggregate 1 (0: every "
-        "worker); both classes sync are one sync update");
-  CHECK(Error(R"({"dense": {"mode": "bounded_staleness"}, "sparse": {"mode": "bounded_staleness", "staleness": 1}})") ==
-        "job.update.sparse.staleness: 1 differs from job.update.dense.staleness 4; both classes bounded_staleness "
-        "share one bound");
+  CHECK(
+      Error(R"({"dense": {"mode": "sync"}, "sparse": {"mode": "bounded_staleness"}})") ==
+      "job.update.sparse.mode: \"bounded_staleness\" cannot be mixed with \"sync\" in the other class; a hybrid "
+      "update is one class \"sync\" and the other \"async\"");
+  CHECK(
+      Error(R"({"dense": {"mode": "bounded_staleness"}, "sparse": {"mode": "async"}})") ==
+      "job.update.dense.mode: \"bounded_staleness\" cannot be mixed with \"async\" in the other class; a hybrid "
+      "update is one class \"sync\" and the other \"async\"");
+  CHECK(
+      Error(
+          R"({"dense": {"mode": "sync", "replicas_to_aggregate": 1}, "sparse": {"mode": "sync"}})") ==
+      "job.update.sparse.replicas_to_aggregate: 0 differs from job.update.dense.replicas_to_aggregate 1 (0: every "
+      "worker); both classes sync are one sync update");
+  CHECK(
+      Error(
+          R"({"dense": {"mode": "bounded_staleness"}, "sparse": {"mode": "bounded_staleness", "staleness": 1}})") ==
+      "job.update.sparse.staleness: 1 differs from job.update.dense.staleness 4; both classes bounded_staleness "
+      "share one bound");
 }
 
 TEST_CASE("update: a hybrid job aggregates every worker (no backups) and needs workers") {
   auto h = Parse(R"({"dense": {"mode": "sync"}, "sparse": {"mode": "async"}})");
   REQUIRE(h.ok());
   CHECK(ValidateUpdate(WithWorkers(*h, 3), "job.update").ok());
-  CHECK(ValidateUpdate(*h, "job.update").message() == "job.update: dense sync, sparse async mode needs workers");
+  CHECK(ValidateUpdate(*h, "job.update").message() ==
+        "job.update: dense sync, sparse async mode needs workers");
 
-  auto two = Parse(R"({"dense": {"mode": "sync", "replicas_to_aggregate": 2}, "sparse": {"mode": "async"}})");
+  auto two = Parse(
+      R"({"dense": {"mode": "sync", "replicas_to_aggregate": 2}, "sparse": {"mode": "async"}})");
   REQUIRE(two.ok());
   CHECK(ValidateUpdate(WithWorkers(*two, 2), "job.update").ok());
-  CHECK(ValidateUpdate(WithWorkers(*two, 3), "job.update").message() ==
-        "job.update.dense.replicas_to_aggregate: 2 of 3 workers: a hybrid update cannot have backup workers (a "
-        "backup's gradient for the async class could be applied after its update was decided, outside the checkpoint "
-        "that holds it)");
+  CHECK(
+      ValidateUpdate(WithWorkers(*two, 3), "job.update").message() ==
+      "job.update.dense.replicas_to_aggregate: 2 of 3 workers: a hybrid update cannot have backup workers (a "
+      "backup's gradient for the async class could be applied after its update was decided, outside the checkpoint "
+      "that holds it)");
   CHECK(ValidateUpdate(WithWorkers(*two, 1), "job.update").message() ==
         "job.update.dense.replicas_to_aggregate: 2 is more than the cluster's 1 worker(s)");
-  auto other = Parse(R"({"dense": {"mode": "async"}, "sparse": {"mode": "sync", "replicas_to_aggregate": 1}})");
+  auto other = Parse(
+      R"({"dense": {"mode": "async"}, "sparse": {"mode": "sync", "replicas_to_aggregate": 1}})");
   REQUIRE(other.ok());
-  CHECK(ValidateUpdate(WithWorkers(*other, 2), "job.update").message().starts_with(
-      "job.update.sparse.replicas_to_aggregate: 1 of 2 workers: a hybrid update cannot have backup workers"));
+  CHECK(
+      ValidateUpdate(WithWorkers(*other, 2), "job.update")
+          .message()
+          .starts_with(
+              "job.update.sparse.replicas_to_aggregate: 1 of 2 workers: a hybrid update cannot have backup workers"));
 
   // Backups stay allowed in plain sync mode; a spec from the wire is checked as well.
   auto sync = Parse(R"({"mode": "sync", "replicas_to_aggregate": 1})");
@@ -157,9 +178,10 @@ TEST_CASE("update: a hybrid job aggregates every worker (no backups) and needs w
   CHECK(ValidateUpdate(WithWorkers(*sync, 2), "job.update").ok());
   UpdateSpec bad = WithWorkers(*h, 2);
   bad.sparse_mode = UpdateMode::kBoundedStaleness;
-  CHECK(ValidateUpdate(bad, "CreateShards.update").message() ==
-        "CreateShards.update: a hybrid update is one class \"sync\" and the other \"async\", got dense sync, sparse "
-        "bounded_staleness");
+  CHECK(
+      ValidateUpdate(bad, "CreateShards.update").message() ==
+      "CreateShards.update: a hybrid update is one class \"sync\" and the other \"async\", got dense sync, sparse "
+      "bounded_staleness");
 }
 
 TEST_CASE("update: pstrain_ps_update_mode shows each class's mode, once a CreateShards set it") {
@@ -177,10 +199,14 @@ TEST_CASE("update: pstrain_ps_update_mode shows each class's mode, once a Create
   REQUIRE(h.ok());
   const std::string hybrid = text(*h);
   CHECK_THAT(hybrid, Catch::Contains("pstrain_ps_update_mode{class=\"dense\",mode=\"sync\"} 1\n"));
-  CHECK_THAT(hybrid, Catch::Contains("pstrain_ps_update_mode{class=\"sparse\",mode=\"async\"} 1\n"));
+  CHECK_THAT(hybrid,
+             Catch::Contains("pstrain_ps_update_mode{class=\"sparse\",mode=\"async\"} 1\n"));
   const std::string single = text(UpdateSpec{.mode = UpdateMode::kBoundedStaleness});
-  CHECK_THAT(single, Catch::Contains("pstrain_ps_update_mode{class=\"dense\",mode=\"bounded_staleness\"} 1\n"));
-  CHECK_THAT(single, Catch::Contains("pstrain_ps_update_mode{class=\"sparse\",mode=\"bounded_staleness\"} 1\n"));
+  CHECK_THAT(single, Catch::Contains(
+                         "pstrain_ps_update_mode{class=\"dense\",mode=\"bounded_staleness\"} 1\n"));
+  CHECK_THAT(
+      single,
+      Catch::Contains("pstrain_ps_update_mode{class=\"sparse\",mode=\"bounded_staleness\"} 1\n"));
 }
 
 TEST_CASE("update: the ps's closing summary says when it holds no sync shard") {
@@ -190,15 +216,17 @@ TEST_CASE("update: the ps's closing summary says when it holds no sync shard") {
   u.spec = WithWorkers(*h, 2);
   u.configured = true;
   u.applied_on_arrival = 12;
-  CHECK(UpdateSummary(u) ==
-        "dense async, sparse sync updates: no sync shards, 12 async gradient(s) applied, 0 stale gradient(s) dropped, "
-        "0 pull(s) waited");
+  CHECK(
+      UpdateSummary(u) ==
+      "dense async, sparse sync updates: no sync shards, 12 async gradient(s) applied, 0 stale gradient(s) dropped, "
+      "0 pull(s) waited");
   u.sync_shards = 2;
   u.min_version = 3;
   u.max_version = 4;
-  CHECK(UpdateSummary(u) ==
-        "dense async, sparse sync updates: sync shards at update 3..4, 12 async gradient(s) applied, 0 stale "
-        "gradient(s) dropped, 0 pull(s) waited");
+  CHECK(
+      UpdateSummary(u) ==
+      "dense async, sparse sync updates: sync shards at update 3..4, 12 async gradient(s) applied, 0 stale "
+      "gradient(s) dropped, 0 pull(s) waited");
   CHECK(UpdateSummary(Service::UpdateStats{}).empty());  // async
 }
 
@@ -206,11 +234,14 @@ TEST_CASE("update: a hybrid job without variables of one class is warned about")
   auto h = Parse(R"({"dense": {"mode": "sync"}, "sparse": {"mode": "async"}})");
   REQUIRE(h.ok());
   CHECK(OneClassWarning(*h, 3, 2, "job.update").empty());
-  CHECK(OneClassWarning(*h, 3, 0, "job.update") ==
-        "job.update: a hybrid update (dense sync, sparse async) but the model has no sparse variable: this is plain "
-        "sync training");
-  CHECK(OneClassWarning(*h, 0, 2, "job.update") ==
-        "job.update: a hybrid update (dense sync, sparse async) but the model has no dense variable: this is plain "
-        "async training");
-  CHECK(OneClassWarning(UpdateSpec{.mode = UpdateMode::kSync}, 3, 0, "job.update").empty());  // not hybrid
+  CHECK(
+      OneClassWarning(*h, 3, 0, "job.update") ==
+      "job.update: a hybrid update (dense sync, sparse async) but the model has no sparse variable: this is plain "
+      "sync training");
+  CHECK(
+      OneClassWarning(*h, 0, 2, "job.update") ==
+      "job.update: a hybrid update (dense sync, sparse async) but the model has no dense variable: this is plain "
+      "async training");
+  CHECK(OneClassWarning(UpdateSpec{.mode = UpdateMode::kSync}, 3, 0, "job.update")
+            .empty());  // not hybrid
 }

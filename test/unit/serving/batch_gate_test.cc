@@ -36,7 +36,8 @@ TEST_CASE("a writer waits for the batch in flight, a new batch waits behind the 
     release.wait();
   });
   // The writer gets in only after the batch: it waits (it would be "writing" otherwise).
-  BatchGate::State s = WaitFor(gate, [](const BatchGate::State& st) { return st.writer_waiting || st.writing; });
+  BatchGate::State s =
+      WaitFor(gate, [](const BatchGate::State& st) { return st.writer_waiting || st.writing; });
   CHECK(s.writer_waiting);
   CHECK(!s.writing);
   CHECK(s.batches == 1);
@@ -77,8 +78,7 @@ TEST_CASE("a writer that throws while holding the gate releases it") {
   try {
     std::unique_lock lock(gate);
     throw std::runtime_error("bad_alloc, say");
-  } catch (const std::runtime_error&) {
-  }
+  } catch (const std::runtime_error&) {}
   CHECK(!gate.state().writing);
   std::shared_lock batch(gate);  // would block forever if the writer still held it
   CHECK(gate.state().batches == 1);

@@ -1,8 +1,8 @@
 // Inference bundles (libps/serving/bundle.h) without a cluster: a model dir with one
 // checkpoint written from a Store trained in-process (Adam slots, a lazy table), exported,
 // read back and scored; and every way a bundle can be damaged.
-#include <catch2/catch.hpp>
 #include <sys/stat.h>
+#include <catch2/catch.hpp>
 
 #include <atomic>
 #include <cstdlib>
@@ -33,7 +33,8 @@ constexpr int64_t kLazyVocab = int64_t{1} << 30;
 Json JobJson() {
   return Json::parse(R"({
     "model": {"type": "embedding_mlp",
-              "fields": [{"table": "user", "vocab": )" + std::to_string(kLazyVocab) + R"(, "dim": 4, "lazy": true},
+              "fields": [{"table": "user", "vocab": )" +
+                     std::to_string(kLazyVocab) + R"(, "dim": 4, "lazy": true},
                          {"table": "site", "vocab": 50, "dim": 4}],
               "dense_dim": 2, "hidden": [8], "classes": 1},
     "train_data": {"format": "libsvm", "path": "unused.libsvm", "num_features": 10},
@@ -55,7 +56,8 @@ model::Batch MakeBatch(int64_t n, uint64_t seed) {
     b.dense.push_back(static_cast<float>(rng() % 100) / 50.0f);
     for (int f = 0; f < 2; ++f) {
       b.sparse[f].offsets.push_back(i);
-      const int64_t user = static_cast<int64_t>(rng() % 400) * (kLazyVocab / 400);  // both partitions
+      const int64_t user =
+          static_cast<int64_t>(rng() % 400) * (kLazyVocab / 400);  // both partitions
       b.sparse[f].ids.push_back(f == 0 ? user : static_cast<int64_t>(rng() % 50));
     }
     b.labels.push_back(static_cast<float>(rng() % 2));
@@ -96,7 +98,8 @@ struct ModelDir {
   TempDir tmp;
   std::string dir = tmp / "model";
   std::unique_ptr<model::Model> model;
-  std::vector<std::unique_ptr<ps::server::Store>> stores;  // one per ps task, as the cluster has them
+  std::vector<std::unique_ptr<ps::server::Store>>
+      stores;  // one per ps task, as the cluster has them
   std::vector<std::unique_ptr<ckpt::ShardCheckpointer>> checkpointers;
   std::unique_ptr<worker::ParamFetcher> fetcher;
   int64_t trained = 0;  // steps
@@ -123,7 +126,10 @@ struct ModelDir {
     for (const auto& s : plan->shards) {
       const auto& v = *std::find_if(plan->variables.begin(), plan->variables.end(),
                                     [&](const auto& d) { return d.name == s.layout.var; });
-      REQUIRE(stores[s.ps]->Create({.layout = s.layout, .init = v.init, .seed = job->seed, .row_policy = v.rows}).ok());
+      REQUIRE(stores[s.ps]
+                  ->Create(
+                      {.layout = s.layout, .init = v.init, .seed = job->seed, .row_policy = v.rows})
+                  .ok());
     }
     auto f = worker::ParamFetcher::Create(*plan, std::move(links));
     REQUIRE(f.ok());
@@ -146,12 +152,20 @@ struct ModelDir {
 
   // Every ps saves the checkpoint of `step` (a delta of `parent` in `base`'s chain when
   // base is set), committed unless `commit` is false; `final`: the run's last.
-  void Save(int64_t step, std::optional<int64_t> base = std::nullopt, int64_t parent = 0, bool commit = true,
-            bool final = false) {
-    ckpt::Manifest m{.global_step = step, .unix_time = 1, .final = final, .num_ps = 2, .shards = {},
-                     .extra = Json::object(), .base = base, .parent = base ? parent : 0};
+  void Save(int64_t step, std::optional<int64_t> base = std::nullopt, int64_t parent = 0,
+            bool commit = true, bool final = false) {
+    ckpt::Manifest m{.global_step = step,
+                     .unix_time = 1,
+                     .final = final,
+                     .num_ps = 2,
+                     .shards = {},
+                     .extra = Json::object(),
+                     .base = base,
+                     .parent = base ? parent : 0};
     for (auto& ck : checkpointers) {
-      auto r = ck->Save({.model_dir = dir, .global_step = step, .delta_base = base.value_or(-1),
+      auto r = ck->Save({.model_dir = dir,
+                         .global_step = step,
+                         .delta_base = base.value_or(-1),
                          .delta_parent = base ? parent : -1});
       INFO(r.status().ToString());
       REQUIRE(r.ok());
@@ -180,7 +194,8 @@ void FlipByteAt(const std::string& path, size_t at) {
 }
 
 // md exported to md.tmp / name, at `step` (default: the newest checkpoint).
-std::string Exported(const ModelDir& md, const std::string& name = "bundle", std::optional<int64_t> step = std::nullopt) {
+std::string Exported(const ModelDir& md, const std::string& name = "bundle",
+                     std::optional<int64_t> step = std::nullopt) {
   const std::string out = md.tmp / name;
   auto r = ExportBundle({.model_dir = md.dir, .step = step, .out_dir = out});
   INFO(r.status().ToString());
@@ -188,15 +203,18 @@ std::string Exported(const ModelDir& md, const std::string& name = "bundle", std
   return out;
 }
 
-TEST_CASE("export: values only (no optimizer slots), lazy tables as their live rows, the checkpoint's values") {
+TEST_CASE(
+    "export: values only (no optimizer slots), lazy tables as their live rows, the checkpoint's values") {
   ModelDir md;
   const std::string out = Exported(md);
   // Only the bundle's files; the temporary directory is gone.
   std::set<std::string> names;
-  for (const auto& e : std::filesystem::directory_iterator(md.tmp.path())) names.insert(e.path().filename().string());
+  for (const auto& e : std::filesystem::directory_iterator(md.tmp.path()))
+    names.insert(e.path().filename().string());
   CHECK(names == std::set<std::string>{"bundle", "model"});
   std::set<std::string> files;
-  for (const auto& e : std::filesystem::directory_iterator(out)) files.insert(e.path().filename().string());
+  for (const auto& e : std::filesystem::directory_iterator(out))
+    files.insert(e.path().filename().string());
   CHECK(files == std::set<std::string>{"bundle.json", "weights.shard"});
 
   // The checkpoint's records (values and Adam's m, v) by shard.
@@ -248,7 +266,8 @@ TEST_CASE("export: values only (no optimizer slots), lazy tables as their live r
   CHECK(user["shards"] == 2);
 }
 
-TEST_CASE("a loaded bundle scores bit-identically to the checkpoint it came from, through the public API") {
+TEST_CASE(
+    "a loaded bundle scores bit-identically to the checkpoint it came from, through the public API") {
   ModelDir md;
   const std::string out = Exported(md);
   auto bundle = Bundle::Load(out);
@@ -282,7 +301,7 @@ TEST_CASE("a loaded bundle scores bit-identically to the checkpoint it came from
     REQUIRE(got->heads.size() == 1);
     CHECK(got->examples == 64);
     CHECK(got->heads[0] == want->probabilities);  // bit-identical floats
-    batch.labels.clear();  // labels are optional
+    batch.labels.clear();                         // labels are optional
     auto again = (*other)->Score(batch);
     REQUIRE(again.ok());
     CHECK(again->heads[0] == want->probabilities);
@@ -297,7 +316,8 @@ TEST_CASE("a loaded bundle scores bit-identically to the checkpoint it came from
   CHECK(keep->Score(bad).status().code() == Code::kInvalidArgument);
 }
 
-TEST_CASE("scoring data without examples is an error, as in the evaluator, with or without an observer") {
+TEST_CASE(
+    "scoring data without examples is an error, as in the evaluator, with or without an observer") {
   ModelDir md;
   auto b = LoadBundle(Exported(md));
   REQUIRE(b.ok());
@@ -305,12 +325,13 @@ TEST_CASE("scoring data without examples is an error, as in the evaluator, with 
   const Json data = {{"format", "libsvm"}, {"path", "empty.libsvm"}, {"num_features", 10}};
   int batches = 0;
   for (bool observe : {false, true}) {
-    auto pass = ScoreData(b->loaded, *b->model, data, md.tmp.path(), "--data",
-                          observe ? worker::BatchObserver([&](const model::Batch&, const model::EvalOutput&) {
-                            ++batches;
-                            return Status::Ok();
-                          })
-                                  : worker::BatchObserver());
+    auto pass = ScoreData(
+        b->loaded, *b->model, data, md.tmp.path(), "--data",
+        observe ? worker::BatchObserver([&](const model::Batch&, const model::EvalOutput&) {
+          ++batches;
+          return Status::Ok();
+        })
+                : worker::BatchObserver());
     INFO("observe " << observe << ": " << pass.status().ToString());
     CHECK(pass.status().code() == Code::kInvalidArgument);
     CHECK(pass.status().message() == "--data: no examples");
@@ -378,7 +399,8 @@ TEST_CASE("damage to a bundle is DataLoss naming the file") {
   FlipByteAt(weights, 3);
   expect("a flipped header byte", Code::kDataLoss, weights + ": checksum mismatch");
   WriteBytes(weights, good_weights.substr(0, good_weights.size() - 10));
-  expect("truncated weights", Code::kDataLoss, weights + ": " + std::to_string(good_weights.size() - 10) + " bytes");
+  expect("truncated weights", Code::kDataLoss,
+         weights + ": " + std::to_string(good_weights.size() - 10) + " bytes");
   std::filesystem::remove(weights);
   expect("missing weights", Code::kDataLoss, weights + ": missing");
   // A digit of a number in the manifest (the first digit of the step).
@@ -401,10 +423,13 @@ TEST_CASE("damage to a bundle is DataLoss naming the file") {
   expect("a path outside", Code::kInvalidArgument, "is not a file inside the bundle");
   // Plug-ins: only verified files under plugins/ are loaded.
   EditManifest(out, [](Json& m) { m["job"]["plugins"] = Json::array({"plugins/0-libx.so"}); });
-  expect("an unlisted plug-in", Code::kDataLoss, "job.plugins[0]: \"plugins/0-libx.so\" is not listed in files");
-  for (const std::string name : {"/usr/lib/libx.so", "plugins/../../model/libx.so", "weights.shard", ""}) {
+  expect("an unlisted plug-in", Code::kDataLoss,
+         "job.plugins[0]: \"plugins/0-libx.so\" is not listed in files");
+  for (const std::string name :
+       {"/usr/lib/libx.so", "plugins/../../model/libx.so", "weights.shard", ""}) {
     EditManifest(out, [&](Json& m) { m["job"]["plugins"] = Json::array({name}); });
-    expect("plug-in " + name, Code::kInvalidArgument, "job.plugins[0]: \"" + name + "\" is not a file under");
+    expect("plug-in " + name, Code::kInvalidArgument,
+           "job.plugins[0]: \"" + name + "\" is not a file under");
   }
   EditManifest(out, [](Json& m) { m["job"]["partitioner"]["num_shards"] = 3; });
   // The weights load into any partitioning (the restore reshards), but the manifest's
@@ -420,7 +445,8 @@ TEST_CASE("damage to a bundle is DataLoss naming the file") {
   REQUIRE(LoadBundle(out).ok());
 }
 
-TEST_CASE("export refuses an existing bundle, names a missing step, and writes into an empty directory") {
+TEST_CASE(
+    "export refuses an existing bundle, names a missing step, and writes into an empty directory") {
   ModelDir md;
   const std::string out = Exported(md);
   auto again = ExportBundle({.model_dir = md.dir, .step = std::nullopt, .out_dir = out});
@@ -440,20 +466,23 @@ TEST_CASE("export refuses an existing bundle, names a missing step, and writes i
   CHECK(slash->info.dir == md.tmp / "slash");
   CHECK(LoadBundle(md.tmp / "slash").ok());
   std::set<std::string> names;
-  for (const auto& e : std::filesystem::directory_iterator(md.tmp.path())) names.insert(e.path().filename().string());
+  for (const auto& e : std::filesystem::directory_iterator(md.tmp.path()))
+    names.insert(e.path().filename().string());
   CHECK(names == std::set<std::string>{"bundle", "empty", "model", "slash"});
   // A damaged newest checkpoint with nothing older: a DataLoss naming it, no bundle.
   const std::string shard = md.dir + "/ckpt-40/ps-1.shard";
   std::string bytes = ReadBytes(shard);
   bytes[bytes.size() / 2] = static_cast<char>(~static_cast<unsigned char>(bytes[bytes.size() / 2]));
   WriteBytes(shard, bytes);
-  auto damaged = ExportBundle({.model_dir = md.dir, .step = std::nullopt, .out_dir = md.tmp / "b2"});
+  auto damaged =
+      ExportBundle({.model_dir = md.dir, .step = std::nullopt, .out_dir = md.tmp / "b2"});
   CHECK(damaged.status().code() == Code::kDataLoss);
   CHECK(damaged.status().message().find("ps-1.shard") != std::string::npos);
   CHECK(!std::filesystem::exists(md.tmp / "b2"));
 }
 
-TEST_CASE("the bundle directory has the mode of a directory this process creates, not mkdtemp's 0700") {
+TEST_CASE(
+    "the bundle directory has the mode of a directory this process creates, not mkdtemp's 0700") {
   ModelDir md;
   for (mode_t mask : {mode_t{022}, mode_t{027}}) {
     const mode_t old = ::umask(mask);
@@ -515,7 +544,8 @@ TEST_CASE("an export that fails after making its temporary directory removes it"
   CHECK(r.status().code() == Code::kNotFound);
   CHECK(r.status().message().find(lib / "libgone.so") != std::string::npos);
   std::set<std::string> names;
-  for (const auto& e : std::filesystem::directory_iterator(md.tmp.path())) names.insert(e.path().filename().string());
+  for (const auto& e : std::filesystem::directory_iterator(md.tmp.path()))
+    names.insert(e.path().filename().string());
   CHECK(names == std::set<std::string>{"model"});
 }
 
@@ -566,21 +596,25 @@ std::vector<std::vector<float>> ScoresOf(const Bundle& bundle) {
 }
 
 // Every shard of a store: its key -> (lazy: the created rows' ids; values, bit-exact).
-std::map<std::string, std::pair<std::vector<int64_t>, std::vector<float>>> Contents(const ps::server::Store& store) {
+std::map<std::string, std::pair<std::vector<int64_t>, std::vector<float>>> Contents(
+    const ps::server::Store& store) {
   std::map<std::string, std::pair<std::vector<int64_t>, std::vector<float>>> out;
   for (const auto& key : store.Keys()) {
-    REQUIRE(store.Read(key, [&](const ps::server::ShardView& v) {
-                   auto& [ids, values] = out[key.var + "/" + std::to_string(key.shard)];
-                   if (!v.def.layout.lazy) {
-                     values.assign(v.values.begin(), v.values.end());
-                     return;
-                   }
-                   ids.assign(v.row_ids.begin(), v.row_ids.end());
-                   for (size_t i = 0; i < v.row_ids.size(); ++i) {
-                     auto row = v.row(i, 0);
-                     values.insert(values.end(), row.begin(), row.end());
-                   }
-                 }).ok());
+    REQUIRE(store
+                .Read(key,
+                      [&](const ps::server::ShardView& v) {
+                        auto& [ids, values] = out[key.var + "/" + std::to_string(key.shard)];
+                        if (!v.def.layout.lazy) {
+                          values.assign(v.values.begin(), v.values.end());
+                          return;
+                        }
+                        ids.assign(v.row_ids.begin(), v.row_ids.end());
+                        for (size_t i = 0; i < v.row_ids.size(); ++i) {
+                          auto row = v.row(i, 0);
+                          values.insert(values.end(), row.begin(), row.end());
+                        }
+                      })
+                .ok());
   }
   return out;
 }
@@ -593,7 +627,8 @@ struct UserRows {
 UserRows DeltaUsers(const ModelDir& md, int64_t step) {
   UserRows out;
   for (int p = 0; p < 2; ++p) {
-    auto reader = ckpt::ShardReader::Open(ckpt::DeltaPath(md.dir, kStep, step) + "/" + ckpt::ShardFileName(p));
+    auto reader = ckpt::ShardReader::Open(ckpt::DeltaPath(md.dir, kStep, step) + "/" +
+                                          ckpt::ShardFileName(p));
     REQUIRE(reader.ok());
     auto records = reader->ReadRecords();
     REQUIRE(records.ok());
@@ -654,7 +689,8 @@ TEST_CASE("bundle.json's source.checkpoint names the directory that holds the ex
   CHECK(bundle->info().source_step == 70);
 }
 
-TEST_CASE("a refreshed bundle is bit-identical to one exported at the newest delta, rows and scores") {
+TEST_CASE(
+    "a refreshed bundle is bit-identical to one exported at the newest delta, rows and scores") {
   DeltaModelDir md;
   const std::string newest = Exported(md, "b70");
   auto fresh = Loaded(newest);
@@ -679,7 +715,8 @@ TEST_CASE("a refreshed bundle is bit-identical to one exported at the newest del
     CHECK(stats->base_step == kStep);
     CHECK(stats->from_step == from);
     CHECK(stats->to_step == 70);
-    CHECK(stats->applied == (from == kStep ? std::vector<int64_t>{50, 60, 70} : std::vector<int64_t>{60, 70}));
+    CHECK(stats->applied ==
+          (from == kStep ? std::vector<int64_t>{50, 60, 70} : std::vector<int64_t>{60, 70}));
     CHECK(stats->warnings.empty());
     CHECK(stats->paused_seconds > 0);
     const BundleInfo info = bundle->info();
@@ -710,7 +747,8 @@ TEST_CASE("a refreshed bundle is bit-identical to one exported at the newest del
   }
 }
 
-TEST_CASE("a row a delta evicted leaves the refreshed bundle and scores with its initial value again") {
+TEST_CASE(
+    "a row a delta evicted leaves the refreshed bundle and scores with its initial value again") {
   DeltaModelDir md;
   const std::string base = Exported(md, "b40", kStep);
   auto loaded = LoadBundle(base);
@@ -798,7 +836,8 @@ TEST_CASE("a row a delta evicted leaves the refreshed bundle and scores with its
   CHECK(trained != initial);
 }
 
-TEST_CASE("a refresh stops before a corrupt delta, naming its file, and ignores an uncommitted one") {
+TEST_CASE(
+    "a refresh stops before a corrupt delta, naming its file, and ignores an uncommitted one") {
   DeltaModelDir md;
   const std::string base = Exported(md, "b40", kStep);
   const auto at60 = ScoresOf(*Loaded(Exported(md, "b60", 60)));
@@ -841,7 +880,8 @@ TEST_CASE("a refresh stops before a corrupt delta, naming its file, and ignores 
   CHECK(ScoresOf(*bundle) == at70);
 }
 
-TEST_CASE("a refresh reads the model dir's job.json as JSON: the training job's plug-ins are not loaded") {
+TEST_CASE(
+    "a refresh reads the model dir's job.json as JSON: the training job's plug-ins are not loaded") {
   DeltaModelDir md;
   auto bundle = Loaded(Exported(md, "b40", kStep));
   // The training hosts' plug-in, absent here: parsing the job would dlopen it and fail.
@@ -875,7 +915,8 @@ TEST_CASE("a newer full checkpoint is an error asking for a reload; the bundle i
   auto wrong = fifty->Refresh(other.dir);
   INFO(wrong.status().ToString());
   CHECK(wrong.status().code() == Code::kFailedPrecondition);
-  CHECK_THAT(wrong.status().message(), Catch::Contains("the bundle's step 50 is not in the newest checkpoint chain"));
+  CHECK_THAT(wrong.status().message(),
+             Catch::Contains("the bundle's step 50 is not in the newest checkpoint chain"));
   auto none = bundle->Refresh(md.tmp / "nothing");
   CHECK(none.status().code() == Code::kNotFound);
   // Another model's deltas, at the bundle's very steps: refused before anything is read.
@@ -887,7 +928,8 @@ TEST_CASE("a newer full checkpoint is an error asking for a reload; the bundle i
   auto mixed = bundle->Refresh(another.dir);
   INFO(mixed.status().ToString());
   CHECK(mixed.status().code() == Code::kFailedPrecondition);
-  CHECK_THAT(mixed.status().message(), Catch::Contains(another.dir + "/job.json: its model differs from the bundle's"));
+  CHECK_THAT(mixed.status().message(),
+             Catch::Contains(another.dir + "/job.json: its model differs from the bundle's"));
   CHECK(bundle->info().source_step == kStep);
   CHECK(ScoresOf(*bundle) == before);
 }
@@ -898,7 +940,8 @@ void ReplaceModelDir(const std::string& dir, const std::string& with) {
   std::filesystem::copy(with, dir, std::filesystem::copy_options::recursive);
 }
 
-TEST_CASE("a refresh refuses a model dir wiped and trained again, even at the bundle's very steps") {
+TEST_CASE(
+    "a refresh refuses a model dir wiped and trained again, even at the bundle's very steps") {
   DeltaModelDir md;
   auto at40 = Loaded(Exported(md, "b40", kStep));
   auto also40 = Loaded(Exported(md, "b40-also", kStep));
@@ -940,7 +983,8 @@ TEST_CASE("a refresh refuses a model dir wiped and trained again, even at the bu
   CHECK(also40->info().source_step == kStep);
 }
 
-TEST_CASE("a bundle without its source's digests (an older export) loads and scores, and is not refreshed") {
+TEST_CASE(
+    "a bundle without its source's digests (an older export) loads and scores, and is not refreshed") {
   DeltaModelDir md;
   const std::string dir = Exported(md, "b40", kStep);
   EditManifest(dir, [](Json& m) {
@@ -952,12 +996,14 @@ TEST_CASE("a bundle without its source's digests (an older export) loads and sco
   auto refused = bundle->Refresh(md.dir);
   INFO(refused.status().ToString());
   CHECK(refused.status().code() == Code::kFailedPrecondition);
-  CHECK_THAT(refused.status().message(), Catch::Contains(dir + "/bundle.json: the source has no base_digests"));
+  CHECK_THAT(refused.status().message(),
+             Catch::Contains(dir + "/bundle.json: the source has no base_digests"));
   CHECK_THAT(refused.status().message(), Catch::Contains("export the bundle anew"));
   CHECK(ScoresOf(*bundle) == before);
 }
 
-TEST_CASE("a refresh writes the deltas from memory: files deleted after the reading do not matter") {
+TEST_CASE(
+    "a refresh writes the deltas from memory: files deleted after the reading do not matter") {
   DeltaModelDir md;
   auto newest = LoadBundle(Exported(md, "b70"));
   REQUIRE(newest.ok());
@@ -979,7 +1025,8 @@ TEST_CASE("a refresh writes the deltas from memory: files deleted after the read
   CHECK(Contents(*loaded->loaded.store) == want);
 }
 
-TEST_CASE("a refresh that fails half-way says so in status(); one that fails before writing leaves the bundle be") {
+TEST_CASE(
+    "a refresh that fails half-way says so in status(); one that fails before writing leaves the bundle be") {
   DeltaModelDir md;
   auto at40 = Loaded(Exported(md, "b40", kStep));
   auto at70 = Loaded(Exported(md, "b70", 70));
@@ -995,16 +1042,28 @@ TEST_CASE("a refresh that fails half-way says so in status(); one that fails bef
   layout.lazy = true;
   auto dir = ckpt::CreateDeltaDir(md.dir, kStep, 80);
   REQUIRE(dir.ok());
-  ckpt::Manifest m{.global_step = 80, .unix_time = 1, .final = false, .num_ps = 2, .shards = {},
-                   .extra = Json::object(), .base = kStep, .parent = 70};
+  ckpt::Manifest m{.global_step = 80,
+                   .unix_time = 1,
+                   .final = false,
+                   .num_ps = 2,
+                   .shards = {},
+                   .extra = Json::object(),
+                   .base = kStep,
+                   .parent = 70};
   const std::vector<int64_t> ids{0};
   const std::vector<float> values(static_cast<size_t>(layout.cols), 1.0f);
   for (int p = 0; p < 2; ++p) {
     auto w = ckpt::ShardWriter::Create(*dir + "/" + ckpt::ShardFileName(p), p, 80);
     REQUIRE(w.ok());
     if (p == 0) {
-      REQUIRE(w->Append({.layout = layout, .values = values, .slots = {}, .row_ids = ids, .gather = {},
-                         .delta = true, .deleted_ids = {}}).ok());
+      REQUIRE(w->Append({.layout = layout,
+                         .values = values,
+                         .slots = {},
+                         .row_ids = ids,
+                         .gather = {},
+                         .delta = true,
+                         .deleted_ids = {}})
+                  .ok());
     }
     auto info = w->Commit();
     REQUIRE(info.ok());
@@ -1016,7 +1075,8 @@ TEST_CASE("a refresh that fails half-way says so in status(); one that fails bef
   auto early = at70->Refresh(md.dir);
   INFO(early.status().ToString());
   CHECK(early.status().code() == Code::kFailedPrecondition);
-  CHECK_THAT(early.status().message(), Catch::Contains("is lazy in the checkpoint and dense in this job"));
+  CHECK_THAT(early.status().message(),
+             Catch::Contains("is lazy in the checkpoint and dense in this job"));
   CHECK_THAT(early.status().message(), Catch::Contains(ckpt::DeltaPath(md.dir, kStep, 80)));
   CHECK(at70->status().ok());
   CHECK(at70->info().source_step == 70);
@@ -1028,7 +1088,8 @@ TEST_CASE("a refresh that fails half-way says so in status(); one that fails bef
   auto half = at40->Refresh(md.dir);
   INFO(half.status().ToString());
   CHECK(half.status().code() == Code::kFailedPrecondition);
-  CHECK_THAT(half.status().message(), Catch::Contains("the bundle holds part of the deltas after step 40: reload it"));
+  CHECK_THAT(half.status().message(),
+             Catch::Contains("the bundle holds part of the deltas after step 40: reload it"));
   CHECK(at40->status().code() == Code::kFailedPrecondition);
   CHECK(at40->status().message() == half.status().message());
   CHECK(at40->info().source_step == kStep);  // the old step, documented as such

@@ -32,21 +32,25 @@ struct Counts {
 // default runs its Push then its Pull: not counted again).
 class CountingLink : public PsLink {
  public:
-  CountingLink(std::unique_ptr<PsLink> inner, Counts* counts) : inner_(std::move(inner)), counts_(counts) {}
+  CountingLink(std::unique_ptr<PsLink> inner, Counts* counts)
+      : inner_(std::move(inner)), counts_(counts) {}
   void Pull(ps::proto::Pull req, std::vector<std::span<std::byte>> into,
             std::function<void(ps::Status, int64_t)> done) override {
     ++counts_->pulls;
     inner_->Pull(std::move(req), std::move(into), std::move(done));
   }
-  void Push(ps::proto::Push req, ps::net::OutPayload grads, std::function<void(ps::Status)> done) override {
+  void Push(ps::proto::Push req, ps::net::OutPayload grads,
+            std::function<void(ps::Status)> done) override {
     ++counts_->pushes;
     inner_->Push(std::move(req), std::move(grads), std::move(done));
   }
   void PushPull(ps::proto::Push push, ps::net::OutPayload grads, ps::proto::Pull pull,
-                std::vector<std::span<std::byte>> into, std::function<void(ps::Status)> done) override {
+                std::vector<std::span<std::byte>> into,
+                std::function<void(ps::Status)> done) override {
     ++counts_->push_pulls;
     CHECK_FALSE(push.pull.has_value());  // the link puts it there
-    inner_->PushPull(std::move(push), std::move(grads), std::move(pull), std::move(into), std::move(done));
+    inner_->PushPull(std::move(push), std::move(grads), std::move(pull), std::move(into),
+                     std::move(done));
   }
 
  private:
@@ -59,7 +63,8 @@ class CountingLink : public PsLink {
 // item (the push, then the pull), as the ps runs a push that carries a pull.
 class FifoLink : public PsLink {
  public:
-  explicit FifoLink(std::unique_ptr<PsLink> inner) : inner_(std::move(inner)), thread_([this] { Run(); }) {}
+  explicit FifoLink(std::unique_ptr<PsLink> inner)
+      : inner_(std::move(inner)), thread_([this] { Run(); }) {}
   ~FifoLink() override {
     {
       std::lock_guard lock(mu_);
@@ -74,16 +79,19 @@ class FifoLink : public PsLink {
       inner_->Pull(std::move(req), std::move(into), std::move(done));
     });
   }
-  void Push(ps::proto::Push req, ps::net::OutPayload grads, std::function<void(ps::Status)> done) override {
+  void Push(ps::proto::Push req, ps::net::OutPayload grads,
+            std::function<void(ps::Status)> done) override {
     Post([this, req = std::move(req), grads = std::move(grads), done = std::move(done)]() mutable {
       inner_->Push(std::move(req), std::move(grads), std::move(done));
     });
   }
   void PushPull(ps::proto::Push push, ps::net::OutPayload grads, ps::proto::Pull pull,
-                std::vector<std::span<std::byte>> into, std::function<void(ps::Status)> done) override {
-    Post([this, push = std::move(push), grads = std::move(grads), pull = std::move(pull), into = std::move(into),
-          done = std::move(done)]() mutable {
-      inner_->PushPull(std::move(push), std::move(grads), std::move(pull), std::move(into), std::move(done));
+                std::vector<std::span<std::byte>> into,
+                std::function<void(ps::Status)> done) override {
+    Post([this, push = std::move(push), grads = std::move(grads), pull = std::move(pull),
+          into = std::move(into), done = std::move(done)]() mutable {
+      inner_->PushPull(std::move(push), std::move(grads), std::move(pull), std::move(into),
+                       std::move(done));
     });
   }
 
@@ -166,7 +174,8 @@ TEST_CASE("job.combine_push_pull: true by default, a boolean") {
   CHECK(bad.status().message().find("job.combine_push_pull") != std::string::npos);
 }
 
-TEST_CASE("combine_push_pull: the same values as separate pulls and pushes, with one request a step") {
+TEST_CASE(
+    "combine_push_pull: the same values as separate pulls and pushes, with one request a step") {
   const bool prefetch = GENERATE(true, false);
   // Answered at once (in the call), or later on another thread while the trainer goes on.
   const bool later = GENERATE(false, true);

@@ -6,9 +6,14 @@
 
 using namespace ps;
 
-TEST_CASE("inline evaluation sums travel as a reply and a payload and come back equal; a short payload is refused") {
+TEST_CASE(
+    "inline evaluation sums travel as a reply and a payload and come back equal; a short payload is refused") {
   std::vector<model::HeadMetrics::Sums> sums(2);
-  sums[0] = {.examples = 3, .loss_sum = 1.5, .correct = 2, .scores = {0.1f, 0.7f, 0.4f}, .labels = {0, 1, 1}};
+  sums[0] = {.examples = 3,
+             .loss_sum = 1.5,
+             .correct = 2,
+             .scores = {0.1f, 0.7f, 0.4f},
+             .labels = {0, 1, 1}};
   sums[1] = {.examples = 3, .loss_sum = 0.25, .correct = 0, .scores = {}, .labels = {}};
   worker::EvalShardWire w = worker::SumsToWire(sums);
   REQUIRE(w.reply.heads.size() == 2);
@@ -27,5 +32,6 @@ TEST_CASE("inline evaluation sums travel as a reply and a payload and come back 
   bytes.pop_back();
   auto short_payload = worker::SumsFromWire(w.reply, bytes);
   REQUIRE_FALSE(short_payload.ok());
-  CHECK(short_payload.status().message() == "EvaluateShardReply: 23 payload bytes for 6 scores and labels");
+  CHECK(short_payload.status().message() ==
+        "EvaluateShardReply: 23 payload bytes for 6 scores and labels");
 }

@@ -19,7 +19,8 @@ namespace ps::worker::testing {
 
 // A sparse table (embedding rows, a different set every batch) and dense layers after it.
 inline Json SmallJob() {
-  return Json::parse(R"({"model": {"type": "embedding_mlp", "fields": [{"vocab": 8, "dim": 4}], "hidden": [3],
+  return Json::parse(
+      R"({"model": {"type": "embedding_mlp", "fields": [{"vocab": 8, "dim": 4}], "hidden": [3],
                                    "classes": 1},
                          "train_data": {"format": "string_features", "examples": 200, "seed": 1},
                          "optimizer": {"type": "sgd", "learning_rate": 0.5},
@@ -34,8 +35,9 @@ struct Cluster {
 
 // One in-process store holding every shard of `job`'s plan, and a trainer over it.
 // `wrap`, when set, wraps the link to the store (to watch the trainer's calls).
-inline void Build(const ps::job::JobSpec& job, Cluster* c,
-                  const std::function<std::unique_ptr<PsLink>(std::unique_ptr<PsLink>)>& wrap = {}) {
+inline void Build(
+    const ps::job::JobSpec& job, Cluster* c,
+    const std::function<std::unique_ptr<PsLink>(std::unique_ptr<PsLink>)>& wrap = {}) {
   auto model = ps::model::BuildModel(job.model, "job.model");
   REQUIRE(model.ok());
   auto plan = ps::job::PlanVariables(job, **model, 1);
@@ -58,9 +60,12 @@ inline void Build(const ps::job::JobSpec& job, Cluster* c,
 inline std::map<std::string, std::vector<float>> Values(const Cluster& c) {
   std::map<std::string, std::vector<float>> out;
   for (const auto& key : c.keys) {
-    REQUIRE(c.store.Read(key, [&](const ps::server::ShardView& v) {
-      out[key.ToString()].assign(v.values.begin(), v.values.end());
-    }).ok());
+    REQUIRE(c.store
+                .Read(key,
+                      [&](const ps::server::ShardView& v) {
+                        out[key.ToString()].assign(v.values.begin(), v.values.end());
+                      })
+                .ok());
   }
   return out;
 }
