@@ -9,6 +9,7 @@
 #include "launcher/chief_client.h"
 #include "launcher/gen_ctr.h"
 #include "launcher/report.h"
+#include "launcher/run_files.h"
 #include "launcher/serving.h"
 #include "launcher/supervisor.h"
 #include "launcher/tf_config.h"
@@ -109,7 +110,11 @@ Result<ChiefTarget> MakeTarget(const std::string& sub, const po::variables_map& 
   auto hp = cluster::ParseHostPort(chief);
   if (!hp.ok()) return InvalidArgument("pstrain " + sub + ": --chief: " + hp.status().message());
   t.chief = *hp;
-  if (vm.count("secret-file")) t.secret_file = secret;
+  if (vm.count("secret-file")) {
+    t.secret_file = secret;
+  } else {
+    t.secret_file = FindLocalSecret(t.chief);  // a cluster pstrain local started here
+  }
   PS_ASSIGN_OR_RETURN(t.timeout, Seconds(sub, "--timeout", timeout, false));
   return t;
 }

@@ -58,7 +58,11 @@ std::string PsTable(const std::vector<proto::PsLoad>& ps) {
                     std::to_string(p.rows->not_admitted), std::to_string(p.rows->evicted_ttl),
                     std::to_string(p.rows->evicted_max_rows)});
   }
-  return TableText(rows) + errors + (lazy.size() > 1 ? "\n" + TableText(lazy) : std::string());
+  std::string out = TableText(rows) + errors;
+  // Appended, not "\n" + TableText(lazy): GCC 12 warns (-Wrestrict, a false positive fixed
+  // in GCC 13) on inserting a literal before a temporary string.
+  if (lazy.size() > 1) out.append("\n").append(TableText(lazy));
+  return out;
 }
 
 }  // namespace

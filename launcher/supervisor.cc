@@ -25,6 +25,7 @@
 
 #include "launcher/chief_client.h"
 #include "launcher/local_plan.h"
+#include "launcher/run_files.h"
 #include "launcher/subprocess.h"
 #include "libps/core/text.h"
 #include "libps/daemon/daemon.h"
@@ -77,13 +78,6 @@ struct Task {
   bool running() const { return proc != nullptr; }
   bool finished() const { return !proc && !restart_at && last_exit.has_value(); }
 };
-
-bool LooksLocal(const std::string& host) {
-  if (host == "localhost" || host == "::1" || host == "0.0.0.0" || host == "::") return true;
-  if (host.rfind("127.", 0) == 0) return true;
-  char name[256] = {};
-  return ::gethostname(name, sizeof name - 1) == 0 && host == name;
-}
 
 class Supervisor {
  public:
@@ -138,7 +132,10 @@ class Supervisor {
     }
     line += "; model dir: " + dir;
     line += "; stop with Ctrl-C or: pstrain stop --chief " + ControlAddress().ToString();
-    if (command_.secret_file) line += " --secret-file " + *command_.secret_file;
+    // The throw-away secret's file is found by pstrain stop without the flag.
+    if (command_.secret_file && !FindLocalSecret(ControlAddress())) {
+      line += " --secret-file " + *command_.secret_file;
+    }
     out_.Say(line);
     for (const auto& t : tasks_) {
       const auto& hp = spec_.address(t.plan.id);
@@ -452,15 +449,28 @@ extern "C" void ForwardSignalToReader(int sig) {
 
 }  // namespace
 
-int RunLocal(const LocalCommand& command) {
+int RunLocal(const LocalCommand& given) {
   auto fail = [](const std::string& message) {
     PrintErr("pstrain local: " + message);
     return kExitUsage;
   };
-  auto spec = cluster::ReadClusterFile(command.cluster_file);
+  auto spec = cluster::ReadClusterFile(given.cluster_file);
   if (!spec.ok()) return fail(spec.status().message());
-  if (::access(command.job_file.c_str(), R_OK) != 0) {
-    return fail("--job: cannot read " + command.job_file + ": " + std::strerror(errno));
+  if (::access(given.job_file.c_str(), R_OK) != 0) {
+    return fail("--job: cannot read " + given.job_file + ": " + std::strerror(errno));
+  }
+  // Without --secret-file the cluster gets a throw-away secret in its run files, removed
+  // when pstrain local ends; pstrain stop and status find it there.
+  LocalCommand command = given;
+  std::optional<LocalSecret> throwaway;
+  if (!command.secret_file && spec->count(TaskType::kChief) > 0) {
+    auto created = LocalSecret::Create(spec->address({TaskType::kChief, 0}).port);
+    if (!created.ok()) {
+      PrintErr("pstrain local: " + created.status().message());
+      return kExitFailure;
+    }
+    throwaway.emplace(std::move(*created));
+    command.secret_file = throwaway->path();
   }
   auto secret = LoadSecret(command.secret_file);
   if (!secret.ok()) return fail(secret.status().message());

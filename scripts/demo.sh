@@ -4,7 +4,9 @@
 # 10,000 test images and shuts every task down. Extra arguments go to `pstrain local`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+# Only the launcher and the daemons it starts: the tests are built by scripts/test.sh.
+PSTRAIN_TARGETS="launcher/pstrain daemons/ps/pstrain-ps daemons/worker/pstrain-worker \
+daemons/chief/pstrain-chief daemons/evaluator/pstrain-evaluator" bash scripts/setup.sh
 MODEL_DIR=${PSTRAIN_MODEL_DIR:-/tmp/pstrain-fmnist}
 export OPENBLAS_NUM_THREADS=1
 exec build/launcher/pstrain local --cluster configs/cluster-local.json \

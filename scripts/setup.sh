@@ -44,4 +44,7 @@ if [ ! -f "$BUILD/build.ninja" ]; then
   meson setup "$BUILD" --buildtype=release >/dev/null
 fi
 # Two cores: more jobs only thrash memory on the Asio-heavy translation units.
-ninja -C "$BUILD" -j "${PSTRAIN_JOBS:-2}"
+# PSTRAIN_TARGETS: build only these ninja targets (scripts/demo.sh builds the executables
+# it runs); unset, everything, tests included.
+read -r -a targets <<< "${PSTRAIN_TARGETS:-}"
+ninja -C "$BUILD" -j "${PSTRAIN_JOBS:-2}" "${targets[@]}"

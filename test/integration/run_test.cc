@@ -1,6 +1,7 @@
 // Full short runs from the configs/ files: the daemons started one by one, then the
 // same files (with this test's ports) through `pstrain local`. Everyone exits 0.
 #include <signal.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 
@@ -79,6 +80,47 @@ TEST_CASE("pstrain local runs the same job on a derived cluster file and exits 0
   CHECK(launcher->HasLine("final evaluation at step 200"));
   CHECK(launcher->HasLine("chief 127.0.0.1:" + std::to_string(spec.address(kChief).port)));
   CheckCompletedMetrics(tmp / "model");
+}
+
+TEST_CASE("pstrain local makes a throw-away secret that pstrain status and stop find") {
+  TempDir tmp;
+  auto spec = LocalCluster();
+  WriteClusterFile(spec, tmp / "cluster.json");
+  // Long enough that only the stop below ends it.
+  auto job = DeriveJob("job-fmnist-mlp.json", tmp / "job.json", 1000000, 50, tmp / "model");
+  const std::vector<std::pair<std::string, std::string>> env{
+      {"XDG_RUNTIME_DIR", (tmp / "run").string()}};
+  std::filesystem::create_directory(tmp / "run");
+  Task launcher("pstrain local",
+                {LauncherPath(), "local", "--cluster", (tmp / "cluster.json").string(), "--job",
+                 job.string()},
+                env);
+  REQUIRE(launcher.WaitForLine("step 50", 120s));
+
+  const std::string chief = "127.0.0.1:" + std::to_string(spec.address(kChief).port);
+  const auto secret = tmp / "run" / ("pstrain-" + std::to_string(::getuid())) /
+                      ("local-" + std::to_string(spec.address(kChief).port)) / "secret";
+  REQUIRE(std::filesystem::exists(secret));
+  CHECK((std::filesystem::status(secret).permissions() & std::filesystem::perms::all) ==
+        (std::filesystem::perms::owner_read | std::filesystem::perms::owner_write));
+  CHECK(ReadFile(secret).size() == 65);  // 256 bits in hex and a newline
+  // No task warns about a missing secret, and the hint to stop names no secret file.
+  CHECK_FALSE(launcher.HasLine("no --secret-file"));
+  CHECK(launcher.HasLine("pstrain stop --chief " + chief));
+  CHECK_FALSE(launcher.HasLine("--secret-file " + secret.string()));
+
+  Task status("pstrain status", {LauncherPath(), "status", "--chief", chief}, env);
+  CHECK(status.WaitExit(30s) == std::optional<int>(0));
+  CHECK(status.HasLine("step"));
+  // Elsewhere the file is not found, and the cluster refuses a client without the secret.
+  Task outsider("pstrain status", {LauncherPath(), "status", "--chief", chief},
+                {{"XDG_RUNTIME_DIR", tmp.path().string()}});
+  CHECK(outsider.WaitExit(30s) == std::optional<int>(1));
+
+  Task stop("pstrain stop", {LauncherPath(), "stop", "--chief", chief}, env);
+  CHECK(stop.WaitExit(30s) == std::optional<int>(0));
+  CHECK(launcher.WaitExit(120s) == std::optional<int>(0));
+  CHECK_FALSE(std::filesystem::exists(secret.parent_path()));
 }
 
 }  // namespace
