@@ -94,7 +94,7 @@ class RemoteLink : public PsLink {
     const char* v = std::getenv("PSTRAIN_FAULT_REPEAT_PUSH_EVERY");
     return v == nullptr ? int64_t{0} : std::max<int64_t>(0, std::atoll(v));
   }();
-  int64_t pushes_ = 0;  // the trainer's thread only
+  int64_t pushes_ = 0;  // the sending thread only (a ParamFetcher is not thread-safe)
 
   // Sends a push (`into`: where its pull's rows go, if it has one), and with the fault
   // injection every Nth one twice: the first reply is "lost".
