@@ -18,7 +18,7 @@ using daemon::kExitUsage;
 
 namespace {
 
-std::string Figures(const worker::EvalMetrics& m) {
+std::string Figures(const scoring::EvalMetrics& m) {
   char buf[160];
   std::snprintf(buf, sizeof buf, "accuracy %.4f  loss %.4f", m.accuracy, m.loss);
   std::string s = buf;
@@ -127,10 +127,10 @@ int RunExport(const ExportCommand& command) {
 }
 
 Result<std::string> WriteMetricsFile(const std::string& path, int64_t step,
-                                     const std::optional<worker::EvalMetrics>& metrics) {
+                                     const std::optional<scoring::EvalMetrics>& metrics) {
   if (metrics) {
     Json j = {{"step", step}};
-    j.update(worker::EvalMetricsToJson(*metrics));
+    j.update(scoring::EvalMetricsToJson(*metrics));
     PS_RETURN_IF_ERROR(WriteFileAtomic(path, j.dump() + "\n"));
     return std::string();
   }
@@ -177,7 +177,7 @@ int RunPredict(const PredictCommand& command) {
   auto sink = ScoreSink::Open(command.out);
   if (!sink.ok()) return fail(sink.status());
   auto pass =
-      serving::ScoreData(loaded->loaded, *loaded->model, data->first, data->second, "--data",
+      scoring::ScoreData(loaded->loaded, *loaded->model, data->first, data->second, "--data",
                          [&](const model::Batch&, const model::EvalOutput& out) -> Status {
                            for (int64_t i = 0; i < out.examples; ++i) {
                              PS_RETURN_IF_ERROR((*sink)->Write(FormatScoreLine(out, i)));

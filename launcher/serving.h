@@ -9,7 +9,7 @@
 #include "launcher/cli.h"
 #include "libps/core/json.h"
 #include "libps/model/model.h"
-#include "libps/worker/trainer.h"
+#include "libps/scoring/scoring.h"
 
 namespace ps::launcher {
 
@@ -24,7 +24,7 @@ int RunPredict(const PredictCommand& command);
 // Without metrics (unlabelled data) an existing FILE is removed, never left to pass for
 // this run's; returns a note saying so (empty when the metrics were written).
 Result<std::string> WriteMetricsFile(const std::string& path, int64_t step,
-                                     const std::optional<worker::EvalMetrics>& metrics);
+                                     const std::optional<scoring::EvalMetrics>& metrics);
 
 // Example `i`'s line of `out` (no newline): each head's outputs separated by spaces,
 // heads separated by a tab, every value "%.9g" (round-trips a float32).

@@ -3,11 +3,13 @@
 #include <filesystem>
 
 #include "libps/chief/shell.h"
+#include "libps/client/param_fetcher.h"
+#include "libps/client/ps_link.h"
 #include "libps/core/files.h"
 #include "libps/core/log.h"
 #include "libps/core/text.h"
 #include "libps/obs/status.h"
-#include "libps/worker/trainer.h"
+#include "libps/scoring/scoring.h"
 
 namespace ps::chief {
 
@@ -298,16 +300,16 @@ void Chief::RemoveFailedCheckpoint() {
 Status Chief::FinalEvaluation() {
   SetState("evaluating");
   PS_ASSIGN_OR_RETURN(auto model, model::BuildModel(job_.model, "job.model"));
-  std::vector<std::unique_ptr<worker::PsLink>> links;
-  for (const auto& p : ps_) links.push_back(worker::RemotePsLink(p));
-  PS_ASSIGN_OR_RETURN(auto fetcher, worker::ParamFetcher::Create(plan_, std::move(links)));
-  PS_ASSIGN_OR_RETURN(worker::EvalMetrics m,
-                      worker::Evaluate(job_, job_.eval_data, *model, *fetcher));
+  std::vector<std::unique_ptr<client::PsLink>> links;
+  for (const auto& p : ps_) links.push_back(client::RemotePsLink(p));
+  PS_ASSIGN_OR_RETURN(auto fetcher, client::ParamFetcher::Create(plan_, std::move(links)));
+  PS_ASSIGN_OR_RETURN(scoring::EvalMetrics m,
+                      scoring::Evaluate(job_, job_.eval_data, *model, *fetcher));
   PS_LOG(Info) << "final evaluation at step " << global_step_ << " on " << m.examples
                << " examples: accuracy " << Fixed(m.accuracy, 4) << "  loss " << Fixed(m.loss, 4)
                << (m.auc >= 0 ? "  auc " + Fixed(m.auc, 4) : std::string());
   Json final_eval = {{"step", global_step_.load()}};
-  final_eval.update(worker::EvalMetricsToJson(m));  // the keys of eval/metrics.jsonl
+  final_eval.update(scoring::EvalMetricsToJson(m));  // the keys of eval/metrics.jsonl
   WriteMetricsLine({{"final_eval", final_eval}});
   // TensorBoard's "eval" run, as the evaluator would have written it (it does, when there is one).
   if (ctx_.tf.cluster.count(cluster::TaskType::kEvaluator) == 0) {

@@ -4,8 +4,8 @@
 #include "libps/chief/shell.h"
 #include "libps/core/log.h"
 #include "libps/core/text.h"
-#include "libps/worker/inline_eval.h"
-#include "libps/worker/trainer.h"
+#include "libps/scoring/inline_eval.h"
+#include "libps/scoring/scoring.h"
 
 namespace ps::chief {
 
@@ -13,7 +13,7 @@ namespace {
 // An evaluation pass over a large eval set may take long; the job still has a deadline.
 constexpr net::Millis kEvalTimeout{std::chrono::minutes(30)};
 
-std::optional<double> MetricOf(const worker::EvalMetrics& m, const std::string& metric) {
+std::optional<double> MetricOf(const scoring::EvalMetrics& m, const std::string& metric) {
   if (metric == "auc") return m.auc >= 0 ? std::optional<double>(m.auc) : std::nullopt;
   if (metric == "accuracy") return m.accuracy;
   return m.loss;
@@ -53,12 +53,12 @@ Event Chief::EvaluateOnWorkers(int64_t step) {
           ProtocolError(who + " answered EvaluateShard with " + proto::BodyName(r->envelope.body));
       continue;
     }
-    auto sums = worker::SumsFromWire(*reply, r->payload.bytes());
+    auto sums = scoring::SumsFromWire(*reply, r->payload.bytes());
     failed = sums.ok() ? merged.Merge(*sums) : sums.status();
     if (!failed.ok()) failed = failed.WithContext("evaluation on " + who);
   }
   if (!failed.ok()) return ev::EvaluationFailed{failed};
-  auto m = worker::EvalFigures(**model, merged.sums());
+  auto m = scoring::EvalFigures(**model, merged.sums());
   if (!m.ok()) return ev::EvaluationFailed{m.status()};
   const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
   PS_LOG(Info) << "evaluation at step " << step << " on " << m->examples << " examples (" << n

@@ -19,8 +19,8 @@
 #include "libps/core/text.h"
 #include "libps/model/blas.h"
 #include "libps/obs/eval_log.h"
-#include "libps/serving/loaded_model.h"
-#include "libps/worker/trainer.h"
+#include "libps/scoring/loaded_model.h"
+#include "libps/scoring/scoring.h"
 
 namespace ps::evaluator {
 
@@ -109,7 +109,7 @@ class Evaluator {
       told = true;
       if (Wait()) return Aborted("stopped by a signal before the job started");
     }
-    PS_ASSIGN_OR_RETURN(job_, serving::ReadModelDirJob(options_.model_dir));
+    PS_ASSIGN_OR_RETURN(job_, scoring::ReadModelDirJob(options_.model_dir));
     if (job_.eval_data.is_null())
       return InvalidArgument(path + ": job.eval_data: the job has no eval data");
     PS_ASSIGN_OR_RETURN(model_, model::BuildModel(job_.model, "job.model"));
@@ -150,7 +150,7 @@ class Evaluator {
     PS_ASSIGN_OR_RETURN(auto all, ckpt::ListCheckpoints(options_.model_dir));
     for (auto it = all.rbegin(); it != all.rend(); ++it) {
       if (options_.step >= 0 && it->global_step != options_.step) continue;
-      PS_ASSIGN_OR_RETURN(worker::EvalMetrics m, EvaluateCheckpoint(*it));
+      PS_ASSIGN_OR_RETURN(scoring::EvalMetrics m, EvaluateCheckpoint(*it));
       return Append(*it, m);
     }
     return NotFound(options_.step >= 0
@@ -158,7 +158,7 @@ class Evaluator {
                         : "no committed checkpoint in " + options_.model_dir);
   }
 
-  static void RecordMetrics(prom::Registry& r, int64_t step, const worker::EvalMetrics& m,
+  static void RecordMetrics(prom::Registry& r, int64_t step, const scoring::EvalMetrics& m,
                             double sec) {
     r.Counter("pstrain_evaluator_evaluations_total", "Checkpoints evaluated.").Add();
     r.Gauge("pstrain_evaluator_step", "Global step of the newest checkpoint evaluated.")
@@ -170,14 +170,14 @@ class Evaluator {
 
   // Loads checkpoint `c` into an in-process store laid out like the cluster was, and
   // scores the eval data: the loading and scoring path `pstrain predict` and the serving
-  // API share (libps/serving/loaded_model.h).
-  Result<worker::EvalMetrics> EvaluateCheckpoint(const ckpt::CheckpointInfo& c) {
+  // API share (libps/scoring/loaded_model.h).
+  Result<scoring::EvalMetrics> EvaluateCheckpoint(const ckpt::CheckpointInfo& c) {
     auto t0 = std::chrono::steady_clock::now();
-    PS_ASSIGN_OR_RETURN(serving::LoadedModel loaded, serving::LoadCheckpoint(job_, *model_, c));
+    PS_ASSIGN_OR_RETURN(scoring::LoadedModel loaded, scoring::LoadCheckpoint(job_, *model_, c));
     PS_ASSIGN_OR_RETURN(
-        serving::PassResult pass,
-        serving::ScoreData(loaded, *model_, job_.eval_data, job_.base_dir, "job.eval_data"));
-    const worker::EvalMetrics& m = *pass.metrics;
+        scoring::PassResult pass,
+        scoring::ScoreData(loaded, *model_, job_.eval_data, job_.base_dir, "job.eval_data"));
+    const scoring::EvalMetrics& m = *pass.metrics;
     double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (options_.metrics) RecordMetrics(*options_.metrics, c.global_step, m, sec);
     char buf[256];
@@ -190,9 +190,9 @@ class Evaluator {
     return m;
   }
 
-  Status Append(const ckpt::CheckpointInfo& c, const worker::EvalMetrics& m) {
+  Status Append(const ckpt::CheckpointInfo& c, const scoring::EvalMetrics& m) {
     Json line = {{"step", c.global_step}};
-    line.update(worker::EvalMetricsToJson(m));
+    line.update(scoring::EvalMetricsToJson(m));
     line["final"] = c.manifest.final;
     line["checkpoint"] = ckpt::CheckpointDirName(c.global_step);
     line["unix_time"] =

@@ -17,6 +17,7 @@
 #include "libps/ckpt/store_io.h"
 #include "libps/core/crc32c.h"
 #include "libps/core/files.h"
+#include "libps/scoring/scoring.h"
 
 namespace ps::serving {
 
@@ -41,7 +42,7 @@ Status CopyFileSynced(const std::string& from, const std::string& to) {
   return out.Close(to);
 }
 
-BundleInfo MakeInfo(const LoadedModel& loaded, const model::Model& model) {
+BundleInfo MakeInfo(const scoring::LoadedModel& loaded, const model::Model& model) {
   BundleInfo info;
   info.format_version = kBundleVersion;
   for (const auto& v : loaded.plan.variables) {
@@ -59,7 +60,7 @@ BundleInfo MakeInfo(const LoadedModel& loaded, const model::Model& model) {
     info.heads.push_back(
         {.name = h.name, .loss = model::LossKindName(h.loss), .outputs = h.outputs});
   }
-  info.eval_batch_size = worker::EvalBatchSize(loaded.job);
+  info.eval_batch_size = scoring::EvalBatchSize(loaded.job);
   return info;
 }
 
@@ -145,7 +146,7 @@ Result<ExportResult> ExportBundle(const ExportOptions& o) {
   ExportResult result;
   PS_ASSIGN_OR_RETURN(LoadedBundle source, LoadModelDir(o.model_dir, o.step, &result.warnings));
   const job::JobSpec& job = source.loaded.job;
-  const LoadedModel& loaded = source.loaded;
+  const scoring::LoadedModel& loaded = source.loaded;
 
   fs::create_directories(out.parent_path(), ec);
   if (ec) return IoError(out.parent_path().string() + ": cannot create: " + ec.message());
@@ -348,7 +349,7 @@ Result<LoadedBundle> LoadBundle(const std::string& dir) {
   weights_file.manifest.global_step = weights.global_step();
   weights_file.manifest.num_ps = 1;
   weights_file.manifest.shards.push_back({kBundleWeights, weights.file_bytes(), weights.digest()});
-  PS_ASSIGN_OR_RETURN(b.loaded, LoadValues(*job, *b.model, num_ps, weights_file));
+  PS_ASSIGN_OR_RETURN(b.loaded, scoring::LoadValues(*job, *b.model, num_ps, weights_file));
   BundleInfo loaded_info = MakeInfo(b.loaded, *b.model);
   // The manifest's variable list is what the weights must hold: a mismatch means the
   // bundle's files do not belong together.
@@ -368,7 +369,7 @@ namespace ps::serving {
 Result<LoadedBundle> LoadModelDir(const std::string& model_dir, std::optional<int64_t> step,
                                   std::vector<std::string>* warnings) {
   LoadedBundle b;
-  PS_ASSIGN_OR_RETURN(job::JobSpec job, ReadModelDirJob(model_dir));
+  PS_ASSIGN_OR_RETURN(job::JobSpec job, scoring::ReadModelDirJob(model_dir));
   PS_ASSIGN_OR_RETURN(b.model, model::BuildModel(job.model, "job.model"));
   PS_ASSIGN_OR_RETURN(auto all, ckpt::ListCheckpoints(model_dir));  // oldest first
   ckpt::CheckpointInfo c;
@@ -380,7 +381,7 @@ Result<LoadedBundle> LoadModelDir(const std::string& model_dir, std::optional<in
     }
     PS_RETURN_IF_ERROR(at.status());
     c = std::move(*at);
-    PS_ASSIGN_OR_RETURN(b.loaded, LoadCheckpoint(job, *b.model, c));
+    PS_ASSIGN_OR_RETURN(b.loaded, scoring::LoadCheckpoint(job, *b.model, c));
   } else {
     // The newest checkpoint that loads; a damaged one is skipped for the previous one,
     // as a restore does. The data is read once: FindRestorable checks headers and
@@ -397,7 +398,7 @@ Result<LoadedBundle> LoadModelDir(const std::string& model_dir, std::optional<in
       c = candidates[i];
       Status st = i == 0 ? Status::Ok() : ckpt::VerifyCheckpoint(c, ckpt::Verify::kFooters);
       if (st.ok()) {
-        auto loaded = LoadCheckpoint(job, *b.model, c);
+        auto loaded = scoring::LoadCheckpoint(job, *b.model, c);
         if (loaded.ok()) {
           b.loaded = std::move(*loaded);
           break;

@@ -52,7 +52,7 @@
 
 #include "libps/ckpt/store_io.h"
 #include "libps/core/status.h"
-#include "libps/serving/loaded_model.h"
+#include "libps/scoring/loaded_model.h"
 #include "libps/serving/serving.h"
 
 namespace ps::serving {
@@ -74,7 +74,7 @@ struct ExportResult {
   uint64_t bytes = 0;                 // all files of the bundle
 };
 
-// Loads the checkpoint (LoadCheckpoint: the evaluator's load) and writes its values as a
+// Loads the checkpoint (scoring::LoadCheckpoint: the evaluator's load) and writes its values as a
 // bundle. Errors: NotFound (no job.json, no checkpoint at --step), DataLoss (the
 // checkpoint is damaged: named), AlreadyExists (out_dir exists and is not empty),
 // IoError.
@@ -83,14 +83,14 @@ Result<ExportResult> ExportBundle(const ExportOptions& options);
 // Parameters ready to score, with what they are (from a bundle or a checkpoint).
 struct LoadedBundle {
   BundleInfo info;  // from a checkpoint: format_version 0, dir empty
-  LoadedModel loaded;
+  scoring::LoadedModel loaded;
   std::unique_ptr<model::Model> model;  // one instance built from the job's graph
 };
-// Reads and verifies `dir`'s manifest and files and loads its values (LoadValues).
+// Reads and verifies `dir`'s manifest and files and loads its values (scoring::LoadValues).
 Result<LoadedBundle> LoadBundle(const std::string& dir);
 // The checkpoint at `step` of model_dir, or without a step the newest one that loads
 // with every checksum passing (damaged newer ones are skipped and named in `warnings`;
-// each is read once), loaded as the evaluator loads it (LoadCheckpoint).
+// each is read once), loaded as the evaluator loads it (scoring::LoadCheckpoint).
 Result<LoadedBundle> LoadModelDir(const std::string& model_dir, std::optional<int64_t> step,
                                   std::vector<std::string>* warnings);
 

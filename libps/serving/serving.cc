@@ -5,7 +5,9 @@
 #include <mutex>
 #include <shared_mutex>
 
+#include "libps/client/param_fetcher.h"
 #include "libps/data/dataset.h"
+#include "libps/scoring/scoring.h"
 #include "libps/serving/batch_gate.h"
 #include "libps/serving/bundle.h"
 
@@ -25,7 +27,7 @@ struct Scorer::Impl {
   std::shared_ptr<const Bundle> bundle;  // keeps the parameters alive
   Bundle::Impl* shared = nullptr;        // bundle's: its gate
   std::unique_ptr<model::Model> model;   // this thread's instance (scratch buffers)
-  std::unique_ptr<worker::ParamFetcher> fetcher;
+  std::unique_ptr<client::ParamFetcher> fetcher;
 };
 
 struct ExampleReader::Impl {
@@ -109,7 +111,7 @@ Result<Scores> Scorer::Score(const model::Batch& batch) {
   // The whole pass inside the gate: the batch sees the bundle before or after a refresh.
   std::shared_lock gate(impl_->shared->gate);
   PS_ASSIGN_OR_RETURN(model::EvalOutput out,
-                      worker::ScoreBatch(*impl_->model, *impl_->fetcher, batch));
+                      scoring::ScoreBatch(*impl_->model, *impl_->fetcher, batch));
   Scores scores;
   scores.examples = out.examples;
   for (auto& h : out.heads) scores.heads.push_back(std::move(h.predictions));

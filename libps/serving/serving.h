@@ -24,7 +24,7 @@
 // Scores are bit-identical to the evaluator's (pstrain-evaluator, the chief's final
 // evaluation) on the checkpoint the bundle was exported from: both load the same values
 // into the same in-process parameter store and score through the same forward pass
-// (worker::ScoreBatch). Rows of a lazy table absent from the bundle (ids never trained,
+// (scoring::ScoreBatch). Rows of a lazy table absent from the bundle (ids never trained,
 // or evicted) score with their initial values, as they would in training and
 // evaluation. "The same" means the same batches: the evaluator scores its data in
 // order, in batches of BundleInfo::eval_batch_size (BLAS kernels may round differently

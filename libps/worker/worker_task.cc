@@ -6,10 +6,13 @@
 #include <mutex>
 #include <optional>
 
+#include "libps/client/param_fetcher.h"
+#include "libps/client/ps_link.h"
 #include "libps/core/log.h"
 #include "libps/job/job.h"
 #include "libps/model/blas.h"
-#include "libps/worker/inline_eval.h"
+#include "libps/scoring/inline_eval.h"
+#include "libps/scoring/scoring.h"
 #include "libps/worker/trainer.h"
 
 namespace ps::worker {
@@ -40,7 +43,7 @@ class WorkerMetrics {
     const double sec[4] = {s.data_seconds, s.pull_seconds, s.compute_seconds, s.push_seconds};
     for (int i = 0; i < 4; ++i) phase_[i]->Add(sec[i]);
   }
-  LinkTimers TimersFor(int ps) {
+  client::LinkTimers TimersFor(int ps) {
     const prom::Labels labels{{"ps", std::to_string(ps)}};
     return {&registry_.Histogram("pstrain_worker_pull_duration_seconds",
                                  "Round trip of a pull to one ps, from the call to the reply.",
@@ -89,7 +92,7 @@ class Worker {
     if (auto* m = std::get_if<proto::EvaluateShard>(&body)) {
       auto r = EvaluateShard(*m);
       if (!r.ok()) return resp.Fail(r.status());
-      EvalShardWire w = SumsToWire(std::move(*r));
+      scoring::EvalShardWire w = scoring::SumsToWire(std::move(*r));
       return resp.Reply(std::move(w.reply), std::move(w.payload));
     }
     if (auto* m = std::get_if<proto::Shutdown>(&body)) {
@@ -131,7 +134,7 @@ class Worker {
     PS_ASSIGN_OR_RETURN(Json json, ParseJson(m.job_json, "StartJob.job"));
     PS_ASSIGN_OR_RETURN(job::JobSpec job, job::ParseJob(json, ""));
     const int num_ps = ctx_.tf.cluster.count(cluster::TaskType::kPs);
-    std::vector<std::unique_ptr<PsLink>> links;
+    std::vector<std::unique_ptr<client::PsLink>> links;
     ps_.clear();
     for (int p = 0; p < num_ps; ++p) {
       PS_ASSIGN_OR_RETURN(auto link, ConnectPs(p, ctx_.connect_timeout, generation));
@@ -187,10 +190,11 @@ class Worker {
     PS_ASSIGN_OR_RETURN(auto model, model::BuildModel(job_.model, "job.model"));
     const int num_ps = static_cast<int>(ps_.size() / 2);
     PS_ASSIGN_OR_RETURN(job::VariablePlan plan, job::PlanVariables(job_, *model, num_ps));
-    std::vector<std::unique_ptr<PsLink>> links;
-    for (int p = 0; p < num_ps; ++p) links.push_back(RemotePsLink(ps_[2 * static_cast<size_t>(p)]));
-    PS_ASSIGN_OR_RETURN(auto fetcher, ParamFetcher::Create(plan, std::move(links)));
-    return worker::EvaluateShard(job_, job_.eval_data, *model, *fetcher, m.shard, m.num_shards);
+    std::vector<std::unique_ptr<client::PsLink>> links;
+    for (int p = 0; p < num_ps; ++p)
+      links.push_back(client::RemotePsLink(ps_[2 * static_cast<size_t>(p)]));
+    PS_ASSIGN_OR_RETURN(auto fetcher, client::ParamFetcher::Create(plan, std::move(links)));
+    return scoring::EvaluateShard(job_, job_.eval_data, *model, *fetcher, m.shard, m.num_shards);
   }
 
   // A ps whose connection broke (it was restarted) is dialled again before the next
@@ -210,7 +214,8 @@ class Worker {
   }
 
   // Two connections to ps `p` (pulls, pushes), kept in ps_[2p] and ps_[2p+1]. mu_ held.
-  Result<std::unique_ptr<PsLink>> ConnectPs(int p, net::Millis deadline, uint64_t generation) {
+  Result<std::unique_ptr<client::PsLink>> ConnectPs(int p, net::Millis deadline,
+                                                    uint64_t generation) {
     auto options = ctx_.ClientFor({cluster::TaskType::kPs, p});
     options.generation = generation;
     PS_ASSIGN_OR_RETURN(auto pulls, ConnectUntil(options, deadline));
@@ -219,7 +224,7 @@ class Worker {
     if (ps_.size() < at + 2) ps_.resize(at + 2);
     ps_[at] = pulls;
     ps_[at + 1] = pushes;
-    return RemotePsLink(std::move(pulls), std::move(pushes), metrics_.TimersFor(p));
+    return client::RemotePsLink(std::move(pulls), std::move(pushes), metrics_.TimersFor(p));
   }
 
   // Dials with backoff until `deadline` passes or the worker is told to stop (a Shutdown

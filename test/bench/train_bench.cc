@@ -100,8 +100,8 @@ RunResult RunLocal(const ps::job::JobSpec& job, int64_t warmup, int64_t steps, i
     Check(store.Create({.layout = s.layout, .init = v->init, .seed = job.seed}),
           "Create " + s.layout.var);
   }
-  std::vector<std::unique_ptr<ps::worker::PsLink>> links;
-  links.push_back(ps::worker::LocalPsLink(&store));
+  std::vector<std::unique_ptr<ps::client::PsLink>> links;
+  links.push_back(ps::client::LocalPsLink(&store));
   auto trainer = Must(ps::worker::MakeTrainer(job, 0, 1, 1, std::move(links)), "MakeTrainer");
   ps::worker::StepStats warm, stats;
   Check(trainer->RunSteps(0, static_cast<int>(warmup), &warm), "warm-up steps");

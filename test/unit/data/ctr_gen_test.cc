@@ -8,7 +8,7 @@
 #include "libps/data/ctr_gen.h"
 #include "libps/data/dataset.h"
 #include "libps/data/readers.h"
-#include "libps/worker/trainer.h"
+#include "libps/model/metrics.h"
 #include "test/support/temp_dir.h"
 
 using Catch::Matchers::Contains;
@@ -193,7 +193,7 @@ TEST_CASE("click rate matches the mean ground-truth probability") {
   CHECK(r->train_click_rate == Approx(clicks / n).epsilon(1e-12));
 }
 
-TEST_CASE("the reported ground-truth AUC and logloss equal worker::Auc on the eval file") {
+TEST_CASE("the reported ground-truth AUC and logloss equal model::Auc on the eval file") {
   TempDir d;
   CtrSpec spec = SmallSpec();
   spec.interactions = {{1, 3, 1.0}};  // exercises the latent term too
@@ -204,7 +204,7 @@ TEST_CASE("the reported ground-truth AUC and logloss equal worker::Auc on the ev
   ExampleTable t = ReadBack(d / "eval.libsvm", r->num_features);
   REQUIRE(t.size() == 2000);
   std::vector<float> p = TruthScores(*truth, t);
-  const double auc = ps::worker::Auc(p, t.labels);
+  const double auc = ps::model::Auc(p, t.labels);
   CHECK(auc > 0.6);
   CHECK(r->truth_eval_auc == Approx(auc).epsilon(1e-12));
   double logloss = 0, clicks = 0;

@@ -95,7 +95,7 @@ TEST_CASE(
     "--metrics FILE: the metrics as JSON; without labels an old FILE is removed and the note says so") {
   ps::testing::TempDir tmp;
   const std::string path = tmp / "m.json";
-  worker::EvalMetrics m;
+  scoring::EvalMetrics m;
   m.examples = 10;
   m.accuracy = 0.5;
   m.loss = 0.25;

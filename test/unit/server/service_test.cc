@@ -14,10 +14,10 @@
 #include <random>
 #include <thread>
 
+#include "libps/client/ps_link.h"
 #include "libps/net/transport.h"
 #include "libps/server/service.h"
 #include "libps/server/wire_specs.h"
-#include "libps/worker/trainer.h"
 #include "test/unit/net/net_test_util.h"
 
 using namespace ps;
@@ -1525,7 +1525,7 @@ TEST_CASE(
   REQUIRE(pulls->CallSync(cs).ok());
   // Every 2nd push (counted by the link, combined or not) is sent twice: a lost reply.
   REQUIRE(setenv("PSTRAIN_FAULT_REPEAT_PUSH_EVERY", "2", 1) == 0);
-  auto link = worker::RemotePsLink(pulls, pushes);
+  auto link = client::RemotePsLink(pulls, pushes);
   REQUIRE(unsetenv("PSTRAIN_FAULT_REPEAT_PUSH_EVERY") == 0);
   // PushPull of 1.0 to all of w for `step`, pulling all of w into `into`.
   auto push_pull = [&](int64_t step, std::vector<float>& into) {

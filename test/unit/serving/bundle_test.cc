@@ -14,8 +14,11 @@
 #include "libps/ckpt/checkpoint_dir.h"
 #include "libps/ckpt/shard_checkpointer.h"
 #include "libps/ckpt/store_io.h"
+#include "libps/client/param_fetcher.h"
+#include "libps/client/ps_link.h"
 #include "libps/core/crc32c.h"
 #include "libps/core/json.h"
+#include "libps/scoring/scoring.h"
 #include "libps/serving/bundle.h"
 #include "libps/serving/serving.h"
 #include "test/support/temp_dir.h"
@@ -101,7 +104,7 @@ struct ModelDir {
   std::vector<std::unique_ptr<ps::server::Store>>
       stores;  // one per ps task, as the cluster has them
   std::vector<std::unique_ptr<ckpt::ShardCheckpointer>> checkpointers;
-  std::unique_ptr<worker::ParamFetcher> fetcher;
+  std::unique_ptr<client::ParamFetcher> fetcher;
   int64_t trained = 0;  // steps
 
   // final_base: ckpt-<kStep> is the run's final checkpoint (false: deltas follow).
@@ -116,11 +119,11 @@ struct ModelDir {
     model = std::move(*built);
     auto plan = job::PlanVariables(*job, *model, 2);
     REQUIRE(plan.ok());
-    std::vector<std::unique_ptr<worker::PsLink>> links;
+    std::vector<std::unique_ptr<client::PsLink>> links;
     for (int p = 0; p < 2; ++p) {
       stores.push_back(std::make_unique<ps::server::Store>());
       REQUIRE(stores[p]->Configure(job->optimizer).ok());
-      links.push_back(worker::LocalPsLink(stores[p].get()));
+      links.push_back(client::LocalPsLink(stores[p].get()));
       checkpointers.push_back(std::make_unique<ckpt::ShardCheckpointer>(stores[p].get(), p));
     }
     for (const auto& s : plan->shards) {
@@ -131,7 +134,7 @@ struct ModelDir {
                       {.layout = s.layout, .init = v.init, .seed = job->seed, .row_policy = v.rows})
                   .ok());
     }
-    auto f = worker::ParamFetcher::Create(*plan, std::move(links));
+    auto f = client::ParamFetcher::Create(*plan, std::move(links));
     REQUIRE(f.ok());
     fetcher = std::move(*f);
     if (train) Train(kStep);
@@ -294,7 +297,7 @@ TEST_CASE(
   REQUIRE(other.ok());
   for (uint64_t seed : {1u, 2u, 3u}) {
     model::Batch batch = MakeBatch(64, seed);
-    auto want = worker::ScoreBatch(*from_ckpt->model, **fetcher, batch);
+    auto want = scoring::ScoreBatch(*from_ckpt->model, **fetcher, batch);
     REQUIRE(want.ok());
     auto got = (*scorer)->Score(batch);
     REQUIRE(got.ok());
@@ -325,13 +328,13 @@ TEST_CASE(
   const Json data = {{"format", "libsvm"}, {"path", "empty.libsvm"}, {"num_features", 10}};
   int batches = 0;
   for (bool observe : {false, true}) {
-    auto pass = ScoreData(
+    auto pass = scoring::ScoreData(
         b->loaded, *b->model, data, md.tmp.path(), "--data",
-        observe ? worker::BatchObserver([&](const model::Batch&, const model::EvalOutput&) {
+        observe ? scoring::BatchObserver([&](const model::Batch&, const model::EvalOutput&) {
           ++batches;
           return Status::Ok();
         })
-                : worker::BatchObserver());
+                : scoring::BatchObserver());
     INFO("observe " << observe << ": " << pass.status().ToString());
     CHECK(pass.status().code() == Code::kInvalidArgument);
     CHECK(pass.status().message() == "--data: no examples");

@@ -17,7 +17,7 @@
 #include "test/unit/worker/local_cluster.h"
 
 using ps::Json;
-using ps::worker::PsLink;
+using ps::client::PsLink;
 using ps::worker::testing::Build;
 using ps::worker::testing::Cluster;
 using ps::worker::testing::Values;

@@ -37,7 +37,8 @@ struct Cluster {
 // `wrap`, when set, wraps the link to the store (to watch the trainer's calls).
 inline void Build(
     const ps::job::JobSpec& job, Cluster* c,
-    const std::function<std::unique_ptr<PsLink>(std::unique_ptr<PsLink>)>& wrap = {}) {
+    const std::function<std::unique_ptr<ps::client::PsLink>(std::unique_ptr<ps::client::PsLink>)>&
+        wrap = {}) {
   auto model = ps::model::BuildModel(job.model, "job.model");
   REQUIRE(model.ok());
   auto plan = ps::job::PlanVariables(job, **model, 1);
@@ -49,8 +50,8 @@ inline void Build(
     REQUIRE(c->store.Create({.layout = s.layout, .init = v->init, .seed = job.seed}).ok());
     c->keys.push_back({s.layout.var, s.layout.shard});
   }
-  std::vector<std::unique_ptr<PsLink>> links;
-  links.push_back(ps::worker::LocalPsLink(&c->store));
+  std::vector<std::unique_ptr<ps::client::PsLink>> links;
+  links.push_back(ps::client::LocalPsLink(&c->store));
   if (wrap) links.back() = wrap(std::move(links.back()));
   auto trainer = ps::worker::MakeTrainer(job, 0, 1, 1, std::move(links));
   REQUIRE(trainer.ok());

@@ -1,15 +1,15 @@
-#include "libps/serving/loaded_model.h"
+#include "libps/scoring/loaded_model.h"
 
 #include <algorithm>
 
 #include "libps/ckpt/store_io.h"
 
-namespace ps::serving {
+namespace ps::scoring {
 
-Result<std::unique_ptr<worker::ParamFetcher>> LoadedModel::NewFetcher() const {
-  std::vector<std::unique_ptr<worker::PsLink>> links;
-  for (int p = 0; p < num_ps; ++p) links.push_back(worker::LocalPsLink(store.get()));
-  return worker::ParamFetcher::Create(plan, std::move(links));
+Result<std::unique_ptr<client::ParamFetcher>> LoadedModel::NewFetcher() const {
+  std::vector<std::unique_ptr<client::PsLink>> links;
+  for (int p = 0; p < num_ps; ++p) links.push_back(client::LocalPsLink(store.get()));
+  return client::ParamFetcher::Create(plan, std::move(links));
 }
 
 Result<LoadedModel> LoadValues(const job::JobSpec& job, const model::Model& model, int num_ps,
@@ -53,7 +53,7 @@ Result<job::JobSpec> ReadModelDirJob(const std::string& model_dir) {
 
 Result<PassResult> ScoreData(const LoadedModel& loaded, model::Model& model, const Json& data,
                              const std::string& base_dir, const std::string& where,
-                             const worker::BatchObserver& observe) {
+                             const BatchObserver& observe) {
   PS_ASSIGN_OR_RETURN(auto fetcher, loaded.NewFetcher());
   job::JobSpec job = loaded.job;  // EvaluateShard reads base_dir and the batch size from it
   job.base_dir = base_dir;
@@ -62,15 +62,14 @@ Result<PassResult> ScoreData(const LoadedModel& loaded, model::Model& model, con
     result.examples += batch.size;
     return observe(batch, out);
   };
-  PS_ASSIGN_OR_RETURN(
-      auto sums, worker::EvaluateShard(job, data, model, *fetcher, 0, 1,
-                                       observe ? worker::BatchObserver(count) : nullptr, where));
+  PS_ASSIGN_OR_RETURN(auto sums, EvaluateShard(job, data, model, *fetcher, 0, 1,
+                                               observe ? BatchObserver(count) : nullptr, where));
   if (!observe) result.examples = sums.empty() ? 0 : sums[0].examples;
   if (result.examples == 0) return InvalidArgument(where + ": no examples");  // as the evaluator
   if (!sums.empty() && sums[0].examples > 0) {
-    PS_ASSIGN_OR_RETURN(result.metrics, worker::EvalFigures(model, sums));
+    PS_ASSIGN_OR_RETURN(result.metrics, EvalFigures(model, sums));
   }
   return result;
 }
 
-}  // namespace ps::serving
+}  // namespace ps::scoring

@@ -1,5 +1,5 @@
-// Inline distributed evaluation, the worker's side and the wire form of its answer: a
-// worker evaluates its shard of the eval data and sends its per-head sums; the chief
+// Inline distributed evaluation, the wire form of a worker's answer: a worker evaluates
+// its shard of the eval data (EvaluateShard) and sends its per-head sums; the chief
 // merges every worker's sums (model::HeadMetrics::Merge) into the figures of one pass.
 #pragma once
 
@@ -12,7 +12,7 @@
 #include "libps/net/buffer.h"
 #include "libps/proto/messages.h"
 
-namespace ps::worker {
+namespace ps::scoring {
 
 struct EvalShardWire {
   proto::EvaluateShardReply reply;
@@ -24,4 +24,4 @@ EvalShardWire SumsToWire(std::vector<model::HeadMetrics::Sums> sums);
 Result<std::vector<model::HeadMetrics::Sums>> SumsFromWire(const proto::EvaluateShardReply& reply,
                                                            std::span<const std::byte> payload);
 
-}  // namespace ps::worker
+}  // namespace ps::scoring

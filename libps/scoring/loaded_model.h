@@ -1,12 +1,12 @@
 // Parameters loaded into this process for scoring, from a checkpoint or a bundle: the
 // one loading path of pstrain-evaluator, `pstrain export`, `pstrain predict` and the
-// serving API (serving.h). Internal to pstrain (the public API is serving.h).
+// serving API (libps/serving/serving.h, the public API; this header is internal).
 //
 // A checkpoint and a bundle load the same way: the job's variable plan for the number of
 // ps tasks that trained it, an in-process Store with every shard of that plan (no
 // optimizer slots: scoring needs none), shard files read into it with every checksum
 // verified (ckpt::RestoreStore), and a check that every shard was restored. They score
-// the same way too: worker::EvaluateShard over ParamFetchers with in-process links to
+// the same way too: EvaluateShard over ParamFetchers with in-process links to
 // that Store. So a bundle exported from a checkpoint scores bit-identically to the
 // evaluator on that checkpoint.
 #pragma once
@@ -22,10 +22,10 @@
 #include "libps/core/status.h"
 #include "libps/job/job.h"
 #include "libps/model/model.h"
+#include "libps/scoring/scoring.h"
 #include "libps/server/store.h"
-#include "libps/worker/trainer.h"
 
-namespace ps::serving {
+namespace ps::scoring {
 
 struct LoadedModel {
   job::JobSpec job;
@@ -35,7 +35,7 @@ struct LoadedModel {
 
   // A fetcher over in-process links to `store` (one per ps of the plan). Not
   // thread-safe; one per scoring thread.
-  Result<std::unique_ptr<worker::ParamFetcher>> NewFetcher() const;
+  Result<std::unique_ptr<client::ParamFetcher>> NewFetcher() const;
 };
 
 // Loads the values (not the optimizer slots) of the shard files `files` lists (a
@@ -56,17 +56,17 @@ Result<job::JobSpec> ReadModelDirJob(const std::string& model_dir);
 
 // The figures of a pass, and how many examples it scored.
 struct PassResult {
-  int64_t examples = 0;                        // scored
-  std::optional<worker::EvalMetrics> metrics;  // when the data has labels
+  int64_t examples = 0;                // scored
+  std::optional<EvalMetrics> metrics;  // when the data has labels
 };
 
 // One pass of `model` with `loaded`'s parameters over the data set `data` (relative paths
-// against `base_dir`; `where` names it in errors), through worker::EvaluateShard: the
+// against `base_dir`; `where` names it in errors), through EvaluateShard: the
 // evaluator's pass. `observe`, when set, sees every batch and its output in data order;
 // then unlabelled data is scored too (metrics nullopt). Data without examples is
 // InvalidArgument "<where>: no examples", as in the evaluator.
 Result<PassResult> ScoreData(const LoadedModel& loaded, model::Model& model, const Json& data,
                              const std::string& base_dir, const std::string& where,
-                             const worker::BatchObserver& observe = {});
+                             const BatchObserver& observe = {});
 
-}  // namespace ps::serving
+}  // namespace ps::scoring

@@ -1,10 +1,10 @@
-#include "libps/worker/inline_eval.h"
+#include "libps/scoring/inline_eval.h"
 
 #include <cstring>
 #include <memory>
 #include <string>
 
-namespace ps::worker {
+namespace ps::scoring {
 
 EvalShardWire SumsToWire(std::vector<model::HeadMetrics::Sums> sums) {
   EvalShardWire w;
@@ -50,4 +50,4 @@ Result<std::vector<model::HeadMetrics::Sums>> SumsFromWire(const proto::Evaluate
   return out;
 }
 
-}  // namespace ps::worker
+}  // namespace ps::scoring

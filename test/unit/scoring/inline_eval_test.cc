@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "libps/worker/inline_eval.h"
+#include "libps/scoring/inline_eval.h"
 
 using namespace ps;
 
@@ -15,14 +15,14 @@ TEST_CASE(
              .scores = {0.1f, 0.7f, 0.4f},
              .labels = {0, 1, 1}};
   sums[1] = {.examples = 3, .loss_sum = 0.25, .correct = 0, .scores = {}, .labels = {}};
-  worker::EvalShardWire w = worker::SumsToWire(sums);
+  scoring::EvalShardWire w = scoring::SumsToWire(sums);
   REQUIRE(w.reply.heads.size() == 2);
   CHECK(w.reply.heads[0].scores == 3);
   CHECK(w.reply.heads[1].scores == 0);
   std::vector<std::byte> bytes;
   for (auto part : w.payload.parts) bytes.insert(bytes.end(), part.begin(), part.end());
   CHECK(bytes.size() == 6 * sizeof(float));
-  auto back = worker::SumsFromWire(w.reply, bytes);
+  auto back = scoring::SumsFromWire(w.reply, bytes);
   REQUIRE(back.ok());
   REQUIRE(back->size() == 2);
   CHECK((*back)[0].scores == sums[0].scores);
@@ -30,7 +30,7 @@ TEST_CASE(
   CHECK((*back)[0].loss_sum == 1.5);
   CHECK((*back)[1].examples == 3);
   bytes.pop_back();
-  auto short_payload = worker::SumsFromWire(w.reply, bytes);
+  auto short_payload = scoring::SumsFromWire(w.reply, bytes);
   REQUIRE_FALSE(short_payload.ok());
   CHECK(short_payload.status().message() ==
         "EvaluateShardReply: 23 payload bytes for 6 scores and labels");
