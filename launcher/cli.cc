@@ -423,7 +423,7 @@ Result<Command> ParseGenCtr(const std::vector<std::string>& args) {
                                                "output directory (created); required")(
       "spec", po::value(&spec)->value_name("FILE"),
       "JSON spec: seed, train_examples, eval_examples, bias, gzip, fields, interactions\n"
-      "(see configs/README.md); absent keys take the defaults")(
+      "(see docs/reference/gen-ctr.md); absent keys take the defaults")(
       "seed", po::value(&seed)->value_name("N"), "generator seed (default 1)")(
       "train-examples", po::value(&train)->value_name("N"), "training examples (default 1000000)")(
       "eval-examples", po::value(&eval)->value_name("N"), "evaluation examples (default 100000)")(

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Runs every benchmark back to back, as the README's Performance section was measured,
+# Runs every benchmark back to back, as docs/design/performance.md was measured,
 # and writes each one's output to DIR/<name>.txt and an index of start/end times, exit
 # codes and load averages to DIR/index.txt. Run it on an otherwise idle machine: the
-# README's figures are from one such run. Takes about 11 minutes on 2 cores.
+# figures there are from one such run. Takes about 11 minutes on 2 cores.
 #
 #   scripts/bench-all.sh [DIR]   (default: a new directory under ${TMPDIR:-/tmp})
 #

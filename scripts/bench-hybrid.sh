@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Hybrid update modes (issue 15, item 7): does training the embeddings asynchronously
+# Hybrid update modes: does training the embeddings asynchronously
 # while the dense layers stay synchronous (PERSIA's hybrid) cost accuracy?
 # configs/job-ctr-emb-hybrid.json (embedding + MLP, Adagrad, 8000 steps) on `pstrain
 # gen-ctr` data (seed 1, 1M train / 100k eval examples, written into a temporary

@@ -19,7 +19,7 @@ int main(int argc, char** argv) {
   po::options_description desc("Options");
   daemon::AddDaemonOptions(desc, &flags);
   desc.add_options()("job", po::value(&job_file)->value_name("FILE")->required(),
-                     "the job file (see configs/README.md)")(
+                     "the job file (see docs/reference/job.md)")(
       "model-dir", po::value(&model_dir)->value_name("DIR"),
       "where checkpoints and metrics go (overrides job.model_dir)")(
       "shutdown-timeout", po::value(&shutdown_timeout)->value_name("SECONDS")->default_value(30),

@@ -25,7 +25,7 @@ namespace ps::client {
 // Pushes of at least this many bytes to one ps are not combined with a pull
 // (PsLink::PushPull): in one request the push's transfer and the pull's no longer overlap
 // each other, which from about 0.5 MB up costs more than the request saved
-// (test/bench/HISTORY.md, "Fan-out over ps tasks"). A push carrying a pull is
+// (measured with scripts/bench-scale.sh fanout). A push carrying a pull is
 // also never applied while it arrives (pstrain-ps --early-apply-min-kib, 1 MiB by default).
 inline constexpr uint64_t kCombineMaxPushBytes = uint64_t{256} << 10;
 

@@ -5,7 +5,7 @@
 // Data set configuration (the "data" objects of a job file), read strictly: an unknown
 // key is an error naming it. Relative paths resolve against DatasetOptions::base_dir
 // (the job file's directory). Files may be gzip-compressed (detected by the 1f 8b magic).
-// configs/README.md documents every key; in short:
+// docs/reference/job.md documents every key; in short:
 //
 //   common to every format
 //     "format"       string, required: "idx" | "libsvm" | "csv" | "string_features" |

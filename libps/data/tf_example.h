@@ -1,5 +1,5 @@
 // tf.Example records (example.proto) mapped to the model's inputs by a feature spec —
-// the "tfrecord" data format (keys documented in dataset.h and configs/README.md).
+// the "tfrecord" data format (keys documented in dataset.h and docs/reference/job.md).
 // Only libps/data/tf_example.cc includes the protobuf-generated header.
 #pragma once
 

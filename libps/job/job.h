@@ -1,6 +1,6 @@
 // The job file: what to train, on what, how long. Read by the chief, sent verbatim (plus
 // base_dir) to every worker, written to model_dir/job.json for the evaluator.
-// Every key is documented in configs/README.md.
+// Every key is documented in docs/reference/job.md.
 #pragma once
 
 #include <cstdint>
@@ -57,8 +57,8 @@ struct JobSpec {
   int steps_per_dispatch = 10;
   int dispatches_per_worker = 2;
   // Pull the next step's parameters while this step computes: faster, but a step may see
-  // parameters up to two of its own steps stale (see test/bench/HISTORY.md, "Training
-  // throughput").
+  // parameters up to two of its own steps stale (see docs/design/performance.md, "Training,
+  // and where each millisecond goes").
   bool prefetch = true;
   // Async mode: a step's push carries the pull of a later step (the next one's without
   // prefetch, the one after it with), so each ps gets one request a step instead of two.

@@ -1,4 +1,4 @@
-// The layer graph: a model config {"type": "graph", ...} (configs/README.md documents every
+// The layer graph: a model config {"type": "graph", ...} (docs/reference/job.md documents every
 // key) read into a plan of ops, and the Model that runs it. The three shorthand model
 // types (mlp, embedding_mlp, logistic_regression) are written as graph configs by
 // model.cc and built here: one code path.

@@ -14,7 +14,7 @@
 // unknown keys and out-of-range values are errors naming the key.
 //
 // {"type": "graph", "inputs": [...], "layers": [...], "outputs": [...]}  any model as
-//   a layer graph (graph.h; configs/README.md documents every key). The three types
+//   a layer graph (graph.h; docs/reference/job.md documents every key). The three types
 //   below are shorthands that BuildModel writes as graphs and builds the same way.
 //
 // Output rule, all types: "classes": 1 means binary — one logit, sigmoid

@@ -37,7 +37,7 @@ namespace pstrain::plugin {
 struct VariableSpec {
   std::string name;            // the variable is "<layer name>/<name>"
   std::vector<int64_t> shape;  // row-major
-  // An initializer as in the job file, e.g. {"type": "glorot_uniform"} (configs/README.md)
+  // An initializer as in the job file, e.g. {"type": "glorot_uniform"} (docs/reference/job.md)
   std::string init_json = R"({"type": "zeros"})";
 };
 

@@ -1,4 +1,4 @@
-// The row life cycle of a lazy embedding table (issue #15, items 2 and 3): admission and
+// The row life cycle of a lazy embedding table: admission and
 // eviction, set per table in the model config next to "lazy" and enforced by the ps
 // (libps/server/store.h, "Admission and eviction").
 //

@@ -40,7 +40,7 @@ using Clock = std::chrono::steady_clock;
 // One io_context per I/O thread, each run by that thread alone: a completion never wakes
 // another I/O thread to take over the reactor (with one io_context run by two threads,
 // asio does that on every event: ~15 us per small round trip on a 2-core VM, see
-// test/bench/HISTORY.md, "Push/pull"). Connections are spread over them round robin.
+// docs/design/protocol.md, "Threading"). Connections are spread over them round robin.
 // An io_context whose services can be shut down before any io_context is destroyed:
 // shutting one down destroys the handlers queued on it, which may hold the last reference
 // to an object (a Server::Impl, a Conn) whose socket belongs to another io_context.

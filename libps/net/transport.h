@@ -237,7 +237,7 @@ class Server {
     uint64_t peak_write_queue_bytes = 0;  // the most any one connection had queued, since Start
     // Bytes of buffers allocated for inbound envelopes and payloads since Start, the
     // handshake's frames (and strangers') included; not the 32 KiB read-ahead buffer each
-    // authenticated connection holds (README, Bounds).
+    // authenticated connection holds (docs/design/protocol.md, Bounds).
     uint64_t inbound_buffer_bytes = 0;
   };
   // Thread-safe. Resets max_queue_depth to the current depth: the window of the maximum
@@ -280,8 +280,8 @@ struct ClientOptions {
   // Over plain TCP, while no Call or CallAsync has been made on this client: a CallSync
   // made when no other call is waiting for a reply reads its reply on the calling thread
   // (poll and recv) instead of being handed it by an I/O thread, which saves a thread
-  // wake-up per call (~the cost of a small call's transport: test/bench/HISTORY.md,
-  // "Push/pull"). The I/O thread's reader then waits (parked) while nothing is expected,
+  // wake-up per call (~the cost of a small call's transport: docs/design/performance.md,
+  // "Push and pull"). The I/O thread's reader then waits (parked) while nothing is expected,
   // so a peer that closes the connection is noticed at the next call or heartbeat rather
   // than at once.
   // false: every reply is read by the I/O thread (and no extra descriptor is held).

@@ -374,7 +374,7 @@ void FtrlV2(size_t n, float lr, float l1, float l2, float l2_shrinkage, float lr
 
 // On x86-64 GCC also builds an AVX2 copy of ApplyRows with every kernel inlined into it
 // (flatten): eight floats a step instead of SSE's four. The loader picks it on CPUs that
-// have AVX2: whole-shard Adam ran 1.6-1.8x faster, lazy Adagrad row pushes ~8 % (issue #15's
+// have AVX2: whole-shard Adam ran 1.6-1.8x faster, lazy Adagrad row pushes ~8 % (the sparse
 // bench). The copies agree bit for bit: every kernel is element-wise IEEE arithmetic, the
 // AVX2 copy has no FMA, and the project builds with -ffp-contract=off (optimizer_test
 // checks against scalar formulas). Not under the sanitizers: GCC instruments the copies'

@@ -71,7 +71,7 @@ class Service {
   // Tensor bytes up to which a pull or push is handled on the I/O thread (Inline), by
   // default (pstrain-ps --inline-max-kib). A 1 MiB Adam push takes ~60 us of the I/O
   // thread, less than the two thread hand-offs of the pool's path cost on a small VM
-  // (test/bench/HISTORY.md, "Fan-out over ps tasks").
+  // (measured with scripts/bench-scale.sh fanout).
   static constexpr uint64_t kDefaultInlineBytes = uint64_t{1} << 20;
   // Items of a pull handled inline that are whole dense shards of at least this many
   // bytes are written to the socket straight from the store, under the shard's locks

@@ -32,7 +32,7 @@
 // thread per call as the evaluator and `pstrain predict` run it (OPENBLAS_NUM_THREADS=1;
 // scale out with one Scorer per thread instead).
 //
-// Refreshing (issue #15, item 6): while a trainer keeps writing delta checkpoints into
+// Refreshing: while a trainer keeps writing delta checkpoints into
 // its model dir (checkpoint_dir.h: ckpt-<base>/delta-<step>), Bundle::Refresh(model_dir)
 // brings a loaded bundle up to the newest committed delta of its base checkpoint
 // without reloading: each newer delta of the chain, in order, written into the bundle's
@@ -193,7 +193,7 @@ class Scorer {
 };
 
 // Reads examples with pstrain's data readers, in file order, for scoring: `config_json`
-// is a data object as in a job file ("format", "path", ...; configs/README.md), whose
+// is a data object as in a job file ("format", "path", ...; docs/reference/job.md), whose
 // relative paths resolve against `base_dir`.
 class ExampleReader {
  public:

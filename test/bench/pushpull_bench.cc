@@ -21,11 +21,11 @@
 // project's VM a loopback round trip takes ~15 µs when both threads share a core and ~55-60
 // µs across cores, and in 0.1 s slices the raw pair often ran on one core, so its 4 KiB
 // figure moved between 30 and 60 µs from run to run; in 1 s slices it measured 55-59 µs,
-// the cross-core figure (two processes on two hosts never share a core); README,
-// Performance. A second table splits the time per transfer (from the median GB/s): the ps
-// handler's mean time (apply or copy, measured in the ps process) and the rest (transport,
-// both sides, and the wire). Under the first table, each size that issue #16 sets a
-// target for is checked against it.
+// the cross-core figure (two processes on two hosts never share a core; see
+// docs/design/performance.md). A second table splits the time per transfer (from the
+// median GB/s): the ps handler's mean time (apply or copy, measured in the ps process) and
+// the rest (transport, both sides, and the wire). Under the first table, each size that has a
+// target (docs/design/performance.md, "Targets") is checked against it.
 //
 // --tls-dir DIR (ca.pem, ps.pem/.key, worker.pem/.key as scripts/make-certs.sh makes them):
 // the ps also listens with mutual TLS, and each round adds a push and a pull over a TLS
@@ -514,7 +514,7 @@ int Run(const Options& opt) {
     std::fflush(stdout);
   }
   std::printf("load average at end: %s\n", ps::bench::LoadAverage().c_str());
-  // Issue #16's targets: a 4 KiB call within 1.3 x the raw round trip (a ratio of at least
+  // The targets: a 4 KiB call within 1.3 x the raw round trip (a ratio of at least
   // 1 / 1.3), 0.9 x raw at 1 and 16 MiB, 0.95 x at 64 MiB; other sizes have none.
   for (const auto& [bytes, ratios] : ratio_of) {
     double target = 0;

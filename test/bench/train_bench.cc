@@ -8,7 +8,7 @@
 //
 // --rounds N: the whole sequence N times, each round's tables as above, then the median
 // (and range) of each ratio over the rounds: on 2 cores a run now and then lands in a slow
-// placement (the same build's (b)/(a) ranged 0.45-0.83 in session 13), so one run says little.
+// placement (the same build's (b)/(a) ranged 0.45-0.83 in one series), so one run says little.
 // --base-dir replaces the job's base_dir (where its relative data paths resolve);
 // --lazy sets "lazy": true on every sparse table of the model (the first field of each
 // embedding_mlp table, or logistic_regression's weights), in (a) and in the clusters.

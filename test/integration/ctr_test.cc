@@ -1,4 +1,4 @@
-// Issue part 3 acceptance: `pstrain gen-ctr` writes a synthetic click data set with a
+// `pstrain gen-ctr` writes a synthetic click data set with a
 // known logistic ground truth, and configs/job-ctr-lr.json (logistic regression, FTRL)
 // and configs/job-ctr-emb.json (embedding + MLP, Adagrad), trained on a real cluster
 // (2 ps, 2 workers), reach a final eval AUC within 0.01 of the ground truth's AUC on

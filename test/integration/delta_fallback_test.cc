@@ -1,5 +1,5 @@
 // A ps refuses a delta checkpoint and the chief commits a full one instead, in a real
-// cluster (issue #15 item 4; Chief::SaveCheckpoint's fallback).
+// cluster (Chief::SaveCheckpoint's fallback).
 //
 // A ps builds a delta only on a checkpoint it saved or restored itself, and remembers the
 // last two (ckpt::ShardCheckpointer::kKeptEpochs). A ps that restarts does not cause a

@@ -1,4 +1,4 @@
-// Delta checkpoints (issue #15, item 4) in a real cluster: configs/job-ctr-emb.json with
+// Delta checkpoints in a real cluster: configs/job-ctr-emb.json with
 // lazy tables (one with ttl eviction, so deltas carry deleted rows) and
 // checkpoint.delta_every_seconds small. The chief is killed, or a ps, between deltas; the
 // restore applies ckpt-0 and every committed delta and resumes at the newest delta's

@@ -1,4 +1,4 @@
-// Issue #15, items 2 and 3: configs/job-ctr-emb.json with lazy tables, "admit" and
+// Admission and eviction of lazy rows: configs/job-ctr-emb.json with lazy tables, "admit" and
 // "evict" on two of them, trained by a real cluster (2 ps, 2 workers). The ps figures of
 // train_metrics.jsonl count admitted rows, dropped gradients and evicted rows, and the
 // final checkpoint holds no more of the max_rows table than max_rows.

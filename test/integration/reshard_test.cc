@@ -1,4 +1,4 @@
-// Issue #15, item 5: resharding on restore. A CTR job with lazy and dense tables (and
+// Resharding on restore. A CTR job with lazy and dense tables (and
 // dense layers) trains on 2 ps with 2 shards a variable; its final checkpoint is then
 // restored by real clusters of 3 ps (5 shards a variable), 1 ps (no partitioner) and 2 ps
 // (7 shards a variable), each

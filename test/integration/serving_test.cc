@@ -1,4 +1,4 @@
-// Issue #15 item 6, serving export: a real cluster trains (a dense MLP on Fashion-MNIST,
+// Serving export: a real cluster trains (a dense MLP on Fashion-MNIST,
 // and a CTR model with lazy embedding tables on `pstrain gen-ctr` data), `pstrain export`
 // writes a bundle, `pstrain predict` scores the eval data from the bundle and from the
 // checkpoint, and examples/serving (the public C++ API) scores a batch. Every score is

@@ -1,4 +1,4 @@
-// Issue 3 acceptance: TensorFlow's parameter-server tutorial (string features →
+// TensorFlow's parameter-server tutorial (string features →
 // Embedding(8, 16384) mean-pooled → Dense(1, sigmoid), RMSprop(0.1), the embedding
 // split in two by a min-size partitioner), as configs/job-tutorial.json, reaches
 // training accuracy 1.0 on a real cluster, and 1.0 on held-out examples.

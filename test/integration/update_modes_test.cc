@@ -1,9 +1,9 @@
-// Issue 6 acceptance, update modes on a real cluster (2 ps, 2 workers, Fashion-MNIST MLP):
+// Update modes on a real cluster (2 ps, 2 workers, Fashion-MNIST MLP):
 // sync with every worker aggregated, sync with a backup worker, and bounded staleness
 // with a straggler. The exact per-update arithmetic is checked in unit_ps_service; here
 // the daemons must agree on it end to end: exact update counts on every shard, late
 // gradients dropped, no worker ever granted a pull beyond the staleness bound.
-// Issue 15 item 7, hybrid modes (dense sync, sparse async) on the embedding + MLP CTR
+// Hybrid modes (dense sync, sparse async) on the embedding + MLP CTR
 // model (configs/job-ctr-emb.json, one lazy table) on small gen-ctr data: exact steps
 // and dense updates, checkpoints on their steps, repeated pushes ignored by each class,
 // and a worker and a ps killed and restarted mid-run.

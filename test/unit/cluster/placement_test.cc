@@ -240,7 +240,7 @@ TEST_CASE("Place round-robin: every shard in creation order to ps 0,1,2,0,...") 
 
 TEST_CASE("Greedy-by-bytes balances a skewed set that round-robin piles onto one ps") {
   // Creation order alternates a 400 B matrix and a 4 B bias, as in a stack of layers
-  // (the TF pain of #24953: round-robin puts every big variable on the same ps).
+  // (the pain of TensorFlow #24953: round-robin puts every big variable on the same ps).
   std::vector<VarShape> vars;
   for (int i = 0; i < 4; ++i) {
     vars.push_back({std::string("kernel").append(std::to_string(i)), {100, 1}});

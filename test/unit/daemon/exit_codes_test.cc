@@ -1,4 +1,4 @@
-// The exit-code table every pstrain executable follows (README "Exit codes").
+// The exit-code table every pstrain executable follows (docs/reference/exit-codes.md).
 #include <catch2/catch.hpp>
 
 #include "libps/daemon/daemon.h"

@@ -1,6 +1,6 @@
 // TFRecord framing and tf.Example decoding: round trips through files (plain and
 // gzip, streamed and in memory), wire compatibility with TensorFlow's schema (records
-// encoded by hand from the protobuf wire format), and every error the issue names:
+// encoded by hand from the protobuf wire format), and every error a bad record can give:
 // corrupt CRC, truncated record, missing and mistyped features, on_error: skip.
 #include <catch2/catch.hpp>
 

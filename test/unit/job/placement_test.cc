@@ -2,7 +2,7 @@
 // no ps may carry kHintFactor x the mean *estimated* traffic per step, and every ps holds
 // something (so that each gets its share of the requests). The estimate assumes ids
 // spread over a table's rows; scripts/check-hints.sh measures the real runs (ids that are
-// not spread are hashed, as in job-ctrx-lr.json: configs/README.md).
+// not spread are hashed, as in job-ctrx-lr.json: docs/reference/job.md).
 #include <catch2/catch.hpp>
 
 #include <algorithm>

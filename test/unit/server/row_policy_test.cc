@@ -504,7 +504,8 @@ TEST_CASE("eviction while other threads pull and push: counts add up, pulls see 
 
 TEST_CASE("AdmitSketch: false-positive rate at the documented loads") {
   // A fresh id's estimate is wrong only if all 4 of its counters are taken by other ids:
-  // with n ids counted once each in m counters, (1 - e^{-4n/m})^4 (store.h, README).
+  // with n ids counted once each in m counters, (1 - e^{-4n/m})^4
+  // (store.h, docs/guide/sparse-tables.md).
   struct Load {
     size_t n;
     double documented;
