@@ -145,6 +145,7 @@ inline constexpr size_t kReadAheadBytes = 32 * 1024;
 // written at once with a non-blocking send (the writer takes over whatever the socket
 // did not accept): on the strand always, from other threads on connections whose reader
 // never waits for the writer (no max_in_flight, no payload budget: a client's).
+// Files: conn.cc (lifecycle), conn_read.cc, conn_write.cc, direct_reply.cc.
 class Conn : public std::enable_shared_from_this<Conn> {
  public:
   Conn(tcp::socket socket, ConnOptions options);
