@@ -1,31 +1,22 @@
 // The framed connection (conn.h), frames in: the read-ahead, ReadFrame on the strand and
-// ReadFrameBlocking on a client's calling thread, the payload budget and the reader's gate
-// (in-flight requests, write-queue bound).
+// ReadFrameBlocking on a client's calling thread over the same steps, the payload budget
+// and the reader's gate (in-flight requests, write-queue bound).
 #include "libps/net/conn.h"
 
 #include <algorithm>
 #include <boost/asio/post.hpp>
-#include <boost/asio/read.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <cerrno>
 #include <cstring>
 
 #include <poll.h>
-#include <sys/socket.h>
 
 namespace ps::net {
 
 using asio::use_awaitable;
 
 namespace {
-
-// asio::transfer_all moves at most 64 KiB per system call; big payloads go in as few
-// calls as the socket takes (bench_pushpull, 64 MiB: push and pull went from 0.54-0.73
-// to 0.80-0.85 of raw TCP's throughput).
-struct TransferAllLarge {
-  size_t operator()(const error_code& ec, size_t) const { return ec ? 0 : size_t{1} << 30; }
-};
 
 // A hint for a peer that fails the very first header: it may speak TLS when we do not.
 std::string FirstHeaderHint(const std::array<uint8_t, kFrameHeaderBytes>& hb, bool tls) {
@@ -37,23 +28,6 @@ std::string FirstHeaderHint(const std::array<uint8_t, kFrameHeaderBytes>& hb, bo
 }
 
 }  // namespace
-
-template <typename Buffers>
-awaitable<void> Conn::ReadAll(const Buffers& buffers) {
-  if (tls_) {
-    co_await asio::async_read(*tls_, buffers, TransferAllLarge(), use_awaitable);
-  } else {
-    co_await asio::async_read(socket_, buffers, TransferAllLarge(), use_awaitable);
-  }
-}
-
-awaitable<size_t> Conn::ReadAtLeast(asio::mutable_buffer into, size_t at_least) {
-  if (tls_)
-    co_return co_await asio::async_read(*tls_, into, asio::transfer_at_least(at_least),
-                                        use_awaitable);
-  co_return co_await asio::async_read(socket_, into, asio::transfer_at_least(at_least),
-                                      use_awaitable);
-}
 
 size_t Conn::TakeReadAhead(std::span<std::byte>& dst) {
   const size_t n = std::min(dst.size(), read_end_ - read_pos_);
@@ -71,14 +45,11 @@ awaitable<void> Conn::ReadSpan(std::span<std::byte> dst) {
     if (dst.empty()) co_return;
     // The read-ahead is empty. Big reads go straight into `dst`.
     if (!read_buf_ || dst.size() >= kReadAheadBytes) {
-      co_await ReadAll(asio::buffer(dst.data(), dst.size()));
+      co_await ReadAtLeast(dst, dst.size());
       co_return;
     }
     read_pos_ = read_end_ = 0;
-    auto into = asio::buffer(read_buf_.get(), kReadAheadBytes);
-    // (An async read first tries the socket at once; data already there completes it
-    // through this thread's own queue, since each io_context has one thread.)
-    read_end_ = co_await ReadAtLeast(into, dst.size());
+    read_end_ = co_await ReadAtLeast(std::span(read_buf_.get(), kReadAheadBytes), dst.size());
   }
 }
 
@@ -90,8 +61,7 @@ awaitable<void> Conn::ReadSpanWatched(std::span<std::byte> dst, PayloadWatcher& 
   TakeReadAhead(dst);
   for (;;) {
     if (!dst.empty()) {
-      dst = dst.subspan(co_await ReadAtLeast(asio::buffer(dst.data(), dst.size()),
-                                             std::min(dst.size(), kWatchStepBytes)));
+      dst = dst.subspan(co_await ReadAtLeast(dst, std::min(dst.size(), kWatchStepBytes)));
     }
     watcher.Arrived(all.first(all.size() - dst.size()));
     if (dst.empty()) co_return;
@@ -212,25 +182,21 @@ Status Conn::ReadSpanBlocking(std::span<std::byte> dst, const BlockingDeadlines&
     }
     // The read-ahead is empty. Big reads go straight into `dst`.
     const bool direct = dst.size() >= kReadAheadBytes;
-    std::byte* to = direct ? dst.data() : read_buf_.get();
-    const ssize_t got = ::recv(read_fd_, to, direct ? dst.size() : kReadAheadBytes, MSG_DONTWAIT);
-    if (got == 0) return Unavailable("connection lost: " + error_code(asio::error::eof).message());
-    if (got < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        wait = true;
-        continue;
-      }
-      return Unavailable("connection lost: " +
-                         error_code(errno, boost::system::system_category()).message());
+    error_code ec;
+    const size_t got =
+        Recv(read_fd_, direct ? dst : std::span(read_buf_.get(), kReadAheadBytes), ec);
+    if (ec == asio::error::would_block || ec == asio::error::try_again) {
+      wait = true;
+      continue;
     }
+    if (ec) return Unavailable("connection lost: " + ec.message());
     wait = false;
     if (direct) {
-      dst = dst.subspan(static_cast<size_t>(got));
+      dst = dst.subspan(got);
       started = true;
     } else {
       read_pos_ = 0;
-      read_end_ = static_cast<size_t>(got);
+      read_end_ = got;
     }
   }
 }

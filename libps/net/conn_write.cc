@@ -9,7 +9,6 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <boost/asio/write.hpp>
 
 namespace ps::net {
 
@@ -17,30 +16,12 @@ using asio::use_awaitable;
 
 namespace {
 
-// asio::transfer_all moves at most 64 KiB per system call; big payloads go in as few
-// calls as the socket takes (bench_pushpull, 64 MiB: push and pull went from 0.54-0.73
-// to 0.80-0.85 of raw TCP's throughput).
-struct TransferAllLarge {
-  size_t operator()(const error_code& ec, size_t) const { return ec ? 0 : size_t{1} << 30; }
-};
-
 void RaiseMax(std::atomic<uint64_t>& max, uint64_t value) {
   uint64_t m = max.load(std::memory_order_relaxed);
   while (value > m && !max.compare_exchange_weak(m, value, std::memory_order_relaxed)) {}
 }
 
 }  // namespace
-
-template <typename Buffers>
-awaitable<void> Conn::WriteAll(const Buffers& buffers, error_code& ec) {
-  if (tls_) {
-    co_await asio::async_write(*tls_, buffers, TransferAllLarge(),
-                               asio::redirect_error(use_awaitable, ec));
-  } else {
-    co_await asio::async_write(socket_, buffers, TransferAllLarge(),
-                               asio::redirect_error(use_awaitable, ec));
-  }
-}
 
 awaitable<void> Conn::WriteNow(const proto::Envelope& env) {
   auto bytes = proto::Encode(env);
@@ -191,10 +172,10 @@ bool Conn::TryWrite(Out& out) {
     small[k++] = asio::buffer(out.header);
     small[k++] = asio::buffer(out.env);
     for (auto p : out.payload.parts) small[k++] = asio::buffer(p.data(), p.size());
-    n = socket_.write_some(std::span(small.data(), k), ec);
+    n = SendSome(std::span(small.data(), k), ec);
   } else {
     AppendBuffers(out, bufs, out.bytes);
-    n = socket_.write_some(bufs, ec);
+    n = SendSome(bufs, ec);
   }
   if (ec == asio::error::would_block || ec == asio::error::try_again) return true;
   if (ec) return false;
