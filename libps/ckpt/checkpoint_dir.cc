@@ -1,3 +1,5 @@
+// Checkpoint directories (checkpoint_dir.h): names and paths, the MANIFEST and the pointer,
+// commits, listing, verification and the restore search with delta chains.
 #include "libps/ckpt/checkpoint_dir.h"
 
 #include <sys/stat.h>
@@ -9,6 +11,7 @@
 #include <filesystem>
 #include <limits>
 
+#include "libps/ckpt/checkpoint_dir_internal.h"
 #include "libps/core/log.h"
 
 namespace ps::ckpt {
@@ -16,68 +19,15 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using internal::CheckpointDirs;
+using internal::DeltaDirs;
+using internal::ParseDigits;
+
 constexpr char kManifestFormat[] = "pstrain-checkpoint";
 constexpr int kManifestVersion = 1;
 constexpr size_t kMaxManifestBytes = size_t{16} << 20;
 constexpr size_t kMaxPointerBytes = 4096;
 constexpr std::string_view kPointerKey = "model_checkpoint_path: \"";
-
-std::optional<int64_t> ParseDigits(std::string_view s) {
-  if (s.empty() || s.size() > 18) return std::nullopt;
-  if (s.size() > 1 && s[0] == '0') return std::nullopt;  // canonical form only
-  for (char c : s) {
-    if (c < '0' || c > '9') return std::nullopt;
-  }
-  int64_t v = 0;
-  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || ptr != s.data() + s.size()) return std::nullopt;
-  return v;
-}
-
-// "ps-<i>.shard" -> true.
-bool IsShardFileName(std::string_view name) {
-  if (!name.starts_with("ps-") || !name.ends_with(".shard")) return false;
-  return ParseDigits(name.substr(3, name.size() - 3 - 6)).has_value();
-}
-bool IsShardTmpName(std::string_view name) {
-  return name.ends_with(".tmp") && IsShardFileName(name.substr(0, name.size() - 4));
-}
-
-std::string ManifestTmpName() { return std::string(kManifestFile) + ".tmp"; }
-
-bool IsRegularFile(const std::string& path) {
-  std::error_code ec;
-  return fs::is_regular_file(fs::symlink_status(path, ec));
-}
-
-Status RemoveFile(const std::string& path, std::vector<std::string>* removed) {
-  if (::unlink(path.c_str()) != 0) {
-    if (errno == ENOENT) return Status::Ok();
-    return ErrnoStatus(path, "remove", errno);
-  }
-  PS_LOG(Info) << "removed " << path;
-  if (removed != nullptr) removed->push_back(path);
-  return Status::Ok();
-}
-
-// Canonical ckpt-<step> directories (not symlinks) in model_dir, unsorted.
-Result<std::vector<std::pair<int64_t, std::string>>> CheckpointDirs(const std::string& model_dir) {
-  std::vector<std::pair<int64_t, std::string>> out;
-  std::error_code ec;
-  if (!fs::exists(model_dir, ec)) return out;
-  fs::directory_iterator it(model_dir, ec);
-  if (ec) return IoError(model_dir + ": cannot list directory: " + ec.message());
-  for (; it != fs::directory_iterator(); it.increment(ec)) {
-    std::string name = it->path().filename().string();
-    auto step = ParseCheckpointDirName(name);
-    if (!step) continue;
-    std::error_code sec;
-    if (!fs::is_directory(it->symlink_status(sec))) continue;
-    out.emplace_back(*step, model_dir + "/" + name);
-  }
-  if (ec) return IoError(model_dir + ": cannot list directory: " + ec.message());
-  return out;
-}
 
 struct Scan {
   std::vector<CheckpointInfo> committed;                     // oldest first
@@ -106,46 +56,6 @@ std::string PointerText(int64_t step) {
   return std::string(kPointerKey) + CheckpointDirName(step) + "\"\n";
 }
 
-// Removes the files pstrain writes in a checkpoint directory, then the directory if
-// that left it empty. Returns OK with a warning logged when foreign files remain.
-Status RemoveCheckpointDir(const std::string& dir, std::vector<std::string>* removed) {
-  std::error_code ec;
-  std::vector<std::string> foreign;
-  std::vector<std::string> ours;
-  std::vector<std::string> deltas;  // a base's delta directories go with it
-  fs::directory_iterator it(dir, ec);
-  if (ec) return IoError(dir + ": cannot list directory: " + ec.message());
-  for (; it != fs::directory_iterator(); it.increment(ec)) {
-    std::string name = it->path().filename().string();
-    std::error_code sec;
-    bool regular = fs::is_regular_file(it->symlink_status(sec));
-    if (regular && (IsShardFileName(name) || IsShardTmpName(name) || name == ManifestTmpName() ||
-                    name == kManifestFile)) {
-      ours.push_back(dir + "/" + name);
-    } else if (ParseDeltaDirName(name) && fs::is_directory(it->symlink_status(sec))) {
-      deltas.push_back(dir + "/" + name);
-    } else {
-      foreign.push_back(name);
-    }
-  }
-  if (ec) return IoError(dir + ": cannot list directory: " + ec.message());
-  for (const auto& path : ours) PS_RETURN_IF_ERROR(RemoveFile(path, removed));
-  for (const auto& delta : deltas) PS_RETURN_IF_ERROR(RemoveCheckpointDir(delta, removed));
-  const bool delta_left = std::any_of(deltas.begin(), deltas.end(), [](const std::string& d) {
-    std::error_code e;
-    return fs::exists(d, e);
-  });
-  if (!foreign.empty() || delta_left) {
-    PS_LOG(Warning) << "left " << dir << " in place: it holds files pstrain did not write (e.g. "
-                    << (foreign.empty() ? "in a delta directory" : foreign.front()) << ")";
-    return Status::Ok();
-  }
-  if (::rmdir(dir.c_str()) != 0) return ErrnoStatus(dir, "remove directory", errno);
-  PS_LOG(Info) << "removed " << dir;
-  if (removed != nullptr) removed->push_back(dir);
-  return Status::Ok();
-}
-
 Status ValidateManifest(const Manifest& m, const std::string& what) {
   if (m.global_step < 0) return InvalidArgument(what + ".global_step: must not be negative");
   if (m.num_ps < 1) return InvalidArgument(what + ".num_ps: must be at least 1");
@@ -167,6 +77,59 @@ Status ValidateManifest(const Manifest& m, const std::string& what) {
 }
 
 }  // namespace
+
+namespace internal {
+
+std::optional<int64_t> ParseDigits(std::string_view s) {
+  if (s.empty() || s.size() > 18) return std::nullopt;
+  if (s.size() > 1 && s[0] == '0') return std::nullopt;  // canonical form only
+  for (char c : s) {
+    if (c < '0' || c > '9') return std::nullopt;
+  }
+  int64_t v = 0;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || ptr != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+// Canonical ckpt-<step> directories (not symlinks) in model_dir, unsorted.
+Result<std::vector<std::pair<int64_t, std::string>>> CheckpointDirs(const std::string& model_dir) {
+  std::vector<std::pair<int64_t, std::string>> out;
+  std::error_code ec;
+  if (!fs::exists(model_dir, ec)) return out;
+  fs::directory_iterator it(model_dir, ec);
+  if (ec) return IoError(model_dir + ": cannot list directory: " + ec.message());
+  for (; it != fs::directory_iterator(); it.increment(ec)) {
+    std::string name = it->path().filename().string();
+    auto step = ParseCheckpointDirName(name);
+    if (!step) continue;
+    std::error_code sec;
+    if (!fs::is_directory(it->symlink_status(sec))) continue;
+    out.emplace_back(*step, model_dir + "/" + name);
+  }
+  if (ec) return IoError(model_dir + ": cannot list directory: " + ec.message());
+  return out;
+}
+
+// The delta-<step> directories in a checkpoint directory, ascending.
+Result<std::vector<std::pair<int64_t, std::string>>> DeltaDirs(const std::string& dir) {
+  std::vector<std::pair<int64_t, std::string>> out;
+  std::error_code ec;
+  fs::directory_iterator it(dir, ec);
+  if (ec) return IoError(dir + ": cannot list directory: " + ec.message());
+  for (; it != fs::directory_iterator(); it.increment(ec)) {
+    std::string name = it->path().filename().string();
+    auto step = ParseDeltaDirName(name);
+    std::error_code sec;
+    if (step && fs::is_directory(it->symlink_status(sec)))
+      out.emplace_back(*step, dir + "/" + name);
+  }
+  if (ec) return IoError(dir + ": cannot list directory: " + ec.message());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace internal
 
 std::string CheckpointDirName(int64_t step) { return "ckpt-" + std::to_string(step); }
 
@@ -481,28 +444,6 @@ Result<std::optional<CheckpointInfo>> FindRestorable(const std::string& model_di
   return result;
 }
 
-namespace {
-
-// The delta-<step> directories in a checkpoint directory, ascending.
-Result<std::vector<std::pair<int64_t, std::string>>> DeltaDirs(const std::string& dir) {
-  std::vector<std::pair<int64_t, std::string>> out;
-  std::error_code ec;
-  fs::directory_iterator it(dir, ec);
-  if (ec) return IoError(dir + ": cannot list directory: " + ec.message());
-  for (; it != fs::directory_iterator(); it.increment(ec)) {
-    std::string name = it->path().filename().string();
-    auto step = ParseDeltaDirName(name);
-    std::error_code sec;
-    if (step && fs::is_directory(it->symlink_status(sec)))
-      out.emplace_back(*step, dir + "/" + name);
-  }
-  if (ec) return IoError(dir + ": cannot list directory: " + ec.message());
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-}  // namespace
-
 Status LoadDeltaChain(CheckpointInfo* base, Verify level, std::vector<std::string>* warnings,
                       const DeltaChainOptions& options) {
   base->deltas.clear();
@@ -570,66 +511,6 @@ Result<CheckpointInfo> LoadCheckpointAt(const std::string& model_dir, int64_t st
     return base;
   }
   return NotFound(full + ": no committed checkpoint or delta of step " + std::to_string(step));
-}
-
-namespace {
-
-// Removes a committed checkpoint's (or delta's) stray ps-<i>.shard.tmp and MANIFEST.tmp.
-Status RemoveStray(const std::string& dir, std::vector<std::string>* removed) {
-  std::error_code ec;
-  fs::directory_iterator it(dir, ec);
-  if (ec) return IoError(dir + ": cannot list directory: " + ec.message());
-  std::vector<std::string> stray;
-  for (; it != fs::directory_iterator(); it.increment(ec)) {
-    std::string name = it->path().filename().string();
-    std::error_code sec;
-    if (fs::is_regular_file(it->symlink_status(sec)) &&
-        (IsShardTmpName(name) || name == ManifestTmpName())) {
-      stray.push_back(dir + "/" + name);
-    }
-  }
-  if (ec) return IoError(dir + ": cannot list directory: " + ec.message());
-  for (const auto& path : stray) PS_RETURN_IF_ERROR(RemoveFile(path, removed));
-  return Status::Ok();
-}
-
-}  // namespace
-
-Status CleanUncommitted(const std::string& model_dir, std::vector<std::string>* removed) {
-  PS_ASSIGN_OR_RETURN(auto dirs, CheckpointDirs(model_dir));
-  const std::string pointer_tmp = model_dir + "/" + kPointerFile + ".tmp";
-  if (IsRegularFile(pointer_tmp)) PS_RETURN_IF_ERROR(RemoveFile(pointer_tmp, removed));
-  for (const auto& [step, dir] : dirs) {
-    if (!IsRegularFile(dir + "/" + kManifestFile)) {
-      PS_RETURN_IF_ERROR(RemoveCheckpointDir(dir, removed));  // with its deltas
-      continue;
-    }
-    PS_RETURN_IF_ERROR(RemoveStray(dir, removed));
-    PS_ASSIGN_OR_RETURN(auto deltas, DeltaDirs(dir));
-    for (const auto& [delta_step, delta] : deltas) {
-      if (IsRegularFile(delta + "/" + kManifestFile)) {
-        PS_RETURN_IF_ERROR(RemoveStray(delta, removed));
-      } else {
-        PS_RETURN_IF_ERROR(RemoveCheckpointDir(delta, removed));
-      }
-    }
-  }
-  return Status::Ok();
-}
-
-Status ApplyMaxToKeep(const std::string& model_dir, int max_to_keep,
-                      std::vector<std::string>* removed) {
-  if (max_to_keep <= 0) return Status::Ok();
-  PS_ASSIGN_OR_RETURN(auto list, ListCheckpoints(model_dir));
-  if (list.size() <= static_cast<size_t>(max_to_keep)) return Status::Ok();
-  const size_t excess = list.size() - static_cast<size_t>(max_to_keep);
-  for (size_t i = 0; i < excess; ++i) {
-    const std::string& dir = list[i].dir;
-    PS_RETURN_IF_ERROR(RemoveFile(dir + "/" + kManifestFile, removed));
-    PS_RETURN_IF_ERROR(FsyncDir(dir));
-    PS_RETURN_IF_ERROR(RemoveCheckpointDir(dir, removed));
-  }
-  return FsyncDir(model_dir);
 }
 
 }  // namespace ps::ckpt

@@ -1,5 +1,22 @@
 // Internal to libps/net: the framed connection under Server and Client, and the Asio
 // pieces they share. Nothing outside libps/net includes this header.
+//
+// The I/O model: over plain TCP every byte of a frame is moved by a non-blocking system
+// call (recv, sendmsg: Conn::Recv, Conn::SendSome) made by the thread that has the work
+// at that moment: the thread that sends a frame writes it when nothing is ahead of it, the
+// strand's reader (or a client's calling thread, ReadFrameBlocking) reads it. Only when
+// the socket has no bytes (or no room) does that thread wait for readiness: a coroutine
+// on the strand through Asio's reactor (async_wait), a calling thread through poll().
+// Bytes go to another thread only when their own cannot move them: what the socket did
+// not take, and frames behind others, go to the writer coroutine on the strand.
+// Why this model: a 4 KiB round trip on a VM is bound by thread wake-ups (~15-20 us each;
+// the push/pull benchmark's small sizes, scripts/bench-pushpull.sh), and a reply handed
+// from an I/O thread to the caller that waits for it, or a frame handed to a writer
+// coroutine, costs one wake-up more than the call itself. Asio's composed reads and
+// writes (async_read, async_write) on the socket are not used.
+// TLS is the exception: OpenSSL owns its records and their retries, so a TLS
+// connection's bytes go through asio::ssl::stream's reads and writes on the strand (no
+// direct writes, no reads on the calling thread).
 #pragma once
 
 #include <utility>  // before Boost's coroutine headers under GCC 12 (STYLE.md)
@@ -137,14 +154,15 @@ struct BlockingDeadlines {
 // envelope and payload) usually arrives whole in one read system call.
 inline constexpr size_t kReadAheadBytes = 32 * 1024;
 
-// A framed TCP connection on a strand (the socket's executor must be one). Reading is
-// done by its owner's loop (or, on a client, by a caller that took the reads over:
-// ReadFrameBlocking), through a read-ahead buffer after the handshake. Writes go
-// through a queue drained by one writer coroutine, except that over plain TCP, once the
-// handshake passed, a frame sent while nothing else is queued or being written is
-// written at once with a non-blocking send (the writer takes over whatever the socket
-// did not accept): on the strand always, from other threads on connections whose reader
-// never waits for the writer (no max_in_flight, no payload budget: a client's).
+// A framed TCP connection on a strand (the socket's executor must be one), in the I/O
+// model above. Reading is done by its owner's loop (or, on a client, by a caller that
+// took the reads over: ReadFrameBlocking), through a read-ahead buffer after the
+// handshake. Writes go through a queue drained by one writer coroutine, except that over
+// plain TCP, once the handshake passed, a frame sent while nothing else is queued or
+// being written is written at once by the sending thread (the writer takes over whatever
+// the socket did not accept): on the strand always, from other threads on connections
+// whose reader never waits for the writer (no max_in_flight, no payload budget: a client's).
+// Files: conn.cc (lifecycle, the byte layer), conn_read.cc, conn_write.cc, direct_reply.cc.
 class Conn : public std::enable_shared_from_this<Conn> {
  public:
   Conn(tcp::socket socket, ConnOptions options);
@@ -161,7 +179,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
   // Unavailable when the connection broke.
   awaitable<Status> SecureHandshake(bool as_server);
   // The handshake passed: frames may now use the full limits, reads go through the
-  // read-ahead buffer and (plain TCP) the socket turns non-blocking. Strand only.
+  // read-ahead buffer and (plain TCP) frames may be written directly. Strand only.
   void Authenticated();
 
   // Reads one frame. Returns a non-OK Result when the stream cannot continue (bad
@@ -275,13 +293,23 @@ class Conn : public std::enable_shared_from_this<Conn> {
                                                                     InFrame& frame,
                                                                     uint64_t payload_bytes);
   void AllocatePayload(InFrame& frame, uint64_t payload_bytes, std::unique_ptr<BufferLease> lease);
-  // Whole reads and writes through TLS when it is on, else on the socket.
-  template <typename Buffers>
-  awaitable<void> ReadAll(const Buffers& buffers);
-  template <typename Buffers>
-  awaitable<void> WriteAll(const Buffers& buffers, error_code& ec);
-  // Reads into `into` until at least `at_least` bytes came (TLS when on); how many came.
-  awaitable<size_t> ReadAtLeast(asio::mutable_buffer into, size_t at_least);
+  // The byte layer (the I/O model above). One recv on `fd` (the socket, or blocking_fd()),
+  // non-blocking whatever the socket's mode: the bytes it put at the front of `into`; ec
+  // would_block when there were none yet, eof when the peer closed, else the socket's error.
+  static size_t Recv(int fd, std::span<std::byte> into, error_code& ec);
+  // One sendmsg of `bufs` (the first 64 non-empty ones) on the socket, non-blocking: the
+  // bytes it took; ec would_block when it took none, else the socket's error. Strand, or
+  // write_mu_ held.
+  size_t SendSome(std::span<const asio::const_buffer> bufs, error_code& ec);
+  // Strand only: waits until the socket is readable (or writable); throws
+  // boost::system::system_error when the connection closes meanwhile.
+  awaitable<void> WaitReady(tcp::socket::wait_type what);
+  // Reads into `into` until at least `at_least` bytes came, without the read-ahead: Recv
+  // and WaitReady, or the TLS stream; how many came. Throws as ReadFrame does.
+  awaitable<size_t> ReadAtLeast(std::span<std::byte> into, size_t at_least);
+  // Writes all of `bufs`: SendSome, waiting for room when the socket is full, or the TLS
+  // stream. ec set when the connection broke or closed.
+  awaitable<void> WriteAll(std::span<const asio::const_buffer> bufs, error_code& ec);
   awaitable<void> Discard(uint64_t bytes);
   awaitable<void> Reserve(uint64_t bytes);
   awaitable<void> WaitGate();
@@ -310,7 +338,7 @@ class Conn : public std::enable_shared_from_this<Conn> {
   // yet. While there are any, no frame is written directly from another thread: it would
   // overtake them (one thread's frames reach the wire in the order it sent them).
   uint64_t posted_ = 0;
-  bool direct_writes_ = false;  // strand only: plain TCP, authenticated (socket non-blocking)
+  bool direct_writes_ = false;                  // strand only: plain TCP, authenticated
   std::atomic<bool> direct_any_thread_{false};  // direct writes off the strand too (set once)
   // Read-ahead (allocated by Authenticated): bytes [read_pos_, read_end_) are unread.
   std::unique_ptr<std::byte[]> read_buf_;
