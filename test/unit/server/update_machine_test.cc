@@ -214,7 +214,8 @@ TEST_CASE("update machine: which pushes may start early") {
   CHECK_FALSE(m.EarlyCandidate(push, false, false, false));
 }
 
-TEST_CASE("update machine: the inline gate's decision sequence") {
+TEST_CASE(
+    "update machine: the fast paths' decision sequences: inline, direct and progressive pulls") {
   M m;
   m.SetInlineMaxBytes(1000);
   REQUIRE(m.CheckGeneration(2, true) == M::GenCheck::kRaised);
