@@ -1,32 +1,13 @@
 // The ps task's request handling: CreateShards, Pull, Push, Save, Restore and Shutdown
 // over a Store.
 //
-// Generations: every chief request raises the ps's generation to the chief's; a request
-// from an older chief, or a pull/push stamped with an older generation (a worker still
-// running a dead chief's steps), is refused with Aborted. The check and the push's
-// application are one step against a newer chief: a push holds the generation fence
-// (shared) from its check until its gradient is applied, and a chief request that raises
-// the generation raises it, then takes the fence exclusively before it is handled, so it
-// waits for the pushes that passed the old generation's check. No push of an older
-// generation can therefore land after a new chief's first request (its CreateShards),
-// in particular not between it and its Restore.
-// At most once: the gradient of a step id is applied at most once per shard; a repeated
-// push (a retried step, or a push resent after a lost reply) is acknowledged and counted
-// in PushReply.skipped. A Save at step c trims the marks below c (the chief saves only
-// when every step before c is applied, so a push below c is a repeat and is skipped);
-// a push 2^28 or more steps past the last Save is refused rather than left untracked.
-// Restore forgets them all.
-// (Sync shards count their update's workers instead; the async class of a hybrid job,
-// where every worker runs every step, tracks (step, worker).)
-// Update modes (update.h, set by CreateShards): in sync mode each shard aggregates the
-// gradients of an update and applies their average once; in bounded-staleness mode the
-// ps keeps every worker's clock. In a hybrid job each shard follows its class's mode
-// (ShardDef::sparse_class): steps are sync steps, the sync class's shards aggregate them
-// and the async class's apply each worker's gradient on arrival; a pull waits only for
-// the sync class's shards. A pull that must wait (sync: for its shards' version;
-// bounded staleness: for the slowest worker) holds no thread: it is parked with its
-// responder and answered by the push that makes it ready. Restore, CreateShards with a
-// new mode and shutdown fail parked pulls with Aborted.
+// The ordering rules (generations, at most once, update modes, parked pulls, restores)
+// are the UpdateMachine's (update_machine.h): the Service routes each request, asks the
+// machine, and carries out its decisions against the Store and the transport, holding
+// the locks the machine's contracts name. A pull that must wait holds no thread: the
+// machine parks it and the Service keeps its responder until the push that makes it
+// ready releases it. Restore, CreateShards with a new mode, ReleasePulls and shutdown
+// fail parked pulls with Aborted.
 // Handle() is called on the server's handler pool, or for the small pulls and pushes
 // Inline() accepts on an I/O thread, concurrently; the Store does the locking. Payloads are used in place: a pushed gradient is applied straight from the
 // received buffer, a pull copies rows once, into the reply buffer, except that an inline
@@ -48,6 +29,7 @@
 #include "libps/net/transport.h"
 #include "libps/server/store.h"
 #include "libps/server/update.h"
+#include "libps/server/update_machine.h"
 
 namespace ps::server {
 
@@ -64,7 +46,9 @@ class Service {
  public:
   // `checkpointer` may be null: Save and Restore then fail with FailedPrecondition.
   explicit Service(Store* store, Checkpointer* checkpointer = nullptr)
-      : store_(store), checkpointer_(checkpointer) {}
+      : store_(store), checkpointer_(checkpointer) {
+    machine_.SetInlineMaxBytes(kDefaultInlineBytes);
+  }
 
   void Handle(net::Request request, net::Responder responder);
 
@@ -83,9 +67,7 @@ class Service {
   // store, a stripe at a time (net::PayloadProgress), so the copy overlaps the transfer.
   static constexpr uint64_t kProgressivePullBytes = uint64_t{4} << 20;
   // Sets that limit (0: every request goes to the pool). Thread-safe.
-  void SetInlineMaxBytes(uint64_t bytes) {
-    inline_max_bytes_.store(bytes, std::memory_order_relaxed);
-  }
+  void SetInlineMaxBytes(uint64_t bytes) { machine_.SetInlineMaxBytes(bytes); }
   // For net::ServerOptions::run_inline: a token (non-null) for requests cheap enough to
   // handle on an I/O thread, in async mode only (not hybrid): a pull or a push of at most
   // the inline limit (SetInlineMaxBytes; a push's pull after it counts with the push).
@@ -138,7 +120,7 @@ class Service {
   proto::Shutdown WaitForShutdown();
   void RequestStop(proto::Shutdown why);
 
-  uint64_t generation() const { return generation_.load(); }
+  uint64_t generation() const { return machine_.generation(); }
   // Testing hook: runs on a push's handler thread after its generation check, with the
   // fence held, before its gradient is applied. Set before requests arrive.
   void SetPushHookForTesting(std::function<void()> hook) { push_hook_ = std::move(hook); }
@@ -152,37 +134,19 @@ class Service {
   // Words (64 steps each) of at-most-once marks held. Testing and metrics.
   size_t applied_mark_words() const;
   // Steps past the last Save that the at-most-once marks track.
-  static constexpr int64_t kTrackedSteps = int64_t{1} << 28;
+  static constexpr int64_t kTrackedSteps = UpdateMachine::kTrackedSteps;
 
-  // Update-mode figures since start: the mode(s), gradients dropped as stale (sync), pulls
-  // that had to wait, and in bounded-staleness mode the largest lead a pull was granted
-  // with (its worker's step minus the slowest other worker's pushed steps; <= staleness).
-  struct UpdateStats {
-    UpdateSpec spec;
-    uint64_t stale_dropped = 0;
-    uint64_t waited_pulls = 0;
-    int64_t max_lead = 0;
-    int64_t min_version = 0, max_version = 0;  // sync: over the (sync class's) shards
-    int64_t sync_shards = 0;  // shards here that aggregate sync steps (hybrid: the sync class's)
-    uint64_t applied_on_arrival = 0;  // applied_on_arrival()
-    bool configured = false;          // a CreateShards set `spec` (before: the default, async)
-  };
+  using UpdateStats = server::UpdateStats;
   UpdateStats update_stats() const;
 
  private:
   // CreateShards, Save or Restore (body holds one), with the inline gate held.
   Result<proto::Body> HandleLongOp(const proto::Body& body, const net::PeerInfo& peer);
   Status CreateShards(const proto::CreateShards& msg);
-  // What one item of a pull or push names: its shard's size and class.
-  struct SliceInfo {
-    uint64_t floats = 0;  // rows named (all rows when all_rows) * cols
-    int64_t rows = 0;     // the shard's rows
-    int64_t cols = 0;     // floats per row
-    bool sparse = false;  // ShardDef::sparse_class
-    bool lazy = false;    // ShardLayout::lazy
-  };
-  using SliceInfos = std::vector<SliceInfo>;  // [item]
-  // Pulls now, or parks the pull until the update mode lets it through.
+  // A push applied while it arrived (WatchPush): applies what is left and answers it;
+  // false for any other request.
+  bool FinishEarly(net::Request& request, net::Responder& responder);
+  // Pulls now, or parks the pull in the machine until the update mode lets it through.
   void PullOrWait(proto::Pull msg, net::Responder responder);
   // Answers a pull that may be served now; with `pushed`, the pull after that push,
   // answered in its PushReply.
@@ -208,11 +172,6 @@ class Service {
   Result<proto::PushReply> PushSync(const proto::Push& msg,
                                     const std::vector<std::span<const float>>& grads,
                                     const SliceInfos& info, const std::vector<bool>& on_arrival);
-  // mode_mu_ held: OK unless a sync-class item of `msg` is for an update its shard has
-  // not reached (the worker is ahead of it).
-  Status CheckNotAhead(const proto::Push& msg, const SliceInfos& info);
-  // mode_mu_ held: do the shards of class `sparse` aggregate sync steps?
-  bool SyncClass(bool sparse) const { return update_.ModeOf(sparse) == UpdateMode::kSync; }
   // Applies the gradients of msg's items (those `only` marks; empty: all) as they come,
   // each at most once per (shard, `worker`, `step`); returns how many were skipped as
   // already applied. An item the store refuses is unmarked and fails the push (the items
@@ -222,98 +181,41 @@ class Service {
                                  int64_t step, const std::vector<bool>& only);
   // Counts and logs `skipped` items of a repeated push of `step` (worker -1: any).
   void CountSkipped(int64_t step, int32_t worker, int32_t skipped);
-  // mode_mu_ held: sync and bounded-staleness requests must name their worker and clock.
-  Status CheckTag(const char* op, int32_t worker, int64_t clock) const;
-  // Under mode_mu_: may `msg` be served now? `step`: its clock on this ps's scale
-  // (WorkerClock at arrival). Updates max_lead_ when it may, nothing else.
-  bool Ready(const proto::Pull& msg, const SliceInfos& info, int64_t step);
-  // Bounded staleness, mode_mu_ held: a message of worker `w` for `step` was seen.
-  void Seen(int32_t w, int64_t step);
-  // Bounded staleness, mode_mu_ held: worker `w`'s step `clock` on this ps's scale. A
-  // worker process counts from 0; a restarted one continues at the count its
-  // predecessor reached here, so it neither waits for nor stalls the others.
-  int64_t WorkerClock(int32_t w, int64_t clock);
-  // Serves the parked pulls that became ready.
+  // Serves the parked pulls the machine releases as ready.
   void ServeReady();
-  void FailParked(const Status& why);
+  // Serves (why null) or fails `pulls`, parked pulls the machine handed back; mode_mu_
+  // not held. Their responders are taken from waiting_ under it.
+  void Answer(UpdateMachine::Waiting& pulls, const Status* why);
   // Errors name the slice.
   Result<SliceInfo> SliceOf(const proto::Slice& slice);
   Result<SliceInfos> SlicesOf(const std::vector<proto::Slice>& items);
-
-  // Marks step `step` of `worker` (-1: any worker; a hybrid job's async class: the
-  // pushing worker) applied to shard `key`; false if it already was (or is below the
-  // last Save); FailedPrecondition if it is kTrackedSteps or more past the last Save.
-  Result<bool> MarkApplied(const ShardKey& key, int32_t worker, int64_t step);
-  void UnmarkApplied(const ShardKey& key, int32_t worker, int64_t step);
-  // After a Save at `step`: forgets the marks below it (in whole words).
-  void TrimApplied(int64_t step);
+  // The machine's generation check with its errors; a raised generation drains the fence.
   Status CheckGeneration(const net::Request& request);
-
-  // Sync mode: the update a shard is collecting gradients for, and their sum.
-  struct SyncShard {
-    int64_t version = 0;
-    std::vector<int32_t> workers;                   // who contributed to `version`
-    std::vector<float> dense_sum;                   // whole-shard pushes: [rows * cols]
-    std::unordered_map<int64_t, size_t> row_index;  // sparse: shard-local row -> position
-    std::vector<int64_t> rows;                      // sparse: rows in order of first push
-    std::vector<float> row_sum;                     // sparse: [rows.size() * cols]
-  };
-  struct Parked {
-    proto::Pull msg;
-    SliceInfos info;
-    int64_t step;
-    net::Responder responder;
-  };
-  SyncShard& SyncState(const ShardKey& key);  // mode_mu_ held
 
   Store* store_;
   Checkpointer* checkpointer_;
-  mutable std::mutex mode_mu_;  // guards the fields below up to parked_
-  UpdateSpec update_;
-  int64_t base_version_ = 0;  // sync: the version of shards not pushed since Restore
-  std::map<ShardKey, SyncShard> sync_;
-  std::vector<int64_t> clocks_;   // bounded staleness: [worker] steps pushed; -1 unknown
-  std::vector<int64_t> offsets_;  // [worker] added to a restarted worker's own count
-  std::vector<int64_t> seen_;     // [worker] the highest step heard of; -1 none
-  std::vector<int64_t> idle_at_;  // [worker] idle from this step on (holds nobody back); -1 busy
-  int64_t max_lead_ = 0;
-  uint64_t waited_pulls_ = 0;
-  std::vector<Parked> parked_;
-  // Set by ReleasePulls (a ps is down): a pull that would wait fails with this instead,
-  // until the next Restore or CreateShards.
-  std::optional<Status> pulls_released_;
-  std::atomic<uint64_t> stale_{0};
-  std::atomic<uint64_t> generation_{0};
+  // The ordering state. Its mode part is guarded by mode_mu_, its marks part by
+  // marks_mu_ (both, in that order, for Restored); its fence part needs no lock.
+  UpdateMachine machine_;
+  mutable std::mutex mode_mu_;
+  // Replies owed to the pulls the machine holds parked, by ticket; guarded by mode_mu_.
+  std::unordered_map<uint64_t, net::Responder> waiting_;
+  uint64_t next_ticket_ = 0;  // guarded by mode_mu_
+  mutable std::mutex marks_mu_;
   // Pushes: shared from check to applied; a new generation and Restore: exclusive.
   std::shared_mutex fence_;
   std::function<void()> push_hook_;  // testing
-  std::atomic<int> long_ops_{0};     // CreateShards, Save and Restore pending or being handled
   // Inline handlers: shared (try_lock_shared, never waits) while one runs; CreateShards,
   // Save and Restore: exclusive for their whole duration. Order: before fence_.
   std::shared_mutex inline_gate_;
-  std::atomic<uint64_t> inline_max_bytes_{kDefaultInlineBytes};  // SetInlineMaxBytes
-  std::atomic<UpdateMode> mode_{
-      UpdateMode::kAsync};  // update_.StepMode(), for Inline (written under mode_mu_)
   std::atomic<uint64_t> inline_accepted_{0};
   std::atomic<uint64_t> direct_pulls_{0}, progressive_pulls_{0};
   std::function<void()> long_op_hook_;  // testing
   std::atomic<uint64_t> skipped_{0};
   std::atomic<uint64_t> applied_on_arrival_{0};
   class EarlyPush;
-  std::atomic<uint64_t> restores_{0};  // Restores begun (raised with fence_ held exclusively)
   std::atomic<uint64_t> early_pushes_{0}, early_cut_{0};
   std::atomic<uint64_t> push_pulls_{0};
-  bool configured_ = false;  // guarded by mode_mu_: a CreateShards set update_
-  // The steps of one (shard, worker) applied: bit i of the words is step base + i; every
-  // step below base counts as applied (base: the last Save's step, rounded down to 64).
-  struct AppliedMarks {
-    int64_t base = 0;
-    std::vector<uint64_t> bits;
-  };
-  mutable std::mutex applied_mu_;
-  // (shard, worker or -1) -> its marks; guarded by applied_mu_
-  std::map<std::pair<ShardKey, int32_t>, AppliedMarks> applied_;
-  bool window_logged_ = false;  // guarded by applied_mu_
   std::mutex mu_;
   std::condition_variable cv_;
   std::optional<proto::Shutdown> shutdown_;         // guarded by mu_
