@@ -226,7 +226,7 @@ Status TfExampleDecoder::Decode(std::string_view record, Row* row) {
   const TfExampleSpec& spec = *m.spec;
   row->Clear();
   if (!m.example.ParseFromArray(record.data(), static_cast<int>(record.size()))) {
-    return DataLoss("not a tf.Example: protobuf parse error");
+    return InvalidArgument("not a tf.Example: protobuf parse error");
   }
   std::fill(m.found.begin(), m.found.end(), nullptr);
   const auto& entries = m.example.features().feature();

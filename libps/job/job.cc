@@ -149,7 +149,9 @@ Result<JobSpec> ParseJob(const Json& json, const std::string& default_base_dir) 
 }
 
 Result<JobSpec> ReadJobFile(const std::string& path) {
-  PS_ASSIGN_OR_RETURN(Json json, ReadJsonFile(path));
+  auto read = ReadJsonFile(path);
+  if (!read.ok()) return InvalidArgument(read.status().message());
+  const Json& json = *read;
   std::error_code ec;
   auto dir = std::filesystem::absolute(std::filesystem::path(path), ec).parent_path();
   auto job = ParseJob(json, dir.string());
