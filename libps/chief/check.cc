@@ -1,3 +1,4 @@
+#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
@@ -25,6 +26,10 @@ Status CheckJob(const job::JobSpec& job, const cluster::ClusterSpec& cluster) {
   server::UpdateSpec update = job.update;
   update.num_workers = num_workers;
   PS_RETURN_IF_ERROR(server::ValidateUpdate(update, "job.update"));
+  std::error_code ec;
+  if (std::filesystem::exists(job.model_dir, ec) &&
+      !std::filesystem::is_directory(job.model_dir, ec))
+    return InvalidArgument("job.model_dir: " + QuoteInput(job.model_dir) + " is not a directory");
   PS_RETURN_IF_ERROR(data::CheckDataFiles(job.train_data, "job.train_data", job.base_dir));
   if (!job.eval_data.is_null())
     PS_RETURN_IF_ERROR(data::CheckDataFiles(job.eval_data, "job.eval_data", job.base_dir));
@@ -60,9 +65,9 @@ Status CheckJob(const job::JobSpec& job, const cluster::ClusterSpec& cluster) {
     if (floats <= static_cast<uint64_t>(cluster::kMaxShardElements)) continue;
     const auto& [ps, var] = key;
     return InvalidArgument(
-        "job.model: variable \"" + var + "\" " + cluster::ShapeString(defs[var]->shape) + " puts " +
-        Bytes(floats * kFloatBytes) + " on ps:" + std::to_string(ps) + " of " +
-        std::to_string(num_ps) +
+        "job.model: variable " + QuoteInput(var, '"') + " " +
+        cluster::ShapeString(defs[var]->shape) + " puts " + Bytes(floats * kFloatBytes) +
+        " on ps:" + std::to_string(ps) + " of " + std::to_string(num_ps) +
         " ps task(s): more than the 4 TiB (2^40 floats) of one "
         "variable a ps holds; make it lazy, or partition it (job.partitioner) over more ps tasks");
   }
@@ -70,12 +75,12 @@ Status CheckJob(const job::JobSpec& job, const cluster::ClusterSpec& cluster) {
   for (int ps = 0; ps < num_ps; ++ps) {
     const auto p = static_cast<size_t>(ps);
     if (dense_bytes[p] <= frame) continue;
-    return InvalidArgument("job.model: the dense variables on ps:" + std::to_string(ps) + " of " +
-                           std::to_string(num_ps) + " ps task(s) hold " + Bytes(dense_bytes[p]) +
-                           " (the largest: \"" + largest[p] + "\", " + Bytes(largest_bytes[p]) +
-                           "): a step pulls and pushes them in one frame of at most " +
-                           HumanBytes(frame) +
-                           "; partition them (job.partitioner) over more ps tasks");
+    return InvalidArgument(
+        "job.model: the dense variables on ps:" + std::to_string(ps) + " of " +
+        std::to_string(num_ps) + " ps task(s) hold " + Bytes(dense_bytes[p]) +
+        " (the largest: " + QuoteInput(largest[p], '"') + ", " + Bytes(largest_bytes[p]) +
+        "): a step pulls and pushes them in one frame of at most " + HumanBytes(frame) +
+        "; partition them (job.partitioner) over more ps tasks");
   }
   return Status::Ok();
 }

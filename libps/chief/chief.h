@@ -20,6 +20,7 @@ struct ChiefOptions {
 
 // --check-config: every error of `job` on `cluster` that shows without the cluster
 // running, as InvalidArgument naming the key: job.update for the cluster's worker count;
+// job.model_dir, when it exists, a directory;
 // the data files (data::CheckDataFiles); the variables placed on the cluster's ps count
 // (cluster::Place: a dense shard of at most 2^40 floats, a lazy one of at most 2^40
 // rows); each non-lazy variable's floats on one ps at most 2^40 (4 TiB); the dense

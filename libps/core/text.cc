@@ -22,7 +22,7 @@ std::string CutText(std::string_view text, size_t max_bytes) {
          " bytes more)";
 }
 
-std::string QuoteInput(std::string_view text) { return "'" + CutText(text) + "'"; }
+std::string QuoteInput(std::string_view text, char quote) { return quote + CutText(text) + quote; }
 
 std::string HumanBytes(uint64_t bytes) {
   if (bytes < 1024) return std::to_string(bytes) + " B";

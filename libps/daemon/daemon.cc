@@ -178,7 +178,7 @@ bool IsLoopback(const std::string& host) {
 Result<DaemonContext> Bootstrap(const DaemonFlags& flags, cluster::TaskType expected) {
   log::Level level;
   if (!log::ParseLevel(flags.log_level, &level)) {
-    return InvalidArgument("--log-level: unknown level \"" + flags.log_level + "\"");
+    return InvalidArgument("--log-level: unknown level " + QuoteInput(flags.log_level, '"'));
   }
   log::SetLevel(level);
   if (flags.connect_timeout_sec <= 0) return InvalidArgument("--connect-timeout: must be > 0");
@@ -255,7 +255,7 @@ bool NamesNoTask(const DaemonFlags& flags) {
 Result<Metrics> BootstrapOutsideCluster(const DaemonFlags& flags, cluster::TaskType type) {
   log::Level level;
   if (!log::ParseLevel(flags.log_level, &level)) {
-    return InvalidArgument("--log-level: unknown level \"" + flags.log_level + "\"");
+    return InvalidArgument("--log-level: unknown level " + QuoteInput(flags.log_level, '"'));
   }
   log::SetLevel(level);
   const cluster::TaskId task{type, 0};

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "libps/core/text.h"
 #include "libps/model/plugins.h"
 
 namespace ps::job {
@@ -21,8 +22,8 @@ Status ParseEarlyStopping(JsonReader& r, JobSpec& job) {
   EarlyStoppingSpec& s = job.early_stopping;
   PS_RETURN_IF_ERROR(e.Get("metric", &s.metric));
   if (s.metric != "auc" && s.metric != "accuracy" && s.metric != "loss") {
-    return InvalidArgument(e.Path("metric") +
-                           ": must be \"auc\", \"accuracy\" or \"loss\", got \"" + s.metric + "\"");
+    return InvalidArgument(e.Path("metric") + ": must be \"auc\", \"accuracy\" or \"loss\", got " +
+                           QuoteInput(s.metric, '"'));
   }
   std::string mode = s.metric == "loss" ? "min" : "max";
   PS_RETURN_IF_ERROR(e.GetOr("mode", &mode));

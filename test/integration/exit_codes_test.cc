@@ -177,6 +177,16 @@ TEST_CASE("--check-config finds what it can without the cluster: data files, siz
     CHECK(run.Has("job.train_data.path"));
     CHECK(run.Has("is a directory"));
   }
+  SECTION("a model dir that is a file") {
+    WriteFile(tmp / "model-file", "");
+    auto job = LrJob(tmp, LibSvmData(tmp / "train.libsvm"), 100);
+    auto run = RunDaemon(
+        TaskType::kChief,
+        {"--job", job.string(), "--model-dir", (tmp / "model-file").string(), "--check-config"},
+        TfConfigOf(spec, kChief));
+    CHECK(run.exit_status == 2);
+    CHECK(run.Has("job.model_dir"));
+  }
   SECTION("a data path that does not exist") {
     auto run = check(LrJob(tmp, LibSvmData(tmp / "nope.libsvm"), 100));
     CHECK(run.exit_status == 2);
