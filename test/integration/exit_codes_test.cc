@@ -272,7 +272,7 @@ TEST_CASE("exit 138: a lost ps that does not come back; every task exits 138") {
   auto spec = LocalCluster();
   Tasks tasks;
   StartCluster(tasks, spec, LrJob(tmp, LibSvmData(tmp / "train.libsvm"), 1000000), tmp / "model",
-               {"--ps-recovery-timeout", "1", "--heartbeat-timeout", "1"});
+               {"--ps-recovery-timeout", "1"});
   REQUIRE(tasks[kChief].WaitForLine("step 20/", 120s));
   tasks[kPs1].Signal(SIGKILL);
   CHECK(tasks[kPs1].WaitExit(15s) == std::optional<int>(128 + SIGKILL));
