@@ -41,15 +41,9 @@ int main(int argc, char** argv) {
     return *rc;
   }
   auto ctx = daemon::Bootstrap(flags, ps::cluster::TaskType::kChief);
-  if (!ctx.ok()) {
-    std::fprintf(stderr, "pstrain-chief: %s\n", ctx.status().message().c_str());
-    return daemon::ExitCodeFor(ctx.status());
-  }
+  if (!ctx.ok()) return daemon::FailStart("pstrain-chief", ctx.status());
   auto job = job::ReadJobFile(job_file);
-  if (!job.ok()) {
-    std::fprintf(stderr, "pstrain-chief: %s\n", job.status().message().c_str());
-    return daemon::ExitCodeFor(job.status());
-  }
+  if (!job.ok()) return daemon::FailStart("pstrain-chief", job.status());
   if (!model_dir.empty()) job->model_dir = model_dir;
   chief::ChiefOptions options;
   auto ms = [](double sec) { return std::chrono::milliseconds(static_cast<int64_t>(sec * 1000)); };
@@ -63,8 +57,11 @@ int main(int argc, char** argv) {
         "--worker-recovery-timeout and --watchdog must be > 0 and at most 1000000 seconds\n");
     return daemon::kExitUsage;
   }
-  if (flags.check_config)
-    return daemon::CheckedConfig("pstrain-chief", *ctx);  // after the job file
+  if (flags.check_config) {  // after the job file
+    Status checked = chief::CheckJob(*job, ctx->tf.cluster);
+    if (!checked.ok()) return daemon::FailStart("pstrain-chief", checked);
+    return daemon::CheckedConfig("pstrain-chief", *ctx);
+  }
   options.shutdown_timeout = ms(shutdown_timeout);
   options.heartbeat_timeout = ms(heartbeat_timeout);
   options.ps_recovery_timeout = ms(ps_recovery_timeout);

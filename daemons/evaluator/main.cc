@@ -2,7 +2,7 @@
 // it evaluates every checkpoint the chief commits in --model-dir and exits 0 after the
 // final one. TF_CONFIG (task type "evaluator") is optional.
 #include <cstdio>
-#include <cstdlib>
+#include <optional>
 
 #include <boost/program_options.hpp>
 
@@ -37,27 +37,28 @@ int main(int argc, char** argv) {
           desc)) {
     return *rc;
   }
-  // The evaluator is outside the training cluster; TF_CONFIG only names it.
+  // The evaluator is outside the training cluster; TF_CONFIG, when it names a task, only
+  // names it. --check-config runs the same checks as a start, in the same order.
+  auto fail = [](const Status& st) { return daemon::FailStart("pstrain-evaluator", st); };
+  std::optional<daemon::DaemonContext> ctx;
   daemon::Metrics metrics;
-  if (!flags.tf_config_file.empty() || std::getenv("TF_CONFIG") != nullptr) {
-    auto ctx = daemon::Bootstrap(flags, ps::cluster::TaskType::kEvaluator);
-    if (!ctx.ok()) {
-      std::fprintf(stderr, "pstrain-evaluator: %s\n", ctx.status().message().c_str());
-      return daemon::ExitCodeFor(ctx.status());
-    }
-    if (flags.check_config) return daemon::CheckedConfig("pstrain-evaluator", *ctx);
-    metrics = ctx->metrics;
-  } else if (flags.check_config) {
-    std::fprintf(stderr, "pstrain-evaluator: --check-config: no TF_CONFIG to check\n");
-    return daemon::kExitUsage;
-  } else {
-    ps::log::SetTag("evaluator");
-    auto m = daemon::StartMetrics(flags, {cluster::TaskType::kEvaluator, 0}, "");
-    if (!m.ok()) {
-      std::fprintf(stderr, "pstrain-evaluator: %s\n", m.status().message().c_str());
-      return daemon::ExitCodeFor(m.status());
-    }
+  if (daemon::NamesNoTask(flags)) {
+    auto m = daemon::BootstrapOutsideCluster(flags, cluster::TaskType::kEvaluator);
+    if (!m.ok()) return fail(m.status());
     metrics = *m;
+  } else {
+    auto c = daemon::Bootstrap(flags, cluster::TaskType::kEvaluator);
+    if (!c.ok()) return fail(c.status());
+    ctx = std::move(*c);
+    metrics = ctx->metrics;
+  }
+  if (Status st = evaluator::CheckOptions(options); !st.ok()) return fail(st);
+  if (flags.check_config) {
+    if (ctx) return daemon::CheckedConfig("pstrain-evaluator", *ctx);
+    std::printf(
+        "pstrain-evaluator: config ok: TF_CONFIG names no task: runs outside the training "
+        "cluster, does not listen\n");
+    return daemon::kExitOk;
   }
   options.metrics = metrics.registry;
   return daemon::FinishDaemon("pstrain-evaluator", evaluator::RunEvaluator(options, signals),

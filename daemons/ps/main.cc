@@ -54,10 +54,7 @@ int main(int argc, char** argv) {
     return daemon::kExitUsage;
   }
   auto ctx = daemon::Bootstrap(flags, ps::cluster::TaskType::kPs);
-  if (!ctx.ok()) {
-    std::fprintf(stderr, "pstrain-ps: %s\n", ctx.status().message().c_str());
-    return daemon::ExitCodeFor(ctx.status());
-  }
+  if (!ctx.ok()) return daemon::FailStart("pstrain-ps", ctx.status());
   if (flags.check_config) return daemon::CheckedConfig("pstrain-ps", *ctx);
   const server::PsTaskOptions ps_options{static_cast<uint64_t>(inline_max_kib) << 10,
                                          static_cast<uint64_t>(early_apply_min_kib) << 10};

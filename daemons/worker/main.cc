@@ -29,10 +29,7 @@ int main(int argc, char** argv) {
     return daemon::kExitUsage;
   }
   auto ctx = daemon::Bootstrap(flags, ps::cluster::TaskType::kWorker);
-  if (!ctx.ok()) {
-    std::fprintf(stderr, "pstrain-worker: %s\n", ctx.status().message().c_str());
-    return daemon::ExitCodeFor(ctx.status());
-  }
+  if (!ctx.ok()) return daemon::FailStart("pstrain-worker", ctx.status());
   if (flags.check_config) return daemon::CheckedConfig("pstrain-worker", *ctx);
   return daemon::FinishDaemon("pstrain-worker", worker::RunWorkerTask(*ctx, options, signals),
                               signals);

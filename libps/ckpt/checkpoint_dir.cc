@@ -13,6 +13,7 @@
 
 #include "libps/ckpt/checkpoint_dir_internal.h"
 #include "libps/core/log.h"
+#include "libps/core/text.h"
 
 namespace ps::ckpt {
 namespace fs = std::filesystem;
@@ -66,7 +67,7 @@ Status ValidateManifest(const Manifest& m, const std::string& what) {
   for (int i = 0; i < m.num_ps; ++i) {
     if (m.shards[i].name != ShardFileName(i)) {
       return InvalidArgument(what + ".shards[" + std::to_string(i) + "].name: expected \"" +
-                             ShardFileName(i) + "\", got \"" + m.shards[i].name + "\"");
+                             ShardFileName(i) + "\", got " + QuoteInput(m.shards[i].name, '"'));
     }
   }
   if (!m.extra.is_object()) return InvalidArgument(what + ".extra: must be a JSON object");
@@ -220,8 +221,8 @@ Result<Manifest> ManifestFromJson(const Json& json, const std::string& what) {
   int version = 0;
   PS_RETURN_IF_ERROR(r.Get("format", &format));
   if (format != kManifestFormat) {
-    return InvalidArgument(r.Path("format") + ": expected \"" + kManifestFormat + "\", got \"" +
-                           format + "\"");
+    return InvalidArgument(r.Path("format") + ": expected " + QuoteInput(kManifestFormat, '"') +
+                           ", got \"" + format + "\"");
   }
   PS_RETURN_IF_ERROR(r.Get("version", &version));
   if (version != kManifestVersion) {

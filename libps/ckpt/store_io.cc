@@ -11,6 +11,7 @@
 
 #include "libps/ckpt/checkpoint_dir.h"
 #include "libps/cluster/shard_layout.h"
+#include "libps/core/text.h"
 
 namespace ps::ckpt {
 
@@ -318,7 +319,7 @@ class Restorer {
       return std::optional<std::vector<RowRange>>();
     }
     const cluster::ShardLayout& mine = it->second.front().def.layout;
-    const std::string where = meta.Describe(path_) + ": variable \"" + rec.var + "\"";
+    const std::string where = meta.Describe(path_) + ": variable " + QuoteInput(rec.var, '"') + "";
     if (rec.full_shape != mine.full_shape) {
       return FailedPrecondition(where + " has shape " + cluster::ShapeString(rec.full_shape) +
                                 " in the checkpoint and " + cluster::ShapeString(mine.full_shape) +

@@ -1,4 +1,5 @@
 #include "libps/cluster/placement.h"
+#include "libps/core/text.h"
 
 #include <algorithm>
 #include <climits>
@@ -232,10 +233,10 @@ Result<std::vector<ShardPlacement>> Place(std::span<const VarShape> vars,
       return InvalidArgument("variable #" + std::to_string(v) + " has an empty name");
     }
     if (!seen.emplace(var.name, v).second) {
-      return InvalidArgument("variable \"" + var.name + "\" is defined twice");
+      return InvalidArgument("variable " + QuoteInput(var.name, '"') + " is defined twice");
     }
     auto n = NumShards(partitioner, SizingShape(var), var.elem_bytes);
-    if (!n.ok()) return n.status().WithContext("variable \"" + var.name + "\"");
+    if (!n.ok()) return n.status().WithContext("variable " + QuoteInput(var.name, '"'));
     shards[v] = *n;
     traffic[v] = TrafficPerStep(var);
     total_traffic = total_traffic > std::numeric_limits<int64_t>::max() - traffic[v]
@@ -273,7 +274,7 @@ Result<std::vector<ShardPlacement>> Place(std::span<const VarShape> vars,
                          .full_shape = var.shape,
                          .lazy = var.lazy};
       Status valid = ValidateShardLayout(layout);
-      if (!valid.ok()) return valid.WithContext("variable \"" + var.name + "\"");
+      if (!valid.ok()) return valid.WithContext("variable " + QuoteInput(var.name, '"'));
       out.push_back({.layout = std::move(layout), .ps = 0});
       bytes.push_back(var.lazy ? sized.total_bytes / n : rows * rc.row_bytes);
       step_bytes.push_back(var.sparse ? traffic[v] / n : rows * rc.row_bytes);

@@ -33,10 +33,25 @@ Status UniqueFd::Close(const std::string& path) {
   return Status::Ok();
 }
 
+Code ErrnoCode(int err) {
+  switch (err) {
+    case ENOENT:
+      return Code::kNotFound;
+    case EISDIR:
+    case ENOTDIR:
+    case EACCES:
+    case EPERM:
+    case ELOOP:
+    case ENAMETOOLONG:
+    case EROFS:
+      return Code::kInvalidArgument;
+    default:
+      return Code::kIo;
+  }
+}
+
 Status ErrnoStatus(const std::string& path, std::string_view what, int err) {
-  std::string msg = path + ": " + std::string(what) + ": " + std::strerror(err);
-  if (err == ENOENT) return NotFound(std::move(msg));
-  return IoError(std::move(msg));
+  return {ErrnoCode(err), path + ": " + std::string(what) + ": " + std::strerror(err)};
 }
 
 Status WriteAll(int fd, const void* data, size_t n, const std::string& path) {

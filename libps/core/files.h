@@ -40,7 +40,12 @@ class UniqueFd {
   int fd_ = -1;
 };
 
-// "<path>: <what>: <strerror(err)>" as an IoError (NotFound for ENOENT).
+// The cause an errno stands for, the code the exit-code rule (daemon::ExitCodeFor) reads:
+// ENOENT kNotFound; a path that names the wrong kind of thing or one this process may not
+// use (EISDIR, ENOTDIR, EACCES, EPERM, ELOOP, ENAMETOOLONG, EROFS), which no restart
+// changes, kInvalidArgument; anything else (EIO, ENOSPC, EMFILE, ...) kIo.
+Code ErrnoCode(int err);
+// "<path>: <what>: <strerror(err)>" with the code ErrnoCode(err).
 Status ErrnoStatus(const std::string& path, std::string_view what, int err);
 
 Status WriteAll(int fd, const void* data, size_t n, const std::string& path);

@@ -5,6 +5,8 @@
 #include <limits>
 #include <sstream>
 
+#include "libps/core/text.h"
+
 namespace ps {
 
 Result<Json> ParseJson(std::string_view text, std::string_view what) {
@@ -14,6 +16,13 @@ Result<Json> ParseJson(std::string_view text, std::string_view what) {
     std::string detail = e.what();
     // "[json.exception.parse_error.101] parse error at line 1, column 2: ..." -> keep the tail.
     if (auto pos = detail.find("] "); pos != std::string::npos) detail = detail.substr(pos + 2);
+    // "...; last read: '<input>'": the input quoted as every error quotes it.
+    static constexpr std::string_view kLastRead = "last read: '";
+    if (auto pos = detail.find(kLastRead); pos != std::string::npos) {
+      std::string_view read = std::string_view(detail).substr(pos + kLastRead.size());
+      if (!read.empty() && read.back() == '\'') read.remove_suffix(1);
+      detail = detail.substr(0, pos) + "last read: " + QuoteInput(read);
+    }
     return InvalidArgument(std::string(what) + ": malformed JSON: " + detail);
   }
 }

@@ -3,8 +3,11 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <mutex>
+
+#include "libps/core/text.h"
 
 namespace ps::log {
 namespace {
@@ -50,6 +53,23 @@ bool ParseLevel(std::string_view text, Level* level) {
 
 bool Enabled(Level level) { return static_cast<int>(level) >= g_level.load(); }
 
+namespace {
+// The room CutText's "… (N bytes more)" takes at most: 3 + 2 + 20 digits + 11.
+constexpr size_t kCutMarkBytes = 40;
+
+// `text` cut so that it fits in `room` bytes, the cut mark included.
+std::string_view Fit(std::string_view text, size_t room, std::string* storage) {
+  if (text.size() <= room) return text;
+  *storage = CutText(text, room > kCutMarkBytes ? room - kCutMarkBytes : 0);
+  return *storage;
+}
+}  // namespace
+
+std::string BoundLine(std::string_view line) {
+  std::string cut;
+  return std::string(Fit(line, kMaxLineBytes - 1, &cut));
+}
+
 void Write(Level level, std::string_view message) {
   using namespace std::chrono;
   auto now = system_clock::now();
@@ -60,8 +80,13 @@ void Write(Level level, std::string_view message) {
   char stamp[32];
   std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%S", &tm);
   std::lock_guard lock(g_mu);
-  std::fprintf(stderr, "%s.%03dZ %c [%s] %.*s\n", stamp, millis, LevelChar(level),
-               g_tag.empty() ? "pstrain" : g_tag.c_str(), static_cast<int>(message.size()),
+  const std::string_view tag = g_tag.empty() ? std::string_view("pstrain") : g_tag;
+  // "<stamp>.mmmZ L [tag] " and the "\n"
+  const size_t fixed = std::strlen(stamp) + 5 + 3 + tag.size() + 3 + 1;
+  std::string cut;
+  message = Fit(message, kMaxLineBytes > fixed ? kMaxLineBytes - fixed : 0, &cut);
+  std::fprintf(stderr, "%s.%03dZ %c [%.*s] %.*s\n", stamp, millis, LevelChar(level),
+               static_cast<int>(tag.size()), tag.data(), static_cast<int>(message.size()),
                message.data());
   std::fflush(stderr);
 }

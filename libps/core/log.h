@@ -1,7 +1,9 @@
 // Logging: one line per record to stderr, "2026-11-22T09:51:16.123Z I [ps:0] message".
+// A line is at most kMaxLineBytes: a longer message is cut (CutText, libps/core/text.h).
 // Thread-safe; any thread may call.
 #pragma once
 
+#include <cstddef>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -9,6 +11,12 @@
 namespace ps::log {
 
 enum class Level : int { kDebug = 0, kInfo = 1, kWarning = 2, kError = 3 };
+
+// The longest line the logger writes, its "\n" included (4 KiB).
+inline constexpr size_t kMaxLineBytes = 4096;
+// `line` cut (CutText) so that it and a "\n" fit in kMaxLineBytes: for a line printed
+// without the logger, such as a daemon's last one.
+std::string BoundLine(std::string_view line);
 
 // Sets the tag printed in every line, e.g. "chief:0". Call once at start-up.
 void SetTag(std::string tag);

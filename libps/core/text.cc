@@ -12,6 +12,18 @@ std::string Fixed(double v, int decimals) {
   return buf;
 }
 
+std::string CutText(std::string_view text, size_t max_bytes) {
+  if (text.size() <= max_bytes) return std::string(text);
+  size_t keep = max_bytes;
+  // Back off over continuation bytes (10xxxxxx) to the start of the sequence that would be
+  // split, and drop that start too.
+  while (keep > 0 && (static_cast<unsigned char>(text[keep]) & 0xC0) == 0x80) --keep;
+  return std::string(text.substr(0, keep)) + "\u2026 (" + std::to_string(text.size() - keep) +
+         " bytes more)";
+}
+
+std::string QuoteInput(std::string_view text, char quote) { return quote + CutText(text) + quote; }
+
 std::string HumanBytes(uint64_t bytes) {
   if (bytes < 1024) return std::to_string(bytes) + " B";
   const char* units[] = {"KiB", "MiB", "GiB", "TiB"};

@@ -11,12 +11,14 @@
 #include <cerrno>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <mutex>
 #include <stop_token>
 
 #include <boost/program_options.hpp>
 
+#include "libps/core/json.h"
 #include "libps/core/log.h"
 #include "libps/core/text.h"
 #include "libps/net/auth.h"
@@ -34,6 +36,7 @@ int ExitCodeFor(const Status& status) {
     case Code::kInvalidArgument:
       return kExitUsage;
     case Code::kUnavailable:
+    case Code::kDeadlineExceeded:
     case Code::kIo:
       return kExitRetryable;
     default:
@@ -61,9 +64,16 @@ int CheckedConfig(const char* program, const DaemonContext& ctx) {
   return kExitOk;
 }
 
+int FailStart(const char* program, const Status& status) {
+  const std::string line = log::BoundLine(std::string(program) + ": " + status.message());
+  std::fprintf(stderr, "%s\n", line.c_str());
+  return ExitCodeFor(status);
+}
+
 int FinishDaemon(const char* program, const Status& status, const SignalWatcher& signals) {
   if (status.ok()) return kExitOk;
-  std::fprintf(stderr, "%s: %s\n", program, status.message().c_str());
+  const std::string line = log::BoundLine(std::string(program) + ": " + status.message());
+  std::fprintf(stderr, "%s\n", line.c_str());
   if (status.code() == Code::kAborted && signals.last_signal() != 0)
     return 128 + signals.last_signal();
   return ExitCodeFor(status);
@@ -147,8 +157,8 @@ std::optional<int> ParseCommandLine(int argc, char** argv, const std::string& us
           << usage << "\n\n"
           << all << "\n"
           << "Exit codes: 0 success (also after a graceful stop), 1 failure a restart cannot fix,\n"
-          << "2 bad flags, TF_CONFIG or job file, 138 retryable (a peer or the model dir was\n"
-          << "lost: a restarted task resumes from the newest checkpoint), 128+N signal N.\n";
+          << "2 bad flags, TF_CONFIG, job file or input data, 138 retryable (a peer or the model\n"
+          << "dir was lost: a restarted task resumes from the newest checkpoint), 128+N signal N.\n";
       return kExitOk;
     }
     po::notify(vm);
@@ -168,7 +178,7 @@ bool IsLoopback(const std::string& host) {
 Result<DaemonContext> Bootstrap(const DaemonFlags& flags, cluster::TaskType expected) {
   log::Level level;
   if (!log::ParseLevel(flags.log_level, &level)) {
-    return InvalidArgument("--log-level: unknown level \"" + flags.log_level + "\"");
+    return InvalidArgument("--log-level: unknown level " + QuoteInput(flags.log_level, '"'));
   }
   log::SetLevel(level);
   if (flags.connect_timeout_sec <= 0) return InvalidArgument("--connect-timeout: must be > 0");
@@ -227,6 +237,30 @@ Result<DaemonContext> Bootstrap(const DaemonFlags& flags, cluster::TaskType expe
       std::chrono::milliseconds(static_cast<int64_t>(flags.chief_timeout_sec * 1000));
   PS_ASSIGN_OR_RETURN(ctx.metrics, StartMetrics(flags, ctx.tf.task, ctx.listen_host));
   return ctx;
+}
+
+bool NamesNoTask(const DaemonFlags& flags) {
+  if (!flags.tf_config_file.empty() || !flags.task_type.empty() || flags.task_index >= 0)
+    return false;
+  const char* env = std::getenv("TF_CONFIG");
+  if (env == nullptr ||
+      std::string_view(env).find_first_not_of(" \t\r\n") == std::string_view::npos)
+    return true;
+  auto json = ParseJson(env, "TF_CONFIG");
+  if (!json.ok() || !json->is_object() || json->contains("task")) return false;
+  auto cluster = json->find("cluster");
+  return cluster == json->end() || (cluster->is_object() && cluster->empty());
+}
+
+Result<Metrics> BootstrapOutsideCluster(const DaemonFlags& flags, cluster::TaskType type) {
+  log::Level level;
+  if (!log::ParseLevel(flags.log_level, &level)) {
+    return InvalidArgument("--log-level: unknown level " + QuoteInput(flags.log_level, '"'));
+  }
+  log::SetLevel(level);
+  const cluster::TaskId task{type, 0};
+  log::SetTag(task.ToString());
+  return StartMetrics(flags, task, "");
 }
 
 Result<Metrics> StartMetrics(const DaemonFlags& flags, cluster::TaskId task,

@@ -29,15 +29,20 @@ namespace ps::daemon {
 // restartPolicy ExitCode: 1 and 2 permanent, >= 128 retryable; `pstrain local --restart
 // on-failure` and scripts/slurm follow the same rule).
 inline constexpr int kExitOk = 0;
-inline constexpr int kExitFailure = 1;  // a failure a restart cannot fix (corrupt checkpoint, ...)
-inline constexpr int kExitUsage = 2;    // bad flags, TF_CONFIG, job file: permanent
-inline constexpr int kExitRetryable = 138;  // a restart fixes it: a peer that never came back,
-    // an unreachable model dir (Kubeflow's user-defined retryable)
+inline constexpr int kExitFailure = 1;      // permanent, at run time: a corrupt checkpoint, ...
+inline constexpr int kExitUsage = 2;        // what the user gave is wrong: permanent
+inline constexpr int kExitRetryable = 138;  // only a restart cures it: a peer that never came
+    // back, a lost task, a failed read or write of a local file (Kubeflow's user-defined
+    // retryable)
 // 128 + N: ended by signal N before the work was done (143 SIGTERM, 130 SIGINT): retryable.
 
-// kOk 0; kInvalidArgument 2; kUnavailable (a peer unreachable or lost for longer than its
-// deadline) and kIo (the model dir or another local file cannot be read or written) 138;
-// anything else 1.
+// The one rule from an error's cause (its Status code) to an exit code; every daemon's
+// exit, and whether the chief shuts its tasks down as retryable, goes through it:
+// kOk 0; kInvalidArgument 2 (flags, TF_CONFIG, the job file, or a file either names:
+// missing, a directory, unreadable, a bad header, a record that does not parse, a size
+// over a limit); kUnavailable and kDeadlineExceeded (a peer unreachable, lost or silent
+// past its deadline) and kIo (a local read or write the OS failed: EIO, a full disk)
+// 138; anything else 1.
 int ExitCodeFor(const Status& status);
 // True for the codes a restart may fix: kExitRetryable and every code >= 128.
 bool IsRetryableExit(int exit_code);
@@ -45,6 +50,10 @@ class SignalWatcher;
 // The end of every daemon's main: prints a failure as one line "<program>: <message>" and
 // returns its exit code — 128 + N when signal N ended the task before its work was done.
 int FinishDaemon(const char* program, const Status& status, const SignalWatcher& signals);
+// A failure before the daemon's work began (flags, TF_CONFIG, the job file): prints it as
+// one line "<program>: <message>" of at most log::kMaxLineBytes and returns
+// ExitCodeFor(status).
+int FailStart(const char* program, const Status& status);
 
 struct DaemonFlags {
   std::string tf_config_file;        // empty: the TF_CONFIG environment variable
@@ -113,6 +122,16 @@ struct DaemonContext {
 // Loads and validates TF_CONFIG (plus overrides), checks the task type is `expected`,
 // reads the secret (warning when there is none), sets the log tag and level.
 Result<DaemonContext> Bootstrap(const DaemonFlags& flags, cluster::TaskType expected);
+
+// A task outside the training cluster (the evaluator) needs no TF_CONFIG. True when
+// `flags` and the environment name no task: no --tf-config, --task-type or --task-index,
+// and TF_CONFIG unset, empty (or blank), or a JSON object with no "task" and no (or an
+// empty) "cluster" — "{}", which TensorFlow reads as no cluster. False otherwise, a
+// TF_CONFIG that does not parse included (Bootstrap then names what is wrong with it).
+bool NamesNoTask(const DaemonFlags& flags);
+// Bootstrap for such a task: the log level and tag ("<type>:0") and the metrics; no
+// identity, nothing to listen on.
+Result<Metrics> BootstrapOutsideCluster(const DaemonFlags& flags, cluster::TaskType type);
 
 // What --check-config prints on stdout after a successful Bootstrap, and exits 0 with:
 // "<program>: TF_CONFIG ok: <task> of a cluster with C chief, W worker, P ps, E evaluator;

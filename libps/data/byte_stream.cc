@@ -4,18 +4,23 @@
 #include <cerrno>
 #include <cstring>
 
+#include "libps/core/files.h"
+
 namespace ps::data {
 namespace {
 constexpr size_t kChunk = size_t{1} << 20;  // file reads and the content buffer's start size
 }  // namespace
 
+Status InputErrno(const std::string& path, std::string_view what, int err) {
+  const Code code = ErrnoCode(err) == Code::kIo ? Code::kIo : Code::kInvalidArgument;
+  return {code, path + ": " + std::string(what) + ": " + std::strerror(err)};
+}
+
 Result<std::unique_ptr<ByteStream>> ByteStream::Open(const std::string& path) {
   std::unique_ptr<ByteStream> s(new ByteStream(path));
   s->file_ = std::fopen(path.c_str(), "rb");
   if (s->file_ == nullptr) {
-    const int err = errno;
-    std::string msg = path + ": cannot open file: " + std::strerror(err);
-    return err == ENOENT ? NotFound(msg) : IoError(msg);
+    return InputErrno(path, "cannot open file", errno);
   }
   if (std::fseek(s->file_, 0, SEEK_END) == 0) {
     long size = std::ftell(s->file_);
@@ -26,8 +31,7 @@ Result<std::unique_ptr<ByteStream>> ByteStream::Open(const std::string& path) {
   // Sniff the magic from the first raw bytes.
   s->in_.resize(kChunk);
   size_t n = std::fread(s->in_.data(), 1, s->in_.size(), s->file_);
-  if (n < s->in_.size() && std::ferror(s->file_))
-    return IoError(path + ": read failed: " + std::strerror(errno));
+  if (n < s->in_.size() && std::ferror(s->file_)) return InputErrno(path, "read failed", errno);
   s->in_.resize(n);
   s->compressed_read_ = n;
   if (n >= 2 && std::memcmp(s->in_.data(), "\x1f\x8b", 2) == 0) {
@@ -52,16 +56,15 @@ ByteStream::~ByteStream() {
 }
 
 Status ByteStream::GzipError(const std::string& what) const {
-  return DataLoss(path_ + ": gzip: " + what + " at compressed offset " +
-                  std::to_string(compressed_read_ - zs_.avail_in));
+  return InvalidArgument(path_ + ": gzip: " + what + " at compressed offset " +
+                         std::to_string(compressed_read_ - zs_.avail_in));
 }
 
 Result<bool> ByteStream::FillInput() {
   if (zs_.avail_in > 0) return true;
   in_.resize(kChunk);
   size_t n = std::fread(in_.data(), 1, in_.size(), file_);
-  if (n < in_.size() && std::ferror(file_))
-    return IoError(path_ + ": read failed: " + std::strerror(errno));
+  if (n < in_.size() && std::ferror(file_)) return InputErrno(path_, "read failed", errno);
   compressed_read_ += n;
   zs_.next_in = reinterpret_cast<Bytef*>(in_.data());
   zs_.avail_in = static_cast<uInt>(n);
@@ -80,8 +83,7 @@ Result<bool> ByteStream::Fill() {
   const size_t room = buf_.size() - end_;
   if (!gzip_) {
     size_t n = std::fread(dst, 1, room, file_);
-    if (n < room && std::ferror(file_))
-      return IoError(path_ + ": read failed: " + std::strerror(errno));
+    if (n < room && std::ferror(file_)) return InputErrno(path_, "read failed", errno);
     end_ += n;
     if (n == 0) eof_ = true;
     return n > 0;
@@ -142,8 +144,8 @@ Result<bool> ByteStream::NextLine(std::string_view* line, size_t max_line) {
     }
     scanned = end_ - pos_;
     if (scanned > max_line) {
-      return DataLoss(path_ + ": offset " + std::to_string(consumed_) + ": line longer than " +
-                      std::to_string(max_line) + " bytes");
+      return InvalidArgument(path_ + ": offset " + std::to_string(consumed_) +
+                             ": line longer than " + std::to_string(max_line) + " bytes");
     }
     PS_ASSIGN_OR_RETURN(bool more, Fill());
     if (!more) {

@@ -15,9 +15,19 @@
 
 namespace ps::data {
 
+// Every error of an input file the job names has the code of its cause, as the exit-code
+// rule (daemon::ExitCodeFor) reads it: what no restart changes (a missing file, a
+// directory, a file this process may not read, a bad header, a record that does not parse)
+// is InvalidArgument, the configuration's mistake; a read the OS failed (EIO, ...) is
+// IoError, which a restart may cure.
+//
+// "<path>: <what>: <strerror(err)>": InvalidArgument, or IoError for the errnos ErrnoCode
+// (libps/core/files.h) calls kIo.
+Status InputErrno(const std::string& path, std::string_view what, int err);
+
 class ByteStream {
  public:
-  // Errors: NotFound/IoError naming the file.
+  // Errors: InputErrno naming the file.
   static Result<std::unique_ptr<ByteStream>> Open(const std::string& path);
   ~ByteStream();
   ByteStream(const ByteStream&) = delete;
@@ -29,11 +39,11 @@ class ByteStream {
   uint64_t offset() const { return consumed_; }
 
   // The next n bytes, fewer only at the end of the stream; valid until the next call.
-  // Errors: IoError, DataLoss "<file>: gzip: ... at compressed offset N".
+  // Errors: InputErrno, InvalidArgument "<file>: gzip: ... at compressed offset N".
   Result<std::string_view> Take(size_t n);
   // The next line without its '\n' (and a trailing '\r'); valid until the next call.
   // false at the end of the stream. A last line without '\n' is a line. Error:
-  // DataLoss when a line is longer than max_line bytes, or Read's errors.
+  // InvalidArgument when a line is longer than max_line bytes, or Take's errors.
   Result<bool> NextLine(std::string_view* line, size_t max_line = size_t{64} << 20);
 
  private:

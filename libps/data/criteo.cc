@@ -4,6 +4,7 @@
 // empty: an empty integer counts as 0, an empty categorical column gives no id.
 #include <cmath>
 
+#include "libps/core/text.h"
 #include "libps/data/record_format.h"
 #include "libps/data/text.h"
 
@@ -54,8 +55,7 @@ class CriteoReader : public TextRecordReader {
     }
     int64_t label;
     if (!ParseLabel(cells_[0], &label) || (label != 0 && label != 1)) {
-      return InvalidArgument(Where() + ": label: expected 0 or 1, got '" + std::string(cells_[0]) +
-                             "'");
+      return InvalidArgument(Where() + ": label: expected 0 or 1, got " + QuoteInput(cells_[0]));
     }
     row->label = static_cast<float>(label);
     if (spec.dense != DenseMode::kDrop) {
@@ -64,7 +64,7 @@ class CriteoReader : public TextRecordReader {
         int64_t v = 0;
         if (!cell.empty() && !ParseInt(cell, &v)) {
           return InvalidArgument(Where() + ": column I" + std::to_string(i + 1) +
-                                 ": expected an integer, got '" + std::string(cell) + "'");
+                                 ": expected an integer, got " + QuoteInput(cell));
         }
         row->dense.push_back(spec.dense == DenseMode::kRaw
                                  ? static_cast<float>(v)
@@ -85,7 +85,7 @@ class CriteoReader : public TextRecordReader {
         if (!ParseHex(cell, &id) || id >= static_cast<uint64_t>(f.buckets)) {
           return InvalidArgument(Where() + ": column C" + std::to_string(c + 1) + " (field '" +
                                  f.name + "'): expected a hex id below " +
-                                 std::to_string(f.buckets) + ", got '" + std::string(cell) + "'");
+                                 std::to_string(f.buckets) + ", got " + QuoteInput(cell));
         }
         row->ids.push_back(static_cast<int64_t>(id));
       }

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "libps/core/log.h"
+#include "libps/data/byte_stream.h"
 #include "libps/data/libsvm.h"
 #include "libps/data/random.h"
 #include "libps/data/readers.h"
@@ -281,6 +282,26 @@ Result<std::unique_ptr<Dataset>> OpenDataset(const Json& config, std::string pat
 Status CheckStreamedData(const Json& config, const std::string& path, const std::string& base_dir) {
   if (!config.is_object() || !config.contains("files")) return Status::Ok();
   return PlanStream(config, path, base_dir).status();
+}
+
+Status CheckDataFiles(const Json& config, const std::string& path, const std::string& base_dir) {
+  if (!config.is_object()) return InvalidArgument(path + ": must be a JSON object");
+  if (config.contains("files")) return CheckStreamedData(config, path, base_dir);
+  for (const char* key : {"path", "images", "labels"}) {
+    auto it = config.find(key);
+    if (it == config.end() || !it->is_string()) continue;  // the load names what is wrong
+    const std::string where = path + "." + key;
+    const std::string file = Resolve(base_dir, it->get<std::string>());
+    std::error_code ec;
+    const auto st = std::filesystem::status(file, ec);
+    if (!std::filesystem::exists(st))
+      return InvalidArgument(where + ": '" + file + "': no such file");
+    if (std::filesystem::is_directory(st))
+      return InvalidArgument(where + ": '" + file + "': is a directory, not a file");
+    auto stream = ByteStream::Open(file);
+    if (!stream.ok()) return stream.status().WithContext(where);
+  }
+  return Status::Ok();
 }
 
 InMemoryDataset::InMemoryDataset(ExampleTable table, DatasetOptions options)

@@ -177,6 +177,12 @@ Result<std::unique_ptr<Dataset>> OpenDataset(const Json& config, std::string pat
 // it). Ok for an in-memory one (only loading it checks it).
 Status CheckStreamedData(const Json& config, const std::string& path, const std::string& base_dir);
 
+// What can be checked of a data set without reading it (--check-config): a streamed one
+// as CheckStreamedData; an in-memory one's files ("path", "images", "labels") must be
+// regular files this process can open: InvalidArgument naming the key otherwise ("is a
+// directory", "no such file").
+Status CheckDataFiles(const Json& config, const std::string& path, const std::string& base_dir);
+
 // The loading half of OpenDataset: the whole data set, unsharded.
 Result<ExampleTable> LoadExamples(const Json& config, const std::string& path,
                                   const std::string& base_dir);

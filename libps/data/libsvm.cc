@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "libps/core/text.h"
 #include "libps/data/text.h"
 
 namespace ps::data {
@@ -32,7 +33,7 @@ class LibSvmReader : public TextRecordReader {
         first = false;
         int64_t label;
         if (!ParseLabel(tok, &label))
-          return InvalidArgument(Where() + ": bad label '" + std::string(tok) + "'");
+          return InvalidArgument(Where() + ": bad label " + QuoteInput(tok));
         PS_RETURN_IF_ERROR(MapLabel(label, &row->label));
         continue;
       }
@@ -42,7 +43,7 @@ class LibSvmReader : public TextRecordReader {
       double value;
       if (colon == std::string_view::npos || !ParseInt(tok.substr(0, colon), &id) ||
           !ParseDouble(tok.substr(colon + 1), &value)) {
-        return InvalidArgument(Where() + ": bad feature '" + std::string(tok) + "'");
+        return InvalidArgument(Where() + ": bad feature " + QuoteInput(tok));
       }
       if (id - shift < 0 || id - shift >= o.num_features) {
         return InvalidArgument(Where() + ": feature id " + std::to_string(id) +

@@ -8,6 +8,7 @@
 #include <limits>
 #include <map>
 
+#include "libps/core/text.h"
 #include "libps/data/byte_stream.h"
 #include "libps/data/libsvm.h"
 #include "libps/data/row.h"
@@ -41,18 +42,19 @@ Result<IdxHeader> ParseIdxHeader(const std::string& path, const std::string& d, 
                                  const char* what) {
   const uint32_t want_magic = 0x00000800u | static_cast<uint32_t>(ndims);
   if (d.size() < 4) {
-    return DataLoss(path + ": offset 0: truncated: expected 4 bytes of magic, got " +
-                    std::to_string(d.size()));
+    return InvalidArgument(path + ": offset 0: truncated: expected 4 bytes of magic, got " +
+                           std::to_string(d.size()));
   }
   uint32_t magic = BigEndian32(d, 0);
   if (magic != want_magic) {
-    return DataLoss(path + ": offset 0: bad magic " + Hex32(magic) + ", expected " +
-                    Hex32(want_magic) + " (idx" + std::to_string(ndims) + " unsigned bytes)");
+    return InvalidArgument(path + ": offset 0: bad magic " + Hex32(magic) + ", expected " +
+                           Hex32(want_magic) + " (idx" + std::to_string(ndims) +
+                           " unsigned bytes)");
   }
   const size_t header = 4 + 4 * static_cast<size_t>(ndims);
   if (d.size() < header) {
-    return DataLoss(path + ": offset 4: truncated: expected " + std::to_string(header - 4) +
-                    " bytes of dimensions, got " + std::to_string(d.size() - 4));
+    return InvalidArgument(path + ": offset 4: truncated: expected " + std::to_string(header - 4) +
+                           " bytes of dimensions, got " + std::to_string(d.size() - 4));
   }
   IdxHeader h;
   h.data_offset = header;
@@ -60,8 +62,8 @@ Result<IdxHeader> ParseIdxHeader(const std::string& path, const std::string& d, 
   for (int i = 0; i < ndims; ++i) {
     uint64_t dim = BigEndian32(d, 4 + 4 * static_cast<size_t>(i));
     if (dim == 0) {
-      return DataLoss(path + ": offset " + std::to_string(4 + 4 * i) + ": dimension " +
-                      std::to_string(i) + " is 0");
+      return InvalidArgument(path + ": offset " + std::to_string(4 + 4 * i) + ": dimension " +
+                             std::to_string(i) + " is 0");
     }
     h.dims.push_back(dim);
     total = total > std::numeric_limits<uint64_t>::max() / dim
@@ -70,12 +72,13 @@ Result<IdxHeader> ParseIdxHeader(const std::string& path, const std::string& d, 
   }
   const uint64_t got = d.size() - header;
   if (total > got) {
-    return DataLoss(path + ": offset " + std::to_string(header) + ": truncated: expected " +
-                    std::to_string(total) + " bytes of " + what + ", got " + std::to_string(got));
+    return InvalidArgument(path + ": offset " + std::to_string(header) + ": truncated: expected " +
+                           std::to_string(total) + " bytes of " + what + ", got " +
+                           std::to_string(got));
   }
   if (total < got) {
-    return DataLoss(path + ": offset " + std::to_string(header + total) + ": " +
-                    std::to_string(got - total) + " trailing bytes after the " + what);
+    return InvalidArgument(path + ": offset " + std::to_string(header + total) + ": " +
+                           std::to_string(got - total) + " trailing bytes after the " + what);
   }
   return h;
 }
@@ -203,8 +206,8 @@ Result<std::string> ReadMaybeGzipFile(const std::string& path) {
     PS_ASSIGN_OR_RETURN(std::string_view chunk, stream->Take(size_t{1} << 20));
     if (chunk.empty()) break;
     if (out.size() + chunk.size() > kMaxInflatedBytes) {
-      return DataLoss(path + ": larger than " + std::to_string(kMaxInflatedBytes >> 30) +
-                      " GiB: too large to load in memory (stream it with \"files\")");
+      return InvalidArgument(path + ": larger than " + std::to_string(kMaxInflatedBytes >> 30) +
+                             " GiB: too large to load in memory (stream it with \"files\")");
     }
     out.append(chunk);
   }
@@ -218,8 +221,9 @@ Result<ExampleTable> ReadIdx(const std::string& images_path, const std::string& 
   PS_ASSIGN_OR_RETURN(std::string labels, ReadMaybeGzipFile(labels_path));
   PS_ASSIGN_OR_RETURN(IdxHeader lh, ParseIdxHeader(labels_path, labels, 1, "labels"));
   if (ih.dims[0] != lh.dims[0]) {
-    return DataLoss(labels_path + ": offset 4: count mismatch: " + std::to_string(lh.dims[0]) +
-                    " labels for " + std::to_string(ih.dims[0]) + " images in " + images_path);
+    return InvalidArgument(
+        labels_path + ": offset 4: count mismatch: " + std::to_string(lh.dims[0]) + " labels for " +
+        std::to_string(ih.dims[0]) + " images in " + images_path);
   }
   ExampleTable t;
   const auto n = static_cast<int64_t>(ih.dims[0]);
@@ -229,9 +233,9 @@ Result<ExampleTable> ReadIdx(const std::string& images_path, const std::string& 
   for (int64_t i = 0; i < n; ++i) {
     int v = static_cast<uint8_t>(labels[lh.data_offset + static_cast<size_t>(i)]);
     if (classes > 0 && v >= classes) {
-      return DataLoss(labels_path + ": offset " + std::to_string(lh.data_offset + i) + ": label " +
-                      std::to_string(v) + " is out of range for " + std::to_string(classes) +
-                      " classes");
+      return InvalidArgument(labels_path + ": offset " + std::to_string(lh.data_offset + i) +
+                             ": label " + std::to_string(v) + " is out of range for " +
+                             std::to_string(classes) + " classes");
     }
     max_label = std::max(max_label, v);
   }
@@ -305,13 +309,13 @@ Result<ExampleTable> ReadCsv(const std::string& path, const CsvOptions& options)
       for (size_t i = 0; i < fields.size(); ++i) {
         if (!column_index.emplace(fields[i].text, i).second) {
           return InvalidArgument(at + ":" + std::to_string(fields[i].column) +
-                                 ": duplicate column '" + fields[i].text + "'");
+                                 ": duplicate column " + QuoteInput(fields[i].text));
         }
       }
       auto find = [&](const std::string& name, size_t* out) -> Status {
         auto it = column_index.find(name);
         if (it == column_index.end()) {
-          return InvalidArgument(at + ": no column '" + name + "' in the header");
+          return InvalidArgument(at + ": no column " + QuoteInput(name) + " in the header");
         }
         *out = it->second;
         return Status::Ok();
@@ -340,15 +344,15 @@ Result<ExampleTable> ReadCsv(const std::string& path, const CsvOptions& options)
       if (id == Vocabulary::kUnknown) {
         std::string known;
         for (const auto& t : label_vocab->tokens()) known += (known.empty() ? "" : ", ") + t;
-        return InvalidArgument(lat + ": unknown label '" + lf.text +
-                               "' (label vocabulary: " + known + ")");
+        return InvalidArgument(lat + ": unknown label " + QuoteInput(lf.text) +
+                               " (label vocabulary: " + CutText(known) + ")");
       }
       labels_from_vocab.push_back(static_cast<float>(id));
     } else {
       int64_t label;
       if (!ParseLabel(lf.text, &label)) {
-        return InvalidArgument(lat + ": column '" + options.label + "': bad label '" + lf.text +
-                               "'");
+        return InvalidArgument(lat + ": column '" + options.label + "': bad label " +
+                               QuoteInput(lf.text));
       }
       raw_labels.push_back(label);
       where.push_back(lat);
@@ -358,7 +362,7 @@ Result<ExampleTable> ReadCsv(const std::string& path, const CsvOptions& options)
       double v;
       if (!ParseDouble(f.text, &v)) {
         return InvalidArgument(at + ":" + std::to_string(f.column) + ": column '" +
-                               options.dense[i] + "': bad number '" + f.text + "'");
+                               options.dense[i] + "': bad number " + QuoteInput(f.text));
       }
       dense.push_back(static_cast<float>(v));
     }

@@ -15,7 +15,7 @@
 namespace ps::data {
 
 // Reads a file, inflating it when it starts with the gzip magic 1f 8b (concatenated gzip
-// members are read as one stream). Errors: NotFound/IoError naming the file; DataLoss
+// members are read as one stream). Errors: InputErrno naming the file; InvalidArgument
 // "<file>: gzip: ... at compressed offset N" for a corrupt or truncated stream.
 Result<std::string> ReadMaybeGzipFile(const std::string& path);
 

@@ -20,7 +20,7 @@ class RecordReader {
  public:
   virtual ~RecordReader() = default;
   // Moves to the next record (a TFRecord's payload, a non-blank text line); false at
-  // the end of the file. On an error (bad CRC, truncation: DataLoss naming the file and
+  // the end of the file. On an error (bad CRC, truncation: InvalidArgument naming the file and
   // the record's byte offset) the reader is past the bad record when resumable() is
   // true, and can read no further otherwise.
   virtual Result<bool> Advance() = 0;

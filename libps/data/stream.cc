@@ -42,7 +42,7 @@ Result<std::vector<std::string>> ExpandFiles(const std::vector<std::string>& pat
     }
     ::globfree(&g);
     if (rc == GLOB_ABORTED)
-      return IoError(where + ": '" + p.string() + "': cannot read a directory on the way");
+      return InvalidArgument(where + ": '" + p.string() + "': cannot read a directory on the way");
     if (rc == GLOB_NOSPACE) return Internal(where + ": glob: out of memory");
     if (found == 0) return InvalidArgument(where + ": '" + p.string() + "' matches no file");
   }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "libps/core/text.h"
 #include "libps/data/random.h"
 #include "libps/data/vocabulary.h"
 
@@ -53,8 +54,8 @@ Result<ExampleTable> StringExamplesToTable(const std::vector<StringExample>& exa
     col.offsets.push_back(static_cast<int64_t>(col.ids.size()));
     int64_t label = labels.Lookup(examples[i].label);
     if (label == Vocabulary::kUnknown) {
-      return InvalidArgument("example " + std::to_string(i) + ": unknown label '" +
-                             examples[i].label + "'");
+      return InvalidArgument("example " + std::to_string(i) + ": unknown label " +
+                             QuoteInput(examples[i].label));
     }
     t.labels.push_back(static_cast<float>(label));
   }

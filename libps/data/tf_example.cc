@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "libps/core/text.h"
 #include "libps/data/byte_stream.h"
 #include "libps/data/example.pb.h"
 #include "libps/data/record_format.h"
@@ -48,8 +49,8 @@ Status ReadSparse(const Json& j, const std::string& path, TfSparseSpec* out) {
   } else if (type == "bytes") {
     out->type = TfSparseSpec::Type::kBytes;
   } else {
-    return InvalidArgument(r.Path("type") + ": must be \"int64\" or \"bytes\", got \"" + type +
-                           "\"");
+    return InvalidArgument(r.Path("type") + ": must be \"int64\" or \"bytes\", got " +
+                           QuoteInput(type, '"') + "");
   }
   const int given = int{r.Has("vocab")} + int{r.Has("hash_buckets")} + int{r.Has("vocabulary")};
   if (given != 1) {
@@ -226,7 +227,7 @@ Status TfExampleDecoder::Decode(std::string_view record, Row* row) {
   const TfExampleSpec& spec = *m.spec;
   row->Clear();
   if (!m.example.ParseFromArray(record.data(), static_cast<int>(record.size()))) {
-    return DataLoss("not a tf.Example: protobuf parse error");
+    return InvalidArgument("not a tf.Example: protobuf parse error");
   }
   std::fill(m.found.begin(), m.found.end(), nullptr);
   const auto& entries = m.example.features().feature();

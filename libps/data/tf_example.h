@@ -55,7 +55,7 @@ class TfExampleDecoder {
  public:
   explicit TfExampleDecoder(std::shared_ptr<const TfExampleSpec> spec);
   ~TfExampleDecoder();
-  // Error (InvalidArgument / DataLoss): "feature '<name>': <problem>", or "not a
+  // Error (InvalidArgument): "feature '<name>': <problem>", or "not a
   // tf.Example: protobuf parse error"; the caller adds the file and offset.
   Status Decode(std::string_view record, Row* row);
 

@@ -41,27 +41,27 @@ Result<bool> TfRecordReader::Next(std::string_view* record) {
     return false;
   }
   if (header.size() < 12) {
-    return DataLoss(Where() + ": truncated header: " + std::to_string(header.size()) +
-                    " of 12 bytes");
+    return InvalidArgument(Where() + ": truncated header: " + std::to_string(header.size()) +
+                           " of 12 bytes");
   }
   const uint64_t length = LoadLe64(header.data());
   if (UnmaskCrc32c(LoadLe32(header.data() + 8)) != Crc32c(0, header.data(), 8)) {
-    return DataLoss(Where() + ": length CRC mismatch (corrupt header)");
+    return InvalidArgument(Where() + ": length CRC mismatch (corrupt header)");
   }
   if (length > max_record_bytes_) {
-    return DataLoss(Where() + ": length " + std::to_string(length) + " exceeds the limit of " +
-                    std::to_string(max_record_bytes_) + " bytes");
+    return InvalidArgument(Where() + ": length " + std::to_string(length) +
+                           " exceeds the limit of " + std::to_string(max_record_bytes_) + " bytes");
   }
   PS_ASSIGN_OR_RETURN(std::string_view body, stream_->Take(length + 4));
   if (body.size() < length + 4) {
-    return DataLoss(Where() + ": truncated: " + std::to_string(body.size()) + " of " +
-                    std::to_string(length + 4) + " bytes of data and CRC");
+    return InvalidArgument(Where() + ": truncated: " + std::to_string(body.size()) + " of " +
+                           std::to_string(length + 4) + " bytes of data and CRC");
   }
   resumable_ = true;
   const auto n = static_cast<size_t>(length);
   if (UnmaskCrc32c(LoadLe32(body.data() + n)) != Crc32c(0, body.data(), n)) {
-    return DataLoss(Where() + ": data CRC mismatch (corrupt record of " + std::to_string(length) +
-                    " bytes)");
+    return InvalidArgument(Where() + ": data CRC mismatch (corrupt record of " +
+                           std::to_string(length) + " bytes)");
   }
   *record = body.substr(0, n);
   return true;

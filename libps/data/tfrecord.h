@@ -24,7 +24,7 @@ class TfRecordReader {
       : stream_(std::move(stream)), max_record_bytes_(max_record_bytes) {}
 
   // The next record's data, valid until the next call; false at the end of the file.
-  // Errors (DataLoss "<file>: record at byte offset N: ..."; N counts inflated bytes
+  // Errors (InvalidArgument "<file>: record at byte offset N: ..."; N counts inflated bytes
   // for a gzip file): a truncated record, a length whose CRC does not match or that is
   // over the limit (the rest of the file cannot be framed: resumable() is false), a
   // data CRC mismatch (the reader is past the record: resumable() is true).

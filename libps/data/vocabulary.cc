@@ -1,4 +1,5 @@
 #include "libps/data/vocabulary.h"
+#include "libps/core/text.h"
 
 #include <algorithm>
 #include <unordered_map>
@@ -14,7 +15,7 @@ Result<Vocabulary> Vocabulary::Create(std::vector<std::string> tokens, int num_o
   v.num_oov_ = num_oov_indices;
   for (size_t i = 0; i < tokens.size(); ++i) {
     auto [it, inserted] = v.index_.emplace(tokens[i], static_cast<int64_t>(i) + num_oov_indices);
-    if (!inserted) return InvalidArgument("duplicate vocabulary token '" + tokens[i] + "'");
+    if (!inserted) return InvalidArgument("duplicate vocabulary token " + QuoteInput(tokens[i]));
   }
   v.tokens_ = std::move(tokens);
   return v;

@@ -213,9 +213,18 @@ class Evaluator {
 
 }  // namespace
 
-Status RunEvaluator(const EvaluatorOptions& options, daemon::SignalWatcher& signals) {
+Status CheckOptions(const EvaluatorOptions& options) {
   if (options.model_dir.empty()) return InvalidArgument("--model-dir: required");
-  if (options.poll_seconds <= 0) return InvalidArgument("--poll-seconds: must be > 0");
+  if (!(options.poll_seconds > 0 && options.poll_seconds <= 1e6))
+    return InvalidArgument("--poll-seconds: must be > 0 and at most 1000000");
+  if (!(options.stop_grace_seconds >= 0 && options.stop_grace_seconds <= 1e6))
+    return InvalidArgument("--stop-grace: must be in 0..1000000 seconds");
+  if (options.step >= 0 && !options.once) return InvalidArgument("--step: needs --once");
+  return Status::Ok();
+}
+
+Status RunEvaluator(const EvaluatorOptions& options, daemon::SignalWatcher& signals) {
+  PS_RETURN_IF_ERROR(CheckOptions(options));
   model::SetBlasThreads(1);
   Evaluator evaluator(options);
   auto watching_signals = signals.Start([&](int sig) {

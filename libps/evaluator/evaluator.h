@@ -24,6 +24,10 @@ struct EvaluatorOptions {
   std::shared_ptr<prom::Registry> metrics;  // pstrain_evaluator_* go here; null: nowhere
 };
 
+// The options' own rules, as RunEvaluator applies them first (--check-config too):
+// InvalidArgument naming the flag.
+Status CheckOptions(const EvaluatorOptions& options);
+
 Status RunEvaluator(const EvaluatorOptions& options, daemon::SignalWatcher& signals);
 
 }  // namespace ps::evaluator

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "libps/core/text.h"
 #include "libps/model/plugins.h"
 
 namespace ps::job {
@@ -21,8 +22,8 @@ Status ParseEarlyStopping(JsonReader& r, JobSpec& job) {
   EarlyStoppingSpec& s = job.early_stopping;
   PS_RETURN_IF_ERROR(e.Get("metric", &s.metric));
   if (s.metric != "auc" && s.metric != "accuracy" && s.metric != "loss") {
-    return InvalidArgument(e.Path("metric") +
-                           ": must be \"auc\", \"accuracy\" or \"loss\", got \"" + s.metric + "\"");
+    return InvalidArgument(e.Path("metric") + ": must be \"auc\", \"accuracy\" or \"loss\", got " +
+                           QuoteInput(s.metric, '"'));
   }
   std::string mode = s.metric == "loss" ? "min" : "max";
   PS_RETURN_IF_ERROR(e.GetOr("mode", &mode));
@@ -149,7 +150,9 @@ Result<JobSpec> ParseJob(const Json& json, const std::string& default_base_dir) 
 }
 
 Result<JobSpec> ReadJobFile(const std::string& path) {
-  PS_ASSIGN_OR_RETURN(Json json, ReadJsonFile(path));
+  auto read = ReadJsonFile(path);
+  if (!read.ok()) return InvalidArgument(read.status().message());
+  const Json& json = *read;
   std::error_code ec;
   auto dir = std::filesystem::absolute(std::filesystem::path(path), ec).parent_path();
   auto job = ParseJob(json, dir.string());

@@ -87,6 +87,8 @@ struct JobSpec {
 // Strict: unknown keys and out-of-range values are errors naming "job.<key>".
 // `default_base_dir`: used when the job has no base_dir (the job file's directory).
 Result<JobSpec> ParseJob(const Json& json, const std::string& default_base_dir);
+// The job file `path` (--job): one that cannot be opened or read is InvalidArgument, as
+// every error in it is (a configuration error: exit 2).
 Result<JobSpec> ReadJobFile(const std::string& path);
 
 struct VariablePlan {

@@ -4,6 +4,7 @@
 #include <set>
 #include <utility>
 
+#include "libps/core/text.h"
 #include "libps/model/graph.h"
 
 namespace ps::model {
@@ -30,8 +31,8 @@ Status CheckName(const std::string& name, const std::string& where) {
     const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
                     c == '_' || c == '-' || c == '.';
     if (!ok)
-      return InvalidArgument(where + ": \"" + name +
-                             "\" may hold only letters, digits, '_', '-' and '.'");
+      return InvalidArgument(where + ": " + QuoteInput(name, '"') +
+                             " may hold only letters, digits, '_', '-' and '.'");
   }
   return Status::Ok();
 }
@@ -90,8 +91,8 @@ Status ReadGraphInput(const Json& j, const std::string& index_path, GraphNode* n
                              std::to_string(node->dense_offset));
     }
   } else {
-    return InvalidArgument(in.Path("type") + ": unknown input type \"" + type +
-                           "\" (expected dense, image or sparse)");
+    return InvalidArgument(in.Path("type") + ": unknown input type " + QuoteInput(type, '"') +
+                           " (expected dense, image or sparse)");
   }
   return in.Finish();
 }
@@ -118,8 +119,8 @@ Status ReadHead(const Json& j, const std::string& path,
     head->info.loss = LossKind::kMeanSquaredError;
   } else {
     return InvalidArgument(
-        r.Path("loss") + ": unknown loss \"" + loss +
-        "\" (expected softmax_cross_entropy, sigmoid_cross_entropy or mean_squared_error)");
+        r.Path("loss") + ": unknown loss " + QuoteInput(loss, '"') +
+        " (expected softmax_cross_entropy, sigmoid_cross_entropy or mean_squared_error)");
   }
   PS_RETURN_IF_ERROR(r.GetOr("weight", &head->info.weight));
   if (!(head->info.weight >= 0.0 && head->info.weight <= 1e6)) {
@@ -237,7 +238,8 @@ Result<GraphPlan> BuildGraphPlan(const Json& config, const std::string& path) {
     const std::string hpath = r.Path("outputs") + "[" + std::to_string(i) + "]";
     PS_RETURN_IF_ERROR(ReadHead((*outputs)[i], hpath, layer_index, &head, &layer));
     if (!head_names.insert(head.info.name).second) {
-      return InvalidArgument(hpath + ".name: head \"" + head.info.name + "\" is named twice");
+      return InvalidArgument(hpath + ".name: head " + QuoteInput(head.info.name, '"') +
+                             " is named twice");
     }
     if (head.label_column >= 0) plan.dense_dim = std::max(plan.dense_dim, head.label_column + 1);
     head_layers.push_back(layer);
@@ -333,7 +335,8 @@ Result<GraphPlan> BuildGraphPlan(const Json& config, const std::string& path) {
     if (softmax ? n.size < 2 : n.size != 1) {
       return InvalidArgument(hpath + ".loss: " + LossKindName(head.info.loss) + " needs " +
                              (softmax ? "at least 2 outputs (one per class)" : "1 output") +
-                             ", layer \"" + n.name + "\" has shape " + ShapeString(n.shape));
+                             ", layer " + QuoteInput(n.name, '"') + " has shape " +
+                             ShapeString(n.shape));
     }
     head.info.outputs = n.size;
   }

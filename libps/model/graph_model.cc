@@ -6,6 +6,7 @@
 #include <map>
 #include <utility>
 
+#include "libps/core/text.h"
 #include "libps/model/graph.h"
 
 namespace ps::model {
@@ -262,8 +263,8 @@ class GraphModel final : public Model {
       for (int64_t i = 0; i < b.size; ++i) {
         PS_RETURN_IF_ERROR(ValidateLabel(h.info, b.dense[i * b.dense_dim + h.label_column],
                                          "batch.dense[" + std::to_string(i) + "][" +
-                                             std::to_string(h.label_column) +
-                                             "] (label of head \"" + h.info.name + "\")"));
+                                             std::to_string(h.label_column) + "] (label of head " +
+                                             QuoteInput(h.info.name, '"') + ")"));
       }
     }
     return Status::Ok();

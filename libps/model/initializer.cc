@@ -1,4 +1,5 @@
 #include "libps/model/initializer.h"
+#include "libps/core/text.h"
 
 #include <algorithm>
 #include <cmath>
@@ -148,8 +149,8 @@ Result<InitSpec> ParseInit(const Json& json, const std::string& path) {
   } else if (type == "glorot_uniform") {
     spec.kind = InitKind::kGlorotUniform;
   } else {
-    return InvalidArgument(r.Path("type") + ": unknown initializer \"" + type +
-                           "\" (expected zeros, ones, constant, uniform, normal, "
+    return InvalidArgument(r.Path("type") + ": unknown initializer " + QuoteInput(type, '"') +
+                           " (expected zeros, ones, constant, uniform, normal, "
                            "truncated_normal or glorot_uniform)");
   }
   PS_RETURN_IF_ERROR(r.Finish());

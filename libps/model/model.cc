@@ -4,6 +4,7 @@
 #include <map>
 #include <utility>
 
+#include "libps/core/text.h"
 #include "libps/model/graph.h"
 
 namespace ps::model {
@@ -159,8 +160,8 @@ Status ReadActivation(JsonReader& r, Activation* out) {
   std::string name = "relu";
   PS_RETURN_IF_ERROR(r.GetOr("activation", &name));
   if (!ParseActivation(name, out) || *out == Activation::kGelu) {
-    return InvalidArgument(r.Path("activation") + ": unknown activation \"" + name +
-                           "\" (expected relu, tanh, sigmoid or linear)");
+    return InvalidArgument(r.Path("activation") + ": unknown activation " + QuoteInput(name, '"') +
+                           " (expected relu, tanh, sigmoid or linear)");
   }
   return Status::Ok();
 }
@@ -169,8 +170,8 @@ Status ReadCombiner(JsonReader& r, Combiner* out) {
   std::string name = "mean";
   PS_RETURN_IF_ERROR(r.GetOr("combiner", &name));
   if (!ParseCombiner(name, out)) {
-    return InvalidArgument(r.Path("combiner") + ": unknown combiner \"" + name +
-                           "\" (expected mean, sum or sqrtn)");
+    return InvalidArgument(r.Path("combiner") + ": unknown combiner " + QuoteInput(name, '"') +
+                           " (expected mean, sum or sqrtn)");
   }
   return Status::Ok();
 }
@@ -240,23 +241,23 @@ Result<std::unique_ptr<Model>> BuildEmbeddingMlp(JsonReader& r) {
       PS_RETURN_IF_ERROR(f.GetOr("vocab", &vocab));
       if (vocab != t.vocab) {
         return InvalidArgument(f.Path("vocab") + ": " + std::to_string(vocab) + " differs from " +
-                               std::to_string(t.vocab) + " of table \"" + table + "\" (" + first +
-                               ")");
+                               std::to_string(t.vocab) + " of table " + QuoteInput(table, '"') +
+                               " (" + first + ")");
       }
       PS_RETURN_IF_ERROR(f.GetOr("dim", &dim));
       if (dim != t.dim) {
         return InvalidArgument(f.Path("dim") + ": " + std::to_string(dim) + " differs from " +
-                               std::to_string(t.dim) + " of table \"" + table + "\" (" + first +
-                               ")");
+                               std::to_string(t.dim) + " of table " + QuoteInput(table, '"') +
+                               " (" + first + ")");
       }
       if (f.Has("init")) {
-        return InvalidArgument(f.Path("init") + ": table \"" + table + "\" is initialised by " +
-                               first);
+        return InvalidArgument(f.Path("init") + ": table " + QuoteInput(table, '"') +
+                               " is initialised by " + first);
       }
       for (const char* key : {"lazy", "admit", "evict"}) {
         if (f.Has(key)) {
-          return InvalidArgument(f.Path(key) + ": set on the first field of table \"" + table +
-                                 "\" (" + first + ") only");
+          return InvalidArgument(f.Path(key) + ": set on the first field of table " +
+                                 QuoteInput(table, '"') + " (" + first + ") only");
         }
       }
       field.table = static_cast<int>(it->second);
@@ -308,8 +309,8 @@ Result<std::unique_ptr<Model>> BuildModel(const Json& config, std::string path) 
   if (type == "embedding_mlp") return BuildEmbeddingMlp(r);
   if (type == "logistic_regression") return BuildLogisticRegression(r);
   if (type == "graph") return BuildGraph(config, r.path());
-  return InvalidArgument(r.Path("type") + ": unknown model type \"" + type +
-                         "\" (expected graph, mlp, embedding_mlp or logistic_regression)");
+  return InvalidArgument(r.Path("type") + ": unknown model type " + QuoteInput(type, '"') +
+                         " (expected graph, mlp, embedding_mlp or logistic_regression)");
 }
 
 }  // namespace ps::model

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <utility>
 
+#include "libps/core/text.h"
 #include "libps/model/initializer.h"
 #include "libps/model/ops.h"
 #include "libps/model/plugins.h"
@@ -25,7 +26,8 @@ std::string ShapeString(const Shape& s) {
 Result<size_t> VarSet::Add(VariableDef def, const std::string& path) {
   for (const VariableDef& d : defs_) {
     if (d.name == def.name)
-      return InvalidArgument(path + ": variable \"" + def.name + "\" is defined twice");
+      return InvalidArgument(path + ": variable " + QuoteInput(def.name, '"') +
+                             " is defined twice");
   }
   defs_.push_back(std::move(def));
   return defs_.size() - 1;
@@ -34,21 +36,22 @@ Result<size_t> VarSet::Add(VariableDef def, const std::string& path) {
 Result<VarSet::Table> VarSet::DeclareTable(const TableDecl& d, const std::string& path) {
   auto not_lazy = [&](bool lazy) -> Status {
     if (!d.row_policy_given || lazy) return Status::Ok();
-    return InvalidArgument(
-        path + (d.row_policy.evicts() && !d.row_policy.admits() ? ".evict" : ".admit") +
-        ": applies to lazy tables only (set \"lazy\": true on table \"" + d.name + "\")");
+    return InvalidArgument(path +
+                           (d.row_policy.evicts() && !d.row_policy.admits() ? ".evict" : ".admit") +
+                           ": applies to lazy tables only (set \"lazy\": true on table " +
+                           QuoteInput(d.name, '"') + ")");
   };
   for (const Table& t : tables_) {
     if (t.name != d.name) continue;
     PS_RETURN_IF_ERROR(not_lazy(t.lazy));
     auto differs = [&](const std::string& key, const std::string& given, const std::string& first) {
       return InvalidArgument(path + "." + key + ": " + given + " differs from " + first +
-                             " of table \"" + t.name + "\" (" + t.first + ")");
+                             " of table " + QuoteInput(t.name, '"') + " (" + t.first + ")");
     };
     if (d.rows_given && (d.rows_key == "num_buckets") != t.hashed) {
-      return InvalidArgument(path + "." + d.rows_key + ": table \"" + t.name +
-                             "\" is declared with " + (t.hashed ? "num_buckets" : "vocab") +
-                             " by " + t.first);
+      return InvalidArgument(path + "." + d.rows_key + ": table " + QuoteInput(t.name, '"') +
+                             " is declared with " + (t.hashed ? "num_buckets" : "vocab") + " by " +
+                             t.first);
     }
     if (d.rows_given && d.rows != t.rows) {
       return differs(d.rows_key, std::to_string(d.rows), std::to_string(t.rows));
@@ -101,8 +104,8 @@ Status RequireDenseInputs(const OpBuild& b, size_t min_inputs, size_t max_inputs
   for (size_t i = 0; i < n; ++i) {
     if (b.in_sparse[i]) {
       return InvalidArgument(
-          b.path + ".inputs[" + std::to_string(i) + "]: \"" + b.in_names[i] +
-          "\" is a sparse input; only embedding and linear layers read sparse inputs");
+          b.path + ".inputs[" + std::to_string(i) + "]: " + QuoteInput(b.in_names[i], '"') +
+          " is a sparse input; only embedding and linear layers read sparse inputs");
     }
   }
   return Status::Ok();
@@ -126,8 +129,8 @@ Status ReadActivationKey(JsonReader& r, Activation* out) {
   std::string name = ActivationName(*out);
   PS_RETURN_IF_ERROR(r.GetOr("activation", &name));
   if (!ParseActivation(name, out)) {
-    return InvalidArgument(r.Path("activation") + ": unknown activation \"" + name +
-                           "\" (expected linear, relu, gelu, tanh or sigmoid)");
+    return InvalidArgument(r.Path("activation") + ": unknown activation " + QuoteInput(name, '"') +
+                           " (expected linear, relu, gelu, tanh or sigmoid)");
   }
   return Status::Ok();
 }
@@ -488,8 +491,8 @@ Result<std::unique_ptr<Op>> MakeAddOp(OpBuild& b, bool multiply) {
   for (size_t i = 1; i < b.in_shapes.size(); ++i) {
     if (b.in_shapes[i] != b.in_shapes[0]) {
       return InvalidArgument(b.path + ".inputs[" + std::to_string(i) + "]: shape " +
-                             ShapeString(b.in_shapes[i]) + " of \"" + b.in_names[i] +
-                             "\" differs from " + ShapeString(b.in_shapes[0]) + " of \"" +
+                             ShapeString(b.in_shapes[i]) + " of " + QuoteInput(b.in_names[i], '"') +
+                             " differs from " + ShapeString(b.in_shapes[0]) + " of \"" +
                              b.in_names[0] + "\"");
     }
   }
@@ -552,8 +555,9 @@ Result<std::unique_ptr<Op>> MakeOp(const std::string& type, OpBuild& b) {
   if (type == "max_pool2d") return MakePool2dOp(b, true);
   if (type == "avg_pool2d") return MakePool2dOp(b, false);
   if (const pstrain::plugin::LayerType* t = FindPluginLayer(type)) return MakePluginOp(*t, b);
-  return InvalidArgument(b.path + ".type: unknown layer type \"" + type + "\" (expected " +
-                         OpTypeList() + ", or a type of a plug-in in the job's \"plugins\")");
+  return InvalidArgument(b.path + ".type: unknown layer type " + QuoteInput(type, '"') +
+                         " (expected " + OpTypeList() +
+                         ", or a type of a plug-in in the job's \"plugins\")");
 }
 
 }  // namespace ps::model

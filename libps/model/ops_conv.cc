@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "libps/core/text.h"
 #include "libps/model/blas.h"
 #include "libps/model/conv_direct.h"
 #include "libps/model/ops.h"
@@ -426,8 +427,9 @@ Status ReadWindow(OpBuild& b, const char* size_key, bool size_required, Window* 
   JsonReader& r = *b.config;
   const Shape& s = b.in_shapes[0];
   if (s.size() != 3) {
-    return InvalidArgument(b.path + ".inputs[0]: \"" + b.in_names[0] + "\" has shape " +
-                           ShapeString(s) + "; expected an image [height, width, channels]");
+    return InvalidArgument(b.path + ".inputs[0]: " + QuoteInput(b.in_names[0], '"') +
+                           " has shape " + ShapeString(s) +
+                           "; expected an image [height, width, channels]");
   }
   int64_t k[2], st[2];
   PS_RETURN_IF_ERROR(ReadPair(r, size_key, size_required, 2, k));
@@ -436,8 +438,8 @@ Status ReadWindow(OpBuild& b, const char* size_key, bool size_required, Window* 
   std::string padding = "valid";
   PS_RETURN_IF_ERROR(r.GetOr("padding", &padding));
   if (padding != "valid" && padding != "same") {
-    return InvalidArgument(r.Path("padding") + ": unknown padding \"" + padding +
-                           "\" (expected valid or same)");
+    return InvalidArgument(r.Path("padding") + ": unknown padding " + QuoteInput(padding, '"') +
+                           " (expected valid or same)");
   }
   const bool same = padding == "same";
   PS_RETURN_IF_ERROR(MakeAxis(s[0], k[0], st[0], same, r.Path(size_key), &g->h));

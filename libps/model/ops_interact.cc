@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "libps/core/text.h"
 #include "libps/model/blas.h"
 #include "libps/model/ops.h"
 
@@ -240,14 +241,15 @@ Result<std::vector<int64_t>> StackCounts(const OpBuild& b, int64_t* d) {
     const Shape& s = b.in_shapes[i];
     const std::string where = b.path + ".inputs[" + std::to_string(i) + "]";
     if (s.size() != 1 && s.size() != 2) {
-      return InvalidArgument(where + ": \"" + b.in_names[i] + "\" has shape " + ShapeString(s) +
-                             "; expected [dim] or [n, dim]");
+      return InvalidArgument(where + ": " + QuoteInput(b.in_names[i], '"') + " has shape " +
+                             ShapeString(s) + "; expected [dim] or [n, dim]");
     }
     if (i == 0) *d = s.back();
     if (s.back() != *d) {
-      return InvalidArgument(where + ": \"" + b.in_names[i] + "\" has shape " + ShapeString(s) +
-                             ", its last dimension " + std::to_string(s.back()) + " differs from " +
-                             std::to_string(*d) + " of \"" + b.in_names[0] + "\"");
+      return InvalidArgument(where + ": " + QuoteInput(b.in_names[i], '"') + " has shape " +
+                             ShapeString(s) + ", its last dimension " + std::to_string(s.back()) +
+                             " differs from " + std::to_string(*d) + " of " +
+                             QuoteInput(b.in_names[0], '"'));
     }
     counts.push_back(s.size() == 1 ? 1 : s[0]);
   }

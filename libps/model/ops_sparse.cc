@@ -5,6 +5,7 @@
 #include <limits>
 #include <utility>
 
+#include "libps/core/text.h"
 #include "libps/model/initializer.h"
 #include "libps/model/ops.h"
 
@@ -211,9 +212,9 @@ Result<std::unique_ptr<Op>> MakeEmbeddingOp(OpBuild& b, bool linear) {
   std::vector<SparseInput> inputs;
   for (size_t i = 0; i < b.in_shapes.size(); ++i) {
     if (!b.in_sparse[i]) {
-      return InvalidArgument(b.path + ".inputs[" + std::to_string(i) + "]: \"" + b.in_names[i] +
-                             "\" is not a sparse input; " + (linear ? "linear" : "embedding") +
-                             " layers read sparse inputs only");
+      return InvalidArgument(b.path + ".inputs[" + std::to_string(i) +
+                             "]: " + QuoteInput(b.in_names[i], '"') + " is not a sparse input; " +
+                             (linear ? "linear" : "embedding") + " layers read sparse inputs only");
     }
     inputs.push_back(b.sparse[i]);
   }
@@ -279,8 +280,8 @@ Result<std::unique_ptr<Op>> MakeEmbeddingOp(OpBuild& b, bool linear) {
   PS_RETURN_IF_ERROR(r.GetOr("combiner", &combiner_name));
   Combiner combiner = Combiner::kMean;
   if (!ParseCombiner(combiner_name, &combiner)) {
-    return InvalidArgument(r.Path("combiner") + ": unknown combiner \"" + combiner_name +
-                           "\" (expected mean, sum or sqrtn)");
+    return InvalidArgument(r.Path("combiner") + ": unknown combiner " +
+                           QuoteInput(combiner_name, '"') + " (expected mean, sum or sqrtn)");
   }
   d.init_given = r.Has("init");
   PS_RETURN_IF_ERROR(ReadInitKey(r, "init", &d.init));

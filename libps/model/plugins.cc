@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "libps/core/files.h"
+#include "libps/core/text.h"
 #include "libps/model/initializer.h"
 
 namespace ps::model {
@@ -116,10 +117,11 @@ Status LoadPlugin(const std::string& path, const std::string& where) {
     if (type.empty() || types[i].factory == nullptr) {
       return InvalidArgument(at + ": layer type " + std::to_string(i) + " has no name or factory");
     }
-    if (IsBuiltIn(type)) return InvalidArgument(at + ": layer type \"" + type + "\" is built in");
+    if (IsBuiltIn(type))
+      return InvalidArgument(at + ": layer type " + QuoteInput(type, '"') + " is built in");
     if (auto it = reg.owner.find(type); it != reg.owner.end()) {
-      return InvalidArgument(at + ": layer type \"" + type + "\" is already registered by " +
-                             it->second);
+      return InvalidArgument(at + ": layer type " + QuoteInput(type, '"') +
+                             " is already registered by " + it->second);
     }
   }
   for (int i = 0; i < count; ++i) {

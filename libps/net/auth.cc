@@ -15,7 +15,7 @@ namespace ps::net {
 
 Result<std::string> ReadSecretFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFound("secret file " + path + ": cannot open");
+  if (!in) return InvalidArgument("secret file " + path + ": cannot open");
   std::stringstream ss;
   ss << in.rdbuf();
   std::string secret = ss.str();

@@ -14,7 +14,8 @@ namespace ps::net {
 
 inline constexpr size_t kNonceBytes = 16;
 
-// Reads a secret file: its bytes less one trailing newline; empty → InvalidArgument.
+// Reads a secret file: its bytes less one trailing newline; a file that cannot be opened
+// or is empty → InvalidArgument.
 // Warns (log) when the file is readable by group or others.
 Result<std::string> ReadSecretFile(const std::string& path);
 

@@ -1,4 +1,5 @@
 #include "libps/server/optimizer.h"
+#include "libps/core/text.h"
 
 #include <algorithm>
 #include <cmath>
@@ -75,8 +76,8 @@ Result<ScheduleSpec> ParseSchedule(const Json& json, const std::string& path) {
     PS_RETURN_IF_ERROR(r.Get("decay_steps", &s.decay_steps));
     PS_RETURN_IF_ERROR(r.GetOr("alpha", &s.alpha));
   } else {
-    return InvalidArgument(r.Path("type") + ": unknown schedule \"" + type +
-                           "\" (expected constant, exponential or cosine)");
+    return InvalidArgument(r.Path("type") + ": unknown schedule " + QuoteInput(type, '"') +
+                           " (expected constant, exponential or cosine)");
   }
   PS_RETURN_IF_ERROR(r.Finish());
   return s;
@@ -154,8 +155,8 @@ Result<OptimizerSpec> ParseOptimizer(const Json& json, const std::string& path) 
   } else if (type == "ftrl") {
     kind = OptimizerKind::kFtrl;
   } else {
-    return InvalidArgument(r.Path("type") + ": unknown optimizer \"" + type +
-                           "\" (expected sgd, adagrad, rmsprop, adam or ftrl)");
+    return InvalidArgument(r.Path("type") + ": unknown optimizer " + QuoteInput(type, '"') +
+                           " (expected sgd, adagrad, rmsprop, adam or ftrl)");
   }
   OptimizerSpec s = DefaultOptimizer(kind);
   PS_RETURN_IF_ERROR(r.GetOr("learning_rate", &s.learning_rate));

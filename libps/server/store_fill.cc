@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "libps/core/text.h"
 #include "libps/server/store.h"
 #include "libps/server/store_shard.h"
 
@@ -20,11 +21,11 @@ Status Store::Restore(const ShardKey& key, std::span<const float> values,
     size_t i = 0;
     while (i < s->slot_defs.size() && s->slot_defs[i].name != slot.name) ++i;
     if (i == s->slot_defs.size())
-      return InvalidArgument("Restore " + key.ToString() + ": slot \"" + slot.name +
-                             "\" does not belong to optimizer " + OptimizerKindName(spec_->kind));
+      return InvalidArgument("Restore " + key.ToString() + ": slot " + QuoteInput(slot.name, '"') +
+                             " does not belong to optimizer " + OptimizerKindName(spec_->kind));
     if (given[i] != nullptr)
-      return InvalidArgument("Restore " + key.ToString() + ": slot \"" + slot.name +
-                             "\" given twice");
+      return InvalidArgument("Restore " + key.ToString() + ": slot " + QuoteInput(slot.name, '"') +
+                             " given twice");
     PS_RETURN_IF_ERROR(
         CheckSize("Restore", key, ("slot " + slot.name).c_str(), slot.values.size(), n));
     given[i] = &slot;

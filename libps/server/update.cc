@@ -1,4 +1,5 @@
 #include "libps/server/update.h"
+#include "libps/core/text.h"
 
 namespace ps::server {
 
@@ -41,8 +42,8 @@ Result<UpdateSpec> ParseMode(JsonReader& r, bool mode_required) {
   } else if (mode == "bounded_staleness") {
     spec.mode = UpdateMode::kBoundedStaleness;
   } else {
-    return InvalidArgument(r.Path("mode") + ": \"" + mode +
-                           "\" is not one of \"async\", \"sync\", \"bounded_staleness\"");
+    return InvalidArgument(r.Path("mode") + ": " + QuoteInput(mode, '"') +
+                           " is not one of \"async\", \"sync\", \"bounded_staleness\"");
   }
   if (spec.mode == UpdateMode::kSync) {
     const bool given = r.Has("replicas_to_aggregate");

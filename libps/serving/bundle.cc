@@ -17,6 +17,7 @@
 #include "libps/ckpt/store_io.h"
 #include "libps/core/crc32c.h"
 #include "libps/core/files.h"
+#include "libps/core/text.h"
 #include "libps/scoring/scoring.h"
 
 namespace ps::serving {
@@ -252,8 +253,8 @@ Result<LoadedBundle> LoadBundle(const std::string& dir) {
   int version = 0;
   PS_RETURN_IF_ERROR(r.Get("format", &format));
   if (format != kBundleFormat) {
-    return InvalidArgument(r.Path("format") + ": expected \"" + kBundleFormat + "\", got \"" +
-                           format + "\"");
+    return InvalidArgument(r.Path("format") + ": expected " + QuoteInput(kBundleFormat, '"') +
+                           ", got \"" + format + "\"");
   }
   PS_RETURN_IF_ERROR(r.Get("version", &version));
   if (version != kBundleVersion) {
@@ -302,7 +303,8 @@ Result<LoadedBundle> LoadBundle(const std::string& dir) {
     PS_RETURN_IF_ERROR(f.Get("crc32c", &crc));
     PS_RETURN_IF_ERROR(f.Finish());
     if (!InsideBundle(name)) {
-      return InvalidArgument(f.Path("name") + ": \"" + name + "\" is not a file inside the bundle");
+      return InvalidArgument(f.Path("name") + ": " + QuoteInput(name, '"') +
+                             " is not a file inside the bundle");
     }
     const std::string file = dir + "/" + name;
     auto sum = SumFile(file);
@@ -333,7 +335,7 @@ Result<LoadedBundle> LoadBundle(const std::string& dir) {
                                " is not a file under the bundle's plugins/");
       }
       if (!verified.contains(name))
-        return DataLoss(where + ": \"" + name + "\" is not listed in files");
+        return DataLoss(where + ": " + QuoteInput(name, '"') + " is not listed in files");
     }
   }
 

@@ -1,6 +1,8 @@
 #include "libps/worker/worker_task.h"
 
+#include <signal.h>
 #include <algorithm>
+
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
@@ -153,6 +155,8 @@ class Worker {
     queued_packs_ += 1;
     std::lock_guard lock(mu_);  // one pack at a time; a second one queues here
     queued_packs_ -= 1;
+    // Told to stop (SIGTERM): the chief gives this pack to another worker.
+    if (stopping_) return Unavailable(ctx_.name() + " is stopping");
     if (trainer_ == nullptr) return FailedPrecondition("RunSteps before StartJob");
     PS_RETURN_IF_ERROR(ReconnectPs());
     StepStats s;
@@ -272,10 +276,13 @@ Status RunWorkerTask(const daemon::DaemonContext& ctx, const WorkerOptions& opti
         worker.Handle(std::move(req), std::move(resp));
       }));
   auto rpc_metrics = daemon::ExportServerStats(*ctx.metrics.registry, *server);
-  bool by_signal = false;
+  // SIGTERM/SIGINT: the pack in flight runs to its end and its reply goes out (Close
+  // below waits for it), later packs are refused (the chief gives them to other workers),
+  // and the worker exits 0: an orchestrator that stops a worker stops it for good.
   auto watching_signals = signals.Start([&](int sig) {
-    by_signal = true;
-    worker.Stop({daemon::TerminateReason(sig)});
+    const char* name = sig == SIGINT ? "SIGINT" : "SIGTERM";
+    PS_LOG(Warning) << "received " << name << ": finishing the steps in flight, then exiting 0";
+    worker.Stop({std::string("stopped by ") + name});
   });
   auto chief_watch =
       daemon::WatchChief(ctx, *server, [&](proto::Shutdown why) { worker.Stop(std::move(why)); });
@@ -284,7 +291,6 @@ Status RunWorkerTask(const daemon::DaemonContext& ctx, const WorkerOptions& opti
   const proto::Shutdown shutdown = worker.WaitForStop();
   server->Close();
   worker.Close();
-  if (by_signal) return daemon::SignalStatus(shutdown.reason);
   PS_LOG(Info) << "shut down (" << shutdown.reason << ")";
   return daemon::ShutdownStatus(shutdown);
 }

@@ -10,6 +10,8 @@ struct WorkerOptions {
   int blas_threads = 1;
 };
 
+// Returns OK after the chief's Shutdown (Unavailable when it was retryable) and after
+// SIGTERM/SIGINT, which let the steps in flight finish first.
 Status RunWorkerTask(const daemon::DaemonContext& ctx, const WorkerOptions& options,
                      daemon::SignalWatcher& signals);
 

@@ -407,7 +407,7 @@ TEST_CASE("OpenDataset resolves relative paths against base_dir") {
   auto missing = OpenDataset(
       Json::parse(R"({"format":"libsvm","path":"x.libsvm","num_features":3})"), "data", o);
   REQUIRE_FALSE(missing.ok());
-  CHECK(missing.status().code() == Code::kNotFound);
+  CHECK(missing.status().code() == Code::kInvalidArgument);
   CHECK_THAT(missing.status().message(), Contains(dir.File("elsewhere/x.libsvm")));
 }
 

@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include <array>
+#include <filesystem>
 
 #include <numeric>
 
@@ -141,7 +142,7 @@ TEST_CASE("IDX corruption is reported with file and offset") {
     WriteBytes(images, BigEndian32(0x804) + Idx3(3, 2, 2, std::string(12, '\0')).substr(4));
     auto r = ReadIdx(images, labels);
     REQUIRE_FALSE(r.ok());
-    CHECK(r.status().code() == Code::kDataLoss);
+    CHECK(r.status().code() == Code::kInvalidArgument);
     CHECK(r.status().message() ==
           images + ": offset 0: bad magic 0x00000804, expected 0x00000803 (idx3 unsigned bytes)");
   }
@@ -187,7 +188,7 @@ TEST_CASE("IDX corruption is reported with file and offset") {
     WriteBytes(labels, Idx1(2, std::string(2, '\0')));
     auto r = ReadIdx(images, labels);
     REQUIRE_FALSE(r.ok());
-    CHECK(r.status().code() == Code::kDataLoss);
+    CHECK(r.status().code() == Code::kInvalidArgument);
     CHECK(r.status().message() ==
           labels + ": offset 4: count mismatch: 2 labels for 3 images in " + images);
   }
@@ -196,11 +197,18 @@ TEST_CASE("IDX corruption is reported with file and offset") {
     REQUIRE_FALSE(r.ok());
     CHECK(r.status().message() == labels + ": offset 10: label 2 is out of range for 2 classes");
   }
-  SECTION("missing file") {
+  SECTION("missing file: a configuration error (InvalidArgument, exit 2)") {
     auto r = ReadIdx(dir.File("nope"), labels);
     REQUIRE_FALSE(r.ok());
-    CHECK(r.status().code() == Code::kNotFound);
+    CHECK(r.status().code() == Code::kInvalidArgument);
     CHECK_THAT(r.status().message(), Contains(dir.File("nope")));
+  }
+  SECTION("a directory: a configuration error (InvalidArgument, exit 2), not an I/O error") {
+    std::filesystem::create_directory(dir.File("sub"));
+    auto r = ReadIdx(dir.File("sub"), labels);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == Code::kInvalidArgument);
+    CHECK_THAT(r.status().message(), Contains("Is a directory"));
   }
 }
 
@@ -221,7 +229,7 @@ TEST_CASE("truncated real Fashion-MNIST images, raw and gzipped") {
     WriteBytes(gz, whole.substr(0, whole.size() / 2));
     auto c = ReadIdx(gz, kTrainLabels);
     REQUIRE_FALSE(c.ok());
-    CHECK(c.status().code() == Code::kDataLoss);
+    CHECK(c.status().code() == Code::kInvalidArgument);
     CHECK_THAT(c.status().message(),
                Contains(gz + ": gzip: truncated stream at compressed offset"));
   }
@@ -231,7 +239,7 @@ TEST_CASE("truncated real Fashion-MNIST images, raw and gzipped") {
     WriteBytes(gz, whole);
     auto c = ReadIdx(gz, kTrainLabels);
     REQUIRE_FALSE(c.ok());
-    CHECK(c.status().code() == Code::kDataLoss);
+    CHECK(c.status().code() == Code::kInvalidArgument);
     CHECK_THAT(c.status().message(), Contains(gz + ": gzip: "));
     CHECK_THAT(c.status().message(), Contains("at compressed offset"));
   }
