@@ -405,9 +405,16 @@ class Supervisor {
       out_.Say("all " + std::to_string(tasks_.size()) + " tasks exited cleanly");
       return kExitOk;
     }
+    const Task* chief = Chief();
+    const bool chief_ok = chief != nullptr && chief->last_exit == std::optional<int>(0);
+    if (chief_ok) {
+      out_.Say(
+          "the chief exited 0: the job succeeded (the chief's exit decides; the tasks below "
+          "failed along the way and are reported, not counted)");
+    }
     std::istringstream lines(summary);
     for (std::string line; std::getline(lines, line);) out_.Say(line);
-    return kExitFailure;
+    return chief_ok ? kExitOk : kExitFailure;
   }
 
   const LocalCommand& command_;

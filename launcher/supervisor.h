@@ -15,9 +15,13 @@
 
 namespace ps::launcher {
 
-// Exit 0 when every task exited 0, 1 when any failed (the summary names them),
-// 2 for a configuration error found before starting anything (cluster file, job file,
-// secret file, a daemon executable not found, a cluster PlanLocal refuses).
+// The chief's exit decides the run's, as Kubeflow's default success policy does: exit 0
+// when the chief exited 0 (its last run, after restarts), even if other tasks failed along
+// the way (a worker killed and recovered from, a task that exited non-zero after a stop):
+// the summary reports them, they are not counted. Exit 1 when the chief failed (the
+// summary names every task that failed), 2 for a configuration error found before
+// starting anything (cluster file, job file, secret file, a daemon executable not found, a
+// cluster PlanLocal refuses).
 // Blocks SIGINT/SIGTERM/SIGHUP in the calling thread (and so in every thread it starts)
 // and reads them from a signalfd in its loop. Threads that existed before (OpenBLAS's
 // pool, started in a library constructor) do not block them: handlers installed for the

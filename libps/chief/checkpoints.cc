@@ -107,7 +107,7 @@ Status Chief::CheckVariablesMatch(const ckpt::CheckpointInfo& c) const {
   return Status::Ok();
 }
 
-Status Chief::RestoreNewest() {
+Status Chief::RestoreNewest(std::stop_token stop) {
   warm_started_ = false;
   std::string dir = job_.model_dir;
   std::vector<std::string> warnings;
@@ -155,8 +155,11 @@ Status Chief::RestoreNewest() {
     PS_RETURN_IF_ERROR(CheckVariablesMatch(c));
     SetState("restoring");
     std::vector<std::string> failed;
-    Status st =
-        CallAll(ps_, proto::Restore{dir, step}, net::Millis(std::chrono::minutes(30)), &failed);
+    Status st = CallAll(ps_, proto::Restore{dir, step}, net::Millis(std::chrono::minutes(30)),
+                        &failed, stop);
+    if (stop.stop_requested()) {
+      return Aborted("stopped while restoring " + name + "; " + job_.model_dir + " is unchanged");
+    }
     if (st.ok()) {
       global_step_ = step;
       // A warm start has no checkpoint in model_dir yet: the state machine saves one.
@@ -297,11 +300,36 @@ void Chief::RemoveFailedCheckpoint() {
   if (!st.ok()) PS_LOG(Warning) << "cannot remove the failed checkpoint's files: " << st.message();
 }
 
-Status Chief::FinalEvaluation() {
+namespace {
+// A link that starts no pull or push once `stop` is requested (they fail Aborted); those
+// already sent finish as they would.
+class StoppableLink : public client::PsLink {
+ public:
+  StoppableLink(std::unique_ptr<client::PsLink> link, std::stop_token stop)
+      : link_(std::move(link)), stop_(std::move(stop)) {}
+  void Pull(proto::Pull req, std::vector<std::span<std::byte>> into,
+            std::function<void(Status, int64_t)> done) override {
+    if (stop_.stop_requested()) return done(Stopped(), INT64_MAX);
+    link_->Pull(std::move(req), std::move(into), std::move(done));
+  }
+  void Push(proto::Push req, net::OutPayload grads, std::function<void(Status)> done) override {
+    if (stop_.stop_requested()) return done(Stopped());
+    link_->Push(std::move(req), std::move(grads), std::move(done));
+  }
+
+ private:
+  static Status Stopped() { return Aborted("stopped"); }
+  std::unique_ptr<client::PsLink> link_;
+  std::stop_token stop_;
+};
+}  // namespace
+
+Status Chief::FinalEvaluation(std::stop_token stop) {
   SetState("evaluating");
   PS_ASSIGN_OR_RETURN(auto model, model::BuildModel(job_.model, "job.model"));
   std::vector<std::unique_ptr<client::PsLink>> links;
-  for (const auto& p : ps_) links.push_back(client::RemotePsLink(p));
+  for (const auto& p : ps_)
+    links.push_back(std::make_unique<StoppableLink>(client::RemotePsLink(p), stop));
   PS_ASSIGN_OR_RETURN(auto fetcher, client::ParamFetcher::Create(plan_, std::move(links)));
   PS_ASSIGN_OR_RETURN(scoring::EvalMetrics m,
                       scoring::Evaluate(job_, job_.eval_data, *model, *fetcher));
@@ -311,11 +339,14 @@ Status Chief::FinalEvaluation() {
   Json final_eval = {{"step", global_step_.load()}};
   final_eval.update(scoring::EvalMetricsToJson(m));  // the keys of eval/metrics.jsonl
   WriteMetricsLine({{"final_eval", final_eval}});
-  // TensorBoard's "eval" run, as the evaluator would have written it (it does, when there is one).
-  if (ctx_.tf.cluster.count(cluster::TaskType::kEvaluator) == 0) {
-    if (!eval_log_) eval_log_.emplace(job_.model_dir);
-    eval_log_->AddScalars(global_step_, m.accuracy, m.loss, m.auc, UnixTime());
-  }
+  // The chief's own evaluation records and TensorBoard run (the evaluator keeps its own).
+  Json line = final_eval;
+  line["source"] = "chief";
+  line["final"] = true;
+  line["unix_time"] = UnixTime();
+  if (!eval_log_) eval_log_.emplace(job_.model_dir, obs::kInlineRun);
+  Status logged = eval_log_->Append(line);
+  if (!logged.ok()) PS_LOG(Warning) << "final evaluation results: " << logged.message();
   return Status::Ok();
 }
 

@@ -147,9 +147,11 @@ std::vector<Event> Chief::ObserveCluster() {
   return out;
 }
 
-void Chief::RunIo(std::function<Event()> op) {
+void Chief::RunIo(std::function<Event(std::stop_token)> op) {
   if (io_.joinable()) io_.join();  // it has posted its event: it is ending
-  io_ = std::thread([this, op = std::move(op)] { inbox_.Post(op()); });
+  io_stop_ = std::stop_source();
+  io_ = std::thread(
+      [this, op = std::move(op), stop = io_stop_.get_token()] { inbox_.Post(op(stop)); });
 }
 
 void Chief::Execute(const Action& action) {
@@ -157,17 +159,17 @@ void Chief::Execute(const Action& action) {
       [this](const auto& a) {
         using A = std::decay_t<decltype(a)>;
         if constexpr (std::is_same_v<A, act::Connect>) {
-          RunIo([this] {
-            Status st = Connect();
+          RunIo([this](std::stop_token stop) {
+            Status st = Connect(stop);
             if (st.ok())
               st = data::CheckStreamedData(job_.eval_data, "job.eval_data", job_.base_dir);
-            if (st.ok()) st = CreateVariables();
+            if (st.ok()) st = CreateVariables(stop);
             return Outcome<ev::Connected, ev::StartFailed>(st);
           });
         } else if constexpr (std::is_same_v<A, act::RestoreNewest>) {
-          RunIo([this]() -> Event {
+          RunIo([this](std::stop_token stop) -> Event {
             last_saved_.reset();
-            Status st = RestoreNewest();
+            Status st = RestoreNewest(stop);
             if (!st.ok()) return ev::RestoreFailed{st};
             RecordEvent(started_ ? "restored" : "chief_start", "",
                         last_saved_ ? "restored ckpt-" + std::to_string(last_saved_->global_step)
@@ -180,28 +182,34 @@ void Chief::Execute(const Action& action) {
             return ev::Restored{true, last_saved_->global_step, last_saved_->final};
           });
         } else if constexpr (std::is_same_v<A, act::SaveCheckpoint>) {
-          RunIo([this, a]() -> Event {
+          RunIo([this, a](std::stop_token) -> Event {
             Status st = SaveCheckpoint(a.final, a.delta);
             if (!st.ok()) return ev::CheckpointFailed{st};
             return ev::CheckpointCommitted{a.step, a.final,
                                            last_saved_ && last_saved_->base.has_value()};
           });
         } else if constexpr (std::is_same_v<A, act::StartWorkers>) {
-          RunIo([this] { return Outcome<ev::WorkersStarted, ev::StartFailed>(StartWorkers()); });
+          RunIo([this](std::stop_token stop) {
+            return Outcome<ev::WorkersStarted, ev::StartFailed>(StartWorkers(stop));
+          });
         } else if constexpr (std::is_same_v<A, act::ReconnectPs>) {
-          RunIo([this, a] { return ReconnectPs(a.ps, a.deadline); });
+          RunIo([this, a](std::stop_token stop) { return ReconnectPs(a.ps, a.deadline, stop); });
         } else if constexpr (std::is_same_v<A, act::CloseDispatch>) {
-          RunIo([this]() -> Event {
+          RunIo([this](std::stop_token) -> Event {
             CloseDispatch();
             return ev::DispatchClosed{};
           });
+        } else if constexpr (std::is_same_v<A, act::AbortIo>) {
+          io_stop_.request_stop();
         } else if constexpr (std::is_same_v<A, act::Evaluate>) {
-          RunIo([this] { return Outcome<ev::Evaluated, ev::EvaluationFailed>(FinalEvaluation()); });
+          RunIo([this](std::stop_token stop) {
+            return Outcome<ev::Evaluated, ev::EvaluationFailed>(FinalEvaluation(stop));
+          });
         } else if constexpr (std::is_same_v<A, act::EvaluateOnWorkers>) {
-          RunIo([this, a] { return EvaluateOnWorkers(a.step); });
+          RunIo([this, a](std::stop_token stop) { return EvaluateOnWorkers(a.step, stop); });
         } else if constexpr (std::is_same_v<A, act::Shutdown>) {
           if (a.group == TaskGroup::kWorkers) SetState("shutting down");
-          RunIo([this, a]() -> Event {
+          RunIo([this, a](std::stop_token) -> Event {
             return ShutdownTasks(
                 a.group, proto::Shutdown{a.reason,
                                          daemon::ExitCodeFor(a.outcome) == daemon::kExitRetryable});

@@ -1,5 +1,7 @@
 // The chief's links to the cluster: the control server, connections to every task,
 // lost ps tasks and workers coming back, and the orderly shutdown.
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include "libps/chief/shell.h"
@@ -27,7 +29,7 @@ Status Chief::StartControl() {
   return Status::Ok();
 }
 
-Status Chief::Connect() {
+Status Chief::Connect(std::stop_token stop) {
   SetState("connecting");
   const auto& cl = ctx_.tf.cluster;
   std::vector<cluster::TaskId> tasks;
@@ -35,10 +37,14 @@ Status Chief::Connect() {
     tasks.push_back({cluster::TaskType::kPs, i});
   for (int i = 0; i < cl.count(cluster::TaskType::kWorker); ++i)
     tasks.push_back({cluster::TaskType::kWorker, i});
+  PS_LOG(Info) << "connecting to " << cl.count(cluster::TaskType::kPs) << " ps and "
+               << cl.count(cluster::TaskType::kWorker) << " worker task(s)";
   std::vector<std::future<Result<std::shared_ptr<net::Client>>>> futs;
   for (const auto& t : tasks) {
-    futs.push_back(std::async(std::launch::async, [this, t] {
-      return net::Client::Connect(runtime_, ClientOptionsFor(t));
+    futs.push_back(std::async(std::launch::async, [this, t, stop] {
+      auto o = ClientOptionsFor(t);
+      o.stop = stop;
+      return net::Client::Connect(runtime_, o);
     }));
   }
   Status first;
@@ -46,7 +52,9 @@ Status Chief::Connect() {
   for (size_t i = 0; i < tasks.size(); ++i) {
     auto c = futs[i].get();
     if (!c.ok()) {
-      if (first.ok()) first = c.status();
+      // A task that failed beats one a stop cut short (it says more).
+      if (first.ok() || (first.code() == Code::kAborted && c.status().code() != Code::kAborted))
+        first = c.status();
       continue;
     }
     if (tasks[i].type == cluster::TaskType::kPs)
@@ -113,16 +121,18 @@ void Chief::ReleasePulls(const Status& why) {
   }
 }
 
-Event Chief::ReconnectPs(int i, Time deadline) {
+Event Chief::ReconnectPs(int i, Time deadline, std::stop_token stop) {
   SetState("recovering");
   const auto index = static_cast<size_t>(i);
   auto o = ClientOptionsFor({cluster::TaskType::kPs, i});
   auto left = std::chrono::duration_cast<net::Millis>(deadline - Now());
   if (left.count() <= 0) left = net::Millis(1);
   o.connect_deadline = left;
+  o.stop = stop;
   PS_LOG(Warning) << "training paused: waiting up to " << left.count() / 1000 << " s for "
                   << o.peer_name << " (" << o.host << ":" << o.port << ") to come back";
   auto c = net::Client::Connect(runtime_, o);
+  if (!c.ok() && c.status().code() == Code::kAborted) return ev::RecoveryFailed{c.status()};
   if (!c.ok()) {
     return ev::RecoveryFailed{
         Unavailable(o.peer_name + " did not come back within " +
@@ -181,14 +191,51 @@ void Chief::RejoinLoop() {
   }
 }
 
+std::vector<Result<net::Reply>> Chief::CallEach(
+    const std::vector<std::shared_ptr<net::Client>>& clients, const proto::Body& msg,
+    net::Millis timeout, std::stop_token stop) {
+  return CallEach(clients, std::vector<proto::Body>(clients.size(), msg), timeout, stop);
+}
+
+std::vector<Result<net::Reply>> Chief::CallEach(
+    const std::vector<std::shared_ptr<net::Client>>& clients, std::vector<proto::Body> msgs,
+    net::Millis timeout, std::stop_token stop) {
+  struct Replies {
+    std::mutex mu;
+    std::condition_variable_any cv;
+    std::vector<std::optional<Result<net::Reply>>> got;  // [client]; guarded by mu
+    size_t left = 0;                                     // guarded by mu
+  };
+  auto replies = std::make_shared<Replies>();
+  replies->got.resize(clients.size());
+  replies->left = clients.size();
+  for (size_t i = 0; i < clients.size(); ++i) {
+    clients[i]->CallAsync(std::move(msgs[i]), {}, {}, timeout, [replies, i](Result<net::Reply> r) {
+      std::lock_guard lock(replies->mu);
+      replies->got[i] = std::move(r);
+      --replies->left;
+      replies->cv.notify_all();
+    });
+  }
+  std::vector<Result<net::Reply>> out;
+  std::unique_lock lock(replies->mu);
+  replies->cv.wait(lock, stop, [&] { return replies->left == 0; });
+  for (size_t i = 0; i < clients.size(); ++i) {
+    if (replies->got[i])
+      out.push_back(std::move(*replies->got[i]));
+    else
+      out.push_back(Aborted("stopped while waiting for " + clients[i]->peer_name() + " to answer"));
+  }
+  return out;
+}
+
 Status Chief::CallAll(const std::vector<std::shared_ptr<net::Client>>& clients,
-                      const proto::Body& msg, net::Millis timeout,
-                      std::vector<std::string>* failed) {
-  std::vector<std::future<Result<net::Reply>>> futs;
-  for (const auto& c : clients) futs.push_back(c->Call(msg, {}, {}, timeout));
+                      const proto::Body& msg, net::Millis timeout, std::vector<std::string>* failed,
+                      std::stop_token stop) {
+  auto replies = CallEach(clients, msg, timeout, stop);
   Status first;
   for (size_t i = 0; i < clients.size(); ++i) {
-    auto r = futs[i].get();
+    auto& r = replies[i];
     if (!r.ok()) {
       if (failed != nullptr)
         failed->push_back(clients[i]->peer_name() + " (" + r.status().message() + ")");
@@ -198,15 +245,17 @@ Status Chief::CallAll(const std::vector<std::shared_ptr<net::Client>>& clients,
   return first;
 }
 
-Status Chief::StartWorkers() {
+Status Chief::StartWorkers(std::stop_token stop) {
   SetState("starting workers");
-  std::vector<std::future<Result<net::Reply>>> futs;
+  std::vector<proto::Body> msgs;
   for (size_t w = 0; w < workers_.size(); ++w) {
-    futs.push_back(workers_[w]->Call(proto::StartJob{job_.raw.dump(), static_cast<int32_t>(w),
-                                                     static_cast<int32_t>(workers_.size())}));
+    msgs.push_back(proto::StartJob{job_.raw.dump(), static_cast<int32_t>(w),
+                                   static_cast<int32_t>(workers_.size())});
   }
+  auto replies = CallEach(workers_, std::move(msgs), net::Millis{0}, stop);
   for (size_t w = 0; w < workers_.size(); ++w) {
-    auto r = futs[w].get();
+    auto& r = replies[w];
+    if (!r.ok() && r.status().code() == Code::kAborted && stop.stop_requested()) return r.status();
     if (!r.ok()) {
       Status st = r.status();
       return Status(st.code(), workers_[w]->peer_name() + " cannot start the job: " + st.message());

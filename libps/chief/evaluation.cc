@@ -20,7 +20,7 @@ std::optional<double> MetricOf(const scoring::EvalMetrics& m, const std::string&
 }
 }  // namespace
 
-Event Chief::EvaluateOnWorkers(int64_t step) {
+Event Chief::EvaluateOnWorkers(int64_t step, std::stop_token stop) {
   SetState("evaluating");
   const auto t0 = Clock::now();
   std::vector<std::shared_ptr<net::Client>> live;
@@ -32,15 +32,17 @@ Event Chief::EvaluateOnWorkers(int64_t step) {
   if (!model.ok()) return ev::EvaluationFailed{model.status()};
   // One shard per live worker: together they cover the eval data exactly once.
   const int n = static_cast<int>(live.size());
-  std::vector<std::future<Result<net::Reply>>> futs;
-  for (int i = 0; i < n; ++i) {
-    proto::EvaluateShard msg{.step = step, .shard = i, .num_shards = n};
-    futs.push_back(live[static_cast<size_t>(i)]->Call(msg, {}, {}, kEvalTimeout));
+  std::vector<proto::Body> msgs;
+  for (int i = 0; i < n; ++i)
+    msgs.push_back(proto::EvaluateShard{.step = step, .shard = i, .num_shards = n});
+  auto replies = CallEach(live, std::move(msgs), kEvalTimeout, stop);
+  if (stop.stop_requested()) {
+    return ev::EvaluationFailed{Aborted("stopped while the workers evaluated")};
   }
   model::HeadMetrics merged((*model)->heads());
   Status failed;
   for (int i = 0; i < n; ++i) {
-    auto r = futs[static_cast<size_t>(i)].get();  // every future is waited for
+    auto& r = replies[static_cast<size_t>(i)];
     if (!failed.ok()) continue;
     const std::string& who = live[static_cast<size_t>(i)]->peer_name();
     if (!r.ok()) {
@@ -73,11 +75,11 @@ Event Chief::EvaluateOnWorkers(int64_t step) {
   Json line = figures;
   line["source"] = "workers";
   line["unix_time"] = UnixTime();
-  if (!eval_log_) eval_log_.emplace(job_.model_dir);
+  if (!eval_log_) eval_log_.emplace(job_.model_dir, obs::kInlineRun);
   Status logged = eval_log_->Append(line);
   if (!logged.ok()) PS_LOG(Warning) << "evaluation results: " << logged.message();
-  std::string stop = early_stopper_.Observe(step, MetricOf(*m, job_.early_stopping.metric));
-  return ev::WorkersEvaluated{.step = step, .early_stop = std::move(stop)};
+  std::string early = early_stopper_.Observe(step, MetricOf(*m, job_.early_stopping.metric));
+  return ev::WorkersEvaluated{.step = step, .early_stop = std::move(early)};
 }
 
 }  // namespace ps::chief

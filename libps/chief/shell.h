@@ -19,6 +19,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <stop_token>
 #include <string>
 #include <thread>
 #include <vector>
@@ -81,8 +82,9 @@ class Chief {
   // Lost ps tasks, and workers lost or back, not yet told to the machine.
   std::vector<Event> ObserveCluster();
   void Execute(const Action& a);
-  // Runs `op` on the I/O thread (after the previous one ended); posts its event.
-  void RunIo(std::function<Event()> op);
+  // Runs `op` on the I/O thread (after the previous one ended); posts its event. `op`'s
+  // token is requested to stop by act::AbortIo: every wait of `op` then ends at once.
+  void RunIo(std::function<Event(std::stop_token)> op);
   void OpenDispatch();
   void Schedule(const act::ScheduleRange& a);
   // Cancels what is queued, waits for every pack, stops the rejoiner. I/O thread.
@@ -92,7 +94,7 @@ class Chief {
 
   // connections.cc
   Status StartControl();
-  Status Connect();
+  Status Connect(std::stop_token stop);
   net::ClientOptions ClientOptionsFor(cluster::TaskId t) const;
   // A lost ps pauses training until it is back and every ps is restored (Recovering).
   void WatchPs(size_t i);
@@ -106,29 +108,40 @@ class Chief {
   void ReleasePulls(const Status& why);
   // Waits until `deadline` for lost ps `i` to come back and recreates its shards.
   // I/O thread. PsBack or RecoveryFailed.
-  Event ReconnectPs(int i, Time deadline);
+  Event ReconnectPs(int i, Time deadline, std::stop_token stop);
   // Reconnects lost workers (a restarted worker rejoins): once a second, until stopped.
   void RejoinLoop();
-  // Calls `msg` on every client at once; the first error names the task.
+  // Calls `msg` on every client at once and waits for every reply, or until `stop` is
+  // requested: the calls not answered by then fail Aborted (their replies are dropped).
+  // [client]
+  static std::vector<Result<net::Reply>> CallEach(
+      const std::vector<std::shared_ptr<net::Client>>& clients, const proto::Body& msg,
+      net::Millis timeout, std::stop_token stop = {});
+  // The same with message msgs[i] to clients[i].
+  static std::vector<Result<net::Reply>> CallEach(
+      const std::vector<std::shared_ptr<net::Client>>& clients, std::vector<proto::Body> msgs,
+      net::Millis timeout, std::stop_token stop);
+  // CallEach; the first error names the task.
   static Status CallAll(const std::vector<std::shared_ptr<net::Client>>& clients,
                         const proto::Body& msg, net::Millis timeout,
-                        std::vector<std::string>* failed = nullptr);
-  Status StartWorkers();
+                        std::vector<std::string>* failed = nullptr, std::stop_token stop = {});
+  Status StartWorkers(std::stop_token stop);
   // Shutdown to every live worker (the first call: after detaching the failure callbacks
   // and ending the coordinator), then to every ps that was live then; the second call
   // closes every connection. I/O thread.
   ev::ShutdownReplied ShutdownTasks(TaskGroup group, const proto::Shutdown& msg);
 
   // variables.cc
-  Status CreateVariables();
+  Status CreateVariables(std::stop_token stop);
 
   // checkpoints.cc
   Status PrepareModelDir();
   // Restores every ps from the newest checkpoint that restores cleanly; a corrupt one is
   // reported and the one before it is used. Never starts from scratch when checkpoints
   // exist but none can be read. With none in model_dir, from job.checkpoint.init_from's
-  // (warm_started_), the same way.
-  Status RestoreNewest();
+  // (warm_started_), the same way. Aborted when `stop` ends the wait (the model dir is
+  // not touched).
+  Status RestoreNewest(std::stop_token stop);
   // The variables and their shards as the MANIFEST records them (plan_).
   Json PlanJson() const;
   // FailedPrecondition naming the first variable of plan_ that checkpoint `c` lacks or
@@ -145,14 +158,14 @@ class Chief {
   void RemoveFailedCheckpoint();
   // Runs after the last step or on stop, after the final checkpoint, before the cluster
   // is shut down: evaluates the final model on job.eval_data, pulling its parameters
-  // from the ps tasks.
-  Status FinalEvaluation();
+  // from the ps tasks. Aborted when `stop` is requested (no pull starts after it).
+  Status FinalEvaluation(std::stop_token stop);
 
   // evaluation.cc: inline distributed evaluation at `step` (training is paused): every
   // live worker evaluates its shard of job.eval_data; the sums are merged exactly,
   // logged, written to train_metrics.jsonl and the eval run, and fed to early stopping.
-  // I/O thread.
-  Event EvaluateOnWorkers(int64_t step);
+  // I/O thread. `stop` ends it (EvaluationFailed, Aborted).
+  Event EvaluateOnWorkers(int64_t step, std::stop_token stop);
 
   // status.cc. Report runs on the run's thread, WriteMetricsLine on the I/O thread, never
   // at once: the machine asks for I/O only when no range is outstanding, so no progress
@@ -223,8 +236,8 @@ class Chief {
       false;  // guarded by events_mu_             // the last append failed (logged once), metrics_mu_
   int64_t skipped_records_ = 0;  // bad records the workers skipped; the run's thread (Report)
   EarlyStopper early_stopper_{job_.early_stopping};  // the I/O thread (EvaluateOnWorkers)
-  std::optional<obs::EvalLog>
-      eval_log_;           // model_dir/eval (inline and final evaluations); the I/O thread
+  // model_dir/eval_inline (inline and final evaluations); the I/O thread
+  std::optional<obs::EvalLog> eval_log_;
   std::mutex metrics_mu_;  // held while a line is written to metrics_
   bool started_ = false;   // the first restore was recorded; the I/O action thread
   std::mutex events_mu_;   // the training and metrics threads both write events
@@ -253,7 +266,8 @@ class Chief {
   Clock::time_point last_hint_log_;      // metrics thread only (one at a time)
   // The progress line being completed off the training thread (Report).
   std::future<void> pending_metrics_;
-  std::thread io_;  // the I/O action in progress (RunIo); joined by Drive and ~Chief
+  std::thread io_;            // the I/O action in progress (RunIo); joined by Drive and ~Chief
+  std::stop_source io_stop_;  // io_'s (act::AbortIo); the run's thread
 };
 
 }  // namespace ps::chief

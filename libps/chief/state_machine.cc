@@ -62,12 +62,20 @@ void ChiefMachine::On(const ev::Start&) {
 
 void ChiefMachine::On(const ev::Connected&) {
   if (!Answer(Io::kConnect)) return;
+  if (stop_reason_) {
+    StopBeforeTraining("connected");
+    return;
+  }
   io_ = Io::kRestore;
   Emit(act::RestoreNewest{});
 }
 
 void ChiefMachine::On(const ev::StartFailed& e) {
   if (!Answer(Io::kConnect) && !Answer(Io::kStartWorkers)) return;
+  if (CutShortByStop(e.why)) {
+    StopBeforeTraining(e.why.message());
+    return;
+  }
   Fail(e.why);
 }
 
@@ -83,6 +91,11 @@ void ChiefMachine::On(const ev::Restored& e) {
     committed_.reset();  // the step stays: nothing was restored
   }
   if (phase_ == Phase::kStarting) {
+    if (stop_reason_) {
+      StopBeforeTraining(committed_ ? "restored step " + std::to_string(step_)
+                                    : std::string("no checkpoint to restore"));
+      return;
+    }
     if (!committed_) {
       // Step 0: recovery always has a checkpoint to go back to.
       io_ = Io::kSave;
@@ -93,7 +106,11 @@ void ChiefMachine::On(const ev::Restored& e) {
     }
     return;
   }
-  // Recovering: a ps lost meanwhile means another round.
+  // Recovering: a ps lost meanwhile means another round (unless stopped meanwhile).
+  if (!lost_ps_.empty() && stop_reason_) {
+    StopDuringRecovery("a ps was lost again");
+    return;
+  }
   if (!lost_ps_.empty())
     ReconnectNext();
   else
@@ -102,6 +119,13 @@ void ChiefMachine::On(const ev::Restored& e) {
 
 void ChiefMachine::On(const ev::RestoreFailed& e) {
   if (!Answer(Io::kRestore)) return;
+  if (CutShortByStop(e.why)) {
+    if (phase_ == Phase::kStarting)
+      StopBeforeTraining("the restore ended, the model dir is unchanged");
+    else
+      StopDuringRecovery("the restore ended");
+    return;
+  }
   if (phase_ == Phase::kRecovering && !lost_ps_.empty()) {
     ReconnectNext();  // it failed because another ps went: reconnect that one too
     return;
@@ -111,6 +135,10 @@ void ChiefMachine::On(const ev::RestoreFailed& e) {
 
 void ChiefMachine::On(const ev::WorkersStarted&) {
   if (!Answer(Io::kStartWorkers)) return;
+  if (stop_reason_) {
+    StopBeforeTraining("workers started");
+    return;
+  }
   Emit(act::OpenDispatch{});
   phase_ = Phase::kTraining;
   next_ = step_;
@@ -132,6 +160,10 @@ void ChiefMachine::On(const ev::CheckpointCommitted& e) {
   checkpoint_failures_ = 0;
   switch (phase_) {
     case Phase::kStarting:
+      if (stop_reason_) {
+        StopBeforeTraining("checkpoint " + std::to_string(e.step) + " committed");
+        return;
+      }
       io_ = Io::kStartWorkers;
       Emit(act::StartWorkers{});
       return;
@@ -291,6 +323,10 @@ void ChiefMachine::Advance() {
       Emit(act::EvaluateOnWorkers{step_});
       return;
     case Phase::kRecovering:
+      if (stop_reason_ && !recovery_started_) {
+        StopDuringRecovery("before reconnecting");
+        return;
+      }
       if (!recovery_started_) {
         recovery_started_ = true;
         recovery_deadline_ = now_ + config_.ps_recovery_timeout;
@@ -380,22 +416,64 @@ void ChiefMachine::On(const ev::WorkerBack& e) {
 }
 
 void ChiefMachine::On(const ev::StopRequested& e) {
+  // The waits a stop ends at once (the final evaluation also on a later stop: the first
+  // one may be what led to it).
+  switch (io_) {
+    case Io::kConnect:
+    case Io::kRestore:
+    case Io::kStartWorkers:
+    case Io::kReconnect:
+    case Io::kEvaluate:
+    case Io::kEvaluateWorkers:
+      Emit(act::AbortIo{});
+      break;
+    default:
+      break;
+  }
+  if (phase_ == Phase::kStopping) {
+    Log(log::Level::kInfo, "stop requested (" + e.reason + "): already shutting the cluster down");
+    return;
+  }
   if (stop_reason_) {
     Log(log::Level::kInfo, "already stopping (" + *stop_reason_ + ")");
     return;
   }
   stop_reason_ = e.reason;
-  Log(log::Level::kInfo, "stop requested (" + e.reason + "): finishing the steps in flight");
-  if (draining_) return;
   if (phase_ == Phase::kStarting) {
-    draining_ = true;  // training starts drained
+    Log(log::Level::kInfo, "stop requested (" + e.reason + "): stopping before training starts");
+    draining_ = true;  // nothing is scheduled
     return;
   }
+  if (phase_ == Phase::kRecovering) {
+    Log(log::Level::kInfo, "stop requested (" + e.reason +
+                               "): ending the recovery; the newest committed checkpoint stands");
+  } else {
+    Log(log::Level::kInfo, "stop requested (" + e.reason + "): finishing the steps in flight");
+  }
+  if (draining_) return;
   // A save in progress completes first (CheckpointCommitted drains).
   if (phase_ == Phase::kCheckpointing && io_ == Io::kSave) return;
-  // So does an inline evaluation (WorkersEvaluated drains).
+  // An inline evaluation ends first (WorkersEvaluated or EvaluationFailed drains).
   if (phase_ == Phase::kEvaluating && io_ == Io::kEvaluateWorkers) return;
   if (dispatching()) StartDraining(Status::Ok());
+}
+
+void ChiefMachine::StopBeforeTraining(const std::string& what) {
+  Log(log::Level::kInfo, "stopped (" + *stop_reason_ + ") before training started (" + what +
+                             "): no checkpoint written");
+  BeginShutdown();
+}
+
+void ChiefMachine::StopDuringRecovery(const std::string& what) {
+  no_final_ = true;
+  Log(log::Level::kWarning,
+      "stopped (" + *stop_reason_ + ") while recovering a lost ps (" + what +
+          "): no final checkpoint; the newest committed checkpoint is " +
+          (committed_ ? "step " + std::to_string(committed_->step) : std::string("none")));
+  if (dispatching())
+    CloseDispatch();
+  else
+    BeginShutdown();
 }
 
 // --- Recovering ---------------------------------------------------------------------
@@ -432,11 +510,19 @@ void ChiefMachine::On(const ev::PsBack& e) {
   if (io_ != Io::kReconnect) return;
   lost_ps_.erase(e.ps);
   io_ = Io::kNone;
+  if (stop_reason_) {
+    StopDuringRecovery("ps:" + std::to_string(e.ps) + " came back, not restored");
+    return;
+  }
   ReconnectNext();
 }
 
 void ChiefMachine::On(const ev::RecoveryFailed& e) {
   if (!Answer(Io::kReconnect)) return;
+  if (CutShortByStop(e.why)) {
+    StopDuringRecovery(e.why.message());
+    return;
+  }
   Fail(e.why);
 }
 
@@ -461,7 +547,7 @@ void ChiefMachine::CloseDispatch() {
 
 void ChiefMachine::On(const ev::DispatchClosed&) {
   if (!Answer(Io::kClose)) return;
-  if (!error_.ok()) {
+  if (!error_.ok() || no_final_) {
     BeginShutdown();
     return;
   }
@@ -496,6 +582,11 @@ void ChiefMachine::On(const ev::Evaluated&) {
 
 void ChiefMachine::On(const ev::EvaluationFailed& e) {
   if (Answer(Io::kEvaluate)) {
+    if (CutShortByStop(e.why)) {
+      Log(log::Level::kInfo, "final evaluation ended by the stop (" + e.why.message() + ")");
+      BeginShutdown();
+      return;
+    }
     // The final checkpoint is committed; a lost ps is restored from it and evaluated again.
     if (!lost_ps_.empty())
       RecoverFromFailedIo("final evaluation failed", e.why);
@@ -504,6 +595,12 @@ void ChiefMachine::On(const ev::EvaluationFailed& e) {
     return;
   }
   if (!Answer(Io::kEvaluateWorkers)) return;
+  if (CutShortByStop(e.why)) {
+    Log(log::Level::kInfo, "evaluation at step " + std::to_string(step_) + " ended by the stop (" +
+                               e.why.message() + ")");
+    AfterInlineEvaluation();
+    return;
+  }
   Log(log::Level::kWarning, "evaluation at step " + std::to_string(step_) +
                                 " failed: " + e.why.message() + "; training goes on");
   AfterInlineEvaluation();

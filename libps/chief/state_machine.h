@@ -43,12 +43,26 @@
 // Recovering: a ps is down: dispatch pauses, ranges still outstanding finish (their
 //   failures are ignored: the steps after the checkpoint are run again), every lost ps
 //   is reconnected, every ps restored from the newest committed checkpoint, and training
-//   resumes at the restored step (or drains, when a stop came first).
+//   resumes at the restored step (a stop ends the recovery: see below).
 // Draining: a stop or a failed range: nothing new is scheduled (async and bounded
 //   staleness: queued packs are cancelled; sync: ranges given out run to the end), and
 //   ranges cancelled by the stop (Aborted) are not errors.
 // Finishing: wait for every pack, then (no error) the final checkpoint and the final
 //   evaluation.
+// A stop (StopRequested) is honoured in every phase, and a wait it would otherwise sit in
+// is ended at once (AbortIo: the I/O's answer comes back as an Aborted failure, which
+// after a stop is no error). Starting: connecting, creating, restoring or starting the
+//   workers ends; nothing was trained, so no checkpoint is written (a restore that ends
+//   leaves the model dir as it was), and the tasks reached are shut down.
+// Training, Checkpointing, Draining: the steps in flight finish, a save in progress
+//   commits, then the final checkpoint (the newest one marked final when nothing was
+//   trained since).
+// Evaluating: the inline evaluation ends; then as in Training.
+// Recovering: the wait for a lost ps (or the restore after it) ends; with a ps down the
+//   final checkpoint cannot be written: the newest committed one stands.
+// Finishing: the final evaluation ends (also on a second stop, when the first one led to
+//   it). Stopping: nothing changes.
+// A stopped run exits OK.
 // Stopping: Shutdown to the workers, then to the ps tasks; exit with the first error,
 //   or naming the tasks that did not acknowledge.
 #pragma once
@@ -224,6 +238,10 @@ struct ReconnectPs {
   Time deadline{0};
 };                        // → PsBack | RecoveryFailed
 struct CloseDispatch {};  // cancel what is queued, wait for every pack → DispatchClosed
+// A stop: the I/O outstanding (Connect, RestoreNewest, StartWorkers, ReconnectPs, Evaluate,
+// EvaluateOnWorkers) is not wanted any more and ends as soon as it can; it is still
+// answered by its usual events (a failure with Code::kAborted when it was cut short).
+struct AbortIo {};
 struct Evaluate {
   int64_t step = 0;
 };  // → Evaluated | EvaluationFailed
@@ -272,8 +290,8 @@ struct Exit {
 }  // namespace act
 
 using Action = std::variant<act::Connect, act::RestoreNewest, act::SaveCheckpoint,
-                            act::StartWorkers, act::ReconnectPs, act::CloseDispatch, act::Evaluate,
-                            act::EvaluateOnWorkers, act::Shutdown, act::OpenDispatch,
+                            act::StartWorkers, act::ReconnectPs, act::CloseDispatch, act::AbortIo,
+                            act::Evaluate, act::EvaluateOnWorkers, act::Shutdown, act::OpenDispatch,
                             act::ScheduleRange, act::CancelQueued, act::PauseDispatch,
                             act::ResumeDispatch, act::Report, act::Watchdog, act::Log, act::Exit>;
 
@@ -367,6 +385,14 @@ class ChiefMachine {
   // is open, else shuts the cluster down.
   void Fail(Status why);
   void BeginShutdown();
+  // Stopped while starting: nothing trained, no checkpoint; shut down the tasks reached.
+  void StopBeforeTraining(const std::string& what);
+  // Stopped while recovering a lost ps: no final checkpoint (a ps is down or not restored).
+  void StopDuringRecovery(const std::string& what);
+  // A failure `why` of the I/O a stop cut short (AbortIo), not an error of the run.
+  bool CutShortByStop(const Status& why) const {
+    return stop_reason_.has_value() && why.code() == Code::kAborted;
+  }
 
   const MachineConfig config_;
   Phase phase_ = Phase::kStarting;
@@ -394,7 +420,8 @@ class ChiefMachine {
   };
   std::optional<Committed> committed_;  // the newest committed checkpoint
   int checkpoint_failures_ = 0;         // periodic saves failed in a row (every ps up)
-  bool recovery_started_ = false;       // Recovering: reconnecting or restoring
+  bool no_final_ = false;          // stopped while recovering: no final checkpoint can be written
+  bool recovery_started_ = false;  // Recovering: reconnecting or restoring
   Time recovery_deadline_{0};
   int64_t step_before_recovery_ = 0;
   std::string shutdown_reason_;

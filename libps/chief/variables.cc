@@ -8,7 +8,7 @@
 
 namespace ps::chief {
 
-Status Chief::CreateVariables() {
+Status Chief::CreateVariables(std::stop_token stop) {
   SetState("creating variables");
   PS_ASSIGN_OR_RETURN(auto model, model::BuildModel(job_.model, "job.model"));
   PS_ASSIGN_OR_RETURN(plan_, job::PlanVariables(job_, *model, static_cast<int>(ps_.size())));
@@ -28,10 +28,10 @@ Status Chief::CreateVariables() {
                                     .sparse = v->sparse}));
   }
   create_msgs_ = per_ps;
-  std::vector<std::future<Result<net::Reply>>> futs;
-  for (size_t p = 0; p < ps_.size(); ++p) futs.push_back(ps_[p]->Call(per_ps[p]));
+  auto replies =
+      CallEach(ps_, std::vector<proto::Body>(per_ps.begin(), per_ps.end()), net::Millis{0}, stop);
   for (size_t p = 0; p < ps_.size(); ++p) {
-    auto r = futs[p].get();
+    auto& r = replies[p];
     if (!r.ok()) return r.status().WithContext("creating variables on " + ps_[p]->peer_name());
   }
   int64_t bytes = 0;

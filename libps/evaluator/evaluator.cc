@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
@@ -53,7 +54,10 @@ class Evaluator {
     if (options_.once) return EvaluateOnce();
     PS_RETURN_IF_ERROR(ReadDone());
     for (;;) {
+      // The committed ones first: one committed after the listing is not taken as deleted.
+      ReadCommitted();
       PS_ASSIGN_OR_RETURN(auto all, ckpt::ListCheckpoints(options_.model_dir));
+      NoteDeleted(all);
       for (const auto& c : all) {
         auto done = done_.find(c.global_step);
         // A checkpoint evaluated before the chief marked it final (same shards): once more,
@@ -68,7 +72,7 @@ class Evaluator {
         auto m = EvaluateCheckpoint(c);
         if (!m.ok()) {
           if (!std::filesystem::exists(c.dir)) {
-            PS_LOG(Warning) << "skipped " << c.dir << ": deleted while it was read (max_to_keep)";
+            Skipped(c.global_step, "deleted while it was read");
             done_[c.global_step] = c.manifest.final;
             continue;
           }
@@ -130,12 +134,14 @@ class Evaluator {
     return extra["total_steps"].get<int64_t>() == steps;
   }
 
-  // Steps already in eval/metrics.jsonl (a restarted evaluator does not repeat them).
+  // Steps already in eval/metrics.jsonl (a restarted evaluator does not repeat them). Lines
+  // of the chief's inline evaluation that older runs wrote there ("source") are not its.
   Status ReadDone() {
     std::ifstream in(options_.model_dir + "/eval/metrics.jsonl");
     std::string line;
     while (std::getline(in, line)) {
       auto j = ParseJson(line, "eval/metrics.jsonl");
+      if (j.ok() && j->is_object() && j->contains("source")) continue;
       if (j.ok() && j->contains("step") && (*j)["step"].is_number_integer()) {
         const bool final =
             j->contains("final") && (*j)["final"].is_boolean() && (*j)["final"].get<bool>();
@@ -143,7 +149,56 @@ class Evaluator {
         was_final = was_final || final;
       }
     }
+    // Checkpoints up to the newest one evaluated were handled (evaluated or skipped) by an
+    // earlier run: they are not reported as skipped again.
+    if (!done_.empty()) handled_up_to_ = done_.rbegin()->first;
     return Status::Ok();
+  }
+
+  // The full checkpoints the chief committed (train_metrics.jsonl's checkpoint lines), read
+  // on from where the last call stopped; a line still being written is read next time.
+  void ReadCommitted() {
+    std::ifstream in(options_.model_dir + "/train_metrics.jsonl", std::ios::binary);
+    if (!in) return;
+    in.seekg(static_cast<std::streamoff>(train_offset_));
+    std::string line;
+    while (std::getline(in, line)) {
+      if (in.eof()) break;  // no newline yet
+      train_offset_ += line.size() + 1;
+      if (line.find("\"checkpoint\"") == std::string::npos) continue;
+      auto j = ParseJson(line, "train_metrics.jsonl");
+      if (!j.ok() || !j->is_object()) continue;
+      auto c = j->find("checkpoint");
+      if (c == j->end() || !c->is_object()) continue;
+      auto step = c->find("step");
+      auto delta = c->find("delta");
+      if (step == c->end() || !step->is_number_integer()) continue;
+      if (delta != c->end() && delta->is_boolean() && delta->get<bool>()) continue;
+      committed_.insert(step->get<int64_t>());
+    }
+  }
+
+  // Committed full checkpoints gone from `listed` before they were evaluated.
+  void NoteDeleted(const std::vector<ckpt::CheckpointInfo>& listed) {
+    std::set<int64_t> present;
+    for (const auto& c : listed) present.insert(c.global_step);
+    for (int64_t step : committed_) {
+      if (step <= handled_up_to_ || done_.count(step) > 0 || present.count(step) > 0) continue;
+      Skipped(step, "deleted (max_to_keep) before it could be evaluated");
+      done_[step] = false;
+    }
+  }
+
+  void Skipped(int64_t step, const std::string& why) {
+    ++skipped_;
+    PS_LOG(Warning) << "skipped " << ckpt::CheckpointDirName(step) << ": " << why << " ("
+                    << skipped_ << " skipped so far)";
+    if (options_.metrics) {
+      options_.metrics
+          ->Counter("pstrain_evaluator_skipped_checkpoints_total",
+                    "Committed checkpoints deleted (max_to_keep) before they could be evaluated.")
+          .Add();
+    }
   }
 
   Status EvaluateOnce() {
@@ -203,8 +258,12 @@ class Evaluator {
   EvaluatorOptions options_;
   job::JobSpec job_;
   std::unique_ptr<model::Model> model_;
-  std::map<int64_t, bool> done_;  // evaluated steps -> whether the checkpoint was final then
-  obs::EvalLog eval_log_{options_.model_dir};  // after options_
+  std::map<int64_t, bool> done_;       // evaluated (or skipped) steps -> whether final then
+  int64_t handled_up_to_ = INT64_MIN;  // an earlier run handled every checkpoint up to it
+  std::set<int64_t> committed_;        // full checkpoints the chief committed
+  uint64_t train_offset_ = 0;          // train_metrics.jsonl read up to here
+  int64_t skipped_ = 0;
+  obs::EvalLog eval_log_{options_.model_dir, obs::kEvaluatorRun};  // after options_
   std::mutex mu_;
   std::condition_variable cv_;
   // When to stop (set by a signal); guarded by mu_.

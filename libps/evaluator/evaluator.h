@@ -1,7 +1,12 @@
 // pstrain-evaluator: the side-car evaluator. It never connects to the training cluster:
 // it watches model_dir, loads every newly committed checkpoint straight from the shard
 // files, evaluates it on the job's eval_data, and appends a line to
-// model_dir/eval/metrics.jsonl. It exits after evaluating the final checkpoint.
+// model_dir/eval/metrics.jsonl (and the TensorBoard run "eval"): its own records, which
+// nothing else writes. Every full checkpoint the chief committed is evaluated exactly once
+// across the evaluator's restarts (its records decide), oldest first, if it still exists
+// when the evaluator gets to it: one that max_to_keep deleted first is logged as skipped
+// and counted (pstrain_evaluator_skipped_checkpoints_total; the committed ones are read
+// from train_metrics.jsonl). It exits after evaluating the final checkpoint.
 #pragma once
 
 #include <memory>

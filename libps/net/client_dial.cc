@@ -1,6 +1,9 @@
 // Client: connecting with backoff, TLS and the Hello/secret handshake.
 #include "libps/net/client_impl.h"
 
+#include <condition_variable>
+#include <mutex>
+#include <stop_token>
 #include <thread>
 
 #include <boost/asio/co_spawn.hpp>
@@ -132,8 +135,16 @@ Result<std::shared_ptr<Client>> Client::Connect(Runtime& runtime, ClientOptions 
   Millis backoff = options.backoff_initial;
   const std::string who =
       options.peer_name + " at " + options.host + ":" + std::to_string(options.port);
+  const std::stop_token stop = options.stop;
   int attempts = 0;
+  auto aborted = [&] {
+    return Aborted("stopped while connecting to " + who + " (" + std::to_string(attempts) +
+                   (attempts == 1 ? " attempt)" : " attempts)"));
+  };
+  std::mutex wait_mu;
+  std::condition_variable_any wait_cv;
   for (;;) {
+    if (stop.stop_requested()) return aborted();
     ++attempts;
     auto impl = std::make_shared<Impl>(runtime, options);
     auto remaining = std::chrono::duration_cast<Millis>(deadline - Clock::now());
@@ -142,23 +153,37 @@ Result<std::shared_ptr<Client>> Client::Connect(Runtime& runtime, ClientOptions 
     std::future<Status> fut = asio::co_spawn(
         strand, [impl, budget] { return impl->Attempt(budget); }, asio::use_future);
     Status st;
-    try {
-      st = fut.get();
-    } catch (const std::exception& e) {
-      st = Unavailable(e.what());
+    {
+      // A stop during the attempt closes its socket: the connect or handshake ends at once.
+      std::stop_callback on_stop(stop, [impl, strand] {
+        asio::post(strand, [impl] {
+          if (impl->conn) impl->conn->CloseOnStrand();
+        });
+      });
+      try {
+        st = fut.get();
+      } catch (const std::exception& e) {
+        st = Unavailable(e.what());
+      }
+    }
+    if (st.ok() && stop.stop_requested()) {
+      impl->conn->Close();
+      return aborted();
     }
     if (st.ok()) {
       impl->Start();
       PS_LOG(Debug) << "connected to " << who << " after " << attempts << " attempt(s)";
       return std::shared_ptr<Client>(new Client(std::move(impl)));
     }
+    if (stop.stop_requested()) return aborted();
     if (st.code() == Code::kPermissionDenied || st.code() == Code::kProtocol) return st;
     if (Clock::now() + backoff >= deadline) {
       return Unavailable("cannot reach " + who + " within " +
                          std::to_string(options.connect_deadline.count() / 1000.0).substr(0, 5) +
                          " s (" + std::to_string(attempts) + " attempts): " + st.message());
     }
-    std::this_thread::sleep_for(backoff);
+    std::unique_lock lock(wait_mu);
+    wait_cv.wait_for(lock, stop, backoff, [] { return false; });
     backoff = std::min(options.backoff_max, backoff * 2);
   }
 }

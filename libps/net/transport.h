@@ -28,6 +28,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <stop_token>
 #include <string>
 #include <vector>
 
@@ -266,6 +267,9 @@ struct ClientOptions {
   Limits limits;
   // Connect: retry refused/unreachable with exponential backoff until the deadline.
   Millis connect_deadline{60000};
+  // Connect gives up (Aborted) as soon as a stop is requested on it: between attempts at
+  // once, during an attempt by closing its socket. Default: never.
+  std::stop_token stop;
   Millis backoff_initial{20};
   Millis backoff_max{2000};
   Millis handshake_timeout{10000};
@@ -297,7 +301,8 @@ struct Reply {
 class Client {
  public:
   // Blocks until connected and the handshake passed, or fails: Unavailable naming the
-  // peer after the deadline; PermissionDenied at once when the peer refuses us.
+  // peer after the deadline; PermissionDenied at once when the peer refuses us; Aborted
+  // when options.stop is requested first.
   static Result<std::shared_ptr<Client>> Connect(Runtime& runtime, ClientOptions options);
   ~Client();
 

@@ -77,7 +77,7 @@ const char* TakeTrainLine(const Json& line, MetricsHistory* h) {
     return nullptr;
   }
   // An inline evaluation (eval_every_steps): the same figures are a line of
-  // eval/metrics.jsonl, read with the evaluator's.
+  // eval_inline/metrics.jsonl (eval/metrics.jsonl in older runs), read with the evaluator's.
   if (line.contains("eval")) return nullptr;
   if (auto c = line.find("checkpoint"); c != line.end()) {
     if (!c->is_object()) return "checkpoint is not an object";
@@ -175,6 +175,16 @@ Result<MetricsHistory> ReadMetrics(const std::string& model_dir) {
                                      [&](const Json& line) -> const char* {
                                        auto p = ParseEvalPoint(line);
                                        if (!p) return "no numeric \"step\"";
+                                       h.eval.push_back(*p);
+                                       return nullptr;
+                                     }));
+  PS_RETURN_IF_ERROR(ReadMetricsFile(model_dir, kInlineEvalMetricsFile, nullptr, &h,
+                                     [&](const Json& line) -> const char* {
+                                       auto p = ParseEvalPoint(line);
+                                       if (!p) return "no numeric \"step\"";
+                                       // The final evaluation is train_metrics.jsonl's.
+                                       if (line.value("final", false) == true) return nullptr;
+                                       p->inline_eval = true;
                                        h.eval.push_back(*p);
                                        return nullptr;
                                      }));

@@ -14,6 +14,10 @@
 //     ps came back; detail "restored ckpt-N").
 //   model_dir/eval/metrics.jsonl   the evaluator, one line per evaluated checkpoint:
 //     {"step":..,"accuracy":..,"loss":..,"auc":..,"examples":..}
+//   model_dir/eval_inline/metrics.jsonl   the chief, one line per inline evaluation
+//     (eval_every_steps; "source":"workers") and one for its final evaluation
+//     ("source":"chief","final":true), with the same keys. (Runs before this file existed
+//     have their inline lines in eval/metrics.jsonl with "source":"workers".)
 // Lines are read leniently: unknown keys are ignored, a null, non-numeric or non-finite
 // value is a missing value, and a line that is not a JSON object with a numeric "step"
 // (e.g. a half-written last line) is skipped and counted in the notes.
@@ -35,6 +39,7 @@ namespace ps::obs {
 
 inline constexpr char kTrainMetricsFile[] = "train_metrics.jsonl";
 inline constexpr char kEvalMetricsFile[] = "eval/metrics.jsonl";  // relative to model_dir
+inline constexpr char kInlineEvalMetricsFile[] = "eval_inline/metrics.jsonl";
 
 struct TrainPoint {
   int64_t step = 0;
@@ -73,8 +78,8 @@ struct EvalPoint {
 };
 
 struct MetricsHistory {
-  std::vector<TrainPoint> train;             // sorted by step (stable: file order within a step)
-  std::vector<EvalPoint> eval;               // the evaluator's and the inline ones, sorted by step
+  std::vector<TrainPoint> train;  // sorted by step (stable: file order within a step)
+  std::vector<EvalPoint> eval;    // the evaluator's and the inline ones (not the final), by step
   std::optional<EvalPoint> final_eval;       // the chief's final evaluation, if any
   std::vector<CheckpointPoint> checkpoints;  // in file order
   std::vector<ClusterEvent> events;          // in file order

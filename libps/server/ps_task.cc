@@ -8,6 +8,7 @@
 #include <boost/asio/thread_pool.hpp>
 
 #include "libps/core/log.h"
+#include "libps/daemon/fault_hold.h"
 #include "libps/server/ps_status.h"
 
 namespace ps::server {
@@ -32,6 +33,10 @@ Status RunPsTask(const daemon::DaemonContext& ctx, const PsTaskOptions& ps_optio
   const bool ignore_shutdown = std::getenv("PSTRAIN_FAULT_IGNORE_SHUTDOWN") != nullptr;
   std::mutex held_mu;
   std::vector<net::Responder> held;  // unanswered Shutdowns; guarded by held_mu
+  PS_ASSIGN_OR_RETURN(auto fault_hold,
+                      daemon::FaultHold::FromEnv([&service](net::Request req, net::Responder resp) {
+                        service.Handle(std::move(req), std::move(resp));
+                      }));
   // The time a handler thread spends on a request, by operation: [pull, push, other].
   prom::Registry& metrics = *ctx.metrics.registry;
   const char* latency_help =
@@ -50,6 +55,7 @@ Status RunPsTask(const daemon::DaemonContext& ctx, const PsTaskOptions& ps_optio
           held.push_back(std::move(resp));
           return;
         }
+        if (fault_hold && fault_hold->Hold(req, resp)) return;
         const auto t0 = std::chrono::steady_clock::now();
         const auto& body = req.envelope.body;
         const int op = std::holds_alternative<proto::Pull>(body)   ? 0

@@ -11,6 +11,7 @@
 #include "libps/client/param_fetcher.h"
 #include "libps/client/ps_link.h"
 #include "libps/core/log.h"
+#include "libps/daemon/fault_hold.h"
 #include "libps/job/job.h"
 #include "libps/model/blas.h"
 #include "libps/scoring/inline_eval.h"
@@ -270,9 +271,14 @@ Status RunWorkerTask(const daemon::DaemonContext& ctx, const WorkerOptions& opti
   net::Runtime runtime(ctx.io_threads);
   Worker worker(ctx, runtime);
   auto server_options = ctx.ServerFor({proto::Role::kChief});
+  PS_ASSIGN_OR_RETURN(auto fault_hold,
+                      daemon::FaultHold::FromEnv([&worker](net::Request req, net::Responder resp) {
+                        worker.Handle(std::move(req), std::move(resp));
+                      }));
   PS_ASSIGN_OR_RETURN(
       auto server,
       net::Server::Start(runtime, server_options, [&](net::Request req, net::Responder resp) {
+        if (fault_hold && fault_hold->Hold(req, resp)) return;
         worker.Handle(std::move(req), std::move(resp));
       }));
   auto rpc_metrics = daemon::ExportServerStats(*ctx.metrics.registry, *server);

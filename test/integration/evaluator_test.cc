@@ -1,9 +1,12 @@
 // The side-car evaluator beside a training cluster: one eval/metrics.jsonl line per
 // committed checkpoint, in step order, exit 0 after the final one; TensorBoard event
-// files for training (model_dir) and evaluation (model_dir/eval).
+// files for training (model_dir) and evaluation (model_dir/eval). Beside the chief's
+// inline evaluation each keeps its own records and TensorBoard run (eval, eval_inline);
+// checkpoints max_to_keep deleted first are skipped, logged and counted, once.
 #include <signal.h>
 
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include <catch2/catch.hpp>
@@ -110,6 +113,120 @@ TEST_CASE(
 // stopped) right at a checkpoint, the chief rewrites its MANIFEST with "final": true
 // ("checkpoint ckpt-N marked final"). An evaluator that had already evaluated it must
 // still notice that it is final and exit 0.
+
+// The steps of `scalars`, in order.
+std::vector<int64_t> Steps(const std::vector<obs::ScalarEvent>& scalars) {
+  std::vector<int64_t> out;
+  for (const auto& e : scalars) out.push_back(e.step);
+  return out;
+}
+
+bool Increasing(const std::vector<int64_t>& v) {
+  for (size_t i = 1; i < v.size(); ++i) {
+    if (v[i] <= v[i - 1]) return false;
+  }
+  return true;
+}
+
+// The lines of `task` that contain `needle`.
+int CountLines(Task& task, const std::string& needle) {
+  int n = 0;
+  for (const auto& l : task.Lines()) n += l.find(needle) != std::string::npos ? 1 : 0;
+  return n;
+}
+
+// An evaluator with no TF_CONFIG on `model`, run to its exit (0 required).
+std::unique_ptr<Task> RunEvaluatorOn(const std::filesystem::path& model) {
+  auto evaluator = std::make_unique<Task>(
+      "evaluator",
+      std::vector<std::string>{DaemonPath(cluster::TaskType::kEvaluator), "--model-dir",
+                               model.string(), "--poll-seconds", "0.1"},
+      std::vector<std::pair<std::string, std::string>>{}, std::vector<std::string>{"TF_CONFIG"});
+  REQUIRE(evaluator->WaitExit(120s) == std::optional<int>(0));
+  return evaluator;
+}
+
+TEST_CASE(
+    "inline and side-car evaluation side by side: own records, own TensorBoard runs, every checkpoint evaluated or skipped once") {
+  // 600 steps, a checkpoint every 100 (max_to_keep 2: most are deleted soon), an inline
+  // evaluation every 200 on the workers, and the evaluator watching.
+  TempDir tmp;
+  auto spec = LocalCluster();
+  spec.of(cluster::TaskType::kEvaluator).push_back({"127.0.0.1", FreePorts(1)[0]});
+  const auto model = tmp / "model";
+  auto job = DeriveCheckpointJob("job-fmnist-mlp.json", tmp / "job.json", 600, 50, model, 100, 2);
+  {
+    Json j = *ReadJsonFile(job.string());
+    j["eval_every_steps"] = 200;
+    WriteFile(job, j.dump());
+  }
+  Tasks tasks;
+  Task& evaluator = tasks.Add(
+      StartDaemon(spec, kEvaluator, {"--model-dir", model.string(), "--poll-seconds", "0.1"}));
+  for (auto id : {kPs0, kPs1, kWorker0, kWorker1}) tasks.Add(StartDaemon(spec, id));
+  tasks.Add(StartDaemon(spec, kChief, {"--job", job.string()}));
+  tasks.ExpectAllExit(0, 180s);
+
+  std::vector<int64_t> committed;
+  for (const auto& l : ReadJsonLines(model / "train_metrics.jsonl")) {
+    if (l.contains("checkpoint")) committed.push_back(l["checkpoint"]["step"].get<int64_t>());
+  }
+  CHECK(committed == std::vector<int64_t>{0, 100, 200, 300, 400, 500, 600});
+
+  // The evaluator's records: only its own lines, each committed checkpoint evaluated once
+  // or skipped (logged) once, never both.
+  const auto eval_lines = ReadJsonLines(model / "eval" / "metrics.jsonl");
+  std::map<int64_t, int> evaluated;
+  for (const auto& l : eval_lines) {
+    INFO(l.dump());
+    CHECK_FALSE(l.contains("source"));
+    ++evaluated[l["step"].get<int64_t>()];
+  }
+  for (int64_t step : committed) {
+    const int skipped = CountLines(evaluator, "skipped " + ckpt::CheckpointDirName(step) + ":");
+    INFO("ckpt-" << step << ": evaluated " << evaluated[step] << ", skipped " << skipped);
+    CHECK(evaluated[step] + skipped == 1);
+  }
+  REQUIRE(!eval_lines.empty());
+  CHECK(eval_lines.back()["step"] == 600);
+  CHECK(eval_lines.back()["final"] == true);
+
+  // The chief's records: the inline evaluations and its final one.
+  const auto inline_lines = ReadJsonLines(model / "eval_inline" / "metrics.jsonl");
+  REQUIRE(inline_lines.size() == 3);
+  CHECK(inline_lines[0]["step"] == 200);
+  CHECK(inline_lines[0]["source"] == "workers");
+  CHECK(inline_lines[1]["step"] == 400);
+  CHECK(inline_lines[2]["step"] == 600);
+  CHECK(inline_lines[2]["source"] == "chief");
+  CHECK(inline_lines[2]["final"] == true);
+
+  // Two TensorBoard runs, each with increasing steps.
+  const auto eval_steps = Steps(Scalars(model / "eval", "accuracy"));
+  INFO("eval run steps: " << Json(eval_steps).dump());
+  CHECK(Increasing(eval_steps));
+  CHECK(eval_steps.back() == 600);
+  CHECK(Steps(Scalars(model / "eval_inline", "accuracy")) == std::vector<int64_t>{200, 400, 600});
+
+  SECTION("a fresh evaluator skips what max_to_keep deleted; once, across its restarts") {
+    std::filesystem::remove_all(model / "eval");
+    auto first = RunEvaluatorOn(model);
+    for (int64_t step : {0, 100, 200, 300, 400}) {
+      CHECK(CountLines(*first, "skipped " + ckpt::CheckpointDirName(step) +
+                                   ": deleted (max_to_keep) before it could be evaluated") == 1);
+    }
+    CHECK(first->HasLine("(5 skipped so far)"));
+    std::vector<int64_t> steps;
+    for (const auto& l : ReadJsonLines(model / "eval" / "metrics.jsonl"))
+      steps.push_back(l["step"].get<int64_t>());
+    CHECK(steps == std::vector<int64_t>{500, 600});
+    auto again = RunEvaluatorOn(model);
+    CHECK(again->HasLine("was evaluated before; exiting"));
+    CHECK_FALSE(again->HasLine("skipped"));
+    CHECK(ReadJsonLines(model / "eval" / "metrics.jsonl").size() == 2);
+    CHECK(Steps(Scalars(model / "eval", "accuracy")) == std::vector<int64_t>{500, 600});
+  }
+}
 
 TEST_CASE("a checkpoint marked final after it was evaluated ends the evaluator") {
   TempDir tmp;

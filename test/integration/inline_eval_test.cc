@@ -63,13 +63,15 @@ TEST_CASE(
   REQUIRE(evaluator.WaitExit(120s) == 0);
   const Json* inline_line = nullptr;
   const Json* single = nullptr;
+  // Each keeps its own records: the chief's in eval_inline, the evaluator's in eval.
+  const auto inline_lines = ReadJsonLines(model / "eval_inline" / "metrics.jsonl");
   const auto eval_lines = ReadJsonLines(model / "eval" / "metrics.jsonl");
+  for (const auto& l : inline_lines) {
+    if (l["step"] == 200 && l.value("source", "") == "workers") inline_line = &l;
+  }
   for (const auto& l : eval_lines) {
-    if (l["step"] != 200) continue;
-    if (l.value("source", "") == "workers")
-      inline_line = &l;
-    else
-      single = &l;
+    CHECK_FALSE(l.contains("source"));
+    if (l["step"] == 200) single = &l;
   }
   REQUIRE(inline_line != nullptr);
   REQUIRE(single != nullptr);

@@ -7,7 +7,9 @@
 //    Fashion-MNIST to its last step; every task exits 0 and the job's output ends with
 //    "pstrain: job finished: exit 0";
 //  - `scancel --signal=TERM <job>.0` of a long job: the chief drains, writes the final
-//    checkpoint and shuts the others down; the job exits 0.
+//    checkpoint and shuts the others down; the job exits 0;
+//  - a worker killed mid-job, then the stop: the chief exits 0 and decides the job's exit
+//    (0, the step not run again) although srun reports the killed worker.
 // Needs root (slurmd runs jobs as root here, munged as user munge): without it the test
 // exits 77, which meson reports as SKIP, and says why.
 #include <catch2/catch.hpp>
@@ -23,6 +25,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <random>
@@ -248,6 +252,22 @@ class SlurmCluster {
   std::vector<std::unique_ptr<Task>> daemons_;
 };
 
+// The pid of the running daemon `exe_name` whose TF_CONFIG names task `type`:`index`, or -1.
+pid_t FindDaemon(const std::string& exe_name, const std::string& type, int index) {
+  const std::string task =
+      "\"task\":{\"type\":\"" + type + "\",\"index\":" + std::to_string(index) + "}";
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::error_code ec;
+    if (fs::read_symlink(e.path() / "exe", ec).filename() != exe_name || ec) continue;
+    std::ifstream in(e.path() / "environ", std::ios::binary);
+    const std::string env((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (env.find(task) != std::string::npos) return static_cast<pid_t>(std::stol(name));
+  }
+  return -1;
+}
+
 // Waits until `file` has a line containing `needle`.
 bool WaitForFileLine(const fs::path& file, const std::string& needle, Millis timeout) {
   return PollUntil(
@@ -324,6 +344,39 @@ TEST_CASE(
   CHECK(text.find("pstrain: step 0 exited 0\npstrain: job finished: exit 0\n") !=
         std::string::npos);
   CHECK(text.find("running it again") == std::string::npos);  // the step was not run again
+}
+
+TEST_CASE(
+    "Slurm: a worker killed mid-job, then scancel --signal=TERM: the chief's exit 0 decides, the step is not run again") {
+  SkipUnlessRoot();
+  SlurmCluster slurm;
+  const fs::path model = slurm.dir() / "model";
+  const fs::path out = slurm.dir() / "job.out";
+  auto job = DeriveJob("job-fmnist-mlp.json", slurm.dir() / "job.json", 10000000, 50, model);
+  auto sbatch = slurm.Submit(job, model, out);
+  REQUIRE(sbatch->WaitForLine("Submitted batch job ", 60s));
+  const std::string line = *sbatch->FindLine("Submitted batch job ");
+  const std::string job_id = line.substr(line.rfind(' ') + 1);
+  REQUIRE(WaitForFileLine(out, "] step 100/", 180s));
+
+  // worker:1 dies (SIGKILL: its task exits 137); the chief goes on with worker:0.
+  const pid_t worker1 = FindDaemon("pstrain-worker", "worker", 1);
+  REQUIRE(worker1 > 0);
+  REQUIRE(::kill(worker1, SIGKILL) == 0);
+  REQUIRE(WaitForFileLine(out, "worker:1 lost", 60s));
+  Task scancel("scancel", {"/usr/bin/scancel", "--signal=TERM", job_id + ".0"}, slurm.Env());
+  CHECK(scancel.WaitExit(30s) == std::optional<int>(0));
+  const auto status = sbatch->WaitExit(180s);
+  const std::string text = fs::exists(out) ? ReadFile(out) : "";
+  Note("job output:\n" + text);
+  REQUIRE(status == std::optional<int>(0));
+  CHECK(text.find("stop requested (SIGTERM)") != std::string::npos);
+  CHECK(text.find(" (final) committed") != std::string::npos);
+  CHECK(text.find(", the chief 0: the chief's exit decides") != std::string::npos);
+  CHECK(text.find("pstrain: step 0 exited 0\npstrain: job finished: exit 0\n") !=
+        std::string::npos);
+  CHECK(text.find("running it again") == std::string::npos);
+  CHECK_FALSE(fs::exists(slurm.dir() / (".pstrain-chief-exit." + job_id)));
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "libps/chief/state_machine.h"
@@ -18,23 +19,12 @@ namespace ps::chief::testing {
 using namespace std::chrono_literals;
 
 inline std::string Name(const Action& a) {
-  static const char* const kNames[] = {"Connect",
-                                       "RestoreNewest",
-                                       "SaveCheckpoint",
-                                       "StartWorkers",
-                                       "ReconnectPs",
-                                       "CloseDispatch",
-                                       "Evaluate",
-                                       "EvaluateOnWorkers",
-                                       "Shutdown",
-                                       "OpenDispatch",
-                                       "ScheduleRange",
-                                       "CancelQueued",
-                                       "PauseDispatch",
-                                       "ResumeDispatch",
-                                       "Report",
-                                       "Watchdog",
-                                       "Log",
+  static const char* const kNames[] = {"Connect",      "RestoreNewest", "SaveCheckpoint",
+                                       "StartWorkers", "ReconnectPs",   "CloseDispatch",
+                                       "AbortIo",      "Evaluate",      "EvaluateOnWorkers",
+                                       "Shutdown",     "OpenDispatch",  "ScheduleRange",
+                                       "CancelQueued", "PauseDispatch", "ResumeDispatch",
+                                       "Report",       "Watchdog",      "Log",
                                        "Exit"};
   static_assert(std::size(kNames) == std::variant_size_v<Action>);
   return kNames[a.index()];
@@ -175,6 +165,7 @@ class FakeCluster {
   std::set<int> never_back;             // ReconnectPs fails for these ps tasks
   std::vector<std::string> unacked_ps;  // named by the ps Shutdown reply
   int num_ps = 2;
+  bool cut_short = false;  // AbortIo came for the I/O waiting: Answer() fails it Aborted
 
  private:
   void Take(const Action& a) {
@@ -186,6 +177,10 @@ class FakeCluster {
     }
     if (const auto* r = std::get_if<act::ScheduleRange>(&a)) open.push_back(*r);
     if (const auto* l = std::get_if<act::Log>(&a)) logs.push_back(l->text);
+    if (std::holds_alternative<act::AbortIo>(a)) {
+      REQUIRE(io.has_value());  // only an I/O in progress is cut short
+      cut_short = true;
+    }
     if (const auto* x = std::get_if<act::Exit>(&a)) {
       REQUIRE_FALSE(exit.has_value());
       exit = x->status;
@@ -193,6 +188,17 @@ class FakeCluster {
   }
 
   Event AnswerFor(const Action& a) {
+    if (std::exchange(cut_short, false)) {
+      // The shell's answer to an I/O cut short by AbortIo.
+      const Status stopped = Aborted("stopped");
+      if (std::holds_alternative<act::Connect>(a) || std::holds_alternative<act::StartWorkers>(a))
+        return ev::StartFailed{stopped};
+      if (std::holds_alternative<act::RestoreNewest>(a)) return ev::RestoreFailed{stopped};
+      if (std::holds_alternative<act::ReconnectPs>(a)) return ev::RecoveryFailed{stopped};
+      if (std::holds_alternative<act::Evaluate>(a) ||
+          std::holds_alternative<act::EvaluateOnWorkers>(a))
+        return ev::EvaluationFailed{stopped};
+    }
     if (std::holds_alternative<act::Connect>(a)) return ev::Connected{};
     if (std::holds_alternative<act::RestoreNewest>(a)) {
       if (checkpoints.empty()) return ev::Restored{false, 0, false};

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <future>
 #include <random>
+#include <stop_token>
 #include <thread>
 
 #include "libps/proto/pstrain_generated.h"
@@ -127,6 +128,45 @@ TEST_CASE("an unreachable peer fails after the deadline, naming it") {
   REQUIRE_FALSE(c.ok());
   CHECK(c.status().code() == Code::kUnavailable);
   CHECK_THAT(c.status().message(), Catch::StartsWith("cannot reach ps:3 at 127.0.0.1:"));
+}
+
+TEST_CASE("a stop ends Connect at once: between attempts, and during one (Aborted)") {
+  net::Runtime rt(1);
+  SECTION("a refused port, retried until a deadline far away") {
+    uint16_t port;
+    {
+      EchoServer probe(rt);  // take a free port, then release it
+      port = probe.server->port();
+    }
+    std::stop_source stop;
+    auto o = ClientOpts(port, Id(proto::Role::kChief, 0));
+    o.peer_name = "ps:1";
+    o.connect_deadline = 120s;
+    o.stop = stop.get_token();
+    auto fut = std::async(std::launch::async, [&] { return net::Client::Connect(rt, o); });
+    stop.request_stop();
+    REQUIRE(fut.wait_for(10s) == std::future_status::ready);
+    auto c = fut.get();
+    REQUIRE_FALSE(c.ok());
+    CHECK(c.status().code() == Code::kAborted);
+    CHECK_THAT(c.status().message(), Catch::StartsWith("stopped while connecting to ps:1 at"));
+  }
+  SECTION("a peer that accepts but never answers the handshake") {
+    RawListener silent;
+    std::stop_source stop;
+    auto o = ClientOpts(silent.port, Id(proto::Role::kChief, 0));
+    o.connect_deadline = 120s;
+    o.handshake_timeout = 60s;
+    o.stop = stop.get_token();
+    auto fut = std::async(std::launch::async, [&] { return net::Client::Connect(rt, o); });
+    RawClient accepted(silent.Accept());  // the attempt is under way: its handshake waits
+    REQUIRE(accepted.fd >= 0);
+    stop.request_stop();
+    REQUIRE(fut.wait_for(10s) == std::future_status::ready);
+    auto c = fut.get();
+    REQUIRE_FALSE(c.ok());
+    CHECK(c.status().code() == Code::kAborted);
+  }
 }
 
 TEST_CASE("a call that gets no reply hits its deadline; a closed peer breaks the client") {
