@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "launcher/local_plan.h"
+#include "launcher/run_files.h"
 #include "launcher/subprocess.h"
 #include "test/unit/launcher/launcher_support.h"
 
@@ -158,10 +159,14 @@ TEST_CASE("pstrain local: every task once, own TF_CONFIG, prefixed output, exit 
     CHECK(run.Starts(std::string(cluster::TaskTypeName(id.type)) + "_" +
                      std::to_string(id.index)) == 1);
   }
+  // Without --secret-file every task gets the cluster's throw-away secret (run_files.h).
+  const std::string secret = " --secret-file " + LocalRunDir(2222) + "/secret";
   CHECK(run.Has("[chief:0]     args --job " + (run.dir / "job.json").string() +
-                " --model-dir /tmp/md --log-level debug --connect-timeout 5"));
-  CHECK(run.Has("[evaluator:0] args --model-dir /tmp/md --log-level debug --connect-timeout 5"));
-  CHECK(run.Has("[ps:0]        args --log-level debug --connect-timeout 5"));
+                " --model-dir /tmp/md" + secret + " --log-level debug --connect-timeout 5"));
+  CHECK(run.Has("[evaluator:0] args --model-dir /tmp/md" + secret +
+                " --log-level debug --connect-timeout 5"));
+  CHECK(run.Has("[ps:0]        args" + secret + " --log-level debug --connect-timeout 5"));
+  CHECK_FALSE(fs::exists(LocalRunDir(2222)));  // removed when pstrain local ends
   CHECK(run.HasContaining("pstrain stop --chief 127.0.0.1:2222"));
   CHECK(run.Has("[pstrain]     all 5 tasks exited cleanly"));
 }
@@ -252,15 +257,20 @@ TEST_CASE("pstrain local: Ctrl-C sends Stop to the chief; a graceful shutdown ex
   net::Runtime rt(1);
   std::mutex mu;  // pid_file is set here and read on the fake chief's handler thread
   fs::path pid_file;
-  FakeChief chief(rt, [&](const proto::Stop&) {
-    // What the real chief does on Stop, compressed: the fake chief's SIGTERM trap
-    // releases the "wait" tasks and exits 0.
-    std::lock_guard lock(mu);
-    std::ifstream in(pid_file);
-    pid_t pid = 0;
-    in >> pid;
-    if (pid > 0) ::kill(pid, SIGTERM);
-  });
+  // The launcher proves the cluster's secret to the chief it stops.
+  const std::string secret = "ctrl-c test secret";
+  FakeChief chief(
+      rt,
+      [&](const proto::Stop&) {
+        // What the real chief does on Stop, compressed: the fake chief's SIGTERM trap
+        // releases the "wait" tasks and exits 0.
+        std::lock_guard lock(mu);
+        std::ifstream in(pid_file);
+        pid_t pid = 0;
+        in >> pid;
+        if (pid > 0) ::kill(pid, SIGTERM);
+      },
+      secret);
   const std::string cluster = R"({"chief":["127.0.0.1:)" + std::to_string(chief.server->port()) +
                               R"("],"worker":["127.0.0.1:2223"],"ps":["127.0.0.1:2225"]})";
   LocalRun run(cluster);
@@ -268,8 +278,14 @@ TEST_CASE("pstrain local: Ctrl-C sends Stop to the chief; a graceful shutdown ex
     std::lock_guard lock(mu);
     pid_file = run.dir / "chief.pid";
   }
+  {
+    std::ofstream out(run.dir / "secret");
+    out << secret << "\n";
+  }
+  fs::permissions(run.dir / "secret", fs::perms::owner_read | fs::perms::owner_write);
   auto launcher =
-      run.Start({}, {{"FAKE_chief_0", "chief"}, {"FAKE_ps_0", "wait"}, {"FAKE_worker_0", "wait"}});
+      run.Start({"--secret-file", (run.dir / "secret").string()},
+                {{"FAKE_chief_0", "chief"}, {"FAKE_ps_0", "wait"}, {"FAKE_worker_0", "wait"}});
   for (int i = 0; i < 3000 && !fs::exists(pid_file); ++i) std::this_thread::sleep_for(10ms);
   REQUIRE(fs::exists(pid_file));
   launcher->Signal(SIGINT);
