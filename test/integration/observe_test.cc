@@ -95,12 +95,12 @@ TEST_CASE(
     INFO(tag);
     CHECK(tags.count(tag) == 1);
   }
-  // Run "eval": the chief's final evaluation (no evaluator in this cluster).
-  auto acc = Scalars(model / "eval", "accuracy");
+  // Run "eval_inline": the chief's final evaluation (the evaluator's run is "eval").
+  auto acc = Scalars(model / "eval_inline", "accuracy");
   REQUIRE(acc.size() == 1);
   CHECK(acc[0].step == kSteps);
   CHECK(acc[0].value == Approx(*history->final_eval->accuracy).margin(1e-6));
-  CHECK(Scalars(model / "eval", "loss").size() == 1);
+  CHECK(Scalars(model / "eval_inline", "loss").size() == 1);
 
   // The report: where the time goes and the ps load, finished (no reload).
   const std::string html = obs::RenderReportHtml(*history, model.string());
