@@ -171,6 +171,8 @@ void Chief::RejoinLoop() {
       auto r = (*c)->CallSync(proto::StartJob{job_.raw.dump(), static_cast<int32_t>(w),
                                               static_cast<int32_t>(snapshot.size())});
       if (!r.ok()) {
+        // A worker that is stopping is not back: it exits after its last pack.
+        if (r.status().code() == Code::kDraining) continue;
         PS_LOG(Warning) << o.peer_name
                         << " is back but cannot start the job: " << r.status().message();
         continue;

@@ -11,7 +11,7 @@ namespace {
 // Failures of the path to a worker, not of the work: worth another worker.
 bool Retryable(const Status& st) {
   return st.code() == Code::kUnavailable || st.code() == Code::kDeadlineExceeded ||
-         st.code() == Code::kAborted;
+         st.code() == Code::kAborted || st.code() == Code::kDraining;
 }
 }  // namespace
 
@@ -250,9 +250,17 @@ void Coordinator::OnReply(int worker, Pack pack, Result<net::Reply> reply) {
   }
   const Status& st = reply.status();
   s.last_error = st.message();
-  if (s.alive && !workers_[static_cast<size_t>(worker)]->health().ok()) {
+  // A worker that is stopping refuses new packs: it gets none until it rejoins, and the
+  // refusal costs the pack no attempt.
+  const bool refused = st.code() == Code::kDraining;
+  if (refused) pack.attempts -= 1;
+  if (s.alive && (refused || !workers_[static_cast<size_t>(worker)]->health().ok())) {
     s.alive = false;
-    PS_LOG(Warning) << s.name << " lost: " << st.message();
+    if (refused) {
+      PS_LOG(Info) << st.message() << ": its packs go to the other workers";
+    } else {
+      PS_LOG(Warning) << s.name << " lost: " << st.message();
+    }
     NoteLoss(st);
   }
   if (pack.pinned >= 0 && Retryable(st) && !closing_ && !paused_ && !cancelled_) {
@@ -265,7 +273,7 @@ void Coordinator::OnReply(int worker, Pack pack, Result<net::Reply> reply) {
   }
   if (!AnyAlive()) {
     // Not this pack's fault: the failure that lost the last worker costs it no attempt.
-    pack.attempts -= 1;
+    if (!refused) pack.attempts -= 1;
     if (cancelled_) {
       // A stop or an earlier failure drains the dispatch: nobody is left to run it.
       Finish(pack,

@@ -6,6 +6,8 @@
 // With no live worker at all (the chief cut off from everyone, every worker restarting)
 // packs wait, queued, for a worker to rejoin; only after `worker_recovery_timeout` with
 // none alive do they fail (Unavailable: a restarted chief resumes from its checkpoint).
+// A worker that refuses a pack because it is stopping (Draining) gets no more packs until
+// it rejoins; the refusal costs the pack no attempt.
 // The failure that lost the last worker costs a pack no attempt; after CancelQueued (a
 // stop, an earlier failure) such a pack fails Aborted at once instead of waiting.
 // A pack pinned to a worker (sync mode: every worker runs every update) runs only there,

@@ -35,6 +35,8 @@ const char* CodeName(Code code) {
       return "IoError";
     case Code::kInternal:
       return "Internal";
+    case Code::kDraining:
+      return "Draining";
   }
   return "Unknown";
 }

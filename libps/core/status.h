@@ -24,6 +24,7 @@ enum class Code : int {
   kFailedPrecondition,
   kIo,  // local disk/OS error
   kInternal,
+  kDraining,  // the peer is stopping: it takes no new work, another peer may
 };
 
 const char* CodeName(Code code);
@@ -56,6 +57,7 @@ inline Status DeadlineExceeded(std::string m) { return {Code::kDeadlineExceeded,
 inline Status ProtocolError(std::string m) { return {Code::kProtocol, std::move(m)}; }
 inline Status PermissionDenied(std::string m) { return {Code::kPermissionDenied, std::move(m)}; }
 inline Status Aborted(std::string m) { return {Code::kAborted, std::move(m)}; }
+inline Status Draining(std::string m) { return {Code::kDraining, std::move(m)}; }
 inline Status FailedPrecondition(std::string m) {
   return {Code::kFailedPrecondition, std::move(m)};
 }

@@ -38,6 +38,7 @@ int ExitCodeFor(const Status& status) {
     case Code::kUnavailable:
     case Code::kDeadlineExceeded:
     case Code::kIo:
+    case Code::kDraining:
       return kExitRetryable;
     default:
       return kExitFailure;

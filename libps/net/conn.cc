@@ -30,7 +30,7 @@ proto::Envelope ErrorEnvelope(uint64_t request_id, const Status& st) {
 
 Status StatusFromError(const proto::Error& e) {
   Code code = Code::kInternal;
-  if (e.code > 0 && e.code <= static_cast<int>(Code::kInternal)) code = static_cast<Code>(e.code);
+  if (e.code > 0 && e.code <= static_cast<int>(Code::kDraining)) code = static_cast<Code>(e.code);
   return Status(code, e.message);
 }
 

@@ -127,6 +127,7 @@ class Worker {
   // `generation`: the chief's; stamped on every request to the ps tasks from now on.
   Status StartJob(const proto::StartJob& m, uint64_t generation) {
     std::lock_guard lock(mu_);  // waits for a pack of the previous chief to finish
+    if (stopping_) return Draining(ctx_.name() + " is stopping");
     if (trainer_ != nullptr) {
       if (m.job_json != job_json_)
         return FailedPrecondition(ctx_.name() + " already runs another job");
@@ -157,7 +158,7 @@ class Worker {
     std::lock_guard lock(mu_);  // one pack at a time; a second one queues here
     queued_packs_ -= 1;
     // Told to stop (SIGTERM): the chief gives this pack to another worker.
-    if (stopping_) return Unavailable(ctx_.name() + " is stopping");
+    if (stopping_) return Draining(ctx_.name() + " is stopping");
     if (trainer_ == nullptr) return FailedPrecondition("RunSteps before StartJob");
     PS_RETURN_IF_ERROR(ReconnectPs());
     StepStats s;

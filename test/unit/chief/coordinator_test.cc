@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <set>
+#include <thread>
 
 #include "libps/chief/coordinator.h"
 
@@ -67,6 +68,16 @@ std::shared_ptr<net::Client> Dial(net::Runtime& rt, FakeWorker& w, int index) {
   auto c = net::Client::Connect(rt, o);
   REQUIRE(c.ok());
   return *c;
+}
+
+// Until the coordinator has marked `worker` lost. Client::Close() closes the socket on
+// the I/O strand later; a reply let through before that would finish the pack.
+void WaitLost(const chief::Coordinator& coord, size_t worker) {
+  auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (coord.Snapshot()[worker].alive) {
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+    std::this_thread::yield();
+  }
 }
 
 }  // namespace
@@ -170,7 +181,8 @@ TEST_CASE("coordinator: with every worker lost, packs wait for a rejoin instead 
   for (int i = 0; i < 4; ++i) futs.push_back(coord.Schedule(i, 1));
   a->WaitInside(1);
   client_a->Close();  // the only worker is gone with a pack in flight
-  a->Open();          // the handler holds no reply back any more
+  WaitLost(coord, 0);
+  a->Open();  // the handler holds no reply back any more
   // Nothing is decided while no worker is alive.
   REQUIRE(futs[0].wait_for(300ms) == std::future_status::timeout);
   CHECK_FALSE(coord.Snapshot()[0].alive);
@@ -247,4 +259,28 @@ TEST_CASE(
   CHECK(r.status().code() == Code::kAborted);
   CHECK(coord.Done());
   a->Open();
+}
+
+TEST_CASE("coordinator: a worker that refuses packs because it is stopping gets no more") {
+  net::Runtime rt(2);
+  FakeWorker a(rt), b(rt);
+  a.fail_with = Draining("worker:0 is stopping");
+  chief::Coordinator::Options opts;
+  opts.max_attempts = 1;  // a refusal costs no attempt: one is enough
+  chief::Coordinator coord({Dial(rt, a, 0), Dial(rt, b, 1)}, opts);
+  std::vector<std::future<Result<chief::PackResult>>> futs;
+  for (int i = 0; i < 6; ++i) futs.push_back(coord.Schedule(i, 1));
+  REQUIRE(coord.Join().ok());
+  for (auto& f : futs) {
+    auto r = f.get();
+    REQUIRE(r.ok());
+    CHECK(r->worker == 1);
+  }
+  CHECK(b.steps_seen.size() == 6);
+  auto snap = coord.Snapshot();
+  CHECK_FALSE(snap[0].alive);
+  CHECK(snap[1].alive);
+  CHECK_THAT(snap[0].last_error, Catch::Contains("is stopping"));
+  // It refused at most the packs it was given before the first refusal came back.
+  CHECK(a.steps_seen.size() <= 2);
 }
