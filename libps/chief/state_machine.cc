@@ -369,6 +369,7 @@ void ChiefMachine::RangeDecided(Range& r) {
   if (r.ok < r.need) {
     const Status& failed = r.failed;
     if (draining_ && failed.code() == Code::kAborted) return;  // cancelled by the stop
+    if (dropping_ranges_) return;
     if (phase_ == Phase::kRecovering)
       return;  // the steps after the checkpoint are run again anyway
     if (error_.ok()) error_ = failed;
@@ -405,11 +406,27 @@ void ChiefMachine::StartDraining(Status why) {
       phase_ == Phase::kEvaluating) {
     phase_ = Phase::kDraining;
   }
+  DropStuckSyncRanges();
+}
+
+void ChiefMachine::DropStuckSyncRanges() {
+  if (!config_.sync || !draining_ || !stop_reason_ || !error_.ok() || dropping_ranges_) return;
+  const int alive = static_cast<int>(std::count(worker_alive_.begin(), worker_alive_.end(), true));
+  auto stuck =
+      std::find_if(ranges_.begin(), ranges_.end(), [&](const Range& r) { return r.need > alive; });
+  if (stuck == ranges_.end()) return;
+  dropping_ranges_ = true;
+  Log(log::Level::kWarning, "stopping with " + std::to_string(alive) + " live worker(s) of the " +
+                                std::to_string(stuck->need) +
+                                " a synchronous update needs: steps " +
+                                std::to_string(stuck->first) + " and later are not applied");
+  Emit(act::PauseDispatch{Aborted("stopping with too few live workers")});
 }
 
 void ChiefMachine::On(const ev::WorkerLost& e) {
   if (e.worker >= 0 && static_cast<size_t>(e.worker) < worker_alive_.size())
     worker_alive_[static_cast<size_t>(e.worker)] = false;
+  DropStuckSyncRanges();
 }
 
 void ChiefMachine::On(const ev::WorkerBack& e) {

@@ -368,6 +368,10 @@ class ChiefMachine {
   void ScheduleOne();
   void RangeDecided(Range& r);
   void StartDraining(Status why);
+  // Stopping in sync mode while fewer workers are alive than a range needs: the ranges
+  // given out cannot complete until a worker rejoins. They are dropped (their updates are
+  // not applied) and the final checkpoint follows at once.
+  void DropStuckSyncRanges();
   void EnterRecovering();
   void ReconnectNext();
   void FinishRecovery();
@@ -411,7 +415,8 @@ class ChiefMachine {
   uint64_t next_range_id_ = 1;
   std::vector<bool> worker_alive_;  // [worker]
   std::set<int> lost_ps_;
-  bool draining_ = false;  // a stop or a failure: nothing new is scheduled
+  bool draining_ = false;         // a stop or a failure: nothing new is scheduled
+  bool dropping_ranges_ = false;  // DropStuckSyncRanges: failed ranges are not errors
   std::optional<std::string> stop_reason_;
   Status error_;  // the run's first error
   struct Committed {

@@ -171,6 +171,25 @@ TEST_CASE("stop while waiting for workers (none alive): the final checkpoint, ex
   CHECK((chief.HasLine("(final) committed") || chief.HasLine("marked final")));
 }
 
+TEST_CASE(
+    "stop in sync mode with a worker lost: the steps given out are dropped; final checkpoint, exit 0") {
+  Cluster c;
+  auto job = c.Job(kManySteps, Json{{"update", Json{{"mode", "sync"}}}});
+  for (auto id : {kPs0, kPs1, kWorker0, kWorker1}) c.Start(id);
+  Task& chief = c.StartChief(job, {"--worker-recovery-timeout", "120"});
+  REQUIRE(chief.WaitForLine(kProgress, 120s));
+  // Frozen, not dead: its connection stays open, the heartbeat declares it lost, and the
+  // updates it has not pushed keep the other worker's steps waiting.
+  c.tasks[kWorker1].Signal(SIGSTOP);
+  REQUIRE(chief.WaitForLine("worker:1 lost", 60s));
+  chief.Signal(SIGTERM);
+  CHECK(chief.WaitExit(30s) == std::optional<int>(0));
+  c.tasks.ExpectExit({kPs0, kPs1, kWorker0}, 0, 15s);
+  CHECK(chief.HasLine("a synchronous update needs: steps"));
+  c.tasks[kWorker1].Signal(SIGKILL);
+  CHECK((chief.HasLine("(final) committed") || chief.HasLine("marked final")));
+}
+
 TEST_CASE("stop during an inline evaluation: it ends; the final checkpoint follows, exit 0") {
   Cluster c;
   auto job = c.Job(kManySteps, {{"eval_every_steps", 40}});

@@ -381,6 +381,40 @@ TEST_CASE(
 }
 
 TEST_CASE(
+    "state machine: sync: a stop with too few live workers drops the ranges given out; final checkpoint at once") {
+  for (bool lost_first : {true, false}) {
+    INFO((lost_first ? "worker lost, then the stop" : "the stop, then a worker lost"));
+    auto config = Config();
+    config.sync = true;
+    config.replicas = 2;
+    FakeCluster c(config);
+    c.StartFresh();
+    c.Finish();  // one range applied on both workers
+    REQUIRE(c.machine.step() == 10);
+    if (lost_first) c.Feed(ev::WorkerLost{1});
+    CHECK(All<act::PauseDispatch>(c.all).empty());  // training waits for worker:1 to rejoin
+    c.Feed(ev::StopRequested{"SIGTERM"});
+    if (!lost_first) {
+      CHECK(All<act::PauseDispatch>(c.all).empty());  // every worker alive: ranges finish
+      c.Feed(ev::WorkerLost{1});
+    }
+    REQUIRE(All<act::PauseDispatch>(c.all).size() == 1);
+    CHECK(c.Logged("stopping with 1 live worker(s) of the 2 a synchronous update needs"));
+    // The dropped ranges' packs fail (Aborted, or the lost worker's connection): no error.
+    while (!c.open.empty()) {
+      auto r = c.open.front();
+      c.open.pop_front();
+      c.Pack(r, Status::Ok());
+      c.Pack(r, Unavailable("worker:1: connection closed"));
+    }
+    c.Run();
+    CHECK(c.exit->ok());
+    CHECK(c.machine.step() == 10);
+    CHECK(Saves(c.all, true) == std::vector<int64_t>{10});
+  }
+}
+
+TEST_CASE(
     "state machine: sync: a stop lets every range given out finish (nothing cancelled), then closes") {
   auto config = Config();
   config.sync = true;
