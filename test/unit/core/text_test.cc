@@ -31,7 +31,9 @@ TEST_CASE("CutText never ends inside a UTF-8 sequence") {
   const std::string text = std::string(255, 'a') + "\u20ac" + std::string(100, 'b');
   const std::string cut = CutText(text);
   CHECK_THAT(cut, StartsWith(std::string(255, 'a') + "\u2026 ("));
-  CHECK_THAT(cut, EndsWith("(" + std::to_string(text.size() - 255) + " bytes more)"));
+  std::string more = "(";  // appended: GCC 12 -O3 reports a false -Wrestrict on "(" + string
+  more.append(std::to_string(text.size() - 255)).append(" bytes more)");
+  CHECK_THAT(cut, EndsWith(more));
   CHECK(CutText("short", 3) == "sho\u2026 (2 bytes more)");
 }
 
