@@ -3,6 +3,7 @@
 #include "launcher/cli.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 
@@ -109,7 +110,7 @@ Result<std::chrono::milliseconds> Seconds(const std::string& sub, const std::str
       << " is not a valid number of seconds";
     return InvalidArgument(m.str());
   }
-  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0 + 0.5));
+  return std::chrono::milliseconds(std::llround(seconds * 1000.0));
 }
 
 Result<ChiefTarget> MakeTarget(const std::string& sub, const po::variables_map& vm,

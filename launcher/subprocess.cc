@@ -34,6 +34,7 @@ Result<std::unique_ptr<Subprocess>> Subprocess::Spawn(SpawnOptions options) {
   for (const auto& k : options.env_remove) env.erase(k);
   for (const auto& [k, v] : options.env) env[k] = v;
   std::vector<std::string> env_strings;
+  env_strings.reserve(env.size());
   for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
   std::vector<char*> envp, argv;
   for (auto& s : env_strings) envp.push_back(s.data());

@@ -150,6 +150,7 @@ int RunSlurmTask(const SlurmTaskCommand& command) {
     ::sigprocmask(SIG_BLOCK, &set, nullptr);
   }
   std::vector<char*> argv;
+  argv.reserve(args.size() + 1);
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   ::execv(argv[0], argv.data());

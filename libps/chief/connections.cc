@@ -33,6 +33,8 @@ Status Chief::Connect(std::stop_token stop) {
   SetState("connecting");
   const auto& cl = ctx_.tf.cluster;
   std::vector<cluster::TaskId> tasks;
+  tasks.reserve(
+      static_cast<size_t>(cl.count(cluster::TaskType::kPs) + cl.count(cluster::TaskType::kWorker)));
   for (int i = 0; i < cl.count(cluster::TaskType::kPs); ++i)
     tasks.push_back({cluster::TaskType::kPs, i});
   for (int i = 0; i < cl.count(cluster::TaskType::kWorker); ++i)
@@ -40,6 +42,7 @@ Status Chief::Connect(std::stop_token stop) {
   PS_LOG(Info) << "connecting to " << cl.count(cluster::TaskType::kPs) << " ps and "
                << cl.count(cluster::TaskType::kWorker) << " worker task(s)";
   std::vector<std::future<Result<std::shared_ptr<net::Client>>>> futs;
+  futs.reserve(tasks.size());
   for (const auto& t : tasks) {
     futs.push_back(std::async(std::launch::async, [this, t, stop] {
       auto o = ClientOptionsFor(t);
@@ -226,7 +229,8 @@ std::vector<Result<net::Reply>> Chief::CallEach(
     if (replies->got[i])
       out.push_back(std::move(*replies->got[i]));
     else
-      out.push_back(Aborted("stopped while waiting for " + clients[i]->peer_name() + " to answer"));
+      out.emplace_back(
+          Aborted("stopped while waiting for " + clients[i]->peer_name() + " to answer"));
   }
   return out;
 }
@@ -250,9 +254,10 @@ Status Chief::CallAll(const std::vector<std::shared_ptr<net::Client>>& clients,
 Status Chief::StartWorkers(std::stop_token stop) {
   SetState("starting workers");
   std::vector<proto::Body> msgs;
+  msgs.reserve(workers_.size());
   for (size_t w = 0; w < workers_.size(); ++w) {
-    msgs.push_back(proto::StartJob{job_.raw.dump(), static_cast<int32_t>(w),
-                                   static_cast<int32_t>(workers_.size())});
+    msgs.emplace_back(proto::StartJob{job_.raw.dump(), static_cast<int32_t>(w),
+                                      static_cast<int32_t>(workers_.size())});
   }
   auto replies = CallEach(workers_, std::move(msgs), net::Millis{0}, stop);
   for (size_t w = 0; w < workers_.size(); ++w) {

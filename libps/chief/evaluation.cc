@@ -33,8 +33,9 @@ Event Chief::EvaluateOnWorkers(int64_t step, std::stop_token stop) {
   // One shard per live worker: together they cover the eval data exactly once.
   const int n = static_cast<int>(live.size());
   std::vector<proto::Body> msgs;
+  msgs.reserve(live.size());
   for (int i = 0; i < n; ++i)
-    msgs.push_back(proto::EvaluateShard{.step = step, .shard = i, .num_shards = n});
+    msgs.emplace_back(proto::EvaluateShard{.step = step, .shard = i, .num_shards = n});
   auto replies = CallEach(live, std::move(msgs), kEvalTimeout, stop);
   if (stop.stop_requested()) {
     return ev::EvaluationFailed{Aborted("stopped while the workers evaluated")};

@@ -4,6 +4,7 @@
 
 #include <sys/stat.h>
 #include <unistd.h>
+#include <ranges>
 
 #include <algorithm>
 #include <cerrno>
@@ -423,15 +424,15 @@ Result<std::optional<CheckpointInfo>> FindRestorable(const std::string& model_di
   }
 
   std::optional<CheckpointInfo> result;
-  for (auto it = scan.committed.rbegin(); it != scan.committed.rend(); ++it) {
-    Status st = VerifyCheckpoint(*it, level);
+  for (auto& newest : std::views::reverse(scan.committed)) {
+    Status st = VerifyCheckpoint(newest, level);
     if (st.ok()) {
-      result = std::move(*it);
+      result = std::move(newest);
       PS_RETURN_IF_ERROR(LoadDeltaChain(&*result, level, &warn, chain));
       break;
     }
     if (st.code() != Code::kDataLoss) return st;  // an I/O error is not corruption
-    warn.push_back(st.message() + "; checkpoint " + CheckpointDirName(it->global_step) +
+    warn.push_back(st.message() + "; checkpoint " + CheckpointDirName(newest.global_step) +
                    " is corrupt, falling back to an older one");
   }
   if (warnings == nullptr) {
@@ -496,12 +497,12 @@ Result<CheckpointInfo> LoadCheckpointAt(const std::string& model_dir, int64_t st
   if (manifest.ok()) return CheckpointInfo{step, full, std::move(*manifest), {}};
   if (manifest.status().code() != Code::kNotFound) return manifest.status();
   PS_ASSIGN_OR_RETURN(Scan scan, ScanModelDir(model_dir));
-  for (auto it = scan.committed.rbegin(); it != scan.committed.rend(); ++it) {
-    if (it->global_step >= step) continue;
-    auto delta = ReadManifest(it->dir + "/" + DeltaDirName(step));
+  for (auto& newest : std::views::reverse(scan.committed)) {
+    if (newest.global_step >= step) continue;
+    auto delta = ReadManifest(newest.dir + "/" + DeltaDirName(step));
     if (!delta.ok() && delta.status().code() == Code::kNotFound)
       continue;  // none, or not committed
-    CheckpointInfo base = std::move(*it);
+    CheckpointInfo base = std::move(newest);
     PS_RETURN_IF_ERROR(LoadDeltaChain(&base, Verify::kFooters, nullptr, {.upto = step}));
     if (base.restored_step() != step) {
       return DataLoss(DeltaPath(model_dir, base.global_step, step) +

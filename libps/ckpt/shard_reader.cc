@@ -377,7 +377,8 @@ Result<std::vector<ShardRecord>> ShardReader::ReadRecords(bool values_only) {
     return Status::Ok();
   };
   // A sparse record without stored rows never reaches a sink; pick it up here.
-  RecordDone done = [&out, &slots_of](const RecordMeta& meta, uint64_t, uint64_t, std::string) {
+  RecordDone done = [&out, &slots_of](const RecordMeta& meta, uint64_t, uint64_t,
+                                      const std::string&) {
     if (out.empty() || out.back().meta.index != meta.index) {
       out.push_back(ShardRecord{.meta = meta,
                                 .row_ids = {},

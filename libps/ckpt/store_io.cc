@@ -192,7 +192,8 @@ class Restorer {
         PS_ASSIGN_OR_RETURN(auto fill, store_->Fill(key));
         PS_RETURN_IF_ERROR(fill->DropRows());
       }
-      targets_[def.layout.var].push_back(Target{std::move(def), {}});
+      auto& list = targets_[def.layout.var];
+      list.push_back(Target{std::move(def), {}});
     }
     for (auto& [var, list] : targets_) {
       std::sort(list.begin(), list.end(),

@@ -51,6 +51,7 @@ struct Voidify {
 }  // namespace ps::log
 
 // PS_LOG(Info) << "text " << value;  — evaluates the operands only when the level is on.
+// NOLINTNEXTLINE(bugprone-macro-parentheses): the expansion is the left operand of <<.
 #define PS_LOG(level)                             \
   !::ps::log::Enabled(::ps::log::Level::k##level) \
       ? (void)0                                   \

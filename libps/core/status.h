@@ -127,6 +127,8 @@ class [[nodiscard]] Result {
     if (!_ps_st.ok()) return _ps_st; \
   } while (0)
 
+// NOLINTBEGIN(bugprone-macro-parentheses): `lhs` is a declaration ("auto x"), which
+// parentheses would break.
 #define PS_ASSIGN_OR_RETURN_IMPL(tmp, lhs, rexpr) \
   auto tmp = (rexpr);                             \
   if (!tmp.ok()) return tmp.status();             \
@@ -135,6 +137,7 @@ class [[nodiscard]] Result {
 // PS_ASSIGN_OR_RETURN(auto x, MakeX());
 #define PS_ASSIGN_OR_RETURN(lhs, rexpr) \
   PS_ASSIGN_OR_RETURN_IMPL(PS_CONCAT(_ps_result_, __LINE__), lhs, rexpr)
+// NOLINTEND(bugprone-macro-parentheses)
 
 // For impossible states only — never to validate input (STYLE.md, Errors).
 #define PS_ASSERT(cond)                                                 \

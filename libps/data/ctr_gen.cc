@@ -49,7 +49,7 @@ class ExampleDrawer {
       const CtrField& field = spec_.fields[f];
       int n = field.min_ids;
       if (field.max_ids > field.min_ids) {
-        n += static_cast<int>(rng_.Below(static_cast<uint64_t>(field.max_ids - field.min_ids + 1)));
+        n += static_cast<int>(rng_.Below(static_cast<uint64_t>(field.max_ids - field.min_ids) + 1));
       }
       scratch_.clear();
       for (int i = 0; i < n; ++i) scratch_.push_back(off[f] + samplers_[f].Sample(rng_.Uniform()));
@@ -523,6 +523,7 @@ Result<CtrReport> GenerateCtr(const CtrSpec& spec, const std::string& out_dir,
 
   const auto relative = [&](const std::vector<std::string>& paths) {
     std::vector<std::string> names;
+    names.reserve(paths.size());
     for (const std::string& p : paths)
       names.push_back(std::filesystem::path(p).filename().string());
     return names;

@@ -265,7 +265,7 @@ Result<StreamPlan> PlanStream(const Json& config, const std::string& path,
 
 }  // namespace
 
-Result<std::unique_ptr<Dataset>> OpenDataset(const Json& config, std::string path,
+Result<std::unique_ptr<Dataset>> OpenDataset(const Json& config, const std::string& path,
                                              DatasetOptions options) {
   if (!config.is_object() || !config.contains("files")) {
     PS_ASSIGN_OR_RETURN(ExampleTable table, LoadExamples(config, path, options.base_dir));

@@ -169,7 +169,7 @@ std::unique_ptr<Dataset> ReadAhead(std::unique_ptr<Dataset> inner);
 // file): loads it whole ("path"), or starts streaming it ("files": the first record is
 // parsed before this returns, so an unreadable or mismatched first record fails here).
 // `path` names config in error messages ("job.train_data").
-Result<std::unique_ptr<Dataset>> OpenDataset(const Json& config, std::string path,
+Result<std::unique_ptr<Dataset>> OpenDataset(const Json& config, const std::string& path,
                                              DatasetOptions options);
 
 // For a streamed data set ("files"): reads the config and lists its files, opening

@@ -83,6 +83,7 @@ void ExampleTable::AppendTo(std::span<const int64_t> indices, model::Batch* batc
       const auto first = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63};
       const uintptr_t end = reinterpret_cast<uintptr_t>(p) + std::min<size_t>(row_bytes, 4096);
       for (uintptr_t line = first; line < end; line += 64)
+        // NOLINTNEXTLINE(performance-no-int-to-ptr): a prefetch hint for each cache line
         __builtin_prefetch(reinterpret_cast<const void*>(line));
     };
     size_t at = batch->dense.size();

@@ -86,12 +86,11 @@ class LibSvmReader : public TextRecordReader {
  private:
   Status MapLabel(int64_t label, float* out) const {
     const int classes = o_->classes;
-    if (classes == 0) {
+    const bool as_is = classes == 0 || (classes > 2 && label >= 0 && label < classes);
+    if (as_is) {
       *out = static_cast<float>(label);
     } else if (classes == 2 && (label == -1 || label == 0 || label == 1)) {
       *out = label == 1 ? 1.0f : 0.0f;
-    } else if (classes > 2 && label >= 0 && label < classes) {
-      *out = static_cast<float>(label);
     } else {
       return InvalidArgument(Where() + ": label " + std::to_string(label) +
                              " is out of range for " + std::to_string(classes) + " classes" +

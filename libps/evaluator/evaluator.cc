@@ -1,6 +1,7 @@
 #include "libps/evaluator/evaluator.h"
 
 #include <signal.h>
+#include <ranges>
 
 #include <algorithm>
 #include <chrono>
@@ -203,10 +204,10 @@ class Evaluator {
 
   Status EvaluateOnce() {
     PS_ASSIGN_OR_RETURN(auto all, ckpt::ListCheckpoints(options_.model_dir));
-    for (auto it = all.rbegin(); it != all.rend(); ++it) {
-      if (options_.step >= 0 && it->global_step != options_.step) continue;
-      PS_ASSIGN_OR_RETURN(scoring::EvalMetrics m, EvaluateCheckpoint(*it));
-      return Append(*it, m);
+    for (const auto& c : std::views::reverse(all)) {
+      if (options_.step >= 0 && c.global_step != options_.step) continue;
+      PS_ASSIGN_OR_RETURN(scoring::EvalMetrics m, EvaluateCheckpoint(c));
+      return Append(c, m);
     }
     return NotFound(options_.step >= 0
                         ? "no committed checkpoint at step " + std::to_string(options_.step)

@@ -50,7 +50,7 @@ template <int P, int G>
   __m256 acc[P][G];
 #pragma GCC unroll 16
   for (int g = 0; g < G; ++g) {
-    const __m256 b = _mm256_loadu_ps(bias + 8 * g);
+    const __m256 b = _mm256_loadu_ps(bias + std::ptrdiff_t{8} * g);
 #pragma GCC unroll 16
     for (int p = 0; p < P; ++p) acc[p][g] = b;
   }
@@ -58,7 +58,7 @@ template <int P, int G>
     const int64_t o = tap_off[t];
     __m256 wv[G];
 #pragma GCC unroll 16
-    for (int g = 0; g < G; ++g) wv[g] = _mm256_loadu_ps(w + t * ldw + 8 * g);
+    for (int g = 0; g < G; ++g) wv[g] = _mm256_loadu_ps(w + t * ldw + std::ptrdiff_t{8} * g);
 #pragma GCC unroll 16
     for (int p = 0; p < P; ++p) {
       const __m256 x = _mm256_broadcast_ss(px[p] + o);
@@ -77,7 +77,7 @@ template <int P, int G>
         const int bits = _mm256_movemask_ps(_mm256_cmp_ps(acc[p][g], zero, _CMP_GT_OQ));
         mask[p * ldm + g] = static_cast<uint8_t>(bits);
       }
-      float* out = y + p * ldy + 8 * g;
+      float* out = y + p * ldy + std::ptrdiff_t{8} * g;
       if (g == G - 1 && partial) {
         _mm256_maskstore_ps(out, tail, v);
       } else {
@@ -127,12 +127,12 @@ template <int T, int G>
   for (int t = 0; t < T; ++t) {
     off[t] = tap_off[t];
 #pragma GCC unroll 16
-    for (int g = 0; g < G; ++g) acc[t][g] = _mm256_loadu_ps(dw + t * ldw + 8 * g);
+    for (int g = 0; g < G; ++g) acc[t][g] = _mm256_loadu_ps(dw + t * ldw + std::ptrdiff_t{8} * g);
   }
   for (int64_t p = 0; p < n; ++p) {
     __m256 dv[G];
 #pragma GCC unroll 16
-    for (int g = 0; g < G; ++g) dv[g] = _mm256_loadu_ps(d + p * ldd + 8 * g);
+    for (int g = 0; g < G; ++g) dv[g] = _mm256_loadu_ps(d + p * ldd + std::ptrdiff_t{8} * g);
     const float* x = px[p];
 #pragma GCC unroll 16
     for (int t = 0; t < T; ++t) {
@@ -144,7 +144,7 @@ template <int T, int G>
 #pragma GCC unroll 16
   for (int t = 0; t < T; ++t) {
 #pragma GCC unroll 16
-    for (int g = 0; g < G; ++g) _mm256_storeu_ps(dw + t * ldw + 8 * g, acc[t][g]);
+    for (int g = 0; g < G; ++g) _mm256_storeu_ps(dw + t * ldw + std::ptrdiff_t{8} * g, acc[t][g]);
   }
 }
 

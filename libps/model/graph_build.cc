@@ -276,6 +276,7 @@ Result<GraphPlan> BuildGraphPlan(const Json& config, const std::string& path) {
   // Layers whose output reaches a head.
   std::vector<bool> used(first_layer + layers.size(), false);
   std::vector<int> stack;
+  stack.reserve(head_layers.size());
   for (const std::string& h : head_layers)
     stack.push_back(static_cast<int>(first_layer) + layer_index[h]);
   while (!stack.empty()) {

@@ -60,7 +60,7 @@ class PluginOp final : public Op {
   void Backward(const OpContext& ctx, std::span<const std::span<const float>> in,
                 std::span<float> dout, std::span<const std::span<float>> din) override {
     var_grads_.clear();
-    for (size_t v : vars_) var_grads_.push_back(ctx.grads->values[v]);
+    for (size_t v : vars_) var_grads_.emplace_back(ctx.grads->values[v]);
     layer_->Backward(Context(ctx), in, var_values_, y_, dout, din, var_grads_);
   }
 

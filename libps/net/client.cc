@@ -229,10 +229,12 @@ void Client::Impl::StartCall(uint64_t id, Pending p, const proto::Envelope& env,
                              OutPayload payload) {
   bool wake_sweeper = false, wake_reader = false;
   Status why;
+  std::function<void(Result<Reply>)> refused;  // the call's callback when it is not sent
   {
     std::lock_guard lock(mu);
     if (broken) {
       why = health_.ok() ? Unavailable(name + ": not connected") : health_;
+      refused = std::move(p.done);
     } else {
       wake_sweeper = p.deadline < sweep_at;
       wake_reader = read_owner == ReadOwner::kParked;  // its reply needs a reader
@@ -240,7 +242,7 @@ void Client::Impl::StartCall(uint64_t id, Pending p, const proto::Envelope& env,
     }
   }
   if (!why.ok()) {
-    asio::post(conn->executor(), [done = std::move(p.done), why]() { done(why); });
+    asio::post(conn->executor(), [done = std::move(refused), why]() { done(why); });
     return;
   }
   if (wake_sweeper)
@@ -262,7 +264,7 @@ Status Client::health() const {
   return impl_->health_;
 }
 
-void Client::OnBroken(std::function<void(const Status&)> callback) {
+void Client::OnBroken(const std::function<void(const Status&)>& callback) {
   Status already;
   {
     std::lock_guard lock(impl_->mu);

@@ -130,7 +130,7 @@ awaitable<Status> Client::Impl::Handshake() {
   co_return Status::Ok();
 }
 
-Result<std::shared_ptr<Client>> Client::Connect(Runtime& runtime, ClientOptions options) {
+Result<std::shared_ptr<Client>> Client::Connect(Runtime& runtime, const ClientOptions& options) {
   const auto deadline = Clock::now() + options.connect_deadline;
   Millis backoff = options.backoff_initial;
   const std::string who =

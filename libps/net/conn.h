@@ -152,7 +152,7 @@ struct BlockingDeadlines {
 
 // Bytes read ahead per connection once its handshake passed: a small frame (header,
 // envelope and payload) usually arrives whole in one read system call.
-inline constexpr size_t kReadAheadBytes = 32 * 1024;
+inline constexpr size_t kReadAheadBytes = size_t{32} << 10;
 
 // A framed TCP connection on a strand (the socket's executor must be one), in the I/O
 // model above. Reading is done by its owner's loop (or, on a client, by a caller that

@@ -56,7 +56,7 @@ awaitable<void> Conn::ReadSpan(std::span<std::byte> dst) {
 awaitable<void> Conn::ReadSpanWatched(std::span<std::byte> dst, PayloadWatcher& watcher) {
   // Small enough that the watcher's work on one step overlaps the peer's sending of the
   // next, large enough that a step costs little beside its bytes.
-  constexpr size_t kWatchStepBytes = 256 * 1024;
+  constexpr size_t kWatchStepBytes = size_t{256} << 10;
   const std::span<const std::byte> all = dst;
   TakeReadAhead(dst);
   for (;;) {
@@ -218,7 +218,7 @@ Result<std::optional<InFrame>> Conn::ReadFrameBlocking(const PayloadSink& sink,
   InFrame frame;
   uint64_t payload_bytes = header->payload_bytes;
   if (!DecodeEnvelope(*header, env_bytes, frame)) {
-    std::array<std::byte, 16 * 1024> scratch;  // discarded
+    std::array<std::byte, size_t{16} << 10> scratch;  // discarded
     while (payload_bytes > 0 && st.ok()) {
       const size_t k = static_cast<size_t>(std::min<uint64_t>(payload_bytes, scratch.size()));
       st = ReadSpanBlocking(std::span(scratch.data(), k), deadline, started);
@@ -239,7 +239,7 @@ Result<std::optional<InFrame>> Conn::ReadFrameBlocking(const PayloadSink& sink,
 }
 
 awaitable<void> Conn::Discard(uint64_t bytes) {
-  std::array<std::byte, 64 * 1024> scratch;
+  std::array<std::byte, size_t{64} << 10> scratch;
   while (bytes > 0) {
     size_t n = static_cast<size_t>(std::min<uint64_t>(bytes, scratch.size()));
     co_await ReadSpan(std::span(scratch.data(), n));

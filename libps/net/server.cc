@@ -144,6 +144,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
       }
       refused.fetch_add(1);
       error_code ignored;
+      // NOLINTNEXTLINE(bugprone-use-after-move): moved only into an admitted Conn (continued)
       auto ep = socket.remote_endpoint(ignored);
       const std::string host = ignored ? "?" : ep.address().to_string();
       const Status why = Unavailable("too many connections (--max-connections " +

@@ -303,7 +303,7 @@ class Client {
   // Blocks until connected and the handshake passed, or fails: Unavailable naming the
   // peer after the deadline; PermissionDenied at once when the peer refuses us; Aborted
   // when options.stop is requested first.
-  static Result<std::shared_ptr<Client>> Connect(Runtime& runtime, ClientOptions options);
+  static Result<std::shared_ptr<Client>> Connect(Runtime& runtime, const ClientOptions& options);
   ~Client();
 
   // Sends a request. The reply's Error body becomes the Status. When `reply_into` is
@@ -344,7 +344,7 @@ class Client {
   Status health() const;
   // Called once, on an I/O thread, when the connection breaks (not on Close()); nullptr
   // detaches. Set after the break, it is called at once.
-  void OnBroken(std::function<void(const Status&)> callback);
+  void OnBroken(const std::function<void(const Status&)>& callback);
   void Close();
   struct Impl;
 

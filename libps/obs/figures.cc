@@ -1,6 +1,7 @@
 #include "libps/obs/figures.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "libps/core/text.h"
@@ -16,7 +17,7 @@ std::string Fmt(const char* format, double v) {
 }
 
 std::string Rate(double bytes_per_s) {
-  return HumanBytes(static_cast<uint64_t>(std::max(0.0, bytes_per_s) + 0.5)) + "/s";
+  return HumanBytes(static_cast<uint64_t>(std::llround(std::max(0.0, bytes_per_s)))) + "/s";
 }
 
 }  // namespace

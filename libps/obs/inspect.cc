@@ -136,11 +136,11 @@ Result<InspectReport> InspectModelDir(const std::string& model_dir, const Inspec
     int ps = 0;
   };
   std::vector<Row> records;
-  for (int i = 0; i < static_cast<int>(m.shards.size()); ++i) {
-    std::string path = (fs::path(chosen->dir) / m.shards[i].name).string();
+  for (const auto& shard : m.shards) {
+    std::string path = (fs::path(chosen->dir) / shard.name).string();
     auto summary = ckpt::Inspect(path, options.verify);
     if (!summary.ok()) {
-      o << m.shards[i].name << ": DAMAGED: " << summary.status().message() << "\n";
+      o << shard.name << ": DAMAGED: " << summary.status().message() << "\n";
       report.healthy = false;
       continue;
     }
@@ -214,8 +214,10 @@ Result<InspectReport> InspectModelDir(const std::string& model_dir, const Inspec
       } else {
         row.push_back(std::to_string(entry->requests));
         row.push_back(Fixed(entry->requests_per_s, 0));
-        row.push_back(HumanBytes(static_cast<uint64_t>(entry->bytes_in_per_s + 0.5)) + "/s");
-        row.push_back(HumanBytes(static_cast<uint64_t>(entry->bytes_out_per_s + 0.5)) + "/s");
+        row.push_back(HumanBytes(static_cast<uint64_t>(std::llround(entry->bytes_in_per_s))) +
+                      "/s");
+        row.push_back(HumanBytes(static_cast<uint64_t>(std::llround(entry->bytes_out_per_s))) +
+                      "/s");
       }
     }
     prows.push_back(std::move(row));

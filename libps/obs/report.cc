@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <ranges>
 #include <sstream>
 #include <utility>
 #include <vector>
@@ -153,17 +154,17 @@ std::string RenderReportHtml(const MetricsHistory& h, std::string_view title) {
     if (last.total_steps) steps += " of " + Grouped(static_cast<double>(*last.total_steps));
     rows.emplace_back("Steps", steps);
     if (last.elapsed_sec) rows.emplace_back("Training time", FormatDuration(*last.elapsed_sec));
-    for (auto it = h.train.rbegin(); it != h.train.rend(); ++it) {
-      if (it->loss) {
+    for (const auto& r : std::views::reverse(h.train)) {
+      if (r.loss) {
         rows.emplace_back("Final training loss",
-                          Fixed(*it->loss, 4) + " (step " + Grouped(double(it->step)) + ")");
+                          Fixed(*r.loss, 4) + " (step " + Grouped(double(r.step)) + ")");
         break;
       }
     }
-    for (auto it = h.train.rbegin(); it != h.train.rend(); ++it) {
-      if (it->accuracy) {
+    for (const auto& r : std::views::reverse(h.train)) {
+      if (r.accuracy) {
         rows.emplace_back("Final training accuracy",
-                          Fixed(*it->accuracy, 4) + " (step " + Grouped(double(it->step)) + ")");
+                          Fixed(*r.accuracy, 4) + " (step " + Grouped(double(r.step)) + ")");
         break;
       }
     }

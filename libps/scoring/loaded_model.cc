@@ -8,6 +8,7 @@ namespace ps::scoring {
 
 Result<std::unique_ptr<client::ParamFetcher>> LoadedModel::NewFetcher() const {
   std::vector<std::unique_ptr<client::PsLink>> links;
+  links.reserve(static_cast<size_t>(num_ps));
   for (int p = 0; p < num_ps; ++p) links.push_back(client::LocalPsLink(store.get()));
   return client::ParamFetcher::Create(plan, std::move(links));
 }

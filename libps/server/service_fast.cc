@@ -31,7 +31,7 @@ class Service::EarlyPush final : public net::PayloadWatcher {
     int64_t rows_done = 0;  // rows applied (or skipped)
     bool fresh = true;      // not applied before (UpdateMachine::Mark)
   };
-  static constexpr uint64_t kMinPartBytes = 256 * 1024;
+  static constexpr uint64_t kMinPartBytes = uint64_t{256} << 10;
 
   EarlyPush(Service* service, const net::PeerInfo& peer, const proto::Push& msg,
             UpdateMachine::EarlyTicket ticket, std::vector<Item> items, uint64_t payload_bytes)

@@ -110,6 +110,7 @@ namespace ps::server {
 struct ShardKey {
   std::string var;
   int shard = 0;
+  // NOLINTNEXTLINE(modernize-use-nullptr): clang-tidy 14 misreads a defaulted <=>
   auto operator<=>(const ShardKey&) const = default;
   // "<var>/part_<shard>", as TF names partitions.
   std::string ToString() const;

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <ranges>
 
 #include <algorithm>
 #include <cerrno>
@@ -393,8 +394,8 @@ Result<LoadedBundle> LoadModelDir(const std::string& model_dir, std::optional<in
                         ckpt::FindRestorable(model_dir, warnings, ckpt::Verify::kFooters));
     if (!found) return NotFound(model_dir + ": no committed checkpoint");
     std::vector<ckpt::CheckpointInfo> candidates{*found};
-    for (auto it = all.rbegin(); it != all.rend(); ++it) {
-      if (it->global_step < found->global_step) candidates.push_back(*it);
+    for (const auto& c : std::views::reverse(all)) {
+      if (c.global_step < found->global_step) candidates.push_back(c);
     }
     for (size_t i = 0; i < candidates.size(); ++i) {
       c = candidates[i];

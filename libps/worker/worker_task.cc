@@ -197,6 +197,7 @@ class Worker {
     const int num_ps = static_cast<int>(ps_.size() / 2);
     PS_ASSIGN_OR_RETURN(job::VariablePlan plan, job::PlanVariables(job_, *model, num_ps));
     std::vector<std::unique_ptr<client::PsLink>> links;
+    links.reserve(static_cast<size_t>(num_ps));
     for (int p = 0; p < num_ps; ++p)
       links.push_back(client::RemotePsLink(ps_[2 * static_cast<size_t>(p)]));
     PS_ASSIGN_OR_RETURN(auto fetcher, client::ParamFetcher::Create(plan, std::move(links)));
