@@ -43,6 +43,15 @@ Result<std::shared_ptr<Bundle>> Bundle::Load(const std::string& dir) {
   return std::shared_ptr<Bundle>(new Bundle(std::move(impl)));
 }
 
+Result<std::shared_ptr<Bundle>> Bundle::LoadModelDir(const std::string& model_dir,
+                                                     std::vector<std::string>* warnings) {
+  auto impl = std::make_unique<Impl>();
+  PS_ASSIGN_OR_RETURN(impl->b, serving::LoadModelDir(model_dir, std::nullopt, warnings));
+  return std::shared_ptr<Bundle>(new Bundle(std::move(impl)));
+}
+
+std::string Bundle::job_json() const { return impl_->b.loaded.job.raw.dump(); }
+
 BundleInfo Bundle::info() const {
   std::lock_guard lock(impl_->info_mu);
   return impl_->b.info;
