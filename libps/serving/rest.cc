@@ -309,6 +309,12 @@ bool RestApi::IsApiPath(const std::string& path) {
   return Lower(path.substr(0, 11)) == "/v1/models/";
 }
 
+std::string RestApi::ServedModelOf(const std::string& path) const {
+  Route route;
+  if (ParseRoute(path, &route) && models_.count(route.name) > 0) return route.name;
+  return "";
+}
+
 RestResponse RestApi::Handle(const std::string& method, const std::string& path,
                              const std::string& body) const {
   std::string step = "none";
@@ -436,10 +442,7 @@ RestResponse RestApi::Handle(const std::string& method, const std::string& path,
     }
     return ok;
   }();
-  if (r.model.empty()) {
-    Route route;
-    if (ParseRoute(path, &route) && models_.count(route.name)) r.model = route.name;
-  }
+  if (r.model.empty()) r.model = ServedModelOf(path);
   r.headers.emplace_back("X-Pstrain-Model-Step", step);
   return r;
 }

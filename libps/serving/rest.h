@@ -88,6 +88,8 @@ class RestApi {
                       const std::string& body) const;
   // Whether `path` is one of the API's (a /v1/models path).
   static bool IsApiPath(const std::string& path);
+  // The served model a path names, or "" (for the metrics' model label).
+  std::string ServedModelOf(const std::string& path) const;
 
  private:
   RestOptions options_;
