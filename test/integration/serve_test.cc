@@ -177,6 +177,10 @@ TEST_CASE("pstrain-serve refuses what it cannot serve, with exit codes") {
   Task check("serve",
              {ServePath(), "--model", "m=" + (tmp / "nothing").string(), "--check-config"});
   CHECK(check.WaitExit(30s) == std::optional<int>(2));
+  // `pstrain serve` runs pstrain-serve with its arguments.
+  auto via = StartLauncher({"serve", "--port", "0"}, "pstrain serve");
+  CHECK(via->WaitExit(30s) == std::optional<int>(2));
+  CHECK(via->HasLine("pstrain-serve: --model NAME=PATH is required"));
 }
 
 }  // namespace
