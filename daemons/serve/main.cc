@@ -129,7 +129,8 @@ int main(int argc, char** argv) {
   log::SetTag("serve");
   std::vector<serve::Models::Entry> entries;
   if (Status st = CheckFlags(f, &entries); !st.ok()) return fail(st);
-  auto registry = std::make_shared<prom::Registry>();
+  auto registry =
+      std::make_shared<prom::Registry>(prom::Labels{{"task_type", "serve"}, {"task_index", "0"}});
   registry->AddCollector(prom::WriteProcessMetrics).Release();
   serve::Models models(entries, registry);
   if (Status st = models.Check(); !st.ok()) {

@@ -141,15 +141,30 @@ TEST_CASE(
   CHECK(said.find("code=200") != std::string::npos);
   said = Curl({base + "/metrics"}, tmp / "metrics.txt");
   const std::string metrics = ReadFile(tmp / "metrics.txt");
-  CHECK(metrics.find("pstrain_serving_model_version{model=\"live\"} 200") != std::string::npos);
-  CHECK(metrics.find("pstrain_serving_refreshes_total{model=\"live\"} 1") != std::string::npos);
-  CHECK(metrics.find("pstrain_serving_requests_total{model=\"fmnist\",code=\"200\"}") !=
-        std::string::npos);
-  CHECK(metrics.find("pstrain_serving_request_errors_total{model=\"fmnist\",code=\"400\"} 3") !=
-        std::string::npos);
-  CHECK(metrics.find("pstrain_serving_instances_per_request_count{model=\"fmnist\"} 2") !=
-        std::string::npos);
-  CHECK(metrics.find("pstrain_serving_model_age_seconds{model=\"live\"}") != std::string::npos);
+  CHECK(
+      metrics.find(
+          "pstrain_serving_model_version{task_type=\"serve\",task_index=\"0\",model=\"live\"} 200") !=
+      std::string::npos);
+  CHECK(
+      metrics.find(
+          "pstrain_serving_refreshes_total{task_type=\"serve\",task_index=\"0\",model=\"live\"} 1") !=
+      std::string::npos);
+  CHECK(
+      metrics.find(
+          "pstrain_serving_requests_total{task_type=\"serve\",task_index=\"0\",model=\"fmnist\",code=\"200\"}") !=
+      std::string::npos);
+  CHECK(
+      metrics.find(
+          "pstrain_serving_request_errors_total{task_type=\"serve\",task_index=\"0\",model=\"fmnist\",code=\"400\"} 3") !=
+      std::string::npos);
+  CHECK(
+      metrics.find(
+          "pstrain_serving_instances_per_request_count{task_type=\"serve\",task_index=\"0\",model=\"fmnist\"} 2") !=
+      std::string::npos);
+  CHECK(
+      metrics.find(
+          "pstrain_serving_model_age_seconds{task_type=\"serve\",task_index=\"0\",model=\"live\"}") !=
+      std::string::npos);
 
   // SIGTERM: /healthz fails during the drain delay, then it exits 0.
   serve.Signal(SIGTERM);
