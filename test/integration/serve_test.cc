@@ -88,7 +88,7 @@ TEST_CASE(
 
   Task serve("serve", {ServePath(), "--model", "fmnist=" + bundle.string(), "--model",
                        "live=" + live.string(), "--port", "0", "--poll-seconds", "0.2",
-                       "--drain-delay", "1"});
+                       "--drain-delay", "1", "--metrics-port", "0"});
   const uint16_t port = ServingPort(serve);
   REQUIRE(serve.WaitForLine("ready: 2 model(s) loaded", 120s));
   CHECK(serve.HasLine("model live: serving step 100/100"));

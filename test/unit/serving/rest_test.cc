@@ -334,5 +334,73 @@ TEST_CASE("predict errors: 400 for bad requests, 413 over the limit, 503 before 
   CHECK(api.Handle("POST", "/v1/models/svm:predict", R"({"instances": [[1]]})").status == 200);
 }
 
+TEST_CASE("criteo_tsv and idx inputs become the reader's examples") {
+  TempDir tmp;
+  Json criteo = Json::parse(R"({
+    "model": {"type": "embedding_mlp",
+              "fields": [{"table": "c1", "vocab": 10, "dim": 2}, {"table": "c2", "vocab": 10, "dim": 2}],
+              "dense_dim": 2, "hidden": [4], "classes": 1},
+    "train_data": {"format": "criteo_tsv", "path": "unused.tsv", "integer_columns": 2,
+                   "categorical_columns": 2, "dense": "raw", "buckets": 10},
+    "optimizer": {"type": "sgd", "learning_rate": 0.1},
+    "batch_size": 16, "steps": 100, "seed": 7
+  })");
+  Json idx = Json::parse(R"({
+    "model": {"type": "mlp", "input_dim": 4, "hidden": [5], "classes": 3},
+    "train_data": {"format": "idx", "images": "unused-images", "labels": "unused-labels"},
+    "optimizer": {"type": "sgd", "learning_rate": 0.1},
+    "batch_size": 16, "steps": 100, "seed": 8
+  })");
+  auto c = Serve("criteo", WriteModelDir(tmp, "criteo", criteo, 10));
+  auto i = Serve("idx", WriteModelDir(tmp, "idx", idx, 20));
+  RestApi api({}, {c, i});
+
+  model::Batch b;
+  b.size = 2;
+  b.dense_dim = 2;
+  b.dense = {3, 7, 1, 0};  // I2 missing: an empty cell, 0
+  b.sparse.resize(2);
+  auto h = [](const char* s) { return static_cast<int64_t>(data::HashBytes(s) % 10); };
+  AddField(&b, 0, {h("68fd1e64")});
+  AddField(&b, 1, {h("abc")});
+  AddField(&b, 0, {h("x")});
+  AddField(&b, 1, {});  // C2 null: no id
+  auto r = api.Handle("POST", "/v1/models/criteo:predict",
+                      R"({"instances": [{"I1": 3, "I2": 7, "C1": "68fd1e64", "C2": "abc"},
+                                        {"I1": 1, "C1": "x", "C2": null}]})");
+  CHECK(r.status == 200);
+  CHECK(Body(r) == Expected(R"({"predictions": ["<0:0:0>", "<0:1:0>"]})", ScoreDirect(*c, b)));
+  CHECK(api.Handle("POST", "/v1/models/criteo:predict", R"({"instances": [{"I1": "3"}]})").status ==
+        400);
+  CHECK(api.Handle("POST", "/v1/models/criteo:predict", R"({"instances": [{"C1": "a	b"}]})")
+            .status == 400);
+  const Json sig =
+      Body(api.Handle("GET", "/v1/models/criteo/metadata",
+                      ""))["metadata"]["signature_def"]["signature_def"]["serving_default"];
+  CHECK(sig["inputs"].size() == 4);
+  CHECK(sig["inputs"]["I2"]["dtype"] == "DT_INT64");
+  CHECK(sig["inputs"]["C1"]["dtype"] == "DT_STRING");
+
+  model::Batch img;
+  img.size = 1;
+  img.dense_dim = 4;
+  for (int p : {0, 255, 10, 3}) img.dense.push_back(static_cast<float>(p) * (1.0f / 255.0f));
+  r = api.Handle("POST", "/v1/models/idx:predict", R"({"instances": [[0, 255, 10, 3]]})");
+  CHECK(r.status == 200);
+  CHECK(Body(r) ==
+        Expected(R"({"predictions": [["<0:0:0>", "<0:0:1>", "<0:0:2>"]]})", ScoreDirect(*i, img)));
+  r = api.Handle("POST", "/v1/models/idx:predict", R"({"inputs": {"image": [[0, 255, 10, 3]]}})");
+  CHECK(Body(r) ==
+        Expected(R"({"outputs": [["<0:0:0>", "<0:0:1>", "<0:0:2>"]]})", ScoreDirect(*i, img)));
+  for (const char* bad : {R"({"instances": [[0, 256, 10, 3]]})",
+                          R"({"instances": [[0, 1.5, 10, 3]]})", R"({"instances": [[0, 1, 2]]})"}) {
+    INFO(bad);
+    CHECK(api.Handle("POST", "/v1/models/idx:predict", bad).status == 400);
+  }
+  CHECK(Body(api.Handle("GET", "/v1/models/idx/metadata",
+                        ""))["metadata"]["signature_def"]["signature_def"]["serving_default"]
+                            ["inputs"]["image"]["tensor_shape"]["dim"][1]["size"] == "4");
+}
+
 }  // namespace
 }  // namespace ps::serving
