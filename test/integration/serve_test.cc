@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -179,6 +180,73 @@ TEST_CASE(
            {{"PSTRAIN_SERVE_MEM_AVAILABLE", "100000"}});
   CHECK(big.WaitExit(60s) == std::optional<int>(1));
   CHECK(big.HasLine("more than the 0.1 MiB this host has available (MemAvailable)"));
+}
+
+TEST_CASE(
+    "pstrain-serve applies a model dir's new deltas in place, bit-identical to predict at that step") {
+  TempDir tmp;
+  const auto model = tmp / "model";
+  // Only ckpt-0 and the final checkpoint are full: the others are deltas of ckpt-0.
+  auto job = DeriveJob("job-fmnist-mlp.json", tmp / "job.json", 400, 100, model,
+                       Json{{"checkpoint",
+                             {{"every_steps", 0},
+                              {"every_seconds", 0},
+                              {"delta_every_seconds", 0.2},
+                              {"max_deltas", 100000},
+                              {"delta_max_fraction", 1000}}}});
+  {
+    auto spec = LocalCluster();
+    Tasks tasks;
+    for (auto id : {kPs0, kPs1, kWorker0, kWorker1}) tasks.Add(StartDaemon(spec, id));
+    tasks.Add(StartDaemon(spec, kChief, {"--job", job.string()}));
+    tasks.ExpectAllExit(0, 180s);
+  }
+  std::vector<int64_t> deltas;
+  for (const auto& e : fs::directory_iterator(model / "ckpt-0")) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind("delta-", 0) == 0) deltas.push_back(std::stoll(n.substr(6)));
+  }
+  std::sort(deltas.begin(), deltas.end());
+  Note("deltas of ckpt-0: " + std::to_string(deltas.size()));
+  REQUIRE(deltas.size() >= 2);
+  const int64_t last = deltas.back();
+
+  // A model dir holding ckpt-0 without its deltas; pstrain-serve follows it.
+  const auto live = tmp / "live";
+  fs::create_directories(live / "ckpt-0");
+  fs::copy_file(model / "job.json", live / "job.json");
+  for (const auto& e : fs::directory_iterator(model / "ckpt-0")) {
+    if (e.is_regular_file()) fs::copy_file(e.path(), live / "ckpt-0" / e.path().filename());
+  }
+  Task serve("serve", {ServePath(), "--model", "live=" + live.string(), "--port", "0",
+                       "--poll-seconds", "0.1"});
+  const uint16_t port = ServingPort(serve);
+  REQUIRE(serve.WaitForLine("model live: serving step 0/0", 60s));
+  const size_t mark = serve.LineCount();
+  for (int64_t d : deltas) {  // each delta appears whole, as a commit makes it appear
+    const std::string name = "delta-" + std::to_string(d);
+    fs::copy(model / "ckpt-0" / name, live / "ckpt-0" / (name + ".tmp"),
+             fs::copy_options::recursive);
+    fs::rename(live / "ckpt-0" / (name + ".tmp"), live / "ckpt-0" / name);
+  }
+  REQUIRE(serve.WaitForLineFrom("model live: serving step 0/" + std::to_string(last), mark, 60s));
+
+  Json data = ReadConfig("job-fmnist-mlp.json")["eval_data"];
+  data["limit"] = 256;
+  WriteFile(tmp / "data.json", data.dump());
+  auto predict =
+      StartLauncher({"predict", "--model", model.string(), "--step", std::to_string(last), "--data",
+                     (tmp / "data.json").string(), "--out", (tmp / "predict.txt").string()},
+                    "pstrain predict");
+  REQUIRE(predict->WaitExit(300s) == std::optional<int>(0));
+  Task client("python", {"/usr/bin/python3", SourceDir() + "/test/integration/serve_client.py",
+                         "127.0.0.1", std::to_string(port), "live",
+                         data["images"].get<std::string>(), "256", (tmp / "served.txt").string()});
+  REQUIRE(client.WaitExit(120s) == std::optional<int>(0));
+  CHECK(client.HasLine("serve_client: ok: 256 predictions, version 0"));
+  CHECK(Lines(tmp / "served.txt") == Lines(tmp / "predict.txt"));
+  serve.Signal(SIGTERM);
+  CHECK(serve.WaitExit(60s) == std::optional<int>(0));
 }
 
 TEST_CASE("pstrain-serve refuses what it cannot serve, with exit codes") {
