@@ -405,6 +405,7 @@ RestResponse RestApi::Handle(const std::string& method, const std::string& path,
                             ? scores.status()
                             : Internal(scores.status().message()));
     }
+    step = std::to_string(scores->base_step) + "/" + std::to_string(scores->step);
     const int64_t n = scores->examples;
     ok.instances = n;
     const size_t heads = scores->heads.size();

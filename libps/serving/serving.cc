@@ -85,6 +85,14 @@ Result<RefreshStats> Bundle::Refresh(const std::string& model_dir) {
       st = Internal(impl_->b.info.dir + ": refresh: " + e.what());
       changed = true;
     }
+    if (st.ok()) {
+      // Still inside the gate: a batch that sees the new parameters sees their step too
+      // (Scores::step).
+      BundleInfo next = impl_->b.info;
+      RecordBundleDeltas(impl_->b, deltas, &stats, &next);
+      std::lock_guard lock(impl_->info_mu);
+      impl_->b.info = std::move(next);
+    }
   }
   stats.paused_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -96,10 +104,6 @@ Result<RefreshStats> Bundle::Refresh(const std::string& model_dir) {
     impl_->broken = broken;
     return broken;
   }
-  BundleInfo next = impl_->b.info;
-  RecordBundleDeltas(impl_->b, deltas, &stats, &next);
-  std::lock_guard lock(impl_->info_mu);
-  impl_->b.info = std::move(next);
   return stats;
 }
 
@@ -122,6 +126,11 @@ Result<Scores> Scorer::Score(const model::Batch& batch) {
   PS_ASSIGN_OR_RETURN(model::EvalOutput out,
                       scoring::ScoreBatch(*impl_->model, *impl_->fetcher, batch));
   Scores scores;
+  {
+    std::lock_guard lock(impl_->shared->info_mu);
+    scores.base_step = impl_->shared->b.info.source_base_step;
+    scores.step = impl_->shared->b.info.source_step;
+  }
   scores.examples = out.examples;
   for (auto& h : out.heads) scores.heads.push_back(std::move(h.predictions));
   return scores;

@@ -134,6 +134,10 @@ struct RefreshStats {
 // The scores of one batch.
 struct Scores {
   int64_t examples = 0;
+  // The state that scored them (BundleInfo's source_base_step and source_step at the
+  // time: a refresh changes parameters and step together).
+  int64_t base_step = 0;
+  int64_t step = 0;
   // Per head, in BundleInfo::heads order: [examples * outputs], row-major — the sigmoid
   // probability P(label = 1), the softmax class probabilities, or the regression output.
   std::vector<std::vector<float>> heads;
