@@ -20,9 +20,10 @@ using namespace ps::httptest;
 
 namespace {
 
-// Answers "METHOD path?query body-bytes x-test" for every request; /throw throws.
+// Answers "METHOD path query body-bytes x-test"; /throw throws, /bad-status answers 42.
 Response Echo(const Request& r) {
   if (r.path == "/throw") throw std::runtime_error("boom");
+  if (r.path == "/bad-status") return Response::Text(42, "no such status");
   const std::string* x = r.Header("x-test");
   return Response::Text(200, r.method + " " + r.path + " " + r.query + " " +
                                  std::to_string(r.body.size()) + " " + (x ? *x : "-"));
@@ -224,10 +225,13 @@ TEST_CASE("a request head over header_limit gets 431; malformed requests 400; ot
     }
     CHECK(rec.Count(400) == 8);
   }
-  SECTION("the handler throws: 500") {
+  SECTION("the handler throws, or answers a status that is none: 500") {
     RawClient c(server->port());
     REQUIRE(c.Send(Get("/throw")));
     CHECK(c.ReadResponse().status == 500);
+    RawClient d(server->port());
+    REQUIRE(d.Send(Get("/bad-status")));
+    CHECK(d.ReadResponse().status == 500);
   }
   REQUIRE(bystander.Send(Get("/after")));
   const RawResponse after = bystander.ReadResponse();
