@@ -264,6 +264,19 @@ TEST_CASE(
   CHECK(WaitUntil([&] { return server->stats().connections == 0; }));
 }
 
+TEST_CASE("a client that does not read its response is cut off after write_timeout") {
+  ServerOptions o;
+  o.write_timeout = 200ms;
+  // More than the socket buffers of both ends hold, so the write has to wait for the client.
+  auto server = StartServer(
+      o, [](const Request&) { return Response::Text(200, std::string(size_t{64} << 20, 'w')); });
+  RawClient c(server->port());
+  REQUIRE(c.Send(Get("/big")));
+  CHECK(WaitUntil([&] { return server->stats().timeouts == 1; }));
+  CHECK(c.WaitEof(/*allow_data=*/true));  // what was sent, then the end
+  CHECK(server->stats().responses == 0);  // never written whole
+}
+
 TEST_CASE("connection cap: excess connections get 503 and are closed; room again when one ends") {
   Recorder rec;
   ServerOptions o;
