@@ -280,6 +280,10 @@ asio::awaitable<void> Session::Run(Stream& stream, bool refuse, Clock::time_poin
       PS_LOG(Warning) << o.name << ": " << request.method << " " << request.path
                       << ": the handler failed: " << e.what();
       response = ErrorResponse(500, "internal error");
+    } catch (...) {
+      PS_LOG(Warning) << o.name << ": " << request.method << " " << request.path
+                      << ": the handler failed";
+      response = ErrorResponse(500, "internal error");
     }
     const bool keep_alive = wants_keep_alive && !response.close && !impl.draining.load();
     if (!co_await Write(stream, std::move(response), request.method == "HEAD", keep_alive,

@@ -20,10 +20,12 @@ using namespace ps::httptest;
 
 namespace {
 
-// Answers "METHOD path query body-bytes x-test"; /throw throws, /bad-status answers 42.
+// Answers "METHOD path query body-bytes x-test"; /throw and /throw-int throw, /bad-status
+// answers 42.
 Response Echo(const Request& r) {
   if (r.path == "/throw") throw std::runtime_error("boom");
   if (r.path == "/bad-status") return Response::Text(42, "no such status");
+  if (r.path == "/throw-int") throw 42;
   const std::string* x = r.Header("x-test");
   return Response::Text(200, r.method + " " + r.path + " " + r.query + " " +
                                  std::to_string(r.body.size()) + " " + (x ? *x : "-"));
@@ -232,6 +234,9 @@ TEST_CASE("a request head over header_limit gets 431; malformed requests 400; ot
     RawClient d(server->port());
     REQUIRE(d.Send(Get("/bad-status")));
     CHECK(d.ReadResponse().status == 500);
+    RawClient e(server->port());
+    REQUIRE(e.Send(Get("/throw-int")));
+    CHECK(e.ReadResponse().status == 500);
   }
   REQUIRE(bystander.Send(Get("/after")));
   const RawResponse after = bystander.ReadResponse();
