@@ -15,7 +15,7 @@
 //       body byte is read (also under "Expect: 100-continue"); a chunked body when it
 //       passes the limit
 //   431 a request head (request line + header fields) over header_limit
-//   500 the handler threw
+//   500 the handler threw, or answered a status outside 100..999
 //   503 a connection beyond max_connections: accepted (after its TLS handshake), answered
 //       without reading its request, and closed; it does not count against the cap
 // "Expect: 100-continue" with an acceptable length: "100 Continue" is sent before the body
