@@ -110,13 +110,22 @@ asio::awaitable<void> Server::Impl::Accept() {
     const uint64_t id = next_id++;
     const bool admitted = Admit(id, control);
     asio::any_io_executor executor = socket.get_executor();
-    // The session holds the Impl: a connection may outlive Stop's wait by a moment.
+    // The session holds the Impl: a connection may outlive Stop's wait by a moment. It
+    // leaves the table however it ends (an exception ends only its coroutine).
+    struct Leaver {
+      Leaver(std::shared_ptr<Impl> s, uint64_t i, bool r) : self(std::move(s)), id(i), refused(r) {}
+      Leaver(const Leaver&) = delete;
+      Leaver& operator=(const Leaver&) = delete;
+      ~Leaver() { self->Leave(id, refused); }
+      std::shared_ptr<Impl> self;
+      uint64_t id;
+      bool refused;
+    };
+    auto leaver = std::make_shared<Leaver>(shared_from_this(), id, !admitted);
     asio::co_spawn(
         executor,
-        [self = shared_from_this(), s = std::move(socket), control, admitted, accepted,
-         id]() mutable -> asio::awaitable<void> {
-          co_await self->Serve(std::move(s), control, !admitted, accepted);
-          self->Leave(id, !admitted);
+        [leaver, s = std::move(socket), control, accepted]() mutable -> asio::awaitable<void> {
+          co_await leaver->self->Serve(std::move(s), control, leaver->refused, accepted);
         },
         asio::detached);
   }
@@ -225,10 +234,12 @@ bool Server::Drain(Millis deadline) {
   impl.CloseAcceptor();
   // A session checks `draining` on its strand before it waits for a request, so a
   // connection is either closed here while it waits or sees the flag.
-  // One whose next request has reached the socket but not yet been read is not idle.
+  // One whose next request has reached the socket is not idle. Cancelling (not closing)
+  // its wait lets a read that has already taken bytes (Asio reads in the reactor before
+  // the completion reaches the strand) complete with them.
   impl.ForEachConnection([](ConnControl& c) {
     error_code ec;
-    if (c.idle && c.socket != nullptr && c.socket->available(ec) == 0) c.socket->close(ec);
+    if (c.idle && c.socket != nullptr && c.socket->available(ec) == 0) c.socket->cancel(ec);
   });
   bool all = false;
   {

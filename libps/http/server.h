@@ -15,7 +15,7 @@
 //       body byte is read (also under "Expect: 100-continue"); a chunked body when it
 //       passes the limit
 //   431 a request head (request line + header fields) over header_limit
-//   500 the handler threw
+//   500 the handler threw, or answered a status outside 100..999
 //   503 a connection beyond max_connections: accepted (after its TLS handshake), answered
 //       without reading its request, and closed; it does not count against the cap
 // "Expect: 100-continue" with an acceptable length: "100 Continue" is sent before the body
@@ -79,7 +79,7 @@ struct Response {
 };
 
 // Called for each request, concurrently for different connections, on an I/O thread. An
-// exception it throws is answered 500 (and logged).
+// exception it throws, or a status outside 100..999, is answered 500 (and logged).
 using Handler = std::function<Response(const Request&)>;
 
 struct TlsOptions {
@@ -94,7 +94,8 @@ struct TlsOptions {
 };
 
 // One response the server wrote whole (ServerOptions::on_request): handler responses and
-// the server's own 4xx/5xx answers; not "100 Continue".
+// the server's own 4xx/5xx answers; not "100 Continue". The views are valid during the
+// call only.
 struct Served {
   std::string_view method;  // empty when the request line could not be read (400, 431, 503)
   std::string_view path;    // likewise

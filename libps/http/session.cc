@@ -126,6 +126,15 @@ struct Session {
                               uint64_t request_body_bytes, Clock::time_point start);
 
   void TimedOut() { impl.counters.timeouts.fetch_add(1, std::memory_order_relaxed); }
+
+  // Draining, and no byte of a request has reached the socket: the connection ends here
+  // (Server::Drain's rule for idle connections).
+  template <typename Stream>
+  bool Drained(Stream& stream) {
+    if (!impl.draining.load()) return false;
+    error_code ec;
+    return Lowest(stream).socket().available(ec) == 0;
+  }
 };
 
 template <typename Stream>
@@ -133,6 +142,12 @@ asio::awaitable<bool> Session::Write(Stream& stream, Response response, bool hea
                                      bool keep_alive, std::string_view method,
                                      std::string_view path, uint64_t request_body_bytes,
                                      Clock::time_point start) {
+  if (response.status < 100 || response.status > 999) {
+    PS_LOG(Warning) << impl.options.name << ": " << method << " " << path
+                    << ": the handler answered status " << response.status;
+    response = ErrorResponse(500, "internal error");
+    keep_alive = false;
+  }
   const int status = response.status;
   auto res = Build(std::move(response), head_only, keep_alive);
   const uint64_t body_bytes = res.body().size();
@@ -158,7 +173,7 @@ template <typename Stream>
 asio::awaitable<void> Session::Run(Stream& stream, bool refuse, Clock::time_point accepted) {
   const ServerOptions& o = impl.options;
   error_code ec;
-  if (impl.draining.load()) co_return;
+  if (Drained(stream)) co_return;
   if constexpr (kIsTls<Stream>) {
     Lowest(stream).expires_after(o.read_timeout);
     co_await stream.async_handshake(asio::ssl::stream_base::server,
@@ -184,7 +199,7 @@ asio::awaitable<void> Session::Run(Stream& stream, bool refuse, Clock::time_poin
     if (buffer.size() == 0) {
       // Waiting for a request: Drain closes the connection now (ConnControl).
       control.idle = true;
-      if (impl.draining.load()) co_return;
+      if (Drained(stream)) co_return;
       Lowest(stream).expires_after(first ? o.read_timeout : o.idle_timeout);
       const size_t n =
           co_await stream.async_read_some(buffer.prepare(4096), asio::redirect_error(kAwait, ec));
@@ -264,6 +279,10 @@ asio::awaitable<void> Session::Run(Stream& stream, bool refuse, Clock::time_poin
     } catch (const std::exception& e) {
       PS_LOG(Warning) << o.name << ": " << request.method << " " << request.path
                       << ": the handler failed: " << e.what();
+      response = ErrorResponse(500, "internal error");
+    } catch (...) {
+      PS_LOG(Warning) << o.name << ": " << request.method << " " << request.path
+                      << ": the handler failed";
       response = ErrorResponse(500, "internal error");
     }
     const bool keep_alive = wants_keep_alive && !response.close && !impl.draining.load();

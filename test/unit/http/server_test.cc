@@ -8,6 +8,7 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <random>
 #include <thread>
 
 #include "libps/http/client.h"
@@ -20,9 +21,12 @@ using namespace ps::httptest;
 
 namespace {
 
-// Answers "METHOD path?query body-bytes x-test" for every request; /throw throws.
+// Answers "METHOD path query body-bytes x-test"; /throw and /throw-int throw, /bad-status
+// answers 42.
 Response Echo(const Request& r) {
   if (r.path == "/throw") throw std::runtime_error("boom");
+  if (r.path == "/bad-status") return Response::Text(42, "no such status");
+  if (r.path == "/throw-int") throw 42;
   const std::string* x = r.Header("x-test");
   return Response::Text(200, r.method + " " + r.path + " " + r.query + " " +
                                  std::to_string(r.body.size()) + " " + (x ? *x : "-"));
@@ -224,15 +228,54 @@ TEST_CASE("a request head over header_limit gets 431; malformed requests 400; ot
     }
     CHECK(rec.Count(400) == 8);
   }
-  SECTION("the handler throws: 500") {
+  SECTION("the handler throws, or answers a status that is none: 500") {
     RawClient c(server->port());
     REQUIRE(c.Send(Get("/throw")));
     CHECK(c.ReadResponse().status == 500);
+    RawClient d(server->port());
+    REQUIRE(d.Send(Get("/bad-status")));
+    CHECK(d.ReadResponse().status == 500);
+    RawClient e(server->port());
+    REQUIRE(e.Send(Get("/throw-int")));
+    CHECK(e.ReadResponse().status == 500);
   }
   REQUIRE(bystander.Send(Get("/after")));
   const RawResponse after = bystander.ReadResponse();
   CHECK(after.status == 200);
   CHECK(after.body == "GET /after  0 -");
+}
+
+TEST_CASE("abuse: random bytes, truncated requests and abrupt closes end only their connection") {
+  ServerOptions o;
+  o.threads = 2;
+  o.read_timeout = 2s;
+  auto server = StartServer(o);
+  RawClient bystander(server->port());
+  std::mt19937 rng(7);  // seeded: the same bytes every run
+  for (int i = 0; i < 40; ++i) {
+    std::string junk(1 + rng() % 300, '\0');
+    for (char& ch : junk) ch = static_cast<char>(rng());
+    junk += "\r\n\r\n";
+    RawClient c(server->port());
+    REQUIRE(c.Send(junk));
+    const RawResponse r = c.ReadResponse();
+    INFO(i);
+    // Junk that parses as the start of a request waits for its end: then only the close.
+    if (r.complete) CHECK(r.status == 400);
+  }
+  for (const std::string& cut :
+       {std::string("POST /p HTTP/1.1\r\nContent-Length: 100\r\n\r\nonly a part"),
+        std::string("GET /p HTTP/1.1\r\nHost: t\r\nX-Half: "),
+        std::string("POST /p HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n10\r\nabc")}) {
+    RawClient c(server->port());
+    REQUIRE(c.Send(cut));
+    c.Close();  // gone mid-request
+  }
+  REQUIRE(bystander.Send(Get("/still-here")));
+  const RawResponse r = bystander.ReadResponse();
+  CHECK(r.status == 200);
+  CHECK(r.body == "GET /still-here  0 -");
+  CHECK(WaitUntil([&] { return server->stats().connections == 1; }));
 }
 
 TEST_CASE(
@@ -258,6 +301,19 @@ TEST_CASE(
   CHECK(idle.WaitEof());    // keep-alive connection closed after idle_timeout
   CHECK(WaitUntil([&] { return server->stats().timeouts == 2; }));
   CHECK(WaitUntil([&] { return server->stats().connections == 0; }));
+}
+
+TEST_CASE("a client that does not read its response is cut off after write_timeout") {
+  ServerOptions o;
+  o.write_timeout = 200ms;
+  // More than the socket buffers of both ends hold, so the write has to wait for the client.
+  auto server = StartServer(
+      o, [](const Request&) { return Response::Text(200, std::string(size_t{64} << 20, 'w')); });
+  RawClient c(server->port());
+  REQUIRE(c.Send(Get("/big")));
+  CHECK(WaitUntil([&] { return server->stats().timeouts == 1; }));
+  CHECK(c.WaitEof(/*allow_data=*/true));  // what was sent, then the end
+  CHECK(server->stats().responses == 0);  // never written whole
 }
 
 TEST_CASE("connection cap: excess connections get 503 and are closed; room again when one ends") {
