@@ -18,7 +18,7 @@
 #include "libps/daemon/daemon.h"
 #include "libps/http/server.h"
 #include "libps/model/blas.h"
-#include "libps/prom/http.h"
+#include "libps/prom/endpoint.h"
 #include "libps/prom/process.h"
 #include "libps/serving/bundle.h"
 #include "libps/serving/model_config.h"
@@ -189,11 +189,7 @@ int main(int argc, char** argv) {
       if (!ready.load()) return http::Response::Text(503, "loading\n");
       return http::Response::Text(200, "ok\n");
     }
-    if (req.path == "/metrics") {
-      auto r = http::Response::Text(200, registry->Render());
-      r.content_type = "text/plain; version=0.0.4; charset=utf-8";
-      return r;
-    }
+    if (req.path == "/metrics") return prom::MetricsResponse(req, *registry);
     serving::RestResponse r = api.Handle(req.method, req.path, req.body);
     if (r.instances > 0) {
       std::vector<double> bounds;
@@ -211,9 +207,12 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   PS_LOG(Info) << "serving at " << (f.tls_cert.empty() ? "http" : "https") << "://" << f.host << ":"
                << (*server)->port();
-  std::unique_ptr<prom::MetricsServer> metrics_server;
+  // The API server's own figures: pstrain_http_*{server="api"}.
+  auto http_stats = prom::ExportHttpStats(*registry, **server, "api");
+  std::unique_ptr<prom::MetricsEndpoint> metrics_server;
   if (f.metrics_port >= 0) {
-    auto m = prom::MetricsServer::Start(f.host, static_cast<uint16_t>(f.metrics_port), registry);
+    auto m = prom::MetricsEndpoint::Start(
+        prom::MetricsServerOptions(f.host, static_cast<uint16_t>(f.metrics_port)), registry);
     if (!m.ok()) return fail(m.status());
     metrics_server = std::move(*m);
     PS_LOG(Info) << "metrics at http://" << f.host << ":" << metrics_server->port() << "/metrics";
