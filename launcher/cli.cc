@@ -80,6 +80,7 @@ constexpr const char* kTopHelp =
     "  gen-ctr    write a synthetic click data set (LibSVM) with a known ground-truth model\n"
     "  export     write an inference bundle (model graph, weights, live embedding rows) from a checkpoint\n"
     "  predict    score a data set with a bundle (or a checkpoint) and print the evaluator's metrics\n"
+    "  serve      serve models over TensorFlow Serving's REST API (runs pstrain-serve)\n"
     "\n"
     "`pstrain COMMAND --help` describes a command's options.\n"
     "exit codes: 0 success, 1 failure, 2 usage or configuration error\n"
@@ -350,7 +351,7 @@ Result<Command> ParseLocal(const std::vector<std::string>& all_args) {
 Result<Command> ParseLauncherArgs(const std::vector<std::string>& args) {
   if (args.empty()) {
     return InvalidArgument(
-        "pstrain: missing command (tf-config, slurm-task, local, stop, status, report, inspect, gen-ctr, export, predict); see pstrain --help");
+        "pstrain: missing command (tf-config, slurm-task, local, stop, status, report, inspect, gen-ctr, export, predict, serve); see pstrain --help");
   }
   const std::string& sub = args[0];
   std::vector<std::string> rest(args.begin() + 1, args.end());
@@ -369,9 +370,10 @@ Result<Command> ParseLauncherArgs(const std::vector<std::string>& args) {
   if (sub == "gen-ctr") return internal::ParseGenCtr(rest);
   if (sub == "export") return internal::ParseExport(rest);
   if (sub == "predict") return internal::ParsePredict(rest);
+  if (sub == "serve") return Command(ServeCommand{rest});
   return InvalidArgument(
       "pstrain: unknown command \"" + sub +
-      "\" (tf-config, slurm-task, local, stop, status, report, inspect, gen-ctr, export, predict); see pstrain --help");
+      "\" (tf-config, slurm-task, local, stop, status, report, inspect, gen-ctr, export, predict, serve); see pstrain --help");
 }
 
 int RunLauncher(const std::vector<std::string>& args) {
@@ -393,6 +395,7 @@ int RunLauncher(const std::vector<std::string>& args) {
   if (const auto* c = std::get_if<SlurmTaskCommand>(&*command)) return RunSlurmTask(*c);
   if (const auto* c = std::get_if<ExportCommand>(&*command)) return RunExport(*c);
   if (const auto* c = std::get_if<PredictCommand>(&*command)) return RunPredict(*c);
+  if (const auto* c = std::get_if<ServeCommand>(&*command)) return RunServe(*c);
   return RunLocal(std::get<LocalCommand>(*command));
 }
 

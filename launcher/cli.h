@@ -17,6 +17,7 @@
 //                     [--eval-examples N] [--gzip] [--format LIST] [--files N]
 //   pstrain export    MODEL_DIR --out DIR [--step N]
 //   pstrain predict   --model DIR --data DATA [--step N] [--out FILE] [--metrics FILE]
+//   pstrain serve     --model NAME=PATH [...]   (execs pstrain-serve with these arguments)
 //
 // Exit codes (daemon::kExit*): 0 success, 1 runtime failure (chief unreachable, a task
 // failed), 2 usage or configuration error; slurm-task becomes the daemon (its codes).
@@ -141,9 +142,14 @@ struct PredictCommand {
   std::string metrics_out;      // the metrics as JSON; empty: not written
 };
 
+// Runs pstrain-serve (found as `pstrain local` finds the daemons) with these arguments.
+struct ServeCommand {
+  std::vector<std::string> args;
+};
+
 using Command = std::variant<HelpCommand, TfConfigCommand, StopCommand, StatusCommand, LocalCommand,
                              ReportCommand, InspectCommand, GenCtrCommand, SlurmTaskCommand,
-                             ExportCommand, PredictCommand>;
+                             ExportCommand, PredictCommand, ServeCommand>;
 
 // `args` is argv without the program name. Every error is a one-line usage error
 // ("pstrain stop: --chief: \"x\" has no port") meant for exit code 2.

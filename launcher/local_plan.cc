@@ -24,8 +24,15 @@ std::string DaemonName(TaskType type) {
 Result<std::string> FindDaemon(TaskType type, const std::optional<std::string>& bin_dir,
                                const std::string& self_dir, const std::string& path_env,
                                const std::function<bool(const std::string&)>& is_executable) {
+  return FindDaemonNamed(cluster::TaskTypeName(type), bin_dir, self_dir, path_env, is_executable);
+}
+
+Result<std::string> FindDaemonNamed(const std::string& folder,
+                                    const std::optional<std::string>& bin_dir,
+                                    const std::string& self_dir, const std::string& path_env,
+                                    const std::function<bool(const std::string&)>& is_executable) {
   namespace fs = std::filesystem;
-  const std::string name = DaemonName(type);
+  const std::string name = "pstrain-" + folder;
   if (bin_dir) {
     std::string p = (fs::path(*bin_dir) / name).string();
     if (is_executable(p)) return p;
@@ -38,8 +45,7 @@ Result<std::string> FindDaemon(TaskType type, const std::optional<std::string>& 
       if (is_executable(p)) return p;
     }
     looked.push_back(self_dir);
-    fs::path build = (fs::path(self_dir) / ".." / "daemons" / cluster::TaskTypeName(type) / name)
-                         .lexically_normal();
+    fs::path build = (fs::path(self_dir) / ".." / "daemons" / folder / name).lexically_normal();
     if (is_executable(build.string())) return build.string();
     looked.push_back(build.parent_path().string());
   }

@@ -1,8 +1,15 @@
 #include "launcher/serving.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <memory>
+
+#include "launcher/local_plan.h"
 
 #include "libps/core/files.h"
 #include "libps/daemon/daemon.h"
@@ -204,6 +211,26 @@ int RunPredict(const PredictCommand& command) {
     if (!note->empty()) PrintErr("pstrain predict: " + *note);
   }
   return kExitOk;
+}
+
+int RunServe(const ServeCommand& command) {
+  std::error_code ec;
+  const std::string self_dir = fs::read_symlink("/proc/self/exe", ec).parent_path().string();
+  const char* path_env = std::getenv("PATH");
+  auto exe = FindDaemonNamed("serve", std::nullopt, self_dir, path_env ? path_env : "",
+                             [](const std::string& p) { return ::access(p.c_str(), X_OK) == 0; });
+  if (!exe.ok()) {
+    PrintErr("pstrain serve: " + exe.status().message());
+    return 127;
+  }
+  std::vector<std::string> args{*exe};
+  args.insert(args.end(), command.args.begin(), command.args.end());
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  ::execv(argv[0], argv.data());
+  PrintErr("pstrain serve: cannot run " + *exe + ": " + std::strerror(errno));
+  return 127;
 }
 
 }  // namespace ps::launcher

@@ -20,6 +20,9 @@ int RunExport(const ExportCommand& command);
 // metrics to stderr and --metrics. 1 when the model or the data cannot be loaded (or
 // the data has no examples), 2 for --step with a bundle or --data that is not JSON.
 int RunPredict(const PredictCommand& command);
+// Execs pstrain-serve with the command's arguments (found next to pstrain, in the build
+// tree, or on PATH); 127 when it cannot be found or run.
+int RunServe(const ServeCommand& command);
 // --metrics FILE: the metrics as a JSON line (the keys of eval/metrics.jsonl), atomically.
 // Without metrics (unlabelled data) an existing FILE is removed, never left to pass for
 // this run's; returns a note saying so (empty when the metrics were written).

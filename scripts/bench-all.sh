@@ -50,5 +50,6 @@ run data scripts/bench-data.sh
 run conv scripts/bench-conv.sh
 run hybrid scripts/bench-hybrid.sh
 run zoo scripts/bench-zoo.sh
+run http scripts/bench-http.sh
 echo "index: $out/index.txt"
 exit $failed

@@ -216,7 +216,8 @@ def check_keys(src):
 
 
 DAEMONS = ['daemons/ps/pstrain-ps', 'daemons/worker/pstrain-worker',
-           'daemons/chief/pstrain-chief', 'daemons/evaluator/pstrain-evaluator']
+           'daemons/chief/pstrain-chief', 'daemons/evaluator/pstrain-evaluator',
+           'daemons/serve/pstrain-serve']
 LAUNCHER = 'launcher/pstrain'
 
 

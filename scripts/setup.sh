@@ -16,6 +16,7 @@ TEST_PACKAGES=(
   prometheus # prometheus: a real Prometheus scrapes a local cluster; promtool checks deploy/prometheus
   iproute2 nftables   # netns: a cluster across network namespaces, shaped and partitioned
   clang-format      # format: every C++ file as .clang-format says
+  curl              # http_tls: HTTPS with a client certificate and Expect: 100-continue
 )
 if [ "${PSTRAIN_WITH_TEST_TOOLS:-0}" = 1 ]; then PACKAGES+=("${TEST_PACKAGES[@]}"); fi
 # What only scripts/fuzz.sh needs (it sets PSTRAIN_WITH_FUZZ_TOOLS=1); the normal build

@@ -22,7 +22,7 @@
 #include "libps/core/log.h"
 #include "libps/core/text.h"
 #include "libps/net/auth.h"
-#include "libps/prom/http.h"
+#include "libps/prom/endpoint.h"
 #include "libps/prom/process.h"
 
 namespace ps::daemon {
@@ -284,7 +284,8 @@ Result<Metrics> StartMetrics(const DaemonFlags& flags, cluster::TaskId task,
                                                        : "0.0.0.0";
   PS_ASSIGN_OR_RETURN(
       auto server,
-      prom::MetricsServer::Start(host, static_cast<uint16_t>(flags.metrics_port), m.registry));
+      prom::MetricsEndpoint::Start(
+          prom::MetricsServerOptions(host, static_cast<uint16_t>(flags.metrics_port)), m.registry));
   PS_LOG(Info) << "metrics at http://" << host << ":" << server->port() << "/metrics";
   m.server = std::move(server);
   return m;

@@ -20,7 +20,7 @@
 #include "libps/proto/messages.h"
 
 namespace ps::prom {
-class MetricsServer;
+class MetricsEndpoint;
 }
 
 namespace ps::daemon {
@@ -82,7 +82,7 @@ void AddServingTaskOptions(boost::program_options::options_description& desc, Da
 // and the /metrics endpoint serving it.
 struct Metrics {
   std::shared_ptr<prom::Registry> registry = std::make_shared<prom::Registry>();  // never null
-  std::shared_ptr<prom::MetricsServer> server;  // null without --metrics-port
+  std::shared_ptr<prom::MetricsEndpoint> server;  // null without --metrics-port
 };
 
 // The registry (constant labels task_type and task_index of `task`, the process metrics)

@@ -1,6 +1,6 @@
 // Prometheus metrics of a daemon: instruments (counters, gauges, histograms) it records
 // into on hot paths, collectors that read figures where they are already kept, and the
-// text exposition format 0.0.4 that /metrics serves (libps/prom/http.h).
+// text exposition format 0.0.4 that /metrics serves (libps/prom/endpoint.h).
 //
 // Hot paths: Counter::Add, Gauge::Set and Histogram::Observe are a few relaxed atomic
 // operations, no lock and no allocation; keep a reference to the instrument (the

@@ -43,6 +43,15 @@ Result<std::shared_ptr<Bundle>> Bundle::Load(const std::string& dir) {
   return std::shared_ptr<Bundle>(new Bundle(std::move(impl)));
 }
 
+Result<std::shared_ptr<Bundle>> Bundle::LoadModelDir(const std::string& model_dir,
+                                                     std::vector<std::string>* warnings) {
+  auto impl = std::make_unique<Impl>();
+  PS_ASSIGN_OR_RETURN(impl->b, serving::LoadModelDir(model_dir, std::nullopt, warnings));
+  return std::shared_ptr<Bundle>(new Bundle(std::move(impl)));
+}
+
+std::string Bundle::job_json() const { return impl_->b.loaded.job.raw.dump(); }
+
 BundleInfo Bundle::info() const {
   std::lock_guard lock(impl_->info_mu);
   return impl_->b.info;
@@ -76,6 +85,14 @@ Result<RefreshStats> Bundle::Refresh(const std::string& model_dir) {
       st = Internal(impl_->b.info.dir + ": refresh: " + e.what());
       changed = true;
     }
+    if (st.ok()) {
+      // Still inside the gate: a batch that sees the new parameters sees their step too
+      // (Scores::step).
+      BundleInfo next = impl_->b.info;
+      RecordBundleDeltas(impl_->b, deltas, &stats, &next);
+      std::lock_guard lock(impl_->info_mu);
+      impl_->b.info = std::move(next);
+    }
   }
   stats.paused_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -87,10 +104,6 @@ Result<RefreshStats> Bundle::Refresh(const std::string& model_dir) {
     impl_->broken = broken;
     return broken;
   }
-  BundleInfo next = impl_->b.info;
-  RecordBundleDeltas(impl_->b, deltas, &stats, &next);
-  std::lock_guard lock(impl_->info_mu);
-  impl_->b.info = std::move(next);
   return stats;
 }
 
@@ -113,6 +126,11 @@ Result<Scores> Scorer::Score(const model::Batch& batch) {
   PS_ASSIGN_OR_RETURN(model::EvalOutput out,
                       scoring::ScoreBatch(*impl_->model, *impl_->fetcher, batch));
   Scores scores;
+  {
+    std::lock_guard lock(impl_->shared->info_mu);
+    scores.base_step = impl_->shared->b.info.source_base_step;
+    scores.step = impl_->shared->b.info.source_step;
+  }
   scores.examples = out.examples;
   for (auto& h : out.heads) scores.heads.push_back(std::move(h.predictions));
   return scores;

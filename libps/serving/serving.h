@@ -134,6 +134,10 @@ struct RefreshStats {
 // The scores of one batch.
 struct Scores {
   int64_t examples = 0;
+  // The state that scored them (BundleInfo's source_base_step and source_step at the
+  // time: a refresh changes parameters and step together).
+  int64_t base_step = 0;
+  int64_t step = 0;
   // Per head, in BundleInfo::heads order: [examples * outputs], row-major — the sigmoid
   // probability P(label = 1), the softmax class probabilities, or the regression output.
   std::vector<std::vector<float>> heads;
@@ -149,6 +153,12 @@ class Bundle : public std::enable_shared_from_this<Bundle> {
   // naming files outside the bundle, or a model this build cannot construct (a plug-in
   // built against another plug-in API, a layer type no plug-in provides).
   static Result<std::shared_ptr<Bundle>> Load(const std::string& dir);
+  // A training model dir's newest checkpoint that verifies, loaded as `pstrain predict
+  // --model DIR` loads it (a bundle exported in memory; info().dir is empty). Newer
+  // damaged checkpoints skipped are named in `warnings`. Errors: NotFound (no job.json, no
+  // checkpoint), DataLoss (none verifies).
+  static Result<std::shared_ptr<Bundle>> LoadModelDir(const std::string& model_dir,
+                                                      std::vector<std::string>* warnings);
   ~Bundle();
 
   // A snapshot: a refresh in another thread changes what the next call returns.
@@ -157,6 +167,9 @@ class Bundle : public std::enable_shared_from_this<Bundle> {
   // writing (its error, "...the bundle holds part of the deltas after step N: reload
   // it"); info() then still describes the state before that refresh.
   Status status() const;
+  // The training job the parameters belong to (bundle.json's "job", a model dir's
+  // job.json), as JSON text: its model graph and data formats.
+  std::string job_json() const;
   // Applies model_dir's committed delta checkpoints newer than info().source_step, of
   // the bundle's base checkpoint, in order (see "Refreshing" above); nothing to apply is
   // OK (applied empty). Errors: FailedPrecondition for a newer full checkpoint, for a

@@ -21,7 +21,7 @@
 #include <sstream>
 #include <thread>
 
-#include "libps/prom/http.h"
+#include "libps/http/client.h"
 #include "test/integration/harness.h"
 
 namespace ps::integ {
@@ -72,7 +72,7 @@ std::string UrlEncode(const std::string& s) {
 
 // GET of Prometheus' API at `target`: its "data", or null when the call failed.
 Json Api(uint16_t port, const std::string& target) {
-  auto r = prom::HttpGet("127.0.0.1", port, target, 5s);
+  auto r = http::Get("127.0.0.1", port, target, 5s);
   if (!r.ok() || r->status != 200) return nullptr;
   auto j = ParseJson(r->body, "Prometheus API reply");
   if (!j.ok() || !j->contains("status") || (*j)["status"] != "success") return nullptr;
@@ -132,7 +132,7 @@ bool PollSample(uint16_t port, const std::string& name, const std::string& label
                 const std::function<bool(double)>& ok, Millis timeout = 60s) {
   const auto end = std::chrono::steady_clock::now() + timeout;
   for (;;) {
-    auto r = prom::HttpGet("127.0.0.1", port, "/metrics", 5s);
+    auto r = http::Get("127.0.0.1", port, "/metrics", 5s);
     std::optional<double> v;
     if (r.ok() && r->status == 200) v = SampleValue(r->body, name, labels);
     if (v && ok(*v)) return true;
@@ -187,7 +187,7 @@ TEST_CASE("a real Prometheus scrapes every pstrain daemon and finds plausible se
   // Training is under way: every exposition passes promtool's lint (names, units, types).
   REQUIRE(tasks[kChief].WaitForLine("] step ", 120s));
   for (size_t i = 0; i < targets.size(); ++i) {
-    auto r = prom::HttpGet("127.0.0.1", targets[i].second, "/metrics", 5s);
+    auto r = http::Get("127.0.0.1", targets[i].second, "/metrics", 5s);
     REQUIRE(r.ok());
     REQUIRE(r->status == 200);
     CHECK(r->body.find("task_type=\"" + targets[i].first + "\"") != std::string::npos);

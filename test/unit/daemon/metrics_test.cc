@@ -7,7 +7,8 @@
 #include <fstream>
 
 #include "libps/daemon/daemon.h"
-#include "libps/prom/http.h"
+#include "libps/http/client.h"
+#include "libps/prom/endpoint.h"
 #include "test/unit/net/net_test_util.h"
 
 using namespace ps;
@@ -15,7 +16,7 @@ using namespace std::chrono_literals;
 
 namespace {
 std::string Scrape(uint16_t port) {
-  auto r = prom::HttpGet("127.0.0.1", port, "/metrics", 5s);
+  auto r = http::Get("127.0.0.1", port, "/metrics", 5s);
   REQUIRE(r.ok());
   REQUIRE(r->status == 200);
   return r->body;

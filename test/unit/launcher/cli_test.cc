@@ -56,7 +56,7 @@ TEST_CASE("command line: help for the command and every subcommand") {
 TEST_CASE("command line: usage errors are one line naming the flag") {
   CHECK(
       ParseError({}) ==
-      "pstrain: missing command (tf-config, slurm-task, local, stop, status, report, inspect, gen-ctr, export, predict); see pstrain --help");
+      "pstrain: missing command (tf-config, slurm-task, local, stop, status, report, inspect, gen-ctr, export, predict, serve); see pstrain --help");
   CHECK(ParseError({"launch"}).find("unknown command \"launch\"") != std::string::npos);
   CHECK(ParseError({"stop"}) == "pstrain stop: --chief HOST:PORT is required");
   CHECK(ParseError({"stop", "--chief", "nohost"}).rfind("pstrain stop: --chief: ", 0) == 0);
