@@ -72,6 +72,10 @@ std::string FormatStatus(const proto::ChiefStatus& s) {
       {"state:", s.state},
       {"global_step:", std::to_string(s.global_step)},
       {"total_steps:", std::to_string(s.total_steps)},
+      {"done:", s.total_steps > 0 ? Fixed(100.0 * s.global_step / s.total_steps, 1) + " %" : "-"},
+      {"epoch:", s.epoch < 0
+                     ? "- (streamed data)"
+                     : Fixed(s.epoch, 2) + (s.epochs > 0 ? " of " + std::to_string(s.epochs) : "")},
       {"examples_per_sec:", Fixed(s.examples_per_sec, 0)},
       {"elapsed:", FormatDuration(s.elapsed_sec)}};
   // The update mode(s) as the ps tasks apply them (every ps has the job's): e.g. "sync",
@@ -127,7 +131,9 @@ std::string WatchScreen(const proto::ChiefStatus& s, const std::string& chief, d
 
 std::string WatchLines(const proto::ChiefStatus& s, const std::string& time) {
   std::string line = time + " state " + s.state + "  step " + std::to_string(s.global_step) + "/" +
-                     std::to_string(s.total_steps) + "  ex/s " + Fixed(s.examples_per_sec, 0);
+                     std::to_string(s.total_steps) +
+                     (s.epoch >= 0 ? "  epoch " + Fixed(s.epoch, 2) : "") + "  ex/s " +
+                     Fixed(s.examples_per_sec, 0);
   for (const auto& w : s.workers) {
     line += "  " + w.task + " ";
     if (w.step_ms) {
