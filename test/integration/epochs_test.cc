@@ -52,7 +52,6 @@ std::filesystem::path WriteJob(const TempDir& tmp, int64_t epochs) {
 }
 
 int64_t FinalStep(const std::filesystem::path& model_dir) {
-  auto pointer = ReadFile(model_dir / "checkpoint");
   int64_t best = -1;
   for (const auto& e : std::filesystem::directory_iterator(model_dir)) {
     const std::string name = e.path().filename().string();
@@ -61,7 +60,6 @@ int64_t FinalStep(const std::filesystem::path& model_dir) {
     REQUIRE(manifest.ok());
     if ((*manifest)["final"] == true) best = (*manifest)["global_step"].get<int64_t>();
   }
-  INFO(pointer);
   REQUIRE(best >= 0);
   return best;
 }
@@ -120,17 +118,19 @@ struct Run {
   EnvVars worker_env() const { return {{"PSTRAIN_TEST_TRACE_IDS", (tmp / "trace.txt").string()}}; }
   EnvVars slow_worker_env() const {
     auto env = worker_env();
-    env.emplace_back("PSTRAIN_FAULT_SLOW_STEP_MS", "15");
+    env.emplace_back("PSTRAIN_FAULT_SLOW_STEP_MS", "30");
     return env;
   }
-  void Start(int64_t epochs, bool slow) {
+  void Start(int64_t epochs, bool slow, std::vector<std::string> chief_args = {}) {
     WriteData(tmp / "train.libsvm");
     auto job = WriteJob(tmp, epochs);
     for (auto id : {kPs0, kPs1}) tasks.Add(StartDaemon(spec, id));
     for (auto id : {kWorker0, kWorker1})
       tasks.Add(StartDaemon(spec, id, {}, {}, slow ? slow_worker_env() : worker_env()));
-    chief = &tasks.Add(StartDaemon(
-        spec, kChief, {"--job", job.string(), "--model-dir", (tmp / "model").string()}));
+    std::vector<std::string> args = {"--job", job.string(), "--model-dir",
+                                     (tmp / "model").string()};
+    args.insert(args.end(), chief_args.begin(), chief_args.end());
+    chief = &tasks.Add(StartDaemon(spec, kChief, args));
   }
 };
 
@@ -164,18 +164,22 @@ TEST_CASE("2 epochs: every example trained exactly twice; progress lines show th
 TEST_CASE(
     "3 epochs, worker:1 killed mid-run and restarted: every example trained exactly 3 times") {
   Run run;
-  run.Start(3, true);
+  // A long heartbeat timeout: worker:0 is held (SIGSTOP) below while worker:1 restarts, so
+  // that the job cannot end before worker:1 is back.
+  run.Start(3, true, {"--heartbeat-timeout", "120"});
   Task& chief = *run.chief;
   REQUIRE(chief.WaitForLine(kProgress, 120s));
   const size_t before_kill = chief.LineCount();
   run.tasks[kWorker1].Signal(SIGKILL);
   CHECK(run.tasks[kWorker1].WaitExit(15s) == std::optional<int>(128 + SIGKILL));
   REQUIRE(chief.WaitForLineFrom("worker:1 lost", before_kill, 15s));
+  run.tasks[kWorker0].Signal(SIGSTOP);
   const size_t before_restart = chief.LineCount();
   Task& restarted =
       run.tasks.Replace(StartDaemon(run.spec, kWorker1, {}, {}, run.slow_worker_env()));
   REQUIRE(chief.WaitForLineFrom("worker:1 rejoined", before_restart, 60s));
   REQUIRE(restarted.WaitForLine("job started", 30s));
+  run.tasks[kWorker0].Signal(SIGCONT);
   run.tasks.ExpectAllExit(0, 240s);
   CHECK(FinalStep(run.tmp / "model") == StepsFor(3));
   CheckTrace(run.tmp / "trace.txt", StepsFor(3), 3);
