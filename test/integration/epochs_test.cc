@@ -34,7 +34,8 @@ void WriteData(const std::filesystem::path& path) {
   WriteFile(path, text);
 }
 
-std::filesystem::path WriteJob(const TempDir& tmp, int64_t epochs) {
+// every_steps: checkpoints by steps (0: only the first and the final one).
+std::filesystem::path WriteJob(const TempDir& tmp, int64_t epochs, int64_t every_steps) {
   Json job = {
       {"model", {{"type", "logistic_regression"}, {"num_features", 200}, {"num_fields", 1}}},
       {"train_data",
@@ -46,7 +47,7 @@ std::filesystem::path WriteJob(const TempDir& tmp, int64_t epochs) {
       {"seed", 3},
       {"log_every_steps", 20},
       {"model_dir", (tmp / "model").string()},
-      {"checkpoint", {{"every_steps", 0}, {"every_seconds", 0}}}};
+      {"checkpoint", {{"every_steps", every_steps}, {"every_seconds", 0}}}};
   WriteFile(tmp / "job.json", job.dump(2));
   return tmp / "job.json";
 }
@@ -66,7 +67,8 @@ int64_t FinalStep(const std::filesystem::path& model_dir) {
 
 // Checks the trace against the job's steps: every step of [0, steps) read, each read of
 // a step the same examples, every example `epochs` times.
-void CheckTrace(const std::filesystem::path& trace, int64_t steps, int64_t epochs) {
+// Returns how many reads were of a step read before.
+int64_t CheckTrace(const std::filesystem::path& trace, int64_t steps, int64_t epochs) {
   std::ifstream in(trace);
   REQUIRE(in.good());
   std::map<int64_t, std::vector<int64_t>> by_step;
@@ -108,6 +110,7 @@ void CheckTrace(const std::filesystem::path& trace, int64_t steps, int64_t epoch
     }
   }
   CHECK(wrong == 0);
+  return repeats;
 }
 
 struct Run {
@@ -121,9 +124,10 @@ struct Run {
     env.emplace_back("PSTRAIN_FAULT_SLOW_STEP_MS", "30");
     return env;
   }
-  void Start(int64_t epochs, bool slow, std::vector<std::string> chief_args = {}) {
+  void Start(int64_t epochs, bool slow, std::vector<std::string> chief_args = {},
+             int64_t every_steps = 0) {
     WriteData(tmp / "train.libsvm");
-    auto job = WriteJob(tmp, epochs);
+    auto job = WriteJob(tmp, epochs, every_steps);
     for (auto id : {kPs0, kPs1}) tasks.Add(StartDaemon(spec, id));
     for (auto id : {kWorker0, kWorker1})
       tasks.Add(StartDaemon(spec, id, {}, {}, slow ? slow_worker_env() : worker_env()));
@@ -183,6 +187,33 @@ TEST_CASE(
   run.tasks.ExpectAllExit(0, 240s);
   CHECK(FinalStep(run.tmp / "model") == StepsFor(3));
   CheckTrace(run.tmp / "trace.txt", StepsFor(3), 3);
+}
+
+TEST_CASE(
+    "2 epochs, ps:1 killed and restarted: the restore rolls the data position back; every example trained exactly twice") {
+  Run run;
+  run.Start(2, true, {}, 60);
+  Task& chief = *run.chief;
+  REQUIRE(chief.WaitForLine("checkpoint ckpt-60 committed", 120s));
+  // A progress line after it (step 60's comes before the commit): steps after the
+  // checkpoint have been read.
+  const auto lines = chief.Lines();
+  size_t from = 0;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (lines[i].find("checkpoint ckpt-60 committed") != std::string::npos) from = i + 1;
+  }
+  REQUIRE(chief.WaitForLineFrom(kProgress, from, 60s));
+  Note("killing ps:1 after: " + chief.Lines().back());
+  run.tasks[kPs1].Signal(SIGKILL);
+  CHECK(run.tasks[kPs1].WaitExit(15s) == std::optional<int>(128 + SIGKILL));
+  REQUIRE(chief.WaitForLine("ps:1 failed", 15s));
+  run.tasks.Replace(StartDaemon(run.spec, kPs1));
+  auto resumed = chief.WaitForLine("recovered: resuming at step ", 60s);
+  REQUIRE(resumed);
+  run.tasks.ExpectAllExit(0, 240s);
+  CHECK(FinalStep(run.tmp / "model") == StepsFor(2));
+  // Steps after the restored checkpoint ran twice, on the same examples both times.
+  CHECK(CheckTrace(run.tmp / "trace.txt", StepsFor(2), 2) > 0);
 }
 
 }  // namespace
