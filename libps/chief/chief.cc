@@ -54,7 +54,9 @@ Status Chief::Run(daemon::SignalWatcher& signals) {
       [this](int sig) { RequestStop(std::string(sig == SIGINT ? "SIGINT" : "SIGTERM")); });
   job_.update.num_workers = ctx_.tf.cluster.count(cluster::TaskType::kWorker);
   PS_RETURN_IF_ERROR(ps::server::ValidateUpdate(job_.update, "job.update"));
-  PS_RETURN_IF_ERROR(PlanData());
+  // A data set that cannot be read fails the start once the tasks are reached, so that
+  // they are shut down (Connect below).
+  plan_error_ = PlanData();
   PS_RETURN_IF_ERROR(PrepareModelDir());
   PS_RETURN_IF_ERROR(StartControl());
   auto rpc_metrics = daemon::ExportServerStats(*ctx_.metrics.registry, *control_);
@@ -188,6 +190,7 @@ void Chief::Execute(const Action& action) {
         if constexpr (std::is_same_v<A, act::Connect>) {
           RunIo([this](std::stop_token stop) {
             Status st = Connect(stop);
+            if (st.ok()) st = plan_error_;
             if (st.ok())
               st = data::CheckStreamedData(job_.eval_data, "job.eval_data", job_.base_dir);
             if (st.ok()) st = CreateVariables(stop);

@@ -210,6 +210,7 @@ class Chief {
   // In-memory train_data: which examples each step trains (PlanData); the epoch shown in
   // progress lines and status comes from it. Read-only once set.
   std::optional<data::StepOrder> order_;
+  Status plan_error_;  // PlanData's; reported when the tasks are connected
   ChiefOptions options_;
   Inbox inbox_;  // outlives everything that posts to it
   const uint64_t generation_ =
