@@ -74,6 +74,19 @@ std::string FormatStatus(const proto::ChiefStatus& s) {
       {"total_steps:", std::to_string(s.total_steps)},
       {"examples_per_sec:", Fixed(s.examples_per_sec, 0)},
       {"elapsed:", FormatDuration(s.elapsed_sec)}};
+  // The fraction done, and the epoch (in-memory training data only), after total_steps.
+  auto at = head.begin() + 3;
+  if (s.total_steps > 0) {
+    at = head.insert(at, {"done:", Fixed(100.0 * static_cast<double>(s.global_step) /
+                                             static_cast<double>(s.total_steps),
+                                         1) +
+                                       " %"}) +
+         1;
+  }
+  if (s.epoch >= 0) {
+    head.insert(at, {"epoch:",
+                     Fixed(s.epoch, 2) + (s.epochs > 0 ? " of " + std::to_string(s.epochs) : "")});
+  }
   // The update mode(s) as the ps tasks apply them (every ps has the job's): e.g. "sync",
   // or a hybrid's "dense sync, sparse async".
   for (const auto& p : s.ps) {
@@ -127,7 +140,9 @@ std::string WatchScreen(const proto::ChiefStatus& s, const std::string& chief, d
 
 std::string WatchLines(const proto::ChiefStatus& s, const std::string& time) {
   std::string line = time + " state " + s.state + "  step " + std::to_string(s.global_step) + "/" +
-                     std::to_string(s.total_steps) + "  ex/s " + Fixed(s.examples_per_sec, 0);
+                     std::to_string(s.total_steps) +
+                     (s.epoch >= 0 ? "  epoch " + Fixed(s.epoch, 2) : "") + "  ex/s " +
+                     Fixed(s.examples_per_sec, 0);
   for (const auto& w : s.workers) {
     line += "  " + w.task + " ";
     if (w.step_ms) {

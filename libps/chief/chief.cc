@@ -54,6 +54,9 @@ Status Chief::Run(daemon::SignalWatcher& signals) {
       [this](int sig) { RequestStop(std::string(sig == SIGINT ? "SIGINT" : "SIGTERM")); });
   job_.update.num_workers = ctx_.tf.cluster.count(cluster::TaskType::kWorker);
   PS_RETURN_IF_ERROR(ps::server::ValidateUpdate(job_.update, "job.update"));
+  // A data set that cannot be read fails the start once the tasks are reached, so that
+  // they are shut down (Connect below).
+  plan_error_ = PlanData();
   PS_RETURN_IF_ERROR(PrepareModelDir());
   PS_RETURN_IF_ERROR(StartControl());
   auto rpc_metrics = daemon::ExportServerStats(*ctx_.metrics.registry, *control_);
@@ -83,6 +86,32 @@ MachineConfig Chief::MachineConfigFor() const {
   c.evaluate_final = !job_.eval_data.is_null();
   c.eval_every_steps = job_.eval_every_steps;
   return c;
+}
+
+Status Chief::PlanData() {
+  if (job_.train_data.is_object() && job_.train_data.contains("files")) return Status::Ok();
+  PS_ASSIGN_OR_RETURN(data::ExampleTable table,
+                      data::LoadExamples(job_.train_data, "job.train_data", job_.base_dir));
+  data::StepOrder::Options o;
+  o.examples = table.size();
+  o.batch_size = job_.batch_size;
+  o.slots = job_.update.StepMode() == ps::server::UpdateMode::kSync
+                ? std::max(1, job_.update.num_workers)
+                : 1;
+  o.seed = job_.seed;
+  if (job_.epochs) o.limit = *job_.epochs * table.size();
+  auto order = data::StepOrder::Create(o);
+  if (!order.ok()) return order.status().WithContext("job.train_data");
+  order_ = std::move(*order);
+  if (!job_.epochs) return Status::Ok();
+  const int64_t steps = order_->StepsFor(*job_.epochs);
+  if (job_.steps == 0 || steps < job_.steps) job_.steps = steps;
+  job_.raw["steps"] = job_.steps;  // workers, job.json and the evaluator see the steps
+  PS_LOG(Info) << "job.train_data: " << table.size() << " examples; " << *job_.epochs
+               << " epoch(s) of batch " << job_.batch_size << " are " << steps << " steps"
+               << (job_.steps < steps ? " (job.steps " + std::to_string(job_.steps) + " ends first)"
+                                      : "");
+  return Status::Ok();
 }
 
 Time Chief::Now() const { return std::chrono::duration_cast<Time>(Clock::now() - start_); }
@@ -161,6 +190,7 @@ void Chief::Execute(const Action& action) {
         if constexpr (std::is_same_v<A, act::Connect>) {
           RunIo([this](std::stop_token stop) {
             Status st = Connect(stop);
+            if (st.ok()) st = plan_error_;
             if (st.ok())
               st = data::CheckStreamedData(job_.eval_data, "job.eval_data", job_.base_dir);
             if (st.ok()) st = CreateVariables(stop);

@@ -31,6 +31,7 @@
 #include "libps/ckpt/checkpoint_dir.h"
 #include "libps/core/files.h"
 #include "libps/core/json.h"
+#include "libps/data/step_order.h"
 #include "libps/obs/eval_log.h"
 #include "libps/obs/events.h"
 #include "libps/obs/figures.h"
@@ -136,6 +137,9 @@ class Chief {
 
   // checkpoints.cc
   Status PrepareModelDir();
+  // In-memory train_data: counts its examples (the chief reads it once), fixes the step
+  // order the workers follow and, with job.epochs, the job's steps. Streamed: nothing.
+  Status PlanData();
   // Restores every ps from the newest checkpoint that restores cleanly; a corrupt one is
   // reported and the one before it is used. Never starts from scratch when checkpoints
   // exist but none can be read. With none in model_dir, from job.checkpoint.init_from's
@@ -203,6 +207,10 @@ class Chief {
 
   const daemon::DaemonContext& ctx_;
   job::JobSpec job_;
+  // In-memory train_data: which examples each step trains (PlanData); the epoch shown in
+  // progress lines and status comes from it. Read-only once set.
+  std::optional<data::StepOrder> order_;
+  Status plan_error_;  // PlanData's; reported when the tasks are connected
   ChiefOptions options_;
   Inbox inbox_;  // outlives everything that posts to it
   const uint64_t generation_ =

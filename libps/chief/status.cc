@@ -21,8 +21,11 @@ void Chief::Report(const Window& w, int64_t total) {
     std::lock_guard lock(mu_);
     examples_per_sec_ = eps;
   }
-  PS_LOG(Info) << "step " << global_step_ << "/" << total << "  loss " << Fixed(loss, 4) << "  acc "
-               << Fixed(acc, 4) << "  " << Fixed(eps, 0) << " ex/s  "
+  const std::string epoch = order_ ? "  epoch " + Fixed(order_->EpochsAt(global_step_), 2) +
+                                         (job_.epochs ? "/" + std::to_string(*job_.epochs) : "")
+                                   : "";
+  PS_LOG(Info) << "step " << global_step_ << "/" << total << epoch << "  loss " << Fixed(loss, 4)
+               << "  acc " << Fixed(acc, 4) << "  " << Fixed(eps, 0) << " ex/s  "
                << (job_.update.StepMode() == ps::server::UpdateMode::kSync
                        ? "stale " + std::to_string(w.stale) + "  "
                        : "")
@@ -35,6 +38,7 @@ void Chief::Report(const Window& w, int64_t total) {
                {"elapsed_sec", now},
                {"unix_time", UnixTime()}};
   if (job_.update.StepMode() == ps::server::UpdateMode::kSync) line["stale_steps"] = w.stale;
+  if (order_) line["epoch"] = order_->EpochsAt(global_step_);
   // Bad records the workers skipped (data "on_error": "skip"): in this window and so far.
   skipped_records_ += w.skipped_records;
   if (skipped_records_ > 0) {
@@ -170,6 +174,8 @@ proto::ChiefStatus Chief::CurrentStatus() {
     s.state = state_;
     s.global_step = global_step_.load();
     s.total_steps = job_.steps;
+    if (order_) s.epoch = order_->EpochsAt(s.global_step);
+    s.epochs = job_.epochs.value_or(0);
     s.examples_per_sec = examples_per_sec_;
     s.elapsed_sec = std::chrono::duration<double>(Clock::now() - start_).count();
     if (stop_reason_) s.stop_reason = *stop_reason_;

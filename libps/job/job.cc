@@ -58,8 +58,21 @@ Result<JobSpec> ParseJob(const Json& json, const std::string& default_base_dir) 
   if (opt == nullptr) return InvalidArgument("job.optimizer: required key is missing");
   PS_ASSIGN_OR_RETURN(job.optimizer, ps::server::ParseOptimizer(*opt, "job.optimizer"));
 
-  PS_RETURN_IF_ERROR(r.Get("steps", &job.steps));
-  PS_RETURN_IF_ERROR(Range(r, "steps", job.steps, 1, int64_t{1} << 50));
+  if (r.Has("epochs")) {
+    int64_t epochs = 0;
+    PS_RETURN_IF_ERROR(r.Get("epochs", &epochs));
+    PS_RETURN_IF_ERROR(Range(r, "epochs", epochs, 1, 1000000));
+    job.epochs = epochs;
+    if (job.train_data.is_object() && job.train_data.contains("files")) {
+      return InvalidArgument(
+          "job.epochs: needs an in-memory job.train_data (\"path\"); the size of streamed data "
+          "(\"files\") is not known before it is read: use job.steps");
+    }
+  }
+  if (!job.epochs || r.Has("steps")) {
+    PS_RETURN_IF_ERROR(r.Get("steps", &job.steps));
+    PS_RETURN_IF_ERROR(Range(r, "steps", job.steps, 1, int64_t{1} << 50));
+  }
   PS_RETURN_IF_ERROR(r.GetOr("batch_size", &job.batch_size));
   PS_RETURN_IF_ERROR(Range(r, "batch_size", job.batch_size, 1, 1 << 20));
   PS_RETURN_IF_ERROR(r.GetOr("steps_per_dispatch", &job.steps_per_dispatch));

@@ -53,7 +53,12 @@ struct JobSpec {
   Json eval_data;   // null when absent
   ps::server::OptimizerSpec optimizer;
   int64_t batch_size = 128;
+  // The job's last step is steps - 1. With `epochs` and no "steps" key it is 0 until the
+  // chief has counted the training data (it then sets the steps of `epochs` passes).
   int64_t steps = 0;
+  // Passes over train_data (in memory only); training ends after them or after `steps`,
+  // whichever comes first.
+  std::optional<int64_t> epochs;
   int steps_per_dispatch = 10;
   int dispatches_per_worker = 2;
   // Pull the next step's parameters while this step computes: faster, but a step may see

@@ -127,6 +127,8 @@ Json ToJson(const proto::ChiefStatus& s) {
             {"total_steps", s.total_steps},
             {"examples_per_sec", s.examples_per_sec},
             {"elapsed_sec", s.elapsed_sec}};
+  if (s.epoch >= 0) j["epoch"] = s.epoch;
+  if (s.epochs > 0) j["epochs"] = s.epochs;
   if (!s.stop_reason.empty()) j["stop_reason"] = s.stop_reason;
   Json tasks = Json::array();
   for (const auto& t : s.tasks) {
@@ -194,7 +196,9 @@ proto::ChiefStatus ChiefStatusFromJson(const Json& j) {
                        .tasks = {},
                        .load_window_sec = Get<double>(j, "load_window_sec"),
                        .workers = {},
-                       .ps = {}};
+                       .ps = {},
+                       .epoch = j.contains("epoch") ? Get<double>(j, "epoch") : -1.0,
+                       .epochs = Get<int64_t>(j, "epochs")};
   for (const auto& t : Array(j, "tasks")) {
     s.tasks.push_back({.task = Get<std::string>(t, "task", "?"),
                        .state = Get<std::string>(t, "state"),

@@ -343,6 +343,8 @@ struct ChiefStatus {
   double load_window_sec = 0;  // what the workers' and ps' figures cover
   std::vector<WorkerLoad> workers;
   std::vector<PsLoad> ps;
+  double epoch = -1;   // passes over in-memory train_data before global_step; -1: not known
+  int64_t epochs = 0;  // the job's "epochs"; 0: not set
 };
 struct ChiefStatusReply {
   ChiefStatus status;

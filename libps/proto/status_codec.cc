@@ -162,7 +162,7 @@ Offset<w::ChiefStatus> EncodeChiefStatus(FlatBufferBuilder& fbb, const ChiefStat
   for (const auto& l : s.ps) ps.push_back(EncodePsLoad(fbb, l));
   return w::CreateChiefStatusDirect(fbb, s.state.c_str(), s.global_step, s.total_steps,
                                     s.examples_per_sec, s.elapsed_sec, s.stop_reason.c_str(),
-                                    &tasks, s.load_window_sec, &workers, &ps);
+                                    &tasks, s.load_window_sec, &workers, &ps, s.epoch, s.epochs);
 }
 
 ChiefStatus DecodeChiefStatus(const w::ChiefStatus* t) {
@@ -176,7 +176,9 @@ ChiefStatus DecodeChiefStatus(const w::ChiefStatus* t) {
                 .tasks = {},
                 .load_window_sec = t->load_window_sec(),
                 .workers = {},
-                .ps = {}};
+                .ps = {},
+                .epoch = t->epoch(),
+                .epochs = t->epochs()};
   if (t->tasks() != nullptr) {
     for (const auto* x : *t->tasks()) {
       s.tasks.push_back(

@@ -1,11 +1,17 @@
 #include "libps/worker/trainer.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <thread>
 #include <utility>
 
+#include <cerrno>
+
+#include "libps/core/files.h"
 #include "libps/core/log.h"
 
 namespace ps::worker {
@@ -18,6 +24,35 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
 }
 
 }  // namespace
+
+Trainer::~Trainer() {
+  if (trace_fd_ >= 0) ::close(trace_fd_);
+}
+
+Status Trainer::ReadByStep(std::unique_ptr<StepData> data) {
+  if (const char* trace = std::getenv("PSTRAIN_TEST_TRACE_IDS"); trace != nullptr && *trace) {
+    trace_fd_ = ::open(trace, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (trace_fd_ < 0) return ErrnoStatus(trace, "PSTRAIN_TEST_TRACE_IDS: open", errno);
+  }
+  by_step_ = std::move(data);
+  return Status::Ok();
+}
+
+Result<model::Batch> Trainer::NextBatch(int64_t step) {
+  if (by_step_ == nullptr) return dataset_->Next(batch_size_);
+  by_step_->order.Indices(step, by_step_->slot, &picked_);
+  model::Batch batch = by_step_->table.StartBatch();
+  batch.labels.reserve(picked_.size());
+  by_step_->table.AppendTo(picked_, &batch);
+  if (trace_fd_ >= 0) {
+    std::string line = std::to_string(step) + " " + std::to_string(by_step_->slot);
+    for (int64_t id : picked_) line += " " + std::to_string(id);
+    line += "\n";
+    if (::write(trace_fd_, line.data(), line.size()) != static_cast<ssize_t>(line.size()))
+      return ErrnoStatus("PSTRAIN_TEST_TRACE_IDS", "write", errno);
+  }
+  return batch;
+}
 
 Status Trainer::Idle() {
   if (mode_ != ps::server::UpdateMode::kBoundedStaleness) return Status::Ok();
@@ -54,9 +89,9 @@ int64_t Trainer::Tag(int64_t step, int64_t clock) const {
 }
 
 Status Trainer::RunSteps(int64_t first_step, int count, StepStats* stats) {
-  const int64_t skipped_before = dataset_->skipped();
+  const int64_t skipped_before = dataset_ ? dataset_->skipped() : 0;
   Status st = Pipeline(first_step, count, stats);
-  stats->skipped_records += dataset_->skipped() - skipped_before;
+  if (dataset_) stats->skipped_records += dataset_->skipped() - skipped_before;
   // Nothing may stay in flight past the pack (a failure included): the buffers are reused.
   auto t0 = Clock::now();
   Status pushed = fetcher_->WaitPush();
@@ -74,7 +109,7 @@ Status Trainer::Pipeline(int64_t first_step, int count, StepStats* stats) {
   for (int i = 0; i < count; ++i) {
     if (!fetching) {
       auto t = Clock::now();
-      PS_ASSIGN_OR_RETURN(batches_[stage], dataset_->Next(batch_size_));
+      PS_ASSIGN_OR_RETURN(batches_[stage], NextBatch(first_step + i));
       stats->data_seconds += Seconds(t, Clock::now());
       PS_RETURN_IF_ERROR(
           fetcher_->StartFetch(stage, *model_, batches_[stage], Tag(first_step + i, clock + i)));
@@ -86,7 +121,7 @@ Status Trainer::Pipeline(int64_t first_step, int count, StepStats* stats) {
     if (fetching &&
         !std::exchange(ahead,
                        false)) {  // the next step's data and pull run during this step's compute
-      PS_ASSIGN_OR_RETURN(batches_[stage ^ 1], dataset_->Next(batch_size_));
+      PS_ASSIGN_OR_RETURN(batches_[stage ^ 1], NextBatch(first_step + i + 1));
       PS_RETURN_IF_ERROR(fetcher_->StartFetch(stage ^ 1, *model_, batches_[stage ^ 1],
                                               Tag(first_step + i + 1, clock + i + 1)));
     }
@@ -120,7 +155,7 @@ Status Trainer::Pipeline(int64_t first_step, int count, StepStats* stats) {
     // step's push is still on its way.
     const int next = prefetch_ ? i + 2 : i + 1;
     const bool combine = combine_ && next < count && fetcher_->CombinesPushOf(stage);
-    Result<model::Batch> next_batch = combine ? dataset_->Next(batch_size_) : model::Batch{};
+    Result<model::Batch> next_batch = combine ? NextBatch(first_step + next) : model::Batch{};
     const auto td = Clock::now();
     PS_RETURN_IF_ERROR(fetcher_->WaitPush());  // the previous step's push overlapped this step
     if (combine && next_batch.ok()) {
@@ -155,15 +190,34 @@ Result<std::unique_ptr<Trainer>> MakeTrainer(const job::JobSpec& job, int worker
                                              std::vector<std::unique_ptr<client::PsLink>> links) {
   PS_ASSIGN_OR_RETURN(auto model, model::BuildModel(job.model, "job.model"));
   PS_ASSIGN_OR_RETURN(job::VariablePlan plan, job::PlanVariables(job, *model, num_ps));
-  data::DatasetOptions opts;
-  opts.base_dir = job.base_dir;
-  opts.shard_index = worker_index;
-  opts.num_shards = num_workers;
-  opts.seed = job.seed;
-  PS_ASSIGN_OR_RETURN(auto dataset, data::OpenDataset(job.train_data, "job.train_data", opts));
-  // In memory (its size known): the next batch is filled while a step runs. A streamed
-  // data set's readers run ahead already.
-  if (dataset->info().examples > 0) dataset = data::ReadAhead(std::move(dataset));
+  // In memory: every worker holds the whole table and trains, at step s, the examples the
+  // chief's StepOrder gives step s (the chief builds the same order from the same job).
+  // Streamed: this worker's files (stream.h), read ahead by the data set's own threads.
+  std::unique_ptr<data::Dataset> dataset;
+  std::unique_ptr<StepData> by_step;
+  const bool sync = job.update.StepMode() == ps::server::UpdateMode::kSync;
+  if (job.train_data.is_object() && job.train_data.contains("files")) {
+    data::DatasetOptions opts;
+    opts.base_dir = job.base_dir;
+    opts.shard_index = worker_index;
+    opts.num_shards = num_workers;
+    opts.seed = job.seed;
+    PS_ASSIGN_OR_RETURN(dataset, data::OpenDataset(job.train_data, "job.train_data", opts));
+  } else {
+    PS_ASSIGN_OR_RETURN(data::ExampleTable table,
+                        data::LoadExamples(job.train_data, "job.train_data", job.base_dir));
+    PS_RETURN_IF_ERROR(table.Validate().WithContext("job.train_data"));
+    data::StepOrder::Options o;
+    o.examples = table.size();
+    o.batch_size = job.batch_size;
+    o.slots = sync ? std::max(1, num_workers) : 1;
+    o.seed = job.seed;
+    if (job.epochs) o.limit = *job.epochs * table.size();
+    auto order = data::StepOrder::Create(o);
+    if (!order.ok()) return order.status().WithContext("job.train_data");
+    by_step = std::make_unique<StepData>(
+        StepData{std::move(table), std::move(*order), sync ? worker_index : 0});
+  }
   PS_ASSIGN_OR_RETURN(auto fetcher, client::ParamFetcher::Create(plan, std::move(links)));
   fetcher->SetUpdateMode(job.update.StepMode(), worker_index);
   if (job.fake_compute_ms) {
@@ -172,9 +226,11 @@ Result<std::unique_ptr<Trainer>> MakeTrainer(const job::JobSpec& job, int worker
         << ": a benchmarking aid; every step sleeps instead of computing and pushes zero gradients "
            "(the model does not train)";
   }
-  return std::make_unique<Trainer>(job.batch_size, job.prefetch, std::move(model),
-                                   std::move(dataset), std::move(fetcher), job.update.StepMode(),
-                                   job.fake_compute_ms, job.combine_push_pull);
+  auto trainer = std::make_unique<Trainer>(
+      job.batch_size, job.prefetch, std::move(model), std::move(dataset), std::move(fetcher),
+      job.update.StepMode(), job.fake_compute_ms, job.combine_push_pull);
+  if (by_step) PS_RETURN_IF_ERROR(trainer->ReadByStep(std::move(by_step)));
+  return trainer;
 }
 
 }  // namespace ps::worker

@@ -12,6 +12,7 @@
 #include "libps/client/param_fetcher.h"
 #include "libps/client/ps_link.h"
 #include "libps/data/dataset.h"
+#include "libps/data/step_order.h"
 #include "libps/job/job.h"
 #include "libps/model/model.h"
 #include "libps/server/store.h"
@@ -26,6 +27,15 @@ struct StepStats {
   double data_seconds = 0, pull_seconds = 0, compute_seconds = 0, push_seconds = 0;
   int64_t stale = 0;            // sync mode: steps skipped because every shard had moved past them
   int64_t skipped_records = 0;  // bad records skipped (data "on_error": "skip") during these steps
+};
+
+// In-memory training data read by step: the whole table, and which of its examples each
+// step trains (data/step_order.h). `slot`: this worker's batch of a step (sync mode: its
+// worker index; otherwise 0).
+struct StepData {
+  data::ExampleTable table;
+  data::StepOrder order;
+  int slot = 0;
 };
 
 // Not thread-safe: one Trainer per worker, used by one thread at a time.
@@ -44,6 +54,7 @@ class Trainer {
         fetcher_(std::move(fetcher)),
         fake_compute_ms_(fake_compute_ms),
         slow_step_ms_(SlowStepHook()) {}
+  ~Trainer();
   // Runs steps [first_step, first_step + count) and adds to `stats`. A step's push
   // overlaps the next step. With prefetch, within a pack the next step's data and pull also
   // overlap this step's compute: in async mode parameters may then be up to two steps stale.
@@ -55,9 +66,16 @@ class Trainer {
   // holds no other worker back until its next step). A no-op in the other modes.
   Status Idle();
   client::ParamFetcher& fetcher() { return *fetcher_; }
+  // From now on step s trains the examples `data` gives it (instead of the data set's
+  // next batch): a step computes on the same examples whoever runs it. Testing hook:
+  // PSTRAIN_TEST_TRACE_IDS=FILE appends "<step> <slot> <table index>..." per step read
+  // to FILE (one write per line, O_APPEND: several workers may share the file).
+  Status ReadByStep(std::unique_ptr<StepData> data);
 
  private:
   Status Pipeline(int64_t first_step, int count, StepStats* stats);
+  // The batch of step `step`: by step (ReadByStep), or the data set's next one.
+  Result<model::Batch> NextBatch(int64_t step);
   // The job's fake_compute_ms instead of ForwardBackward: sleeps, and leaves `grads` zero
   // in the shapes of `params` (loss 0, no correct answers).
   model::StepOutput FakeCompute(const model::Batch& batch, const model::Params& params,
@@ -74,6 +92,9 @@ class Trainer {
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<data::Dataset> dataset_;
   std::unique_ptr<client::ParamFetcher> fetcher_;
+  std::unique_ptr<StepData> by_step_;  // null: batches come from dataset_
+  std::vector<int64_t> picked_;        // NextBatch's table indices
+  int trace_fd_ = -1;                  // PSTRAIN_TEST_TRACE_IDS, or -1
   // Double buffers: step t computes on batch/params stage t%2 while step t+1's pull fills
   // the other, and into one gradient buffer while step t-1's push sends the other.
   std::array<model::Batch, 2> batches_;

@@ -12,6 +12,25 @@ using namespace ps::launcher;
 
 namespace {
 
+TEST_CASE("status: the epoch of in-memory training data follows the fraction done") {
+  proto::ChiefStatus s;
+  s.state = "training";
+  s.global_step = 150;
+  s.total_steps = 300;
+  s.epoch = 1.5;
+  s.epochs = 3;
+  CHECK(FormatStatus(s) ==
+        "state: training\n"
+        "global_step: 150\n"
+        "total_steps: 300\n"
+        "done: 50.0 %\n"
+        "epoch: 1.50 of 3\n"
+        "examples_per_sec: 0\n"
+        "elapsed: 0.0 s\n");
+  s.epochs = 0;
+  CHECK_THAT(FormatStatus(s), Catch::Contains("epoch: 1.50\n"));
+}
+
 TEST_CASE("status: the chief's scalars and the tasks table") {
   proto::ChiefStatus s;
   s.state = "training";
@@ -25,6 +44,7 @@ TEST_CASE("status: the chief's scalars and the tasks table") {
         "state: training\n"
         "global_step: 1200\n"
         "total_steps: 5000\n"
+        "done: 24.0 %\n"
         "examples_per_sec: 8123\n"
         "elapsed: 1 min 12 s\n"
         "\n"

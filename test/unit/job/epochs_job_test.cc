@@ -1,0 +1,52 @@
+// The job's "epochs" key: with or instead of "steps", in-memory train_data only.
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "libps/core/json.h"
+#include "libps/job/job.h"
+
+using ps::Json;
+
+namespace {
+
+Json Job() {
+  return Json::parse(R"({"model":{"type":"logistic_regression","num_features":100},
+    "train_data":{"format":"libsvm","path":"train.libsvm","num_features":100,"classes":2},
+    "optimizer":{"type":"sgd","learning_rate":0.05},"batch_size":8})");
+}
+
+}  // namespace
+
+TEST_CASE("job: epochs without steps leaves the steps to the chief") {
+  Json j = Job();
+  j["epochs"] = 3;
+  auto job = ps::job::ParseJob(j, "/tmp");
+  REQUIRE(job.ok());
+  CHECK(job->epochs == 3);
+  CHECK(job->steps == 0);
+  j["steps"] = 500;
+  job = ps::job::ParseJob(j, "/tmp");
+  REQUIRE(job.ok());
+  CHECK(job->epochs == 3);
+  CHECK(job->steps == 500);
+}
+
+TEST_CASE("job: neither epochs nor steps, bad epochs, epochs with streamed data are errors") {
+  auto none = ps::job::ParseJob(Job(), "/tmp");
+  REQUIRE_FALSE(none.ok());
+  CHECK_THAT(none.status().message(), Catch::Contains("job.steps"));
+  for (int bad : {0, -1}) {
+    Json j = Job();
+    j["epochs"] = bad;
+    auto job = ps::job::ParseJob(j, "/tmp");
+    REQUIRE_FALSE(job.ok());
+    CHECK_THAT(job.status().message(), Catch::Contains("job.epochs"));
+  }
+  Json j = Job();
+  j["epochs"] = 2;
+  j["train_data"] = Json::parse(R"({"format":"libsvm","files":"*.libsvm","num_features":100})");
+  auto streamed = ps::job::ParseJob(j, "/tmp");
+  REQUIRE_FALSE(streamed.ok());
+  CHECK_THAT(streamed.status().message(), Catch::Contains("streamed"));
+}
