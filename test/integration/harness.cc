@@ -425,6 +425,14 @@ Task& Tasks::operator[](const std::string& name) {
   throw std::logic_error("unreachable");
 }
 
+void TrainToEnd(const std::filesystem::path& job, Millis timeout) {
+  auto spec = LocalCluster();
+  Tasks tasks;
+  for (auto id : {kPs0, kPs1, kWorker0, kWorker1}) tasks.Add(StartDaemon(spec, id));
+  tasks.Add(StartDaemon(spec, kChief, {"--job", job.string()}));
+  tasks.ExpectAllExit(0, timeout);
+}
+
 void Tasks::ExpectAllExit(int expected, Millis timeout) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
   for (auto& t : tasks_) {

@@ -188,6 +188,10 @@ class Tasks {
   std::vector<std::unique_ptr<Task>> tasks_;
 };
 
+// Runs `job` to its end on LocalCluster() (2 ps, 2 workers, the chief) and CHECKs that
+// every task exits 0 within `timeout`.
+void TrainToEnd(const std::filesystem::path& job, Millis timeout);
+
 // `pstrain <args...>`
 std::unique_ptr<Task> StartLauncher(std::vector<std::string> args,
                                     const std::string& name = "pstrain");

@@ -59,13 +59,7 @@ TEST_CASE(
   TempDir tmp;
   const auto model = tmp / "model";
   auto job = DeriveCheckpointJob("job-fmnist-mlp.json", tmp / "job.json", 200, 100, model, 100, 10);
-  {
-    auto spec = LocalCluster();
-    Tasks tasks;
-    for (auto id : {kPs0, kPs1, kWorker0, kWorker1}) tasks.Add(StartDaemon(spec, id));
-    tasks.Add(StartDaemon(spec, kChief, {"--job", job.string()}));
-    tasks.ExpectAllExit(0, 180s);
-  }
+  TrainToEnd(job, 180s);
   const auto bundle = tmp / "bundle";
   auto exp = StartLauncher({"export", model.string(), "--out", bundle.string()}, "pstrain export");
   REQUIRE(exp->WaitExit(300s) == std::optional<int>(0));
@@ -194,13 +188,7 @@ TEST_CASE(
                               {"delta_every_seconds", 0.2},
                               {"max_deltas", 100000},
                               {"delta_max_fraction", 1000}}}});
-  {
-    auto spec = LocalCluster();
-    Tasks tasks;
-    for (auto id : {kPs0, kPs1, kWorker0, kWorker1}) tasks.Add(StartDaemon(spec, id));
-    tasks.Add(StartDaemon(spec, kChief, {"--job", job.string()}));
-    tasks.ExpectAllExit(0, 180s);
-  }
+  TrainToEnd(job, 180s);
   std::vector<int64_t> deltas;
   for (const auto& e : fs::directory_iterator(model / "ckpt-0")) {
     const std::string n = e.path().filename().string();

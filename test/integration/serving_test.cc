@@ -185,13 +185,7 @@ TEST_CASE(
   TempDir tmp;
   const auto model = tmp / "model";
   auto job = DeriveCheckpointJob("job-fmnist-mlp.json", tmp / "job.json", 200, 100, model, 100, 10);
-  {
-    auto spec = LocalCluster();
-    Tasks tasks;
-    for (auto id : {kPs0, kPs1, kWorker0, kWorker1}) tasks.Add(StartDaemon(spec, id));
-    tasks.Add(StartDaemon(spec, kChief, {"--job", job.string()}));
-    tasks.ExpectAllExit(0, 180s);
-  }
+  TrainToEnd(job, 180s);
   const Json eval_data = ReadConfig("job-fmnist-mlp.json")["eval_data"];
   const auto b200 = ExportAndCompare(tmp, model, 200, eval_data, 10000);
   CheckNoSlots(b200, model / "ckpt-200" / "ps-0.shard");
@@ -294,13 +288,7 @@ TEST_CASE(
       Json{{"model", model_config},
            {"plugins", Json::array({plugin})},
            {"checkpoint", {{"every_steps", 0}, {"every_seconds", 0}, {"max_to_keep", 5}}}});
-  {
-    auto spec = LocalCluster();
-    Tasks tasks;
-    for (auto id : {kPs0, kPs1, kWorker0, kWorker1}) tasks.Add(StartDaemon(spec, id));
-    tasks.Add(StartDaemon(spec, kChief, {"--job", job.string()}));
-    tasks.ExpectAllExit(0, 180s);
-  }
+  TrainToEnd(job, 180s);
   const auto bundle =
       ExportAndCompare(tmp, model, 100, ReadConfig("job-fmnist-mlp.json")["eval_data"], 10000);
   auto manifest = ReadJsonFile((bundle / "bundle.json").string());
