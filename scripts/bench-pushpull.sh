@@ -8,8 +8,8 @@
 #   scripts/bench-pushpull.sh --compare BASE_BUILD_DIR [PAIRS] [bench args...]
 # compares with another build instead (e.g. of an earlier commit): runs BASE_BUILD_DIR's
 # bench_pushpull and this one alternately, PAIRS times each (3), so that the machine's load
-# hits both alike, and prints per size the median over pairs of this/base push and pull
-# GB/s, and of this/base rpc-to-raw ratio (the same comparison with the load of the
+# hits both alike, and prints per size the median (and range) over pairs of this/base push
+# and pull GB/s, and of this/base rpc-to-raw ratio (the same comparison with the load of the
 # moment divided out).
 set -euo pipefail
 source "$(dirname "$0")/bench-lib.sh"
@@ -37,6 +37,11 @@ if [ "${1:-}" = "--compare" ]; then
       for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
       return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
     }
+    function range(list,   n, a, i, lo, hi) {
+      n = split(list, a, " "); lo = a[1]; hi = a[1]
+      for (i = 2; i <= n; i++) { if (a[i] < lo) lo = a[i]; if (a[i] > hi) hi = a[i] }
+      return sprintf("(%.2f-%.2f)", lo, hi)
+    }
     FNR == 1 { name = FILENAME; sub(".*/", "", name); split(name, parts, "."); who = parts[1]; pair = parts[2]; table = 0 }
     /^size +push GB\/s/ { table++; next }
     NF == 0 && table == 1 { table = 2; next }  # the end of the first table (the µs table follows)
@@ -47,7 +52,7 @@ if [ "${1:-}" = "--compare" ]; then
       v[who, pair, key, "pull"] = $6; v[who, pair, key, "pullr"] = $8
     }
     END {
-      printf "%-8s %12s %12s   %16s %16s\n", "size", "push ratio", "pull ratio", "push (rpc/raw)", "pull (rpc/raw)"
+      printf "%-8s %24s %24s   %16s %16s\n", "size", "push ratio (range)", "pull ratio (range)", "push (rpc/raw)", "pull (rpc/raw)"
       worst = 1e9
       for (s = 1; s <= nsizes; s++) {
         key = order[s]
@@ -59,7 +64,7 @@ if [ "${1:-}" = "--compare" ]; then
           lists[4] = lists[4] " " v["this", p, key, "pullr"] / v["base", p, key, "pullr"]
         }
         a = median(lists[1]); b = median(lists[2])
-        printf "%-8s %12.3f %12.3f   %16.3f %16.3f\n", key, a, b, median(lists[3]), median(lists[4])
+        printf "%-8s %10.3f %13s %10.3f %13s   %16.3f %16.3f\n", key, a, range(lists[1]), b, range(lists[2]), median(lists[3]), median(lists[4])
         if (a < worst) worst = a
         if (b < worst) worst = b
       }

@@ -33,8 +33,8 @@ Status Chief::Connect(std::stop_token stop) {
   SetState("connecting");
   const auto& cl = ctx_.tf.cluster;
   std::vector<cluster::TaskId> tasks;
-  tasks.reserve(
-      static_cast<size_t>(cl.count(cluster::TaskType::kPs) + cl.count(cluster::TaskType::kWorker)));
+  tasks.reserve(static_cast<size_t>(cl.count(cluster::TaskType::kPs)) +
+                static_cast<size_t>(cl.count(cluster::TaskType::kWorker)));
   for (int i = 0; i < cl.count(cluster::TaskType::kPs); ++i)
     tasks.push_back({cluster::TaskType::kPs, i});
   for (int i = 0; i < cl.count(cluster::TaskType::kWorker); ++i)

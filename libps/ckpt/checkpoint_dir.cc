@@ -4,7 +4,6 @@
 
 #include <sys/stat.h>
 #include <unistd.h>
-#include <ranges>
 
 #include <algorithm>
 #include <cerrno>
@@ -424,7 +423,8 @@ Result<std::optional<CheckpointInfo>> FindRestorable(const std::string& model_di
   }
 
   std::optional<CheckpointInfo> result;
-  for (auto& newest : std::views::reverse(scan.committed)) {
+  for (auto it = scan.committed.rbegin(); it != scan.committed.rend(); ++it) {
+    auto& newest = *it;
     Status st = VerifyCheckpoint(newest, level);
     if (st.ok()) {
       result = std::move(newest);
@@ -497,7 +497,8 @@ Result<CheckpointInfo> LoadCheckpointAt(const std::string& model_dir, int64_t st
   if (manifest.ok()) return CheckpointInfo{step, full, std::move(*manifest), {}};
   if (manifest.status().code() != Code::kNotFound) return manifest.status();
   PS_ASSIGN_OR_RETURN(Scan scan, ScanModelDir(model_dir));
-  for (auto& newest : std::views::reverse(scan.committed)) {
+  for (auto it = scan.committed.rbegin(); it != scan.committed.rend(); ++it) {
+    auto& newest = *it;
     if (newest.global_step >= step) continue;
     auto delta = ReadManifest(newest.dir + "/" + DeltaDirName(step));
     if (!delta.ok() && delta.status().code() == Code::kNotFound)

@@ -51,8 +51,9 @@ struct Voidify {
 }  // namespace ps::log
 
 // PS_LOG(Info) << "text " << value;  — evaluates the operands only when the level is on.
-// NOLINTNEXTLINE(bugprone-macro-parentheses): the expansion is the left operand of <<.
+// NOLINTBEGIN(bugprone-macro-parentheses): the expansion is the left operand of <<.
 #define PS_LOG(level)                             \
   !::ps::log::Enabled(::ps::log::Level::k##level) \
       ? (void)0                                   \
       : ::ps::log::Voidify() & ::ps::log::Line(::ps::log::Level::k##level)
+// NOLINTEND(bugprone-macro-parentheses)

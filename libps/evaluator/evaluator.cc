@@ -1,7 +1,6 @@
 #include "libps/evaluator/evaluator.h"
 
 #include <signal.h>
-#include <ranges>
 
 #include <algorithm>
 #include <chrono>
@@ -204,7 +203,8 @@ class Evaluator {
 
   Status EvaluateOnce() {
     PS_ASSIGN_OR_RETURN(auto all, ckpt::ListCheckpoints(options_.model_dir));
-    for (const auto& c : std::views::reverse(all)) {
+    for (auto it = all.rbegin(); it != all.rend(); ++it) {
+      const auto& c = *it;
       if (options_.step >= 0 && c.global_step != options_.step) continue;
       PS_ASSIGN_OR_RETURN(scoring::EvalMetrics m, EvaluateCheckpoint(c));
       return Append(c, m);

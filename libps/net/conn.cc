@@ -163,6 +163,12 @@ awaitable<size_t> Conn::ReadAtLeast(std::span<std::byte> into, size_t at_least) 
     co_return co_await asio::async_read(*tls_, asio::buffer(into.data(), into.size()),
                                         asio::transfer_at_least(at_least), use_awaitable);
   }
+  if (into.size() >= kReactorReadBytes) {
+    // A big payload: Asio's reactor performs each recv the moment the socket turns
+    // readable, without resuming this coroutine per socket buffer (conn.h).
+    co_return co_await asio::async_read(socket_, asio::buffer(into.data(), into.size()),
+                                        asio::transfer_at_least(at_least), use_awaitable);
+  }
   size_t got = 0;
   while (got < at_least) {
     if (closed_) Throw(asio::error::operation_aborted);

@@ -12,9 +12,13 @@
 // Why this model: a 4 KiB round trip on a VM is bound by thread wake-ups (~15-20 us each;
 // the push/pull benchmark's small sizes, scripts/bench-pushpull.sh), and a reply handed
 // from an I/O thread to the caller that waits for it, or a frame handed to a writer
-// coroutine, costs one wake-up more than the call itself. Asio's composed reads and
-// writes (async_read, async_write) on the socket are not used.
-// TLS is the exception: OpenSSL owns its records and their retries, so a TLS
+// coroutine, costs one wake-up more than the call itself.
+// One exception on plain TCP: a read on the strand into a span of kReactorReadBytes or
+// more (a big payload) is Asio's async_read, whose reactor performs each recv as the
+// socket turns readable; resuming the reader's coroutine for every socket buffer instead
+// made a 64 MiB push 13 % slower (scripts/bench-pushpull.sh --compare). Writes need no
+// such exception (a 64 MiB pull through the writer coroutine is as fast as before).
+// TLS is the other exception: OpenSSL owns its records and their retries, so a TLS
 // connection's bytes go through asio::ssl::stream's reads and writes on the strand (no
 // direct writes, no reads on the calling thread).
 #pragma once
@@ -153,6 +157,8 @@ struct BlockingDeadlines {
 // Bytes read ahead per connection once its handshake passed: a small frame (header,
 // envelope and payload) usually arrives whole in one read system call.
 inline constexpr size_t kReadAheadBytes = size_t{32} << 10;
+// A read on the strand into at least this many bytes goes through Asio's reactor whole.
+inline constexpr size_t kReactorReadBytes = size_t{1} << 20;
 
 // A framed TCP connection on a strand (the socket's executor must be one), in the I/O
 // model above. Reading is done by its owner's loop (or, on a client, by a caller that

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
-#include <ranges>
 #include <sstream>
 #include <utility>
 #include <vector>
@@ -154,14 +153,16 @@ std::string RenderReportHtml(const MetricsHistory& h, std::string_view title) {
     if (last.total_steps) steps += " of " + Grouped(static_cast<double>(*last.total_steps));
     rows.emplace_back("Steps", steps);
     if (last.elapsed_sec) rows.emplace_back("Training time", FormatDuration(*last.elapsed_sec));
-    for (const auto& r : std::views::reverse(h.train)) {
+    for (auto it = h.train.rbegin(); it != h.train.rend(); ++it) {
+      const auto& r = *it;
       if (r.loss) {
         rows.emplace_back("Final training loss",
                           Fixed(*r.loss, 4) + " (step " + Grouped(double(r.step)) + ")");
         break;
       }
     }
-    for (const auto& r : std::views::reverse(h.train)) {
+    for (auto it = h.train.rbegin(); it != h.train.rend(); ++it) {
+      const auto& r = *it;
       if (r.accuracy) {
         rows.emplace_back("Final training accuracy",
                           Fixed(*r.accuracy, 4) + " (step " + Grouped(double(r.step)) + ")");

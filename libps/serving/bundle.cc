@@ -4,7 +4,6 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <ranges>
 
 #include <algorithm>
 #include <cerrno>
@@ -394,7 +393,8 @@ Result<LoadedBundle> LoadModelDir(const std::string& model_dir, std::optional<in
                         ckpt::FindRestorable(model_dir, warnings, ckpt::Verify::kFooters));
     if (!found) return NotFound(model_dir + ": no committed checkpoint");
     std::vector<ckpt::CheckpointInfo> candidates{*found};
-    for (const auto& c : std::views::reverse(all)) {
+    for (auto it = all.rbegin(); it != all.rend(); ++it) {
+      const auto& c = *it;
       if (c.global_step < found->global_step) candidates.push_back(c);
     }
     for (size_t i = 0; i < candidates.size(); ++i) {
