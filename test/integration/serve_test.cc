@@ -241,7 +241,7 @@ TEST_CASE("pstrain-serve refuses what it cannot serve, with exit codes") {
   TempDir tmp;
   Task none("serve", {ServePath(), "--port", "0"});
   CHECK(none.WaitExit(30s) == std::optional<int>(2));
-  CHECK(none.HasLine("pstrain-serve: --model NAME=PATH is required"));
+  CHECK(none.HasLine("pstrain-serve: --model NAME=PATH or --model-config-file FILE is required"));
   Task missing("serve", {ServePath(), "--model", "m=" + (tmp / "nothing").string()});
   CHECK(missing.WaitExit(30s) == std::optional<int>(2));
   CHECK(missing.HasLine("neither a bundle (no bundle.json) nor a model dir (no job.json)"));
@@ -251,7 +251,7 @@ TEST_CASE("pstrain-serve refuses what it cannot serve, with exit codes") {
   // `pstrain serve` runs pstrain-serve with its arguments.
   auto via = StartLauncher({"serve", "--port", "0"}, "pstrain serve");
   CHECK(via->WaitExit(30s) == std::optional<int>(2));
-  CHECK(via->HasLine("pstrain-serve: --model NAME=PATH is required"));
+  CHECK(via->HasLine("pstrain-serve: --model NAME=PATH or --model-config-file FILE is required"));
 }
 
 }  // namespace
