@@ -165,6 +165,15 @@ void Models::Refresh(Slot& slot) {
   const auto v = slot.served->Get();
   if (!v) return;
   auto r = v->bundle()->Refresh(slot.spec.base_path);
+  if (!r.ok() && r.status().code() == Code::kFailedPrecondition) {
+    // A full checkpoint committed since the listing: the next poll loads it as a version.
+    auto all = ckpt::ListCheckpoints(slot.spec.base_path);
+    if (all.ok() && std::any_of(all->begin(), all->end(), [&](const ckpt::CheckpointInfo& c) {
+          return !c.manifest.base && c.global_step > v->version();
+        })) {
+      return;
+    }
+  }
   if (!r.ok()) {
     Problem(slot, Status(r.status().code(), "version " + std::to_string(v->version()) +
                                                 ": deltas not applied: " + r.status().message() +
