@@ -489,6 +489,13 @@ TEST_CASE(
   // Plain HTTP to the HTTPS port gets no answer.
   CHECK(CurlExit({"http://127.0.0.1:" + std::to_string(port) + "/v1/models/m"}, tmp / "x", &said) !=
         0);
+  // With --model, SIGHUP applies the flags again; the model serves on.
+  const size_t mark = https->LineCount();
+  https->Signal(SIGHUP);
+  REQUIRE(https->WaitForLineFrom("config reloaded: 1 model(s)", mark, 60s));
+  CHECK(https->HasLine("SIGHUP: applying the --model flags again"));
+  CHECK(predict(port, {}, &said) == 0);
+  CHECK(said.find("code=200") != std::string::npos);
   https->Signal(SIGTERM);
   CHECK(https->WaitExit(60s) == std::optional<int>(0));
 
