@@ -1,7 +1,9 @@
 // pstrain-serve: answers online requests with TensorFlow Serving's REST API
-// (libps/serving/rest.h) for the models named by --model NAME=PATH, over HTTP
-// (libps/http), following each training model dir as it writes checkpoints. Outside any
-// training cluster: no TF_CONFIG. SIGTERM/SIGINT: /healthz fails at once, requests are
+// (libps/serving/rest.h) for the models named by --model NAME=PATH or by a TF Serving
+// model config file (--model-config-file), over HTTP (libps/http), following each
+// training model dir as it writes checkpoints (daemons/serve/models.h). Outside any
+// training cluster: no TF_CONFIG. SIGHUP: the config is read and applied again (a bad
+// file keeps the one served). SIGTERM/SIGINT: /healthz fails at once, requests are
 // answered for --drain-delay seconds more, then the ones under way finish and it exits 0.
 #include <chrono>
 #include <condition_variable>
@@ -12,6 +14,7 @@
 
 #include <boost/program_options.hpp>
 
+#include "daemons/serve/hangup.h"
 #include "daemons/serve/models.h"
 #include "libps/core/log.h"
 #include "libps/core/text.h"
@@ -31,6 +34,9 @@ namespace po = boost::program_options;
 
 struct Flags {
   std::vector<std::string> models;
+  std::string model_config_file;
+  int keep_versions = 2;
+  bool allow_labels_for_unavailable = false;
   std::string host = "127.0.0.1";
   int port = 8501;
   int threads = 2;
@@ -44,19 +50,34 @@ struct Flags {
   bool check_config = false;
 };
 
-Status CheckFlags(const Flags& f, std::vector<serve::Models::Entry>* entries) {
-  if (f.models.empty()) return InvalidArgument("--model NAME=PATH is required");
+// The models the flags name: --model's, or --model-config-file's (read anew each call).
+Result<std::vector<serving::ModelSpec>> ReadSpecs(const Flags& f) {
+  if (!f.model_config_file.empty()) {
+    PS_ASSIGN_OR_RETURN(auto specs, serving::ReadModelConfigFile(f.model_config_file));
+    PS_RETURN_IF_ERROR(serve::Models::Check(specs));
+    return specs;
+  }
+  std::vector<serving::ModelSpec> specs;
   std::set<std::string> names;
   for (const auto& m : f.models) {
     PS_ASSIGN_OR_RETURN(auto spec, serving::ParseModelFlag(m));
     if (!names.insert(spec.name).second) {
       return InvalidArgument("--model: two models named " + QuoteInput(spec.name, '"'));
     }
-    std::error_code ec;
-    const bool bundle = std::filesystem::exists(
-        std::filesystem::path(spec.base_path) / serving::kBundleManifest, ec);
-    entries->push_back({spec.name, spec.base_path, !bundle});
+    specs.push_back(std::move(spec));
   }
+  PS_RETURN_IF_ERROR(serve::Models::Check(specs));
+  return specs;
+}
+
+Status CheckFlags(const Flags& f) {
+  if (f.models.empty() && f.model_config_file.empty())
+    return InvalidArgument("--model NAME=PATH or --model-config-file FILE is required");
+  if (!f.models.empty() && !f.model_config_file.empty())
+    return InvalidArgument(
+        "--model and --model-config-file: give one or the other (name every model in the file)");
+  if (f.keep_versions < 1 || f.keep_versions > 1000)
+    return InvalidArgument("--keep-versions: must be in 1..1000");
   if (f.port < 0 || f.port > 65535) return InvalidArgument("--port: must be in 0..65535");
   if (f.metrics_port < -1 || f.metrics_port > 65535)
     return InvalidArgument("--metrics-port: must be in 0..65535");
@@ -91,7 +112,15 @@ int main(int argc, char** argv) {
   desc.add_options()(
       "model", po::value(&f.models)->value_name("NAME=PATH"),
       "serve PATH as NAME (repeatable): a bundle (pstrain export) or a training model dir, "
-      "exported in memory at its newest checkpoint and followed")(
+      "its newest checkpoints loaded and followed")(
+      "model-config-file", po::value(&f.model_config_file)->value_name("FILE"),
+      "serve the models of a TensorFlow Serving model config file (ModelServerConfig text "
+      "format; TF Serving's --model_config_file), read again on SIGHUP")(
+      "keep-versions", po::value(&f.keep_versions)->value_name("N")->default_value(2),
+      "full checkpoints of a model dir kept loaded (a latest policy without num_versions)")(
+      "allow-version-labels-for-unavailable-models",
+      po::bool_switch(&f.allow_labels_for_unavailable),
+      "let a new version label name a version not loaded yet (TF Serving's flag of that name)")(
       "host", po::value(&f.host)->value_name("HOST")->default_value("127.0.0.1"),
       "address to listen on")("port", po::value(&f.port)->value_name("PORT")->default_value(8501),
                               "port of the REST API (0: any free port, logged)")(
@@ -121,33 +150,53 @@ int main(int argc, char** argv) {
   if (auto rc = daemon::ParseCommandLine(
           argc, argv,
           "Usage: pstrain-serve --model NAME=PATH [--model ...] [options]\n"
+          "       pstrain-serve --model-config-file FILE [options]\n"
           "Serves models over TensorFlow Serving's REST API (/v1/models/NAME:predict).",
           desc)) {
     return *rc;
   }
   auto fail = [](const Status& st) { return daemon::FailStart("pstrain-serve", st); };
   log::SetTag("serve");
-  std::vector<serve::Models::Entry> entries;
-  if (Status st = CheckFlags(f, &entries); !st.ok()) return fail(st);
-  auto registry =
-      std::make_shared<prom::Registry>(prom::Labels{{"task_type", "serve"}, {"task_index", "0"}});
-  registry->AddCollector(prom::WriteProcessMetrics).Release();
-  serve::Models models(entries, registry);
-  if (Status st = models.Check(); !st.ok()) {
-    return fail(Status(Code::kInvalidArgument, st.message()));
-  }
+  if (Status st = CheckFlags(f); !st.ok()) return fail(st);
+  auto specs = ReadSpecs(f);
+  if (!specs.ok()) return fail(Status(Code::kInvalidArgument, specs.status().message()));
   if (f.check_config) {
-    for (const auto& e : entries) {
-      std::printf("pstrain-serve: config ok: model %s: %s %s\n", e.name.c_str(),
-                  e.model_dir ? "model dir" : "bundle", e.path.c_str());
+    for (const auto& m : *specs) {
+      std::string labels;
+      for (const auto& [l, v] : m.labels) labels += " " + l + "=" + std::to_string(v);
+      std::printf(
+          "pstrain-serve: config ok: model %s: %s %s%s%s\n", m.name.c_str(),
+          std::filesystem::exists(std::filesystem::path(m.base_path) / serving::kBundleManifest)
+              ? "bundle"
+              : "model dir",
+          m.base_path.c_str(), labels.empty() ? "" : "; labels", labels.c_str());
     }
     return daemon::kExitOk;
   }
+  auto registry =
+      std::make_shared<prom::Registry>(prom::Labels{{"task_type", "serve"}, {"task_index", "0"}});
+  registry->AddCollector(prom::WriteProcessMetrics).Release();
+  serve::Models models({.keep_versions = f.keep_versions,
+                        .allow_labels_for_unavailable = f.allow_labels_for_unavailable},
+                       registry);
+  auto& reloads =
+      registry->Counter("pstrain_serving_config_reloads_total", "Model configs applied on SIGHUP");
+  auto& reload_failures = registry->Counter(
+      "pstrain_serving_config_reload_failures_total",
+      "SIGHUPs whose config was refused (unreadable, invalid, a model path that is neither a "
+      "bundle nor a model dir: the previous config serves on) or whose labels were refused");
+  auto& reloaded_at = registry->Gauge(
+      "pstrain_serving_config_last_reload_success_timestamp_seconds",
+      "When the model config was last applied in full (unix seconds; start-up included)");
   // Scores must not depend on a thread count: `pstrain predict`'s setting.
   model::SetBlasThreads(1);
 
   const uint64_t body_limit = static_cast<uint64_t>(f.max_body_mb * (1 << 20));
   serving::RestApi api({.body_limit = body_limit}, models.served());
+  auto now = [] {
+    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  };
   std::atomic<bool> ready{false}, draining{false};
   http::ServerOptions so;
   so.host = f.host;
@@ -220,26 +269,60 @@ int main(int argc, char** argv) {
 
   std::mutex mu;
   std::condition_variable cv;
-  int signals_seen = 0;
+  int signals_seen = 0, hangups = 0;
   auto watching = signals.Start([&](int) {
     std::lock_guard lock(mu);
     ++signals_seen;
     draining.store(true);
     cv.notify_all();
   });
-  if (Status st = models.LoadAll(); !st.ok()) {
+  serve::HangupWatcher hangup([&] {
+    std::lock_guard lock(mu);
+    ++hangups;
+    cv.notify_all();
+  });
+  if (Status st = models.Apply(*specs, /*startup=*/true); !st.ok()) {
     (*server)->Stop();
     return daemon::FinishDaemon("pstrain-serve", st, signals);
   }
+  reloaded_at.Set(now());
   ready.store(true);
-  PS_LOG(Info) << "ready: " << entries.size() << " model(s) loaded";
+  PS_LOG(Info) << "ready: " << specs->size() << " model(s) loaded";
+  auto reload = [&] {
+    const std::string what =
+        f.model_config_file.empty() ? std::string("the --model flags") : f.model_config_file;
+    PS_LOG(Info) << "SIGHUP: applying " << what << " again";
+    auto next = ReadSpecs(f);
+    if (!next.ok()) {
+      reload_failures.Add();
+      PS_LOG(Error) << "config reload failed: " << next.status().message()
+                    << " (serving on with the previous config)";
+      return;
+    }
+    if (Status st = models.Apply(*next, /*startup=*/false); !st.ok()) {
+      reload_failures.Add();
+      PS_LOG(Error) << "config reload failed: " << st.message()
+                    << " (its models were applied; that model's labels stay as they were)";
+      return;
+    }
+    reloads.Add();
+    reloaded_at.Set(now());
+    PS_LOG(Info) << "config reloaded: " << next->size() << " model(s)";
+  };
   const auto poll = std::chrono::duration<double>(f.poll_seconds);
   {
     std::unique_lock lock(mu);
     while (signals_seen == 0) {
-      if (cv.wait_for(lock, poll, [&] { return signals_seen > 0; })) break;
+      cv.wait_for(lock, poll, [&] { return signals_seen > 0 || hangups > 0; });
+      if (signals_seen > 0) break;
+      const bool hup = hangups > 0;
+      hangups = 0;
       lock.unlock();
-      models.Poll();
+      if (hup) {
+        reload();
+      } else {
+        models.Poll();
+      }
       lock.lock();
     }
     PS_LOG(Info) << "stopping: /healthz fails now; answering for " << f.drain_delay

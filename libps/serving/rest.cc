@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "libps/serving/versions.h"
+
 namespace ps::serving {
 
 namespace {
@@ -290,19 +292,93 @@ Result<Scores> ServedVersion::Score(const model::Batch& batch) const {
   return scores;
 }
 
+std::map<std::string, int64_t> ServedModel::labels() const {
+  std::lock_guard lock(mu_);
+  return labels_;
+}
+
+void ServedModel::SetLabels(std::map<std::string, int64_t> labels) {
+  std::lock_guard lock(mu_);
+  labels_ = std::move(labels);
+}
+
 std::shared_ptr<const ServedVersion> ServedModel::Get() const {
   std::lock_guard lock(mu_);
-  return current_;
+  return versions_.empty() ? nullptr : versions_.rbegin()->second;
+}
+
+std::shared_ptr<const ServedVersion> ServedModel::Find(int64_t version) const {
+  std::lock_guard lock(mu_);
+  auto it = versions_.find(version);
+  return it == versions_.end() ? nullptr : it->second;
+}
+
+std::set<int64_t> ServedModel::Loaded() const {
+  std::lock_guard lock(mu_);
+  std::set<int64_t> out;
+  for (const auto& [v, _] : versions_) out.insert(v);
+  return out;
 }
 
 void ServedModel::Set(std::shared_ptr<const ServedVersion> v) {
   std::lock_guard lock(mu_);
-  current_ = std::move(v);
+  versions_.clear();
+  if (v) versions_[v->version()] = std::move(v);
 }
 
-RestApi::RestApi(RestOptions options, std::vector<std::shared_ptr<ServedModel>> models)
-    : options_(options) {
-  for (auto& m : models) models_[m->name()] = std::move(m);
+void ServedModel::Put(std::shared_ptr<const ServedVersion> v) {
+  std::lock_guard lock(mu_);
+  versions_[v->version()] = std::move(v);
+}
+
+void ServedModel::Remove(int64_t version) {
+  std::lock_guard lock(mu_);
+  versions_.erase(version);
+}
+
+void ServedModel::SetLoading(int64_t version, bool loading) {
+  std::lock_guard lock(mu_);
+  if (loading) {
+    loading_.insert(version);
+  } else {
+    loading_.erase(version);
+  }
+}
+
+std::set<int64_t> ServedModel::Loading() const {
+  std::lock_guard lock(mu_);
+  return loading_;
+}
+
+std::shared_ptr<ServedModel> ServedModels::Find(const std::string& name) const {
+  std::lock_guard lock(mu_);
+  auto it = models_.find(name);
+  return it == models_.end() ? nullptr : it->second;
+}
+
+std::vector<std::shared_ptr<ServedModel>> ServedModels::All() const {
+  std::lock_guard lock(mu_);
+  std::vector<std::shared_ptr<ServedModel>> out;
+  for (const auto& [_, m] : models_) out.push_back(m);
+  return out;
+}
+
+void ServedModels::Put(std::shared_ptr<ServedModel> model) {
+  std::lock_guard lock(mu_);
+  models_[model->name()] = std::move(model);
+}
+
+void ServedModels::Remove(const std::string& name) {
+  std::lock_guard lock(mu_);
+  models_.erase(name);
+}
+
+RestApi::RestApi(RestOptions options, std::shared_ptr<ServedModels> models)
+    : options_(options), models_(std::move(models)) {}
+
+RestApi::RestApi(RestOptions options, const std::vector<std::shared_ptr<ServedModel>>& models)
+    : options_(options), models_(std::make_shared<ServedModels>()) {
+  for (const auto& m : models) models_->Put(m);
 }
 
 bool RestApi::IsApiPath(const std::string& path) {
@@ -311,7 +387,7 @@ bool RestApi::IsApiPath(const std::string& path) {
 
 std::string RestApi::ServedModelOf(const std::string& path) const {
   Route route;
-  if (ParseRoute(path, &route) && models_.count(route.name) > 0) return route.name;
+  if (ParseRoute(path, &route) && models_->Find(route.name) != nullptr) return route.name;
   return "";
 }
 
@@ -327,34 +403,46 @@ RestResponse RestApi::Handle(const std::string& method, const std::string& path,
       e.headers.emplace_back("Allow", post ? "POST" : "GET, HEAD");
       return e;
     }
-    auto it = models_.find(route.name);
-    if (it == models_.end()) {
+    const auto model = models_->Find(route.name);
+    if (model == nullptr) {
       return Error(404, "Servable not found for request: Latest(" + route.name + ")");
     }
     const std::string& name = route.name;
-    auto served = it->second->Get();
-    if (!served) return Error(503, "model " + name + " is not loaded yet: try again");
+    const std::set<int64_t> loaded = model->Loaded();
+    if (loaded.empty()) return Error(503, "model " + name + " is not loaded yet: try again");
+    bool unknown_label = false;
+    const auto labels = model->labels();
+    const auto want = ResolveVersion(route.version, route.label, labels, loaded, &unknown_label);
+    if (unknown_label) return Error(404, "Unrecognized servable version label: " + route.label);
+    const auto served = want ? model->Find(*want) : nullptr;
+    if (served == nullptr) {
+      const std::string v =
+          route.version.empty() ? std::to_string(labels.at(route.label)) : route.version;
+      return Error(404, "Servable not found for request: Specific(" + name + ", " + v + ")");
+    }
     const BundleInfo info = served->bundle()->info();
     step = std::to_string(info.source_base_step) + "/" + std::to_string(info.source_step);
     const std::string version = std::to_string(served->version());
-    if (!route.version.empty() && route.version != version) {
-      return Error(404,
-                   "Servable not found for request: Specific(" + name + ", " + route.version + ")");
-    }
-    if (!route.label.empty()) {
-      auto l = it->second->labels().find(route.label);
-      if (l == it->second->labels().end() || l->second != served->version()) {
-        return Error(404, "Unrecognized servable version label: " + route.label);
-      }
-    }
     RestResponse ok;
     ok.model = name;
     if (route.kind == Route::Kind::kStatus) {
-      ok.body = Json{{"model_version_status",
-                      Json::array({{{"version", version},
-                                    {"state", "AVAILABLE"},
-                                    {"status", {{"error_code", "OK"}, {"error_message", ""}}}}})}}
-                    .dump();
+      auto entry = [](int64_t v, const char* state) {
+        return Json{{"version", std::to_string(v)},
+                    {"state", state},
+                    {"status", {{"error_code", "OK"}, {"error_message", ""}}}};
+      };
+      Json list = Json::array();
+      if (!route.version.empty() || !route.label.empty()) {
+        list.push_back(entry(served->version(), "AVAILABLE"));
+      } else {
+        std::set<int64_t> all = loaded;
+        const std::set<int64_t> loading = model->Loading();
+        all.insert(loading.begin(), loading.end());
+        for (auto it = all.rbegin(); it != all.rend(); ++it) {
+          list.push_back(entry(*it, loaded.count(*it) > 0 ? "AVAILABLE" : "LOADING"));
+        }
+      }
+      ok.body = Json{{"model_version_status", list}}.dump();
       return ok;
     }
     if (route.kind == Route::Kind::kMetadata) {

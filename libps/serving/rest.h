@@ -6,10 +6,13 @@
 //   GET  /v1/models/NAME[/versions/V | /labels/L]/metadata   signature "serving_default"
 //   POST /v1/models/NAME[/versions/V | /labels/L]:predict    {"instances": ...} or
 //                                                            {"inputs": ...}
-// Paths match case-insensitively, as TF Serving's. A model's one version is the step of
-// its full checkpoint (the chain's base: delta refreshes keep the version). Inputs per
+// Paths match case-insensitively, as TF Serving's. A version is the step of a full
+// checkpoint (the chain's base: delta refreshes keep the version); without /versions or
+// /labels a request goes to the newest loaded version, and the status lists every loaded
+// version (AVAILABLE, newest first) and those being loaded (LOADING). Inputs per
 // data format: rest_inputs.h; outputs: the model's heads by name. Errors are
-// {"error": "..."}: 400 invalid argument, 404 no such path, model, version or label,
+// {"error": "..."}: 400 invalid argument, 404 no such path, model, version or label
+// (a label naming a version that is not loaded: "Servable not found ..."),
 // 405 a known path with another method, 413 a body over the limit, 503 the model is not
 // loaded yet (TF Serving answers 404 "Servable not found" then; 503 tells a client to
 // retry). Every response has the header X-Pstrain-Model-Step: "<base step>/<step>" of
@@ -20,6 +23,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -48,22 +52,49 @@ class ServedVersion {
   mutable std::vector<std::unique_ptr<Scorer>> free_;
 };
 
-// A served name; what it serves is swapped whole (Set) while requests go on: each
-// request scores with the state it found.
+// A served name and its loaded versions (each a ServedVersion, keyed by its version);
+// versions are added and removed while requests go on: each request scores with the
+// version it found, which stays alive until the request is answered. Thread-safe.
 class ServedModel {
  public:
   explicit ServedModel(std::string name, std::map<std::string, int64_t> labels = {})
       : name_(std::move(name)), labels_(std::move(labels)) {}
   const std::string& name() const { return name_; }
-  const std::map<std::string, int64_t>& labels() const { return labels_; }
+  std::map<std::string, int64_t> labels() const;
+  void SetLabels(std::map<std::string, int64_t> labels);
+  // The newest loaded version, or null.
   std::shared_ptr<const ServedVersion> Get() const;
+  // That version, or null when it is not loaded.
+  std::shared_ptr<const ServedVersion> Find(int64_t version) const;
+  std::set<int64_t> Loaded() const;
+  // Serves v alone (every other version dropped).
   void Set(std::shared_ptr<const ServedVersion> v);
+  // Adds v, or replaces the state of its version (a refresh).
+  void Put(std::shared_ptr<const ServedVersion> v);
+  void Remove(int64_t version);
+  // Versions being loaded, listed by the status as LOADING.
+  void SetLoading(int64_t version, bool loading);
+  std::set<int64_t> Loading() const;
 
  private:
   std::string name_;
-  std::map<std::string, int64_t> labels_;
   mutable std::mutex mu_;
-  std::shared_ptr<const ServedVersion> current_;
+  std::map<std::string, int64_t> labels_;
+  std::map<int64_t, std::shared_ptr<const ServedVersion>> versions_;
+  std::set<int64_t> loading_;
+};
+
+// The served names; models are added and removed while requests go on. Thread-safe.
+class ServedModels {
+ public:
+  std::shared_ptr<ServedModel> Find(const std::string& name) const;
+  std::vector<std::shared_ptr<ServedModel>> All() const;
+  void Put(std::shared_ptr<ServedModel> model);
+  void Remove(const std::string& name);
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::string, std::shared_ptr<ServedModel>> models_;
 };
 
 struct RestResponse {
@@ -82,7 +113,8 @@ struct RestOptions {
 
 class RestApi {
  public:
-  RestApi(RestOptions options, std::vector<std::shared_ptr<ServedModel>> models);
+  RestApi(RestOptions options, std::shared_ptr<ServedModels> models);
+  RestApi(RestOptions options, const std::vector<std::shared_ptr<ServedModel>>& models);
   // Thread-safe.
   RestResponse Handle(const std::string& method, const std::string& path,
                       const std::string& body) const;
@@ -93,7 +125,7 @@ class RestApi {
 
  private:
   RestOptions options_;
-  std::map<std::string, std::shared_ptr<ServedModel>> models_;
+  std::shared_ptr<ServedModels> models_;
 };
 
 // A float as the API prints it: 9 significant digits; NaN, Infinity, -Infinity.

@@ -50,6 +50,13 @@ Result<std::shared_ptr<Bundle>> Bundle::LoadModelDir(const std::string& model_di
   return std::shared_ptr<Bundle>(new Bundle(std::move(impl)));
 }
 
+Result<std::shared_ptr<Bundle>> Bundle::LoadModelDir(const std::string& model_dir, int64_t step,
+                                                     std::vector<std::string>* warnings) {
+  auto impl = std::make_unique<Impl>();
+  PS_ASSIGN_OR_RETURN(impl->b, serving::LoadModelDir(model_dir, step, warnings));
+  return std::shared_ptr<Bundle>(new Bundle(std::move(impl)));
+}
+
 std::string Bundle::job_json() const { return impl_->b.loaded.job.raw.dump(); }
 
 BundleInfo Bundle::info() const {

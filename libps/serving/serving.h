@@ -159,6 +159,11 @@ class Bundle : public std::enable_shared_from_this<Bundle> {
   // checkpoint), DataLoss (none verifies).
   static Result<std::shared_ptr<Bundle>> LoadModelDir(const std::string& model_dir,
                                                       std::vector<std::string>* warnings);
+  // The state at `step` of a training model dir: a full checkpoint alone (not its
+  // deltas), or a delta's whole chain. Errors: NotFound (no job.json, no committed
+  // checkpoint at step), DataLoss (a file of it, or of its chain, fails verification).
+  static Result<std::shared_ptr<Bundle>> LoadModelDir(const std::string& model_dir, int64_t step,
+                                                      std::vector<std::string>* warnings);
   ~Bundle();
 
   // A snapshot: a refresh in another thread changes what the next call returns.

@@ -8,6 +8,13 @@ with the container's command and args plus --check-config: each must accept it a
 task. The same for the legacy replica type "Master" (read as the chief). It also checks
 restartPolicy ExitCode everywhere and the shared model-dir volume.
 
+serve.yaml (pstrain-serve's Deployment and Service): the container's command and args
+with the ConfigMap's model config (its /models paths moved into a temp dir holding a model
+dir) pass pstrain-serve's --check-config; the readiness probe asks the status of a model
+the config serves on the API port, liveness and startup ask /healthz, the grace period
+outlasts --drain-delay, the Service targets the API port of the Deployment's pods, and the
+model-dir claim is the training manifests'.
+
 plain.yaml (Indexed Jobs + headless Service): for every pod index, runs the container's
 command with $(JOB_COMPLETION_INDEX) substituted and the ConfigMap's files in a temp dir:
 each daemon must accept its task, and its TF_CONFIG address must be the pod's DNS name
@@ -31,7 +38,7 @@ except ImportError:
 BUILD = os.environ["PSTRAIN_BUILD_DIR"]
 SOURCE = os.environ["PSTRAIN_SOURCE_DIR"]
 ROLES = {"pstrain-chief": "chief", "pstrain-ps": "ps", "pstrain-worker": "worker",
-         "pstrain-evaluator": "evaluator"}
+         "pstrain-evaluator": "evaluator", "pstrain-serve": "serve"}
 failures = []
 
 
@@ -177,6 +184,79 @@ def check_plain(tmp):
                 check(want in out, "plain %s-%d: its TF_CONFIG address is its DNS name (%s)" % (jname, i, want))
 
 
+def check_serve(tmp):
+    docs = load("serve.yaml")
+    dep = next(d for d in docs if d["kind"] == "Deployment")
+    svc = next(d for d in docs if d["kind"] == "Service")
+    cm = next(d for d in docs if d["kind"] == "ConfigMap")
+    tpl = dep["spec"]["template"]
+    c = container(tpl)
+    args = c["args"]
+    check(os.path.basename(c["command"][0]) == "pstrain-serve", "serve: runs pstrain-serve")
+    config_path = args[args.index("--model-config-file") + 1]
+    mounts = {m["name"]: m for m in c.get("volumeMounts", [])}
+    volumes = {v["name"]: v for v in tpl["spec"]["volumes"]}
+    cm_volume = next(n for n, v in volumes.items() if v.get("configMap", {}).get("name") == cm["metadata"]["name"])
+    check(config_path == mounts[cm_volume]["mountPath"] + "/models.config" and "models.config" in cm["data"],
+          "serve: --model-config-file is the ConfigMap's models.config (%s)" % config_path)
+    # The config's model dirs, moved under tmp: each a model dir (job.json) for --check-config.
+    text = cm["data"]["models.config"]
+    root = os.path.join(tmp, "serve-models")
+    names = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("name:"):
+            names.append(line.split("'")[1])
+        if line.startswith("base_path:"):
+            path = line.split("'")[1]
+            model_mount = mounts["models"]["mountPath"]
+            check(path.startswith(model_mount + "/"), "serve: base_path %s is on the models volume" % path)
+            local = os.path.join(root, os.path.relpath(path, "/"))
+            os.makedirs(local, exist_ok=True)
+            open(os.path.join(local, "job.json"), "w").close()
+    local_config = os.path.join(tmp, "serve-models.config")
+    with open(local_config, "w") as f:
+        f.write(text.replace("'/models/", "'" + root + "/models/"))
+    rc, out = run_check(c["command"][0], rewrite_paths(args, {config_path: local_config}))
+    check(rc == 0 and all(("config ok: model %s: model dir" % n) in out for n in names) and names,
+          "serve: pstrain-serve accepts the ConfigMap's model config (%s)" % out)
+    check_scraped("serve", tpl, c)
+    port = int(args[args.index("--port") + 1])
+    check(port_of(c, "http") == port and args[args.index("--host") + 1] == "0.0.0.0",
+          "serve: listens on 0.0.0.0 on its http container port")
+
+    def probe_port(probe):
+        p = probe["httpGet"]["port"]
+        return port_of(c, p) if isinstance(p, str) else p
+
+    ready, live, startup = c["readinessProbe"], c["livenessProbe"], c.get("startupProbe")
+    check(ready["httpGet"]["path"] in ["/v1/models/" + n for n in names] and probe_port(ready) == port,
+          "serve: readiness asks a served model's status on the API port (%s)" % ready["httpGet"])
+    check(live["httpGet"]["path"] == "/healthz" and probe_port(live) == port, "serve: liveness asks /healthz")
+    check(startup is not None and startup["httpGet"]["path"] == "/healthz" and probe_port(startup) == port,
+          "serve: a startup probe on /healthz holds liveness back while models load")
+    drain = float(args[args.index("--drain-delay") + 1]) if "--drain-delay" in args else 0
+    grace = tpl["spec"].get("terminationGracePeriodSeconds", 30)
+    check(drain > 0 and grace > drain + 10, "serve: grace period %s > --drain-delay %s + 10 s of drain" % (grace, drain))
+    check(live.get("periodSeconds", 10) * live.get("failureThreshold", 3) > drain + 10,
+          "serve: liveness outlasts the drain (it fails /healthz meanwhile)")
+    check(not c.get("lifecycle", {}).get("preStop"), "serve: no preStop hook (SIGTERM drains)")
+    check(tpl["metadata"]["labels"].items() >= svc["spec"]["selector"].items() and
+          dep["spec"]["selector"]["matchLabels"].items() <= tpl["metadata"]["labels"].items(),
+          "serve: the Service and the Deployment select its pods")
+    target = svc["spec"]["ports"][0]["targetPort"]
+    check((port_of(c, target) if isinstance(target, str) else target) == port,
+          "serve: the Service targets the API port")
+    claim = volumes["models"].get("persistentVolumeClaim", {})
+    check(claim.get("claimName") == "pstrain-models" and mounts["models"].get("readOnly"),
+          "serve: mounts the training manifests' model-dir claim read-only")
+    # Not a rubber stamp: a config naming a path that is no model is refused.
+    with open(local_config, "w") as f:
+        f.write("model_config_list { config { name: 'x' base_path: '%s/none' } }" % root)
+    rc, out = run_check(c["command"][0], rewrite_paths(args, {config_path: local_config}))
+    check(rc == 2 and "neither a bundle" in out, "serve: a config naming no model is refused (%s)" % out)
+
+
 def check_negative():
     """The check is not a rubber stamp: a wrong task is refused with exit 2."""
     tf = json.dumps({"cluster": {"chief": ["c-0.ns.svc:2222"], "worker": ["w-0.ns.svc:2222"]},
@@ -193,6 +273,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         check_tfjob(tmp)
         check_plain(tmp)
+        check_serve(tmp)
         check_negative()
     if failures:
         print("%d check(s) failed" % len(failures))

@@ -301,6 +301,65 @@ TEST_CASE("model status and metadata as TF Serving's") {
   CHECK(api.Handle("GET", "/v1/models/tf:predict", "").status == 405);
 }
 
+TEST_CASE("several versions: by number or label, the newest by default; models removed") {
+  TempDir tmp;
+  const std::string dir = WriteModelDir(tmp, "tf", TfJob(), 40);
+  WriteModelDir(tmp, "tf", TfJob(), 50);
+  auto m = std::make_shared<ServedModel>("tf");
+  for (int64_t step : {40, 50}) {
+    std::vector<std::string> warnings;
+    auto b = Bundle::LoadModelDir(dir, step, &warnings);
+    INFO(b.status().ToString());
+    REQUIRE(b.ok());
+    auto v = ServedVersion::Make(*b);
+    REQUIRE(v.ok());
+    CHECK((*v)->version() == step);
+    m->Put(*v);
+  }
+  std::vector<std::string> warnings;
+  CHECK(Bundle::LoadModelDir(dir, 45, &warnings).status().code() == Code::kNotFound);
+  m->SetLabels({{"stable", 40}, {"gone", 30}});
+  m->SetLoading(60, true);
+  auto table = std::make_shared<ServedModels>();
+  table->Put(m);
+  RestApi api({}, table);
+  auto versions = [](const RestResponse& r) {
+    std::vector<std::string> out;
+    const Json body = Body(r);
+    for (const auto& v : body["model_version_status"]) {
+      out.push_back(v["version"].get<std::string>() + ":" + v["state"].get<std::string>());
+    }
+    return out;
+  };
+  auto r = api.Handle("GET", "/v1/models/tf", "");
+  CHECK(r.status == 200);
+  CHECK(versions(r) == std::vector<std::string>{"60:LOADING", "50:AVAILABLE", "40:AVAILABLE"});
+  CHECK(Header(r, "X-Pstrain-Model-Step") == "50/50");
+  r = api.Handle("GET", "/v1/models/tf/versions/40", "");
+  CHECK(versions(r) == std::vector<std::string>{"40:AVAILABLE"});
+  CHECK(Header(r, "X-Pstrain-Model-Step") == "40/40");
+  r = api.Handle("GET", "/v1/models/tf/labels/stable/metadata", "");
+  CHECK(Body(r)["model_spec"]["version"] == "40");
+  CHECK(Header(r, "X-Pstrain-Model-Step") == "40/40");
+  r = api.Handle("GET", "/v1/models/tf/labels/gone", "");
+  CHECK(r.status == 404);
+  CHECK(Body(r)["error"] == "Servable not found for request: Specific(tf, 30)");
+  CHECK(api.Handle("GET", "/v1/models/tf/versions/60", "").status == 404);
+  CHECK(Body(api.Handle("GET", "/v1/models/tf/labels/x", ""))["error"] ==
+        "Unrecognized servable version label: x");
+  // A version unloaded: the newest left answers; requests holding it finish on it.
+  auto held = m->Find(50);
+  m->Remove(50);
+  CHECK(Header(api.Handle("GET", "/v1/models/tf", ""), "X-Pstrain-Model-Step") == "40/40");
+  CHECK(api.Handle("GET", "/v1/models/tf/versions/50", "").status == 404);
+  CHECK(held->bundle()->info().source_step == 50);
+  // A model removed: 404 as for any unknown model.
+  table->Remove("tf");
+  r = api.Handle("GET", "/v1/models/tf", "");
+  CHECK(r.status == 404);
+  CHECK(Body(r)["error"] == "Servable not found for request: Latest(tf)");
+}
+
 TEST_CASE("predict errors: 400 for bad requests, 413 over the limit, 503 before loading") {
   TempDir tmp;
   auto svm = Serve("svm", WriteModelDir(tmp, "svm", LibSvmJob(), 30));
