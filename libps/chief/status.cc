@@ -21,9 +21,13 @@ void Chief::Report(const Window& w, int64_t total) {
     std::lock_guard lock(mu_);
     examples_per_sec_ = eps;
   }
-  const std::string epoch = order_ ? "  epoch " + Fixed(order_->EpochsAt(global_step_), 2) +
-                                         (job_.epochs ? "/" + std::to_string(*job_.epochs) : "")
-                                   : "";
+  // Appended, not "  epoch " + Fixed(...): GCC 12 warns (-Wrestrict, a false positive fixed
+  // in GCC 13) on inserting a literal before a temporary string.
+  std::string epoch;
+  if (order_) {
+    epoch.append("  epoch ").append(Fixed(order_->EpochsAt(global_step_), 2));
+    if (job_.epochs) epoch.append(1, '/').append(std::to_string(*job_.epochs));
+  }
   PS_LOG(Info) << "step " << global_step_ << "/" << total << epoch << "  loss " << Fixed(loss, 4)
                << "  acc " << Fixed(acc, 4) << "  " << Fixed(eps, 0) << " ex/s  "
                << (job_.update.StepMode() == ps::server::UpdateMode::kSync

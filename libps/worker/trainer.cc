@@ -46,7 +46,9 @@ Result<model::Batch> Trainer::NextBatch(int64_t step) {
   by_step_->table.AppendTo(picked_, &batch);
   if (trace_fd_ >= 0) {
     std::string line = std::to_string(step) + " " + std::to_string(by_step_->slot);
-    for (int64_t id : picked_) line += " " + std::to_string(id);
+    // Appended, not " " + std::to_string(id): GCC 12 warns (-Wrestrict, a false positive
+    // fixed in GCC 13) on inserting a literal before a temporary string.
+    for (int64_t id : picked_) line.append(1, ' ').append(std::to_string(id));
     line += "\n";
     if (::write(trace_fd_, line.data(), line.size()) != static_cast<ssize_t>(line.size()))
       return ErrnoStatus("PSTRAIN_TEST_TRACE_IDS", "write", errno);
