@@ -193,34 +193,32 @@ void Models::Poll() {
         s.last_problem = st.message();
       }
     };
-    auto newest = NewestFull(s.entry.path);
-    if (!newest.ok()) {
-      problem(newest.status());
-      continue;
-    }
-    if (*newest && (*newest)->global_step > current->version()) {
-      // A newer full checkpoint: loaded beside the served one, then swapped in.
-      if (Status st = Load(s); !st.ok()) {
-        problem(st, true);
-      } else {
-        s.refreshes->Add();
-        s.last_problem.clear();
-      }
-      continue;
-    }
-    auto r = current->bundle()->Refresh(s.entry.path);
+    // New deltas, or a newer full checkpoint streamed in beside the served version
+    // (only its changed rows copied); requests never wait (serving.h, "Versions").
+    auto r = current->bundle()->Update(s.entry.path);
     if (!r.ok()) {
       problem(r.status());
       continue;
     }
     for (const auto& w : r->warnings) PS_LOG(Warning) << "model " << s.entry.name << ": " << w;
-    if (r->applied.empty()) continue;
+    if (r->applied.empty() && !r->new_base) continue;
+    if (r->new_base) {
+      // The same bundle at a new version number (the base step): a new ServedVersion.
+      auto v = serving::ServedVersion::Make(current->bundle());
+      if (!v.ok()) {
+        problem(v.status());
+        continue;
+      }
+      s.served->Set(*v);
+    }
     s.refreshes->Add();
     s.last_problem.clear();
     Publish(s);
     PS_LOG(Info) << "model " << s.entry.name << ": serving step " << r->base_step << "/"
-                 << r->to_step << " (" << r->applied.size() << " deltas applied, scoring paused "
-                 << r->paused_seconds << " s)";
+                 << r->to_step << " (" << (r->new_base ? "new full checkpoint, " : "")
+                 << r->applied.size() << " deltas applied; " << r->copied_bytes
+                 << " bytes copied, the rest shared; built in " << r->build_seconds
+                 << " s, no request paused)";
   }
 }
 
