@@ -1,7 +1,7 @@
 // pstrain-serve's models: each --model NAME=PATH loaded (a bundle, or a training model dir
 // exported in memory at its newest checkpoint), followed while serving (a model dir:
-// deltas applied in place by Bundle::Refresh, a newer full checkpoint loaded beside and
-// swapped in whole), and their metrics.
+// new deltas or a newer full checkpoint applied by Bundle::Update: a new version built
+// beside the served one, sharing its unchanged rows, and swapped in), and their metrics.
 #pragma once
 
 #include <atomic>
