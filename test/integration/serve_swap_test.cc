@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 
 #include "test/integration/harness.h"
@@ -70,7 +71,7 @@ TEST_CASE(
                        Json{{"checkpoint",
                              {{"every_steps", 200},
                               {"every_seconds", 0},
-                              {"delta_every_seconds", 0.3},
+                              {"delta_every_seconds", 0.1},
                               {"max_deltas", 100000},
                               {"delta_max_fraction", 1000},
                               {"max_to_keep", 1000}}}});
@@ -111,6 +112,11 @@ TEST_CASE(
   REQUIRE(load.WaitExit(120s) == std::optional<int>(0));
   const Json result = Json::parse(ReadFile(out));
   Note("load: " + result.dump());
+  std::printf(
+      "serve_swap: %zu checkpoints (%d full) served in turn; load: %s requests, %s failed, "
+      "%zu steps answered\n",
+      commits.size(), static_cast<int>(fulls), result["requests"].dump().c_str(),
+      result["failed"].dump().c_str(), result["steps"].size());
   CHECK(result["requests"].get<int64_t>() > 0);
   CHECK(result["failed"] == 0);
   CHECK(result["bad_headers"].empty());
