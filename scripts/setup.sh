@@ -19,6 +19,11 @@ TEST_PACKAGES=(
   curl              # http_tls: HTTPS with a client certificate and Expect: 100-continue
 )
 if [ "${PSTRAIN_WITH_TEST_TOOLS:-0}" = 1 ]; then PACKAGES+=("${TEST_PACKAGES[@]}"); fi
+# What only benchmarks need (PSTRAIN_WITH_BENCH_TOOLS=1), naming the script.
+BENCH_PACKAGES=(
+  wrk   # scripts/bench-serve.sh: the HTTP load on pstrain-serve
+)
+if [ "${PSTRAIN_WITH_BENCH_TOOLS:-0}" = 1 ]; then PACKAGES+=("${BENCH_PACKAGES[@]}"); fi
 # What only scripts/fuzz.sh needs (it sets PSTRAIN_WITH_FUZZ_TOOLS=1); the normal build
 # stays GCC.
 FUZZ_PACKAGES=(

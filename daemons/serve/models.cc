@@ -143,15 +143,26 @@ Status Models::LoadVersion(Slot& slot, int64_t version) {
   }
   if (slot.model_dir) slot.served->SetLoading(version, true);
   std::vector<std::string> warnings;
-  auto bundle = slot.model_dir ? serving::Bundle::LoadModelDir(path, version, &warnings)
-                               : serving::Bundle::Load(path);
+  const auto before = slot.served->Get();
+  Result<std::shared_ptr<serving::Bundle>> bundle = NotFound("not loaded");
+  if (slot.model_dir && before && version > before->version()) {
+    // Built from the newest loaded version, sharing the rows that did not change (when
+    // the newest full checkpoint that verifies is this version; else loaded whole).
+    serving::RefreshStats stats;
+    bundle = before->bundle()->LoadNewer(path, &stats);
+    warnings = stats.warnings;
+    if (bundle.ok() && (*bundle)->info().source_base_step != version) bundle = NotFound("");
+  }
+  if (!bundle.ok()) {
+    bundle = slot.model_dir ? serving::Bundle::LoadModelDir(path, version, &warnings)
+                            : serving::Bundle::Load(path);
+  }
   if (slot.model_dir) slot.served->SetLoading(version, false);
   for (const auto& w : warnings) PS_LOG(Warning) << "model " << slot.spec.name << ": " << w;
   if (!bundle.ok()) return fail(bundle.status());
   auto v = serving::ServedVersion::Make(*bundle);
   if (!v.ok()) return fail(v.status());
   const auto info = (*bundle)->info();
-  const auto before = slot.served->Get();
   const bool newest = !before || (*v)->version() > before->version();
   slot.served->Put(*v);
   if (newest && before) slot.refreshes->Add();
@@ -190,8 +201,9 @@ void Models::Refresh(Slot& slot) {
   if (r->applied.empty()) return;
   slot.refreshes->Add();
   PS_LOG(Info) << "model " << slot.spec.name << ": serving step " << r->base_step << "/"
-               << r->to_step << " (" << r->applied.size() << " deltas applied, scoring paused "
-               << r->paused_seconds << " s)";
+               << r->to_step << " (" << r->applied.size() << " deltas applied; " << r->copied_bytes
+               << " bytes copied, the rest shared; built in " << r->build_seconds
+               << " s, no request paused)";
 }
 
 void Models::Sync(Slot& slot) {

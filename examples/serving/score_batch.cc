@@ -74,10 +74,11 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "serving_example: warning: %s\n", w.c_str());
     std::fprintf(
         stderr,
-        "serving_example: refreshed from step %lld to %lld (%zu deltas of ckpt-%lld; scoring paused %.3f s)\n",
+        "serving_example: refreshed from step %lld to %lld (%zu deltas of ckpt-%lld; scoring paused "
+        "0 s: the new version was built beside it in %.3f s)\n",
         static_cast<long long>(refreshed->from_step), static_cast<long long>(refreshed->to_step),
         refreshed->applied.size(), static_cast<long long>(refreshed->base_step),
-        refreshed->paused_seconds);
+        refreshed->build_seconds);
   }
   const ps::serving::BundleInfo info = (*bundle)->info();  // a snapshot
   // Once per thread.

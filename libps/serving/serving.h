@@ -35,40 +35,52 @@
 // Refreshing: while a trainer keeps writing delta checkpoints into
 // its model dir (checkpoint_dir.h: ckpt-<base>/delta-<step>), Bundle::Refresh(model_dir)
 // brings a loaded bundle up to the newest committed delta of its base checkpoint
-// without reloading: each newer delta of the chain, in order, written into the bundle's
-// parameter store (changed rows and dense rows replaced, evicted rows dropped so they
-// score with their initial values again; optimizer slots never loaded). The result is
-// bit-identical to a bundle exported at that delta (`pstrain export --step <delta's
-// step>`). The integrity rules are the restore's (ckpt::FindRestorable and
-// ckpt::LoadDeltaChain; one mechanism): a delta without its MANIFEST does not exist, and
-// each new delta is read into memory with every checksum verified before any of it is
-// applied, so a damaged one stops the refresh at the last good delta and is named in
-// RefreshStats::warnings. A newer full checkpoint in the model dir is FailedPrecondition
-// ("newer full checkpoint ckpt-N ...: reload the bundle"): the two are never mixed;
-// export and Load the new one. A bundle knows its state by step and by the digests of
-// its checkpoint's files (BundleInfo::source_*, updated by each refresh): Refresh takes
-// the model dir it was exported from, or a copy, and refuses (FailedPrecondition) one
-// whose job.json has another model graph (read as plain JSON: the training job's
-// plug-ins are never loaded), and one whose checkpoints of the bundle's steps are
-// another training run's (a model dir wiped and trained again). Bundles exported before
-// the digests were recorded load and score, but Refresh refuses them: export anew.
+// without reloading: each newer delta of the chain, in order (changed rows and dense rows
+// replaced, evicted rows dropped so they score with their initial values again;
+// optimizer slots never loaded). The result is bit-identical to a bundle exported at that
+// delta (`pstrain export --step <delta's step>`). The integrity rules are the restore's
+// (ckpt::FindRestorable and ckpt::LoadDeltaChain; one mechanism): a delta without its
+// MANIFEST does not exist, and each new delta is read into memory with every checksum
+// verified before any of it is applied, so a damaged one stops the refresh at the last
+// good delta and is named in RefreshStats::warnings. A newer full checkpoint in the model
+// dir is FailedPrecondition for Refresh ("newer full checkpoint ckpt-N ...: reload the
+// bundle"); Bundle::Update follows it instead (below). A bundle knows its state by step
+// and by the digests of its checkpoint's files (BundleInfo::source_*, updated by each
+// refresh): Refresh takes the model dir it was exported from, or a copy, and refuses
+// (FailedPrecondition) one whose job.json has another model graph (read as plain JSON:
+// the training job's plug-ins are never loaded), and one whose checkpoints of the
+// bundle's steps are another training run's (a model dir wiped and trained again).
+// Bundles exported before the digests were recorded load and score, but Refresh refuses
+// them: export anew.
+//
+// Versions (read-copy-update; libps/serving/params.h, docs/design/serving-refresh.md): a
+// bundle's parameters are immutable versions. A refresh builds the next version beside
+// the current one while scorers go on scoring, then publishes it with one pointer swap;
+// each batch takes the version current when it starts and scores wholly with it. So no
+// batch ever waits for a refresh, and every batch sees the bundle wholly before or after
+// it. Versions share their unchanged rows: rows are held in blocks (16 rows of an
+// embedding table, a lazy table's bucket of about 16 ids, a dense variable whole) and a
+// version copies only the blocks in which a row changed. Memory: the current version,
+// plus while a refresh runs the blocks it copies and the deltas it read, plus the old
+// version's blocks until the batches holding it finish (the refresh waits for them and
+// frees them: RefreshStats::grace_seconds). A failed refresh publishes nothing: the
+// bundle stays as it was.
+//
+// Bundle::Update(model_dir) is Refresh that also follows a newer full checkpoint of the
+// same model (job.json's model graph as the bundle's; any training run): it streams the
+// checkpoint's files record by record into the next version, copying only the blocks whose
+// rows differ, then applies its deltas. Peak memory: the current version, plus the blocks
+// copied, plus 1 MiB of reading (a lazy record's row ids besides: 8 bytes a row). A model
+// whose rows all changed (a new training run) therefore peaks at twice its size; one
+// checkpoint apart a trainer usually changes a small part of a large embedding table.
+// Bundle::LoadNewer does the same into a new Bundle and leaves this one serving its
+// version: two versions side by side share their unchanged blocks.
 //
 // Thread safety: a Bundle is shared (shared_ptr); a Scorer keeps scratch buffers and is
 // used by one thread at a time: make one per thread. Any number of Scorers of one Bundle
-// may score concurrently; they share its parameters. info(), status() and Refresh may be
-// called from any thread; refreshes run one at a time. Scorers keep scoring during a
-// refresh, and every batch is consistent: it sees the bundle wholly before or wholly
-// after a refresh, never a mix. What pauses scoring, exactly: once the new deltas are
-// read and verified (beside the scorers, all disk I/O included), the refresh waits for
-// the batches being scored to finish, while batches that start meanwhile wait; then it
-// writes the deltas' rows from memory into the store (no disk I/O) and lets them go.
-// The pause (RefreshStats::paused_seconds) is the rest of the longest batch in flight
-// plus that copy; a refresh is never starved by busy scorers. Files the trainer deletes
-// meanwhile (max_to_keep) do not matter once read. Should the writing fail half-way (out
-// of memory), the parameters are a mix of the old state and part of the deltas: status()
-// says so from then on (info() still names the old step), every later Refresh is
-// FailedPrecondition, and scoring goes on: reload the bundle. A failure before anything
-// is written leaves the bundle as it was.
+// may score concurrently; they share its parameters. info(), status(), parameter_bytes(),
+// Refresh, Update and LoadNewer may be called from any thread; refreshes run one at a
+// time. status() is always OK: a refresh either publishes a whole new version or none.
 #pragma once
 
 #include <cstdint>
@@ -121,10 +133,15 @@ struct RefreshStats {
   int64_t from_step = 0;         // the bundle's step before
   int64_t to_step = 0;           // and after (from_step when nothing newer was applied)
   std::vector<int64_t> applied;  // the steps of the deltas applied, in order
-  // How long new batches were held back: while the batches being scored finished, then
-  // while the verified deltas were written. The reading and verifying before it hold
-  // nothing back.
-  double paused_seconds = 0;
+  // A newer full checkpoint was followed (Update, LoadNewer): base_step is its step.
+  bool new_base = false;
+  // Building the next version beside the current one (after the deltas were read; a new
+  // base's streaming included), and the bytes of blocks it copied rather than shared.
+  double build_seconds = 0;
+  uint64_t copied_bytes = 0;
+  // After the new version was published: waiting for the batches that held the old one
+  // to finish (the refresh's thread only; no batch waits), then freeing what only it held.
+  double grace_seconds = 0;
   // Why the chain stopped early (a delta that failed verification, naming its file) and
   // other problems the model dir has (a damaged newer full checkpoint skipped, a missing
   // pointer file): one line each.
@@ -168,10 +185,10 @@ class Bundle : public std::enable_shared_from_this<Bundle> {
 
   // A snapshot: a refresh in another thread changes what the next call returns.
   BundleInfo info() const;
-  // OK, or why the parameters are no consistent state: a refresh failed half-way while
-  // writing (its error, "...the bundle holds part of the deltas after step N: reload
-  // it"); info() then still describes the state before that refresh.
+  // OK: every refresh publishes a whole version or none (kept for callers that check).
   Status status() const;
+  // Bytes of the current version's parameter values (and lazy row ids).
+  uint64_t parameter_bytes() const;
   // The training job the parameters belong to (bundle.json's "job", a model dir's
   // job.json), as JSON text: its model graph and data formats.
   std::string job_json() const;
@@ -180,10 +197,19 @@ class Bundle : public std::enable_shared_from_this<Bundle> {
   // OK (applied empty). Errors: FailedPrecondition for a newer full checkpoint, for a
   // model dir of another model, of another training run or whose newest chain does not
   // hold the bundle's step, for a bundle without source digests (exported by an older
-  // pstrain), and once status() is not OK; NotFound for a model dir without job.json or
-  // checkpoints; DataLoss when no checkpoint of it verifies; IoError (a delta deleted
-  // while it was being read, say: nothing was applied, try again).
+  // pstrain); NotFound for a model dir without job.json or checkpoints; DataLoss when no
+  // checkpoint of it verifies; IoError (a delta deleted while it was being read, say:
+  // nothing was applied, try again). Failing, it leaves the bundle as it was.
   Result<RefreshStats> Refresh(const std::string& model_dir);
+  // Refresh, or when model_dir has a newer full checkpoint, that checkpoint and its deltas
+  // (new_base; see "Versions" above). Refresh's errors but that one; a damaged newer
+  // full checkpoint is passed over for the newest that verifies (named in warnings).
+  Result<RefreshStats> Update(const std::string& model_dir);
+  // Update into a new Bundle, sharing this one's unchanged blocks; this one keeps its
+  // version. Nothing newer: a Bundle of the same version. `stats`, when set, says what
+  // was applied.
+  Result<std::shared_ptr<Bundle>> LoadNewer(const std::string& model_dir,
+                                            RefreshStats* stats = nullptr) const;
   // A scorer for one thread; it keeps this bundle alive.
   Result<std::unique_ptr<Scorer>> NewScorer() const;
 
