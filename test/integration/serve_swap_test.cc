@@ -104,7 +104,7 @@ TEST_CASE(
     const size_t mark = serve.LineCount();
     Publish(model, live, commits[i]);
     const std::string want = "model live: serving step " + std::to_string(commits[i].base) + "/" +
-                             std::to_string(commits[i].step) + " (";
+                             std::to_string(commits[i].step) + " ";
     INFO(want);
     REQUIRE(serve.WaitForLineFrom(want, mark, 60s));
   }
