@@ -226,6 +226,7 @@ int RunServe(const ServeCommand& command) {
   std::vector<std::string> args{*exe};
   args.insert(args.end(), command.args.begin(), command.args.end());
   std::vector<char*> argv;
+  argv.reserve(args.size() + 1);
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   ::execv(argv[0], argv.data());

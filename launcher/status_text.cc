@@ -1,5 +1,6 @@
 #include "launcher/status_text.h"
 
+#include <cmath>
 #include <cstdio>
 #include <optional>
 #include <utility>
@@ -42,7 +43,7 @@ std::string PsTable(const std::vector<proto::PsLoad>& ps) {
       continue;
     }
     auto rate = [](double bytes_per_s) {
-      return HumanBytes(static_cast<uint64_t>(bytes_per_s + 0.5)) + "/s";
+      return HumanBytes(static_cast<uint64_t>(std::llround(bytes_per_s))) + "/s";
     };
     rows.push_back({p.task, p.address, p.state, Cell(p.requests_per_s, "%.0f"),
                     rate(p.bytes_in_per_s), rate(p.bytes_out_per_s), Cell(p.rows_per_s, "%.0f"),
@@ -91,10 +92,10 @@ std::string FormatStatus(const proto::ChiefStatus& s) {
   // or a hybrid's "dense sync, sparse async".
   for (const auto& p : s.ps) {
     if (!p.answered() || !p.update) continue;
-    head.push_back({"update:", p.update->mode});
+    head.emplace_back("update:", p.update->mode);
     break;
   }
-  if (!s.stop_reason.empty()) head.push_back({"stop_reason:", s.stop_reason});
+  if (!s.stop_reason.empty()) head.emplace_back("stop_reason:", s.stop_reason);
   std::string out;
   for (const auto& [key, value] : head) {
     out += key;
@@ -161,8 +162,8 @@ std::string WatchLines(const proto::ChiefStatus& s, const std::string& time) {
       continue;
     }
     line += Fixed(p.requests_per_s, 0) + " req/s " +
-            HumanBytes(static_cast<uint64_t>(p.bytes_in_per_s + p.bytes_out_per_s + 0.5)) + "/s q" +
-            std::to_string(p.max_queue_depth);
+            HumanBytes(static_cast<uint64_t>(std::llround(p.bytes_in_per_s + p.bytes_out_per_s))) +
+            "/s q" + std::to_string(p.max_queue_depth);
   }
   line += "\n";
   for (const auto& h : obs::LoadHints(s.workers, s.ps)) line += time + " " + h + "\n";

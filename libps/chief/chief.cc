@@ -158,7 +158,7 @@ void Chief::Apply(const Event& e) {
 std::vector<Event> Chief::ObserveCluster() {
   std::vector<Event> out;
   for (size_t i : LostPs()) {
-    if (reported_lost_ps_.insert(i).second) out.push_back(ev::PsLost{static_cast<int>(i)});
+    if (reported_lost_ps_.insert(i).second) out.emplace_back(ev::PsLost{static_cast<int>(i)});
   }
   std::vector<obs::WorkerSnapshot> workers;
   {
@@ -169,9 +169,9 @@ std::vector<Event> Chief::ObserveCluster() {
     if (workers[w].alive == reported_alive_[w]) continue;
     reported_alive_[w] = workers[w].alive;
     if (workers[w].alive)
-      out.push_back(ev::WorkerBack{static_cast<int>(w)});
+      out.emplace_back(ev::WorkerBack{static_cast<int>(w)});
     else
-      out.push_back(ev::WorkerLost{static_cast<int>(w)});
+      out.emplace_back(ev::WorkerLost{static_cast<int>(w)});
   }
   return out;
 }

@@ -128,6 +128,7 @@ void Chief::SampleLoad(proto::ChiefStatus* status) {
     if (coordinator_) workers = coordinator_->Snapshot();
   }
   std::vector<std::future<Result<net::Reply>>> futs;
+  futs.reserve(ps.size());
   for (const auto& c : ps) futs.push_back(c->Call(proto::GetStatus{}, {}, {}, kPsStatusTimeout));
   const auto now = Clock::now();
   const LoadSample* base = nullptr;

@@ -151,7 +151,8 @@ void Server::Impl::Leave(uint64_t id, bool refused) {
 
 void Server::Impl::ForEachConnection(const std::function<void(ConnControl&)>& fn) {
   std::lock_guard lock(mu);
-  for (const auto& [id, control] : conns) {
+  for (const auto& entry : conns) {
+    const auto& control = entry.second;
     asio::post(control->executor, [control, fn] { fn(*control); });
   }
 }

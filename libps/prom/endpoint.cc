@@ -67,7 +67,7 @@ Registry::Collection ExportHttpStats(Registry& registry, const http::Server& htt
 }
 
 Result<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(
-    http::ServerOptions options, std::shared_ptr<Registry> registry) {
+    http::ServerOptions options, const std::shared_ptr<Registry>& registry) {
   std::unique_ptr<MetricsEndpoint> e(new MetricsEndpoint());
   e->registry_ = registry;
   options.on_request = HttpDurationHook(*registry, "metrics", std::move(options.on_request));

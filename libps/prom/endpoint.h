@@ -47,7 +47,7 @@ class MetricsEndpoint {
   // `options`: MetricsServerOptions and changes. Unavailable naming the address when it
   // cannot listen.
   static Result<std::unique_ptr<MetricsEndpoint>> Start(http::ServerOptions options,
-                                                        std::shared_ptr<Registry> registry);
+                                                        const std::shared_ptr<Registry>& registry);
   ~MetricsEndpoint();  // stops serving; a scrape in progress is cut off
   uint16_t port() const { return server_->port(); }
   http::Server& server() { return *server_; }

@@ -139,8 +139,9 @@ Result<std::shared_ptr<const ParamVersion>> VersionFromStore(const scoring::Load
         auto sorted = std::make_shared<LazyBucket>();
         for (size_t i : order) {
           sorted->ids.push_back(b->ids[i]);
-          sorted->values.insert(sorted->values.end(), b->values.begin() + i * cols,
-                                b->values.begin() + (i + 1) * cols);
+          const auto first = b->values.begin() + static_cast<std::ptrdiff_t>(i * cols);
+          sorted->values.insert(sorted->values.end(), first,
+                                first + static_cast<std::ptrdiff_t>(cols));
         }
         b.reset();
         var.buckets.push_back(std::move(sorted));
@@ -254,7 +255,8 @@ void VersionBuilder::SetRow(int var, int64_t row, std::span<const float> values)
   const auto k = static_cast<size_t>(it - bucket.ids.begin());
   if (it == bucket.ids.end() || *it != row) {
     bucket.ids.insert(it, row);
-    bucket.values.insert(bucket.values.begin() + k * m.cols, values.begin(), values.end());
+    bucket.values.insert(bucket.values.begin() + static_cast<std::ptrdiff_t>(k * m.cols),
+                         values.begin(), values.end());
     ++v.live_rows;
     return;
   }

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 
 #include "libps/data/examples.h"
 #include "libps/data/record_format.h"
@@ -42,9 +43,9 @@ bool AsDouble(const Json& v, double* out) {
     if (s == "\x01NaN")
       *out = std::nan("");
     else if (s == "\x01Infinity")
-      *out = INFINITY;
+      *out = std::numeric_limits<double>::infinity();
     else if (s == "\x01-Infinity")
-      *out = -INFINITY;
+      *out = -std::numeric_limits<double>::infinity();
     else
       return false;
     return true;

@@ -40,7 +40,9 @@ def main():
     def run():
         conn = http.client.HTTPConnection(host, port, timeout=60)
         n = 0
-        while not os.path.exists(stop):
+        last = False  # one request more once the stop file is there: it sees the last state
+        while not last:
+            last = os.path.exists(stop)
             b = n % len(bodies)
             n += 1
             try:
