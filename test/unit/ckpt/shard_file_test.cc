@@ -44,12 +44,14 @@ struct Fixture {
 
   std::vector<ShardRecordView> Views() const {
     std::vector<ShardRecordView> v(3);
-    v[0].layout.var = "dense_0/bias";
+    // std::string(...) assigned, not the literal: GCC 12 warns (-Wrestrict, a false positive
+    // fixed in GCC 13) on assigning a literal to these strings.
+    v[0].layout.var = std::string("dense_0/bias");
     v[0].layout.rows = 4;
     v[0].layout.cols = 1;
     v[0].layout.full_shape = {4};
     v[0].values = bias;
-    v[1].layout.var = "dense_0/kernel";
+    v[1].layout.var = std::string("dense_0/kernel");
     v[1].layout.shard = 1;
     v[1].layout.num_shards = 2;
     v[1].layout.row_begin = 5;
@@ -58,7 +60,7 @@ struct Fixture {
     v[1].layout.full_shape = {10, 3};
     v[1].values = kernel;
     v[1].slots = {{"m", kernel_m}, {"v", kernel_v}};
-    v[2].layout.var = "scale";
+    v[2].layout.var = std::string("scale");
     v[2].layout.rows = 1;
     v[2].layout.cols = 1;
     v[2].values = scalar;
@@ -158,7 +160,7 @@ TEST_CASE("shard file: a large block written straight from the span round-trips"
   auto w = ShardWriter::Create(dir / "ps-0.shard", 0, 7);
   REQUIRE(w.ok());
   ShardRecordView r;
-  r.layout.var = "embedding";
+  r.layout.var = std::string("embedding");
   r.layout.rows = 1000;
   r.layout.cols = 300;
   r.layout.full_shape = {1000, 300};
@@ -192,7 +194,7 @@ TEST_CASE("shard file: an empty file (no records) is valid; a zero-row record is
   auto w = ShardWriter::Create(dir / "b.shard", 0, 0);
   REQUIRE(w.ok());
   ShardRecordView v;
-  v.layout.var = "empty_table";
+  v.layout.var = std::string("empty_table");
   v.layout.rows = 0;
   v.layout.cols = 8;
   v.layout.full_shape = {0, 8};
@@ -258,7 +260,7 @@ TEST_CASE("shard writer: inconsistent records are InvalidArgument and the writer
   REQUIRE(w.ok());
   auto bad = [&](auto mutate) {
     ShardRecordView r;
-    r.layout.var = "w";
+    r.layout.var = std::string("w");
     r.layout.rows = 2;
     r.layout.cols = 3;
     r.layout.full_shape = {2, 3};
@@ -286,7 +288,7 @@ TEST_CASE("shard writer: inconsistent records are InvalidArgument and the writer
   bad([&](ShardRecordView& r) { r.layout.full_shape = {}; });
   bad([&](ShardRecordView& r) { r.layout.rows = -1; });
   ShardRecordView ok;
-  ok.layout.var = "w";
+  ok.layout.var = std::string("w");
   ok.layout.rows = 2;
   ok.layout.cols = 3;
   ok.layout.full_shape = {2, 3};
@@ -305,7 +307,7 @@ TEST_CASE("shard writer: an uncommitted writer leaves nothing behind") {
     REQUIRE(w.ok());
     CHECK(std::filesystem::exists(dir / "ps-0.shard.tmp"));
     ShardRecordView r;
-    r.layout.var = "x";
+    r.layout.var = std::string("x");
     r.layout.rows = 1;
     r.layout.cols = 1;
     r.layout.full_shape = {1};
@@ -559,7 +561,7 @@ TEST_CASE("shard file: a sparse record round-trips its row ids, values and slots
   std::vector<float> values = Iota(6, 1.0f);
   std::vector<float> acc = Iota(6, 100.0f);
   ShardRecordView v;
-  v.layout.var = "emb";
+  v.layout.var = std::string("emb");
   v.layout.rows = int64_t{1} << 40;
   v.layout.cols = 2;
   v.layout.full_shape = {int64_t{1} << 40, 2};
