@@ -26,3 +26,35 @@ local_cluster_file() {
              "ps": ["127.0.0.1:$((base + 3))", "127.0.0.1:$((base + 4))"]}}
 EOF
 }
+
+# run_pairs OUT PAIRS BASE_CMD THIS_CMD [ARGS...]: runs BASE_CMD ARGS then THIS_CMD ARGS
+# (each a command line in one string, split on spaces), PAIRS times, into OUT/base.I and
+# OUT/this.I, so that the machine's load hits both alike; prints the load around them.
+run_pairs() {
+  local out=$1 pairs=$2 base=$3 this=$4 i
+  shift 4
+  echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) cores); $pairs pairs, base first"
+  for i in $(seq "$pairs"); do
+    $base "$@" > "$out/base.$i"
+    $this "$@" > "$out/this.$i"
+  done
+  echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+}
+
+# Awk functions for run_pairs' tables: median and "lo-hi" range of a space-separated list;
+# pair_file() sets who ("base" or "this") and pair from FILENAME (call it at FNR == 1).
+PAIR_AWK='
+  function median(list,   n, a, i, j, t) {
+    n = split(list, a, " ")
+    for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+    return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+  }
+  function range(list,   n, a, i, lo, hi) {
+    n = split(list, a, " "); lo = a[1]; hi = a[1]
+    for (i = 2; i <= n; i++) { if (a[i] < lo) lo = a[i]; if (a[i] > hi) hi = a[i] }
+    return sprintf("%.2f-%.2f", lo, hi)
+  }
+  function pair_file(   name, parts) {
+    name = FILENAME; sub(".*/", "", name); split(name, parts, "."); who = parts[1]; pair = parts[2]
+  }
+'

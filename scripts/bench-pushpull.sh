@@ -24,25 +24,10 @@ if [ "${1:-}" = "--compare" ]; then
   [ -x "$base" ] || { echo "$0: no $base (build its test/bench/bench_pushpull first)" >&2; exit 2; }
   out=$(mktemp -d)
   trap 'rm -rf "$out"' EXIT
-  echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) cores); $pairs pairs, base first"
-  for i in $(seq "$pairs"); do
-    "$base" "$@" > "$out/base.$i"
-    "$BENCH" "$@" > "$out/this.$i"
-  done
-  echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+  run_pairs "$out" "$pairs" "$base" "$BENCH" "$@"
   # Table rows: "<n> <KiB|MiB> push raw ratio pull raw ratio" (the first table only).
-  awk -v pairs="$pairs" '
-    function median(list,   n, a, i, j, t) {
-      n = split(list, a, " ")
-      for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
-      return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-    }
-    function range(list,   n, a, i, lo, hi) {
-      n = split(list, a, " "); lo = a[1]; hi = a[1]
-      for (i = 2; i <= n; i++) { if (a[i] < lo) lo = a[i]; if (a[i] > hi) hi = a[i] }
-      return sprintf("(%.2f-%.2f)", lo, hi)
-    }
-    FNR == 1 { name = FILENAME; sub(".*/", "", name); split(name, parts, "."); who = parts[1]; pair = parts[2]; table = 0 }
+  awk -v pairs="$pairs" "$PAIR_AWK"'
+    FNR == 1 { pair_file(); table = 0 }
     /^size +push GB\/s/ { table++; next }
     NF == 0 && table == 1 { table = 2; next }  # the end of the first table (the µs table follows)
     table == 1 && NF == 8 && ($2 == "KiB" || $2 == "MiB") {
@@ -64,7 +49,7 @@ if [ "${1:-}" = "--compare" ]; then
           lists[4] = lists[4] " " v["this", p, key, "pullr"] / v["base", p, key, "pullr"]
         }
         a = median(lists[1]); b = median(lists[2])
-        printf "%-8s %10.3f %13s %10.3f %13s   %16.3f %16.3f\n", key, a, range(lists[1]), b, range(lists[2]), median(lists[3]), median(lists[4])
+        printf "%-8s %10.3f %13s %10.3f %13s   %16.3f %16.3f\n", key, a, "(" range(lists[1]) ")", b, "(" range(lists[2]) ")", median(lists[3]), median(lists[4])
         if (a < worst) worst = a
         if (b < worst) worst = b
       }

@@ -28,25 +28,11 @@ if [ "${1:-}" = "--compare" ]; then
   done
   out=$(mktemp -d)
   trap 'rm -rf "$out"' EXIT
-  echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) cores); $pairs pairs, base first"
-  for i in $(seq "$pairs"); do
-    "$base_build/test/bench/bench_train" --job "$JOB" --pstrain "$base_build/launcher/pstrain" "$@" > "$out/base.$i"
-    "$BUILD/test/bench/bench_train" --job "$JOB" --pstrain "$BUILD/launcher/pstrain" "$@" > "$out/this.$i"
-  done
-  echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
+  run_pairs "$out" "$pairs" "$base_build/test/bench/bench_train --job $JOB --pstrain $base_build/launcher/pstrain" \
+    "$BUILD/test/bench/bench_train --job $JOB --pstrain $BUILD/launcher/pstrain" "$@"
   # Rows: "(x) ... <ex/s> (<all>) ..." in the rate table, "  (x) ...; total <ms> ms CPU in ..." below.
-  awk -v pairs="$pairs" '
-    function median(list,   n, a, i, j, t) {
-      n = split(list, a, " ")
-      for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
-      return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-    }
-    function range(list,   n, a, i, lo, hi) {
-      n = split(list, a, " "); lo = a[1]; hi = a[1]
-      for (i = 2; i <= n; i++) { if (a[i] < lo) lo = a[i]; if (a[i] > hi) hi = a[i] }
-      return sprintf("%.3f-%.3f", lo, hi)
-    }
-    FNR == 1 { name = FILENAME; sub(".*/", "", name); split(name, parts, "."); who = parts[1]; pair = parts[2] }
+  awk -v pairs="$pairs" "$PAIR_AWK"'
+    FNR == 1 { pair_file() }
     /^\([a-z]\) / && $0 !~ /local, run [2-9]/ {
       key = $1 " " $2 " " $3 " " $4 " " $5 " " $6
       if ($2 == "local,") key = "(a) local"
