@@ -75,13 +75,17 @@ std::string FormatStatus(const proto::ChiefStatus& s) {
       {"total_steps:", std::to_string(s.total_steps)},
       {"examples_per_sec:", Fixed(s.examples_per_sec, 0)},
       {"elapsed:", FormatDuration(s.elapsed_sec)}};
-  // The fraction done, and the epoch (in-memory training data only), after total_steps.
+  // The fraction done, and the epoch, after total_steps.
   auto at = head.begin() + 3;
   if (s.total_steps > 0) {
     at = head.insert(at, {"done:", Fixed(100.0 * static_cast<double>(s.global_step) /
                                              static_cast<double>(s.total_steps),
                                          1) +
                                        " %"}) +
+         1;
+  } else if (s.epoch >= 0 && s.epochs > 0) {  // epochs of streamed data: steps not known
+    at = head.insert(at, {"done:", Fixed(100.0 * s.epoch / static_cast<double>(s.epochs), 1) +
+                                       " % (by epochs)"}) +
          1;
   }
   if (s.epoch >= 0) {

@@ -128,6 +128,7 @@ Status Chief::RestoreNewest(std::stop_token stop) {
   }
   if (!found->has_value()) {
     PS_LOG(Info) << "no checkpoint in " << job_.model_dir << ": starting at step 0";
+    RestoreDataPosition(nullptr);
     return Status::Ok();
   }
   // Newest first: the chain found (base + deltas), then shorter ones (a delta whose data
@@ -163,6 +164,10 @@ Status Chief::RestoreNewest(std::stop_token stop) {
     if (st.ok()) {
       global_step_ = step;
       // A warm start has no checkpoint in model_dir yet: the state machine saves one.
+      // Its data position is another job's: the data starts at its first epoch.
+      RestoreDataPosition(warm               ? nullptr
+                          : c.deltas.empty() ? &c.manifest
+                                             : &c.deltas.back().manifest);
       if (warm) {
         warm_started_ = true;
       } else {
@@ -247,6 +252,9 @@ Status Chief::SaveCheckpoint(bool final, bool delta) {
     }
   }
   m.extra = {{"variables", PlanJson()}, {"total_steps", job_.steps}};
+  // Taken with no pack in flight (the machine saves between ranges): the position of
+  // exactly the steps before `step`.
+  if (auto position = DataPosition()) m.extra["data_position"] = std::move(*position);
   m.unix_time = UnixTime();
   if (failed.ok()) failed = ckpt::CommitCheckpoint(job_.model_dir, m);
   if (!failed.ok()) {

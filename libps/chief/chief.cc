@@ -89,7 +89,11 @@ MachineConfig Chief::MachineConfigFor() const {
 }
 
 Status Chief::PlanData() {
-  if (job_.train_data.is_object() && job_.train_data.contains("files")) return Status::Ok();
+  if (job_.train_data.is_object() && job_.train_data.contains("files")) {
+    // Sync mode: every worker streams its own share of the files (data/stream.h).
+    if (job_.update.StepMode() == ps::server::UpdateMode::kSync) return Status::Ok();
+    return PlanStreamed();
+  }
   PS_ASSIGN_OR_RETURN(data::ExampleTable table,
                       data::LoadExamples(job_.train_data, "job.train_data", job_.base_dir));
   data::StepOrder::Options o;
@@ -138,6 +142,7 @@ void Chief::Deliver(const Event& e) {
   // went away is then seen with the ps already lost.
   for (const auto& seen : ObserveCluster()) Apply(seen);
   Apply(e);
+  if (DataGivenOut()) Apply(ev::DataEnd{});
 }
 
 void Chief::Apply(const Event& e) {
@@ -274,6 +279,12 @@ void Chief::OpenDispatch() {
   Coordinator::Options copts;
   copts.max_in_flight_per_worker = job_.dispatches_per_worker;
   copts.worker_recovery_timeout = options_.worker_recovery_timeout;
+  if (shard_queue_) {
+    copts.lease = [this](int worker, int count) { return LeaseFor(worker, count); };
+    copts.lease_done = [this](const proto::DataLease& l, const proto::RunStepsReply* r) {
+      LeaseDone(l, r);
+    };
+  }
   {
     std::lock_guard lock(mu_);  // the status thread reads coordinator_
     coordinator_ = std::make_unique<Coordinator>(workers_, copts);
@@ -296,9 +307,11 @@ void Chief::OpenDispatch() {
     return;
   }
   dispatch_opened_ = true;
-  PS_LOG(Info) << "training " << job_.steps << " steps of batch " << job_.batch_size << " on "
-               << workers_.size() << " worker(s), " << job_.steps_per_dispatch
-               << " steps per dispatch";
+  PS_LOG(Info) << "training "
+               << (steps_from_data_ ? std::to_string(*job_.epochs) + " epoch(s)"
+                                    : std::to_string(job_.steps) + " steps")
+               << " of batch " << job_.batch_size << " on " << workers_.size() << " worker(s), "
+               << job_.steps_per_dispatch << " steps per dispatch";
 }
 
 void Chief::Schedule(const act::ScheduleRange& a) {

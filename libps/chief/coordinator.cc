@@ -77,10 +77,17 @@ void Coordinator::CancelQueued(const Status& why) {
   while (!queue_.empty()) {
     Pack p = std::move(queue_.front());
     queue_.pop_front();
+    EndLease(p, nullptr);
     p.done(why);
     --outstanding_;
   }
   cv_.notify_all();
+}
+
+void Coordinator::EndLease(Pack& pack, const proto::RunStepsReply* reply) {
+  if (!pack.lease) return;
+  if (options_.lease_done) options_.lease_done(*pack.lease, reply);
+  pack.lease.reset();
 }
 
 void Coordinator::MarkLost(int worker, const Status& why) {
@@ -159,6 +166,7 @@ std::vector<obs::WorkerSnapshot> Coordinator::Snapshot() const {
 
 void Coordinator::Finish(Pack& pack, Result<PackResult> result) {
   if (!result.ok() && first_error_.ok()) first_error_ = result.status();
+  EndLease(pack, result.ok() ? &result->reply : nullptr);
   pack.done(std::move(result));
   --outstanding_;
   cv_.notify_all();
@@ -218,7 +226,9 @@ void Coordinator::DispatchLoop() {
     pack.attempts += 1;
     state_[static_cast<size_t>(chosen)].in_flight += 1;
     auto client = workers_[static_cast<size_t>(chosen)];
-    proto::RunSteps msg{pack.first_step, pack.count};
+    if (!pack.lease && pack.pinned < 0 && options_.lease)
+      pack.lease = options_.lease(chosen, pack.count);
+    proto::RunSteps msg{pack.first_step, pack.count, pack.lease};
     lock.unlock();
     client->CallAsync(msg, {}, {}, options_.pack_timeout,
                       [this, chosen, pack = std::move(pack)](Result<net::Reply> r) mutable {

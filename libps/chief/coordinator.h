@@ -13,6 +13,9 @@
 // A pack pinned to a worker (sync mode: every worker runs every update) runs only there,
 // after that worker's earlier pinned packs, one at a time; when the worker is lost it waits, queued, for
 // the worker to rejoin.
+// Streamed training data: a pack not pinned gets its data lease (Options::lease) when it is
+// first sent, and keeps it through its retries; Options::lease_done hears how each such
+// pack ended (its reply, or nullptr when it was given up) before the pack's callback runs.
 // Thread-safe.
 #pragma once
 
@@ -48,6 +51,9 @@ class Coordinator {
     int max_attempts = 3;
     net::Millis pack_timeout{std::chrono::minutes(30)};
     net::Millis worker_recovery_timeout{std::chrono::minutes(10)};
+    // Called with the coordinator's lock held: they must not call the coordinator.
+    std::function<proto::DataLease(int worker, int count)> lease;
+    std::function<void(const proto::DataLease&, const proto::RunStepsReply*)> lease_done;
   };
   Coordinator(std::vector<std::shared_ptr<net::Client>> workers, Options options);
   ~Coordinator();  // cancels what is queued and waits for what is in flight
@@ -83,7 +89,10 @@ class Coordinator {
     int attempts = 0;
     PackCallback done;
     int pinned = -1;
+    std::optional<proto::DataLease> lease;
   };
+  // Tells lease_done how the pack ended (reply, or nullptr: given up). mu_ held.
+  void EndLease(Pack& pack, const proto::RunStepsReply* reply);
   // The worker that may run `pack` now, or -1. mu_ held.
   int Choose(const Pack& pack) const;
   void DispatchLoop();

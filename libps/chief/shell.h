@@ -31,6 +31,7 @@
 #include "libps/ckpt/checkpoint_dir.h"
 #include "libps/core/files.h"
 #include "libps/core/json.h"
+#include "libps/data/shards.h"
 #include "libps/data/step_order.h"
 #include "libps/obs/eval_log.h"
 #include "libps/obs/events.h"
@@ -140,6 +141,22 @@ class Chief {
   // In-memory train_data: counts its examples (the chief reads it once), fixes the step
   // order the workers follow and, with job.epochs, the job's steps. Streamed: nothing.
   Status PlanData();
+  // data_queue.cc: streamed train_data read by lease (async and bounded staleness): the
+  // shard queue (data/shards.h) is the data position. PlanStreamed cuts the files into
+  // shards (PlanData); LeaseFor and LeaseDone serve the coordinator (its lock held);
+  // DataPosition is what a checkpoint records, RestoreDataPosition puts it back (nullptr:
+  // the start of the first epoch). Any thread.
+  Status PlanStreamed();
+  proto::DataLease LeaseFor(int worker, int count);
+  void LeaseDone(const proto::DataLease& lease, const proto::RunStepsReply* reply);
+  std::optional<Json> DataPosition();
+  void RestoreDataPosition(const ckpt::Manifest* manifest);
+  // With epochs: every record is given out (the machine is told: ev::DataEnd).
+  bool DataGivenOut();
+  // Passes over the training data done so far (in memory: by the global step; streamed:
+  // by shards done); nullopt when not known.
+  std::optional<double> EpochNow();
+
   // Restores every ps from the newest checkpoint that restores cleanly; a corrupt one is
   // reported and the one before it is used. Never starts from scratch when checkpoints
   // exist but none can be read. With none in model_dir, from job.checkpoint.init_from's
@@ -210,7 +227,13 @@ class Chief {
   // In-memory train_data: which examples each step trains (PlanData); the epoch shown in
   // progress lines and status comes from it. Read-only once set.
   std::optional<data::StepOrder> order_;
-  Status plan_error_;  // PlanData's; reported when the tasks are connected
+  // Streamed train_data read by lease: its files and shards, and the queue (data_mu_).
+  std::vector<std::string> data_files_;
+  std::vector<data::Shard> data_shards_;
+  std::mutex data_mu_;
+  std::optional<data::ShardQueue> shard_queue_;
+  bool steps_from_data_ = false;  // job.epochs without job.steps: the data ends the job
+  Status plan_error_;             // PlanData's; reported when the tasks are connected
   ChiefOptions options_;
   Inbox inbox_;  // outlives everything that posts to it
   const uint64_t generation_ =

@@ -32,7 +32,9 @@ const char* PhaseName(Phase phase) {
 }
 
 ChiefMachine::ChiefMachine(MachineConfig config)
-    : config_(config), worker_alive_(static_cast<size_t>(std::max(config.num_workers, 0)), true) {}
+    : config_(config),
+      total_(config.total_steps),
+      worker_alive_(static_cast<size_t>(std::max(config.num_workers, 0)), true) {}
 
 bool ChiefMachine::dispatching() const {
   return phase_ == Phase::kTraining || phase_ == Phase::kCheckpointing ||
@@ -253,7 +255,7 @@ void ChiefMachine::ResetTimers() {
 }
 
 void ChiefMachine::ScheduleOne() {
-  const int64_t limit = std::min({config_.total_steps, next_ckpt_, next_eval_});
+  const int64_t limit = std::min({total_, next_ckpt_, next_eval_});
   Range r;
   r.id = next_range_id_++;
   r.first = next_;
@@ -282,7 +284,7 @@ void ChiefMachine::Advance() {
     last_watchdog_ = now_;
     Emit(act::Watchdog{now_ - last_progress_});
   }
-  const int64_t total = config_.total_steps;
+  const int64_t total = total_;
   if (phase_ == Phase::kTraining && next_ < total) {
     const bool by_time = config_.checkpoint_every_seconds > 0 &&
                          std::chrono::duration<double>(now_ - last_full_time_).count() >=
@@ -383,9 +385,9 @@ void ChiefMachine::RangeDecided(Range& r) {
                .stale = r.sums.stale,
                .loss_sum = r.sums.loss_sum,
                .skipped_records = r.sums.skipped_records});
-  if (step_ >= next_log_ || step_ == config_.total_steps) {
+  if (step_ >= next_log_ || step_ == total_) {
     window_.end = now_;
-    Emit(act::Report{step_, config_.total_steps, window_});
+    Emit(act::Report{step_, total_, window_});
     window_ = Window{};
     window_.start = now_;
     while (next_log_ <= step_) next_log_ += config_.log_every_steps;
@@ -427,6 +429,16 @@ void ChiefMachine::On(const ev::WorkerLost& e) {
   if (e.worker >= 0 && static_cast<size_t>(e.worker) < worker_alive_.size())
     worker_alive_[static_cast<size_t>(e.worker)] = false;
   DropStuckSyncRanges();
+}
+
+void ChiefMachine::On(const ev::DataEnd&) {
+  if (phase_ != Phase::kTraining && phase_ != Phase::kCheckpointing && phase_ != Phase::kEvaluating)
+    return;
+  if (next_ < total_) {
+    total_ = next_;
+    Log(log::Level::kInfo,
+        "the training data is all given out: the job ends at step " + std::to_string(total_));
+  }
 }
 
 void ChiefMachine::On(const ev::WorkerBack& e) {

@@ -194,8 +194,13 @@ struct RecoveryFailed {
 };  // a lost ps did not come back in time
 struct StopRequested {
   std::string reason;
-};                         // operator (`pstrain stop`) or a signal
-struct Tick {};            // nothing happened; time passed
+};               // operator (`pstrain stop`) or a signal
+struct Tick {};  // nothing happened; time passed
+// Streamed training data: every record of the job's epochs is given out. No range is
+// scheduled after those scheduled already; once they are decided the run finishes as at
+// its last step. Ignored unless training (Training, Checkpointing, Evaluating); a
+// recovery rolls the data back with the parameters and undoes it.
+struct DataEnd {};
 struct DispatchClosed {};  // every pack finished
 struct Evaluated {};
 struct EvaluationFailed {
@@ -219,7 +224,7 @@ using Event =
     std::variant<ev::Start, ev::Connected, ev::StartFailed, ev::Restored, ev::RestoreFailed,
                  ev::CheckpointCommitted, ev::CheckpointFailed, ev::WorkersStarted, ev::PackDone,
                  ev::WorkerLost, ev::WorkerBack, ev::PsLost, ev::PsBack, ev::RecoveryFailed,
-                 ev::StopRequested, ev::Tick, ev::DispatchClosed, ev::Evaluated,
+                 ev::StopRequested, ev::Tick, ev::DataEnd, ev::DispatchClosed, ev::Evaluated,
                  ev::EvaluationFailed, ev::WorkersEvaluated, ev::ShutdownReplied>;
 
 namespace act {
@@ -306,6 +311,7 @@ class ChiefMachine {
 
   Phase phase() const { return phase_; }
   int64_t step() const { return step_; }  // steps applied: the next range starts here after a drain
+  int64_t total() const { return total_; }  // the job's steps (fewer once the data ended)
   const std::optional<std::string>& stop_reason() const { return stop_reason_; }
   // An I/O action is outstanding.
   bool busy() const { return io_ != Io::kNone; }
@@ -353,6 +359,7 @@ class ChiefMachine {
   void On(const ev::RecoveryFailed& e);
   void On(const ev::StopRequested& e);
   void On(const ev::Tick&) {}
+  void On(const ev::DataEnd&);
   void On(const ev::DispatchClosed&);
   void On(const ev::Evaluated&);
   void On(const ev::EvaluationFailed& e);
@@ -404,8 +411,9 @@ class ChiefMachine {
   Time now_{0};
   std::vector<Action> out_;
 
-  int64_t step_ = 0;  // every step before it is applied
-  int64_t next_ = 0;  // the first step not yet scheduled
+  int64_t total_ = 0;  // config_.total_steps, or fewer after DataEnd
+  int64_t step_ = 0;   // every step before it is applied
+  int64_t next_ = 0;   // the first step not yet scheduled
   int64_t next_ckpt_ = 0, next_log_ = 0, next_eval_ = 0;
   Time last_ckpt_time_{0}, last_progress_{0}, last_watchdog_{0};
   Time last_full_time_{0};  // of the last full checkpoint (every_seconds counts from it)

@@ -61,6 +61,7 @@ void ChiefMachine::FinishRecovery() {
                                 " step(s) since the checkpoint are run again)");
   phase_ = draining_ ? Phase::kDraining : Phase::kTraining;
   next_ = step_;
+  total_ = config_.total_steps;  // the data position was rolled back too
   ResetTimers();
 }
 

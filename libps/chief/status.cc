@@ -17,6 +17,13 @@ void Chief::Report(const Window& w, int64_t total) {
   double acc = w.examples > 0 ? static_cast<double>(w.correct) / w.examples : 0;
   double sps = window_sec > 0 ? w.steps / window_sec : 0;
   double eta = sps > 0 ? (total - global_step_) / sps : NAN;
+  const std::optional<double> epoch_now = EpochNow();
+  // job.epochs over streamed data without job.steps: the steps are not known before the
+  // data ends; the time left comes from the epochs done.
+  const bool steps_known = !steps_from_data_ || total < job_.steps;
+  if (!steps_known) {
+    eta = epoch_now && *epoch_now > 0 ? now * (*job_.epochs - *epoch_now) / *epoch_now : NAN;
+  }
   {
     std::lock_guard lock(mu_);
     examples_per_sec_ = eps;
@@ -24,11 +31,13 @@ void Chief::Report(const Window& w, int64_t total) {
   // Appended, not "  epoch " + Fixed(...): GCC 12 warns (-Wrestrict, a false positive fixed
   // in GCC 13) on inserting a literal before a temporary string.
   std::string epoch;
-  if (order_) {
-    epoch.append("  epoch ").append(Fixed(order_->EpochsAt(global_step_), 2));
+  if (epoch_now) {
+    epoch.append("  epoch ").append(Fixed(*epoch_now, 2));
     if (job_.epochs) epoch.append(1, '/').append(std::to_string(*job_.epochs));
   }
-  PS_LOG(Info) << "step " << global_step_ << "/" << total << epoch << "  loss " << Fixed(loss, 4)
+  std::string of_total;
+  if (steps_known) of_total.append(1, '/').append(std::to_string(total));
+  PS_LOG(Info) << "step " << global_step_ << of_total << epoch << "  loss " << Fixed(loss, 4)
                << "  acc " << Fixed(acc, 4) << "  " << Fixed(eps, 0) << " ex/s  "
                << (job_.update.StepMode() == ps::server::UpdateMode::kSync
                        ? "stale " + std::to_string(w.stale) + "  "
@@ -42,7 +51,7 @@ void Chief::Report(const Window& w, int64_t total) {
                {"elapsed_sec", now},
                {"unix_time", UnixTime()}};
   if (job_.update.StepMode() == ps::server::UpdateMode::kSync) line["stale_steps"] = w.stale;
-  if (order_) line["epoch"] = order_->EpochsAt(global_step_);
+  if (epoch_now) line["epoch"] = *epoch_now;
   // Bad records the workers skipped (data "on_error": "skip"): in this window and so far.
   skipped_records_ += w.skipped_records;
   if (skipped_records_ > 0) {
@@ -178,14 +187,14 @@ proto::ChiefStatus Chief::CurrentStatus() {
     std::lock_guard lock(mu_);
     s.state = state_;
     s.global_step = global_step_.load();
-    s.total_steps = job_.steps;
-    if (order_) s.epoch = order_->EpochsAt(s.global_step);
+    s.total_steps = steps_from_data_ ? 0 : job_.steps;
     s.epochs = job_.epochs.value_or(0);
     s.examples_per_sec = examples_per_sec_;
     s.elapsed_sec = std::chrono::duration<double>(Clock::now() - start_).count();
     if (stop_reason_) s.stop_reason = *stop_reason_;
     s.tasks = TaskStates();
   }
+  if (auto e = EpochNow()) s.epoch = *e;  // takes data_mu_: not under mu_
   SampleLoad(&s);
   return s;
 }

@@ -16,7 +16,8 @@ Status InputErrno(const std::string& path, std::string_view what, int err) {
   return {code, path + ": " + std::string(what) + ": " + std::strerror(err)};
 }
 
-Result<std::unique_ptr<ByteStream>> ByteStream::Open(const std::string& path) {
+Result<std::unique_ptr<ByteStream>> ByteStream::Open(const std::string& path,
+                                                     const ByteRange& range) {
   std::unique_ptr<ByteStream> s(new ByteStream(path));
   s->file_ = std::fopen(path.c_str(), "rb");
   if (s->file_ == nullptr) {
@@ -46,6 +47,30 @@ Result<std::unique_ptr<ByteStream>> ByteStream::Open(const std::string& path) {
     s->end_ = n;
     s->in_.clear();
     s->in_.shrink_to_fit();
+  }
+  s->limit_ = range.end;
+  // A line range starts one byte early: the line that byte ends (or the empty line of a
+  // '\n' there) belongs to the range before.
+  const uint64_t start = range.lines && range.begin > 0 ? range.begin - 1 : range.begin;
+  if (start > 0 && !s->gzip_) {
+    if (::fseeko(s->file_, static_cast<off_t>(start), SEEK_SET) != 0)
+      return InputErrno(path, "seek failed", errno);
+    s->pos_ = s->end_ = 0;
+    s->consumed_ = start;
+    s->eof_ = false;
+  } else {
+    for (uint64_t left = start; left > 0;) {
+      PS_ASSIGN_OR_RETURN(std::string_view skipped, s->Take(std::min<uint64_t>(left, kChunk)));
+      if (skipped.empty()) break;
+      left -= skipped.size();
+    }
+  }
+  if (range.lines && range.begin > 0) {
+    std::string_view dropped;
+    const uint64_t limit = s->limit_;
+    s->limit_ = UINT64_MAX;
+    PS_RETURN_IF_ERROR(s->NextLine(&dropped).status());
+    s->limit_ = limit;
   }
   return s;
 }
@@ -131,6 +156,7 @@ Result<std::string_view> ByteStream::Take(size_t n) {
 }
 
 Result<bool> ByteStream::NextLine(std::string_view* line, size_t max_line) {
+  if (consumed_ >= limit_) return false;
   size_t scanned = 0;  // bytes after pos_ known to hold no '\n'
   for (;;) {
     const char* begin = buf_.data() + pos_;

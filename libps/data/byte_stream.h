@@ -25,10 +25,22 @@ namespace ps::data {
 // (libps/core/files.h) calls kIo.
 Status InputErrno(const std::string& path, std::string_view what, int err);
 
+// A part of a file's (decompressed) content. begin: where reading starts (a gzip file's
+// content before it is inflated and dropped). lines: begin > 0 moves on to the first line
+// start at or after begin (the byte before it is '\n'), and NextLine reads only the lines
+// that start before end: ranges cut anywhere split a text file's lines between them with
+// each line read once.
+struct ByteRange {
+  uint64_t begin = 0;
+  uint64_t end = UINT64_MAX;
+  bool lines = false;
+};
+
 class ByteStream {
  public:
   // Errors: InputErrno naming the file.
-  static Result<std::unique_ptr<ByteStream>> Open(const std::string& path);
+  static Result<std::unique_ptr<ByteStream>> Open(const std::string& path,
+                                                  const ByteRange& range = {});
   ~ByteStream();
   ByteStream(const ByteStream&) = delete;
   ByteStream& operator=(const ByteStream&) = delete;
@@ -43,7 +55,8 @@ class ByteStream {
   Result<std::string_view> Take(size_t n);
   // The next line without its '\n' (and a trailing '\r'); valid until the next call.
   // false at the end of the stream. A last line without '\n' is a line. Error:
-  // InvalidArgument when a line is longer than max_line bytes, or Take's errors.
+  // InvalidArgument when a line is longer than max_line bytes, or Take's errors. false
+  // for a line that starts at or after the range's end.
   Result<bool> NextLine(std::string_view* line, size_t max_line = size_t{64} << 20);
 
  private:
@@ -67,6 +80,7 @@ class ByteStream {
   std::string buf_;               // content; [pos_, end_) unread
   size_t pos_ = 0, end_ = 0;
   uint64_t consumed_ = 0;
+  uint64_t limit_ = UINT64_MAX;  // NextLine: no line starting at or after it
 };
 
 }  // namespace ps::data

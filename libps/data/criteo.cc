@@ -110,8 +110,9 @@ class CriteoFormat : public RecordFormat {
       info_.field_vocab_sizes.push_back(f.buckets);
     }
   }
-  Result<std::unique_ptr<RecordReader>> Open(const std::string& path) const override {
-    PS_ASSIGN_OR_RETURN(auto stream, ByteStream::Open(path));
+  Result<std::unique_ptr<RecordReader>> OpenRange(const std::string& path,
+                                                  const ByteRange& range) const override {
+    PS_ASSIGN_OR_RETURN(auto stream, ByteStream::Open(path, range));
     return std::unique_ptr<RecordReader>(new CriteoReader(std::move(stream), spec_));
   }
 

@@ -10,6 +10,7 @@
 
 #include "libps/core/log.h"
 #include "libps/data/byte_stream.h"
+#include "libps/data/lease_reader.h"
 #include "libps/data/libsvm.h"
 #include "libps/data/random.h"
 #include "libps/data/readers.h"
@@ -228,6 +229,8 @@ struct StreamPlan {
   std::unique_ptr<RecordFormat> format;
   std::vector<std::string> files;
   StreamOptions options;
+  int64_t shard_bytes = kDefaultShardBytes;
+  bool text = false;
 };
 
 Result<StreamPlan> PlanStream(const Json& config, const std::string& path,
@@ -253,6 +256,12 @@ Result<StreamPlan> PlanStream(const Json& config, const std::string& path,
     return InvalidArgument(r.Path("prefetch_batches") + ": must be in 0..1024 (0: automatic)");
   }
   PS_RETURN_IF_ERROR(GetOnError(r, &stream.skip_errors));
+  PS_RETURN_IF_ERROR(r.GetOr("shard_bytes", &plan.shard_bytes));
+  if (plan.shard_bytes < 1 || plan.shard_bytes > (int64_t{1} << 50)) {
+    return InvalidArgument(r.Path("shard_bytes") + ": must be in 1..2^50, got " +
+                           std::to_string(plan.shard_bytes));
+  }
+  plan.text = format == "libsvm" || format == "criteo_tsv";
   PS_ASSIGN_OR_RETURN(plan.format, MakeRecordFormat(format, r));
   if (plan.format == nullptr) {
     return InvalidArgument(r.Path("files") + ": format '" + format +
@@ -277,6 +286,21 @@ Result<std::unique_ptr<Dataset>> OpenDataset(const Json& config, const std::stri
                       StreamingDataset::Create(std::move(plan.format), std::move(plan.files),
                                                std::move(plan.options), std::move(options)));
   return std::unique_ptr<Dataset>(std::move(d));
+}
+
+Result<StreamedData> PlanStreamedData(const Json& config, const std::string& path,
+                                      const std::string& base_dir, bool make_shards) {
+  PS_ASSIGN_OR_RETURN(StreamPlan plan, PlanStream(config, path, base_dir));
+  StreamedData d;
+  if (make_shards) {
+    auto shards = MakeShards(plan.files, plan.text, plan.shard_bytes);
+    if (!shards.ok()) return shards.status().WithContext(path);
+    d.shards = std::move(*shards);
+  }
+  d.format = std::move(plan.format);
+  d.files = std::move(plan.files);
+  d.options = std::move(plan.options);
+  return d;
 }
 
 Status CheckStreamedData(const Json& config, const std::string& path, const std::string& base_dir) {

@@ -111,8 +111,9 @@ class LibSvmFormat : public RecordFormat {
     info_ = LibSvmInfo(*o_);
     has_values_ = true;
   }
-  Result<std::unique_ptr<RecordReader>> Open(const std::string& path) const override {
-    PS_ASSIGN_OR_RETURN(auto reader, OpenLibSvm(path, o_));
+  Result<std::unique_ptr<RecordReader>> OpenRange(const std::string& path,
+                                                  const ByteRange& range) const override {
+    PS_ASSIGN_OR_RETURN(auto reader, OpenLibSvm(path, o_, range));
     return std::unique_ptr<RecordReader>(std::move(reader));
   }
 
@@ -161,8 +162,9 @@ Status CheckLibSvmOptions(const LibSvmOptions& o, const std::string& prefix) {
 }
 
 Result<std::unique_ptr<TextRecordReader>> OpenLibSvm(const std::string& path,
-                                                     std::shared_ptr<const LibSvmOptions> options) {
-  PS_ASSIGN_OR_RETURN(auto stream, ByteStream::Open(path));
+                                                     std::shared_ptr<const LibSvmOptions> options,
+                                                     const ByteRange& range) {
+  PS_ASSIGN_OR_RETURN(auto stream, ByteStream::Open(path, range));
   return std::unique_ptr<TextRecordReader>(new LibSvmReader(std::move(stream), std::move(options)));
 }
 

@@ -25,6 +25,7 @@ Status CheckLibSvmOptions(const LibSvmOptions& options, const std::string& prefi
 // order of appearance within a field). Labels: with options.classes == 0 the raw
 // integer label (the caller maps it, readers.h); 2: -1 and 0 → 0, +1 → 1; k > 2: 0..k-1.
 Result<std::unique_ptr<TextRecordReader>> OpenLibSvm(const std::string& path,
-                                                     std::shared_ptr<const LibSvmOptions> options);
+                                                     std::shared_ptr<const LibSvmOptions> options,
+                                                     const ByteRange& range = {});
 
 }  // namespace ps::data

@@ -30,6 +30,9 @@ class RecordReader {
   virtual Status Parse(Row* row) = 0;
   // "<file>: record at byte offset N" or "<file>:<line>": the current record.
   virtual std::string Where() const = 0;
+  // Byte offset (into the decompressed content) of what follows the current record: where
+  // a reader opened on it reads the next record first.
+  virtual uint64_t offset() const = 0;
 };
 
 // The parsed config of one format. Immutable after creation; Open may be called from
@@ -41,7 +44,13 @@ class RecordFormat {
   const DatasetInfo& info() const { return info_; }
   // Rows carry values for their ids (LibSVM's id:value); else every value is 1.
   bool has_values() const { return has_values_; }
-  virtual Result<std::unique_ptr<RecordReader>> Open(const std::string& path) const = 0;
+  Result<std::unique_ptr<RecordReader>> Open(const std::string& path) const {
+    return OpenRange(path, ByteRange{});
+  }
+  // Reads the records of `range` only (a text format's lines that start in it; a TFRecord
+  // file from range.begin, which must be a record's start, to its end).
+  virtual Result<std::unique_ptr<RecordReader>> OpenRange(const std::string& path,
+                                                          const ByteRange& range) const = 0;
 
  protected:
   DatasetInfo info_;
@@ -55,8 +64,11 @@ class TextRecordReader : public RecordReader {
  public:
   Result<bool> Advance() override;
   bool resumable() const override { return resumable_; }
-  std::string Where() const override;           // "<file>:<line>"
-  int64_t line_no() const { return line_no_; }  // 1-based, of the current record
+  std::string Where() const override;  // "<file>:<line>"
+  uint64_t offset() const override { return stream_->offset(); }
+  // 1-based, of the current record (counted from the range's first line when it is not
+  // the file's)
+  int64_t line_no() const { return line_no_; }
 
  protected:
   TextRecordReader(std::unique_ptr<ByteStream> stream, char comment)

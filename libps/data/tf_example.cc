@@ -108,6 +108,7 @@ class TfExampleReader : public RecordReader {
   Result<bool> Advance() override { return records_.Next(&record_); }
   bool resumable() const override { return records_.resumable(); }
   std::string Where() const override { return records_.Where(); }
+  uint64_t offset() const override { return records_.offset(); }
   Status Parse(Row* row) override {
     Status st = decoder_.Decode(record_, row);
     if (!st.ok()) return Status(st.code(), Where() + ": " + st.message());
@@ -132,8 +133,9 @@ class TfExampleFormat : public RecordFormat {
       if (!s.weights.empty()) has_values_ = true;
     }
   }
-  Result<std::unique_ptr<RecordReader>> Open(const std::string& path) const override {
-    PS_ASSIGN_OR_RETURN(auto stream, ByteStream::Open(path));
+  Result<std::unique_ptr<RecordReader>> OpenRange(const std::string& path,
+                                                  const ByteRange& range) const override {
+    PS_ASSIGN_OR_RETURN(auto stream, ByteStream::Open(path, ByteRange{range.begin}));
     return std::unique_ptr<RecordReader>(new TfExampleReader(std::move(stream), spec_));
   }
 

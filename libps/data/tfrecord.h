@@ -33,6 +33,8 @@ class TfRecordReader {
   // Byte offset of the record Next returned last (or failed on).
   uint64_t record_offset() const { return record_offset_; }
   const std::string& path() const { return stream_->path(); }
+  // Byte offset of what follows the last record.
+  uint64_t offset() const { return stream_->offset(); }
   // "<file>: record at byte offset N" for error messages.
   std::string Where() const;
 

@@ -63,11 +63,6 @@ Result<JobSpec> ParseJob(const Json& json, const std::string& default_base_dir) 
     PS_RETURN_IF_ERROR(r.Get("epochs", &epochs));
     PS_RETURN_IF_ERROR(Range(r, "epochs", epochs, 1, 1000000));
     job.epochs = epochs;
-    if (job.train_data.is_object() && job.train_data.contains("files")) {
-      return InvalidArgument(
-          "job.epochs: needs an in-memory job.train_data (\"path\"); the size of streamed data "
-          "(\"files\") is not known before it is read: use job.steps");
-    }
   }
   if (!job.epochs || r.Has("steps")) {
     PS_RETURN_IF_ERROR(r.Get("steps", &job.steps));
@@ -83,6 +78,13 @@ Result<JobSpec> ParseJob(const Json& json, const std::string& default_base_dir) 
   PS_RETURN_IF_ERROR(r.GetOr("combine_push_pull", &job.combine_push_pull));
   if (const Json* u = r.Find("update")) {
     PS_ASSIGN_OR_RETURN(job.update, ps::server::ParseUpdate(*u, "job.update"));
+  }
+  if (job.epochs && job.train_data.is_object() && job.train_data.contains("files") &&
+      job.update.StepMode() == ps::server::UpdateMode::kSync) {
+    return InvalidArgument(
+        "job.epochs: streamed job.train_data (\"files\") counts epochs in async and "
+        "bounded-staleness mode only (in sync mode each worker streams its own files): use "
+        "job.steps");
   }
   PS_RETURN_IF_ERROR(r.GetOr("seed", &job.seed));
   PS_RETURN_IF_ERROR(r.GetOr("log_every_steps", &job.log_every_steps));

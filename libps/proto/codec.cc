@@ -105,11 +105,19 @@ Offset<void> EncodeBody(FlatBufferBuilder& fbb, const Body& body) {
           return w::CreateStartJobDirect(fbb, m.job_json.c_str(), m.worker_index, m.num_workers)
               .Union();
         } else if constexpr (std::is_same_v<M, RunSteps>) {
-          return w::CreateRunSteps(fbb, m.first_step, m.count).Union();
+          flatbuffers::Offset<w::DataLease> lease = 0;
+          if (m.lease) {
+            const DataLease& l = *m.lease;
+            lease =
+                w::CreateDataLeaseDirect(fbb, l.seq, l.file.c_str(), l.begin, l.end, l.lines,
+                                         l.base_byte, l.base_record, l.start, l.take, l.generation);
+          }
+          return w::CreateRunSteps(fbb, m.first_step, m.count, lease).Union();
         } else if constexpr (std::is_same_v<M, RunStepsReply>) {
           return w::CreateRunStepsReply(fbb, m.steps, m.examples, m.loss_sum, m.correct,
                                         m.data_seconds, m.pull_seconds, m.compute_seconds,
-                                        m.push_seconds, m.stale, m.skipped_records)
+                                        m.push_seconds, m.stale, m.skipped_records, m.data_records,
+                                        m.data_end_byte, m.data_end)
               .Union();
         } else if constexpr (std::is_same_v<M, Stop>) {
           return w::CreateStopDirect(fbb, m.reason.c_str()).Union();
@@ -250,7 +258,13 @@ Result<Body> DecodeBody(const w::Envelope* env) {
     }
     case w::Body::RunSteps: {
       auto* m = env->body_as_RunSteps();
-      return Body(RunSteps{m->first_step(), m->count()});
+      RunSteps out{m->first_step(), m->count()};
+      if (const auto* l = m->lease()) {
+        out.lease =
+            DataLease{l->seq(),       Str(l->file()),   l->begin(), l->end(),  l->lines(),
+                      l->base_byte(), l->base_record(), l->start(), l->take(), l->generation()};
+      }
+      return Body(std::move(out));
     }
     case w::Body::RunStepsReply: {
       auto* m = env->body_as_RunStepsReply();
@@ -263,7 +277,10 @@ Result<Body> DecodeBody(const w::Envelope* env) {
                                 .compute_seconds = m->compute_seconds(),
                                 .push_seconds = m->push_seconds(),
                                 .stale = m->stale(),
-                                .skipped_records = m->skipped_records()});
+                                .skipped_records = m->skipped_records(),
+                                .data_records = m->data_records(),
+                                .data_end_byte = m->data_end_byte(),
+                                .data_end = m->data_end()});
     }
     case w::Body::Stop:
       return Body(Stop{Str(env->body_as_Stop()->reason())});

@@ -226,9 +226,20 @@ struct StartJob {
   int32_t worker_index = 0;
   int32_t num_workers = 0;
 };
+// Streamed training data: the records a pack trains (pstrain.fbs, DataLease).
+struct DataLease {
+  int64_t seq = 0;
+  std::string file;
+  uint64_t begin = 0, end = 0;
+  bool lines = false;
+  uint64_t base_byte = 0;
+  int64_t base_record = 0, start = 0, take = 0;
+  uint64_t generation = 0;
+};
 struct RunSteps {
   int64_t first_step = 0;
   int32_t count = 0;
+  std::optional<DataLease> lease = std::nullopt;
 };
 struct RunStepsReply {
   int32_t steps = 0;
@@ -241,6 +252,9 @@ struct RunStepsReply {
   double push_seconds = 0;
   int32_t stale = 0;
   int64_t skipped_records = 0;
+  int64_t data_records = 0;
+  uint64_t data_end_byte = 0;
+  bool data_end = false;
 };
 
 struct Stop {

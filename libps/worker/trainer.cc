@@ -29,16 +29,76 @@ Trainer::~Trainer() {
   if (trace_fd_ >= 0) ::close(trace_fd_);
 }
 
-Status Trainer::ReadByStep(std::unique_ptr<StepData> data) {
+Status Trainer::OpenTrace() {
   if (const char* trace = std::getenv("PSTRAIN_TEST_TRACE_IDS"); trace != nullptr && *trace) {
     trace_fd_ = ::open(trace, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (trace_fd_ < 0) return ErrnoStatus(trace, "PSTRAIN_TEST_TRACE_IDS: open", errno);
   }
+  return Status::Ok();
+}
+
+Status Trainer::Trace(const std::string& line) {
+  if (trace_fd_ < 0) return Status::Ok();
+  if (::write(trace_fd_, line.data(), line.size()) != static_cast<ssize_t>(line.size()))
+    return ErrnoStatus("PSTRAIN_TEST_TRACE_IDS", "write", errno);
+  return Status::Ok();
+}
+
+Status Trainer::ReadByStep(std::unique_ptr<StepData> data) {
+  PS_RETURN_IF_ERROR(OpenTrace());
   by_step_ = std::move(data);
   return Status::Ok();
 }
 
+Status Trainer::ReadByLease(std::unique_ptr<LeaseData> data) {
+  PS_RETURN_IF_ERROR(OpenTrace());
+  by_lease_ = std::move(data);
+  return Status::Ok();
+}
+
+Status Trainer::RunLease(int64_t first_step, int count, const data::LeaseSpec& lease,
+                         StepStats* stats, data::PackEnd* end) {
+  const auto t0 = Clock::now();
+  const int64_t skipped_before = by_lease_->reader->skipped();
+  PS_ASSIGN_OR_RETURN(*end, by_lease_->reader->Read(lease, &rows_));
+  stats->skipped_records += by_lease_->reader->skipped() - skipped_before;
+  if (by_lease_->shuffle) {
+    data::Rng rng(data::DeriveSeed(by_lease_->seed, static_cast<uint64_t>(lease.lease.seq),
+                                   static_cast<uint64_t>(lease.lease.start)));
+    data::Shuffle(rows_, rng);
+  }
+  const data::RecordFormat& format = *by_lease_->format;
+  pack_.clear();
+  for (size_t r = 0; r < rows_.size(); ++r) {
+    if (r % static_cast<size_t>(batch_size_) == 0) {
+      if (static_cast<int>(pack_.size()) == count) break;
+      pack_.push_back(data::StartBatch(format.info()));
+    }
+    data::AppendRow(rows_[r], format.has_values(), &pack_.back());
+  }
+  pack_first_ = first_step;
+  stats->data_seconds += Seconds(t0, Clock::now());
+  PS_RETURN_IF_ERROR(
+      Trace("pack " + std::to_string(first_step) + " " + std::to_string(count) + "\n"));
+  return RunSteps(first_step, static_cast<int>(pack_.size()), stats);
+}
+
 Result<model::Batch> Trainer::NextBatch(int64_t step) {
+  if (by_lease_ != nullptr) {
+    model::Batch batch = std::move(pack_.at(static_cast<size_t>(step - pack_first_)));
+    if (trace_fd_ >= 0) {
+      std::string line = std::to_string(step) + " 0";
+      if (!batch.sparse.empty()) {
+        const auto& f = batch.sparse[0];
+        for (int64_t r = 0; r < batch.size; ++r)
+          line += " " + (f.offsets[r] < f.offsets[r + 1]
+                             ? std::to_string(f.ids[static_cast<size_t>(f.offsets[r])])
+                             : std::string("-1"));
+      }
+      PS_RETURN_IF_ERROR(Trace(line + "\n"));
+    }
+    return batch;
+  }
   if (by_step_ == nullptr) return dataset_->Next(batch_size_);
   by_step_->order.Indices(step, by_step_->slot, &picked_);
   model::Batch batch = by_step_->table.StartBatch();
@@ -49,9 +109,9 @@ Result<model::Batch> Trainer::NextBatch(int64_t step) {
     // Appended, not " " + std::to_string(id): GCC 12 warns (-Wrestrict, a false positive
     // fixed in GCC 13) on inserting a literal before a temporary string.
     for (int64_t id : picked_) line.append(1, ' ').append(std::to_string(id));
-    line += "\n";
-    if (::write(trace_fd_, line.data(), line.size()) != static_cast<ssize_t>(line.size()))
-      return ErrnoStatus("PSTRAIN_TEST_TRACE_IDS", "write", errno);
+    line += "
+";
+    PS_RETURN_IF_ERROR(Trace(line));
   }
   return batch;
 }
@@ -197,8 +257,22 @@ Result<std::unique_ptr<Trainer>> MakeTrainer(const job::JobSpec& job, int worker
   // Streamed: this worker's files (stream.h), read ahead by the data set's own threads.
   std::unique_ptr<data::Dataset> dataset;
   std::unique_ptr<StepData> by_step;
+  std::unique_ptr<LeaseData> by_lease;
   const bool sync = job.update.StepMode() == ps::server::UpdateMode::kSync;
-  if (job.train_data.is_object() && job.train_data.contains("files")) {
+  const bool streamed = job.train_data.is_object() && job.train_data.contains("files");
+  if (streamed && !sync) {
+    // Async and bounded staleness: each pack names the records it trains (a lease of the
+    // chief's shard queue, data/shards.h).
+    PS_ASSIGN_OR_RETURN(
+        data::StreamedData d,
+        data::PlanStreamedData(job.train_data, "job.train_data", job.base_dir, false));
+    by_lease = std::make_unique<LeaseData>();
+    by_lease->format = d.format.get();
+    by_lease->reader =
+        std::make_unique<data::LeaseReader>(d.format, d.options.skip_errors, "job.train_data");
+    by_lease->seed = job.seed;
+    by_lease->shuffle = d.options.shuffle_buffer > 1;
+  } else if (streamed) {
     data::DatasetOptions opts;
     opts.base_dir = job.base_dir;
     opts.shard_index = worker_index;
@@ -232,6 +306,7 @@ Result<std::unique_ptr<Trainer>> MakeTrainer(const job::JobSpec& job, int worker
       job.batch_size, job.prefetch, std::move(model), std::move(dataset), std::move(fetcher),
       job.update.StepMode(), job.fake_compute_ms, job.combine_push_pull);
   if (by_step) PS_RETURN_IF_ERROR(trainer->ReadByStep(std::move(by_step)));
+  if (by_lease) PS_RETURN_IF_ERROR(trainer->ReadByLease(std::move(by_lease)));
   return trainer;
 }
 

@@ -12,6 +12,7 @@
 #include "libps/client/param_fetcher.h"
 #include "libps/client/ps_link.h"
 #include "libps/data/dataset.h"
+#include "libps/data/lease_reader.h"
 #include "libps/data/step_order.h"
 #include "libps/job/job.h"
 #include "libps/model/model.h"
@@ -36,6 +37,14 @@ struct StepData {
   data::ExampleTable table;
   data::StepOrder order;
   int slot = 0;
+};
+
+// Streamed training data read by lease (data/shards.h): the records each pack names.
+struct LeaseData {
+  std::unique_ptr<data::LeaseReader> reader;
+  const data::RecordFormat* format = nullptr;  // the reader's
+  uint64_t seed = 0;
+  bool shuffle = true;
 };
 
 // Not thread-safe: one Trainer per worker, used by one thread at a time.
@@ -71,6 +80,18 @@ class Trainer {
   // PSTRAIN_TEST_TRACE_IDS=FILE appends "<step> <slot> <table index>..." per step read
   // to FILE (one write per line, O_APPEND: several workers may share the file).
   Status ReadByStep(std::unique_ptr<StepData> data);
+  // From now on a pack trains the records of its lease (RunLease). Testing hook: as for
+  // ReadByStep, "<step> 0 <first sparse id of each example>..." per step, and
+  // "pack <first_step> <count>" before the steps of each pack (its steps read before are
+  // superseded).
+  Status ReadByLease(std::unique_ptr<LeaseData> data);
+  bool by_lease() const { return by_lease_ != nullptr; }
+  // Reads the lease's records, shuffles them (seeded by (seed, lease.seq, lease.start): the
+  // same on every worker) and trains them in batches as steps first_step...: as many steps
+  // as there are batches, at most `count` (the last batch may be short; no step without
+  // an example). Where the lease ended goes to *end.
+  Status RunLease(int64_t first_step, int count, const data::LeaseSpec& lease, StepStats* stats,
+                  data::PackEnd* end);
 
  private:
   Status Pipeline(int64_t first_step, int count, StepStats* stats);
@@ -92,9 +113,15 @@ class Trainer {
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<data::Dataset> dataset_;
   std::unique_ptr<client::ParamFetcher> fetcher_;
+  Status OpenTrace();
+  Status Trace(const std::string& line);
   std::unique_ptr<StepData> by_step_;  // null: batches come from dataset_
-  std::vector<int64_t> picked_;        // NextBatch's table indices
-  int trace_fd_ = -1;                  // PSTRAIN_TEST_TRACE_IDS, or -1
+  std::unique_ptr<LeaseData> by_lease_;
+  std::vector<data::Row> rows_;     // RunLease's records
+  std::vector<model::Batch> pack_;  // RunLease's batches, [step - pack_first_]
+  int64_t pack_first_ = 0;
+  std::vector<int64_t> picked_;  // NextBatch's table indices
+  int trace_fd_ = -1;            // PSTRAIN_TEST_TRACE_IDS, or -1
   // Double buffers: step t computes on batch/params stage t%2 while step t+1's pull fills
   // the other, and into one gradient buffer while step t-1's push sends the other.
   std::array<model::Batch, 2> batches_;

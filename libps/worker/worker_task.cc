@@ -162,7 +162,22 @@ class Worker {
     if (trainer_ == nullptr) return FailedPrecondition("RunSteps before StartJob");
     PS_RETURN_IF_ERROR(ReconnectPs());
     StepStats s;
-    Status ran = trainer_->RunSteps(m.first_step, m.count, &s);
+    data::PackEnd end;
+    Status ran;
+    if (m.lease) {
+      if (!trainer_->by_lease())
+        return FailedPrecondition("RunSteps with a data lease for a job not read by lease");
+      const proto::DataLease& l = *m.lease;
+      const data::LeaseSpec spec{
+          l.file, data::Shard{0, l.begin, l.end, l.lines},
+          data::Lease{l.seq, 0, l.base_byte, l.base_record, l.start, l.take, l.generation}};
+      // No records left to lease (the last epoch's tail is in flight elsewhere): no step.
+      if (l.take > 0) ran = trainer_->RunLease(m.first_step, m.count, spec, &s, &end);
+    } else if (trainer_->by_lease()) {
+      return FailedPrecondition("RunSteps without a data lease for a job read by lease");
+    } else {
+      ran = trainer_->RunSteps(m.first_step, m.count, &s);
+    }
     metrics_.AddPack(s);
     // Bounded staleness: with no pack waiting here, this worker is out of work (at a
     // checkpoint or the end of the job there may be none for it) and must not hold the
@@ -182,7 +197,10 @@ class Worker {
                                 .compute_seconds = s.compute_seconds,
                                 .push_seconds = s.push_seconds,
                                 .stale = static_cast<int32_t>(s.stale),
-                                .skipped_records = s.skipped_records};
+                                .skipped_records = s.skipped_records,
+                                .data_records = end.records,
+                                .data_end_byte = end.end_byte,
+                                .data_end = end.end_of_shard};
   }
 
   // Inline evaluation: the chief has paused training; this worker's shard of the eval
