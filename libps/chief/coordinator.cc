@@ -45,7 +45,7 @@ std::future<Result<PackResult>> Coordinator::Schedule(int64_t first_step, int co
 }
 
 void Coordinator::Schedule(int64_t first_step, int count, int worker, PackCallback done) {
-  Pack pack{first_step, count, 0, std::move(done), worker};
+  Pack pack{first_step, count, 0, std::move(done), worker, std::nullopt};
   std::lock_guard lock(mu_);
   ++outstanding_;
   queue_.push_back(std::move(pack));

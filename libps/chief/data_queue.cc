@@ -1,5 +1,6 @@
 #include "libps/chief/shell.h"
 #include "libps/core/log.h"
+#include "libps/core/text.h"
 #include "libps/data/lease_reader.h"
 
 namespace ps::chief {
