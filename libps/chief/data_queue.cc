@@ -59,7 +59,8 @@ void Chief::LeaseDone(const proto::DataLease& lease, const proto::RunStepsReply*
     shard_queue_->Release(l);
     return;
   }
-  shard_queue_->Ack(l, data::PackEnd{reply->data_records, reply->data_end_byte, reply->data_end});
+  shard_queue_->Ack(l, data::PackEnd{reply->data_records, reply->data_end_byte, reply->data_end,
+                                     reply->data_total});
 }
 
 std::optional<Json> Chief::DataPosition() {

@@ -72,6 +72,7 @@ Result<PackEnd> LeaseReader::Read(const LeaseSpec& spec, std::vector<Row>* rows)
   // The end is known only once the reader reached it: a lease that ends exactly at the
   // shard's end does not know it, the next lease of the shard finds no record.
   end.end_of_shard = open_->ended;
+  if (end.end_of_shard) end.total = open_->record;
   end.end_byte = open_->reader->offset();
   return end;
 }

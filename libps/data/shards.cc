@@ -140,15 +140,16 @@ void ShardQueue::Ack(const Lease& lease, const PackEnd& end) {
   in_flight_ -= 1;
   const int64_t stop = lease.start + end.records;
   if (end.end_of_shard && !l.total) {
-    l.total = stop;
-    records_counted_ += stop;
+    const int64_t total = end.total >= 0 ? std::min(end.total, stop) : stop;
+    l.total = total;
+    records_counted_ += total;
     // What was given out past the end holds nothing.
-    l.next = std::min(l.next, stop);
+    l.next = std::min(l.next, total);
     for (auto g = l.gaps.begin(); g != l.gaps.end();) {
-      if (g->first >= stop) {
+      if (g->first >= total) {
         g = l.gaps.erase(g);
       } else {
-        g->second = std::min(g->second, stop);
+        g->second = std::min(g->second, total);
         ++g;
       }
     }

@@ -64,11 +64,13 @@ struct Lease {
 };
 
 // Where a pack ended: `records` read (from lease.start; bad ones skipped included), the
-// byte offset after the last of them, and whether the shard ended there.
+// byte offset after the last of them, whether the shard ended there, and then the
+// shard's record count (lower than lease.start for a lease that began past the end).
 struct PackEnd {
   int64_t records = 0;
   uint64_t end_byte = 0;
   bool end_of_shard = false;
+  int64_t total = -1;
 };
 
 class ShardQueue {

@@ -117,7 +117,7 @@ Offset<void> EncodeBody(FlatBufferBuilder& fbb, const Body& body) {
           return w::CreateRunStepsReply(fbb, m.steps, m.examples, m.loss_sum, m.correct,
                                         m.data_seconds, m.pull_seconds, m.compute_seconds,
                                         m.push_seconds, m.stale, m.skipped_records, m.data_records,
-                                        m.data_end_byte, m.data_end)
+                                        m.data_end_byte, m.data_end, m.data_total)
               .Union();
         } else if constexpr (std::is_same_v<M, Stop>) {
           return w::CreateStopDirect(fbb, m.reason.c_str()).Union();
@@ -280,7 +280,8 @@ Result<Body> DecodeBody(const w::Envelope* env) {
                                 .skipped_records = m->skipped_records(),
                                 .data_records = m->data_records(),
                                 .data_end_byte = m->data_end_byte(),
-                                .data_end = m->data_end()});
+                                .data_end = m->data_end(),
+                                .data_total = m->data_total()});
     }
     case w::Body::Stop:
       return Body(Stop{Str(env->body_as_Stop()->reason())});

@@ -255,6 +255,7 @@ struct RunStepsReply {
   int64_t data_records = 0;
   uint64_t data_end_byte = 0;
   bool data_end = false;
+  int64_t data_total = -1;
 };
 
 struct Stop {

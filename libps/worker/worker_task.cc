@@ -200,7 +200,8 @@ class Worker {
                                 .skipped_records = s.skipped_records,
                                 .data_records = end.records,
                                 .data_end_byte = end.end_byte,
-                                .data_end = end.end_of_shard};
+                                .data_end = end.end_of_shard,
+                                .data_total = end.total};
   }
 
   // Inline evaluation: the chief has paused training; this worker's shard of the eval

@@ -122,6 +122,7 @@ struct World {
     const int64_t stop = std::min(n, l.start + l.take);
     e.records = std::max<int64_t>(0, stop - l.start);
     e.end_of_shard = l.start + l.take > n;  // a reader sees the end only by reading past it
+    if (e.end_of_shard) e.total = n;
     e.end_byte = static_cast<uint64_t>(10 * std::max(stop, l.start));
     return e;
   }
@@ -381,6 +382,29 @@ TEST_CASE("LeaseReader over byte ranges, CRLF and gzip files: every record once 
       }
     }
   }
+}
+
+TEST_CASE("ShardQueue: packs answered last-first, two in flight per worker, end every epoch") {
+  World w{{25, 7, 40, 13}, {}};
+  auto q = MakeQueue(4, 2);
+  std::vector<Lease> pending;
+  for (int round = 0; round < 1000; ++round) {
+    for (int k = 0; k < 4 && pending.size() < 4; ++k) {
+      auto l = q.Take(k % 2, 10);
+      if (!l) break;
+      pending.push_back(*l);
+    }
+    if (pending.empty()) break;
+    Lease l = pending.back();
+    pending.pop_back();
+    auto e = w.Run(l);
+    w.Train(l, e);
+    q.Ack(l, e);
+  }
+  CHECK(q.AllGivenOut());
+  CHECK(q.Exhausted());
+  CHECK(q.EpochsDone() == Approx(2.0));
+  CheckEach(w, 2);
 }
 
 TEST_CASE("LeaseReader over TFRecord files: every record once per epoch") {
