@@ -109,8 +109,7 @@ Result<model::Batch> Trainer::NextBatch(int64_t step) {
     // Appended, not " " + std::to_string(id): GCC 12 warns (-Wrestrict, a false positive
     // fixed in GCC 13) on inserting a literal before a temporary string.
     for (int64_t id : picked_) line.append(1, ' ').append(std::to_string(id));
-    line += "
-";
+    line += "\n";
     PS_RETURN_IF_ERROR(Trace(line));
   }
   return batch;
