@@ -324,6 +324,7 @@ void Chief::Schedule(const act::ScheduleRange& a) {
                  .stale = reply.stale,
                  .loss_sum = reply.loss_sum,
                  .skipped_records = reply.skipped_records};
+      e.status = DataHoldsRecords();
     }
     inbox_.Post(std::move(e));
   };

@@ -100,6 +100,14 @@ bool Chief::DataGivenOut() {
   return shard_queue_ && shard_queue_->AllGivenOut();
 }
 
+Status Chief::DataHoldsRecords() {
+  std::lock_guard lock(data_mu_);
+  if (!shard_queue_ || shard_queue_->EpochsDone() < 1 || shard_queue_->records_counted() > 0)
+    return Status::Ok();
+  return InvalidArgument("job.train_data: its " + std::to_string(data_files_.size()) +
+                         " file(s) hold no record");
+}
+
 std::optional<double> Chief::EpochNow() {
   if (order_) return order_->EpochsAt(global_step_);
   std::lock_guard lock(data_mu_);

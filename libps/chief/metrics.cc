@@ -61,7 +61,9 @@ void Chief::WriteMetrics(prom::Writer& w) {
   }
   w.Gauge("pstrain_chief_global_step", "Steps completed (the global step).",
           static_cast<double>(global_step_.load()));
-  w.Gauge("pstrain_chief_total_steps", "The job's last step.", static_cast<double>(job_.steps));
+  w.Gauge("pstrain_chief_total_steps",
+          "The job's last step (0 while epochs of streamed data end it).",
+          steps_from_data_ ? 0.0 : static_cast<double>(job_.steps));
   w.Gauge("pstrain_chief_examples_per_second",
           "Examples per second over the last progress window (log_every_steps).", examples_per_sec);
   w.Gauge("pstrain_chief_state", "The chief's state: 1 for the current one.", 1,

@@ -153,6 +153,8 @@ class Chief {
   void RestoreDataPosition(const ckpt::Manifest* manifest);
   // With epochs: every record is given out (the machine is told: ev::DataEnd).
   bool DataGivenOut();
+  // A whole pass over the streamed files read and not one record in them: an error.
+  Status DataHoldsRecords();
   // Passes over the training data done so far (in memory: by the global step; streamed:
   // by shards done); nullopt when not known.
   std::optional<double> EpochNow();

@@ -43,14 +43,10 @@ void Chief::Report(const Window& w, int64_t total) {
                        ? "stale " + std::to_string(w.stale) + "  "
                        : "")
                << "elapsed " << FormatDuration(now) << "  eta " << FormatDuration(eta);
-  Json line = {{"step", global_step_.load()},
-               {"total_steps", total},
-               {"loss", loss},
-               {"accuracy", acc},
-               {"examples_per_sec", eps},
-               {"elapsed_sec", now},
-               {"unix_time", UnixTime()}};
+  Json line = {{"step", global_step_.load()}, {"loss", loss},       {"accuracy", acc},
+               {"examples_per_sec", eps},     {"elapsed_sec", now}, {"unix_time", UnixTime()}};
   if (job_.update.StepMode() == ps::server::UpdateMode::kSync) line["stale_steps"] = w.stale;
+  if (steps_known) line["total_steps"] = total;
   if (epoch_now) line["epoch"] = *epoch_now;
   // Bad records the workers skipped (data "on_error": "skip"): in this window and so far.
   skipped_records_ += w.skipped_records;

@@ -117,6 +117,10 @@ TEST_CASE(
                                       (tmp / "day-*.tfrecord.gz").string() + "' matches no file"));
     CHECK_THAT(lines, !Catch::Contains("variables in"));
   }
+  SECTION("train_data: files that hold no record stop the job after one pass") {
+    WriteFile(tmp / "day-1.tfrecord.gz", "");
+    CHECK_THAT(run(nullptr), Catch::Contains("job.train_data: its 1 file(s) hold no record"));
+  }
   SECTION("eval_data: the chief checks it before creating variables") {
     WriteFile(tmp / "day-1.tfrecord.gz", "");
     const std::string lines = run(eval);

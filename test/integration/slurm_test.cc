@@ -200,6 +200,17 @@ class SlurmCluster {
   }
 
   ~SlurmCluster() {
+    // A test that failed mid-job leaves the job running under slurmstepd, which outlives
+    // slurmd: every job of this cluster is killed first and waited for.
+    Task scancel("scancel", {"/usr/bin/scancel", "--full", "--signal=KILL", "--user=root"}, Env());
+    if (scancel.WaitExit(30s) == std::optional<int>(0)) {
+      PollUntil(
+          [&] {
+            Task squeue("squeue", {"/usr/bin/squeue", "-h", "-o", "%i"}, Env());
+            return squeue.WaitExit(10s) == std::optional<int>(0) && squeue.Lines().empty();
+          },
+          60s);
+    }
     // Reverse order: slurmd, slurmctld, munged; each gets SIGTERM and 15 s.
     for (auto it = daemons_.rbegin(); it != daemons_.rend(); ++it) {
       if ((*it)->Running()) {
@@ -252,10 +263,13 @@ class SlurmCluster {
   std::vector<std::unique_ptr<Task>> daemons_;
 };
 
-// The pid of the running daemon `exe_name` whose TF_CONFIG names task `type`:`index`, or -1.
-pid_t FindDaemon(const std::string& exe_name, const std::string& type, int index) {
+// The pid of Slurm job `job_id`'s daemon `exe_name` whose TF_CONFIG names task
+// `type`:`index`, or -1 (another test's cluster on the same host is not its).
+pid_t FindDaemon(const std::string& exe_name, const std::string& type, int index,
+                 const std::string& job_id) {
   const std::string task =
       "\"task\":{\"type\":\"" + type + "\",\"index\":" + std::to_string(index) + "}";
+  const std::string job = std::string(1, '\0') + "SLURM_JOB_ID=" + job_id + '\0';
   for (const auto& e : fs::directory_iterator("/proc")) {
     const std::string name = e.path().filename().string();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
@@ -263,7 +277,8 @@ pid_t FindDaemon(const std::string& exe_name, const std::string& type, int index
     if (fs::read_symlink(e.path() / "exe", ec).filename() != exe_name || ec) continue;
     std::ifstream in(e.path() / "environ", std::ios::binary);
     const std::string env((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (env.find(task) != std::string::npos) return static_cast<pid_t>(std::stol(name));
+    if (env.find(task) != std::string::npos && env.find(job) != std::string::npos)
+      return static_cast<pid_t>(std::stol(name));
   }
   return -1;
 }
@@ -360,7 +375,7 @@ TEST_CASE(
   REQUIRE(WaitForFileLine(out, "] step 100/", 180s));
 
   // worker:1 dies (SIGKILL: its task exits 137); the chief goes on with worker:0.
-  const pid_t worker1 = FindDaemon("pstrain-worker", "worker", 1);
+  const pid_t worker1 = FindDaemon("pstrain-worker", "worker", 1, job_id);
   REQUIRE(worker1 > 0);
   REQUIRE(::kill(worker1, SIGKILL) == 0);
   REQUIRE(WaitForFileLine(out, "worker:1 lost", 60s));
