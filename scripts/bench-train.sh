@@ -3,7 +3,8 @@
 # process with an in-process store and no network, (b) 1 ps + 1 worker and (c) 1 ps + 2
 # workers as real daemons under `pstrain local` (see test/bench/train_bench.cc), with each
 # process's CPU ms per step (what 2 cores allow). PSTRAIN_BENCH_JOB picks another job, e.g.
-# configs/job-fmnist-mlp-small.json (784-128-10, SGD, batch 64).
+# configs/job-fmnist-mlp-small.json (784-128-10, SGD, batch 64); a job whose train_data is
+# streamed ("files") runs the clusters only, as (a) has no in-process reader for it.
 # Extra arguments go to bench_train (--steps, --local-steps, --workers 1,2,
 # --steps-per-dispatch N, --dispatches-per-worker N, --keep, --rounds N (the sequence N
 # times and the median of each ratio: single runs on 2 cores vary by up to 1.8x), ...).

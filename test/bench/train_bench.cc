@@ -341,8 +341,11 @@ int CompareJobs(const Options& opt, const ps::job::JobSpec& base, const ps::job:
 std::vector<std::pair<std::string, double>> RunRound(const Options& opt,
                                                      const ps::job::JobSpec& job,
                                                      std::string* summary_out) {
+  // Streamed train_data ("files") has no in-process run: the clusters only.
+  const bool streamed = job.train_data.contains("files");
   auto local = [&] {
-    return RunLocal(job, opt.warmup_steps, opt.local_steps, opt.cluster.log_every);
+    return streamed ? RunResult{}
+                    : RunLocal(job, opt.warmup_steps, opt.local_steps, opt.cluster.log_every);
   };
   std::vector<RunResult> locals{local()};
   std::vector<std::pair<int, RunResult>> clusters;
@@ -350,6 +353,7 @@ std::vector<std::pair<std::string, double>> RunRound(const Options& opt,
     clusters.emplace_back(w, RunCluster(job, w, opt.cluster));
     locals.push_back(local());
   }
+  if (streamed) std::printf("(a) local: not run (streamed train_data)\n");
 
   std::printf(
       "ex/s: median of %lld-step windows (all windows together in brackets); vs (a): against the mean of\n"
@@ -362,7 +366,7 @@ std::vector<std::pair<std::string, double>> RunRound(const Options& opt,
     std::snprintf(rate, sizeof rate, "%.0f (%.0f)", r.examples_per_sec, r.overall);
     std::printf("%-24s %16s %7s   %s\n", name.c_str(), rate, ratio.c_str(), PhaseText(r).c_str());
   };
-  row("(a) local, run 1", locals[0], "");
+  if (!streamed) row("(a) local, run 1", locals[0], "");
   std::string summary = "summary:";
   std::vector<std::pair<std::string, double>> ratios;
   char label = 'b';
@@ -374,7 +378,11 @@ std::vector<std::pair<std::string, double>> RunRound(const Options& opt,
         std::string("(") + label + ") 1 ps + " + std::to_string(w) + " worker" + (w > 1 ? "s" : "");
     char ratio_text[32];
     std::snprintf(ratio_text, sizeof ratio_text, "%.2f", ratio);
-    row(name, r, ratio_text);
+    row(name, r, streamed ? "" : ratio_text);
+    if (streamed) {
+      ++label;
+      continue;
+    }
     row("(a) local, run " + std::to_string(i + 2), locals[i + 1], "");
     char buf[128];
     std::snprintf(buf, sizeof buf, "%s (%c)/(a) = %.2f (%.0f vs %.0f ex/s)", i == 0 ? "" : ";",
@@ -410,7 +418,7 @@ std::vector<std::pair<std::string, double>> RunRound(const Options& opt,
     std::printf("  %-24s %s; total %.3f ms CPU in %.3f ms wall per step (%.2f cores busy)\n",
                 name.c_str(), parts.c_str(), total, wall_ms, total / wall_ms);
   };
-  cpu_row("(a) local, run 1", locals[0]);
+  if (!streamed) cpu_row("(a) local, run 1", locals[0]);
   for (size_t i = 0; i < clusters.size(); ++i) {
     const auto& [w, r] = clusters[i];
     cpu_row(std::string("(") + static_cast<char>('b' + i) + ") 1 ps + " + std::to_string(w) +
