@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 
 PACKAGES=(g++ meson ninja-build pkg-config flatbuffers-compiler libflatbuffers-dev
           libboost-dev libboost-program-options-dev nlohmann-json3-dev libopenblas-dev
-          libssl-dev openssl zlib1g-dev libprotobuf-dev protobuf-compiler catch2 dataset-fashion-mnist)
+          libssl-dev openssl zlib1g-dev libprotobuf-dev protobuf-compiler catch2 dataset-fashion-mnist
+          libsimdjson-dev)
 # What only the tests need (scripts/test.sh sets PSTRAIN_WITH_TEST_TOOLS=1): one line per
 # test that uses real outside software, naming the test.
 TEST_PACKAGES=(

@@ -45,41 +45,11 @@ class LibSvmReader : public TextRecordReader {
           !ParseDouble(tok.substr(colon + 1), &value)) {
         return InvalidArgument(Where() + ": bad feature " + QuoteInput(tok));
       }
-      if (id - shift < 0 || id - shift >= o.num_features) {
-        return InvalidArgument(Where() + ": feature id " + std::to_string(id) +
-                               " is out of range [" + std::to_string(shift) + ", " +
-                               std::to_string(o.num_features - 1 + shift) + "]" +
-                               (o.zero_based ? "" : " (ids are 1-based)"));
-      }
+      if (!LibSvmIdInRange(o, id)) return InvalidArgument(Where() + ": " + LibSvmIdError(o, id));
       ids_.push_back(id - shift);
       values_.push_back(static_cast<float>(value));
     }
-    const std::vector<int64_t>& fo = o.field_offsets;
-    if (fo.empty()) {
-      row->ids.assign(ids_.begin(), ids_.end());
-      row->values.assign(values_.begin(), values_.end());
-      row->EndField();
-      return Status::Ok();
-    }
-    // Group by field, keeping the order of appearance within each (a stable counting
-    // sort; gen-ctr's ascending ids are grouped already).
-    field_.resize(ids_.size());
-    for (size_t i = 0; i < ids_.size(); ++i) {
-      field_[i] =
-          static_cast<uint32_t>(std::upper_bound(fo.begin(), fo.end(), ids_[i]) - fo.begin() - 1);
-    }
-    row->ends.assign(fo.size(), 0);
-    for (uint32_t f : field_) ++row->ends[f];
-    for (size_t f = 1; f < row->ends.size(); ++f) row->ends[f] += row->ends[f - 1];
-    row->ids.resize(ids_.size());
-    row->values.resize(ids_.size());
-    for (size_t i = ids_.size(); i-- > 0;) {  // backwards: each field's slots fill from its end
-      const uint32_t at = --row->ends[field_[i]];
-      row->ids[at] = ids_[i] - fo[field_[i]];
-      row->values[at] = values_[i];
-    }
-    for (size_t f = 0; f + 1 < row->ends.size(); ++f) row->ends[f] = row->ends[f + 1];
-    row->ends.back() = static_cast<uint32_t>(ids_.size());
+    GroupLibSvmFeatures(o, ids_, values_, &field_, row);
     return Status::Ok();
   }
 
@@ -122,6 +92,43 @@ class LibSvmFormat : public RecordFormat {
 };
 
 }  // namespace
+
+void GroupLibSvmFeatures(const LibSvmOptions& o, std::span<const int64_t> ids,
+                         std::span<const float> values, std::vector<uint32_t>* field, Row* row) {
+  const std::vector<int64_t>& fo = o.field_offsets;
+  if (fo.empty()) {
+    row->ids.assign(ids.begin(), ids.end());
+    row->values.assign(values.begin(), values.end());
+    row->EndField();
+    return;
+  }
+  // Group by field, keeping the order of appearance within each (a stable counting
+  // sort; gen-ctr's ascending ids are grouped already).
+  field->resize(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    (*field)[i] =
+        static_cast<uint32_t>(std::upper_bound(fo.begin(), fo.end(), ids[i]) - fo.begin() - 1);
+  }
+  row->ends.assign(fo.size(), 0);
+  for (uint32_t f : *field) ++row->ends[f];
+  for (size_t f = 1; f < row->ends.size(); ++f) row->ends[f] += row->ends[f - 1];
+  row->ids.resize(ids.size());
+  row->values.resize(ids.size());
+  for (size_t i = ids.size(); i-- > 0;) {  // backwards: each field's slots fill from its end
+    const uint32_t at = --row->ends[(*field)[i]];
+    row->ids[at] = ids[i] - fo[(*field)[i]];
+    row->values[at] = values[i];
+  }
+  for (size_t f = 0; f + 1 < row->ends.size(); ++f) row->ends[f] = row->ends[f + 1];
+  row->ends.back() = static_cast<uint32_t>(ids.size());
+}
+
+std::string LibSvmIdError(const LibSvmOptions& o, int64_t id) {
+  const int64_t shift = o.zero_based ? 0 : 1;
+  return "feature id " + std::to_string(id) + " is out of range [" + std::to_string(shift) + ", " +
+         std::to_string(o.num_features - 1 + shift) + "]" +
+         (o.zero_based ? "" : " (ids are 1-based)");
+}
 
 DatasetInfo LibSvmInfo(const LibSvmOptions& o) {
   DatasetInfo info;
@@ -168,7 +175,7 @@ Result<std::unique_ptr<TextRecordReader>> OpenLibSvm(const std::string& path,
   return std::unique_ptr<TextRecordReader>(new LibSvmReader(std::move(stream), std::move(options)));
 }
 
-Result<std::unique_ptr<RecordFormat>> MakeLibSvmFormat(JsonReader& r) {
+Result<LibSvmOptions> ParseLibSvmOptions(JsonReader& r) {
   LibSvmOptions o;
   o.classes = 2;
   PS_RETURN_IF_ERROR(r.Get("num_features", &o.num_features));
@@ -185,6 +192,11 @@ Result<std::unique_ptr<RecordFormat>> MakeLibSvmFormat(JsonReader& r) {
                            std::to_string(o.classes));
   }
   PS_RETURN_IF_ERROR(CheckLibSvmOptions(o, r.path() + "."));
+  return o;
+}
+
+Result<std::unique_ptr<RecordFormat>> MakeLibSvmFormat(JsonReader& r) {
+  PS_ASSIGN_OR_RETURN(LibSvmOptions o, ParseLibSvmOptions(r));
   return std::unique_ptr<RecordFormat>(new LibSvmFormat(std::move(o)));
 }
 

@@ -1,9 +1,10 @@
 #include "libps/serving/rest.h"
 
 #include <cctype>
+#include <charconv>
 #include <cmath>
-#include <cstdio>
 
+#include "libps/serving/rest_fast.h"
 #include "libps/serving/versions.h"
 
 namespace ps::serving {
@@ -222,9 +223,11 @@ void AppendFloat(std::string* out, float v) {
   } else if (std::isinf(v)) {
     *out += v > 0 ? "Infinity" : "-Infinity";
   } else {
+    // As printf's "%.9g" (to_chars with a precision is specified so), without its cost.
     char buf[32];
-    std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(v));
-    *out += buf;
+    const auto r =
+        std::to_chars(buf, buf + sizeof buf, static_cast<double>(v), std::chars_format::general, 9);
+    out->append(buf, r.ptr);
   }
 }
 
@@ -468,25 +471,31 @@ RestResponse RestApi::Handle(const std::string& method, const std::string& path,
       return Error(413, "request body of " + std::to_string(body.size()) + " bytes is over " +
                             std::to_string(options_.body_limit));
     }
-    auto req = ParseRequestJson(body);
-    if (!req.ok()) return FromStatus(req.status());
-    if (!req->is_object()) return Error(400, "the request body must be a JSON object");
-    if (req->contains("signature_name")) {
-      const Json& s = (*req)["signature_name"];
-      if (!s.is_string() ||
-          (s.get<std::string>() != "serving_default" && !s.get<std::string>().empty())) {
-        return Error(400, "Serving signature name: \"" +
-                              (s.is_string() ? s.get<std::string>() : s.dump()) +
-                              "\" not found in signature def");
-      }
-    }
     bool row = true;
-    std::vector<Instance> instances;
-    if (Status st = ReadInstances(*req, served->schema(), &row, &instances); !st.ok()) {
-      return FromStatus(st);
+    model::Batch general;
+    const model::Batch* batch = FastPredictBatch(body, served->schema());
+    if (batch == nullptr) {  // the general path, with TF Serving's errors
+      auto req = ParseRequestJson(body);
+      if (!req.ok()) return FromStatus(req.status());
+      if (!req->is_object()) return Error(400, "the request body must be a JSON object");
+      if (req->contains("signature_name")) {
+        const Json& s = (*req)["signature_name"];
+        if (!s.is_string() ||
+            (s.get<std::string>() != "serving_default" && !s.get<std::string>().empty())) {
+          return Error(400, "Serving signature name: \"" +
+                                (s.is_string() ? s.get<std::string>() : s.dump()) +
+                                "\" not found in signature def");
+        }
+      }
+      std::vector<Instance> instances;
+      if (Status st = ReadInstances(*req, served->schema(), &row, &instances); !st.ok()) {
+        return FromStatus(st);
+      }
+      auto b = served->schema().ToBatch(instances);
+      if (!b.ok()) return FromStatus(b.status());
+      general = std::move(*b);
+      batch = &general;
     }
-    auto batch = served->schema().ToBatch(instances);
-    if (!batch.ok()) return FromStatus(batch.status());
     auto scores = served->Score(*batch);
     if (!scores.ok()) {
       return FromStatus(scores.status().code() == Code::kInvalidArgument
@@ -499,6 +508,9 @@ RestResponse RestApi::Handle(const std::string& method, const std::string& path,
     const size_t heads = scores->heads.size();
     auto k = [&](size_t h) { return h < info.heads.size() ? info.heads[h].outputs : 1; };
     std::string& out = ok.body;
+    size_t outputs = 0;
+    for (size_t h = 0; h < heads; ++h) outputs += static_cast<size_t>(k(h));
+    out.reserve(32 + static_cast<size_t>(n) * (outputs * 16 + heads * 24 + 4));
     if (row) {
       out = "{\"predictions\":[";
       for (int64_t i = 0; i < n; ++i) {

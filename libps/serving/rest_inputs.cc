@@ -9,7 +9,9 @@
 #include <cstring>
 #include <limits>
 
+#include "libps/core/text.h"
 #include "libps/data/examples.h"
+#include "libps/data/libsvm.h"
 #include "libps/data/record_format.h"
 #include "libps/data/row.h"
 #include "libps/data/tf_example.h"
@@ -110,7 +112,8 @@ struct InputSchema::Impl {
   std::vector<InputSpec> inputs;
   data::DatasetInfo info;
   bool has_values = false;
-  std::unique_ptr<data::RecordFormat> text_format;     // libsvm, criteo_tsv
+  std::unique_ptr<data::RecordFormat> text_format;     // criteo_tsv
+  data::LibSvmOptions libsvm;                          // libsvm
   std::shared_ptr<const data::TfExampleSpec> tf_spec;  // tfrecord
   int64_t idx_dim = -1;
   float idx_scale = data::ExampleTable().dense_u8_scale;
@@ -200,7 +203,12 @@ Result<std::shared_ptr<const InputSchema>> InputSchema::Make(const Json& job) {
       }
       impl->tf_spec = std::make_shared<const data::TfExampleSpec>(std::move(spec));
     }
-    if (f != "tfrecord") impl->text_format = std::move(rf);
+    if (f == "libsvm") {
+      JsonReader lr(data, path);
+      PS_ASSIGN_OR_RETURN(impl->libsvm, data::ParseLibSvmOptions(lr));
+    } else if (f == "criteo_tsv") {
+      impl->text_format = std::move(rf);
+    }
   } else if (f == "csv" || f == "string_features") {
     return InvalidArgument(path + ": format \"" + f +
                            "\" is not served (pstrain-serve serves idx, libsvm, criteo_tsv "
@@ -212,25 +220,6 @@ Result<std::shared_ptr<const InputSchema>> InputSchema::Make(const Json& job) {
 }
 
 Status InputSchema::Impl::TextLine(const Instance& in, size_t i, std::string* line) const {
-  if (format == "libsvm") {
-    const Json* ids = Lookup(in, "features");
-    if (ids == nullptr) return InvalidArgument(Where(i, "features") + ": missing");
-    std::vector<int64_t> id;
-    std::vector<double> val;
-    PS_RETURN_IF_ERROR(Ints(*ids, i, "features", &id));
-    if (const Json* v = Lookup(in, "values")) {
-      PS_RETURN_IF_ERROR(Floats(*v, i, "values", &val));
-      if (val.size() != id.size()) {
-        return InvalidArgument(Where(i, "values") + ": " + std::to_string(val.size()) +
-                               " values for " + std::to_string(id.size()) + " features");
-      }
-    }
-    *line = "0";
-    for (size_t k = 0; k < id.size(); ++k) {
-      *line += ' ' + std::to_string(id[k]) + ':' + (val.empty() ? "1" : Num(val[k]));
-    }
-    return Status::Ok();
-  }
   // criteo_tsv: label, the integer cells, the categorical cells.
   *line = "0";
   for (int c = 1; c <= criteo_ints + criteo_cats; ++c) {
@@ -252,6 +241,53 @@ Status InputSchema::Impl::TextLine(const Instance& in, size_t i, std::string* li
       *line += s;
     }
   }
+  return Status::Ok();
+}
+
+bool InputSchema::is_libsvm() const { return impl_->format == "libsvm"; }
+
+void InputSchema::StartBatch(model::Batch* batch) const {
+  const size_t fields = impl_->info.field_vocab_sizes.size();
+  batch->size = 0;
+  batch->dense_dim = impl_->info.dense_dim;
+  batch->dense.clear();
+  batch->labels.clear();
+  batch->sparse.resize(fields);
+  for (model::SparseField& f : batch->sparse) {
+    f.offsets.assign(1, 0);
+    f.ids.clear();
+    f.values.clear();
+  }
+}
+
+Status InputSchema::AppendLibSvm(size_t i, std::span<const int64_t> ids,
+                                 const std::vector<double>* values, Scratch* scratch,
+                                 model::Batch* batch) const {
+  if (values != nullptr && values->size() != ids.size()) {
+    return InvalidArgument(Where(i, "values") + ": " + std::to_string(values->size()) +
+                           " values for " + std::to_string(ids.size()) + " features");
+  }
+  const data::LibSvmOptions& o = impl_->libsvm;
+  const int64_t shift = o.zero_based ? 0 : 1;
+  scratch->ids.clear();
+  scratch->values.clear();
+  for (size_t k = 0; k < ids.size(); ++k) {
+    if (values != nullptr && !std::isfinite((*values)[k])) {  // as the reader: not a number
+      return InvalidArgument("instance " + std::to_string(i) + ": bad feature " +
+                             QuoteInput(std::to_string(ids[k]) + ":" + Num((*values)[k])));
+    }
+    if (!data::LibSvmIdInRange(o, ids[k])) {
+      return InvalidArgument("instance " + std::to_string(i) + ": " +
+                             data::LibSvmIdError(o, ids[k]));
+    }
+    scratch->ids.push_back(ids[k] - shift);
+    // As the reader: the value as a double, then a float.
+    scratch->values.push_back(values == nullptr ? 1.0f : static_cast<float>((*values)[k]));
+  }
+  scratch->row.Clear();
+  data::GroupLibSvmFeatures(o, scratch->ids, scratch->values, &scratch->field, &scratch->row);
+  data::AppendRow(scratch->row, true, batch);
+  batch->labels.clear();  // a request's examples have none
   return Status::Ok();
 }
 
@@ -375,8 +411,31 @@ Result<model::Batch> InputSchema::Impl::FromIdx(const std::vector<Instance>& ins
   return batch;
 }
 
+namespace {
+
+Result<model::Batch> FromLibSvm(const InputSchema& schema, const std::vector<Instance>& instances) {
+  model::Batch batch;
+  schema.StartBatch(&batch);
+  InputSchema::Scratch scratch;
+  std::vector<int64_t> ids;
+  std::vector<double> values;
+  for (size_t i = 0; i < instances.size(); ++i) {
+    const Json* f = Lookup(instances[i], "features");
+    if (f == nullptr) return InvalidArgument(Where(i, "features") + ": missing");
+    PS_RETURN_IF_ERROR(Ints(*f, i, "features", &ids));
+    const Json* v = Lookup(instances[i], "values");
+    if (v != nullptr) PS_RETURN_IF_ERROR(Floats(*v, i, "values", &values));
+    PS_RETURN_IF_ERROR(
+        schema.AppendLibSvm(i, ids, v != nullptr ? &values : nullptr, &scratch, &batch));
+  }
+  return batch;
+}
+
+}  // namespace
+
 Result<model::Batch> InputSchema::ToBatch(const std::vector<Instance>& instances) const {
   if (impl_->format == "idx") return impl_->FromIdx(instances);
+  if (impl_->format == "libsvm") return FromLibSvm(*this, instances);
   if (impl_->format == "tfrecord") return impl_->FromTfExamples(instances);
   return impl_->FromText(instances);
 }

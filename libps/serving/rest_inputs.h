@@ -21,11 +21,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "libps/core/json.h"
 #include "libps/core/status.h"
+#include "libps/data/row.h"
 #include "libps/model/batch.h"
 
 namespace ps::serving {
@@ -57,6 +59,23 @@ class InputSchema {
   // (an id outside a non-hashed vocabulary, a token with a tab).
   Result<model::Batch> ToBatch(
       const std::vector<std::vector<std::pair<std::string, const Json*>>>& instances) const;
+
+  // The "libsvm" path without JSON: a caller that reads the instances itself (rest_fast.h)
+  // starts a batch, then appends each instance's ids and values as ToBatch would.
+  bool is_libsvm() const;
+  // batch emptied (capacity kept) and shaped for the model's inputs.
+  void StartBatch(model::Batch* batch) const;
+  struct Scratch {  // reused from instance to instance (and request to request)
+    data::Row row;
+    std::vector<int64_t> ids;
+    std::vector<float> values;
+    std::vector<uint32_t> field;
+  };
+  // Instance i of a libsvm model: "features" ids as written (1-based unless "zero_based")
+  // and "values" (null: not given, 1 each). InvalidArgument as ToBatch's: a count of
+  // values unlike the count of ids, an id out of range.
+  Status AppendLibSvm(size_t i, std::span<const int64_t> ids, const std::vector<double>* values,
+                      Scratch* scratch, model::Batch* batch) const;
 
   struct Impl;
 
