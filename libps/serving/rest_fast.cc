@@ -14,7 +14,6 @@ namespace dom = simdjson::dom;
 struct ThreadScratch {
   dom::parser parser;
   model::Batch batch;
-  InputSchema::Scratch rows;
   std::vector<int64_t> ids;
   std::vector<double> values;
 };
@@ -121,13 +120,12 @@ const model::Batch* FastPredictBatch(std::string_view body, const InputSchema& s
         }
       }
       if (!has_features) return nullptr;
-      if (!schema.AppendLibSvm(i, s.ids, values_given ? &s.values : nullptr, &s.rows, &s.batch)
-               .ok()) {
+      if (!schema.AppendLibSvm(i, s.ids, values_given ? &s.values : nullptr, &s.batch).ok()) {
         return nullptr;
       }
     } else {
       // A bare instance is the one required input: "features".
-      if (!Ids(inst, &s.ids) || !schema.AppendLibSvm(i, s.ids, nullptr, &s.rows, &s.batch).ok())
+      if (!Ids(inst, &s.ids) || !schema.AppendLibSvm(i, s.ids, nullptr, &s.batch).ok())
         return nullptr;
     }
     ++i;

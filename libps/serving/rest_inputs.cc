@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -261,16 +262,16 @@ void InputSchema::StartBatch(model::Batch* batch) const {
 }
 
 Status InputSchema::AppendLibSvm(size_t i, std::span<const int64_t> ids,
-                                 const std::vector<double>* values, Scratch* scratch,
-                                 model::Batch* batch) const {
+                                 const std::vector<double>* values, model::Batch* batch) const {
   if (values != nullptr && values->size() != ids.size()) {
     return InvalidArgument(Where(i, "values") + ": " + std::to_string(values->size()) +
                            " values for " + std::to_string(ids.size()) + " features");
   }
   const data::LibSvmOptions& o = impl_->libsvm;
   const int64_t shift = o.zero_based ? 0 : 1;
-  scratch->ids.clear();
-  scratch->values.clear();
+  const std::vector<int64_t>& fo = o.field_offsets;
+  // As the reader: each id checked in order, then put in its field, keeping the order of
+  // appearance within the field.
   for (size_t k = 0; k < ids.size(); ++k) {
     if (values != nullptr && !std::isfinite((*values)[k])) {  // as the reader: not a number
       return InvalidArgument("instance " + std::to_string(i) + ": bad feature " +
@@ -280,14 +281,18 @@ Status InputSchema::AppendLibSvm(size_t i, std::span<const int64_t> ids,
       return InvalidArgument("instance " + std::to_string(i) + ": " +
                              data::LibSvmIdError(o, ids[k]));
     }
-    scratch->ids.push_back(ids[k] - shift);
-    // As the reader: the value as a double, then a float.
-    scratch->values.push_back(values == nullptr ? 1.0f : static_cast<float>((*values)[k]));
+    const int64_t id = ids[k] - shift;
+    size_t f = 0;
+    if (!fo.empty())
+      f = static_cast<size_t>(std::upper_bound(fo.begin(), fo.end(), id) - fo.begin() - 1);
+    model::SparseField& field = batch->sparse[f];
+    field.ids.push_back(fo.empty() ? id : id - fo[f]);
+    // The value as a double, then a float, as the reader reads it.
+    field.values.push_back(values == nullptr ? 1.0f : static_cast<float>((*values)[k]));
   }
-  scratch->row.Clear();
-  data::GroupLibSvmFeatures(o, scratch->ids, scratch->values, &scratch->field, &scratch->row);
-  data::AppendRow(scratch->row, true, batch);
-  batch->labels.clear();  // a request's examples have none
+  for (model::SparseField& field : batch->sparse)
+    field.offsets.push_back(static_cast<int64_t>(field.ids.size()));
+  ++batch->size;
   return Status::Ok();
 }
 
@@ -416,7 +421,6 @@ namespace {
 Result<model::Batch> FromLibSvm(const InputSchema& schema, const std::vector<Instance>& instances) {
   model::Batch batch;
   schema.StartBatch(&batch);
-  InputSchema::Scratch scratch;
   std::vector<int64_t> ids;
   std::vector<double> values;
   for (size_t i = 0; i < instances.size(); ++i) {
@@ -425,8 +429,7 @@ Result<model::Batch> FromLibSvm(const InputSchema& schema, const std::vector<Ins
     PS_RETURN_IF_ERROR(Ints(*f, i, "features", &ids));
     const Json* v = Lookup(instances[i], "values");
     if (v != nullptr) PS_RETURN_IF_ERROR(Floats(*v, i, "values", &values));
-    PS_RETURN_IF_ERROR(
-        schema.AppendLibSvm(i, ids, v != nullptr ? &values : nullptr, &scratch, &batch));
+    PS_RETURN_IF_ERROR(schema.AppendLibSvm(i, ids, v != nullptr ? &values : nullptr, &batch));
   }
   return batch;
 }

@@ -27,7 +27,6 @@
 
 #include "libps/core/json.h"
 #include "libps/core/status.h"
-#include "libps/data/row.h"
 #include "libps/model/batch.h"
 
 namespace ps::serving {
@@ -65,17 +64,12 @@ class InputSchema {
   bool is_libsvm() const;
   // batch emptied (capacity kept) and shaped for the model's inputs.
   void StartBatch(model::Batch* batch) const;
-  struct Scratch {  // reused from instance to instance (and request to request)
-    data::Row row;
-    std::vector<int64_t> ids;
-    std::vector<float> values;
-    std::vector<uint32_t> field;
-  };
   // Instance i of a libsvm model: "features" ids as written (1-based unless "zero_based")
-  // and "values" (null: not given, 1 each). InvalidArgument as ToBatch's: a count of
-  // values unlike the count of ids, an id out of range.
+  // and "values" (null: not given, 1 each), appended to batch (from StartBatch).
+  // InvalidArgument as ToBatch's: a count of values unlike the count of ids, a value that is
+  // not finite, an id out of range; batch is then unusable (StartBatch it again).
   Status AppendLibSvm(size_t i, std::span<const int64_t> ids, const std::vector<double>* values,
-                      Scratch* scratch, model::Batch* batch) const;
+                      model::Batch* batch) const;
 
   struct Impl;
 
