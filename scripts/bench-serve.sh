@@ -6,8 +6,9 @@
 #
 # Per model, at 1 and 64 instances per request, closed loop (wrk -c 8, no pacing): requests/s,
 # examples/s, p50/p99, the server's CPU seconds per example (/proc/PID/stat utime + stime
-# over the run), and the in-process scorer's CPU per example on the same examples
-# (bench_serve score: ps::serving::Scorer on one thread) with their ratio. At 1 instance:
+# over the run, and its share in the kernel: stime), and the in-process scorer's CPU per
+# example on the same examples (bench_serve score: ps::serving::Scorer on one thread) with
+# their ratio. The load average is printed at the start and the end. At 1 instance:
 # p99 at half the peak request rate, paced with wrk's delay() ("paced closed loop"); then the
 # same load while a writer commits a delta of 1 % of the rows every 2 s and a full
 # checkpoint every 10 s (the server polls every 0.5 s): p99 and failures under swaps, and
@@ -30,7 +31,7 @@ done
 command -v wrk >/dev/null || { echo "bench-serve: needs wrk (apt-get install wrk)" >&2; exit 1; }
 
 bench_build daemons/serve/pstrain-serve test/bench/bench_serve
-echo "bench-serve: $(git rev-parse --short HEAD 2>/dev/null || echo '?'), server on core 0, wrk on core 1"
+echo "bench-serve: $(git rev-parse --short HEAD 2>/dev/null || echo '?'), server on core 0, wrk on core 1; load average $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) cores)"
 TMP=$(mktemp -d)
 SERVER=
 WRITER=
@@ -44,15 +45,19 @@ LUA=test/bench/serve_post.lua
 TICKS=$(getconf CLK_TCK)
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+sys_ticks() { awk '{print $15}' "/proc/$1/stat"; }
 rss_kib() { awk "/^$2:/ {print \$2}" "/proc/$1/status"; }
 
-# run_wrk BODY SECONDS [DELAY_MS]: sets REQS NON2XX ERRS P50 P99 (us) and CPU_TICKS (server).
+# run_wrk BODY SECONDS [DELAY_MS]: sets REQS NON2XX ERRS P50 P99 (us), CPU_TICKS and
+# SYS_TICKS (the server's CPU, and its part in the kernel).
 run_wrk() {
-  local before out
+  local before out sys_before
   before=$(cpu_ticks "$SERVER")
+  sys_before=$(sys_ticks "$SERVER")
   out=$(BODY_FILE=$1 PREDICT_PATH=/v1/models/m:predict DELAY_MS=${3:-0} \
         taskset -c 1 wrk -t1 -c8 -d"${2}s" --timeout 10s -s "$LUA" "http://127.0.0.1:$PORT" | grep '^wrk-summary:')
   CPU_TICKS=$(( $(cpu_ticks "$SERVER") - before ))
+  SYS_TICKS=$(( $(sys_ticks "$SERVER") - sys_before ))
   read -r REQS NON2XX ERRS P50 P99 < <(echo "$out" | sed -E 's/.*requests=([0-9]+) non2xx=([0-9]+) errors=([0-9]+) p50_us=([0-9]+) p99_us=([0-9]+)/\1 \2 \3 \4 \5/')
 }
 
@@ -80,7 +85,8 @@ for JOB in configs/job-ctr-emb.json configs/job-dcn-v2.json; do
     SERVER_US=$(awk -v t="$CPU_TICKS" -v hz="$TICKS" -v n="$REQS" -v k="$K" 'BEGIN {printf "%.3f", t / hz / (n * k) * 1e6}')
     INPROC_US=$("$BUILD/test/bench/bench_serve" score "$DIR" "$TMP/body-$K.json" 3 | sed -E 's/.* examples, ([0-9.]+) us.*/\1/')
     RATIO=$(awk -v a="$SERVER_US" -v b="$INPROC_US" 'BEGIN {printf "%.2f", a / b}')
-    echo "$NAME instances=$K closed-loop: $PEAK req/s, $(( PEAK * K )) examples/s, p50 $P50 us, p99 $P99 us, non-2xx $NON2XX, errors $ERRS; server CPU $SERVER_US us/example, in-process $INPROC_US us/example, ratio $RATIO"
+    KERNEL=$(awk -v s="$SYS_TICKS" -v t="$CPU_TICKS" 'BEGIN {printf "%d", t ? 100 * s / t : 0}')
+    echo "$NAME instances=$K closed-loop: $PEAK req/s, $(( PEAK * K )) examples/s, p50 $P50 us, p99 $P99 us, non-2xx $NON2XX, errors $ERRS; server CPU $SERVER_US us/example ($KERNEL % in the kernel), in-process $INPROC_US us/example, ratio $RATIO"
   done
   # Half the peak request rate at 1 instance: 8 connections, each waiting DELAY_MS between requests.
   DELAY=$(awk -v p="$PEAK1" 'BEGIN {d = int(8 * 1000 / (p / 2)); if (d < 1) d = 1; print d}')
@@ -104,3 +110,4 @@ for JOB in configs/job-ctr-emb.json configs/job-dcn-v2.json; do
   kill "$SERVER"; wait "$SERVER" 2>/dev/null || true
   SERVER=
 done
+echo "bench-serve: load average at the end $(cut -d' ' -f1-3 /proc/loadavg)"

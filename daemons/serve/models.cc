@@ -145,15 +145,19 @@ Status Models::LoadVersion(Slot& slot, int64_t version) {
   std::vector<std::string> warnings;
   const auto before = slot.served->Get();
   Result<std::shared_ptr<serving::Bundle>> bundle = NotFound("not loaded");
+  bool built_from_newest = false;
   if (slot.model_dir && before && version > before->version()) {
-    // Built from the newest loaded version, sharing the rows that did not change (when
-    // the newest full checkpoint that verifies is this version; else loaded whole).
+    // Built from the newest loaded version, sharing the rows that did not change, when
+    // the newest full checkpoint that verifies is this version.
     serving::RefreshStats stats;
-    bundle = before->bundle()->LoadNewer(path, &stats);
+    auto newer = before->bundle()->LoadNewer(path, &stats);
     warnings = stats.warnings;
-    if (bundle.ok() && (*bundle)->info().source_base_step != version) bundle = NotFound("");
+    if (newer.ok() && (*newer)->info().source_base_step == version) {
+      bundle = std::move(newer);
+      built_from_newest = true;
+    }
   }
-  if (!bundle.ok()) {
+  if (!built_from_newest) {  // loaded whole (also when LoadNewer failed or found another)
     bundle = slot.model_dir ? serving::Bundle::LoadModelDir(path, version, &warnings)
                             : serving::Bundle::Load(path);
   }

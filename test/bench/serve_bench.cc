@@ -57,8 +57,10 @@ struct Writer {
                           .delta_base = base.value_or(-1),
                           .delta_parent = base ? parent : -1}),
                 "save");
+    const double now =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     ckpt::Manifest m{.global_step = step,
-                     .unix_time = 1,
+                     .unix_time = now,  // the commit time: bench-serve-lag.sh's lags start here
                      .final = false,
                      .num_ps = 1,
                      .shards = {{r.file, r.bytes, r.digest}},
