@@ -37,7 +37,7 @@ WRITER=
 cleanup() {
   if [ -n "$SERVER" ]; then kill "$SERVER" 2>/dev/null || true; wait "$SERVER" 2>/dev/null || true; fi
   if [ -n "$WRITER" ]; then kill "$WRITER" 2>/dev/null || true; wait "$WRITER" 2>/dev/null || true; fi
-  rm -rf "$TMP"
+  if [ -n "${KEEP_TMP:-}" ]; then echo "kept $TMP"; else rm -rf "$TMP"; fi
 }
 trap cleanup EXIT
 JOB=configs/job-ctr-emb.json
@@ -56,9 +56,9 @@ PORT=$(sed -nE 's|.*pstrain-serve: serving at http://[^ ]*:([0-9]+).*|\1|p' "$TM
 MODEL_MIB=$(du -sm "$DIR/ckpt-0" | cut -f1)
 RSS_BEFORE=$(awk '/^VmRSS:/ {print $2}' "/proc/$SERVER/status")
 echo 5 > "/proc/$SERVER/clear_refs"
-touch "$TMP/go"
-# The client: until the writer ends (and one poll more), the first time each step answers.
-python3 - "$PORT" "$TMP/body.json" "$TMP/seen.txt" "$WRITER" "$POLL_SECONDS" <<'PY'
+# The client: from its first answer (then the writer starts) until the writer ends (and
+# the last commit's poll), the first time each step answers.
+python3 - "$PORT" "$TMP/body.json" "$TMP/seen.txt" "$WRITER" "$POLL_SECONDS" "$TMP/client-ready" <<'PY' &
 import http.client, os, sys, time
 port, body_file, out, writer, poll = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5])
 body = open(body_file).read()
@@ -74,6 +74,8 @@ while end is None or time.time() < end:
         sys.exit("bench-serve-lag: status %d" % r.status)
     step = int(r.getheader("X-Pstrain-Model-Step").split("/")[1])
     seen.setdefault(step, now)
+    if not os.path.exists(sys.argv[6]):
+        open(sys.argv[6], "w").close()
     if end is None and not os.path.exists("/proc/%d" % writer):
         end = now + 2 * poll + 3  # the last commit's poll, and its load
     time.sleep(0.02)
@@ -81,6 +83,10 @@ with open(out, "w") as f:
     for step, t in sorted(seen.items()):
         f.write("%d %.3f\n" % (step, t))
 PY
+CLIENT=$!
+for _ in $(seq 1200); do [ -e "$TMP/client-ready" ] && break; sleep 0.1; done
+touch "$TMP/go"
+wait "$CLIENT"
 wait "$WRITER" || { cat "$TMP/writer.log"; exit 1; }
 WRITER=
 HWM=$(awk '/^VmHWM:/ {print $2}' "/proc/$SERVER/status")
@@ -90,10 +96,18 @@ import json, os, statistics, sys
 model_dir, seen_file = sys.argv[1], sys.argv[2]
 seen = {int(a): float(b) for a, b in (l.split() for l in open(seen_file))}
 lags, full_lags, missed = [], [], []
+manifests = []  # ckpt-N/MANIFEST and ckpt-N/delta-M/MANIFEST
 for name in os.listdir(model_dir):
-    if not name.startswith("ckpt-") or name == "ckpt-0":
-        continue
-    m = json.load(open(os.path.join(model_dir, name, "MANIFEST")))
+    if name.startswith("ckpt-") and name != "ckpt-0":
+        manifests.append(os.path.join(model_dir, name, "MANIFEST"))
+    if name.startswith("ckpt-"):
+        for d in os.listdir(os.path.join(model_dir, name)):
+            if d.startswith("delta-"):
+                manifests.append(os.path.join(model_dir, name, d, "MANIFEST"))
+for path in manifests:
+    if not os.path.exists(path):
+        continue  # removed by the writer's cleanup: not committed any more
+    m = json.load(open(path))
     step = m["global_step"]
     if step not in seen:
         missed.append(step)  # never the state that answered (a newer one came first)
