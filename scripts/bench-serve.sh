@@ -106,7 +106,7 @@ for JOB in configs/job-ctr-emb.json configs/job-dcn-v2.json; do
   FAILS=$(tail -n +"$((MARK + 1))" "$TMP/serve.log" | grep -c "serving on as it was" || true)
   HWM=$(rss_kib "$SERVER" VmHWM)
   echo "$NAME instances=1 paced closed-loop during swaps (${SWAP_SECONDS} s; $SWAPS versions served, $FULLS of them full checkpoints, $FAILS failed refreshes): p50 $P50 us, p99 $P99 us (steady $STEADY_P99 us, ratio $(awk -v a="$P99" -v b="$STEADY_P99" 'BEGIN {printf "%.2f", a / b}')), non-2xx $NON2XX, errors $ERRS"
-  echo "$NAME server RSS before swaps $(( RSS_BEFORE / 1024 )) MiB, peak during swaps $(( HWM / 1024 )) MiB (one version's values: ckpt-0, ${PARAM_MIB} MiB on disk); one version kept"
+  echo "$NAME server RSS before swaps $(( RSS_BEFORE / 1024 )) MiB, peak during swaps $(( HWM / 1024 )) MiB (one version's values: ckpt-0, ${PARAM_MIB} MiB on disk); --keep-versions 2, the default"
   kill "$SERVER"; wait "$SERVER" 2>/dev/null || true
   SERVER=
 done
