@@ -88,6 +88,14 @@ std::string FormatStatus(const proto::ChiefStatus& s) {
                                        " % (by epochs)"}) +
          1;
   }
+  if (s.files_done >= 0) {
+    at = head.insert(at, {"files:", std::to_string(s.files_done) + " trained, " +
+                                        std::to_string(s.files_waiting) + " waiting"}) +
+         1;
+    at = head.insert(at, {"data_lag:", s.data_lag_sec >= 0 ? FormatDuration(s.data_lag_sec)
+                                                           : std::string("-")}) +
+         1;
+  }
   if (s.epoch >= 0) {
     head.insert(at, {"epoch:",
                      Fixed(s.epoch, 2) + (s.epochs > 0 ? " of " + std::to_string(s.epochs) : "")});

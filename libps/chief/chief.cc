@@ -37,6 +37,7 @@ std::optional<Event> Inbox::Wait(Clock::duration timeout) {
 }
 
 Chief::~Chief() {
+  StopFollowing();
   if (io_.joinable()) io_.join();
   if (rejoiner_.joinable()) {
     {
@@ -64,6 +65,7 @@ Status Chief::Run(daemon::SignalWatcher& signals) {
       ctx_.metrics.registry->AddCollector([this](prom::Writer& w) { WriteMetrics(w); });
   machine_.emplace(MachineConfigFor());
   Status outcome = Drive();
+  StopFollowing();
   control_->Close();
   return outcome;
 }
@@ -143,6 +145,11 @@ void Chief::Deliver(const Event& e) {
   for (const auto& seen : ObserveCluster()) Apply(seen);
   Apply(e);
   if (DataGivenOut()) Apply(ev::DataEnd{});
+  // Followed data: a checkpoint or an evaluation waits for every range scheduled; the
+  // packs waiting for data end with no step run, so it need not wait for data to arrive.
+  if (follower_ && coordinator_ && !exit_ &&
+      (machine_->phase() == Phase::kCheckpointing || machine_->phase() == Phase::kEvaluating))
+    coordinator_->ReturnWaiting();
 }
 
 void Chief::Apply(const Event& e) {
@@ -284,6 +291,7 @@ void Chief::OpenDispatch() {
     copts.lease_done = [this](const proto::DataLease& l, const proto::RunStepsReply* r) {
       LeaseDone(l, r);
     };
+    if (follower_) copts.lease_ready = [this] { return DataReady(); };
   }
   {
     std::lock_guard lock(mu_);  // the status thread reads coordinator_
@@ -302,6 +310,7 @@ void Chief::OpenDispatch() {
     });
   }
   rejoiner_ = std::thread([this] { RejoinLoop(); });
+  StartFollowing();
   if (dispatch_opened_) {
     PS_LOG(Info) << "dispatch reopened";
     return;
@@ -309,6 +318,7 @@ void Chief::OpenDispatch() {
   dispatch_opened_ = true;
   PS_LOG(Info) << "training "
                << (steps_from_data_ ? std::to_string(*job_.epochs) + " epoch(s)"
+                   : follower_      ? std::string("the files as they arrive")
                                     : std::to_string(job_.steps) + " steps")
                << " of batch " << job_.batch_size << " on " << workers_.size() << " worker(s), "
                << job_.steps_per_dispatch << " steps per dispatch";
@@ -349,6 +359,7 @@ void Chief::CloseDispatch() {
 }
 
 void Chief::Watchdog(Time silent_for) {
+  if (follower_ && !DataReady()) return;  // no data has arrived: nothing to train
   std::string waiting;
   for (const auto& s : coordinator_->Snapshot()) {
     if (s.in_flight > 0)

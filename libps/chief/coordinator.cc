@@ -172,10 +172,37 @@ void Coordinator::Finish(Pack& pack, Result<PackResult> result) {
   cv_.notify_all();
 }
 
+bool Coordinator::Starved(const Pack& pack) const {
+  return !pack.lease && pack.pinned < 0 && options_.lease && options_.lease_ready &&
+         !options_.lease_ready();
+}
+
+void Coordinator::Wake() {
+  std::lock_guard lock(mu_);
+  cv_.notify_all();
+}
+
+int Coordinator::ReturnWaiting() {
+  std::lock_guard lock(mu_);
+  int returned = 0;
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    if (!Starved(*it)) {
+      ++it;
+      continue;
+    }
+    Pack p = std::move(*it);
+    it = queue_.erase(it);
+    Finish(p, PackResult{p.first_step, p.count, -1, p.attempts, proto::RunStepsReply{}});
+    ++returned;
+  }
+  return returned;
+}
+
 int Coordinator::Choose(const Pack& pack) const {
   auto free = [&](size_t w) {
     return state_[w].alive && state_[w].in_flight < options_.max_in_flight_per_worker;
   };
+  if (Starved(pack)) return -1;
   if (pack.pinned >= 0) {
     // One at a time: a worker may run two packs it holds in either order, and pinned
     // (sync) packs must run in step order.

@@ -54,6 +54,9 @@ class Coordinator {
     // Called with the coordinator's lock held: they must not call the coordinator.
     std::function<proto::DataLease(int worker, int count)> lease;
     std::function<void(const proto::DataLease&, const proto::RunStepsReply*)> lease_done;
+    // Data that keeps arriving: a pack that needs a lease waits, queued, while this
+    // returns false (nothing to give out now); Wake() has it asked again. Lock held.
+    std::function<bool()> lease_ready;
   };
   Coordinator(std::vector<std::shared_ptr<net::Client>> workers, Options options);
   ~Coordinator();  // cancels what is queued and waits for what is in flight
@@ -78,6 +81,12 @@ class Coordinator {
   // fail are not retried. Resume() dispatches again. (A ps is down: the chief drains.)
   void Pause(const Status& why);
   void Resume();
+  // lease_ready may have changed (data arrived): queued packs are looked at again.
+  void Wake();
+  // Packs queued for a lease that lease_ready refuses now end at once as done with no
+  // steps run (an empty reply), so that the ranges before a checkpoint are decided while
+  // no data arrives. Returns how many.
+  int ReturnWaiting();
   // A lost worker is back (reconnected, job started): it gets work again.
   void Rejoin(int worker, std::shared_ptr<net::Client> client);
   std::vector<obs::WorkerSnapshot> Snapshot() const;
@@ -93,6 +102,8 @@ class Coordinator {
   };
   // Tells lease_done how the pack ended (reply, or nullptr: given up). mu_ held.
   void EndLease(Pack& pack, const proto::RunStepsReply* reply);
+  // The pack needs a lease and none can be given now. mu_ held.
+  bool Starved(const Pack& pack) const;
   // The worker that may run `pack` now, or -1. mu_ held.
   int Choose(const Pack& pack) const;
   void DispatchLoop();

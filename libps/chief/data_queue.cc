@@ -16,10 +16,35 @@ Status Chief::PlanStreamed() {
       data::StreamedData d,
       data::PlanStreamedData(job_.train_data, "job.train_data", job_.base_dir, true));
   data::ShardQueue::Options o;
-  o.shards = d.shards;
   o.seed = job_.seed;
   o.shuffle = d.options.shuffle_buffer > 1;
   o.epochs = job_.epochs;
+  if (d.follow) {
+    o.follow = true;
+    follow_text_ = d.text;
+    follow_shard_bytes_ = d.shard_bytes;
+    {
+      std::lock_guard lock(follow_mu_);
+      follower_.emplace(d.patterns, *d.follow);
+    }
+    std::lock_guard lock(data_mu_);
+    shard_queue_.emplace(std::move(o));
+    if (job_.steps == 0) {
+      follow_endless_ = true;
+      job_.steps = kStepsUntilDataEnds;
+      job_.raw["steps"] = job_.steps;  // the workers parse the job: it needs steps
+    }
+    std::string patterns;
+    for (const auto& p : d.patterns) patterns += (patterns.empty() ? "" : ", ") + p;
+    PS_LOG(Info) << "job.train_data: following " << patterns << " (a file is taken "
+                 << (d.follow->done_marker.empty()
+                         ? "once unchanged for " + Fixed(d.follow->quiet_seconds, 0) + " s"
+                         : "when its directory holds " + d.follow->done_marker)
+                 << "; looked for every " << Fixed(d.follow->poll_seconds, 1) << " s)";
+    return Status::Ok();
+  }
+  o.shards = d.shards;
+  o.files = d.files;
   data_files_ = std::move(d.files);
   data_shards_ = std::move(d.shards);
   {
@@ -43,9 +68,9 @@ proto::DataLease Chief::LeaseFor(int worker, int count) {
   out.seq = -1;  // take 0: nothing left to give out, the pack trains nothing
   auto l = shard_queue_->Take(worker, int64_t{count} * job_.batch_size);
   if (!l) return out;
-  const data::Shard& s = data_shards_[l->shard];
-  out = proto::DataLease{l->seq,       data_files_[s.file], s.begin,  s.end,   s.lines,
-                         l->base_byte, l->base_record,      l->start, l->take, l->generation};
+  const data::Shard& s = shard_queue_->shard(l->shard);
+  out = proto::DataLease{l->seq,       shard_queue_->file(s.file), s.begin,  s.end,   s.lines,
+                         l->base_byte, l->base_record,             l->start, l->take, l->generation};
   return out;
 }
 
@@ -61,17 +86,23 @@ void Chief::LeaseDone(const proto::DataLease& lease, const proto::RunStepsReply*
   }
   shard_queue_->Ack(l, data::PackEnd{reply->data_records, reply->data_end_byte, reply->data_end,
                                      reply->data_total});
+  if (follower_) NoteFilesDone();
 }
 
 std::optional<Json> Chief::DataPosition() {
+  std::lock_guard follow(follow_mu_);
   std::lock_guard lock(data_mu_);
   if (!shard_queue_) return std::nullopt;
-  return shard_queue_->Save();
+  Json position = shard_queue_->Save();
+  if (follower_) position["followed"] = follower_->Save();
+  return position;
 }
 
 void Chief::RestoreDataPosition(const ckpt::Manifest* manifest) {
+  std::lock_guard follow(follow_mu_);
   std::lock_guard lock(data_mu_);
   if (!shard_queue_) return;
+  if (follower_) follower_->Reset();  // as the queue: restored below, or from the start
   if (manifest == nullptr) {
     shard_queue_->Reset();
     return;
@@ -85,10 +116,21 @@ void Chief::RestoreDataPosition(const ckpt::Manifest* manifest) {
     return;
   }
   Status st = shard_queue_->Restore(*it);
+  if (st.ok() && follower_) {
+    st = it->contains("followed")
+             ? follower_->Restore(it->at("followed"))
+             : InvalidArgument("the data position holds no record of the files followed");
+  }
   if (!st.ok()) {
     PS_LOG(Warning) << "the checkpoint of step " << manifest->global_step << ": " << st.message()
                     << ": the streamed training data starts again at its first epoch";
     shard_queue_->Reset();
+    return;
+  }
+  if (follower_) {
+    PS_LOG(Info) << "data position restored: " << shard_queue_->files_done()
+                 << " file(s) followed trained, " << shard_queue_->files_waiting() << " waiting, "
+                 << follower_->recorded() << " in the record of what was taken";
     return;
   }
   PS_LOG(Info) << "data position restored: epoch " << Fixed(shard_queue_->EpochsDone(), 2)
@@ -111,7 +153,7 @@ Status Chief::DataHoldsRecords() {
 std::optional<double> Chief::EpochNow() {
   if (order_) return order_->EpochsAt(global_step_);
   std::lock_guard lock(data_mu_);
-  if (shard_queue_) return shard_queue_->EpochsDone();
+  if (shard_queue_ && !shard_queue_->options().follow) return shard_queue_->EpochsDone();
   return std::nullopt;
 }
 

@@ -61,9 +61,10 @@ void Chief::WriteMetrics(prom::Writer& w) {
   }
   w.Gauge("pstrain_chief_global_step", "Steps completed (the global step).",
           static_cast<double>(global_step_.load()));
-  w.Gauge("pstrain_chief_total_steps",
-          "The job's last step (0 while epochs of streamed data end it).",
-          steps_from_data_ ? 0.0 : static_cast<double>(job_.steps));
+  w.Gauge(
+      "pstrain_chief_total_steps",
+      "The job's last step (0 while epochs of streamed data end it, or followed data without steps).",
+      steps_from_data_ || follow_endless_ ? 0.0 : static_cast<double>(job_.steps));
   w.Gauge("pstrain_chief_examples_per_second",
           "Examples per second over the last progress window (log_every_steps).", examples_per_sec);
   w.Gauge("pstrain_chief_state", "The chief's state: 1 for the current one.", 1,
@@ -73,6 +74,20 @@ void Chief::WriteMetrics(prom::Writer& w) {
     w.Gauge("pstrain_chief_task_up",
             "1 while the chief's connection to the task is healthy, 0 when it is lost.",
             t.state == "lost" ? 0 : 1, {{"peer", t.task}, {"peer_type", type}});
+  }
+  if (auto f = FollowNow()) {
+    w.Gauge("pstrain_chief_data_files_trained",
+            "train_data.follow: files whose every record is trained (over the job).",
+            static_cast<double>(f->files_done));
+    w.Gauge("pstrain_chief_data_files_waiting",
+            "train_data.follow: files taken in whose records are not all trained yet.",
+            static_cast<double>(f->files_waiting));
+    if (f->lag_sec >= 0) {
+      w.Gauge("pstrain_chief_data_lag_seconds",
+              "train_data.follow: the data lag of the file trained last: from its arrival (its "
+              "modification time, or its done marker's) to its last record trained.",
+              f->lag_sec);
+    }
   }
   const double last = last_checkpoint_unix_.load();
   if (last > 0) {

@@ -31,6 +31,7 @@
 #include "libps/ckpt/checkpoint_dir.h"
 #include "libps/core/files.h"
 #include "libps/core/json.h"
+#include "libps/data/follow.h"
 #include "libps/data/shards.h"
 #include "libps/data/step_order.h"
 #include "libps/obs/eval_log.h"
@@ -159,6 +160,26 @@ class Chief {
   // by shards done); nullopt when not known.
   std::optional<double> EpochNow();
 
+  // follow.cc: train_data.follow. A follower thread lists the patterns every poll_seconds
+  // (from the first OpenDispatch until the run ends) and appends the files that arrived
+  // to the shard queue, then wakes the coordinator, whose packs wait while DataReady is
+  // false. follow_mu_ is taken before data_mu_, so that a checkpoint's data position
+  // holds the follower's record and the queue as of the same scan.
+  void StartFollowing();
+  void StopFollowing();
+  void FollowLoop();
+  bool DataReady();  // the coordinator's lease_ready (its lock held)
+  // After an Ack (data_mu_ held): the lag of the files done, and the line when the last
+  // file waiting is trained.
+  void NoteFilesDone();
+  // Follow figures for status, metrics and progress lines; nullopt without follow.
+  struct FollowFigures {
+    int64_t files_done = 0;
+    int64_t files_waiting = 0;
+    double lag_sec = -1;  // the last file done's; -1: none yet
+  };
+  std::optional<FollowFigures> FollowNow();
+
   // Restores every ps from the newest checkpoint that restores cleanly; a corrupt one is
   // reported and the one before it is used. Never starts from scratch when checkpoints
   // exist but none can be read. With none in model_dir, from job.checkpoint.init_from's
@@ -234,7 +255,19 @@ class Chief {
   std::vector<data::Shard> data_shards_;
   std::mutex data_mu_;
   std::optional<data::ShardQueue> shard_queue_;
+  // train_data.follow (follow.cc): the follower (follow_mu_), how files are cut into
+  // shards, and the lag of the file done last (data_mu_).
+  std::mutex follow_mu_;
+  std::condition_variable follow_cv_;
+  std::optional<data::FileFollower> follower_;
+  bool follow_text_ = false;
+  int64_t follow_shard_bytes_ = 0;
+  bool follow_stop_ = false;      // follow_mu_
+  bool warned_no_match_ = false;  // the follower thread
+  std::thread follow_thread_;
+  double data_lag_sec_ = -1;  // data_mu_
   bool steps_from_data_ = false;  // job.epochs without job.steps: the data ends the job
+  bool follow_endless_ = false;   // train_data.follow without job.steps: runs until stopped
   Status plan_error_;             // PlanData's; reported when the tasks are connected
   ChiefOptions options_;
   Inbox inbox_;  // outlives everything that posts to it

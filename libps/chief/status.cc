@@ -20,10 +20,14 @@ void Chief::Report(const Window& w, int64_t total) {
   const std::optional<double> epoch_now = EpochNow();
   // job.epochs over streamed data without job.steps: the steps are not known before the
   // data ends; the time left comes from the epochs done.
-  const bool steps_known = !steps_from_data_ || total < job_.steps;
+  // Followed data without job.steps: the job runs until it is stopped.
+  const bool steps_known = (!steps_from_data_ && !follow_endless_) || total < job_.steps;
   if (!steps_known) {
-    eta = epoch_now && *epoch_now > 0 ? now * (*job_.epochs - *epoch_now) / *epoch_now : NAN;
+    eta = steps_from_data_ && epoch_now && *epoch_now > 0
+              ? now * (*job_.epochs - *epoch_now) / *epoch_now
+              : NAN;
   }
+  const std::optional<FollowFigures> follow = FollowNow();
   {
     std::lock_guard lock(mu_);
     examples_per_sec_ = eps;
@@ -34,6 +38,11 @@ void Chief::Report(const Window& w, int64_t total) {
   if (epoch_now) {
     epoch.append("  epoch ").append(Fixed(*epoch_now, 2));
     if (job_.epochs) epoch.append(1, '/').append(std::to_string(*job_.epochs));
+  }
+  if (follow) {
+    epoch.append("  files ").append(std::to_string(follow->files_done)).append(" trained, ");
+    epoch.append(std::to_string(follow->files_waiting)).append(" waiting");
+    if (follow->lag_sec >= 0) epoch.append("  data lag ").append(FormatDuration(follow->lag_sec));
   }
   std::string of_total;
   if (steps_known) of_total.append(1, '/').append(std::to_string(total));
@@ -48,6 +57,11 @@ void Chief::Report(const Window& w, int64_t total) {
   if (job_.update.StepMode() == ps::server::UpdateMode::kSync) line["stale_steps"] = w.stale;
   if (steps_known) line["total_steps"] = total;
   if (epoch_now) line["epoch"] = *epoch_now;
+  if (follow) {
+    line["files_done"] = follow->files_done;
+    line["files_waiting"] = follow->files_waiting;
+    if (follow->lag_sec >= 0) line["data_lag_sec"] = follow->lag_sec;
+  }
   // Bad records the workers skipped (data "on_error": "skip"): in this window and so far.
   skipped_records_ += w.skipped_records;
   if (skipped_records_ > 0) {
@@ -85,6 +99,8 @@ void Chief::Report(const Window& w, int64_t total) {
     Status st = events_->AddScalar("loss", global_step_, loss, wall);
     if (st.ok()) st = events_->AddScalar("accuracy", global_step_, acc, wall);
     if (st.ok()) st = events_->AddScalar("examples_per_sec", global_step_, eps, wall);
+    if (st.ok() && follow && follow->lag_sec >= 0)
+      st = events_->AddScalar("data_lag_seconds", global_step_, follow->lag_sec, wall);
     EventsWritten(st);
   }
 }
@@ -183,7 +199,7 @@ proto::ChiefStatus Chief::CurrentStatus() {
     std::lock_guard lock(mu_);
     s.state = state_;
     s.global_step = global_step_.load();
-    s.total_steps = steps_from_data_ ? 0 : job_.steps;
+    s.total_steps = steps_from_data_ || follow_endless_ ? 0 : job_.steps;
     s.epochs = job_.epochs.value_or(0);
     s.examples_per_sec = examples_per_sec_;
     s.elapsed_sec = std::chrono::duration<double>(Clock::now() - start_).count();
@@ -191,6 +207,11 @@ proto::ChiefStatus Chief::CurrentStatus() {
     s.tasks = TaskStates();
   }
   if (auto e = EpochNow()) s.epoch = *e;  // takes data_mu_: not under mu_
+  if (auto f = FollowNow()) {
+    s.files_done = f->files_done;
+    s.files_waiting = f->files_waiting;
+    s.data_lag_sec = f->lag_sec;
+  }
   SampleLoad(&s);
   return s;
 }

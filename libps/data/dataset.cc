@@ -231,6 +231,8 @@ struct StreamPlan {
   StreamOptions options;
   int64_t shard_bytes = kDefaultShardBytes;
   bool text = false;
+  std::optional<FollowOptions> follow;
+  std::vector<std::string> patterns;  // resolved against base_dir
 };
 
 Result<StreamPlan> PlanStream(const Json& config, const std::string& path,
@@ -267,7 +269,21 @@ Result<StreamPlan> PlanStream(const Json& config, const std::string& path,
     return InvalidArgument(r.Path("files") + ": format '" + format +
                            "' does not stream (tfrecord, criteo_tsv and libsvm do); use \"path\"");
   }
+  if (const Json* follow = r.Find("follow")) {
+    PS_ASSIGN_OR_RETURN(plan.follow, ParseFollow(*follow, r.Path("follow")));
+  }
   PS_RETURN_IF_ERROR(r.Finish());
+  if (plan.follow) {
+    // The files arrive while the job runs: nothing is listed now (FileFollower).
+    if (patterns.empty()) return InvalidArgument(r.Path("files") + ": needs at least one pattern");
+    for (const std::string& p : patterns) {
+      if (p.empty()) return InvalidArgument(r.Path("files") + ": a pattern must not be empty");
+      std::filesystem::path full(p);
+      if (full.is_relative() && !base_dir.empty()) full = std::filesystem::path(base_dir) / full;
+      plan.patterns.push_back(full.string());
+    }
+    return plan;
+  }
   PS_ASSIGN_OR_RETURN(plan.files, ExpandFiles(patterns, base_dir, r.Path("files")));
   return plan;
 }
@@ -282,6 +298,11 @@ Result<std::unique_ptr<Dataset>> OpenDataset(const Json& config, const std::stri
     return std::unique_ptr<Dataset>(std::move(d));
   }
   PS_ASSIGN_OR_RETURN(StreamPlan plan, PlanStream(config, path, options.base_dir));
+  if (plan.follow) {
+    return InvalidArgument(path +
+                           ".follow: only training data leased by the chief (async and "
+                           "bounded-staleness mode) can follow files as they arrive");
+  }
   PS_ASSIGN_OR_RETURN(auto d,
                       StreamingDataset::Create(std::move(plan.format), std::move(plan.files),
                                                std::move(plan.options), std::move(options)));
@@ -299,6 +320,10 @@ Result<StreamedData> PlanStreamedData(const Json& config, const std::string& pat
   }
   d.format = std::move(plan.format);
   d.files = std::move(plan.files);
+  d.follow = plan.follow;
+  d.patterns = std::move(plan.patterns);
+  d.text = plan.text;
+  d.shard_bytes = plan.shard_bytes;
   d.options = std::move(plan.options);
   return d;
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "libps/core/json.h"
+#include "libps/data/follow.h"
 #include "libps/data/record_format.h"
 #include "libps/data/row.h"
 #include "libps/data/shards.h"
@@ -26,6 +27,12 @@ struct StreamedData {
   std::vector<std::string> files;
   std::vector<Shard> shards;
   StreamOptions options;
+  // train_data.follow: the files arrive while the job runs; `files` and `shards` are
+  // empty and `patterns` (resolved against base_dir) are followed (follow.h).
+  std::optional<FollowOptions> follow;
+  std::vector<std::string> patterns;
+  bool text = false;  // line based: MakeShards may cut its files
+  int64_t shard_bytes = kDefaultShardBytes;
 };
 Result<StreamedData> PlanStreamedData(const Json& config, const std::string& path,
                                       const std::string& base_dir, bool make_shards);

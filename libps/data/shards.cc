@@ -68,11 +68,13 @@ std::vector<uint32_t> EpochOrder(size_t count, uint64_t seed, int64_t epoch, boo
 ShardQueue::ShardQueue(Options options) : options_(std::move(options)) {}
 
 int64_t ShardQueue::limit() const {
+  if (options_.follow) return shard_base_ + static_cast<int64_t>(follow_shards_.size());
   const auto s = static_cast<int64_t>(options_.shards.size());
   return options_.epochs ? *options_.epochs * s : INT64_MAX;
 }
 
 uint32_t ShardQueue::ShardAt(int64_t seq) {
+  if (options_.follow) return static_cast<uint32_t>(seq);
   const auto s = static_cast<int64_t>(options_.shards.size());
   const int64_t epoch = seq / s;
   if (epoch != order_epoch_) {
@@ -121,7 +123,7 @@ std::optional<Lease> ShardQueue::Take(int worker, int64_t records) {
     const int64_t seq = next_seq_++;
     Leased l;
     l.shard = ShardAt(seq);
-    l.base_byte = options_.shards[l.shard].begin;
+    l.base_byte = shard(l.shard).begin;
     auto [it, _] = leased_.emplace(seq, l);
     return TakeFrom(seq, it->second, worker, records);
   }
@@ -186,6 +188,71 @@ void ShardQueue::MaybeDone(int64_t seq) {
   leased_.erase(it);
   done_after_.insert(seq);
   while (done_after_.count(done_prefix_) > 0) done_after_.erase(done_prefix_++);
+  if (options_.follow) FollowDone(seq);
+}
+
+bool ShardQueue::CanTake() const {
+  if (next_seq_ < limit()) return true;
+  for (const auto& [seq, l] : leased_) {
+    if (HasWork(l)) return true;
+  }
+  return false;
+}
+
+const Shard& ShardQueue::shard(uint32_t index) const {
+  if (options_.follow) return follow_shards_[static_cast<size_t>(index - shard_base_)];
+  return options_.shards[index];
+}
+
+const std::string& ShardQueue::file(uint32_t index) const {
+  if (options_.follow) return follow_files_[static_cast<size_t>(index - file_base_)].path;
+  return options_.files[index];
+}
+
+void ShardQueue::Append(const std::string& path, double arrival, std::vector<Shard> shards) {
+  const auto index = static_cast<uint32_t>(file_base_ + static_cast<int64_t>(follow_files_.size()));
+  follow_files_.push_back(FileEntry{path, arrival, static_cast<int64_t>(shards.size())});
+  for (Shard& s : shards) {
+    s.file = index;
+    follow_shards_.push_back(s);
+  }
+  if (shards.empty()) {
+    files_done_.push_back(arrival);
+    files_done_total_ += 1;
+  }
+  // A file with no shard and nothing before it waiting is dropped at once.
+  FollowDone(-1);
+}
+
+void ShardQueue::FollowDone(int64_t seq) {
+  if (seq >= 0) {
+    FileEntry& f = follow_files_[static_cast<size_t>(
+        follow_shards_[static_cast<size_t>(seq - shard_base_)].file - file_base_)];
+    if (--f.shards_left == 0) {
+      files_done_.push_back(f.arrival);
+      files_done_total_ += 1;
+    }
+  }
+  while (shard_base_ < done_prefix_ && !follow_shards_.empty()) {
+    follow_shards_.pop_front();
+    shard_base_ += 1;
+  }
+  while (!follow_files_.empty() && follow_files_.front().shards_left == 0 &&
+         (follow_shards_.empty() || follow_shards_.front().file > file_base_)) {
+    follow_files_.pop_front();
+    file_base_ += 1;
+  }
+}
+
+std::vector<double> ShardQueue::TakeFilesDone() {
+  std::vector<double> out;
+  out.swap(files_done_);
+  return out;
+}
+
+int64_t ShardQueue::files_waiting() const {
+  return std::count_if(follow_files_.begin(), follow_files_.end(),
+                       [](const FileEntry& f) { return f.shards_left > 0; });
 }
 
 bool ShardQueue::Exhausted() const { return options_.epochs && done_prefix_ >= limit(); }
@@ -199,6 +266,7 @@ bool ShardQueue::AllGivenOut() const {
 }
 
 double ShardQueue::EpochsDone() const {
+  if (options_.follow || options_.shards.empty()) return 0;
   const auto done = static_cast<double>(done_prefix_ + static_cast<int64_t>(done_after_.size()));
   return done / static_cast<double>(options_.shards.size());
 }
@@ -211,11 +279,16 @@ void ShardQueue::Reset() {
   leased_.clear();
   in_flight_ = 0;
   records_counted_ = 0;
+  follow_shards_.clear();
+  follow_files_.clear();
+  shard_base_ = file_base_ = 0;
+  files_done_.clear();
+  files_done_total_ = 0;
 }
 
 Json ShardQueue::Save() const {
   Json shards = Json::array();
-  for (const Shard& s : options_.shards) {
+  for (const Shard& s : options_.follow ? std::vector<Shard>() : options_.shards) {
     shards.push_back(
         Json::array({s.file, s.begin, s.end == kWholeFile ? Json(nullptr) : Json(s.end)}));
   }
@@ -246,18 +319,72 @@ Json ShardQueue::Save() const {
                           {"acked", acked},
                           {"gaps", gaps}});
   }
-  return Json{{"shard_list", shards},
-              {"seed", options_.seed},
-              {"done", done_prefix_},
-              {"done_after", Json(std::vector<int64_t>(done_after_.begin(), done_after_.end()))},
-              {"next", next_seq_},
-              {"records_counted", records_counted_},
-              {"leased", leased}};
+  Json out{{"seed", options_.seed},
+           {"done", done_prefix_},
+           {"done_after", Json(std::vector<int64_t>(done_after_.begin(), done_after_.end()))},
+           {"next", next_seq_},
+           {"records_counted", records_counted_},
+           {"leased", leased}};
+  if (options_.follow) return SaveFollow(std::move(out));
+  out["shard_list"] = std::move(shards);
+  return out;
+}
+
+// The shards and files not dropped yet: [file, begin, end (null: whole), lines] and
+// [path, arrival, shards left].
+Json ShardQueue::SaveFollow(Json out) const {
+  Json shards = Json::array();
+  for (const Shard& s : follow_shards_) {
+    shards.push_back(Json::array(
+        {s.file, s.begin, s.end == kWholeFile ? Json(nullptr) : Json(s.end), s.lines}));
+  }
+  Json files = Json::array();
+  for (const FileEntry& f : follow_files_)
+    files.push_back(Json::array({f.path, f.arrival, f.shards_left}));
+  out["follow"] = Json{{"shard_base", shard_base_},
+                       {"shards", shards},
+                       {"file_base", file_base_},
+                       {"files", files},
+                       {"files_done", files_done_total_}};
+  return out;
+}
+
+Status ShardQueue::RestoreFollow(const Json& saved) {
+  const Json& j = saved.at("follow");
+  std::deque<Shard> shards;
+  for (const Json& s : j.at("shards")) {
+    shards.push_back(Shard{s.at(0).get<uint32_t>(), s.at(1).get<uint64_t>(),
+                           s.at(2).is_null() ? kWholeFile : s.at(2).get<uint64_t>(),
+                           s.at(3).get<bool>()});
+  }
+  std::deque<FileEntry> files;
+  for (const Json& f : j.at("files"))
+    files.push_back(FileEntry{f.at(0).get<std::string>(), f.at(1).get<double>(),
+                              f.at(2).get<int64_t>()});
+  const auto shard_base = j.at("shard_base").get<int64_t>();
+  const auto file_base = j.at("file_base").get<int64_t>();
+  for (const Shard& s : shards) {
+    if (s.file < file_base || s.file - file_base >= static_cast<int64_t>(files.size()))
+      return InvalidArgument("the data position's follow record names a file it does not hold");
+  }
+  if (saved.at("next").get<int64_t>() > shard_base + static_cast<int64_t>(shards.size()) ||
+      saved.at("done").get<int64_t>() < shard_base)
+    return InvalidArgument("the data position's follow record does not hold its shards");
+  follow_shards_ = std::move(shards);
+  follow_files_ = std::move(files);
+  shard_base_ = shard_base;
+  file_base_ = file_base;
+  files_done_total_ = j.at("files_done").get<int64_t>();
+  files_done_.clear();
+  return Status::Ok();
 }
 
 Status ShardQueue::Restore(const Json& saved) {
   try {
-    const Json& list = saved.at("shard_list");
+    if (options_.follow != saved.contains("follow"))
+      return InvalidArgument(options_.follow ? "the data position is not one of followed files"
+                                             : "the data position is one of followed files");
+    const Json& list = options_.follow ? Json::array() : saved.at("shard_list");
     if (list.size() != options_.shards.size())
       return InvalidArgument("the data position is for " + std::to_string(list.size()) +
                              " shards, the job's files make " +
@@ -290,6 +417,7 @@ Status ShardQueue::Restore(const Json& saved) {
     const auto done = saved.at("done").get<int64_t>();
     const auto next = saved.at("next").get<int64_t>();
     const auto counted = saved.at("records_counted").get<int64_t>();
+    if (options_.follow) PS_RETURN_IF_ERROR(RestoreFollow(saved));
     done_prefix_ = done;
     done_after_ = std::set<int64_t>(done_after.begin(), done_after.end());
     next_seq_ = next;

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <optional>
 #include <set>
@@ -76,10 +77,16 @@ struct PackEnd {
 class ShardQueue {
  public:
   struct Options {
-    std::vector<Shard> shards;  // non-empty
+    std::vector<Shard> shards;  // non-empty, unless `follow`
+    std::vector<std::string> files;  // Shard::file indexes it (not with `follow`)
     uint64_t seed = 0;
     bool shuffle = true;
     std::optional<int64_t> epochs;  // nullopt: endless
+    // Data that keeps arriving (train_data.follow): `shards` and `files` are empty and
+    // grow by Append; the sequence is the shards in the order appended, each leased once
+    // (seed, shuffle and epochs are not used). Shards and files done and below every
+    // shard not done are dropped, so the state holds only what is not trained yet.
+    bool follow = false;
   };
   explicit ShardQueue(Options options);
 
@@ -88,6 +95,8 @@ class ShardQueue {
   // nullopt when nothing is left to give out (every shard of the last epoch leased to
   // its end).
   std::optional<Lease> Take(int worker, int64_t records);
+  // Something to give out now (Take would not return nullopt).
+  bool CanTake() const;
   void Ack(const Lease& lease, const PackEnd& end);
   void Release(const Lease& lease);
   // Every shard of every epoch done (never without epochs).
@@ -111,6 +120,22 @@ class ShardQueue {
   void Reset();
 
   const Options& options() const { return options_; }
+  // The shard and file a lease names (Lease::shard, Shard::file). Only for leases of this
+  // generation not yet answered (in follow mode what is done may be dropped).
+  const Shard& shard(uint32_t index) const;
+  const std::string& file(uint32_t index) const;
+
+  // Follow mode: `path` arrived (at `arrival`, unix seconds) and is cut into `shards`
+  // (their `file` is set here); they go to the end of the sequence. An empty `shards`
+  // counts the file as done at once.
+  void Append(const std::string& path, double arrival, std::vector<Shard> shards);
+  // Follow mode: the arrival times of the files whose every shard is done since the last
+  // call, in the order they were done.
+  std::vector<double> TakeFilesDone();
+  // Follow mode: files appended and done (over the job, restored from checkpoints), and
+  // files appended and not done yet.
+  int64_t files_done() const { return files_done_total_; }
+  int64_t files_waiting() const;
 
  private:
   struct Acked {
@@ -128,7 +153,16 @@ class ShardQueue {
     std::optional<int64_t> total;     // records, once the end was seen
     int64_t in_flight = 0;
   };
+  struct FileEntry {  // follow mode
+    std::string path;
+    double arrival = 0;
+    int64_t shards_left = 0;
+  };
   uint32_t ShardAt(int64_t seq);
+  // Follow mode: counts `seq`'s file down and drops what lies below the done prefix.
+  void FollowDone(int64_t seq);
+  Json SaveFollow(Json out) const;
+  Status RestoreFollow(const Json& saved);
   bool HasWork(const Leased& l) const;
   Lease TakeFrom(int64_t seq, Leased& l, int worker, int64_t records);
   void MaybeDone(int64_t seq);
@@ -144,6 +178,14 @@ class ShardQueue {
   int64_t records_counted_ = 0;
   int64_t order_epoch_ = -1;
   std::vector<uint32_t> order_;  // of order_epoch_
+  // Follow mode: the shards of sequence numbers shard_base_ on (shard index == sequence
+  // number), and the files of index file_base_ on.
+  std::deque<Shard> follow_shards_;
+  int64_t shard_base_ = 0;
+  std::deque<FileEntry> follow_files_;
+  int64_t file_base_ = 0;
+  std::vector<double> files_done_;  // arrivals, since TakeFilesDone
+  int64_t files_done_total_ = 0;
 };
 
 }  // namespace ps::data

@@ -64,7 +64,15 @@ Result<JobSpec> ParseJob(const Json& json, const std::string& default_base_dir) 
     PS_RETURN_IF_ERROR(Range(r, "epochs", epochs, 1, 1000000));
     job.epochs = epochs;
   }
-  if (!job.epochs || r.Has("steps")) {
+  // train_data.follow: the data keeps arriving, the job runs until stopped (or `steps`).
+  const bool follow = job.train_data.is_object() && job.train_data.contains("files") &&
+                      job.train_data.contains("follow");
+  if (follow && job.epochs) {
+    return InvalidArgument(
+        "job.epochs: job.train_data.follow trains each file once as it arrives; there are no "
+        "epochs (use job.steps, or stop the job with pstrain stop)");
+  }
+  if ((!job.epochs && !follow) || r.Has("steps")) {
     PS_RETURN_IF_ERROR(r.Get("steps", &job.steps));
     PS_RETURN_IF_ERROR(Range(r, "steps", job.steps, 1, int64_t{1} << 50));
   }
@@ -85,6 +93,15 @@ Result<JobSpec> ParseJob(const Json& json, const std::string& default_base_dir) 
         "job.epochs: streamed job.train_data (\"files\") counts epochs in async and "
         "bounded-staleness mode only (in sync mode each worker streams its own files): use "
         "job.steps");
+  }
+  if (job.eval_data.is_object() && job.eval_data.contains("follow")) {
+    return InvalidArgument(
+        "job.eval_data.follow: only job.train_data can follow files as they arrive");
+  }
+  if (follow && job.update.StepMode() == ps::server::UpdateMode::kSync) {
+    return InvalidArgument(
+        "job.train_data.follow: data that keeps arriving is leased by the chief, in async and "
+        "bounded-staleness mode only");
   }
   PS_RETURN_IF_ERROR(r.GetOr("seed", &job.seed));
   PS_RETURN_IF_ERROR(r.GetOr("log_every_steps", &job.log_every_steps));

@@ -129,6 +129,11 @@ Json ToJson(const proto::ChiefStatus& s) {
             {"elapsed_sec", s.elapsed_sec}};
   if (s.epoch >= 0) j["epoch"] = s.epoch;
   if (s.epochs > 0) j["epochs"] = s.epochs;
+  if (s.files_done >= 0) {
+    j["files_done"] = s.files_done;
+    j["files_waiting"] = s.files_waiting;
+    if (s.data_lag_sec >= 0) j["data_lag_sec"] = s.data_lag_sec;
+  }
   if (!s.stop_reason.empty()) j["stop_reason"] = s.stop_reason;
   Json tasks = Json::array();
   for (const auto& t : s.tasks) {
@@ -198,7 +203,11 @@ proto::ChiefStatus ChiefStatusFromJson(const Json& j) {
                        .workers = {},
                        .ps = {},
                        .epoch = j.contains("epoch") ? Get<double>(j, "epoch") : -1.0,
-                       .epochs = Get<int64_t>(j, "epochs")};
+                       .epochs = Get<int64_t>(j, "epochs"),
+                       .files_done = j.contains("files_done") ? Get<int64_t>(j, "files_done") : -1,
+                       .files_waiting = Get<int64_t>(j, "files_waiting"),
+                       .data_lag_sec =
+                           j.contains("data_lag_sec") ? Get<double>(j, "data_lag_sec") : -1.0};
   for (const auto& t : Array(j, "tasks")) {
     s.tasks.push_back({.task = Get<std::string>(t, "task", "?"),
                        .state = Get<std::string>(t, "state"),

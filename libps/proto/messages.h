@@ -360,6 +360,11 @@ struct ChiefStatus {
   std::vector<PsLoad> ps;
   double epoch = -1;   // passes over in-memory train_data before global_step; -1: not known
   int64_t epochs = 0;  // the job's "epochs"; 0: not set
+  // train_data.follow: files trained and waiting, and the data lag (arrival to last record
+  // trained) of the file done last. files_done -1: not following; data_lag_sec -1: none.
+  int64_t files_done = -1;
+  int64_t files_waiting = 0;
+  double data_lag_sec = -1;
 };
 struct ChiefStatusReply {
   ChiefStatus status;

@@ -162,7 +162,8 @@ Offset<w::ChiefStatus> EncodeChiefStatus(FlatBufferBuilder& fbb, const ChiefStat
   for (const auto& l : s.ps) ps.push_back(EncodePsLoad(fbb, l));
   return w::CreateChiefStatusDirect(fbb, s.state.c_str(), s.global_step, s.total_steps,
                                     s.examples_per_sec, s.elapsed_sec, s.stop_reason.c_str(),
-                                    &tasks, s.load_window_sec, &workers, &ps, s.epoch, s.epochs);
+                                    &tasks, s.load_window_sec, &workers, &ps, s.epoch, s.epochs,
+                                    s.files_done, s.files_waiting, s.data_lag_sec);
 }
 
 ChiefStatus DecodeChiefStatus(const w::ChiefStatus* t) {
@@ -178,7 +179,10 @@ ChiefStatus DecodeChiefStatus(const w::ChiefStatus* t) {
                 .workers = {},
                 .ps = {},
                 .epoch = t->epoch(),
-                .epochs = t->epochs()};
+                .epochs = t->epochs(),
+                .files_done = t->files_done(),
+                .files_waiting = t->files_waiting(),
+                .data_lag_sec = t->data_lag_sec()};
   if (t->tasks() != nullptr) {
     for (const auto* x : *t->tasks()) {
       s.tasks.push_back(
