@@ -69,8 +69,11 @@ proto::DataLease Chief::LeaseFor(int worker, int count) {
   auto l = shard_queue_->Take(worker, int64_t{count} * job_.batch_size);
   if (!l) return out;
   const data::Shard& s = shard_queue_->shard(l->shard);
-  out = proto::DataLease{l->seq,       shard_queue_->file(s.file), s.begin,  s.end,   s.lines,
-                         l->base_byte, l->base_record,             l->start, l->take, l->generation};
+  out = proto::DataLease{l->seq,         shard_queue_->file(s.file),
+                         s.begin,        s.end,
+                         s.lines,        l->base_byte,
+                         l->base_record, l->start,
+                         l->take,        l->generation};
   return out;
 }
 

@@ -61,10 +61,8 @@ void Chief::FollowLoop() {
         std::lock_guard data(data_mu_);
         waiting = shard_queue_->files_waiting();
       }
-      PS_LOG(Info) << "job.train_data.follow: " << files << " new file(s) to train ("
-                   << waiting << " waiting" << (skipped > 0 ? ", " + std::to_string(skipped) +
-                                                                  " skipped"
-                                                            : "")
+      PS_LOG(Info) << "job.train_data.follow: " << files << " new file(s) to train (" << waiting
+                   << " waiting" << (skipped > 0 ? ", " + std::to_string(skipped) + " skipped" : "")
                    << ")";
       std::lock_guard chief(mu_);
       if (coordinator_) coordinator_->Wake();

@@ -265,7 +265,7 @@ class Chief {
   bool follow_stop_ = false;      // follow_mu_
   bool warned_no_match_ = false;  // the follower thread
   std::thread follow_thread_;
-  double data_lag_sec_ = -1;  // data_mu_
+  double data_lag_sec_ = -1;      // data_mu_
   bool steps_from_data_ = false;  // job.epochs without job.steps: the data ends the job
   bool follow_endless_ = false;   // train_data.follow without job.steps: runs until stopped
   Status plan_error_;             // PlanData's; reported when the tasks are connected

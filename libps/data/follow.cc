@@ -131,7 +131,8 @@ Json FileFollower::Save() const {
 Status FileFollower::Restore(const Json& saved) {
   try {
     std::map<std::string, double> taken;
-    for (const Json& t : saved.at("taken")) taken[t.at(0).get<std::string>()] = t.at(1).get<double>();
+    for (const Json& t : saved.at("taken"))
+      taken[t.at(0).get<std::string>()] = t.at(1).get<double>();
     const Json& newest = saved.at("newest");
     newest_ = newest.is_null() ? -1e300 : newest.get<double>();
     taken_ = std::move(taken);

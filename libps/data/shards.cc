@@ -335,8 +335,8 @@ Json ShardQueue::Save() const {
 Json ShardQueue::SaveFollow(Json out) const {
   Json shards = Json::array();
   for (const Shard& s : follow_shards_) {
-    shards.push_back(Json::array(
-        {s.file, s.begin, s.end == kWholeFile ? Json(nullptr) : Json(s.end), s.lines}));
+    shards.push_back(
+        Json::array({s.file, s.begin, s.end == kWholeFile ? Json(nullptr) : Json(s.end), s.lines}));
   }
   Json files = Json::array();
   for (const FileEntry& f : follow_files_)
@@ -359,8 +359,8 @@ Status ShardQueue::RestoreFollow(const Json& saved) {
   }
   std::deque<FileEntry> files;
   for (const Json& f : j.at("files"))
-    files.push_back(FileEntry{f.at(0).get<std::string>(), f.at(1).get<double>(),
-                              f.at(2).get<int64_t>()});
+    files.push_back(
+        FileEntry{f.at(0).get<std::string>(), f.at(1).get<double>(), f.at(2).get<int64_t>()});
   const auto shard_base = j.at("shard_base").get<int64_t>();
   const auto file_base = j.at("file_base").get<int64_t>();
   for (const Shard& s : shards) {

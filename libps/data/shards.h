@@ -77,7 +77,7 @@ struct PackEnd {
 class ShardQueue {
  public:
   struct Options {
-    std::vector<Shard> shards;  // non-empty, unless `follow`
+    std::vector<Shard> shards;       // non-empty, unless `follow`
     std::vector<std::string> files;  // Shard::file indexes it (not with `follow`)
     uint64_t seed = 0;
     bool shuffle = true;

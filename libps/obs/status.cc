@@ -192,22 +192,22 @@ proto::PsLoad PsLoadFromJson(const Json& j) {
 }
 
 proto::ChiefStatus ChiefStatusFromJson(const Json& j) {
-  proto::ChiefStatus s{.state = Get<std::string>(j, "state"),
-                       .global_step = Get<int64_t>(j, "global_step"),
-                       .total_steps = Get<int64_t>(j, "total_steps"),
-                       .examples_per_sec = Get<double>(j, "examples_per_sec"),
-                       .elapsed_sec = Get<double>(j, "elapsed_sec"),
-                       .stop_reason = Get<std::string>(j, "stop_reason"),
-                       .tasks = {},
-                       .load_window_sec = Get<double>(j, "load_window_sec"),
-                       .workers = {},
-                       .ps = {},
-                       .epoch = j.contains("epoch") ? Get<double>(j, "epoch") : -1.0,
-                       .epochs = Get<int64_t>(j, "epochs"),
-                       .files_done = j.contains("files_done") ? Get<int64_t>(j, "files_done") : -1,
-                       .files_waiting = Get<int64_t>(j, "files_waiting"),
-                       .data_lag_sec =
-                           j.contains("data_lag_sec") ? Get<double>(j, "data_lag_sec") : -1.0};
+  proto::ChiefStatus s{
+      .state = Get<std::string>(j, "state"),
+      .global_step = Get<int64_t>(j, "global_step"),
+      .total_steps = Get<int64_t>(j, "total_steps"),
+      .examples_per_sec = Get<double>(j, "examples_per_sec"),
+      .elapsed_sec = Get<double>(j, "elapsed_sec"),
+      .stop_reason = Get<std::string>(j, "stop_reason"),
+      .tasks = {},
+      .load_window_sec = Get<double>(j, "load_window_sec"),
+      .workers = {},
+      .ps = {},
+      .epoch = j.contains("epoch") ? Get<double>(j, "epoch") : -1.0,
+      .epochs = Get<int64_t>(j, "epochs"),
+      .files_done = j.contains("files_done") ? Get<int64_t>(j, "files_done") : -1,
+      .files_waiting = Get<int64_t>(j, "files_waiting"),
+      .data_lag_sec = j.contains("data_lag_sec") ? Get<double>(j, "data_lag_sec") : -1.0};
   for (const auto& t : Array(j, "tasks")) {
     s.tasks.push_back({.task = Get<std::string>(t, "task", "?"),
                        .state = Get<std::string>(t, "state"),

@@ -68,7 +68,8 @@ void AddFile(ShardQueue& q, World& w, const std::string& path, double arrival,
              const std::vector<int64_t>& records) {
   const auto first = static_cast<uint32_t>(w.sizes.size());
   std::vector<Shard> shards(records.size());
-  for (size_t i = 0; i < records.size(); ++i) w.sizes[first + static_cast<uint32_t>(i)] = records[i];
+  for (size_t i = 0; i < records.size(); ++i)
+    w.sizes[first + static_cast<uint32_t>(i)] = records[i];
   q.Append(path, arrival, shards);
 }
 
