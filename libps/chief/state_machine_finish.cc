@@ -82,8 +82,11 @@ void ChiefMachine::On(const ev::DispatchClosed&) {
     return;
   }
   if (stop_reason_) {
+    // 2^50 steps: the job's steps are not known (epochs of streamed data, followed data).
+    const bool known = config_.total_steps < (int64_t{1} << 50);
     Log(log::Level::kInfo,
-        "stopped at step " + std::to_string(step_) + " of " + std::to_string(config_.total_steps));
+        "stopped at step " + std::to_string(step_) +
+            (known ? " of " + std::to_string(config_.total_steps) : std::string()));
   }
   FinalCheckpoint();
 }

@@ -37,6 +37,7 @@ std::string Lines(int64_t from, int64_t to) {
 // A directory of files (name → examples [from, to)), its marker written last.
 void Drop(const std::filesystem::path& dir,
           const std::vector<std::tuple<std::string, int64_t, int64_t>>& files) {
+  std::filesystem::create_directories(dir);
   for (const auto& [name, from, to] : files) WriteFile(dir / name, Lines(from, to));
   WriteFile(dir / "_SUCCESS", "");
 }
@@ -110,6 +111,7 @@ TEST_CASE(
     CHECK(first->HasLine("job.train_data: following "));
     Drop(in / "d1", {{"a.libsvm", 0, 1000}, {"b.libsvm", 1000, 2000}});
     // A directory without its marker is not taken.
+    std::filesystem::create_directories(in / "d0");
     WriteFile(in / "d0" / "x.libsvm", Lines(0, 10));
     REQUIRE(first->WaitForLine("checkpoint ckpt-50 committed", 120s));
     // d2 arrives after that checkpoint: the restarted chief must take it again.

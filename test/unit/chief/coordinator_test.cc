@@ -1,6 +1,7 @@
 // Coordinator against in-process fake workers on 127.0.0.1 (kernel-chosen ports).
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <condition_variable>
 #include <mutex>
 #include <set>
@@ -283,4 +284,57 @@ TEST_CASE("coordinator: a worker that refuses packs because it is stopping gets 
   CHECK_THAT(snap[0].last_error, Catch::Contains("is stopping"));
   // It refused at most the packs it was given before the first refusal came back.
   CHECK(a.steps_seen.size() <= 2);
+}
+
+TEST_CASE(
+    "coordinator: packs that need a lease wait while none can be given; ReturnWaiting ends them") {
+  net::Runtime rt(2);
+  FakeWorker a(rt);
+  std::atomic<bool> ready{false};
+  std::atomic<int> leases{0}, answered{0};
+  chief::Coordinator::Options opts;
+  opts.lease = [&](int, int) {
+    proto::DataLease l{};
+    l.seq = leases++;
+    return l;
+  };
+  opts.lease_done = [&](const proto::DataLease&, const proto::RunStepsReply* r) {
+    if (r != nullptr) ++answered;
+  };
+  opts.lease_ready = [&] { return ready.load(); };
+  chief::Coordinator coord({Dial(rt, a, 0)}, opts);
+  std::vector<std::future<Result<chief::PackResult>>> futs;
+  for (int i = 0; i < 3; ++i) futs.push_back(coord.Schedule(i * 5, 5));
+  {
+    // Nothing to lease: no pack reaches the worker (give one a chance to show).
+    std::unique_lock lock(a.mu);
+    CHECK_FALSE(a.cv.wait_for(lock, 200ms, [&] { return a.inside > 0 || !a.steps_seen.empty(); }));
+  }
+  CHECK(leases == 0);
+  CHECK_FALSE(coord.Done());
+  // Data arrived: the packs go out, each with its lease.
+  ready = true;
+  coord.Wake();
+  for (auto& f : futs) {
+    auto r = f.get();
+    REQUIRE(r.ok());
+    CHECK(r->reply.steps == 5);
+  }
+  CHECK(leases == 3);
+  CHECK(answered == 3);
+  // Nothing again: a checkpoint due ends the waiting packs, with no step run and no lease.
+  ready = false;
+  auto d = coord.Schedule(15, 5);
+  auto e = coord.Schedule(20, 5);
+  CHECK(coord.ReturnWaiting() == 2);
+  for (auto* f : {&d, &e}) {
+    auto r = f->get();
+    REQUIRE(r.ok());
+    CHECK(r->reply.steps == 0);
+    CHECK(r->worker == -1);
+  }
+  CHECK(leases == 3);
+  CHECK(a.steps_seen.size() == 15u);
+  REQUIRE(coord.Join().ok());
+  CHECK(coord.Done());
 }

@@ -56,3 +56,32 @@ TEST_CASE("job: neither epochs nor steps, bad epochs, epochs with streamed sync 
   REQUIRE_FALSE(sync.ok());
   CHECK_THAT(sync.status().message(), Catch::Contains("streamed"));
 }
+
+TEST_CASE(
+    "job: train_data.follow needs no steps; with epochs, sync mode or on eval_data an error") {
+  Json j = Job();
+  j["train_data"] =
+      Json::parse(R"({"format":"libsvm","files":"in/*.libsvm","num_features":100,"follow":true})");
+  auto follow = ps::job::ParseJob(j, "/tmp");
+  INFO(follow.status().message());
+  REQUIRE(follow.ok());
+  CHECK(follow->steps == 0);  // until stopped
+  j["steps"] = 700;
+  follow = ps::job::ParseJob(j, "/tmp");
+  REQUIRE(follow.ok());
+  CHECK(follow->steps == 700);
+  j["epochs"] = 2;
+  auto epochs = ps::job::ParseJob(j, "/tmp");
+  REQUIRE_FALSE(epochs.ok());
+  CHECK_THAT(epochs.status().message(), Catch::Contains("job.epochs: job.train_data.follow"));
+  j.erase("epochs");
+  j["update"] = Json::parse(R"({"mode":"sync"})");
+  auto sync = ps::job::ParseJob(j, "/tmp");
+  REQUIRE_FALSE(sync.ok());
+  CHECK_THAT(sync.status().message(), Catch::Contains("job.train_data.follow: data that keeps"));
+  j.erase("update");
+  j["eval_data"] = j["train_data"];
+  auto eval = ps::job::ParseJob(j, "/tmp");
+  REQUIRE_FALSE(eval.ok());
+  CHECK_THAT(eval.status().message(), Catch::Contains("job.eval_data.follow"));
+}
