@@ -41,7 +41,7 @@ local_cluster_file "$dir/cluster.json"
 mkdir -p "$dir/in"
 features=100000
 cat > "$dir/job.json" <<JOB
-{"model": {"type": "logistic_regression", "num_features": $features, "num_fields": 4},
+{"model": {"type": "logistic_regression", "num_features": $features, "num_fields": 1},
  "train_data": {"format": "libsvm", "files": "$dir/in/*/*.libsvm", "num_features": $features,
                 "follow": {"done_marker": "_SUCCESS", "poll_seconds": 1}},
  "optimizer": {"type": "sgd", "learning_rate": 0.05},
@@ -56,11 +56,13 @@ local_pid=$!
 # The pid of each daemon `pstrain local` started, by role.
 declare -A pid
 for _ in $(seq 600); do
+  pid=()
+  ps_n=0 w_n=0
   for p in $(pgrep -P "$local_pid" || true); do
-    case $(tr '\0' ' ' < "/proc/$p/cmdline") in
+    case $(tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null) in
       *pstrain-chief*) pid[chief]=$p ;;
-      *pstrain-ps*) [ -n "${pid[ps0]:-}" ] && [ "${pid[ps0]}" != "$p" ] && pid[ps1]=$p || pid[ps0]=$p ;;
-      *pstrain-worker*) [ -n "${pid[w0]:-}" ] && [ "${pid[w0]}" != "$p" ] && pid[w1]=$p || pid[w0]=$p ;;
+      *pstrain-ps*) pid[ps$ps_n]=$p; ps_n=$((ps_n + 1)) ;;
+      *pstrain-worker*) pid[w$w_n]=$p; w_n=$((w_n + 1)) ;;
     esac
   done
   [ ${#pid[@]} = 5 ] && grep -q "no file matches yet" "$dir/log.txt" && break
@@ -115,6 +117,9 @@ while [ "$(date +%s)" -lt "$end" ]; do
     printf "%6s" "$m"
     line="$m"
     for t in $tasks; do
+      if [ ! -d "/proc/${pid[$t]}" ]; then
+        echo; echo "$0: $t (pid ${pid[$t]}) is gone:" >&2; tail -20 "$dir/log.txt" >&2; exit 1
+      fi
       r=$(rss "${pid[$t]}"); f=$(fds "${pid[$t]}")
       printf " %9s / %4s" "$r" "$f"
       line="$line $r"
