@@ -31,6 +31,32 @@ TEST_CASE("status: the epoch of in-memory training data follows the fraction don
   CHECK_THAT(FormatStatus(s), Catch::Contains("epoch: 1.50\n"));
 }
 
+TEST_CASE("status: followed training data shows the files and the data lag") {
+  proto::ChiefStatus s;
+  s.state = "training";
+  s.global_step = 150;
+  s.files_done = 7;
+  s.files_waiting = 2;
+  CHECK(FormatStatus(s) ==
+        "state: training\n"
+        "global_step: 150\n"
+        "total_steps: 0\n"
+        "files: 7 trained, 2 waiting\n"
+        "data_lag: -\n"
+        "examples_per_sec: 0\n"
+        "elapsed: 0.0 s\n");
+  s.data_lag_sec = 75;
+  CHECK_THAT(FormatStatus(s), Catch::Contains("data_lag: 1 min 15 s\n"));
+  // The JSON of `pstrain status --json` and back.
+  const proto::ChiefStatus back = obs::ChiefStatusFromJson(obs::ToJson(s));
+  CHECK(back.files_done == 7);
+  CHECK(back.files_waiting == 2);
+  CHECK(back.data_lag_sec == 75);
+  proto::ChiefStatus plain;
+  CHECK_FALSE(obs::ToJson(plain).contains("files_done"));
+  CHECK(obs::ChiefStatusFromJson(obs::ToJson(plain)).files_done == -1);
+}
+
 TEST_CASE("status: the chief's scalars and the tasks table") {
   proto::ChiefStatus s;
   s.state = "training";

@@ -259,6 +259,9 @@ TEST_CASE("status replies travel as tables: every field, optional figures absent
   gone.state = "no answer";
   gone.error = "timed out";
   s.ps = {ok, gone};
+  s.files_done = 12;
+  s.files_waiting = 3;
+  s.data_lag_sec = 4.5;
   auto e2 = proto::Decode(proto::Encode({6, true, 0, proto::ChiefStatusReply{s}}));
   REQUIRE(e2.ok());
   const proto::ChiefStatus& c = std::get<proto::ChiefStatusReply>(e2->body).status;
@@ -268,6 +271,9 @@ TEST_CASE("status replies travel as tables: every field, optional figures absent
   CHECK(c.examples_per_sec == 35784.5);
   CHECK(c.elapsed_sec == 3.25);
   CHECK(c.stop_reason == "SIGTERM");
+  CHECK(c.files_done == 12);
+  CHECK(c.files_waiting == 3);
+  CHECK(c.data_lag_sec == 4.5);
   REQUIRE(c.tasks.size() == 2);
   CHECK(c.tasks[1].task == "worker:1");
   CHECK(c.tasks[1].state == "lost");
