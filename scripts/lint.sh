@@ -9,6 +9,11 @@ cd "$(dirname "$0")/.."
 BUILD=${PSTRAIN_BUILD:-build}
 command -v clang-tidy >/dev/null || { echo "lint: clang-tidy is not installed (apt-get install clang-tidy)"; exit 1; }
 [ -f "$BUILD/compile_commands.json" ] || { echo "lint: no $BUILD/compile_commands.json (run scripts/setup.sh first)"; exit 1; }
+# A unity build's compile commands name the unity files, not the sources.
+if meson introspect "$BUILD" --buildoptions | grep -q '"name": "lib_unity", "value": true'; then
+  echo "lint: $BUILD compiles the libraries as unity files: meson configure $BUILD -Dlib_unity=false, then ninja -C $BUILD"
+  exit 1
+fi
 if [ $# -gt 0 ]; then files=("$@"); else mapfile -t files < <(git ls-files 'libps/*.cc' 'launcher/*.cc'); fi
 out=$(mktemp); trap 'rm -f "$out"' EXIT
 # GCC-only warning flags in the compile commands are not clang's business.

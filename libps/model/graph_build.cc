@@ -23,8 +23,6 @@ const char* LossKindName(LossKind k) {
 
 namespace {
 
-constexpr int64_t kMaxWidth = int64_t{1} << 24;
-
 Status CheckName(const std::string& name, const std::string& where) {
   if (name.empty()) return InvalidArgument(where + ": must not be empty");
   for (char c : name) {

@@ -138,7 +138,6 @@ Result<std::unique_ptr<Model>> BuildGraph(const Json& graph, const std::string& 
   return MakeGraphModel(std::move(plan));
 }
 
-constexpr int64_t kMaxWidth = int64_t{1} << 24;
 constexpr int64_t kMaxDim = int64_t{1} << 16;
 constexpr int64_t kMaxRows = int64_t{1} << 40;
 

@@ -24,6 +24,8 @@
 namespace ps::model {
 
 using Shape = std::vector<int64_t>;
+// The widest a layer or an input may be (units, dims, classes, offsets).
+inline constexpr int64_t kMaxWidth = int64_t{1} << 24;
 int64_t NumElements(const Shape& s);
 std::string ShapeString(const Shape& s);  // "[28, 28, 1]"
 

@@ -144,8 +144,6 @@ Status ReadInitKey(JsonReader& r, const char* key, InitSpec* out) {
 
 namespace {
 
-constexpr int64_t kMaxWidth = int64_t{1} << 24;
-
 std::span<float> Grad(const OpContext& ctx, size_t var) { return ctx.grads->values[var]; }
 
 void AddTo(std::span<float> dst, std::span<const float> src) {

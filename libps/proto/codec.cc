@@ -157,8 +157,6 @@ std::vector<T> Vec(const flatbuffers::Vector<T>* v) {
   return CopyVector(v);
 }
 
-std::string Str(const flatbuffers::String* s) { return s == nullptr ? std::string() : s->str(); }
-
 Result<std::vector<Slice>> DecodeSlices(const flatbuffers::Vector<Offset<w::Slice>>* items) {
   std::vector<Slice> out;
   if (items == nullptr) return out;

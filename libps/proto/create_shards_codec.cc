@@ -145,8 +145,6 @@ Offset<w::Update> EncodeUpdate(FlatBufferBuilder& fbb, const Update& u) {
   return b.Finish();
 }
 
-std::string Str(const flatbuffers::String* s) { return s == nullptr ? std::string() : s->str(); }
-
 template <typename E>
 std::string EnumValue(E e) {
   return std::to_string(static_cast<int>(e));

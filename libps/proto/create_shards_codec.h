@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstring>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -25,6 +26,11 @@ std::vector<T> CopyVector(const flatbuffers::Vector<T>* v) {
   std::vector<T> out(v->size());
   if (!out.empty()) std::memcpy(out.data(), v->Data(), out.size() * sizeof(T));
   return out;
+}
+
+// A verified string, copied out; absent is empty.
+inline std::string Str(const flatbuffers::String* s) {
+  return s == nullptr ? std::string() : s->str();
 }
 
 // `msg` has passed the verifier. A missing required table, an unknown enum value or union
