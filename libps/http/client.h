@@ -1,5 +1,7 @@
-// A blocking HTTP/1.1 client on Boost.Beast, one request per connection: for tests,
-// tools and `pstrain` commands that talk to an HTTP endpoint. Asio-free header.
+// A blocking HTTP/1.1 client on Boost.Beast, one request per connection. Asio-free header.
+// Only the tests use it, so it is built into libps_test_support_dep (libps/http/meson.build:
+// module_test_support), not into libps_dep; a program that needs it moves it back to
+// module_sources.
 #pragma once
 
 #include <cstdint>
