@@ -1,6 +1,7 @@
 #include "launcher/local_plan.h"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -19,6 +20,11 @@ using cluster::TaskType;
 
 std::string DaemonName(TaskType type) {
   return std::string("pstrain-") + cluster::TaskTypeName(type);
+}
+
+bool IsExecutableFile(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(path, ec) && ::access(path.c_str(), X_OK) == 0;
 }
 
 Result<std::string> FindDaemon(TaskType type, const std::optional<std::string>& bin_dir,

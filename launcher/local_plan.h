@@ -33,6 +33,8 @@ std::string DaemonName(cluster::TaskType type);
 Result<std::string> FindDaemon(cluster::TaskType type, const std::optional<std::string>& bin_dir,
                                const std::string& self_dir, const std::string& path_env,
                                const std::function<bool(const std::string&)>& is_executable);
+// The file test the commands pass to FindDaemon: a regular file this process may execute.
+bool IsExecutableFile(const std::string& path);
 // The same for any daemon by folder name ("serve": pstrain-serve, daemons/serve/).
 Result<std::string> FindDaemonNamed(const std::string& folder,
                                     const std::optional<std::string>& bin_dir,

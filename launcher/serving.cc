@@ -217,8 +217,8 @@ int RunServe(const ServeCommand& command) {
   std::error_code ec;
   const std::string self_dir = fs::read_symlink("/proc/self/exe", ec).parent_path().string();
   const char* path_env = std::getenv("PATH");
-  auto exe = FindDaemonNamed("serve", std::nullopt, self_dir, path_env ? path_env : "",
-                             [](const std::string& p) { return ::access(p.c_str(), X_OK) == 0; });
+  auto exe =
+      FindDaemonNamed("serve", std::nullopt, self_dir, path_env ? path_env : "", IsExecutableFile);
   if (!exe.ok()) {
     PrintErr("pstrain serve: " + exe.status().message());
     return 127;

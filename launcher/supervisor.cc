@@ -433,11 +433,6 @@ class Supervisor {
   std::optional<Clock::time_point> kill_deadline_;
 };
 
-bool IsExecutable(const std::string& path) {
-  std::error_code ec;
-  return std::filesystem::is_regular_file(path, ec) && ::access(path.c_str(), X_OK) == 0;
-}
-
 // The thread that reads the signalfd. Threads started before main (the OpenBLAS pool,
 // now that `pstrain predict` links the scoring code) do not block the signals, and a
 // process-directed signal landing on one of them would take the default action: the
@@ -488,7 +483,8 @@ int RunLocal(const LocalCommand& given) {
   std::array<std::string, cluster::kNumTaskTypes> exe;
   for (TaskType type : cluster::kAllTaskTypes) {
     if (spec->count(type) == 0) continue;
-    auto p = FindDaemon(type, command.bin_dir, self_dir, path_env ? path_env : "", IsExecutable);
+    auto p =
+        FindDaemon(type, command.bin_dir, self_dir, path_env ? path_env : "", IsExecutableFile);
     if (!p.ok()) return fail(p.status().message());
     exe[static_cast<size_t>(type)] = *p;
   }

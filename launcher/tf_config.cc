@@ -42,8 +42,6 @@ Result<cluster::TfConfig> FromSlurm(const cluster::SlurmRoles& roles) {
   return cluster::TfConfigFromSlurm(step, roles);
 }
 
-bool IsExecutable(const std::string& path) { return ::access(path.c_str(), X_OK) == 0; }
-
 }  // namespace
 
 std::string FormatTfConfig(const cluster::ClusterSpec& spec, TaskId id, bool json) {
@@ -109,7 +107,7 @@ int RunSlurmTask(const SlurmTaskCommand& command) {
       std::filesystem::read_symlink("/proc/self/exe", ec).parent_path().string();
   const char* path_env = std::getenv("PATH");
   auto exe =
-      FindDaemon(task.type, command.bin_dir, self_dir, path_env ? path_env : "", IsExecutable);
+      FindDaemon(task.type, command.bin_dir, self_dir, path_env ? path_env : "", IsExecutableFile);
   if (!exe.ok()) {
     PrintErr("pstrain slurm-task: " + exe.status().message());
     return 127;
