@@ -225,8 +225,9 @@ Status InputSchema::Impl::TextLine(const Instance& in, size_t i, std::string* li
   *line = "0";
   for (int c = 1; c <= criteo_ints + criteo_cats; ++c) {
     const bool is_int = c <= criteo_ints;
-    const std::string name =
-        is_int ? "I" + std::to_string(c) : "C" + std::to_string(c - criteo_ints);
+    // Appended, not "I" + std::to_string(c): GCC 12's -Wrestrict false positive.
+    std::string name(1, is_int ? 'I' : 'C');
+    name += std::to_string(is_int ? c : c - criteo_ints);
     *line += '\t';
     const Json* v = Lookup(in, name);
     if (v == nullptr) continue;

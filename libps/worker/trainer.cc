@@ -91,9 +91,9 @@ Result<model::Batch> Trainer::NextBatch(int64_t step) {
       if (!batch.sparse.empty()) {
         const auto& f = batch.sparse[0];
         for (int64_t r = 0; r < batch.size; ++r)
-          line += " " + (f.offsets[r] < f.offsets[r + 1]
-                             ? std::to_string(f.ids[static_cast<size_t>(f.offsets[r])])
-                             : std::string("-1"));
+          line.append(1, ' ').append(f.offsets[r] < f.offsets[r + 1]
+                                         ? std::to_string(f.ids[static_cast<size_t>(f.offsets[r])])
+                                         : std::string("-1"));
       }
       PS_RETURN_IF_ERROR(Trace(line + "\n"));
     }

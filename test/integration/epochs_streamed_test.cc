@@ -62,7 +62,7 @@ void WriteTfRecords(const std::filesystem::path& dir) {
       b.AppendTo(&record);
       data::AppendTfRecord(record, &out);
     }
-    WriteFile(dir / ("p" + std::to_string(f) + ".tfrecord"),
+    WriteFile(dir / std::string("p").append(std::to_string(f)).append(".tfrecord"),
               f == 2 ? data::testing::Gzip(out) : out);
   }
 }

@@ -318,7 +318,11 @@ TEST_CASE("ShardQueue without epochs never ends; epoch e+1 is leased while e's t
 std::string Lines(int64_t begin, int64_t end, const char* eol = "\n") {
   std::string s;
   for (int64_t k = begin; k < end; ++k)
-    s += std::to_string(k % 2) + " " + std::to_string(k + 1) + ":1" + eol;
+    s.append(std::to_string(k % 2))
+        .append(1, ' ')
+        .append(std::to_string(k + 1))
+        .append(":1")
+        .append(eol);
   return s;
 }
 
@@ -421,7 +425,7 @@ TEST_CASE("LeaseReader over TFRecord files: every record once per epoch") {
       b.AppendTo(&rec);
       ps::data::AppendTfRecord(rec, &data);
     }
-    files.push_back(dir.File("p" + std::to_string(f) + ".tfrecord"));
+    files.push_back(dir.File(std::string("p").append(std::to_string(f)).append(".tfrecord")));
     WriteBytes(files.back(), f == 2 ? ps::data::testing::Gzip(data) : data);
   }
   Json j =
