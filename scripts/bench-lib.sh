@@ -58,3 +58,11 @@ PAIR_AWK='
     name = FILENAME; sub(".*/", "", name); split(name, parts, "."); who = parts[1]; pair = parts[2]
   }
 '
+
+# stop_pid PID: stops a background process this script started (SIGTERM) and reaps it;
+# nothing for an empty PID or one already gone.
+stop_pid() {
+  [ -n "${1:-}" ] || return 0
+  kill "$1" 2>/dev/null || true
+  wait "$1" 2>/dev/null || true
+}

@@ -36,8 +36,8 @@ TMP=$(mktemp -d)
 SERVER=
 WRITER=
 cleanup() {
-  if [ -n "$SERVER" ]; then kill "$SERVER" 2>/dev/null || true; wait "$SERVER" 2>/dev/null || true; fi
-  if [ -n "$WRITER" ]; then kill "$WRITER" 2>/dev/null || true; wait "$WRITER" 2>/dev/null || true; fi
+  stop_pid "$SERVER"
+  stop_pid "$WRITER"
   rm -rf "$TMP"
 }
 trap cleanup EXIT
